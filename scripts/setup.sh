@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs every dependency from Debian packages (idempotent), then configures and builds.
+#
+#   scripts/setup.sh                 release build in build/release (CUDA compiled when nvcc exists)
+#   scripts/setup.sh asan            ASan+UBSan build (clang) in build/asan, no CUDA
+#   scripts/setup.sh tsan            TSan build (clang) in build/tsan, no CUDA
+#   scripts/setup.sh release TARGET  build only TARGET
+#
+# Set VLLM_JOBS to change build parallelism (default: number of cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
+  libzmq3-dev cppzmq-dev libboost-dev libmsgpack-cxx-dev libabsl-dev libspdlog-dev
+  libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libbenchmark-dev
+  procps iproute2 python3
+)
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    local sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+}
+
+configure_and_build() {
+  local preset=$1 target=${2:-}
+  local dir="build/${preset}" args=(-G Ninja -DVLLM_WERROR=${VLLM_WERROR:-ON})
+  case "$preset" in
+    release) args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+    asan) args+=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+                 "-DVLLM_SANITIZE=address;undefined" -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF) ;;
+    tsan) args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+                 -DVLLM_SANITIZE=thread -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF) ;;
+    *) echo "setup: unknown preset '$preset' (release, asan, tsan)" >&2; exit 2 ;;
+  esac
+  [[ -f "$dir/build.ninja" ]] || cmake -S . -B "$dir" "${args[@]}"
+  cmake --build "$dir" -j "${VLLM_JOBS:-$(nproc)}" ${target:+--target "$target"}
+}
+
+install_packages
+configure_and_build "${1:-release}" "${2:-}"

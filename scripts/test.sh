@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds and runs every test: the release build (unit, integration, GPU tests that skip without
+# a GPU), the unit tests under ASan+UBSan, and the ipc unit tests under TSan.
+# Prints one closing line "N passed, N failed" over all suites.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export CTEST_OUTPUT_ON_FAILURE=1
+
+passed=0 failed=0
+run_suite() {  # run_suite <preset> <ctest args...>
+  local preset=$1; shift
+  echo "=== build ${preset}"
+  if ! scripts/setup.sh "$preset"; then
+    echo "build ${preset} FAILED"; failed=$((failed + 1)); return
+  fi
+  echo "=== test ${preset} $*"
+  local log="build/${preset}/ctest.log"
+  ctest --test-dir "build/${preset}" --timeout 300 "$@" 2>&1 | tee "$log"
+  local p f
+  p=$(grep -cE 'Test +#[0-9]+: .* Passed' "$log")
+  f=$(grep -cE 'Test +#[0-9]+: .* (\*\*\*|Failed|Not Run|Timeout|Exception)' "$log")
+  # A run that ends without ctest's summary (crash of ctest itself) counts as a failure.
+  grep -q 'tests passed' "$log" || f=$((f + 1))
+  passed=$((passed + p)); failed=$((failed + f))
+}
+
+run_suite release -j2
+run_suite asan -L unit -j2
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite tsan -L ipc-unit -j2
+
+echo "${passed} passed, ${failed} failed"
+[[ $failed -eq 0 ]]
