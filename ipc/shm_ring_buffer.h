@@ -1,0 +1,135 @@
+// The shared-memory ring of MessageQueue: `max_chunks` chunks of `max_chunk_bytes`, one writer,
+// `n_readers` readers, laid out as shm_layout.h describes. ShmRingBuffer owns the mapping and
+// validates it; RingWriter and RingReader are the two sides' views of it.
+//
+// Liveness: slot 0 of the segment's OFD locks is the writer's, slot 1 + r is reader r's
+// (ShmSegment::LockSlot), so a waiting side tells a dead peer from a slow one.
+//
+// Thread-safety: a RingWriter or RingReader is used by one thread at a time; only Cancel() may
+// be called from any thread.
+#ifndef VLLM_IPC_SHM_RING_BUFFER_H_
+#define VLLM_IPC_SHM_RING_BUFFER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ipc/shm_layout.h"
+#include "ipc/shm_segment.h"
+#include "ipc/wait_strategy.h"
+
+namespace vllm::ipc {
+
+class ShmRingBuffer {
+ public:
+  // Creates a segment for n_readers (1..kMaxShmReaders) readers; max_chunk_bytes must be a
+  // positive multiple of 64 and max_chunks positive. InvalidArgument names the bad value.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmRingBuffer>> Create(
+      const std::string& name, uint32_t n_readers, uint64_t max_chunks, uint64_t max_chunk_bytes);
+  // Maps an existing segment and checks that its header is ours (magic, version) and matches
+  // the expected geometry and the segment's size: DataLoss or InvalidArgument otherwise.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmRingBuffer>> Open(
+      const std::string& name, uint32_t n_readers, uint64_t max_chunks, uint64_t max_chunk_bytes);
+
+  RingHeader* header() const { return header_; }
+  ChunkMeta* meta(uint64_t i) const {
+    return reinterpret_cast<ChunkMeta*>(base() + header_->meta_offset + i * header_->meta_stride);
+  }
+  uint8_t* chunk(uint64_t i) const {
+    return base() + header_->data_offset + i * header_->max_chunk_bytes;
+  }
+  uint32_t n_readers() const { return header_->n_readers; }
+  uint64_t max_chunks() const { return header_->max_chunks; }
+  uint64_t max_chunk_bytes() const { return header_->max_chunk_bytes; }
+  ShmSegment& segment() const { return *segment_; }
+
+  FutexChannel to_readers() const { return {&header_->write_epoch, &header_->readers_sleeping}; }
+  FutexChannel to_writer() const { return {&header_->read_epoch, &header_->writer_sleeping}; }
+
+ private:
+  explicit ShmRingBuffer(std::unique_ptr<ShmSegment> segment)
+      : segment_(std::move(segment)), header_(reinterpret_cast<RingHeader*>(segment_->data())) {}
+  uint8_t* base() const { return segment_->data(); }
+
+  std::unique_ptr<ShmSegment> segment_;
+  RingHeader* header_;
+};
+
+// The writer's side: takes chunks in ring order once every reader has read them.
+class RingWriter {
+ public:
+  RingWriter(std::unique_ptr<ShmRingBuffer> ring, WaitOptions options);
+
+  // Waits until every reader has attached (or the deadline passes, naming the missing ones).
+  [[nodiscard]] absl::Status WaitForReaders(int64_t deadline_ns);
+
+  // Waits until the next chunk is free and returns its buffer (max_chunk_bytes long), which
+  // the caller fills before Publish(). Errors: Unavailable naming a reader that died,
+  // DeadlineExceeded naming the readers that have not read it, Cancelled.
+  [[nodiscard]] absl::StatusOr<uint8_t*> Acquire(int64_t deadline_ns);
+  // Publishes the chunk returned by the last Acquire() with `size` bytes and `flags`.
+  void Publish(uint64_t size, uint32_t flags);
+
+  // Marks the queue closed: readers drain what was published, then get Cancelled.
+  void Close();
+  // Makes a wait in progress (or the next one) return Cancelled. Thread-safe.
+  void Cancel();
+
+  ShmRingBuffer& ring() const { return *ring_; }
+
+ private:
+  bool ChunkFree(const ChunkMeta* m) const;
+  absl::Status CheckReaders(uint64_t idx) const;
+  std::string DescribeWait(uint64_t idx) const;
+
+  std::unique_ptr<ShmRingBuffer> ring_;
+  WaitOptions options_;
+  uint64_t idx_ = 0;  // next chunk to write
+  std::atomic<bool> cancelled_{false};
+};
+
+// Reader r's side: reads every chunk in ring order.
+class RingReader {
+ public:
+  struct Chunk {
+    const uint8_t* data;  // valid until Release()
+    uint64_t size;
+    uint32_t flags;
+  };
+
+  // Takes the liveness slot of reader `index` and registers as attached. FailedPrecondition if
+  // another process already attached as this reader.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RingReader>> Attach(
+      std::unique_ptr<ShmRingBuffer> ring, uint32_t index, WaitOptions options);
+
+  // Waits for the next chunk. Errors: Cancelled (closed by the writer once everything was read,
+  // or Cancel()), Unavailable if the writer died, DeadlineExceeded.
+  [[nodiscard]] absl::StatusOr<Chunk> Acquire(int64_t deadline_ns);
+  // Marks the chunk returned by Acquire() read, letting the writer reuse it.
+  void Release();
+  // True if the next chunk is already written (no waiting needed).
+  bool Poll() const;
+
+  void Cancel();
+  uint32_t index() const { return index_; }
+  ShmRingBuffer& ring() const { return *ring_; }
+
+ private:
+  RingReader(std::unique_ptr<ShmRingBuffer> ring, uint32_t index, WaitOptions options)
+      : ring_(std::move(ring)), index_(index), options_(options) {}
+  absl::Status CheckWriter() const;
+
+  std::unique_ptr<ShmRingBuffer> ring_;
+  uint32_t index_;
+  WaitOptions options_;
+  uint64_t idx_ = 0;
+  ArrivalPredictor predictor_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace vllm::ipc
+
+#endif  // VLLM_IPC_SHM_RING_BUFFER_H_

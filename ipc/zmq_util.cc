@@ -1,0 +1,136 @@
+#include "ipc/zmq_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "ipc/wait_strategy.h"
+
+namespace vllm::ipc {
+
+zmq::context_t& ZmqContext() {
+  static zmq::context_t* ctx = new zmq::context_t(1);
+  return *ctx;
+}
+
+std::string UniqueToken() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return absl::StrFormat("%d-%d-%08x", getpid(), counter.fetch_add(1),
+                         static_cast<uint32_t>(rng()));
+}
+
+std::string UniqueIpcAddress(absl::string_view tag) {
+  return absl::StrCat("ipc://@vllm-", tag, "-", UniqueToken());
+}
+
+absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view host, int port) {
+  if (host.empty() || host == "*" || host == "0.0.0.0" || host == "::") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bind host must be an address peers can connect to, got '", host, "'"));
+  }
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port must be within 0..65535, got ", port));
+  }
+  const bool v6 = host.find(':') != absl::string_view::npos;
+  if (v6) socket.set(zmq::sockopt::ipv6, 1);
+  const std::string host_part = v6 ? absl::StrCat("[", host, "]") : std::string(host);
+  const std::string endpoint =
+      absl::StrCat("tcp://", host_part, ":", port == 0 ? std::string("*") : absl::StrCat(port));
+  try {
+    socket.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint, ": ", e.what()));
+  }
+  return socket.get(zmq::sockopt::last_endpoint);
+}
+
+absl::Status PollUntil(zmq::socket_t& socket, short events, int64_t deadline_ns,
+                       absl::Duration slice, const std::function<absl::Status()>& check,
+                       absl::string_view what) {
+  const int64_t slice_ns = absl::ToInt64Nanoseconds(slice);
+  while (true) {
+    zmq::pollitem_t item{socket.handle(), 0, events, 0};
+    const int64_t now = MonoNowNs();
+    const int64_t wait_ns = std::max<int64_t>(0, std::min(deadline_ns - now, slice_ns));
+    int rc = 0;
+    try {
+      rc = zmq::poll(&item, 1, std::chrono::milliseconds((wait_ns + 999'999) / 1'000'000));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return absl::InternalError(absl::StrCat("zmq poll: ", e.what()));
+    }
+    if (rc > 0 && (item.revents & events)) return absl::OkStatus();
+    if (check) {
+      if (absl::Status st = check(); !st.ok()) return st;
+    }
+    if (MonoNowNs() >= deadline_ns) {
+      return absl::DeadlineExceededError(absl::StrCat("timed out waiting for ", what));
+    }
+  }
+}
+
+absl::Status RecvMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
+                           size_t max_parts, int64_t deadline_ns, absl::Duration slice,
+                           const std::function<absl::Status()>& check, absl::string_view what) {
+  parts.clear();
+  while (true) {
+    zmq::message_t msg;
+    zmq::recv_result_t got;
+    try {
+      got = socket.recv(msg, zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      return absl::InternalError(absl::StrCat("zmq recv: ", e.what()));
+    }
+    if (!got) {
+      // Parts of one multipart message arrive together: only the first can be missing.
+      if (!parts.empty()) return absl::InternalError("multipart message arrived incomplete");
+      if (absl::Status st = PollUntil(socket, ZMQ_POLLIN, deadline_ns, slice, check, what);
+          !st.ok()) {
+        return st;
+      }
+      continue;
+    }
+    const bool more = msg.more();
+    if (parts.size() < max_parts) parts.push_back(std::move(msg));
+    if (!more) break;
+    if (parts.size() == max_parts) {
+      // Drain the rest of the oversized message so the next receive starts cleanly.
+      zmq::message_t rest;
+      do {
+        (void)socket.recv(rest, zmq::recv_flags::none);
+      } while (rest.more());
+      return absl::DataLossError(absl::StrCat("message with more than ", max_parts, " parts"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SendMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
+                           int64_t deadline_ns, absl::Duration slice,
+                           const std::function<absl::Status()>& check, absl::string_view what) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto flags = zmq::send_flags::dontwait |
+                       (i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    while (true) {
+      zmq::send_result_t sent;
+      try {
+        sent = socket.send(parts[i], flags);
+      } catch (const zmq::error_t& e) {
+        return absl::InternalError(absl::StrCat("zmq send: ", e.what()));
+      }
+      if (sent) break;
+      // Only the first part can hit the high-water mark; later parts go with it.
+      if (absl::Status st = PollUntil(socket, ZMQ_POLLOUT, deadline_ns, slice, check, what);
+          !st.ok()) {
+        return st;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vllm::ipc

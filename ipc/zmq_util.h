@@ -1,0 +1,62 @@
+// ZeroMQ helpers shared by ipc/ and the layers above: one process-wide context, unique
+// endpoint names that leave nothing in the file system, and sends/receives bounded by a
+// deadline that keep checking a caller-supplied condition (cancelled, peer dead).
+#ifndef VLLM_IPC_ZMQ_UTIL_H_
+#define VLLM_IPC_ZMQ_UTIL_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace vllm::ipc {
+
+// The process's ZMQ context, created on first use and never destroyed (so no static
+// destruction order issues; every socket we make has linger 0). Not fork-safe: a forked child
+// must exec or use only a context it creates itself.
+zmq::context_t& ZmqContext();
+
+// "ipc://@vllm-<tag>-<pid>-<n>-<random>": an abstract-namespace Unix socket, which vanishes with
+// its owner instead of leaving a file behind.
+std::string UniqueIpcAddress(absl::string_view tag);
+
+// A unique token "<pid>-<n>-<random hex>" for naming shared objects of this process.
+std::string UniqueToken();
+
+// Binds `socket` to tcp://host:port (port 0: any free port) and returns the endpoint to
+// advertise, e.g. "tcp://10.0.0.2:43125". InvalidArgument for a wildcard host.
+[[nodiscard]] absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view host,
+                                                  int port);
+
+// Polls one socket for `events` until ready or deadline, calling check() every `slice`;
+// returns check()'s error, DeadlineExceeded (with `what`), or OK when ready.
+[[nodiscard]] absl::Status PollUntil(zmq::socket_t& socket, short events, int64_t deadline_ns,
+                                     absl::Duration slice, const std::function<absl::Status()>& check,
+                                     absl::string_view what);
+
+// Receives one multipart message into `parts` (cleared first) within the deadline. At most
+// `max_parts` parts; more is DataLoss.
+[[nodiscard]] absl::Status RecvMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
+                                         size_t max_parts, int64_t deadline_ns,
+                                         absl::Duration slice,
+                                         const std::function<absl::Status()>& check,
+                                         absl::string_view what);
+
+// Sends `parts` as one multipart message within the deadline (for sockets that refuse with
+// EAGAIN at their high-water mark, e.g. XPUB with XPUB_NODROP).
+[[nodiscard]] absl::Status SendMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
+                                         int64_t deadline_ns, absl::Duration slice,
+                                         const std::function<absl::Status()>& check,
+                                         absl::string_view what);
+
+}  // namespace vllm::ipc
+
+#endif  // VLLM_IPC_ZMQ_UTIL_H_

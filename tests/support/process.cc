@@ -1,0 +1,127 @@
+#include "tests/support/process.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace vllm::testing {
+
+absl::StatusOr<Subprocess> Subprocess::Spawn(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    return absl::InternalError(absl::StrCat("posix_spawn ", argv[0], ": ", std::strerror(rc)));
+  }
+  return Subprocess(pid, fds[0]);
+}
+
+Subprocess::Subprocess(Subprocess&& o) noexcept
+    : pid_(o.pid_), out_fd_(o.out_fd_), buffer_(std::move(o.buffer_)), status_(o.status_) {
+  o.pid_ = -1;
+  o.out_fd_ = -1;
+}
+
+Subprocess::~Subprocess() {
+  if (running()) {
+    kill(pid_, SIGKILL);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+  }
+  if (out_fd_ >= 0) close(out_fd_);
+}
+
+void Subprocess::Kill(int sig) {
+  if (running()) kill(pid_, sig);
+}
+
+absl::StatusOr<std::string> Subprocess::ReadLine(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (size_t nl = buffer_.find('\n'); nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left_ms <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat("no line from pid ", pid_, " in time"));
+    }
+    pollfd p{out_fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(std::min<int64_t>(left_ms, INT_MAX))) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(out_fd_, buf, sizeof buf);
+    if (n == 0) return absl::OutOfRangeError(absl::StrCat("pid ", pid_, " closed its stdout"));
+    if (n < 0 && errno != EINTR) return absl::InternalError("read failed");
+    if (n > 0) buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
+  if (status_) return *status_;
+  // A pidfd turns "wait with a deadline" into one poll(), without sleeping in a loop.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    poll(&p, 1, static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout))));
+    close(pidfd);
+  }
+  int st = 0;
+  const pid_t r = waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    status_ = st;
+    return st;
+  }
+  return absl::DeadlineExceededError(absl::StrCat("pid ", pid_, " still running after ",
+                                                  absl::FormatDuration(timeout)));
+}
+
+std::string BinDir() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+std::set<std::string> ShmEntries() {
+  std::set<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') out.insert(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return absl::StrCat("wait status ", status);
+}
+
+}  // namespace vllm::testing
