@@ -28,7 +28,7 @@ if(NOT VLLM_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know nvcc 13 supports CUDA20
     find_package(CUDAToolkit REQUIRED)
     find_library(NCCL_LIBRARY nccl PATHS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
     set(VLLM_HAVE_CUDA ON)

@@ -21,9 +21,9 @@ namespace vllm::ipc {
 struct Handle {
   static constexpr uint32_t kVersion = 1;
 
-  uint32_t n_readers = 0;                  // all readers, ranks 0..n_readers-1
+  uint32_t n_readers = 0;                   // all readers, ranks 0..n_readers-1
   std::vector<int32_t> local_reader_ranks;  // ranks reading through shared memory, in slot order
-  std::string shm_name;                    // empty when there are no local readers
+  std::string shm_name;                     // empty when there are no local readers
   uint64_t max_chunks = 0;
   uint64_t max_chunk_bytes = 0;
   std::string local_address;   // ZMQ ipc:// for oversize payloads; empty without local readers

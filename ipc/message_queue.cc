@@ -51,9 +51,9 @@ absl::StatusOr<std::unique_ptr<MessageQueueWriter>> MessageQueueWriter::Create(
   if (w->n_local_ > 0) {
     ShmSegment::RemoveStale(std::string(kShmPrefix));
     h.shm_name = absl::StrCat(kShmPrefix, UniqueToken());
-    VLLM_ASSIGN_OR_RETURN(auto ring, ShmRingBuffer::Create(h.shm_name, w->n_local_,
-                                                           options.max_chunks,
-                                                           options.max_chunk_bytes));
+    VLLM_ASSIGN_OR_RETURN(auto ring,
+                          ShmRingBuffer::Create(h.shm_name, w->n_local_, options.max_chunks,
+                                                options.max_chunk_bytes));
     w->ring_ = std::make_unique<RingWriter>(std::move(ring), options.wait);
     w->local_.emplace(ZmqContext(), zmq::socket_type::xpub);
     SetCommonOptions(*w->local_);
@@ -108,10 +108,10 @@ absl::Status MessageQueueWriter::WaitUntilReady(absl::Time deadline) {
   while (local_subscribed_ < n_local_ || remote_subscribed_ < n_remote_) {
     VLLM_RETURN_IF_ERROR(CheckCancelled());
     if (MonoNowNs() >= deadline_ns) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "timed out waiting for readers to subscribe: local ", local_subscribed_, "/", n_local_,
-          ", remote ", remote_subscribed_, "/", n_remote_, " (remote address ",
-          handle_.remote_address, ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("timed out waiting for readers to subscribe: local ", local_subscribed_, "/",
+                       n_local_, ", remote ", remote_subscribed_, "/", n_remote_,
+                       " (remote address ", handle_.remote_address, ")"));
     }
     zmq::pollitem_t items[2];
     int n = 0;
@@ -125,8 +125,9 @@ absl::Status MessageQueueWriter::WaitUntilReady(absl::Time deadline) {
     if (s == nullptr) continue;
     std::vector<zmq::message_t> parts;
     parts.push_back(KindFrame(kKindReady));
-    VLLM_RETURN_IF_ERROR(SendMultipart(*s, parts, deadline_ns, wait_.liveness_interval,
-                                       [this] { return CheckCancelled(); }, "ready message"));
+    VLLM_RETURN_IF_ERROR(SendMultipart(
+        *s, parts, deadline_ns, wait_.liveness_interval, [this] { return CheckCancelled(); },
+        "ready message"));
   }
   // Everyone has mapped the segment: drop its name so no crash can leak it.
   if (ring_) ring_->ring().segment().Unlink();
@@ -173,8 +174,8 @@ absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts,
       out.push_back(KindFrame(kKindData));
       out.emplace_back();
       out.back().copy(make_frame());  // shares the buffer, no byte copy
-      VLLM_RETURN_IF_ERROR(SendMultipart(*local_, out, deadline_ns, wait_.liveness_interval,
-                                         check, "local overflow send"));
+      VLLM_RETURN_IF_ERROR(SendMultipart(*local_, out, deadline_ns, wait_.liveness_interval, check,
+                                         "local overflow send"));
     }
     ring_->Publish(total, overflow ? kChunkOverflow : 0);
   }
@@ -182,9 +183,9 @@ absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts,
     std::vector<zmq::message_t> out;
     out.push_back(KindFrame(kKindData));
     out.push_back(std::move(make_frame()));
-    VLLM_RETURN_IF_ERROR(SendMultipart(*remote_, out, deadline_ns, wait_.liveness_interval, check,
-                                       absl::StrCat("remote readers at ", handle_.remote_address,
-                                                    " to take a message")));
+    VLLM_RETURN_IF_ERROR(SendMultipart(
+        *remote_, out, deadline_ns, wait_.liveness_interval, check,
+        absl::StrCat("remote readers at ", handle_.remote_address, " to take a message")));
   }
   return absl::OkStatus();
 }
@@ -197,8 +198,8 @@ void MessageQueueWriter::Close() {
     std::vector<zmq::message_t> parts;
     parts.push_back(KindFrame(kKindClosed));
     // Best effort: a remote reader that is gone does not hold up shutdown.
-    (void)SendMultipart(*remote_, parts, MonoNowNs() + 100'000'000, absl::Milliseconds(10),
-                        nullptr, "close message");
+    (void)SendMultipart(*remote_, parts, MonoNowNs() + 100'000'000, absl::Milliseconds(10), nullptr,
+                        "close message");
   }
 }
 
@@ -225,11 +226,10 @@ absl::StatusOr<std::unique_ptr<MessageQueueReader>> MessageQueueReader::Attach(
   SetCommonOptions(*r->sub_);
   r->sub_->set(zmq::sockopt::rcvhwm, 0);
   if (index >= 0) {
-    VLLM_ASSIGN_OR_RETURN(auto ring, ShmRingBuffer::Open(handle.shm_name,
-                                                         static_cast<uint32_t>(
-                                                             handle.local_reader_ranks.size()),
-                                                         handle.max_chunks,
-                                                         handle.max_chunk_bytes));
+    VLLM_ASSIGN_OR_RETURN(
+        auto ring, ShmRingBuffer::Open(handle.shm_name,
+                                       static_cast<uint32_t>(handle.local_reader_ranks.size()),
+                                       handle.max_chunks, handle.max_chunk_bytes));
     VLLM_ASSIGN_OR_RETURN(r->ring_,
                           RingReader::Attach(std::move(ring), static_cast<uint32_t>(index), wait));
     r->sub_->connect(handle.local_address);
@@ -273,9 +273,9 @@ absl::Status MessageQueueReader::Check() const {
     while (event.more()) (void)self->monitor_->recv(event, zmq::recv_flags::none);
     if (id == ZMQ_EVENT_CONNECTED) self->connected_ = true;
     if (id == ZMQ_EVENT_DISCONNECTED && connected_) {
-      return absl::UnavailableError(
-          absl::StrCat("lost the connection to the writer at ", handle_.remote_address,
-                       " (it died, or the network failed)"));
+      return absl::UnavailableError(absl::StrCat("lost the connection to the writer at ",
+                                                 handle_.remote_address,
+                                                 " (it died, or the network failed)"));
     }
   }
 }

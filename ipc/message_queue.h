@@ -21,11 +21,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <msgpack.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <msgpack.hpp>
 #include <zmq.hpp>
 
 #include "absl/functional/function_ref.h"
@@ -155,7 +154,7 @@ class MessageQueueReader {
   Handle handle_;
   int32_t rank_ = -1;
   WaitOptions wait_;
-  std::unique_ptr<RingReader> ring_;       // local readers
+  std::unique_ptr<RingReader> ring_;      // local readers
   std::optional<zmq::socket_t> sub_;      // SUB: oversize (local) or every message (remote)
   std::optional<zmq::socket_t> monitor_;  // remote: connection events of sub_
   bool connected_ = false;                // remote: sub_ has been connected once

@@ -25,7 +25,8 @@ absl::StatusOr<msgpack::object_handle> UnpackBounded(absl::Span<const uint8_t> b
   } catch (const msgpack::depth_size_overflow& e) {
     return absl::ResourceExhaustedError(absl::StrCat("msgpack frame nests too deeply: ", e.what()));
   } catch (const msgpack::size_overflow& e) {
-    return absl::ResourceExhaustedError(absl::StrCat("msgpack frame exceeds a size limit: ", e.what()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("msgpack frame exceeds a size limit: ", e.what()));
   } catch (const msgpack::insufficient_bytes& e) {
     return absl::DataLossError(absl::StrCat("truncated msgpack frame (", bytes.size(), " bytes)"));
   } catch (const std::exception& e) {

@@ -5,9 +5,8 @@
 #define VLLM_IPC_MSGPACK_UTIL_H_
 
 #include <cstdint>
-#include <string>
-
 #include <msgpack.hpp>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,8 +27,8 @@ struct UnpackLimits {
 // Parses exactly one msgpack object spanning all of `bytes`. The object references `bytes`
 // for str/bin data (zero-copy), so `bytes` must outlive the returned handle. DataLoss for
 // truncated or malformed input or trailing bytes; ResourceExhausted when a limit is exceeded.
-[[nodiscard]] absl::StatusOr<msgpack::object_handle> UnpackBounded(
-    absl::Span<const uint8_t> bytes, const UnpackLimits& limits = {});
+[[nodiscard]] absl::StatusOr<msgpack::object_handle> UnpackBounded(absl::Span<const uint8_t> bytes,
+                                                                   const UnpackLimits& limits = {});
 
 // Converts `obj` to T with msgpack-c's adaptors; InvalidArgument naming `what` on a type
 // mismatch. Use only for T whose adaptor checks types (ints, strings, vectors of them).

@@ -59,9 +59,9 @@ struct RingHeader {
   uint64_t total_bytes;      // 56  size of the whole segment
   // Line 1: attachment and lifetime (live).
   alignas(kCacheLine) std::atomic<uint32_t> attached;  // 64  readers that attached
-  std::atomic<uint32_t> closed;                         // 68  1 once the writer closed the queue
-  int32_t writer_pid;                                   // 72
-  uint32_t reserved0;                                   // 76
+  std::atomic<uint32_t> closed;                        // 68  1 once the writer closed the queue
+  int32_t writer_pid;                                  // 72
+  uint32_t reserved0;                                  // 76
   // Lines 2..5: pid of each reader slot, 0 until it attaches (for error messages).
   alignas(kCacheLine) std::atomic<int32_t> reader_pid[kMaxShmReaders];  // 128
   // Line 6: the readers' futex word (live).

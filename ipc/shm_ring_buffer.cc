@@ -13,8 +13,8 @@ namespace {
 
 absl::Status ValidateGeometry(uint32_t n_readers, uint64_t max_chunks, uint64_t max_chunk_bytes) {
   if (n_readers < 1 || n_readers > kMaxShmReaders) {
-    return absl::InvalidArgumentError(absl::StrCat("local readers must be within 1..",
-                                                   kMaxShmReaders, ", got ", n_readers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("local readers must be within 1..", kMaxShmReaders, ", got ", n_readers));
   }
   if (max_chunks < 1 || max_chunks > 4096) {
     return absl::InvalidArgumentError(
@@ -80,20 +80,19 @@ absl::StatusOr<std::unique_ptr<ShmRingBuffer>> ShmRingBuffer::Open(const std::st
     return absl::DataLossError(absl::StrCat("shared memory '", name, "' is not a message ring"));
   }
   if (h->version != kRingVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("ring '", name, "' has layout version ",
-                                                      h->version, ", this build reads ",
-                                                      kRingVersion));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "ring '", name, "' has layout version ", h->version, ", this build reads ", kRingVersion));
   }
   const RingGeometry g = ComputeGeometry(n_readers, max_chunks, max_chunk_bytes);
   if (h->n_readers != n_readers || h->max_chunks != max_chunks ||
       h->max_chunk_bytes != max_chunk_bytes || h->meta_offset != g.meta_offset ||
       h->meta_stride != g.meta_stride || h->data_offset != g.data_offset ||
       h->total_bytes != g.total_bytes || ring->segment_->size() < g.total_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ring '", name, "' geometry does not match its handle (readers ", h->n_readers, " vs ",
-        n_readers, ", chunks ", h->max_chunks, " vs ", max_chunks, ", chunk bytes ",
-        h->max_chunk_bytes, " vs ", max_chunk_bytes, ", segment ", ring->segment_->size(),
-        " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring '", name, "' geometry does not match its handle (readers ", h->n_readers,
+                     " vs ", n_readers, ", chunks ", h->max_chunks, " vs ", max_chunks,
+                     ", chunk bytes ", h->max_chunk_bytes, " vs ", max_chunk_bytes, ", segment ",
+                     ring->segment_->size(), " bytes)"));
   }
   return ring;
 }
@@ -232,14 +231,14 @@ absl::Status RingReader::CheckWriter() const {
 }
 
 absl::StatusOr<RingReader::Chunk> RingReader::Acquire(int64_t deadline_ns) {
-  absl::Status st = WaitFor(
-      [&] { return Poll(); }, [&] { return CheckWriter(); },
-      [&] {
-        return absl::StrCat("writer (pid ", ring_->header()->writer_pid, ") of '",
-                            ring_->segment().name(), "' to write chunk ", idx_, " for reader ",
-                            index_);
-      },
-      ring_->to_readers(), options_, &predictor_, deadline_ns);
+  absl::Status st =
+      WaitFor([&] { return Poll(); }, [&] { return CheckWriter(); },
+              [&] {
+                return absl::StrCat("writer (pid ", ring_->header()->writer_pid, ") of '",
+                                    ring_->segment().name(), "' to write chunk ", idx_,
+                                    " for reader ", index_);
+              },
+              ring_->to_readers(), options_, &predictor_, deadline_ns);
   if (!st.ok()) return st;
   predictor_.OnArrival(MonoNowNs());
   const ChunkMeta* m = ring_->meta(idx_);

@@ -46,8 +46,8 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string
     impl->region = bip::mapped_region(impl->shm, bip::read_write, 0, bytes);
   } catch (const bip::interprocess_exception& e) {
     bip::shared_memory_object::remove(name.c_str());
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot size/map shared memory '", name, "' to ", bytes, " bytes: ", e.what()));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot size/map shared memory '", name,
+                                                     "' to ", bytes, " bytes: ", e.what()));
   }
   auto seg = std::unique_ptr<ShmSegment>(new ShmSegment(std::move(impl)));
   seg->owner_ = true;
@@ -95,8 +95,8 @@ absl::Status ShmSegment::LockSlot(uint32_t slot) {
   fl.l_len = 1;
   if (fcntl(fd_, F_OFD_SETLK, &fl) != 0) {
     if (errno == EAGAIN || errno == EACCES) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("slot ", slot, " of shared memory '", name_, "' is taken by another process"));
+      return absl::FailedPreconditionError(absl::StrCat("slot ", slot, " of shared memory '", name_,
+                                                        "' is taken by another process"));
     }
     return absl::InternalError(absl::StrCat("fcntl(F_OFD_SETLK): ", std::strerror(errno)));
   }

@@ -20,10 +20,10 @@
 #define VLLM_STATUS_CONCAT_INNER(a, b) a##b
 #define VLLM_STATUS_CONCAT(a, b) VLLM_STATUS_CONCAT_INNER(a, b)
 
-#define VLLM_RETURN_IF_ERROR(expr)                  \
-  do {                                              \
-    ::absl::Status vllm_status_ = (expr);           \
-    if (!vllm_status_.ok()) return vllm_status_;    \
+#define VLLM_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::absl::Status vllm_status_ = (expr);        \
+    if (!vllm_status_.ok()) return vllm_status_; \
   } while (0)
 
 #define VLLM_ASSIGN_OR_RETURN(lhs, expr) \
@@ -56,10 +56,10 @@ class CheckFailure {
   } else                 \
     ::vllm::internal::CheckFailure(__FILE__, __LINE__, #cond).stream()
 
-#define VLLM_CHECK_OK(expr)                                                      \
-  if (::absl::Status vllm_check_status_ = (expr); vllm_check_status_.ok()) {     \
-  } else                                                                         \
-    ::vllm::internal::CheckFailure(__FILE__, __LINE__, #expr).stream()          \
+#define VLLM_CHECK_OK(expr)                                                  \
+  if (::absl::Status vllm_check_status_ = (expr); vllm_check_status_.ok()) { \
+  } else                                                                     \
+    ::vllm::internal::CheckFailure(__FILE__, __LINE__, #expr).stream()       \
         << vllm_check_status_.ToString()
 
 #endif  // VLLM_IPC_STATUS_MACROS_H_

@@ -15,6 +15,7 @@
 #define VLLM_IPC_WAIT_STRATEGY_H_
 
 #include <sched.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -37,6 +38,11 @@ struct WaitOptions {
   absl::Duration spin_window_max = absl::Microseconds(100);
   // Spin at least this long before blocking even when nothing is predicted.
   absl::Duration min_spin = absl::Microseconds(2);
+  // Block early for a predicted arrival only when it is at least this far off: a shorter sleep
+  // costs more (a futex wake on the writer, timer slack) than it saves.
+  absl::Duration min_predicted_sleep = absl::Microseconds(200);
+  // Spin without yielding for this long; then yield now and then while spinning.
+  absl::Duration pure_spin = absl::Microseconds(4);
   // sched_yield() calls between spinning and blocking.
   int yields = 8;
   // A blocked waiter wakes this often to check deadline, cancellation and peer liveness.
@@ -95,22 +101,35 @@ class ArrivalPredictor {
  public:
   void OnArrival(int64_t now_ns) {
     if (last_ns_ != 0) {
-      int64_t gap = std::min<int64_t>(now_ns - last_ns_, kMaxGapNs);
-      ema_gap_ns_ = ema_gap_ns_ == 0 ? gap : ema_gap_ns_ + (gap - ema_gap_ns_) / 8;
+      const int64_t gap = std::min<int64_t>(now_ns - last_ns_, kMaxGapNs);
+      // A gap off by more than 2x is a change of regime (idle → decoding, or the reverse):
+      // adopt it at once instead of averaging towards it over dozens of messages.
+      const bool new_regime = gap > 2 * ema_gap_ns_ || 2 * gap < ema_gap_ns_;
+      ema_gap_ns_ = new_regime ? gap : ema_gap_ns_ + (gap - ema_gap_ns_) / 8;
     }
     last_ns_ = now_ns;
+  }
+  // A timed sleep meant to end at `target_ns` ended at `now_ns`: learn how late timers fire
+  // here (timer slack, a VM's wake-up latency) so the next early sleep ends that much sooner.
+  void OnTimedWake(int64_t target_ns, int64_t now_ns) {
+    const int64_t late = std::clamp<int64_t>(now_ns - target_ns, 0, kMaxOversleepNs);
+    oversleep_ns_ += (late - oversleep_ns_) / 4;
   }
   // Predicted arrival of the next message, or 0 when nothing is known.
   int64_t due_ns() const { return ema_gap_ns_ == 0 ? 0 : last_ns_ + ema_gap_ns_; }
   int64_t gap_ns() const { return ema_gap_ns_; }
+  int64_t oversleep_ns() const { return oversleep_ns_; }
 
  private:
   static constexpr int64_t kMaxGapNs = 1'000'000'000;
+  static constexpr int64_t kMaxOversleepNs = 1'000'000;
   int64_t last_ns_ = 0;
   int64_t ema_gap_ns_ = 0;
+  int64_t oversleep_ns_ = 0;
 };
 
-// Waits until ready() returns true.
+// Waits until ready() returns true. Without a predictor (the writer waiting for readers to
+// free a chunk: they are busy reading, so it comes soon) it spins for spin_window_max first.
 //   check():    called while blocked, every liveness_interval; a non-OK status (peer died,
 //               queue closed, cancelled) ends the wait with that status. Called once more
 //               after ready() failed on the deadline.
@@ -118,20 +137,21 @@ class ArrivalPredictor {
 // Returns OK, DeadlineExceeded (naming describe()), or check()'s error.
 template <typename Ready, typename Check, typename Describe>
 absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const FutexChannel& ch,
-                     const WaitOptions& opt, const ArrivalPredictor* predictor,
-                     int64_t deadline_ns) {
+                     const WaitOptions& opt, ArrivalPredictor* predictor, int64_t deadline_ns) {
   if (ready()) return absl::OkStatus();
   const int64_t start = MonoNowNs();
   const int64_t window_min = absl::ToInt64Nanoseconds(opt.spin_window_min);
   const int64_t window_max = absl::ToInt64Nanoseconds(opt.spin_window_max);
-  int64_t spin_until = start + absl::ToInt64Nanoseconds(opt.min_spin);
+  int64_t spin_until =
+      start + absl::ToInt64Nanoseconds(predictor == nullptr ? opt.spin_window_max : opt.min_spin);
   int64_t sleep_until = 0;  // predicted early sleep: block (wakeable) until this time
   if (predictor != nullptr && predictor->due_ns() != 0) {
     const int64_t window = std::clamp(predictor->gap_ns() / 8, window_min, window_max);
     const int64_t due = predictor->due_ns();
-    if (due - window > start) {
-      sleep_until = std::min({due - window, deadline_ns,
-                              start + absl::ToInt64Nanoseconds(opt.liveness_interval)});
+    const int64_t wake = due - window - predictor->oversleep_ns();
+    if (wake - start >= absl::ToInt64Nanoseconds(opt.min_predicted_sleep)) {
+      sleep_until =
+          std::min({wake, deadline_ns, start + absl::ToInt64Nanoseconds(opt.liveness_interval)});
     }
     spin_until = std::max(spin_until, due + window);
   }
@@ -150,13 +170,29 @@ absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const Fu
     return ok;
   };
 
-  if (sleep_until != 0 && block(sleep_until)) return absl::OkStatus();
+  if (sleep_until != 0) {
+    // The default 50 µs timer slack would make every early wake-up late; 1 ns for this thread.
+    thread_local bool slack_set = false;
+    if (!slack_set) {
+      prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+      slack_set = true;
+    }
+    if (block(sleep_until)) return absl::OkStatus();
+    predictor->OnTimedWake(sleep_until, MonoNowNs());
+  }
   // Spin across the predicted arrival (bounded by max window + min spin past now).
   spin_until = std::min({spin_until, MonoNowNs() + 2 * window_max, deadline_ns});
+  // Pure spinning for the first `pure_spin`; after that a sched_yield() every 64 pauses, which
+  // costs little on an idle core and hands an oversubscribed core to the peer we wait for.
+  const int64_t pure_until = start + absl::ToInt64Nanoseconds(opt.pure_spin);
   for (int i = 0;; ++i) {
     if (ready()) return absl::OkStatus();
     CpuRelax();
-    if ((i & 15) == 15 && MonoNowNs() >= spin_until) break;
+    if ((i & 15) == 15) {
+      const int64_t now = MonoNowNs();
+      if (now >= spin_until) break;
+      if ((i & 63) == 63 && now >= pure_until) sched_yield();
+    }
   }
   for (int i = 0; i < opt.yields; ++i) {
     sched_yield();
@@ -174,9 +210,9 @@ absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const Fu
     const int64_t now = MonoNowNs();
     if (now >= deadline_ns) {
       if (ready()) return absl::OkStatus();
-      return absl::DeadlineExceededError(absl::StrCat(
-          "timed out after ", absl::FormatDuration(absl::Nanoseconds(now - start)),
-          " waiting for ", describe()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("timed out after ", absl::FormatDuration(absl::Nanoseconds(now - start)),
+                       " waiting for ", describe()));
     }
     if (now >= next_warn) {
       spdlog::warn("still waiting after {} for {}",

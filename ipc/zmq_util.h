@@ -9,7 +9,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "absl/status/status.h"
@@ -39,7 +38,8 @@ std::string UniqueToken();
 // Polls one socket for `events` until ready or deadline, calling check() every `slice`;
 // returns check()'s error, DeadlineExceeded (with `what`), or OK when ready.
 [[nodiscard]] absl::Status PollUntil(zmq::socket_t& socket, short events, int64_t deadline_ns,
-                                     absl::Duration slice, const std::function<absl::Status()>& check,
+                                     absl::Duration slice,
+                                     const std::function<absl::Status()>& check,
                                      absl::string_view what);
 
 // Receives one multipart message into `parts` (cleared first) within the deadline. At most

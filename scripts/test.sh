@@ -7,10 +7,10 @@ cd "$(dirname "$0")/.."
 export CTEST_OUTPUT_ON_FAILURE=1
 
 passed=0 failed=0
-run_suite() {  # run_suite <preset> <ctest args...>
-  local preset=$1; shift
-  echo "=== build ${preset}"
-  if ! scripts/setup.sh "$preset"; then
+run_suite() {  # run_suite <preset> <build target or ""> <ctest args...>
+  local preset=$1 target=$2; shift 2
+  echo "=== build ${preset} ${target}"
+  if ! scripts/setup.sh "$preset" $target; then
     echo "build ${preset} FAILED"; failed=$((failed + 1)); return
   fi
   echo "=== test ${preset} $*"
@@ -24,9 +24,10 @@ run_suite() {  # run_suite <preset> <ctest args...>
   passed=$((passed + p)); failed=$((failed + f))
 }
 
-run_suite release -j2
-run_suite asan -L unit -j2
-TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" run_suite tsan -L ipc-unit -j2
+run_suite release "" -j2
+run_suite asan "" -L unit -j2
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
+  run_suite tsan ipc_unit_tests -L ipc-unit -j2
 
 echo "${passed} passed, ${failed} failed"
 [[ $failed -eq 0 ]]

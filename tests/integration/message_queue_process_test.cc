@@ -48,9 +48,16 @@ class MessageQueueProcessTest : public ::testing::Test {
                                         std::vector<std::string> extra = {}) {
     std::vector<Subprocess*> out;
     for (int r = 0; r < n; ++r) {
-      std::vector<std::string> args = {"reader", "--handle", h.ToText(), "--rank",
-                                       absl::StrCat(r), "--count", absl::StrCat(count),
-                                       "--seed", absl::StrCat(seed), "--chunk",
+      std::vector<std::string> args = {"reader",
+                                       "--handle",
+                                       h.ToText(),
+                                       "--rank",
+                                       absl::StrCat(r),
+                                       "--count",
+                                       absl::StrCat(count),
+                                       "--seed",
+                                       absl::StrCat(seed),
+                                       "--chunk",
                                        absl::StrCat(h.max_chunk_bytes)};
       args.insert(args.end(), extra.begin(), extra.end());
       out.push_back(&Start(args));
@@ -71,8 +78,7 @@ class MessageQueueProcessTest : public ::testing::Test {
 // Writer in this process, N reader processes, 100 000 messages of mixed sizes (2 % over the
 // chunk size, so the ZMQ overflow path runs), checked for order and content by every reader.
 
-class BroadcastTest : public MessageQueueProcessTest,
-                      public ::testing::WithParamInterface<int> {};
+class BroadcastTest : public MessageQueueProcessTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(BroadcastTest, EveryReaderProcessGetsEveryMessageInOrder) {
   const int n = GetParam();
@@ -131,8 +137,8 @@ TEST_F(MessageQueueProcessTest, WriterReportsKilledReader) {
   auto w = MessageQueueWriter::Create(opt);
   ASSERT_TRUE(w.ok());
   auto healthy = StartReaders((*w)->handle(), 1, 0, 1);  // rank 0 reads forever
-  Subprocess& stalled = Start({"reader", "--handle", (*w)->handle().ToText(), "--rank", "1",
-                               "--stall"});
+  Subprocess& stalled =
+      Start({"reader", "--handle", (*w)->handle().ToText(), "--rank", "1", "--stall"});
   ASSERT_TRUE((*w)->WaitUntilReady(absl::Now() + absl::Seconds(30)).ok());
   ExpectLine(&stalled, "READY", absl::Seconds(30));
   // Fill the ring: rank 1 never reads, so the 5th message has to wait for it.

@@ -95,8 +95,8 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
     status_ = st;
     return st;
   }
-  return absl::DeadlineExceededError(absl::StrCat("pid ", pid_, " still running after ",
-                                                  absl::FormatDuration(timeout)));
+  return absl::DeadlineExceededError(
+      absl::StrCat("pid ", pid_, " still running after ", absl::FormatDuration(timeout)));
 }
 
 std::string BinDir() {

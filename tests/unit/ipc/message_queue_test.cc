@@ -36,7 +36,8 @@ absl::StatusOr<Fixture> MakeQueue(MessageQueueOptions opt, WaitOptions reader_wa
   std::vector<absl::Status> ready(opt.n_readers);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < opt.n_readers; ++r) {
-    threads.emplace_back([&, r] { ready[r] = f.readers[r]->WaitUntilReady(In(absl::Seconds(20))); });
+    threads.emplace_back(
+        [&, r] { ready[r] = f.readers[r]->WaitUntilReady(In(absl::Seconds(20))); });
   }
   absl::Status wst = f.writer->WaitUntilReady(In(absl::Seconds(20)));
   for (auto& t : threads) t.join();
@@ -154,7 +155,8 @@ TEST(MessageQueueStressTest, NoLostWakeups) {
   }
   std::minstd_rand rng(99);
   for (uint64_t i = 0; i < kCount; ++i) {
-    absl::Status st = f->writer->Enqueue({reinterpret_cast<uint8_t*>(&i), 8}, In(absl::Seconds(20)));
+    absl::Status st =
+        f->writer->Enqueue({reinterpret_cast<uint8_t*>(&i), 8}, In(absl::Seconds(20)));
     if (!st.ok()) {
       ADD_FAILURE() << "writer lost a wake-up at " << i << ": " << st;
       for (auto& rd : f->readers) rd->Cancel();
@@ -246,10 +248,10 @@ TEST(MessageQueueErrorsTest, MalformedRemoteFramesAreRejected) {
   };
   send({"R"});
   ASSERT_TRUE((*reader)->WaitUntilReady(In(absl::Seconds(10))).ok());
-  send({"D"});                   // data kind without payload
-  send({"D", "x", "y"});         // too many parts
-  send({"DD", "x"});             // bad kind frame
-  send({"D", "payload"});        // finally a good one
+  send({"D"});             // data kind without payload
+  send({"D", "x", "y"});   // too many parts
+  send({"DD", "x"});       // bad kind frame
+  send({"D", "payload"});  // finally a good one
   int data_loss = 0;
   std::string good;
   for (int i = 0; i < 4; ++i) {

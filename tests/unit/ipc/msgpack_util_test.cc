@@ -33,8 +33,7 @@ TEST_F(MsgpackUtilTest, EnforcesLimits) {
   msgpack::pack(buf, std::vector<int>(100, 1));
   UnpackLimits small;
   small.max_array = 10;
-  EXPECT_EQ(UnpackBounded(Bytes(buf), small).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(UnpackBounded(Bytes(buf), small).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(UnpackBounded(Bytes(buf)).ok());
 
   buf.clear();

@@ -44,7 +44,10 @@ TEST_F(ShmRingBufferTest, OpenChecksHeaderAgainstHandle) {
 }
 
 TEST_F(ShmRingBufferTest, CreatorUnlinksNameOnDestruction) {
-  { auto ring = ShmRingBuffer::Create(name_, 1, 2, 64); ASSERT_TRUE(ring.ok()); }
+  {
+    auto ring = ShmRingBuffer::Create(name_, 1, 2, 64);
+    ASSERT_TRUE(ring.ok());
+  }
   EXPECT_EQ(ShmRingBuffer::Open(name_, 1, 2, 64).status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -113,8 +116,7 @@ TEST_F(ShmRingBufferTest, ReaderDrainsThenReportsCloseAndDeadWriter) {
   writer->Close();
   ASSERT_TRUE((*reader)->Acquire(In(absl::Seconds(5))).ok()) << "published before close";
   (*reader)->Release();
-  EXPECT_EQ((*reader)->Acquire(In(absl::Seconds(5))).status().code(),
-            absl::StatusCode::kCancelled);
+  EXPECT_EQ((*reader)->Acquire(In(absl::Seconds(5))).status().code(), absl::StatusCode::kCancelled);
   writer.reset();
   // Closed wins over dead here; a second reader of a never-closed dead writer:
   auto ring2 = ShmRingBuffer::Create(name_ + "b", 1, 4, 64);
