@@ -90,7 +90,10 @@ class MessageQueueWriter {
                    deadline);
   }
 
-  // Tells the readers that no message follows. Idempotent.
+  // Tells the readers that no message follows. Idempotent. Local readers get everything that
+  // was enqueued. Remote (TCP) readers receive asynchronously: messages still in flight are
+  // lost if this process exits at once (ZMQ PUB has no delivery acknowledgement), so a writer
+  // waits for its readers' replies before it exits, as an engine core does.
   void Close();
   // Ends a wait in progress, and every later one, with Cancelled. Thread-safe.
   void Cancel();

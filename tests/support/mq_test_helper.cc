@@ -2,7 +2,8 @@
 //
 //   mq_test_helper writer --readers N [--remote R] --count C --seed S --chunk B --chunks K
 //       Creates a queue (the last R ranks remote), prints "HANDLE <text>", waits until ready,
-//       prints "READY", writes C pattern messages (C = 0: forever), prints "DONE", closes.
+//       prints "READY", writes C pattern messages (C = 0: forever), prints "DONE", closes;
+//       with --hold it then waits to be killed (so TCP readers get the messages in flight).
 //   mq_test_helper reader --handle TEXT --rank R --count C --seed S --chunk B [--stall]
 //       Attaches, prints "READY" once the writer is ready, reads and checks C messages
 //       (C = 0: until an error), prints "OK <n>" and exits 0; on a wrong message prints
@@ -73,6 +74,10 @@ int RunWriter(const std::map<std::string, std::string>& f) {
   }
   std::printf("DONE\n");
   std::fflush(stdout);
+  // Messages to TCP readers may still be in flight: ZMQ drops them if the process exits now.
+  if (f.count("hold")) {
+    while (true) pause();
+  }
   return 0;
 }
 

@@ -1,0 +1,120 @@
+#include "core/block_pool.h"
+
+#include <algorithm>
+
+#include "ipc/status_macros.h"
+
+namespace vllm::core {
+namespace {
+
+std::vector<KVCacheBlock> MakeBlocks(int32_t num_blocks) {
+  VLLM_CHECK(num_blocks > 0) << "a block pool needs at least one block";
+  std::vector<KVCacheBlock> blocks(num_blocks);
+  for (int32_t i = 0; i < num_blocks; ++i) blocks[i].block_id = i;
+  return blocks;
+}
+
+}  // namespace
+
+BlockPool::BlockPool(int32_t num_blocks, bool enable_caching)
+    : enable_caching_(enable_caching), blocks_(MakeBlocks(num_blocks)), free_queue_(&blocks_) {
+  // Registered hashes never outnumber blocks; sizing the map once avoids rehashing it (and
+  // its cache misses) while the cache warms up.
+  if (enable_caching_) cached_block_hash_to_block_.reserve(std::min(num_blocks, 1 << 20));
+}
+
+double BlockPool::GetUsage() const {
+  return 1.0 - static_cast<double>(GetNumFreeBlocks()) / static_cast<double>(num_blocks());
+}
+
+std::optional<int32_t> BlockPool::GetCachedBlock(const BlockHash& block_hash) const {
+  auto it = cached_block_hash_to_block_.find(block_hash);
+  if (it == cached_block_hash_to_block_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BlockPool::GetNewBlocks(int32_t num_blocks, std::vector<int32_t>* out) {
+  VLLM_CHECK(num_blocks <= GetNumFreeBlocks())
+      << "cannot get " << num_blocks << " free blocks, only " << GetNumFreeBlocks() << " left";
+  for (int32_t i = 0; i < num_blocks; ++i) {
+    KVCacheBlock& block = blocks_[free_queue_.PopLeft()];
+    VLLM_CHECK(block.ref_cnt == 0) << "free block " << block.block_id << " has references";
+    if (enable_caching_) MaybeEvictCachedBlock(block);
+    block.ref_cnt = 1;
+    out->push_back(block.block_id);
+  }
+}
+
+void BlockPool::Touch(std::span<const int32_t> block_ids) {
+  for (int32_t id : block_ids) {
+    KVCacheBlock& block = blocks_[id];
+    if (block.ref_cnt == 0) free_queue_.Remove(id);
+    ++block.ref_cnt;
+  }
+}
+
+void BlockPool::FreeBlocks(std::span<const int32_t> block_ids) {
+  for (int32_t id : block_ids) {
+    KVCacheBlock& block = blocks_[id];
+    VLLM_CHECK(block.ref_cnt > 0) << "double free of block " << id;
+    if (--block.ref_cnt == 0) free_queue_.Append(id);
+  }
+}
+
+void BlockPool::CacheFullBlocks(std::span<const BlockHash> block_hashes,
+                                std::span<const int32_t> block_ids, int32_t num_cached_blocks,
+                                int32_t num_full_blocks) {
+  VLLM_CHECK(num_full_blocks <= static_cast<int32_t>(block_hashes.size()) &&
+             num_full_blocks <= static_cast<int32_t>(block_ids.size()))
+      << "caching " << num_full_blocks << " blocks with " << block_hashes.size() << " hashes";
+  for (int32_t i = num_cached_blocks; i < num_full_blocks; ++i) {
+    KVCacheBlock& block = blocks_[block_ids[i]];
+    // A block reused from the prefix cache already carries this hash.
+    if (block.has_hash) continue;
+    block.has_hash = true;
+    block.block_hash = block_hashes[i];
+    auto [it, inserted] = cached_block_hash_to_block_.try_emplace(block.block_hash, block.block_id);
+    if (!inserted) {
+      // A duplicate: chain it behind the first block with this hash.
+      KVCacheBlock& first = blocks_[it->second];
+      block.next_same_hash = first.next_same_hash;
+      first.next_same_hash = block.block_id;
+    }
+  }
+}
+
+void BlockPool::MaybeEvictCachedBlock(KVCacheBlock& block) {
+  if (!block.has_hash) return;
+  auto it = cached_block_hash_to_block_.find(block.block_hash);
+  VLLM_CHECK(it != cached_block_hash_to_block_.end()) << "hashed block missing from the map";
+  if (it->second == block.block_id) {
+    if (block.next_same_hash >= 0) {
+      it->second = block.next_same_hash;
+    } else {
+      cached_block_hash_to_block_.erase(it);
+    }
+  } else {
+    int32_t prev = it->second;
+    while (blocks_[prev].next_same_hash != block.block_id) {
+      prev = blocks_[prev].next_same_hash;
+      VLLM_CHECK(prev >= 0) << "hashed block " << block.block_id << " missing from its chain";
+    }
+    blocks_[prev].next_same_hash = block.next_same_hash;
+  }
+  block.next_same_hash = -1;
+  block.has_hash = false;
+  block.block_hash = BlockHash{};
+}
+
+bool BlockPool::ResetPrefixCache() {
+  if (GetNumFreeBlocks() != num_blocks()) return false;
+  cached_block_hash_to_block_.clear();
+  for (KVCacheBlock& block : blocks_) {
+    block.next_same_hash = -1;
+    block.has_hash = false;
+    block.block_hash = BlockHash{};
+  }
+  return true;
+}
+
+}  // namespace vllm::core

@@ -1,0 +1,517 @@
+#include "core/codec.h"
+
+#include <algorithm>
+#include <exception>
+#include <new>
+
+#include "core/msgpack_fields.h"
+#include "ipc/status_macros.h"
+
+namespace vllm::core {
+namespace {
+
+using wire::FieldReader;
+using wire::Packer;
+
+constexpr size_t kMaxIdBytes = kMaxRequestIdBytes;
+
+// ---- Encoding --------------------------------------------------------------------------
+
+void PackSamplingParams(Packer& pk, const SamplingParams& p) {
+  pk.pack_array(14);
+  pk.pack(p.n);
+  pk.pack_double(p.temperature);
+  pk.pack_double(p.top_p);
+  pk.pack(p.top_k);
+  pk.pack_double(p.min_p);
+  pk.pack_double(p.presence_penalty);
+  pk.pack_double(p.frequency_penalty);
+  pk.pack_double(p.repetition_penalty);
+  wire::PackOptional(pk, p.seed);
+  wire::PackOptional(pk, p.max_tokens);
+  pk.pack(p.min_tokens);
+  wire::PackList<int32_t>(pk, p.stop_token_ids);
+  pk.pack(p.ignore_eos);
+  wire::PackOptional(pk, p.logprobs);
+}
+
+void PackRequest(Packer& pk, const EngineCoreRequest& r) {
+  pk.pack_array(8);
+  pk.pack(r.request_id);
+  wire::PackList<int32_t>(pk, r.prompt_token_ids);
+  PackSamplingParams(pk, r.sampling_params);
+  wire::PackOptional(pk, r.eos_token_id);
+  pk.pack_double(r.arrival_time);
+  pk.pack(r.priority);
+  wire::PackOptional(pk, r.cache_salt);
+  wire::PackOptional(pk, r.data_parallel_rank);
+}
+
+void PackTokenLogprobs(Packer& pk, const TokenLogprobs& t) {
+  pk.pack_array(3);
+  wire::PackList<int32_t>(pk, t.token_ids);
+  pk.pack_array(static_cast<uint32_t>(t.logprobs.size()));
+  for (float v : t.logprobs) pk.pack_float(v);
+  pk.pack(t.sampled_token_rank);
+}
+
+void PackLogprobsList(Packer& pk, const std::vector<TokenLogprobs>& list) {
+  pk.pack_array(static_cast<uint32_t>(list.size()));
+  for (const TokenLogprobs& t : list) PackTokenLogprobs(pk, t);
+}
+
+void PackOutput(Packer& pk, const EngineCoreOutput& o) {
+  pk.pack_array(6);
+  pk.pack(o.request_id);
+  wire::PackList<int32_t>(pk,
+                          std::span<const int32_t>(o.new_token_ids.data(), o.new_token_ids.size()));
+  if (o.finish_reason.has_value()) {
+    pk.pack(static_cast<uint8_t>(*o.finish_reason));
+  } else {
+    pk.pack_nil();
+  }
+  wire::PackOptional(pk, o.stop_reason);
+  pk.pack(o.num_cached_tokens);
+  PackLogprobsList(pk, o.logprobs);
+}
+
+void PackStats(Packer& pk, const SchedulerStats& s) {
+  pk.pack_array(5);
+  pk.pack(s.num_running_reqs);
+  pk.pack(s.num_waiting_reqs);
+  pk.pack_double(s.kv_cache_usage);
+  pk.pack_array(4);
+  pk.pack(s.prefix_cache_stats.reset);
+  pk.pack(s.prefix_cache_stats.requests);
+  pk.pack(s.prefix_cache_stats.queries);
+  pk.pack(s.prefix_cache_stats.hits);
+  pk.pack(s.num_preemptions);
+}
+
+void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
+  pk.pack_array(7);
+  pk.pack(o.engine_index);
+  pk.pack_array(static_cast<uint32_t>(o.outputs.size()));
+  for (const EngineCoreOutput& out : o.outputs) PackOutput(pk, out);
+  if (o.scheduler_stats.has_value()) {
+    PackStats(pk, *o.scheduler_stats);
+  } else {
+    pk.pack_nil();
+  }
+  pk.pack_double(o.timestamp);
+  wire::PackList<std::string>(pk, o.finished_requests);
+  wire::PackOptional(pk, o.wave_complete);
+  wire::PackOptional(pk, o.start_wave);
+}
+
+void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
+  pk.pack_array(7);
+  pk.pack(o.step_id);
+  pk.pack_array(static_cast<uint32_t>(o.scheduled_new_reqs.size()));
+  for (const NewRequestData& r : o.scheduled_new_reqs) {
+    pk.pack_array(5);
+    pk.pack(r.req_id);
+    wire::PackList<int32_t>(pk, r.prompt_token_ids);
+    PackSamplingParams(pk, r.sampling_params);
+    wire::PackList<int32_t>(pk, r.block_ids);
+    pk.pack(r.num_computed_tokens);
+  }
+  const CachedRequestData& c = o.scheduled_cached_reqs;
+  pk.pack_array(7);
+  wire::PackList<std::string>(pk, c.req_ids);
+  pk.pack_array(static_cast<uint32_t>(c.resumed_from_preemption.size()));
+  for (uint8_t resumed : c.resumed_from_preemption) pk.pack(resumed != 0);
+  wire::PackList<int32_t>(pk, c.new_token_ids);
+  wire::PackList<uint32_t>(pk, c.new_token_ids_offsets);
+  wire::PackList<int32_t>(pk, c.new_block_ids);
+  wire::PackList<uint32_t>(pk, c.new_block_ids_offsets);
+  wire::PackList<int32_t>(pk, c.num_computed_tokens);
+  wire::PackList<int32_t>(pk, o.num_scheduled_tokens);
+  pk.pack(o.total_num_scheduled_tokens);
+  wire::PackList<std::string>(pk, o.finished_req_ids);
+  wire::PackList<std::string>(pk, o.preempted_req_ids);
+}
+
+void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
+  pk.pack_array(3);
+  wire::PackList<std::string>(pk, o.req_ids);
+  pk.pack_array(static_cast<uint32_t>(o.sampled_token_ids.size()));
+  for (const auto& tokens : o.sampled_token_ids) wire::PackList<int32_t>(pk, tokens);
+  pk.pack_array(static_cast<uint32_t>(o.logprobs.size()));
+  for (const auto& list : o.logprobs) PackLogprobsList(pk, list);
+}
+
+template <typename PackBody>
+std::string EncodeEnvelope(WireTag tag, PackBody&& pack_body) {
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pk.pack_array(3);
+  pk.pack(static_cast<uint8_t>(tag));
+  pk.pack(kWireVersion);
+  pack_body(pk);
+  return std::string(buffer.data(), buffer.size());
+}
+
+// ---- Decoding --------------------------------------------------------------------------
+
+absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SamplingParams", 14));
+  VLLM_RETURN_IF_ERROR(r.Int("n", &p->n));
+  VLLM_RETURN_IF_ERROR(r.Double("temperature", &p->temperature));
+  VLLM_RETURN_IF_ERROR(r.Double("top_p", &p->top_p));
+  VLLM_RETURN_IF_ERROR(r.Int("top_k", &p->top_k));
+  VLLM_RETURN_IF_ERROR(r.Double("min_p", &p->min_p));
+  VLLM_RETURN_IF_ERROR(r.Double("presence_penalty", &p->presence_penalty));
+  VLLM_RETURN_IF_ERROR(r.Double("frequency_penalty", &p->frequency_penalty));
+  VLLM_RETURN_IF_ERROR(r.Double("repetition_penalty", &p->repetition_penalty));
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("seed", &p->seed));
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("max_tokens", &p->max_tokens));
+  VLLM_RETURN_IF_ERROR(r.Int("min_tokens", &p->min_tokens));
+  VLLM_RETURN_IF_ERROR(r.IntList("stop_token_ids", &p->stop_token_ids));
+  VLLM_RETURN_IF_ERROR(r.Bool("ignore_eos", &p->ignore_eos));
+  return r.OptionalInt("logprobs", &p->logprobs);
+}
+
+absl::Status ReadRequest(const msgpack::object& o, EngineCoreRequest* q) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreRequest", 8));
+  VLLM_RETURN_IF_ERROR(r.String("request_id", kMaxIdBytes, &q->request_id));
+  VLLM_RETURN_IF_ERROR(r.IntList("prompt_token_ids", &q->prompt_token_ids));
+  VLLM_RETURN_IF_ERROR(ReadSamplingParams(r.Next(), &q->sampling_params));
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("eos_token_id", &q->eos_token_id));
+  VLLM_RETURN_IF_ERROR(r.Double("arrival_time", &q->arrival_time));
+  VLLM_RETURN_IF_ERROR(r.Int("priority", &q->priority));
+  VLLM_RETURN_IF_ERROR(r.OptionalString("cache_salt", kMaxCacheSaltBytes, &q->cache_salt));
+  return r.OptionalInt("data_parallel_rank", &q->data_parallel_rank);
+}
+
+absl::Status ReadTokenLogprobs(const msgpack::object& o, TokenLogprobs* t) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "TokenLogprobs", 3));
+  VLLM_RETURN_IF_ERROR(r.IntList("token_ids", &t->token_ids));
+  VLLM_RETURN_IF_ERROR(r.FloatList("logprobs", &t->logprobs));
+  VLLM_RETURN_IF_ERROR(r.Int("sampled_token_rank", &t->sampled_token_rank));
+  if (t->token_ids.size() != t->logprobs.size()) {
+    return r.Error("logprobs", "must have as many entries as token_ids");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadLogprobsList(const FieldReader& r, std::string_view field,
+                              const msgpack::object& o, std::vector<TokenLogprobs>* out) {
+  VLLM_ASSIGN_OR_RETURN(auto list, r.List(field, o));
+  out->resize(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(ReadTokenLogprobs(list[i], &(*out)[i]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 6));
+  VLLM_RETURN_IF_ERROR(r.String("request_id", kMaxIdBytes, &out->request_id));
+  VLLM_RETURN_IF_ERROR(r.IntList("new_token_ids", &out->new_token_ids));
+  std::optional<uint8_t> reason;
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("finish_reason", &reason));
+  if (reason.has_value()) {
+    if (*reason > static_cast<uint8_t>(FinishReason::kError)) {
+      return r.Error("finish_reason", absl::StrFormat("unknown value %d", *reason));
+    }
+    out->finish_reason = static_cast<FinishReason>(*reason);
+  } else {
+    out->finish_reason.reset();
+  }
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("stop_reason", &out->stop_reason));
+  VLLM_RETURN_IF_ERROR(r.Int("num_cached_tokens", &out->num_cached_tokens));
+  return ReadLogprobsList(r, "logprobs", r.Next(), &out->logprobs);
+}
+
+absl::Status ReadStats(const msgpack::object& o, SchedulerStats* s) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerStats", 5));
+  VLLM_RETURN_IF_ERROR(r.Int("num_running_reqs", &s->num_running_reqs));
+  VLLM_RETURN_IF_ERROR(r.Int("num_waiting_reqs", &s->num_waiting_reqs));
+  VLLM_RETURN_IF_ERROR(r.Double("kv_cache_usage", &s->kv_cache_usage));
+  VLLM_ASSIGN_OR_RETURN(FieldReader p, FieldReader::Open(r.Next(), "PrefixCacheStats", 4));
+  VLLM_RETURN_IF_ERROR(p.Bool("reset", &s->prefix_cache_stats.reset));
+  VLLM_RETURN_IF_ERROR(p.Int("requests", &s->prefix_cache_stats.requests));
+  VLLM_RETURN_IF_ERROR(p.Int("queries", &s->prefix_cache_stats.queries));
+  VLLM_RETURN_IF_ERROR(p.Int("hits", &s->prefix_cache_stats.hits));
+  return r.Int("num_preemptions", &s->num_preemptions);
+}
+
+absl::Status ReadOutputs(const msgpack::object& o, EngineCoreOutputs* out) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutputs", 7));
+  VLLM_RETURN_IF_ERROR(r.Int("engine_index", &out->engine_index));
+  VLLM_ASSIGN_OR_RETURN(auto list, r.List("outputs", r.Next()));
+  out->outputs.resize(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(ReadOutput(list[i], &out->outputs[i]));
+  }
+  const msgpack::object& stats = r.Next();
+  if (stats.type == msgpack::type::NIL) {
+    out->scheduler_stats.reset();
+  } else {
+    out->scheduler_stats.emplace();
+    VLLM_RETURN_IF_ERROR(ReadStats(stats, &*out->scheduler_stats));
+  }
+  VLLM_RETURN_IF_ERROR(r.Double("timestamp", &out->timestamp));
+  VLLM_RETURN_IF_ERROR(r.StringList("finished_requests", kMaxIdBytes, &out->finished_requests));
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("wave_complete", &out->wave_complete));
+  return r.OptionalInt("start_wave", &out->start_wave);
+}
+
+// Offsets must start at 0, never decrease, and end at the flat list's size.
+absl::Status CheckOffsets(const FieldReader& r, std::string_view field,
+                          const std::vector<uint32_t>& offsets, size_t num_reqs, size_t flat_size) {
+  if (offsets.size() != num_reqs + 1 || offsets.front() != 0 || offsets.back() != flat_size ||
+      !std::is_sorted(offsets.begin(), offsets.end())) {
+    return r.Error(field,
+                   "offsets must be non-decreasing, one per request plus one, from 0 "
+                   "to the size of the flattened list");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadCached(const msgpack::object& o, CachedRequestData* c) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "CachedRequestData", 7));
+  VLLM_RETURN_IF_ERROR(r.StringList("req_ids", kMaxIdBytes, &c->req_ids));
+  const size_t n = c->req_ids.size();
+  VLLM_ASSIGN_OR_RETURN(auto resumed, r.List("resumed_from_preemption", r.Next()));
+  if (resumed.size() != n) return r.Error("resumed_from_preemption", "one entry per request");
+  c->resumed_from_preemption.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (resumed[i].type != msgpack::type::BOOLEAN) {
+      return r.Error("resumed_from_preemption", "expected booleans");
+    }
+    c->resumed_from_preemption[i] = resumed[i].via.boolean ? 1 : 0;
+  }
+  VLLM_RETURN_IF_ERROR(r.IntList("new_token_ids", &c->new_token_ids));
+  VLLM_RETURN_IF_ERROR(r.IntList("new_token_ids_offsets", &c->new_token_ids_offsets));
+  VLLM_RETURN_IF_ERROR(r.IntList("new_block_ids", &c->new_block_ids));
+  VLLM_RETURN_IF_ERROR(r.IntList("new_block_ids_offsets", &c->new_block_ids_offsets));
+  VLLM_RETURN_IF_ERROR(r.IntList("num_computed_tokens", &c->num_computed_tokens));
+  VLLM_RETURN_IF_ERROR(CheckOffsets(r, "new_token_ids_offsets", c->new_token_ids_offsets, n,
+                                    c->new_token_ids.size()));
+  VLLM_RETURN_IF_ERROR(CheckOffsets(r, "new_block_ids_offsets", c->new_block_ids_offsets, n,
+                                    c->new_block_ids.size()));
+  if (c->num_computed_tokens.size() != n) {
+    return r.Error("num_computed_tokens", "one entry per request");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 7));
+  VLLM_RETURN_IF_ERROR(r.Int("step_id", &out->step_id));
+  VLLM_ASSIGN_OR_RETURN(auto list, r.List("scheduled_new_reqs", r.Next()));
+  out->scheduled_new_reqs.resize(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    NewRequestData& d = out->scheduled_new_reqs[i];
+    VLLM_ASSIGN_OR_RETURN(FieldReader nr, FieldReader::Open(list[i], "NewRequestData", 5));
+    VLLM_RETURN_IF_ERROR(nr.String("req_id", kMaxIdBytes, &d.req_id));
+    VLLM_RETURN_IF_ERROR(nr.IntList("prompt_token_ids", &d.prompt_token_ids));
+    VLLM_RETURN_IF_ERROR(ReadSamplingParams(nr.Next(), &d.sampling_params));
+    VLLM_RETURN_IF_ERROR(nr.IntList("block_ids", &d.block_ids));
+    VLLM_RETURN_IF_ERROR(nr.Int("num_computed_tokens", &d.num_computed_tokens));
+  }
+  VLLM_RETURN_IF_ERROR(ReadCached(r.Next(), &out->scheduled_cached_reqs));
+  VLLM_RETURN_IF_ERROR(r.IntList("num_scheduled_tokens", &out->num_scheduled_tokens));
+  VLLM_RETURN_IF_ERROR(r.Int("total_num_scheduled_tokens", &out->total_num_scheduled_tokens));
+  VLLM_RETURN_IF_ERROR(r.StringList("finished_req_ids", kMaxIdBytes, &out->finished_req_ids));
+  VLLM_RETURN_IF_ERROR(r.StringList("preempted_req_ids", kMaxIdBytes, &out->preempted_req_ids));
+  if (out->num_scheduled_tokens.size() != out->num_scheduled_reqs()) {
+    return r.Error("num_scheduled_tokens", "one entry per scheduled request");
+  }
+  int64_t total = 0;
+  for (int32_t n : out->num_scheduled_tokens) {
+    if (n <= 0) return r.Error("num_scheduled_tokens", "entries must be positive");
+    total += n;
+  }
+  if (total != out->total_num_scheduled_tokens) {
+    return r.Error("total_num_scheduled_tokens", "must equal the sum of num_scheduled_tokens");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* out) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ModelRunnerOutput", 3));
+  VLLM_RETURN_IF_ERROR(r.StringList("req_ids", kMaxIdBytes, &out->req_ids));
+  VLLM_ASSIGN_OR_RETURN(auto sampled, r.List("sampled_token_ids", r.Next()));
+  if (sampled.size() != out->req_ids.size()) {
+    return r.Error("sampled_token_ids", "one list per request");
+  }
+  out->sampled_token_ids.resize(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(
+        r.ReadIntList(sampled[i], "sampled_token_ids", &out->sampled_token_ids[i]));
+  }
+  VLLM_ASSIGN_OR_RETURN(auto logprobs, r.List("logprobs", r.Next()));
+  if (!logprobs.empty() && logprobs.size() != out->req_ids.size()) {
+    return r.Error("logprobs", "must be empty or hold one list per request");
+  }
+  out->logprobs.resize(logprobs.size());
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "logprobs", logprobs[i], &out->logprobs[i]));
+  }
+  return absl::OkStatus();
+}
+
+// Unpacks `bytes` under `limits`, checks the envelope, and hands the body to `read_body`.
+// Every msgpack-c exception is caught here.
+template <typename T, typename ReadBody>
+absl::StatusOr<T> DecodeEnvelope(std::string_view bytes, const DecodeLimits& limits, WireTag tag,
+                                 std::string_view what, ReadBody&& read_body) {
+  if (bytes.size() > limits.max_message_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: message of %d bytes exceeds the limit of %d", what, bytes.size(),
+                        limits.max_message_bytes));
+  }
+  if (bytes.empty()) {
+    return absl::DataLossError(absl::StrFormat("%s: empty message", what));
+  }
+  // No array can hold more elements than there are bytes (each element takes one at least).
+  const size_t max_elements = std::min(limits.max_array_elements, bytes.size());
+  const msgpack::unpack_limit unpack_limit(
+      /*array=*/max_elements, /*map=*/0, /*str=*/std::min(limits.max_string_bytes, bytes.size()),
+      /*bin=*/0, /*ext=*/0, /*depth=*/limits.max_depth);
+  try {
+    size_t offset = 0;
+    msgpack::object_handle handle =
+        msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, unpack_limit);
+    if (offset != bytes.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %d trailing bytes after the message", what, bytes.size() - offset));
+    }
+    VLLM_ASSIGN_OR_RETURN(FieldReader envelope, FieldReader::Open(handle.get(), "envelope", 3));
+    uint8_t got_tag = 0;
+    uint32_t version = 0;
+    VLLM_RETURN_IF_ERROR(envelope.Int("tag", &got_tag));
+    if (got_tag != static_cast<uint8_t>(tag)) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: wrong message tag %d (expected %d)",
+                                                        what, got_tag, static_cast<int>(tag)));
+    }
+    VLLM_RETURN_IF_ERROR(envelope.Int("version", &version));
+    if (version != kWireVersion) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: unsupported wire version %d (this build speaks %d)", what, version, kWireVersion));
+    }
+    T value{};
+    VLLM_RETURN_IF_ERROR(read_body(envelope.Next(), &value));
+    return value;
+  } catch (const msgpack::insufficient_bytes& e) {
+    return absl::DataLossError(absl::StrFormat("%s: truncated message (%s)", what, e.what()));
+  } catch (const msgpack::size_overflow& e) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: message exceeds a decode limit (%s)", what, e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrFormat("%s: out of memory decoding", what));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: malformed message (%s)", what, e.what()));
+  }
+}
+
+}  // namespace
+
+std::string Encode(const SamplingParams& params) {
+  return EncodeEnvelope(WireTag::kSamplingParams,
+                        [&](Packer& pk) { PackSamplingParams(pk, params); });
+}
+std::string Encode(const EngineCoreRequest& request) {
+  return EncodeEnvelope(WireTag::kEngineCoreRequest, [&](Packer& pk) { PackRequest(pk, request); });
+}
+std::string Encode(const EngineCoreOutputs& outputs) {
+  return EncodeEnvelope(WireTag::kEngineCoreOutputs, [&](Packer& pk) { PackOutputs(pk, outputs); });
+}
+std::string Encode(const SchedulerStats& stats) {
+  return EncodeEnvelope(WireTag::kSchedulerStats, [&](Packer& pk) { PackStats(pk, stats); });
+}
+std::string Encode(const SchedulerOutput& output) {
+  return EncodeEnvelope(WireTag::kSchedulerOutput,
+                        [&](Packer& pk) { PackSchedulerOutput(pk, output); });
+}
+std::string Encode(const ModelRunnerOutput& output) {
+  return EncodeEnvelope(WireTag::kModelRunnerOutput,
+                        [&](Packer& pk) { PackModelRunnerOutput(pk, output); });
+}
+std::string Encode(const StartDpWave& wave) {
+  return EncodeEnvelope(WireTag::kStartDpWave, [&](Packer& pk) {
+    pk.pack_array(2);
+    pk.pack(wave.wave);
+    pk.pack(wave.exclude_engine_index);
+  });
+}
+std::string EncodeAbortRequests(std::span<const std::string> request_ids) {
+  return EncodeEnvelope(WireTag::kAbortRequests,
+                        [&](Packer& pk) { wire::PackList<std::string>(pk, request_ids); });
+}
+
+absl::StatusOr<SamplingParams> DecodeSamplingParams(std::string_view bytes,
+                                                    const DecodeLimits& limits) {
+  return DecodeEnvelope<SamplingParams>(bytes, limits, WireTag::kSamplingParams, "SamplingParams",
+                                        ReadSamplingParams);
+}
+absl::StatusOr<EngineCoreRequest> DecodeEngineCoreRequest(std::string_view bytes,
+                                                          const DecodeLimits& limits) {
+  return DecodeEnvelope<EngineCoreRequest>(bytes, limits, WireTag::kEngineCoreRequest,
+                                           "EngineCoreRequest", ReadRequest);
+}
+absl::StatusOr<EngineCoreOutputs> DecodeEngineCoreOutputs(std::string_view bytes,
+                                                          const DecodeLimits& limits) {
+  return DecodeEnvelope<EngineCoreOutputs>(bytes, limits, WireTag::kEngineCoreOutputs,
+                                           "EngineCoreOutputs", ReadOutputs);
+}
+absl::StatusOr<SchedulerStats> DecodeSchedulerStats(std::string_view bytes,
+                                                    const DecodeLimits& limits) {
+  return DecodeEnvelope<SchedulerStats>(bytes, limits, WireTag::kSchedulerStats, "SchedulerStats",
+                                        ReadStats);
+}
+absl::StatusOr<SchedulerOutput> DecodeSchedulerOutput(std::string_view bytes,
+                                                      const DecodeLimits& limits) {
+  return DecodeEnvelope<SchedulerOutput>(bytes, limits, WireTag::kSchedulerOutput,
+                                         "SchedulerOutput", ReadSchedulerOutput);
+}
+absl::StatusOr<ModelRunnerOutput> DecodeModelRunnerOutput(std::string_view bytes,
+                                                          const DecodeLimits& limits) {
+  return DecodeEnvelope<ModelRunnerOutput>(bytes, limits, WireTag::kModelRunnerOutput,
+                                           "ModelRunnerOutput", ReadModelRunnerOutput);
+}
+absl::StatusOr<StartDpWave> DecodeStartDpWave(std::string_view bytes, const DecodeLimits& limits) {
+  return DecodeEnvelope<StartDpWave>(
+      bytes, limits, WireTag::kStartDpWave, "StartDpWave",
+      [](const msgpack::object& o, StartDpWave* w) -> absl::Status {
+        VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "StartDpWave", 2));
+        VLLM_RETURN_IF_ERROR(r.Int("wave", &w->wave));
+        return r.Int("exclude_engine_index", &w->exclude_engine_index);
+      });
+}
+absl::StatusOr<std::vector<std::string>> DecodeAbortRequests(std::string_view bytes,
+                                                             const DecodeLimits& limits) {
+  return DecodeEnvelope<std::vector<std::string>>(
+      bytes, limits, WireTag::kAbortRequests, "AbortRequests",
+      [](const msgpack::object& o, std::vector<std::string>* ids) -> absl::Status {
+        if (o.type != msgpack::type::ARRAY) {
+          return absl::InvalidArgumentError("AbortRequests: expected an array of request ids");
+        }
+        ids->resize(o.via.array.size);
+        for (uint32_t i = 0; i < o.via.array.size; ++i) {
+          const msgpack::object& id = o.via.array.ptr[i];
+          if (id.type != msgpack::type::STR || id.via.str.size > kMaxIdBytes) {
+            return absl::InvalidArgumentError(
+                "AbortRequests: request ids must be strings of at most 256 bytes");
+          }
+          (*ids)[i].assign(id.via.str.ptr, id.via.str.size);
+        }
+        return absl::OkStatus();
+      });
+}
+
+void CachedRequestData::Clear() {
+  req_ids.clear();
+  resumed_from_preemption.clear();
+  new_token_ids.clear();
+  new_token_ids_offsets.assign(1, 0);
+  new_block_ids.clear();
+  new_block_ids_offsets.assign(1, 0);
+  num_computed_tokens.clear();
+}
+
+}  // namespace vllm::core

@@ -1,0 +1,114 @@
+// msgpack wire format of core/'s messages. Explicit, versioned, field by field — there is
+// no generic "decode anything" path.
+//
+// Envelope. Every message is one msgpack array of 3 elements:
+//   [tag: uint (WireTag), version: uint (kWireVersion), body: array]
+// Bodies are arrays whose elements are, in this order (T? = T or nil, [T] = array of T):
+//   SamplingParams    [n, temperature: float, top_p: float, top_k, min_p: float,
+//                      presence_penalty: float, frequency_penalty: float,
+//                      repetition_penalty: float, seed: int?, max_tokens: int?, min_tokens,
+//                      stop_token_ids: [int], ignore_eos: bool, logprobs: int?]
+//   EngineCoreRequest [request_id: str, prompt_token_ids: [int], sampling_params,
+//                      eos_token_id: int?, arrival_time: float, priority: int,
+//                      cache_salt: str?, data_parallel_rank: int?]
+//   TokenLogprobs     [token_ids: [int], logprobs: [float], sampled_token_rank: int]
+//   EngineCoreOutput  [request_id: str, new_token_ids: [int], finish_reason: uint?
+//                      (FinishReason), stop_reason: int?, num_cached_tokens: int,
+//                      logprobs: [TokenLogprobs]]
+//   PrefixCacheStats  [reset: bool, requests, queries, hits]
+//   SchedulerStats    [num_running_reqs, num_waiting_reqs, kv_cache_usage: float,
+//                      prefix_cache_stats, num_preemptions]
+//   EngineCoreOutputs [engine_index, outputs: [EngineCoreOutput], scheduler_stats?,
+//                      timestamp: float, finished_requests: [str], wave_complete: int?,
+//                      start_wave: int?]
+//   NewRequestData    [req_id: str, prompt_token_ids: [int], sampling_params,
+//                      block_ids: [int], num_computed_tokens]
+//   CachedRequestData [req_ids: [str], resumed_from_preemption: [bool], new_token_ids: [int],
+//                      new_token_ids_offsets: [uint], new_block_ids: [int],
+//                      new_block_ids_offsets: [uint], num_computed_tokens: [int]]
+//   SchedulerOutput   [step_id: uint, scheduled_new_reqs: [NewRequestData], scheduled_cached_reqs,
+//                      num_scheduled_tokens: [int], total_num_scheduled_tokens,
+//                      finished_req_ids: [str], preempted_req_ids: [str]]
+//   ModelRunnerOutput [req_ids: [str], sampled_token_ids: [[int]],
+//                      logprobs: [[TokenLogprobs]]]
+//   AbortRequests     [request_id: str, ...]
+//   StartDpWave       [wave, exclude_engine_index]
+// Integers are range-checked against the C++ field type; floats also accept integers.
+//
+// Decoding never throws and never aborts: malformed input (wrong type, wrong field count,
+// inconsistent sizes, wrong tag or version, trailing bytes) gives InvalidArgument;
+// truncated input gives DataLoss; input larger than the limits gives InvalidArgument.
+// Decoders do not apply user-facing validation (ValidateEngineCoreRequest does that).
+// All functions are thread-safe (no shared state).
+#ifndef VLLM_CORE_CODEC_H_
+#define VLLM_CORE_CODEC_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/engine_core_types.h"
+#include "core/sampling_params.h"
+#include "core/scheduler_output.h"
+
+namespace vllm::core {
+
+inline constexpr uint32_t kWireVersion = 1;
+
+enum class WireTag : uint8_t {
+  kSamplingParams = 1,
+  kEngineCoreRequest = 2,
+  kEngineCoreOutputs = 3,
+  kSchedulerStats = 4,
+  kSchedulerOutput = 5,
+  kModelRunnerOutput = 6,
+  kAbortRequests = 7,
+  kStartDpWave = 8,
+};
+
+// Bounds applied while unpacking, before any field is looked at.
+struct DecodeLimits {
+  size_t max_message_bytes = size_t{256} << 20;
+  // Elements in any one array (token lists, request lists). An array is also never allowed
+  // more elements than the message has bytes, so a short frame cannot make the unpacker
+  // allocate a huge array.
+  size_t max_array_elements = size_t{1} << 24;
+  size_t max_string_bytes = size_t{1} << 20;
+  // Nesting depth; our deepest message (EngineCoreOutputs with logprobs) needs 7.
+  size_t max_depth = 10;
+};
+
+// Encoders. They never fail.
+std::string Encode(const SamplingParams& params);
+std::string Encode(const EngineCoreRequest& request);
+std::string Encode(const EngineCoreOutputs& outputs);
+std::string Encode(const SchedulerStats& stats);
+std::string Encode(const SchedulerOutput& output);
+std::string Encode(const ModelRunnerOutput& output);
+std::string Encode(const StartDpWave& wave);
+std::string EncodeAbortRequests(std::span<const std::string> request_ids);
+
+// Decoders (see the header comment for the failure modes).
+[[nodiscard]] absl::StatusOr<SamplingParams> DecodeSamplingParams(std::string_view bytes,
+                                                                  const DecodeLimits& limits = {});
+[[nodiscard]] absl::StatusOr<EngineCoreRequest> DecodeEngineCoreRequest(
+    std::string_view bytes, const DecodeLimits& limits = {});
+[[nodiscard]] absl::StatusOr<EngineCoreOutputs> DecodeEngineCoreOutputs(
+    std::string_view bytes, const DecodeLimits& limits = {});
+[[nodiscard]] absl::StatusOr<SchedulerStats> DecodeSchedulerStats(std::string_view bytes,
+                                                                  const DecodeLimits& limits = {});
+[[nodiscard]] absl::StatusOr<SchedulerOutput> DecodeSchedulerOutput(
+    std::string_view bytes, const DecodeLimits& limits = {});
+[[nodiscard]] absl::StatusOr<ModelRunnerOutput> DecodeModelRunnerOutput(
+    std::string_view bytes, const DecodeLimits& limits = {});
+[[nodiscard]] absl::StatusOr<StartDpWave> DecodeStartDpWave(std::string_view bytes,
+                                                            const DecodeLimits& limits = {});
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> DecodeAbortRequests(
+    std::string_view bytes, const DecodeLimits& limits = {});
+
+}  // namespace vllm::core
+
+#endif  // VLLM_CORE_CODEC_H_

@@ -1,0 +1,121 @@
+#include "core/engine_core.h"
+
+#include <chrono>
+#include <limits>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "ipc/status_macros.h"
+
+namespace vllm::core {
+
+ModelOutputFuture Executor::ExecuteModelAsync(const SchedulerOutput& scheduler_output) {
+  std::promise<absl::StatusOr<ModelRunnerOutput>> promise;
+  promise.set_value(ExecuteModel(scheduler_output));
+  return promise.get_future();
+}
+
+absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(EngineCoreConfig config,
+                                                               std::unique_ptr<Executor> executor) {
+  VLLM_CHECK(executor != nullptr) << "EngineCore needs an executor";
+  VLLM_ASSIGN_OR_RETURN(KVCacheSpec spec, executor->GetKVCacheSpec());
+  const int64_t bytes_per_token = spec.BytesPerToken();
+  if (spec.num_layers < 1 || spec.num_kv_heads < 1 || spec.head_dim < 1 || spec.dtype_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("executor reported an invalid KV-cache spec: num_layers=%d num_kv_heads=%d "
+                        "head_dim=%d dtype_bytes=%d (all must be positive)",
+                        spec.num_layers, spec.num_kv_heads, spec.head_dim, spec.dtype_bytes));
+  }
+  int64_t num_blocks = 0;
+  if (config.num_gpu_blocks_override.has_value()) {
+    num_blocks = *config.num_gpu_blocks_override;
+  } else {
+    VLLM_ASSIGN_OR_RETURN(int64_t available, executor->DetermineAvailableMemory());
+    const int64_t block_bytes = bytes_per_token * std::max(config.scheduler.block_size, 1);
+    num_blocks = available / block_bytes;
+    if (num_blocks < 1) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "no room for the KV cache: %d bytes available, one block of %d tokens needs %d; "
+          "lower the model size, raise the memory fraction, or use more tensor parallelism",
+          available, config.scheduler.block_size, block_bytes));
+    }
+  }
+  num_blocks = std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max());
+  config.scheduler.num_gpu_blocks = static_cast<int32_t>(num_blocks);
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config.scheduler));
+  VLLM_RETURN_IF_ERROR(
+      executor->InitializeKVCache(config.scheduler.num_gpu_blocks, config.scheduler.block_size));
+  return std::unique_ptr<EngineCore>(
+      new EngineCore(std::move(config), std::move(executor), std::move(scheduler)));
+}
+
+EngineCore::EngineCore(EngineCoreConfig config, std::unique_ptr<Executor> executor,
+                       std::unique_ptr<Scheduler> scheduler)
+    : config_(std::move(config)),
+      executor_(std::move(executor)),
+      scheduler_(std::move(scheduler)),
+      batch_queue_size_(std::max(executor_->max_concurrent_batches(), 1)) {}
+
+EngineCore::~EngineCore() { Shutdown(); }
+
+void EngineCore::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  for (auto& [future, output] : batch_queue_) {
+    if (future.valid()) future.wait();
+  }
+  batch_queue_.clear();
+  executor_->Shutdown();
+}
+
+absl::Status EngineCore::AddRequest(EngineCoreRequest request) {
+  return scheduler_->AddRequest(std::move(request));
+}
+
+void EngineCore::AbortRequests(std::span<const std::string> request_ids) {
+  scheduler_->FinishRequests(request_ids, RequestStatus::kFinishedAborted);
+}
+
+void EngineCore::Finalize(EngineCoreOutputs& outputs) {
+  outputs.engine_index = config_.engine_index;
+  outputs.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  if (config_.log_stats) outputs.scheduler_stats = scheduler_->MakeStats();
+}
+
+absl::StatusOr<EngineCore::StepResult> EngineCore::Step() {
+  VLLM_CHECK(!shut_down_) << "Step after Shutdown";
+  if (!scheduler_->HasRequests()) return StepResult{};
+  SchedulerOutput scheduler_output = scheduler_->Schedule();
+  VLLM_ASSIGN_OR_RETURN(ModelRunnerOutput model_output, executor_->ExecuteModel(scheduler_output));
+  VLLM_ASSIGN_OR_RETURN(EngineCoreOutputs outputs,
+                        scheduler_->UpdateFromOutput(scheduler_output, model_output));
+  Finalize(outputs);
+  return StepResult{std::move(outputs), scheduler_output.total_num_scheduled_tokens > 0};
+}
+
+absl::StatusOr<EngineCore::StepResult> EngineCore::StepWithBatchQueue() {
+  VLLM_CHECK(!shut_down_) << "StepWithBatchQueue after Shutdown";
+  bool model_executed = false;
+  if (scheduler_->HasRequests()) {
+    SchedulerOutput scheduler_output = scheduler_->Schedule();
+    model_executed = scheduler_output.total_num_scheduled_tokens > 0;
+    ModelOutputFuture future = executor_->ExecuteModelAsync(scheduler_output);
+    batch_queue_.emplace_back(std::move(future), std::move(scheduler_output));
+    // Keep filling the pipeline unless it is full or the oldest step is already done.
+    if (model_executed && static_cast<int32_t>(batch_queue_.size()) < batch_queue_size_ &&
+        batch_queue_.front().first.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      return StepResult{std::nullopt, true};
+    }
+  } else if (batch_queue_.empty()) {
+    return StepResult{};
+  }
+  auto [future, scheduler_output] = std::move(batch_queue_.front());
+  batch_queue_.pop_front();
+  VLLM_ASSIGN_OR_RETURN(ModelRunnerOutput model_output, future.get());
+  VLLM_ASSIGN_OR_RETURN(EngineCoreOutputs outputs,
+                        scheduler_->UpdateFromOutput(scheduler_output, model_output));
+  Finalize(outputs);
+  return StepResult{std::move(outputs), model_executed};
+}
+
+}  // namespace vllm::core

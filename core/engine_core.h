@@ -1,0 +1,148 @@
+// EngineCore: the scheduling loop of one engine replica (vLLM's vllm/v1/engine/core.py,
+// class EngineCore), and the Executor interface it drives.
+//
+// core/ owns the Executor interface; executor/ implements it (UniProcExecutor,
+// MultiprocExecutor) and tests use scripted doubles. EngineCore sizes the KV cache through
+// the executor, owns the Scheduler, and turns each step into EngineCoreOutputs.
+//
+// Thread-safety: none. EngineCore runs on the engine's main-loop thread; input and output
+// threads (EngineCoreProc) talk to it through queues.
+#ifndef VLLM_CORE_ENGINE_CORE_H_
+#define VLLM_CORE_ENGINE_CORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/engine_core_types.h"
+#include "core/scheduler.h"
+#include "core/scheduler_output.h"
+
+namespace vllm::core {
+
+// Size of the KV cache per token on the most loaded worker:
+// 2 (K and V) x num_kv_heads x head_dim x dtype_bytes x num_layers.
+struct KVCacheSpec {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;  // per worker (after tensor-parallel sharding)
+  int32_t head_dim = 0;
+  int32_t dtype_bytes = 0;
+
+  int64_t BytesPerToken() const {
+    return int64_t{2} * num_kv_heads * head_dim * dtype_bytes * num_layers;
+  }
+};
+
+// Result of a non-blocking ExecuteModel; get() blocks until the step's output is ready.
+using ModelOutputFuture = std::future<absl::StatusOr<ModelRunnerOutput>>;
+
+// Runs the model for the scheduler on one or more workers. Implementations document their
+// own thread-safety; EngineCore calls them from one thread only.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  // KV-cache sizing (vLLM's get_kv_cache_specs / determine_available_memory /
+  // initialize_from_config). The engine calls GetKVCacheSpec and DetermineAvailableMemory
+  // once at start-up, derives the number of blocks, then calls InitializeKVCache once.
+  [[nodiscard]] virtual absl::StatusOr<KVCacheSpec> GetKVCacheSpec() = 0;
+  // Bytes available for the KV cache on the most constrained worker.
+  [[nodiscard]] virtual absl::StatusOr<int64_t> DetermineAvailableMemory() = 0;
+  // Allocates `num_blocks` blocks of `block_size` tokens on every worker.
+  [[nodiscard]] virtual absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) = 0;
+
+  // Runs one step and returns the output rank's result. An error means the executor is
+  // unusable (e.g. a worker died); the engine reports it and shuts down.
+  [[nodiscard]] virtual absl::StatusOr<ModelRunnerOutput> ExecuteModel(
+      const SchedulerOutput& scheduler_output) = 0;
+
+  // Non-blocking form for batch queues (pipeline parallelism): starts the step and returns
+  // a future. The default runs ExecuteModel synchronously and returns a ready future.
+  // Futures complete in submission order.
+  virtual ModelOutputFuture ExecuteModelAsync(const SchedulerOutput& scheduler_output);
+
+  // How many steps may be in flight at once (pipeline-parallel size); 1 = no batch queue.
+  virtual int32_t max_concurrent_batches() const { return 1; }
+
+  // Stops the workers. Idempotent; no call but Shutdown may follow.
+  virtual void Shutdown() = 0;
+};
+
+struct EngineCoreConfig {
+  // scheduler.num_gpu_blocks is ignored: the engine sizes the cache (see below).
+  SchedulerConfig scheduler;
+  // This replica's data-parallel index, stamped on every EngineCoreOutputs.
+  int32_t engine_index = 0;
+  // Attach SchedulerStats to every step's outputs.
+  bool log_stats = true;
+  // Use this many KV-cache blocks instead of deriving them from available memory.
+  std::optional<int32_t> num_gpu_blocks_override;
+};
+
+class EngineCore {
+ public:
+  // Sizes the KV cache (available memory / (block_size x KVCacheSpec::BytesPerToken()), or
+  // the override), initializes it on the executor and builds the scheduler. Fails with
+  // ResourceExhausted when not one block fits, InvalidArgument when the cache cannot hold
+  // one max_model_len request or the config is invalid, or the executor's error.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
+      EngineCoreConfig config, std::unique_ptr<Executor> executor);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  // Validates and queues a request (see Scheduler::AddRequest for the errors).
+  [[nodiscard]] absl::Status AddRequest(EngineCoreRequest request);
+  // Aborts requests (client gone); unknown ids are ignored. Their blocks are freed now.
+  void AbortRequests(std::span<const std::string> request_ids);
+
+  struct StepResult {
+    // Empty when no step output was consumed (batch queue still filling, or idle).
+    std::optional<EngineCoreOutputs> outputs;
+    // Whether a step with scheduled tokens was submitted to the executor.
+    bool model_executed = false;
+  };
+  // Schedule, execute, update (vLLM's step). Idle (no requests) returns an empty result at
+  // once. An executor or protocol error is returned as is; the engine should then stop.
+  [[nodiscard]] absl::StatusOr<StepResult> Step();
+  // vLLM's step_with_batch_queue: keeps up to max_concurrent_batches() steps in flight,
+  // blocking on the oldest only when the queue is full or nothing new can be scheduled.
+  [[nodiscard]] absl::StatusOr<StepResult> StepWithBatchQueue();
+  // Step() or StepWithBatchQueue(), whichever the executor calls for.
+  [[nodiscard]] absl::StatusOr<StepResult> RunOneStep() {
+    return batch_queue_size_ > 1 ? StepWithBatchQueue() : Step();
+  }
+
+  // Waits for in-flight steps and shuts the executor down. Idempotent.
+  void Shutdown();
+
+  int32_t num_gpu_blocks() const { return scheduler_->config().num_gpu_blocks; }
+  int32_t batch_queue_size() const { return batch_queue_size_; }
+  size_t num_inflight_batches() const { return batch_queue_.size(); }
+  Scheduler& scheduler() { return *scheduler_; }
+
+ private:
+  EngineCore(EngineCoreConfig config, std::unique_ptr<Executor> executor,
+             std::unique_ptr<Scheduler> scheduler);
+  // Stamps engine index, time and (optionally) stats.
+  void Finalize(EngineCoreOutputs& outputs);
+
+  const EngineCoreConfig config_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Scheduler> scheduler_;
+  const int32_t batch_queue_size_;
+  // Oldest at the front.
+  std::deque<std::pair<ModelOutputFuture, SchedulerOutput>> batch_queue_;
+  bool shut_down_ = false;
+};
+
+}  // namespace vllm::core
+
+#endif  // VLLM_CORE_ENGINE_CORE_H_

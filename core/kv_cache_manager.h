@@ -1,0 +1,83 @@
+// KVCacheManager: paged KV-cache allocation with prefix caching for one full-attention KV
+// cache group (vLLM's vllm/v1/core/kv_cache_manager.py with its single-type manager).
+//
+// Each request's block table lives in the Request (Request::block_ids, written only here).
+// Prefix caching: every full block is registered under a chained hash of (parent hash,
+// tokens, cache salt); a new request reuses the longest run of registered leading blocks,
+// adding a reference to each. A freed block keeps its hash in the free queue until it is
+// evicted (taken for other tokens). Requests free their blocks tail first, so the blocks
+// of a shared prefix stay cached longest.
+//
+// Not thread-safe: owned and used by the scheduler thread.
+#ifndef VLLM_CORE_KV_CACHE_MANAGER_H_
+#define VLLM_CORE_KV_CACHE_MANAGER_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "core/block_pool.h"
+#include "core/engine_core_types.h"
+#include "core/request.h"
+
+namespace vllm::core {
+
+class KVCacheManager {
+ public:
+  // `num_blocks` blocks of `block_size` tokens each. Both must be positive (checked).
+  KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t max_model_len,
+                 bool enable_caching);
+  KVCacheManager(const KVCacheManager&) = delete;
+  KVCacheManager& operator=(const KVCacheManager&) = delete;
+
+  // The longest prefix of `request` found in the cache, in whole blocks, never covering the
+  // last token (at least one token must be computed to sample from). Counts one lookup in
+  // the prefix-cache stats. Empty when caching is off. Does not take references: pass the
+  // result to AllocateSlots before anything else allocates.
+  struct ComputedBlocks {
+    std::vector<int32_t> block_ids;
+    int32_t num_computed_tokens = 0;
+  };
+  ComputedBlocks GetComputedBlocks(Request& request);
+
+  // Makes room for `num_new_tokens` more tokens of `request` (plus `num_lookahead_tokens`),
+  // after adopting `new_computed_blocks` (from GetComputedBlocks; only for a request with no
+  // blocks yet) that hold `num_new_computed_tokens` tokens. Registers the blocks that
+  // become full in the prefix cache.
+  //
+  // Returns the blocks newly taken from the free queue (a view into request.block_ids, valid
+  // until the request's table changes), or nullopt — leaving everything unchanged — when
+  // there are not enough free blocks. Requires num_new_tokens > 0.
+  std::optional<std::span<const int32_t>> AllocateSlots(
+      Request& request, int32_t num_new_tokens, int32_t num_new_computed_tokens = 0,
+      std::span<const int32_t> new_computed_blocks = {}, int32_t num_lookahead_tokens = 0);
+
+  // Releases the request's blocks, last block first; blocks keep their hashes.
+  void Free(Request& request);
+
+  // Fraction of blocks in use.
+  double GetUsage() const { return block_pool_.GetUsage(); }
+  // Prefix-cache counters since the previous call; resets them.
+  PrefixCacheStats MakePrefixCacheStats();
+  // Forgets every cached prefix; fails (returns false) while any block is in use.
+  bool ResetPrefixCache();
+
+  int32_t block_size() const { return block_size_; }
+  bool enable_caching() const { return enable_caching_; }
+  const BlockPool& block_pool() const { return block_pool_; }
+
+ private:
+  // Registers the request's blocks that are full once it has `num_tokens` tokens computed.
+  void CacheBlocks(Request& request, int32_t num_tokens);
+
+  const int32_t block_size_;
+  const int32_t max_model_len_;
+  const bool enable_caching_;
+  BlockPool block_pool_;
+  PrefixCacheStats prefix_cache_stats_;
+};
+
+}  // namespace vllm::core
+
+#endif  // VLLM_CORE_KV_CACHE_MANAGER_H_

@@ -1,0 +1,143 @@
+#include "core/msgpack_fields.h"
+
+#include <cmath>
+
+namespace vllm::core::wire {
+
+std::string_view TypeName(msgpack::type::object_type type) {
+  switch (type) {
+    case msgpack::type::NIL:
+      return "NIL";
+    case msgpack::type::BOOLEAN:
+      return "BOOLEAN";
+    case msgpack::type::POSITIVE_INTEGER:
+      return "POSITIVE_INTEGER";
+    case msgpack::type::NEGATIVE_INTEGER:
+      return "NEGATIVE_INTEGER";
+    case msgpack::type::FLOAT32:
+      return "FLOAT32";
+    case msgpack::type::FLOAT64:
+      return "FLOAT64";
+    case msgpack::type::STR:
+      return "STR";
+    case msgpack::type::BIN:
+      return "BIN";
+    case msgpack::type::ARRAY:
+      return "ARRAY";
+    case msgpack::type::MAP:
+      return "MAP";
+    case msgpack::type::EXT:
+      return "EXT";
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<FieldReader> FieldReader::Open(const msgpack::object& object, std::string_view what,
+                                              uint32_t num_fields) {
+  if (object.type != msgpack::type::ARRAY) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: expected an array of %d fields, got %s",
+                                                      what, num_fields, TypeName(object.type)));
+  }
+  if (object.via.array.size != num_fields) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: expected %d fields, got %d", what, num_fields, object.via.array.size));
+  }
+  return FieldReader(what, object.via.array);
+}
+
+absl::Status FieldReader::Double(std::string_view field, double* out) {
+  const msgpack::object& o = Next();
+  switch (o.type) {
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+      *out = o.via.f64;
+      return absl::OkStatus();
+    case msgpack::type::POSITIVE_INTEGER:
+      *out = static_cast<double>(o.via.u64);
+      return absl::OkStatus();
+    case msgpack::type::NEGATIVE_INTEGER:
+      *out = static_cast<double>(o.via.i64);
+      return absl::OkStatus();
+    default:
+      return Error(field, absl::StrFormat("expected a number, got %s", TypeName(o.type)));
+  }
+}
+
+absl::Status FieldReader::Float(std::string_view field, float* out) {
+  double value = 0;
+  if (absl::Status s = Double(field, &value); !s.ok()) return s;
+  *out = static_cast<float>(value);
+  return absl::OkStatus();
+}
+
+absl::Status FieldReader::Bool(std::string_view field, bool* out) {
+  const msgpack::object& o = Next();
+  if (o.type != msgpack::type::BOOLEAN) {
+    return Error(field, absl::StrFormat("expected a boolean, got %s", TypeName(o.type)));
+  }
+  *out = o.via.boolean;
+  return absl::OkStatus();
+}
+
+absl::Status FieldReader::ReadString(const msgpack::object& o, std::string_view field,
+                                     size_t max_bytes, std::string* out) const {
+  if (o.type != msgpack::type::STR) {
+    return Error(field, absl::StrFormat("expected a string, got %s", TypeName(o.type)));
+  }
+  if (o.via.str.size > max_bytes) {
+    return Error(field, absl::StrFormat("string of %d bytes exceeds the limit of %d",
+                                        o.via.str.size, max_bytes));
+  }
+  out->assign(o.via.str.ptr, o.via.str.size);
+  return absl::OkStatus();
+}
+
+absl::Status FieldReader::OptionalString(std::string_view field, size_t max_bytes,
+                                         std::optional<std::string>* out) {
+  const msgpack::object& o = Next();
+  if (o.type == msgpack::type::NIL) {
+    out->reset();
+    return absl::OkStatus();
+  }
+  std::string value;
+  if (absl::Status s = ReadString(o, field, max_bytes, &value); !s.ok()) return s;
+  *out = std::move(value);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::span<const msgpack::object>> FieldReader::List(
+    std::string_view field, const msgpack::object& object) const {
+  if (object.type != msgpack::type::ARRAY) {
+    return Error(field, absl::StrFormat("expected an array, got %s", TypeName(object.type)));
+  }
+  return std::span<const msgpack::object>(object.via.array.ptr, object.via.array.size);
+}
+
+absl::Status FieldReader::FloatList(std::string_view field, std::vector<float>* out) {
+  auto list = List(field, Next());
+  if (!list.ok()) return list.status();
+  out->resize(list->size());
+  for (size_t i = 0; i < list->size(); ++i) {
+    const msgpack::object& o = (*list)[i];
+    if (o.type != msgpack::type::FLOAT32 && o.type != msgpack::type::FLOAT64) {
+      return Error(field, absl::StrFormat("expected a float, got %s", TypeName(o.type)));
+    }
+    (*out)[i] = static_cast<float>(o.via.f64);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FieldReader::StringList(std::string_view field, size_t max_bytes,
+                                     std::vector<std::string>* out) {
+  auto list = List(field, Next());
+  if (!list.ok()) return list.status();
+  out->resize(list->size());
+  for (size_t i = 0; i < list->size(); ++i) {
+    if (absl::Status s = ReadString((*list)[i], field, max_bytes, &(*out)[i]); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vllm::core::wire

@@ -1,0 +1,59 @@
+// SamplingParams: how one request's tokens are sampled and when it stops (vLLM's
+// vllm.SamplingParams, minus what the frontend handles: stop strings, detokenization).
+//
+// A plain value type; copyable, no invariants until ValidateSamplingParams() accepts it.
+#ifndef VLLM_CORE_SAMPLING_PARAMS_H_
+#define VLLM_CORE_SAMPLING_PARAMS_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace vllm::core {
+
+struct SamplingParams {
+  // Number of output sequences; only 1 is supported by the engine core (the frontend fans
+  // out n > 1 into several requests, as vLLM V1 does).
+  int32_t n = 1;
+  // 0 means greedy.
+  double temperature = 1.0;
+  // Nucleus sampling mass in (0, 1].
+  double top_p = 1.0;
+  // -1 or 0 disables top-k; otherwise >= 1.
+  int32_t top_k = 0;
+  // Minimum probability relative to the most likely token, in [0, 1].
+  double min_p = 0.0;
+  double presence_penalty = 0.0;    // [-2, 2]
+  double frequency_penalty = 0.0;   // [-2, 2]
+  double repetition_penalty = 1.0;  // > 0
+  // Per-request sampler seed; unset means non-deterministic.
+  std::optional<int64_t> seed;
+  // Maximum number of generated tokens. Unset: up to max_model_len (see
+  // ResolveMaxTokens()).
+  std::optional<int32_t> max_tokens;
+  // Stop conditions (EOS, stop_token_ids) are ignored until this many tokens were generated.
+  int32_t min_tokens = 0;
+  // Generating any of these ends the request with FinishReason::kStop and the token id as
+  // stop_reason.
+  std::vector<int32_t> stop_token_ids;
+  // When true, the EOS token does not stop the request.
+  bool ignore_eos = false;
+  // Number of log-probabilities to return per generated token; unset returns none.
+  std::optional<int32_t> logprobs;
+
+  friend bool operator==(const SamplingParams&, const SamplingParams&) = default;
+};
+
+// Upper bounds on user-facing sizes (a request beyond them is rejected, not truncated).
+inline constexpr int32_t kMaxStopTokenIds = 1024;
+inline constexpr int32_t kMaxLogprobs = 20;
+
+// Returns OK when every field is in range, otherwise InvalidArgument naming the field, the
+// value and the accepted range (for example "top_p must be in (0, 1], got 1.5").
+[[nodiscard]] absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+}  // namespace vllm::core
+
+#endif  // VLLM_CORE_SAMPLING_PARAMS_H_

@@ -1,0 +1,515 @@
+#include "core/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
+#include "ipc/status_macros.h"
+
+namespace vllm::core {
+namespace {
+
+// A step walks thousands of heap-allocated requests, and the hardware cannot prefetch
+// through pointers: fetch the hot lines of a request a few iterations ahead, and the tail
+// of its token list (read and appended to) a little later, once its header is cached.
+inline void PrefetchAhead(const std::vector<Request*>& requests, size_t i) {
+  constexpr size_t kRequestDistance = 8;
+  constexpr size_t kTokensDistance = 4;
+  if (i + kRequestDistance < requests.size()) {
+    const char* r = reinterpret_cast<const char*>(requests[i + kRequestDistance]);
+    __builtin_prefetch(r);
+    __builtin_prefetch(r + 64);
+  }
+  if (i + kTokensDistance < requests.size()) {
+    const std::vector<int32_t>& tokens = requests[i + kTokensDistance]->all_token_ids;
+    __builtin_prefetch(tokens.data() + tokens.size() - 1);
+  }
+}
+
+}  // namespace
+
+absl::Status SchedulerConfig::Validate() const {
+  if (max_num_seqs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_num_seqs must be at least 1, got %d", max_num_seqs));
+  }
+  if (max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_num_batched_tokens must be at least 1, got %d", max_num_batched_tokens));
+  }
+  if (max_model_len < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_model_len must be at least 2, got %d", max_model_len));
+  }
+  if (!enable_chunked_prefill && max_num_batched_tokens < max_model_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "max_num_batched_tokens (%d) must be >= max_model_len (%d) when chunked prefill is "
+        "disabled; enable chunked prefill or raise max_num_batched_tokens",
+        max_num_batched_tokens, max_model_len));
+  }
+  if (long_prefill_token_threshold < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "long_prefill_token_threshold must be >= 0, got %d", long_prefill_token_threshold));
+  }
+  if (block_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block_size must be at least 1, got %d", block_size));
+  }
+  if (num_gpu_blocks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("num_gpu_blocks must be at least 1, got %d", num_gpu_blocks));
+  }
+  const int64_t max_tokens_cached = int64_t{num_gpu_blocks} * block_size;
+  if (max_tokens_cached < max_model_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the KV cache holds %d tokens (%d blocks of %d), fewer than max_model_len (%d); "
+        "lower max_model_len or give the cache more memory",
+        max_tokens_cached, num_gpu_blocks, block_size, max_model_len));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config) {
+  VLLM_RETURN_IF_ERROR(config.Validate());
+  return std::unique_ptr<Scheduler>(new Scheduler(config));
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config),
+      kv_cache_manager_(config.num_gpu_blocks, config.block_size, config.max_model_len,
+                        config.enable_prefix_caching),
+      waiting_(config.policy) {}
+
+absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
+  VLLM_RETURN_IF_ERROR(ValidateEngineCoreRequest(request, config_.max_model_len));
+  if (requests_.contains(request.request_id)) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "request_id %s is already in use by an unfinished request", request.request_id));
+  }
+  auto owned = std::make_unique<Request>(std::move(request), config_.max_model_len);
+  owned->arrival_seq = next_arrival_seq_++;
+  Request* raw = owned.get();
+  requests_.emplace(raw->request_id, std::move(owned));
+  waiting_.Add(raw);
+  return absl::OkStatus();
+}
+
+const Request* Scheduler::GetRequest(std::string_view request_id) const {
+  // absl 20220623 has its own string_view, which std::string_view does not convert to.
+  auto it = requests_.find(absl::string_view(request_id.data(), request_id.size()));
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::FinishRequests(std::span<const std::string> request_ids,
+                               RequestStatus finished_status) {
+  VLLM_CHECK(IsFinished(finished_status)) << "FinishRequests needs a finished status";
+  absl::flat_hash_set<const Request*> running_doomed;
+  absl::flat_hash_set<const Request*> waiting_doomed;
+  std::vector<Request*> doomed;
+  for (const std::string& id : request_ids) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    Request* request = it->second.get();
+    if (request->is_finished()) continue;  // listed twice
+    if (request->status == RequestStatus::kRunning) {
+      running_doomed.insert(request);
+    } else {
+      waiting_doomed.insert(request);
+    }
+    request->status = finished_status;
+    doomed.push_back(request);
+  }
+  if (!running_doomed.empty()) {
+    std::erase_if(running_, [&](const Request* r) { return running_doomed.contains(r); });
+  }
+  if (!waiting_doomed.empty()) waiting_.Remove(waiting_doomed);
+  for (Request* request : doomed) {
+    FreeRequest(*request);
+    EraseFinished(request);
+  }
+}
+
+void Scheduler::EraseFinished(Request* request) {
+  auto it = requests_.find(request->request_id);
+  if (request->num_inflight_steps > 0) zombies_.push_back(std::move(it->second));
+  requests_.erase(it);
+}
+
+void Scheduler::FreeRequest(Request& request) {
+  kv_cache_manager_.Free(request);
+  finished_req_ids_.push_back(request.request_id);
+}
+
+void Scheduler::PreemptRequest(Request* request) {
+  kv_cache_manager_.Free(*request);
+  request->status = RequestStatus::kPreempted;
+  request->num_computed_tokens = 0;
+  ++request->num_preemptions;
+  // Outputs of steps already in flight describe a computation we are discarding.
+  request->num_stale_steps = request->num_inflight_steps;
+  waiting_.Prepend(request);
+  preempted_.push_back(request);
+  ++num_preemptions_since_stats_;
+}
+
+Request* Scheduler::PopPreemptionVictim(size_t* req_index, int32_t* token_budget) {
+  // Lowest priority = largest (priority, arrival_time).
+  auto it =
+      std::max_element(running_.begin(), running_.end(),
+                       [](const Request* a, const Request* b) { return PriorityBefore(*a, *b); });
+  Request* victim = *it;
+  const size_t victim_index = static_cast<size_t>(it - running_.begin());
+  running_.erase(it);
+  if (victim_index < *req_index) --*req_index;
+  if (victim->num_scheduled_tokens > 0) {
+    *token_budget += victim->num_scheduled_tokens;
+    victim->num_scheduled_tokens = 0;
+    std::erase(scheduled_running_, victim);
+  }
+  return victim;
+}
+
+void Scheduler::ScheduleRunning(int32_t* token_budget) {
+  size_t req_index = 0;
+  while (req_index < running_.size() && *token_budget > 0) {
+    PrefetchAhead(running_, req_index);
+    Request* request = running_[req_index];
+    int32_t num_new_tokens = request->num_tokens() - request->num_computed_tokens;
+    if (config_.long_prefill_token_threshold > 0) {
+      num_new_tokens = std::min(num_new_tokens, config_.long_prefill_token_threshold);
+    }
+    num_new_tokens = std::min(num_new_tokens, *token_budget);
+    // The input positions must stay within max_model_len.
+    num_new_tokens =
+        std::min(num_new_tokens, config_.max_model_len - 1 - request->num_computed_tokens);
+    if (num_new_tokens <= 0) {
+      // Nothing to do until an in-flight step's output arrives.
+      ++req_index;
+      continue;
+    }
+    const int32_t num_blocks_before = static_cast<int32_t>(request->block_ids.size());
+    bool allocated = false;
+    while (true) {
+      if (kv_cache_manager_.AllocateSlots(*request, num_new_tokens).has_value()) {
+        allocated = true;
+        break;
+      }
+      Request* victim;
+      if (config_.policy == SchedulingPolicy::kPriority) {
+        victim = PopPreemptionVictim(&req_index, token_budget);
+      } else {
+        victim = running_.back();
+        running_.pop_back();
+      }
+      PreemptRequest(victim);
+      if (victim == request) break;  // nothing left to preempt
+    }
+    if (!allocated) break;
+    request->num_scheduled_tokens = num_new_tokens;
+    request->num_blocks_before_step = num_blocks_before;
+    scheduled_running_.push_back(request);
+    *token_budget -= num_new_tokens;
+    ++req_index;
+  }
+}
+
+void Scheduler::ScheduleWaiting(int32_t* token_budget) {
+  // vLLM does not admit waiting requests in a step that had to preempt.
+  if (!preempted_.empty()) return;
+  while (!waiting_.empty() && *token_budget > 0) {
+    if (static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
+    Request* request = waiting_.Peek();
+    KVCacheManager::ComputedBlocks computed;
+    if (request->num_computed_tokens == 0) {
+      computed = kv_cache_manager_.GetComputedBlocks(*request);
+    }
+    const int32_t num_computed_tokens = request->num_computed_tokens + computed.num_computed_tokens;
+    int32_t num_new_tokens = request->num_tokens() - num_computed_tokens;
+    if (config_.long_prefill_token_threshold > 0) {
+      num_new_tokens = std::min(num_new_tokens, config_.long_prefill_token_threshold);
+    }
+    if (!config_.enable_chunked_prefill && num_new_tokens > *token_budget) break;
+    num_new_tokens = std::min(num_new_tokens, *token_budget);
+    VLLM_CHECK(num_new_tokens > 0)
+        << "waiting request " << request->request_id << " has nothing to compute";
+    if (!kv_cache_manager_
+             .AllocateSlots(*request, num_new_tokens, computed.num_computed_tokens,
+                            computed.block_ids)
+             .has_value()) {
+      break;  // the cache is full: later requests would not fit either
+    }
+    waiting_.Pop();
+    running_.push_back(request);
+    if (request->status == RequestStatus::kWaiting) {
+      scheduled_new_.push_back(request);
+    } else {
+      scheduled_resumed_.push_back(request);
+    }
+    request->status = RequestStatus::kRunning;
+    request->num_computed_tokens = num_computed_tokens;
+    if (request->num_cached_tokens < 0) request->num_cached_tokens = num_computed_tokens;
+    request->num_scheduled_tokens = num_new_tokens;
+    request->num_blocks_before_step = 0;
+    *token_budget -= num_new_tokens;
+  }
+}
+
+SchedulerOutput Scheduler::Schedule() {
+  scheduled_running_.clear();
+  scheduled_new_.clear();
+  scheduled_resumed_.clear();
+  preempted_.clear();
+  int32_t token_budget = config_.max_num_batched_tokens;
+  ScheduleRunning(&token_budget);
+  ScheduleWaiting(&token_budget);
+  VLLM_CHECK(token_budget >= 0) << "token budget overdrawn";
+  VLLM_CHECK(static_cast<int32_t>(running_.size()) <= config_.max_num_seqs)
+      << "more running requests than max_num_seqs";
+  SchedulerOutput output;
+  output.step_id = next_step_id_++;
+  BuildOutput(&output);
+  VLLM_CHECK(output.total_num_scheduled_tokens == config_.max_num_batched_tokens - token_budget)
+      << "scheduled tokens do not match the budget used";
+  return output;
+}
+
+void Scheduler::BuildOutput(SchedulerOutput* output) {
+  const size_t num_cached = scheduled_running_.size() + scheduled_resumed_.size();
+  output->scheduled_new_reqs.reserve(scheduled_new_.size());
+  output->num_scheduled_tokens.reserve(scheduled_new_.size() + num_cached);
+  for (Request* r : scheduled_new_) {
+    NewRequestData& d = output->scheduled_new_reqs.emplace_back();
+    d.req_id = r->request_id;
+    d.prompt_token_ids.assign(r->prompt_token_ids().begin(), r->prompt_token_ids().end());
+    d.sampling_params = r->sampling_params;
+    d.block_ids = r->block_ids;
+    d.num_computed_tokens = r->num_computed_tokens;
+    output->num_scheduled_tokens.push_back(r->num_scheduled_tokens);
+  }
+  CachedRequestData& c = output->scheduled_cached_reqs;
+  // Size the flattened lists up front: one growth each instead of many.
+  size_t num_new_token_ids = 0;
+  size_t num_new_block_ids = 0;
+  for (const Request* r : scheduled_running_) {
+    num_new_token_ids += r->num_scheduled_tokens;
+    num_new_block_ids += r->block_ids.size() - r->num_blocks_before_step;
+  }
+  for (const Request* r : scheduled_resumed_) {
+    num_new_token_ids += r->all_token_ids.size();
+    num_new_block_ids += r->block_ids.size();
+  }
+  c.new_token_ids.reserve(num_new_token_ids);
+  c.new_block_ids.reserve(num_new_block_ids);
+  c.req_ids.reserve(num_cached);
+  c.resumed_from_preemption.reserve(num_cached);
+  c.num_computed_tokens.reserve(num_cached);
+  c.new_token_ids_offsets.reserve(num_cached + 1);
+  c.new_block_ids_offsets.reserve(num_cached + 1);
+  auto add_cached = [&](Request* r, bool resumed) {
+    c.req_ids.push_back(r->request_id);
+    c.resumed_from_preemption.push_back(resumed ? 1 : 0);
+    // A resumed request's worker state is gone: send all its tokens.
+    const int32_t begin = resumed ? 0 : r->num_computed_tokens;
+    const int32_t end =
+        resumed ? r->num_tokens() : r->num_computed_tokens + r->num_scheduled_tokens;
+    if (end - begin == 1) {
+      c.new_token_ids.push_back(r->all_token_ids[begin]);  // the common decode case
+    } else {
+      c.new_token_ids.insert(c.new_token_ids.end(), r->all_token_ids.begin() + begin,
+                             r->all_token_ids.begin() + end);
+    }
+    c.new_token_ids_offsets.push_back(static_cast<uint32_t>(c.new_token_ids.size()));
+    const size_t first_new_block = resumed ? 0 : r->num_blocks_before_step;
+    if (first_new_block < r->block_ids.size()) {
+      c.new_block_ids.insert(c.new_block_ids.end(), r->block_ids.begin() + first_new_block,
+                             r->block_ids.end());
+    }
+    c.new_block_ids_offsets.push_back(static_cast<uint32_t>(c.new_block_ids.size()));
+    c.num_computed_tokens.push_back(r->num_computed_tokens);
+    output->num_scheduled_tokens.push_back(r->num_scheduled_tokens);
+  };
+  for (size_t i = 0; i < scheduled_running_.size(); ++i) {
+    PrefetchAhead(scheduled_running_, i);
+    add_cached(scheduled_running_[i], false);
+  }
+  for (Request* r : scheduled_resumed_) add_cached(r, true);
+
+  int32_t total = 0;
+  for (int32_t n : output->num_scheduled_tokens) total += n;
+  output->total_num_scheduled_tokens = total;
+  output->finished_req_ids.swap(finished_req_ids_);
+  finished_req_ids_.clear();
+  output->preempted_req_ids.reserve(preempted_.size());
+  for (Request* r : preempted_) output->preempted_req_ids.push_back(r->request_id);
+
+  // The scheduled tokens count as computed from now on (vLLM's _update_after_schedule), so
+  // the next Schedule() moves on even before this step's output arrives.
+  StepRecord& record = inflight_steps_.emplace_back();
+  record.step_id = output->step_id;
+  if (!spare_records_.empty()) {
+    record.requests = std::move(spare_records_.back());
+    spare_records_.pop_back();
+  }
+  record.requests.reserve(output->num_scheduled_tokens.size());
+  auto advance = [&record](Request* r) {
+    r->num_computed_tokens += r->num_scheduled_tokens;
+    r->num_scheduled_tokens = 0;
+    ++r->num_inflight_steps;
+    record.requests.push_back(r);
+  };
+  for (Request* r : scheduled_new_) advance(r);
+  for (Request* r : scheduled_running_) advance(r);
+  for (Request* r : scheduled_resumed_) advance(r);
+}
+
+bool Scheduler::CheckStop(Request& request) const {
+  const int32_t last_token = request.all_token_ids.back();
+  if (request.num_output_tokens() >= request.min_tokens) {
+    if (last_token == request.eos_token_id_or_none) {
+      request.status = RequestStatus::kFinishedStopped;
+      return true;
+    }
+    if (request.has_stop_token_ids) {
+      const std::vector<int32_t>& stop = request.sampling_params.stop_token_ids;
+      if (std::find(stop.begin(), stop.end(), last_token) != stop.end()) {
+        request.status = RequestStatus::kFinishedStopped;
+        request.stop_reason = last_token;
+        return true;
+      }
+    }
+  }
+  if (request.num_tokens() >= config_.max_model_len ||
+      request.num_output_tokens() >= request.max_tokens) {
+    request.status = RequestStatus::kFinishedLengthCapped;
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
+    const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output) {
+  const size_t num_scheduled = scheduler_output.num_scheduled_reqs();
+  const size_t num_model = model_output.req_ids.size();
+  if (inflight_steps_.empty() || inflight_steps_.front().step_id != scheduler_output.step_id ||
+      inflight_steps_.front().requests.size() != num_scheduled) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "UpdateFromOutput got step %d, but the oldest unapplied step is %d; apply each "
+        "SchedulerOutput once, in the order Schedule() returned them",
+        scheduler_output.step_id, inflight_steps_.empty() ? 0 : inflight_steps_.front().step_id));
+  }
+  if (model_output.sampled_token_ids.size() != num_model ||
+      (!model_output.logprobs.empty() && model_output.logprobs.size() != num_model)) {
+    return absl::InvalidArgumentError(
+        "ModelRunnerOutput: sampled_token_ids and logprobs must have one entry per req_id");
+  }
+  // Pass 1: find every scheduled request's entry (workers usually keep our order) and
+  // validate, so that a bad output changes nothing.
+  output_index_.resize(num_scheduled);
+  bool same_order = num_model >= num_scheduled;
+  for (size_t i = 0; i < num_scheduled; ++i) {
+    if (same_order && model_output.req_ids[i] == scheduler_output.scheduled_req_id(i)) {
+      output_index_[i] = static_cast<int32_t>(i);
+    } else {
+      same_order = false;
+      break;
+    }
+  }
+  if (!same_order) {
+    output_index_by_id_.clear();
+    for (size_t j = 0; j < num_model; ++j) {
+      output_index_by_id_.emplace(model_output.req_ids[j], static_cast<int32_t>(j));
+    }
+    for (size_t i = 0; i < num_scheduled; ++i) {
+      auto it = output_index_by_id_.find(scheduler_output.scheduled_req_id(i));
+      if (it == output_index_by_id_.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("ModelRunnerOutput has no entry for scheduled request %s",
+                            scheduler_output.scheduled_req_id(i)));
+      }
+      output_index_[i] = it->second;
+    }
+  }
+  for (size_t i = 0; i < num_scheduled; ++i) {
+    for (int32_t token : model_output.sampled_token_ids[output_index_[i]]) {
+      if (token < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("ModelRunnerOutput: negative token id %d for request %s", token,
+                            scheduler_output.scheduled_req_id(i)));
+      }
+    }
+  }
+
+  // Pass 2: apply.
+  StepRecord record = std::move(inflight_steps_.front());
+  inflight_steps_.pop_front();
+  EngineCoreOutputs result;
+  result.outputs.reserve(num_scheduled);
+  stopped_.clear();
+  bool release_zombies = false;
+  for (size_t i = 0; i < num_scheduled; ++i) {
+    PrefetchAhead(record.requests, i);
+    Request& request = *record.requests[i];
+    --request.num_inflight_steps;
+    if (request.is_finished()) {  // finished or aborted since
+      release_zombies |= request.num_inflight_steps == 0;
+      continue;
+    }
+    if (request.num_stale_steps > 0) {
+      --request.num_stale_steps;
+      continue;
+    }
+    const std::vector<int32_t>& sampled = model_output.sampled_token_ids[output_index_[i]];
+    if (sampled.empty() || request.status != RequestStatus::kRunning) continue;
+    size_t num_appended = 0;
+    bool stopped = false;
+    for (int32_t token : sampled) {
+      request.all_token_ids.push_back(token);
+      ++num_appended;
+      if (CheckStop(request)) {
+        stopped = true;
+        break;
+      }
+    }
+    EngineCoreOutput& out = result.outputs.emplace_back();
+    out.request_id = request.request_id;
+    out.new_token_ids.assign(sampled.begin(), sampled.begin() + num_appended);
+    out.num_cached_tokens = std::max(request.num_cached_tokens, 0);
+    if (!model_output.logprobs.empty() && request.sampling_params.logprobs.has_value()) {
+      const auto& logprobs = model_output.logprobs[output_index_[i]];
+      out.logprobs.assign(logprobs.begin(),
+                          logprobs.begin() + std::min(num_appended, logprobs.size()));
+    }
+    if (stopped) {
+      out.finish_reason = GetFinishReason(request.status);
+      out.stop_reason = request.stop_reason;
+      stopped_.push_back(&request);
+    }
+  }
+  if (!stopped_.empty()) {
+    std::erase_if(running_, [](const Request* r) { return r->is_finished(); });
+    for (Request* request : stopped_) {
+      FreeRequest(*request);
+      result.finished_requests.push_back(request->request_id);
+      EraseFinished(request);
+    }
+  }
+  if (release_zombies) {
+    std::erase_if(zombies_, [](const auto& r) { return r->num_inflight_steps == 0; });
+  }
+  record.requests.clear();
+  spare_records_.push_back(std::move(record.requests));
+  return result;
+}
+
+SchedulerStats Scheduler::MakeStats() {
+  SchedulerStats stats;
+  stats.num_running_reqs = static_cast<int32_t>(running_.size());
+  stats.num_waiting_reqs = static_cast<int32_t>(waiting_.size());
+  stats.kv_cache_usage = kv_cache_manager_.GetUsage();
+  stats.prefix_cache_stats = kv_cache_manager_.MakePrefixCacheStats();
+  stats.num_preemptions = num_preemptions_since_stats_;
+  num_preemptions_since_stats_ = 0;
+  return stats;
+}
+
+}  // namespace vllm::core

@@ -1,0 +1,167 @@
+// Scheduler: decides, every step, which requests run and how many of their tokens, with
+// vLLM V1's semantics (vllm/v1/core/sched/scheduler.py).
+//
+// Each step has a token budget (max_num_batched_tokens) shared by all requests: running
+// requests are served first (one token for a decode, the next chunk for a partial prefill),
+// then waiting ones in policy order while the budget, max_num_seqs and the KV cache allow.
+// A prompt longer than the remaining budget (or long_prefill_token_threshold) is split
+// across steps (chunked prefill). When a running request cannot get KV blocks, the
+// lowest-priority running request (fcfs: the last one admitted; priority: the largest
+// (priority, arrival_time)) is preempted by recompute: its blocks are freed and it returns
+// to the front of the waiting queue.
+//
+// Thread-safety: none. One thread (the engine core's main loop) owns the scheduler and all
+// request state; other threads post work to that thread.
+#ifndef VLLM_CORE_SCHEDULER_H_
+#define VLLM_CORE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/engine_core_types.h"
+#include "core/kv_cache_manager.h"
+#include "core/request.h"
+#include "core/request_queue.h"
+#include "core/scheduler_output.h"
+
+namespace vllm::core {
+
+struct SchedulerConfig {
+  // Most requests running at once.
+  int32_t max_num_seqs = 256;
+  // Token budget of one step.
+  int32_t max_num_batched_tokens = 8192;
+  // Context length: prompt plus generated tokens.
+  int32_t max_model_len = 8192;
+  // A prefill chunk never exceeds this many tokens (0 = no limit beyond the budget).
+  int32_t long_prefill_token_threshold = 0;
+  // When off, a prompt must fit the step's remaining budget whole.
+  bool enable_chunked_prefill = true;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // KV cache geometry.
+  int32_t block_size = 16;
+  int32_t num_gpu_blocks = 0;
+  bool enable_prefix_caching = true;
+
+  // InvalidArgument naming the field when the configuration cannot work (for example a
+  // cache too small for one max_model_len request).
+  [[nodiscard]] absl::Status Validate() const;
+};
+
+class Scheduler {
+ public:
+  // Fails with InvalidArgument on an invalid config.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      const SchedulerConfig& config);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Validates the request (ValidateEngineCoreRequest; InvalidArgument) and queues it.
+  // AlreadyExists when a request with this id is unfinished.
+  [[nodiscard]] absl::Status AddRequest(EngineCoreRequest request);
+
+  // Finishes the given requests with `finished_status` (a finished status; kFinishedAborted
+  // for client aborts) and frees their blocks. Unknown or finished ids are ignored (an
+  // abort may race with a normal finish). Workers learn of them in the next step's
+  // finished_req_ids.
+  void FinishRequests(std::span<const std::string> request_ids, RequestStatus finished_status);
+
+  // Plans one step. Never fails; an empty output (no tokens) is possible when nothing can
+  // run (e.g. all running requests have steps in flight).
+  SchedulerOutput Schedule();
+
+  // Applies the model's results for a step planned by Schedule(): appends sampled tokens,
+  // checks stop conditions, frees finished requests, and returns one EngineCoreOutput per
+  // request with new tokens or a finish. Outputs for requests finished or aborted since
+  // that step are dropped. Every step must be applied exactly once, in the order it was
+  // scheduled (FailedPrecondition otherwise), with the SchedulerOutput Schedule() returned.
+  // InvalidArgument (and no state change) when `model_output` lacks a scheduled request or
+  // holds a negative token id.
+  [[nodiscard]] absl::StatusOr<EngineCoreOutputs> UpdateFromOutput(
+      const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output);
+
+  // Gauges now, and counters since the previous call (which it resets).
+  SchedulerStats MakeStats();
+
+  int32_t GetNumUnfinishedRequests() const { return static_cast<int32_t>(requests_.size()); }
+  bool HasUnfinishedRequests() const { return !requests_.empty(); }
+  // True when there is something to tell the workers even without unfinished requests.
+  bool HasFinishedRequests() const { return !finished_req_ids_.empty(); }
+  bool HasRequests() const { return HasUnfinishedRequests() || HasFinishedRequests(); }
+  // Forgets cached prefixes; false while any block is in use.
+  bool ResetPrefixCache() { return kv_cache_manager_.ResetPrefixCache(); }
+
+  // Introspection for tests, benchmarks and stats.
+  const SchedulerConfig& config() const { return config_; }
+  const KVCacheManager& kv_cache_manager() const { return kv_cache_manager_; }
+  const std::vector<Request*>& running() const { return running_; }
+  size_t num_waiting() const { return waiting_.size(); }
+  std::vector<Request*> waiting_snapshot() const { return waiting_.Snapshot(); }
+  // The unfinished request with this id, or nullptr.
+  const Request* GetRequest(std::string_view request_id) const;
+
+ private:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  // Frees `request`'s blocks and sends it back to the waiting queue.
+  void PreemptRequest(Request* request);
+  // Under the priority policy: removes the running request to preempt and, when it was
+  // already scheduled in this step, gives its tokens back. Returns it.
+  Request* PopPreemptionVictim(size_t* req_index, int32_t* token_budget);
+  // Schedules running requests, then waiting ones (Schedule()'s two phases).
+  void ScheduleRunning(int32_t* token_budget);
+  void ScheduleWaiting(int32_t* token_budget);
+  // Fills `output` from this step's scratch lists and advances num_computed_tokens.
+  void BuildOutput(SchedulerOutput* output);
+  // Applies the stop conditions after a token was appended; sets the finished status.
+  bool CheckStop(Request& request) const;
+  // Frees a finished request's blocks and records it for the workers; the caller removes
+  // it from running_/waiting_ and then erases it from requests_.
+  void FreeRequest(Request& request);
+
+  // Removes a finished request from requests_; it lives on in zombies_ while steps that
+  // include it are in flight (their records point to it).
+  void EraseFinished(Request* request);
+
+  const SchedulerConfig config_;
+  KVCacheManager kv_cache_manager_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<std::unique_ptr<Request>> zombies_;
+  // Scheduled steps whose output has not been applied, oldest first: the step id and its
+  // requests in num_scheduled_tokens order (so UpdateFromOutput needs no id lookups).
+  struct StepRecord {
+    uint64_t step_id = 0;
+    std::vector<Request*> requests;
+  };
+  std::deque<StepRecord> inflight_steps_;
+  std::vector<std::vector<Request*>> spare_records_;
+  uint64_t next_step_id_ = 1;
+  RequestQueue waiting_;
+  // In admission order; fcfs preempts from the back.
+  std::vector<Request*> running_;
+  // Finished since the previous Schedule().
+  std::vector<std::string> finished_req_ids_;
+  uint64_t next_arrival_seq_ = 0;
+  int64_t num_preemptions_since_stats_ = 0;
+
+  // Per-step scratch, reused to keep Schedule() allocation-light.
+  std::vector<Request*> scheduled_running_;
+  std::vector<Request*> scheduled_new_;
+  std::vector<Request*> scheduled_resumed_;
+  std::vector<Request*> preempted_;
+  std::vector<int32_t> output_index_;
+  std::vector<Request*> stopped_;
+  absl::flat_hash_map<std::string_view, int32_t> output_index_by_id_;
+};
+
+}  // namespace vllm::core
+
+#endif  // VLLM_CORE_SCHEDULER_H_

@@ -1,0 +1,325 @@
+#include "core/codec.h"
+
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "msgpack.hpp"
+
+namespace vllm::core {
+namespace {
+
+SamplingParams FullSamplingParams() {
+  SamplingParams p;
+  p.temperature = 0.7;
+  p.top_p = 0.9;
+  p.top_k = 40;
+  p.min_p = 0.05;
+  p.presence_penalty = 0.5;
+  p.frequency_penalty = -0.5;
+  p.repetition_penalty = 1.1;
+  p.seed = -1234567890123LL;
+  p.max_tokens = 77;
+  p.min_tokens = 3;
+  p.stop_token_ids = {5, 6, 7};
+  p.ignore_eos = true;
+  p.logprobs = 5;
+  return p;
+}
+
+EngineCoreRequest FullRequest() {
+  EngineCoreRequest r;
+  r.request_id = "cmpl-abc-0";
+  r.prompt_token_ids = {1, 2, 3, 40000, 0};
+  r.sampling_params = FullSamplingParams();
+  r.eos_token_id = 2;
+  r.arrival_time = 1712345678.25;
+  r.priority = -3;
+  r.cache_salt = "tenant-7";
+  r.data_parallel_rank = 1;
+  return r;
+}
+
+EngineCoreOutputs FullOutputs() {
+  EngineCoreOutputs o;
+  o.engine_index = 3;
+  EngineCoreOutput a;
+  a.request_id = "a";
+  a.new_token_ids = {11, 12};
+  a.num_cached_tokens = 32;
+  a.logprobs = {TokenLogprobs{{11, 9}, {-0.5f, -1.25f}, 1}, TokenLogprobs{{12}, {-0.1f}, 1}};
+  EngineCoreOutput b;
+  b.request_id = "b";
+  b.new_token_ids = {99};
+  b.finish_reason = FinishReason::kStop;
+  b.stop_reason = 99;
+  o.outputs = {a, b};
+  o.scheduler_stats = SchedulerStats{4, 2, 0.5, PrefixCacheStats{true, 3, 300, 128}, 1};
+  o.timestamp = 12.5;
+  o.finished_requests = {"b"};
+  o.wave_complete = 7;
+  return o;
+}
+
+SchedulerOutput FullSchedulerOutput() {
+  SchedulerOutput s;
+  s.step_id = 12345678901ULL;
+  NewRequestData n;
+  n.req_id = "new";
+  n.prompt_token_ids = {1, 2, 3};
+  n.sampling_params = FullSamplingParams();
+  n.block_ids = {4, 5};
+  n.num_computed_tokens = 16;
+  s.scheduled_new_reqs.push_back(n);
+  CachedRequestData& c = s.scheduled_cached_reqs;
+  c.req_ids = {"r0", "r1"};
+  c.resumed_from_preemption = {0, 1};
+  c.new_token_ids = {42, 1, 2, 3};
+  c.new_token_ids_offsets = {0, 1, 4};
+  c.new_block_ids = {9};
+  c.new_block_ids_offsets = {0, 0, 1};
+  c.num_computed_tokens = {20, 0};
+  s.num_scheduled_tokens = {3, 1, 3};
+  s.total_num_scheduled_tokens = 7;
+  s.finished_req_ids = {"gone"};
+  s.preempted_req_ids = {"r9"};
+  return s;
+}
+
+ModelRunnerOutput FullModelRunnerOutput() {
+  ModelRunnerOutput m;
+  m.req_ids = {"new", "r0", "r1"};
+  m.sampled_token_ids = {{}, {7}, {8, 9}};
+  m.logprobs = {{}, {TokenLogprobs{{7}, {-0.25f}, 1}}, {}};
+  return m;
+}
+
+class CodecTest : public ::testing::Test {
+ protected:
+  // Every strict prefix of a valid message must be rejected without crashing.
+  template <typename Decode>
+  void ExpectPrefixesRejected(const std::string& bytes, Decode decode) {
+    for (size_t len = 0; len < bytes.size(); ++len) {
+      auto result = decode(std::string_view(bytes.data(), len));
+      ASSERT_FALSE(result.ok()) << "prefix of " << len << " bytes accepted";
+      EXPECT_TRUE(absl::IsDataLoss(result.status()) || absl::IsInvalidArgument(result.status()))
+          << result.status();
+    }
+  }
+};
+
+TEST_F(CodecTest, SamplingParamsRoundTrip) {
+  for (const SamplingParams& p : {SamplingParams{}, FullSamplingParams()}) {
+    auto decoded = DecodeSamplingParams(Encode(p));
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, p);
+  }
+}
+
+TEST_F(CodecTest, EngineCoreRequestRoundTrip) {
+  EngineCoreRequest minimal;
+  minimal.request_id = "x";
+  minimal.prompt_token_ids = {1};
+  for (const EngineCoreRequest& r : {minimal, FullRequest()}) {
+    auto decoded = DecodeEngineCoreRequest(Encode(r));
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, r);
+  }
+}
+
+TEST_F(CodecTest, EngineCoreOutputsRoundTrip) {
+  for (const EngineCoreOutputs& o : {EngineCoreOutputs{}, FullOutputs()}) {
+    auto decoded = DecodeEngineCoreOutputs(Encode(o));
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, o);
+  }
+}
+
+TEST_F(CodecTest, SchedulerStatsRoundTrip) {
+  const SchedulerStats stats = *FullOutputs().scheduler_stats;
+  auto decoded = DecodeSchedulerStats(Encode(stats));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, stats);
+}
+
+TEST_F(CodecTest, SchedulerOutputRoundTrip) {
+  for (const SchedulerOutput& s : {SchedulerOutput{}, FullSchedulerOutput()}) {
+    auto decoded = DecodeSchedulerOutput(Encode(s));
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, s);
+  }
+}
+
+TEST_F(CodecTest, ModelRunnerOutputRoundTrip) {
+  for (const ModelRunnerOutput& m : {ModelRunnerOutput{}, FullModelRunnerOutput()}) {
+    auto decoded = DecodeModelRunnerOutput(Encode(m));
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, m);
+  }
+}
+
+TEST_F(CodecTest, AbortAndWaveRoundTrip) {
+  const std::vector<std::string> ids = {"a", "b", ""};
+  auto decoded_ids = DecodeAbortRequests(EncodeAbortRequests(ids));
+  ASSERT_TRUE(decoded_ids.ok()) << decoded_ids.status();
+  EXPECT_EQ(*decoded_ids, ids);
+  auto wave = DecodeStartDpWave(Encode(StartDpWave{5, 2}));
+  ASSERT_TRUE(wave.ok()) << wave.status();
+  EXPECT_EQ(*wave, (StartDpWave{5, 2}));
+}
+
+TEST_F(CodecTest, TruncatedMessagesAreRejected) {
+  ExpectPrefixesRejected(Encode(FullRequest()),
+                         [](std::string_view b) { return DecodeEngineCoreRequest(b); });
+  ExpectPrefixesRejected(Encode(FullOutputs()),
+                         [](std::string_view b) { return DecodeEngineCoreOutputs(b); });
+  ExpectPrefixesRejected(Encode(FullSchedulerOutput()),
+                         [](std::string_view b) { return DecodeSchedulerOutput(b); });
+  ExpectPrefixesRejected(Encode(FullModelRunnerOutput()),
+                         [](std::string_view b) { return DecodeModelRunnerOutput(b); });
+  // A cut in the middle of the outer array is DataLoss specifically.
+  const std::string bytes = Encode(FullRequest());
+  EXPECT_TRUE(absl::IsDataLoss(
+      DecodeEngineCoreRequest(std::string_view(bytes).substr(0, bytes.size() / 2)).status()));
+}
+
+TEST_F(CodecTest, WrongTagVersionAndTrailingBytesAreRejected) {
+  // A SchedulerOutput is not an EngineCoreRequest.
+  auto wrong_tag = DecodeEngineCoreRequest(Encode(FullSchedulerOutput()));
+  EXPECT_TRUE(absl::IsInvalidArgument(wrong_tag.status()));
+  EXPECT_NE(wrong_tag.status().message().find("tag"), std::string_view::npos);
+
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(3);
+  pk.pack(static_cast<int>(WireTag::kStartDpWave));
+  pk.pack(kWireVersion + 1);
+  pk.pack_array(2);
+  pk.pack(1);
+  pk.pack(2);
+  auto wrong_version = DecodeStartDpWave(std::string_view(buffer.data(), buffer.size()));
+  EXPECT_TRUE(absl::IsInvalidArgument(wrong_version.status()));
+  EXPECT_NE(wrong_version.status().message().find("version"), std::string_view::npos);
+
+  std::string trailing = Encode(StartDpWave{1, 2}) + "x";
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeStartDpWave(trailing).status()));
+}
+
+TEST_F(CodecTest, WrongFieldTypesAreRejectedNamingTheField) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(3);
+  pk.pack(static_cast<int>(WireTag::kStartDpWave));
+  pk.pack(kWireVersion);
+  pk.pack_array(2);
+  pk.pack(std::string("one"));
+  pk.pack(2);
+  auto result = DecodeStartDpWave(std::string_view(buffer.data(), buffer.size()));
+  ASSERT_TRUE(absl::IsInvalidArgument(result.status())) << result.status();
+  EXPECT_NE(result.status().message().find("StartDpWave.wave"), std::string_view::npos)
+      << result.status();
+
+  // An int32 field given a 64-bit value.
+  msgpack::sbuffer big;
+  msgpack::packer<msgpack::sbuffer> pk2(big);
+  pk2.pack_array(3);
+  pk2.pack(static_cast<int>(WireTag::kStartDpWave));
+  pk2.pack(kWireVersion);
+  pk2.pack_array(2);
+  pk2.pack(int64_t{1} << 40);
+  pk2.pack(2);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      DecodeStartDpWave(std::string_view(big.data(), big.size())).status()));
+
+  // A map where an array belongs; a missing field.
+  msgpack::sbuffer map;
+  msgpack::packer<msgpack::sbuffer> pk3(map);
+  pk3.pack_map(0);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      DecodeEngineCoreRequest(std::string_view(map.data(), map.size())).status()));
+  msgpack::sbuffer short_body;
+  msgpack::packer<msgpack::sbuffer> pk4(short_body);
+  pk4.pack_array(3);
+  pk4.pack(static_cast<int>(WireTag::kStartDpWave));
+  pk4.pack(kWireVersion);
+  pk4.pack_array(1);
+  pk4.pack(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      DecodeStartDpWave(std::string_view(short_body.data(), short_body.size())).status()));
+}
+
+TEST_F(CodecTest, InconsistentSchedulerOutputIsRejected) {
+  SchedulerOutput bad_total = FullSchedulerOutput();
+  bad_total.total_num_scheduled_tokens = 8;
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeSchedulerOutput(Encode(bad_total)).status()));
+  SchedulerOutput bad_offsets = FullSchedulerOutput();
+  bad_offsets.scheduled_cached_reqs.new_token_ids_offsets = {0, 3, 2};
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeSchedulerOutput(Encode(bad_offsets)).status()));
+  SchedulerOutput missing_count = FullSchedulerOutput();
+  missing_count.num_scheduled_tokens.pop_back();
+  missing_count.total_num_scheduled_tokens = 4;
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeSchedulerOutput(Encode(missing_count)).status()));
+  ModelRunnerOutput bad_mro = FullModelRunnerOutput();
+  bad_mro.sampled_token_ids.pop_back();
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeModelRunnerOutput(Encode(bad_mro)).status()));
+  EngineCoreOutputs bad_reason = FullOutputs();
+  std::string bytes = Encode(bad_reason);
+  // Patch finish_reason kStop (positive fixint 0x00 right after "b"'s token list) to 9.
+  const std::string needle = std::string("\x91\x63\x00", 3);  // [99], 0
+  const size_t at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 2] = 9;
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeEngineCoreOutputs(bytes).status()));
+}
+
+TEST_F(CodecTest, OversizedInputIsRejected) {
+  DecodeLimits limits;
+  limits.max_message_bytes = 16;
+  auto result = DecodeEngineCoreRequest(Encode(FullRequest()), limits);
+  EXPECT_TRUE(absl::IsInvalidArgument(result.status())) << result.status();
+
+  // A 5-byte frame declaring a 2^32-1 element array must not allocate it.
+  const std::string huge_array("\xdd\xff\xff\xff\xff", 5);
+  EXPECT_FALSE(DecodeAbortRequests(huge_array).ok());
+  // A string longer than the string limit.
+  DecodeLimits small_strings;
+  small_strings.max_string_bytes = 4;
+  EXPECT_FALSE(
+      DecodeAbortRequests(EncodeAbortRequests(std::vector<std::string>{"long id"}), small_strings)
+          .ok());
+  // Request ids over kMaxRequestIdBytes.
+  EXPECT_FALSE(
+      DecodeAbortRequests(EncodeAbortRequests(std::vector<std::string>{std::string(300, 'x')}))
+          .ok());
+  // Nesting deeper than the limit.
+  std::string deep(64, '\x91');
+  deep += '\x00';
+  EXPECT_FALSE(DecodeAbortRequests(deep).ok());
+  // Array element count over the limit.
+  DecodeLimits few_elements;
+  few_elements.max_array_elements = 2;
+  EXPECT_FALSE(DecodeEngineCoreRequest(Encode(FullRequest()), few_elements).ok());
+}
+
+TEST_F(CodecTest, RandomCorruptionNeverCrashes) {
+  std::mt19937 rng(42);
+  const std::vector<std::string> seeds = {Encode(FullRequest()), Encode(FullOutputs()),
+                                          Encode(FullSchedulerOutput()),
+                                          Encode(FullModelRunnerOutput())};
+  int accepted = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string bytes = seeds[iter % seeds.size()];
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) bytes[rng() % bytes.size()] = static_cast<char>(rng());
+    if (rng() % 4 == 0) bytes.resize(rng() % bytes.size());
+    // Any outcome but a crash, hang or exception is fine.
+    accepted += DecodeEngineCoreRequest(bytes).ok();
+    accepted += DecodeEngineCoreOutputs(bytes).ok();
+    accepted += DecodeSchedulerOutput(bytes).ok();
+    accepted += DecodeModelRunnerOutput(bytes).ok();
+  }
+  SUCCEED() << accepted << " corrupted frames still decoded";
+}
+
+}  // namespace
+}  // namespace vllm::core

@@ -1,0 +1,189 @@
+#include "core/engine_core.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core_test_util.h"
+#include "gtest/gtest.h"
+
+namespace vllm::core {
+namespace {
+
+using testing::MakeRequest;
+using testing::ScriptedExecutor;
+using testing::ScriptedToken;
+
+class EngineCoreTest : public ::testing::Test {
+ protected:
+  EngineCoreConfig Config() {
+    EngineCoreConfig c;
+    c.scheduler.max_num_seqs = 8;
+    c.scheduler.max_num_batched_tokens = 32;
+    c.scheduler.max_model_len = 128;
+    c.scheduler.block_size = 4;
+    c.engine_index = 2;
+    return c;
+  }
+  // Creates the engine; keeps a raw pointer to the executor for inspection.
+  void Init(EngineCoreConfig config, ScriptedExecutor::Options options = {}) {
+    auto executor = std::make_unique<ScriptedExecutor>(options);
+    executor_ = executor.get();
+    auto engine = EngineCore::Create(std::move(config), std::move(executor));
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+  }
+  void Collect(const EngineCoreOutputs& outs) {
+    EXPECT_EQ(outs.engine_index, 2);
+    EXPECT_TRUE(outs.scheduler_stats.has_value());
+    for (const EngineCoreOutput& o : outs.outputs) {
+      auto& t = tokens_[o.request_id];
+      t.insert(t.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (o.finished()) finish_[o.request_id] = *o.finish_reason;
+    }
+  }
+  void RunUntilIdle(bool batch_queue) {
+    for (int i = 0; i < 10000; ++i) {
+      auto result = batch_queue ? engine_->StepWithBatchQueue() : engine_->Step();
+      ASSERT_TRUE(result.ok()) << result.status();
+      if (result->outputs.has_value()) Collect(*result->outputs);
+      if (!engine_->scheduler().HasRequests() && engine_->num_inflight_batches() == 0) return;
+    }
+    FAIL() << "engine never became idle";
+  }
+  static std::vector<int32_t> Expected(const std::string& id, int32_t prompt_len, int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(ScriptedToken(id, prompt_len + i));
+    return t;
+  }
+
+  ScriptedExecutor* executor_ = nullptr;
+  std::unique_ptr<EngineCore> engine_;
+  std::map<std::string, std::vector<int32_t>> tokens_;
+  std::map<std::string, FinishReason> finish_;
+};
+
+TEST_F(EngineCoreTest, SizesTheKVCacheFromAvailableMemory) {
+  ScriptedExecutor::Options options;
+  // 2 * 2 heads * 4 dims * 2 bytes * 2 layers = 64 bytes per token, 256 per 4-token block.
+  options.available_memory = 256 * 100 + 255;
+  Init(Config(), options);
+  EXPECT_EQ(engine_->num_gpu_blocks(), 100);
+  EXPECT_EQ(executor_->initialized_blocks, 100);
+}
+
+TEST_F(EngineCoreTest, HonoursTheBlockOverride) {
+  EngineCoreConfig c = Config();
+  c.num_gpu_blocks_override = 40;
+  Init(c);
+  EXPECT_EQ(engine_->num_gpu_blocks(), 40);
+}
+
+TEST_F(EngineCoreTest, FailsClearlyWhenTheCacheIsTooSmall) {
+  ScriptedExecutor::Options none;
+  none.available_memory = 100;  // less than one block
+  auto engine = EngineCore::Create(Config(), std::make_unique<ScriptedExecutor>(none));
+  EXPECT_TRUE(absl::IsResourceExhausted(engine.status())) << engine.status();
+  ScriptedExecutor::Options small;
+  small.available_memory = 256 * 10;  // 40 tokens < max_model_len 128
+  engine = EngineCore::Create(Config(), std::make_unique<ScriptedExecutor>(small));
+  EXPECT_TRUE(absl::IsInvalidArgument(engine.status())) << engine.status();
+  EXPECT_NE(engine.status().message().find("max_model_len"), std::string_view::npos);
+}
+
+TEST_F(EngineCoreTest, StepRunsRequestsToCompletion) {
+  Init(Config());
+  ASSERT_TRUE(engine_->AddRequest(MakeRequest("a", 50, 5)).ok());
+  ASSERT_TRUE(engine_->AddRequest(MakeRequest("b", 3, 7)).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(engine_->AddRequest(MakeRequest("bad", 0))));
+  RunUntilIdle(/*batch_queue=*/false);
+  EXPECT_EQ(tokens_["a"], Expected("a", 50, 5));
+  EXPECT_EQ(tokens_["b"], Expected("b", 3, 7));
+  EXPECT_EQ(finish_["a"], FinishReason::kLength);
+  // Idle: Step returns at once without running the model.
+  const size_t steps = executor_->outputs.size();
+  auto idle = engine_->Step();
+  ASSERT_TRUE(idle.ok());
+  EXPECT_FALSE(idle->outputs.has_value());
+  EXPECT_FALSE(idle->model_executed);
+  EXPECT_EQ(executor_->outputs.size(), steps);
+}
+
+TEST_F(EngineCoreTest, AbortFreesBlocksAndTellsTheWorkers) {
+  Init(Config());
+  ASSERT_TRUE(engine_->AddRequest(MakeRequest("a", 20, 50)).ok());
+  ASSERT_TRUE(engine_->Step().ok());
+  const std::vector<std::string> ids = {"a"};
+  engine_->AbortRequests(ids);
+  const BlockPool& pool = engine_->scheduler().kv_cache_manager().block_pool();
+  EXPECT_EQ(pool.GetNumFreeBlocks(), pool.num_blocks());
+  ASSERT_TRUE(engine_->Step().ok());
+  EXPECT_EQ(executor_->outputs.back().finished_req_ids, ids);
+}
+
+TEST_F(EngineCoreTest, ExecutorFailureIsReturned) {
+  ScriptedExecutor::Options options;
+  options.fail_at_step = 1;
+  Init(Config(), options);
+  ASSERT_TRUE(engine_->AddRequest(MakeRequest("a", 4, 10)).ok());
+  ASSERT_TRUE(engine_->Step().ok());
+  auto result = engine_->Step();
+  EXPECT_TRUE(absl::IsUnavailable(result.status())) << result.status();
+}
+
+TEST_F(EngineCoreTest, BatchQueueKeepsSeveralStepsInFlight) {
+  ScriptedExecutor::Options options;
+  options.max_concurrent_batches = 2;
+  EngineCoreConfig c = Config();
+  c.scheduler.max_num_batched_tokens = 16;
+  Init(c, options);
+  EXPECT_EQ(engine_->batch_queue_size(), 2);
+  // A long prompt is chunked; its second chunk is scheduled while the first is in flight.
+  ASSERT_TRUE(engine_->AddRequest(MakeRequest("long", 40, 4)).ok());
+  auto first = engine_->StepWithBatchQueue();
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->outputs.has_value());  // queue not full yet: no blocking
+  EXPECT_TRUE(first->model_executed);
+  EXPECT_EQ(engine_->num_inflight_batches(), 1u);
+  auto second = engine_->StepWithBatchQueue();
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->outputs.has_value());  // full: blocks on the oldest
+  EXPECT_EQ(engine_->num_inflight_batches(), 1u);
+  ASSERT_TRUE(engine_->AddRequest(MakeRequest("short", 5, 6)).ok());
+  RunUntilIdle(/*batch_queue=*/true);
+  EXPECT_EQ(tokens_["long"], Expected("long", 40, 4));
+  EXPECT_EQ(tokens_["short"], Expected("short", 5, 6));
+  // Chunks of "long": 16 + 16 + 8 before any token.
+  EXPECT_EQ(executor_->outputs[0].num_scheduled_tokens[0], 16);
+  EXPECT_EQ(executor_->outputs[1].num_scheduled_tokens[0], 16);
+}
+
+TEST_F(EngineCoreTest, BatchQueueMatchesSynchronousStepsUnderPreemption) {
+  // A tight cache forces preemptions while steps are in flight; tokens must not change.
+  ScriptedExecutor::Options options;
+  options.max_concurrent_batches = 3;
+  EngineCoreConfig c = Config();
+  c.num_gpu_blocks_override = 34;  // 136 tokens
+  Init(c, options);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(engine_->AddRequest(MakeRequest("r" + std::to_string(i), 10 + i, 40)).ok());
+  }
+  RunUntilIdle(/*batch_queue=*/true);
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    EXPECT_EQ(tokens_[id], Expected(id, 10 + i, 40)) << id;
+  }
+  const BlockPool& pool = engine_->scheduler().kv_cache_manager().block_pool();
+  EXPECT_EQ(pool.GetNumFreeBlocks(), pool.num_blocks());
+}
+
+TEST_F(EngineCoreTest, ShutdownStopsTheExecutorOnce) {
+  Init(Config());
+  engine_->Shutdown();
+  EXPECT_TRUE(executor_->shut_down);
+  engine_->Shutdown();
+}
+
+}  // namespace
+}  // namespace vllm::core
