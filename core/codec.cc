@@ -5,6 +5,7 @@
 #include <new>
 
 #include "core/msgpack_fields.h"
+#include "ipc/msgpack_util.h"
 #include "ipc/status_macros.h"
 
 namespace vllm::core {
@@ -355,32 +356,35 @@ absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* 
 }
 
 // Unpacks `bytes` under `limits`, checks the envelope, and hands the body to `read_body`.
-// Every msgpack-c exception is caught here.
+// Every msgpack-c exception from reading fields is caught here.
 template <typename T, typename ReadBody>
 absl::StatusOr<T> DecodeEnvelope(std::string_view bytes, const DecodeLimits& limits, WireTag tag,
                                  std::string_view what, ReadBody&& read_body) {
   if (bytes.size() > limits.max_message_bytes) {
-    return absl::InvalidArgumentError(
+    return absl::ResourceExhaustedError(
         absl::StrFormat("%s: message of %d bytes exceeds the limit of %d", what, bytes.size(),
                         limits.max_message_bytes));
   }
   if (bytes.empty()) {
     return absl::DataLossError(absl::StrFormat("%s: empty message", what));
   }
-  // No array can hold more elements than there are bytes (each element takes one at least).
-  const size_t max_elements = std::min(limits.max_array_elements, bytes.size());
-  const msgpack::unpack_limit unpack_limit(
-      /*array=*/max_elements, /*map=*/0, /*str=*/std::min(limits.max_string_bytes, bytes.size()),
-      /*bin=*/0, /*ext=*/0, /*depth=*/limits.max_depth);
+  ipc::UnpackLimits unpack_limits;
+  unpack_limits.max_array = limits.max_array_elements;
+  unpack_limits.max_map = 0;
+  unpack_limits.max_str = limits.max_string_bytes;
+  unpack_limits.max_bin = 0;
+  unpack_limits.max_depth = limits.max_depth;
+  // The handle references `bytes`, which outlives it; every field is copied out into T.
+  auto handle = ipc::UnpackBounded(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      unpack_limits);
+  if (!handle.ok()) {
+    return absl::Status(handle.status().code(),
+                        absl::StrFormat("%s: %s", what, handle.status().message()));
+  }
   try {
-    size_t offset = 0;
-    msgpack::object_handle handle =
-        msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, unpack_limit);
-    if (offset != bytes.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: %d trailing bytes after the message", what, bytes.size() - offset));
-    }
-    VLLM_ASSIGN_OR_RETURN(FieldReader envelope, FieldReader::Open(handle.get(), "envelope", 3));
+    VLLM_ASSIGN_OR_RETURN(FieldReader envelope,
+                          FieldReader::Open(handle->get(), "envelope", 3));
     uint8_t got_tag = 0;
     uint32_t version = 0;
     VLLM_RETURN_IF_ERROR(envelope.Int("tag", &got_tag));
@@ -396,11 +400,6 @@ absl::StatusOr<T> DecodeEnvelope(std::string_view bytes, const DecodeLimits& lim
     T value{};
     VLLM_RETURN_IF_ERROR(read_body(envelope.Next(), &value));
     return value;
-  } catch (const msgpack::insufficient_bytes& e) {
-    return absl::DataLossError(absl::StrFormat("%s: truncated message (%s)", what, e.what()));
-  } catch (const msgpack::size_overflow& e) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: message exceeds a decode limit (%s)", what, e.what()));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrFormat("%s: out of memory decoding", what));
   } catch (const std::exception& e) {

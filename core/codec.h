@@ -36,8 +36,9 @@
 // Integers are range-checked against the C++ field type; floats also accept integers.
 //
 // Decoding never throws and never aborts: malformed input (wrong type, wrong field count,
-// inconsistent sizes, wrong tag or version, trailing bytes) gives InvalidArgument;
-// truncated input gives DataLoss; input larger than the limits gives InvalidArgument.
+// inconsistent sizes, wrong tag or version) gives InvalidArgument; truncated or
+// malformed msgpack, or trailing bytes, gives DataLoss; input over a limit gives
+// ResourceExhausted (the codes of ipc::UnpackBounded, which every decoder goes through).
 // Decoders do not apply user-facing validation (ValidateEngineCoreRequest does that).
 // All functions are thread-safe (no shared state).
 #ifndef VLLM_CORE_CODEC_H_

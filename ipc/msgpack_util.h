@@ -26,7 +26,8 @@ struct UnpackLimits {
 
 // Parses exactly one msgpack object spanning all of `bytes`. The object references `bytes`
 // for str/bin data (zero-copy), so `bytes` must outlive the returned handle. DataLoss for
-// truncated or malformed input or trailing bytes; ResourceExhausted when a limit is exceeded.
+// truncated or malformed input or trailing bytes; ResourceExhausted when a limit is exceeded
+// or a container or string declares more elements or bytes than the frame has bytes.
 [[nodiscard]] absl::StatusOr<msgpack::object_handle> UnpackBounded(absl::Span<const uint8_t> bytes,
                                                                    const UnpackLimits& limits = {});
 
