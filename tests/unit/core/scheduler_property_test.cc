@@ -108,7 +108,7 @@ class SchedulerPropertyTest : public ::testing::TestWithParam<uint32_t> {
 constexpr int kSequencesPerSeed = 1;
 constexpr int kOpsPerSequence = 150;
 #else
-constexpr int kSequencesPerSeed = 25;  // 40 seeds x 25 = 1000 sequences
+constexpr int kSequencesPerSeed = 100;  // 40 seeds x 100 = 4000 sequences
 constexpr int kOpsPerSequence = 250;
 #endif
 
