@@ -9,6 +9,12 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)   # target PkgConfig::XXHASH
+# CPU GEMMs: OpenBLAS (libopenblas-dev) through the BLAS alternatives; cblas.h from OpenBLAS.
+set(BLA_VENDOR OpenBLAS)
+find_package(BLAS REQUIRED)
+find_path(VLLM_CBLAS_INCLUDE_DIR cblas.h
+          PATHS /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas
+          /usr/include/x86_64-linux-gnu /usr/include REQUIRED)
 find_package(GTest REQUIRED)
 if(VLLM_BUILD_BENCH)
   find_package(benchmark REQUIRED)
