@@ -1,0 +1,20 @@
+#include "executor/uniproc_executor.h"
+
+#include "ipc/status_macros.h"
+
+namespace vllm::executor {
+
+absl::StatusOr<std::unique_ptr<UniProcExecutor>> UniProcExecutor::Create(
+    const worker::WorkerConfig& config) {
+  std::unique_ptr<UniProcExecutor> executor(new UniProcExecutor());
+  VLLM_ASSIGN_OR_RETURN(executor->worker_, worker::Worker::Create(config, &executor->comm_));
+  return executor;
+}
+
+absl::StatusOr<core::ModelRunnerOutput> UniProcExecutor::ExecuteModel(
+    const core::SchedulerOutput& scheduler_output) {
+  if (shut_down_) return absl::FailedPreconditionError("executor is shut down");
+  return worker_->ExecuteModel(scheduler_output);
+}
+
+}  // namespace vllm::executor

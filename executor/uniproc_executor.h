@@ -1,0 +1,47 @@
+// UniProcExecutor: core's Executor with the one worker in the engine's own process and
+// thread (vLLM's vllm/v1/executor/uniproc_executor.py) — tensor-parallel size 1, no IPC.
+//
+// Thread-safety: none; EngineCore calls it from its thread.
+#ifndef VLLM_EXECUTOR_UNIPROC_EXECUTOR_H_
+#define VLLM_EXECUTOR_UNIPROC_EXECUTOR_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "core/engine_core.h"
+#include "kernels/communicator.h"
+#include "worker/worker.h"
+
+namespace vllm::executor {
+
+class UniProcExecutor final : public core::Executor {
+ public:
+  // Creates the worker (loads the model); its errors are returned as they are.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<UniProcExecutor>> Create(
+      const worker::WorkerConfig& config);
+
+  absl::StatusOr<core::KVCacheSpec> GetKVCacheSpec() override {
+    return worker_->GetKVCacheSpec();
+  }
+  absl::StatusOr<int64_t> DetermineAvailableMemory() override {
+    return worker_->DetermineAvailableMemory();
+  }
+  absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) override {
+    return worker_->InitializeKVCache(num_blocks, block_size);
+  }
+  absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
+      const core::SchedulerOutput& scheduler_output) override;
+  void Shutdown() override { shut_down_ = true; }
+
+  worker::Worker& worker() { return *worker_; }
+
+ private:
+  UniProcExecutor() = default;
+  kernels::SingleRankCommunicator comm_;
+  std::unique_ptr<worker::Worker> worker_;
+  bool shut_down_ = false;
+};
+
+}  // namespace vllm::executor
+
+#endif  // VLLM_EXECUTOR_UNIPROC_EXECUTOR_H_

@@ -1,0 +1,119 @@
+#include "frontend/llm_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "executor/uniproc_executor.h"
+#include "ipc/status_macros.h"
+
+namespace vllm::frontend {
+
+absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& args) {
+  worker::WorkerConfig wc;
+  wc.model = args.model;
+  wc.load_format = args.load_format;
+  wc.seed = args.seed;
+  wc.kv_cache_memory_bytes = args.kv_cache_memory_bytes;
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<executor::UniProcExecutor> executor,
+                        executor::UniProcExecutor::Create(wc));
+  worker::ModelConfig model_config = executor->worker().model_config();
+
+  const int64_t model_len = model_config.max_position_embeddings;
+  if (args.max_model_len < 0 || args.max_model_len > model_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max-model-len %d is outside [1, %d] (the model's max_position_embeddings)",
+        args.max_model_len, model_len));
+  }
+  core::EngineCoreConfig config;
+  core::SchedulerConfig& s = config.scheduler;
+  s.max_model_len = args.max_model_len > 0 ? args.max_model_len : static_cast<int32_t>(model_len);
+  s.max_num_seqs = args.max_num_seqs;
+  s.max_num_batched_tokens = args.max_num_batched_tokens > 0 ? args.max_num_batched_tokens
+                             : args.enable_chunked_prefill ? 2048
+                                                           : std::max(s.max_model_len, 2048);
+  s.block_size = args.block_size;
+  s.enable_prefix_caching = args.enable_prefix_caching;
+  s.enable_chunked_prefill = args.enable_chunked_prefill;
+  s.long_prefill_token_threshold = args.long_prefill_token_threshold;
+  s.policy = args.scheduling_policy;
+  config.num_gpu_blocks_override = args.num_gpu_blocks_override;
+  const int32_t max_model_len = s.max_model_len;
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<core::EngineCore> core,
+                        core::EngineCore::Create(std::move(config), std::move(executor)));
+  return std::unique_ptr<LLMEngine>(
+      new LLMEngine(std::move(core), std::move(model_config), max_model_len));
+}
+
+absl::Status LLMEngine::AddRequest(core::EngineCoreRequest request) {
+  if (!request.eos_token_id.has_value() && !model_config_.eos_token_ids.empty()) {
+    request.eos_token_id = model_config_.eos_token_ids.front();
+  }
+  for (int32_t id : request.prompt_token_ids) {
+    if (id < 0 || id >= model_config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "prompt token id %d is outside the vocabulary [0, %d)", id, model_config_.vocab_size));
+    }
+  }
+  RequestOutput out;
+  out.request_id = request.request_id;
+  out.prompt_token_ids = request.prompt_token_ids;
+  const std::string id = request.request_id;
+  VLLM_RETURN_IF_ERROR(engine_core_->AddRequest(std::move(request)));
+  outputs_[id] = std::move(out);
+  return absl::OkStatus();
+}
+
+void LLMEngine::AbortRequests(const std::vector<std::string>& request_ids) {
+  engine_core_->AbortRequests(request_ids);
+  for (const std::string& id : request_ids) outputs_.erase(id);
+}
+
+bool LLMEngine::HasUnfinishedRequests() const {
+  return engine_core_->scheduler().HasUnfinishedRequests();
+}
+
+absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
+  VLLM_ASSIGN_OR_RETURN(core::EngineCore::StepResult step, engine_core_->RunOneStep());
+  std::vector<RequestOutput> progressed;
+  if (!step.outputs.has_value()) return progressed;
+  for (core::EngineCoreOutput& o : step.outputs->outputs) {
+    auto it = outputs_.find(o.request_id);
+    if (it == outputs_.end()) continue;  // aborted meanwhile
+    RequestOutput& r = it->second;
+    r.output_token_ids.insert(r.output_token_ids.end(), o.new_token_ids.begin(),
+                              o.new_token_ids.end());
+    for (core::TokenLogprobs& lp : o.logprobs) r.logprobs.push_back(std::move(lp));
+    r.num_cached_tokens = o.num_cached_tokens;
+    r.finish_reason = o.finish_reason;
+    r.stop_reason = o.stop_reason;
+    progressed.push_back(r);
+    if (r.finished()) outputs_.erase(it);
+  }
+  return progressed;
+}
+
+absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Generate(
+    std::vector<core::EngineCoreRequest> requests) {
+  absl::flat_hash_map<std::string, size_t> index;
+  for (size_t i = 0; i < requests.size(); ++i) index[requests[i].request_id] = i;
+  std::vector<RequestOutput> results(requests.size());
+  for (core::EngineCoreRequest& r : requests) VLLM_RETURN_IF_ERROR(AddRequest(std::move(r)));
+  size_t remaining = requests.size();
+  while (remaining > 0) {
+    VLLM_ASSIGN_OR_RETURN(std::vector<RequestOutput> progressed, Step());
+    for (RequestOutput& r : progressed) {
+      if (!r.finished()) continue;
+      auto it = index.find(r.request_id);
+      if (it == index.end()) continue;
+      results[it->second] = std::move(r);
+      --remaining;
+    }
+    if (remaining > 0 && !HasUnfinishedRequests()) {
+      return absl::InternalError("engine went idle with requests unfinished");
+    }
+  }
+  return results;
+}
+
+}  // namespace vllm::frontend

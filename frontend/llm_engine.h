@@ -1,0 +1,95 @@
+// LLMEngine: the in-process engine (vLLM's vllm/v1/engine/llm_engine.py with the offline
+// `LLM` class's generate loop): one EngineCore over a UniProcExecutor in the caller's
+// thread. Add requests, step until done, collect each request's tokens. Token ids in and
+// out; the tokenizer arrives with the API server.
+//
+// Thread-safety: none; use from one thread.
+#ifndef VLLM_FRONTEND_LLM_ENGINE_H_
+#define VLLM_FRONTEND_LLM_ENGINE_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/engine_core.h"
+#include "worker/worker.h"
+
+namespace vllm::frontend {
+
+// vLLM's EngineArgs, the subset that applies to one CPU engine.
+struct EngineArgs {
+  std::filesystem::path model;
+  worker::LoadFormat load_format = worker::LoadFormat::kAuto;
+  // 0: the model's max_position_embeddings.
+  int32_t max_model_len = 0;
+  int32_t max_num_seqs = 256;
+  // 0: max(max_model_len, 2048) with chunked prefill (vLLM's default for the CPU).
+  int32_t max_num_batched_tokens = 0;
+  int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  int32_t long_prefill_token_threshold = 0;
+  core::SchedulingPolicy scheduling_policy = core::SchedulingPolicy::kFcfs;
+  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  std::optional<int32_t> num_gpu_blocks_override;
+  uint64_t seed = 0;
+};
+
+// A request's result so far (vLLM's RequestOutput with token ids only).
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<int32_t> output_token_ids;
+  std::vector<core::TokenLogprobs> logprobs;
+  std::optional<core::FinishReason> finish_reason;
+  std::optional<int32_t> stop_reason;
+  int32_t num_cached_tokens = 0;
+  bool finished() const { return finish_reason.has_value(); }
+};
+
+class LLMEngine {
+ public:
+  // Loads the model and sizes the KV cache. Errors name the flag, file or tensor at fault.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<LLMEngine>> Create(const EngineArgs& args);
+
+  // Queues a request; the model's EOS is filled in when the request has none.
+  // InvalidArgument for a bad request, AlreadyExists for a duplicate id.
+  [[nodiscard]] absl::Status AddRequest(core::EngineCoreRequest request);
+  void AbortRequests(const std::vector<std::string>& request_ids);
+
+  // One engine step; returns the requests that progressed (finished ones last time they
+  // appear). An error means the engine is unusable.
+  [[nodiscard]] absl::StatusOr<std::vector<RequestOutput>> Step();
+  bool HasUnfinishedRequests() const;
+
+  // Adds `requests`, steps until all of them finish and returns their outputs in the same
+  // order.
+  [[nodiscard]] absl::StatusOr<std::vector<RequestOutput>> Generate(
+      std::vector<core::EngineCoreRequest> requests);
+
+  const worker::ModelConfig& model_config() const { return model_config_; }
+  core::EngineCore& engine_core() { return *engine_core_; }
+  int32_t max_model_len() const { return max_model_len_; }
+
+ private:
+  LLMEngine(std::unique_ptr<core::EngineCore> core, worker::ModelConfig model_config,
+            int32_t max_model_len)
+      : engine_core_(std::move(core)),
+        model_config_(std::move(model_config)),
+        max_model_len_(max_model_len) {}
+
+  std::unique_ptr<core::EngineCore> engine_core_;
+  const worker::ModelConfig model_config_;
+  const int32_t max_model_len_;
+  absl::flat_hash_map<std::string, RequestOutput> outputs_;
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_LLM_ENGINE_H_

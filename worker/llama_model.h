@@ -1,0 +1,114 @@
+// LlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2) on the CPU backend, one
+// tensor-parallel rank of it (vLLM's vllm/model_executor/models/llama.py).
+//
+// Per layer: RMSNorm → QKV projection (one merged GEMM, q/k/v biases for Qwen2) → RoPE →
+// KV-cache write → paged attention → o_proj (row-parallel, all-reduce) → fused
+// residual-add RMSNorm → gate_up projection (merged) → SiLU-and-mul → down_proj
+// (row-parallel, all-reduce). The final norm and lm_head run only on the rows that sample.
+//
+// Tensor parallelism: attention heads, KV heads and MLP columns are split evenly over the
+// ranks at load time (q/k/v and gate/up column-parallel: dim 0; o_proj and down_proj
+// row-parallel: dim 1). Embeddings and lm_head are replicated on every rank (vLLM shards
+// the vocabulary; a CPU rank has the memory, and it saves a gather per step).
+//
+// Thread-safety: none; one worker thread owns a model and its scratch buffers.
+#ifndef VLLM_WORKER_LLAMA_MODEL_H_
+#define VLLM_WORKER_LLAMA_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/communicator.h"
+#include "kernels/cpu/ops.h"
+#include "worker/model_config.h"
+#include "worker/weights.h"
+
+namespace vllm::worker {
+
+// The paged KV cache of one rank: per layer a K and a V buffer of
+// [num_blocks, block_size, num_kv_heads (this rank), head_dim] floats.
+struct KVCache {
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+  std::vector<std::vector<float>> k;
+  std::vector<std::vector<float>> v;
+};
+
+// One step's flattened batch, prepared by the ModelRunner.
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;     // [num_tokens]
+  std::span<const int32_t> positions;     // [num_tokens]
+  std::span<const int64_t> slot_mapping;  // [num_tokens]
+  kernels::cpu::AttentionMetadata attention;
+  // Rows whose logits are wanted (one per sampling request), ascending.
+  std::span<const int32_t> logits_indices;
+};
+
+class LlamaModel {
+ public:
+  // Loads this rank's shard of every weight from `weights`. `comm` (not owned, outlives the
+  // model) is the tensor-parallel group; its world size must divide the head counts and
+  // intermediate size (InvalidArgument otherwise). Weight errors name the tensor.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
+      const ModelConfig& config, WeightSource& weights, kernels::Communicator* comm);
+
+  // Runs the batch, writing its K/V into `cache`, and fills `logits` with
+  // [logits_indices.size(), vocab_size] floats. Fails only if the collective fails.
+  [[nodiscard]] absl::Status Forward(const ForwardBatch& batch, KVCache& cache,
+                                     std::vector<float>* logits);
+
+  // Allocates a zeroed cache for this rank.
+  KVCache AllocateKVCache(int32_t num_blocks, int32_t block_size) const;
+
+  const ModelConfig& config() const { return config_; }
+  int32_t num_layers() const { return config_.num_hidden_layers; }
+  int32_t num_heads() const { return num_heads_; }        // this rank
+  int32_t num_kv_heads() const { return num_kv_heads_; }  // this rank
+  int32_t head_dim() const { return config_.head_dim; }
+  int32_t vocab_size() const { return config_.vocab_size; }
+  // Bytes of weights this rank holds.
+  int64_t weight_bytes() const;
+
+ private:
+  struct Layer {
+    std::vector<float> input_norm;
+    std::vector<float> qkv;       // [(heads + 2 kv_heads) × head_dim, hidden]
+    std::vector<float> qkv_bias;  // empty without attention bias
+    std::vector<float> o_proj;    // [hidden, heads × head_dim]
+    std::vector<float> o_bias;    // empty unless the checkpoint has one (added on rank 0)
+    std::vector<float> post_norm;
+    std::vector<float> gate_up;  // [2 × intermediate, hidden]
+    std::vector<float> down;     // [hidden, intermediate]
+  };
+
+  LlamaModel(const ModelConfig& config, kernels::Communicator* comm,
+             kernels::cpu::RotaryEmbedding rope);
+  [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
+  [[nodiscard]] absl::Status Attention(const Layer& layer, int32_t layer_index,
+                                       const ForwardBatch& batch, KVCache& cache, float* hidden);
+  [[nodiscard]] absl::Status Mlp(const Layer& layer, int64_t num_tokens, float* hidden);
+
+  const ModelConfig config_;
+  kernels::Communicator* const comm_;
+  const kernels::cpu::RotaryEmbedding rope_;
+  const int32_t num_heads_;
+  const int32_t num_kv_heads_;
+  const int32_t intermediate_;  // this rank
+
+  std::vector<float> embed_tokens_;  // [vocab, hidden]
+  std::vector<float> lm_head_;       // empty when tied to embed_tokens_
+  std::vector<float> final_norm_;
+  std::vector<Layer> layers_;
+
+  // Scratch, grown on demand and reused across steps.
+  std::vector<float> hidden_, residual_, qkv_, q_, k_, v_, attn_out_, gate_up_, act_, rows_;
+};
+
+}  // namespace vllm::worker
+
+#endif  // VLLM_WORKER_LLAMA_MODEL_H_

@@ -1,0 +1,230 @@
+#include "worker/model_runner.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "ipc/status_macros.h"
+#include "kernels/cpu/sampling.h"
+#include "xxhash.h"
+
+namespace vllm::worker {
+namespace {
+
+namespace cpu = ::vllm::kernels::cpu;
+
+cpu::SamplingRow ToSamplingRow(const core::SamplingParams& p) {
+  cpu::SamplingRow row;
+  row.temperature = static_cast<float>(p.temperature);
+  row.top_k = p.top_k;
+  row.top_p = static_cast<float>(p.top_p);
+  row.min_p = static_cast<float>(p.min_p);
+  row.presence_penalty = static_cast<float>(p.presence_penalty);
+  row.frequency_penalty = static_cast<float>(p.frequency_penalty);
+  row.repetition_penalty = static_cast<float>(p.repetition_penalty);
+  return row;
+}
+
+absl::Status Bad(const std::string& req_id, const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("SchedulerOutput: request %s: %s", req_id, what));
+}
+
+}  // namespace
+
+ModelRunner::ModelRunner(std::unique_ptr<LlamaModel> model, uint64_t seed)
+    : model_(std::move(model)), seed_(seed) {}
+
+absl::Status ModelRunner::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
+  if (num_blocks <= 0 || block_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "KV cache needs positive num_blocks and block_size, got %d and %d", num_blocks,
+        block_size));
+  }
+  kv_cache_ = model_->AllocateKVCache(num_blocks, block_size);
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
+  for (const std::string& id : so.finished_req_ids) requests_.erase(id);
+  // A preempted request keeps its sampling state (a resume sends tokens and blocks only).
+  for (const std::string& id : so.preempted_req_ids) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) it->second.block_ids.clear();
+  }
+  scheduled_.clear();
+  for (const core::NewRequestData& d : so.scheduled_new_reqs) {
+    if (d.prompt_token_ids.empty()) return Bad(d.req_id, "empty prompt");
+    RequestState& s = requests_[d.req_id];
+    s.token_ids = d.prompt_token_ids;
+    s.num_prompt_tokens = static_cast<int32_t>(d.prompt_token_ids.size());
+    s.num_computed_tokens = d.num_computed_tokens;
+    s.block_ids = d.block_ids;
+    s.sampling_params = d.sampling_params;
+    s.seed = d.sampling_params.seed.has_value()
+                 ? static_cast<uint64_t>(*d.sampling_params.seed)
+                 : XXH64(d.req_id.data(), d.req_id.size(), seed_);
+    scheduled_.push_back(&s);
+  }
+  const core::CachedRequestData& c = so.scheduled_cached_reqs;
+  for (size_t i = 0; i < c.size(); ++i) {
+    auto it = requests_.find(c.req_ids[i]);
+    if (it == requests_.end()) return Bad(c.req_ids[i], "not known to this worker");
+    RequestState& s = it->second;
+    const auto tokens = c.new_token_ids_of(i);
+    const auto blocks = c.new_block_ids_of(i);
+    const int32_t nc = c.num_computed_tokens[i];
+    if (c.resumed_from_preemption[i] != 0) {
+      if (static_cast<int32_t>(tokens.size()) < s.num_prompt_tokens) {
+        return Bad(c.req_ids[i], "resumed without its prompt");
+      }
+      s.token_ids.assign(tokens.begin(), tokens.end());
+      s.block_ids.assign(blocks.begin(), blocks.end());
+    } else {
+      if (nc < 0 || nc > static_cast<int32_t>(s.token_ids.size())) {
+        return Bad(c.req_ids[i], absl::StrFormat("num_computed_tokens %d but %d tokens known", nc,
+                                                 s.token_ids.size()));
+      }
+      // The tokens fed this step; usually the token this worker sampled last step.
+      const size_t end = static_cast<size_t>(nc) + tokens.size();
+      if (s.token_ids.size() < end) s.token_ids.resize(end);
+      std::copy(tokens.begin(), tokens.end(), s.token_ids.begin() + nc);
+      s.block_ids.insert(s.block_ids.end(), blocks.begin(), blocks.end());
+    }
+    s.num_computed_tokens = nc;
+    scheduled_.push_back(&s);
+  }
+  if (so.num_scheduled_tokens.size() != scheduled_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SchedulerOutput: %d num_scheduled_tokens entries for %d requests",
+                        so.num_scheduled_tokens.size(), scheduled_.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
+  const int32_t bs = kv_cache_.block_size;
+  input_ids_.clear();
+  positions_.clear();
+  slot_mapping_.clear();
+  seq_lens_.clear();
+  logits_indices_.clear();
+  sampling_rows_.clear();
+  query_start_loc_.assign(1, 0);
+  int32_t max_blocks = 1;
+  for (size_t r = 0; r < scheduled_.size(); ++r) {
+    const RequestState& s = *scheduled_[r];
+    const int32_t n = so.num_scheduled_tokens[r];
+    const int32_t nc = s.num_computed_tokens;
+    const std::string& id = so.scheduled_req_id(r);
+    if (n <= 0 || nc + n > static_cast<int32_t>(s.token_ids.size())) {
+      return Bad(id, absl::StrFormat("%d tokens scheduled from %d, but %d known", n, nc,
+                                     s.token_ids.size()));
+    }
+    const int32_t seq_len = nc + n;
+    const int32_t num_blocks = (seq_len + bs - 1) / bs;
+    if (num_blocks > static_cast<int32_t>(s.block_ids.size())) {
+      return Bad(id, absl::StrFormat("%d tokens need %d blocks, the table has %d", seq_len,
+                                     num_blocks, s.block_ids.size()));
+    }
+    for (int32_t b = 0; b < num_blocks; ++b) {
+      if (s.block_ids[b] < 0 || s.block_ids[b] >= kv_cache_.num_blocks) {
+        return Bad(id, absl::StrFormat("block %d outside the cache of %d blocks", s.block_ids[b],
+                                       kv_cache_.num_blocks));
+      }
+    }
+    for (int32_t p = nc; p < seq_len; ++p) {
+      input_ids_.push_back(s.token_ids[p]);
+      positions_.push_back(p);
+      slot_mapping_.push_back(int64_t{s.block_ids[p / bs]} * bs + p % bs);
+    }
+    query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
+    seq_lens_.push_back(seq_len);
+    max_blocks = std::max(max_blocks, num_blocks);
+    // Samples only when every known token is computed (not mid-way through a chunked prefill).
+    if (seq_len == static_cast<int32_t>(s.token_ids.size())) {
+      logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1);
+      sampling_rows_.push_back(static_cast<int32_t>(r));
+    }
+  }
+  block_tables_.assign(scheduled_.size() * static_cast<size_t>(max_blocks), 0);
+  for (size_t r = 0; r < scheduled_.size(); ++r) {
+    const RequestState& s = *scheduled_[r];
+    const int32_t num_blocks = (seq_lens_[r] + bs - 1) / bs;
+    std::copy_n(s.block_ids.begin(), num_blocks, block_tables_.begin() + r * max_blocks);
+  }
+  for (int32_t id : input_ids_) {
+    if (id < 0 || id >= model_->vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SchedulerOutput: token id %d outside the vocabulary of %d", id, model_->vocab_size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs* logprobs) {
+  const int64_t vocab = model_->vocab_size();
+  std::vector<float> raw;
+  if (logprobs != nullptr) raw.assign(logits, logits + vocab);
+  const cpu::SamplingRow row = ToSamplingRow(s.sampling_params);
+  const std::span<const int32_t> all(s.token_ids);
+  cpu::ApplyPenalties(logits, vocab, all.first(s.num_prompt_tokens),
+                      all.subspan(s.num_prompt_tokens), row);
+  const double u = cpu::CounterUniform(s.seed, s.token_ids.size());
+  const int32_t token = cpu::SampleRow(logits, vocab, row, u);
+  if (logprobs != nullptr) {
+    cpu::RowLogprobs lp =
+        cpu::ComputeLogprobs(raw.data(), vocab, token, *s.sampling_params.logprobs);
+    logprobs->token_ids = std::move(lp.token_ids);
+    logprobs->logprobs = std::move(lp.logprobs);
+    logprobs->sampled_token_rank = lp.sampled_token_rank;
+  }
+  return token;
+}
+
+absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(
+    const core::SchedulerOutput& so) {
+  if (!kv_cache_initialized()) {
+    return absl::FailedPreconditionError("ExecuteModel before InitializeKVCache");
+  }
+  VLLM_RETURN_IF_ERROR(UpdateStates(so));
+  core::ModelRunnerOutput out;
+  const size_t n = scheduled_.size();
+  out.req_ids.reserve(n);
+  for (size_t r = 0; r < n; ++r) out.req_ids.push_back(so.scheduled_req_id(r));
+  out.sampled_token_ids.resize(n);
+  if (n == 0) return out;
+  VLLM_RETURN_IF_ERROR(PrepareInputs(so));
+
+  ForwardBatch batch;
+  batch.token_ids = input_ids_;
+  batch.positions = positions_;
+  batch.slot_mapping = slot_mapping_;
+  batch.logits_indices = logits_indices_;
+  batch.attention.num_seqs = static_cast<int32_t>(n);
+  batch.attention.query_start_loc = query_start_loc_.data();
+  batch.attention.seq_lens = seq_lens_.data();
+  batch.attention.block_tables = block_tables_.data();
+  batch.attention.max_blocks_per_seq = static_cast<int32_t>(block_tables_.size() / n);
+  batch.attention.block_size = kv_cache_.block_size;
+  VLLM_RETURN_IF_ERROR(model_->Forward(batch, kv_cache_, &logits_));
+
+  bool any_logprobs = false;
+  for (int32_t r : sampling_rows_) any_logprobs |= scheduled_[r]->sampling_params.logprobs.has_value();
+  if (any_logprobs) out.logprobs.resize(n);
+  const int64_t vocab = model_->vocab_size();
+  for (size_t i = 0; i < sampling_rows_.size(); ++i) {
+    const int32_t r = sampling_rows_[i];
+    RequestState& s = *scheduled_[r];
+    core::TokenLogprobs lp;
+    const bool want = s.sampling_params.logprobs.has_value();
+    const int32_t token = Sample(s, logits_.data() + i * vocab, want ? &lp : nullptr);
+    out.sampled_token_ids[r].push_back(token);
+    if (want) out.logprobs[r].push_back(std::move(lp));
+    s.token_ids.push_back(token);
+  }
+  for (size_t r = 0; r < n; ++r) scheduled_[r]->num_computed_tokens += so.num_scheduled_tokens[r];
+  return out;
+}
+
+}  // namespace vllm::worker

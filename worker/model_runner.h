@@ -1,0 +1,85 @@
+// ModelRunner: runs one SchedulerOutput on this rank's model (vLLM's
+// vllm/v1/worker/gpu_model_runner.py with its InputBatch).
+//
+// It keeps persistent per-request state — token ids, block table, sampling settings — built
+// from a request's NewRequestData once and updated from each step's CachedRequestData
+// deltas; finished and preempted requests are dropped (a resumed request arrives with all
+// its tokens and blocks). Each step it flattens the scheduled tokens into one batch (token
+// ids, positions, slot mapping, query_start_loc, seq_lens, block tables), runs the model,
+// and samples one token for every request whose known tokens are all computed after the
+// step (the others are mid-way through a chunked prefill and get an empty entry).
+//
+// Sampling is reproducible: the draw for the token at position p of a request uses
+// CounterUniform(seed, p), with the request's seed or, when it has none, one derived from
+// the runner's seed and the request id — so a preempted and recomputed request samples the
+// same tokens.
+//
+// Thread-safety: none; the worker's thread owns it.
+#ifndef VLLM_WORKER_MODEL_RUNNER_H_
+#define VLLM_WORKER_MODEL_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/sampling_params.h"
+#include "core/scheduler_output.h"
+#include "worker/llama_model.h"
+
+namespace vllm::worker {
+
+class ModelRunner {
+ public:
+  // `seed` seeds requests without a seed of their own.
+  ModelRunner(std::unique_ptr<LlamaModel> model, uint64_t seed);
+
+  // Allocates the KV cache; must precede ExecuteModel. InvalidArgument on non-positive sizes.
+  [[nodiscard]] absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size);
+
+  // Applies the step's deltas, runs the model and samples. InvalidArgument (and no state
+  // change to other requests' KV) when the output references an unknown request, a block
+  // outside the cache, or tokens inconsistent with the request's state — a scheduler bug or
+  // a corrupt frame, reported rather than crashing the worker.
+  [[nodiscard]] absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
+      const core::SchedulerOutput& scheduler_output);
+
+  LlamaModel& model() { return *model_; }
+  size_t num_requests() const { return requests_.size(); }
+  bool kv_cache_initialized() const { return kv_cache_.num_blocks > 0; }
+
+ private:
+  struct RequestState {
+    std::vector<int32_t> token_ids;  // prompt, then every token known to the worker
+    int32_t num_prompt_tokens = 0;
+    int32_t num_computed_tokens = 0;
+    std::vector<int32_t> block_ids;
+    core::SamplingParams sampling_params;
+    uint64_t seed = 0;
+  };
+
+  [[nodiscard]] absl::Status UpdateStates(const core::SchedulerOutput& so);
+  // Fills the flattened batch for the scheduled requests (in num_scheduled_tokens order).
+  [[nodiscard]] absl::Status PrepareInputs(const core::SchedulerOutput& so);
+  int32_t Sample(RequestState& state, float* logits, core::TokenLogprobs* logprobs);
+
+  std::unique_ptr<LlamaModel> model_;
+  const uint64_t seed_;
+  KVCache kv_cache_;
+  absl::flat_hash_map<std::string, RequestState> requests_;
+
+  // Per-step scratch.
+  std::vector<RequestState*> scheduled_;
+  std::vector<int32_t> input_ids_, positions_, query_start_loc_, seq_lens_, block_tables_;
+  std::vector<int32_t> logits_indices_;
+  std::vector<int64_t> slot_mapping_;
+  std::vector<int32_t> sampling_rows_;  // index into scheduled_ per logits row
+  std::vector<float> logits_;
+};
+
+}  // namespace vllm::worker
+
+#endif  // VLLM_WORKER_MODEL_RUNNER_H_
