@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& a
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<executor::UniProcExecutor> executor,
                         executor::UniProcExecutor::Create(wc));
   worker::ModelConfig model_config = executor->worker().model_config();
+  const int64_t weight_bytes = executor->worker().runner().model().weight_bytes();
 
   const int64_t model_len = model_config.max_position_embeddings;
   if (args.max_model_len < 0 || args.max_model_len > model_len) {
@@ -42,7 +43,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& a
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<core::EngineCore> core,
                         core::EngineCore::Create(std::move(config), std::move(executor)));
   return std::unique_ptr<LLMEngine>(
-      new LLMEngine(std::move(core), std::move(model_config), max_model_len));
+      new LLMEngine(std::move(core), std::move(model_config), max_model_len, weight_bytes));
 }
 
 absl::Status LLMEngine::AddRequest(core::EngineCoreRequest request) {
@@ -77,6 +78,12 @@ absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
   VLLM_ASSIGN_OR_RETURN(core::EngineCore::StepResult step, engine_core_->RunOneStep());
   std::vector<RequestOutput> progressed;
   if (!step.outputs.has_value()) return progressed;
+  ++totals_.num_steps;
+  if (const auto& stats = step.outputs->scheduler_stats; stats.has_value()) {
+    totals_.num_preemptions += stats->num_preemptions;
+    totals_.prefix_cache_queries += stats->prefix_cache_stats.queries;
+    totals_.prefix_cache_hits += stats->prefix_cache_stats.hits;
+  }
   for (core::EngineCoreOutput& o : step.outputs->outputs) {
     auto it = outputs_.find(o.request_id);
     if (it == outputs_.end()) continue;  // aborted meanwhile

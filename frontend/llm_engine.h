@@ -73,21 +73,35 @@ class LLMEngine {
   [[nodiscard]] absl::StatusOr<std::vector<RequestOutput>> Generate(
       std::vector<core::EngineCoreRequest> requests);
 
+  // Totals over the engine's life, from the scheduler stats of every step.
+  struct Totals {
+    int64_t num_preemptions = 0;
+    int64_t prefix_cache_queries = 0;
+    int64_t prefix_cache_hits = 0;
+    int64_t num_steps = 0;
+  };
+  const Totals& totals() const { return totals_; }
+
   const worker::ModelConfig& model_config() const { return model_config_; }
   core::EngineCore& engine_core() { return *engine_core_; }
   int32_t max_model_len() const { return max_model_len_; }
+  // Bytes of model weights the worker holds.
+  int64_t weight_bytes() const { return weight_bytes_; }
 
  private:
   LLMEngine(std::unique_ptr<core::EngineCore> core, worker::ModelConfig model_config,
-            int32_t max_model_len)
+            int32_t max_model_len, int64_t weight_bytes)
       : engine_core_(std::move(core)),
         model_config_(std::move(model_config)),
-        max_model_len_(max_model_len) {}
+        max_model_len_(max_model_len),
+        weight_bytes_(weight_bytes) {}
 
   std::unique_ptr<core::EngineCore> engine_core_;
   const worker::ModelConfig model_config_;
   const int32_t max_model_len_;
+  const int64_t weight_bytes_;
   absl::flat_hash_map<std::string, RequestOutput> outputs_;
+  Totals totals_;
 };
 
 }  // namespace vllm::frontend

@@ -50,12 +50,14 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
   // A preempted request keeps its sampling state (a resume sends tokens and blocks only).
   for (const std::string& id : so.preempted_req_ids) {
     auto it = requests_.find(id);
-    if (it != requests_.end()) it->second.block_ids.clear();
+    if (it != requests_.end()) it->second->block_ids.clear();
   }
   scheduled_.clear();
   for (const core::NewRequestData& d : so.scheduled_new_reqs) {
     if (d.prompt_token_ids.empty()) return Bad(d.req_id, "empty prompt");
-    RequestState& s = requests_[d.req_id];
+    std::unique_ptr<RequestState>& slot = requests_[d.req_id];
+    if (slot == nullptr) slot = std::make_unique<RequestState>();
+    RequestState& s = *slot;
     s.token_ids = d.prompt_token_ids;
     s.num_prompt_tokens = static_cast<int32_t>(d.prompt_token_ids.size());
     s.num_computed_tokens = d.num_computed_tokens;
@@ -70,7 +72,7 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
   for (size_t i = 0; i < c.size(); ++i) {
     auto it = requests_.find(c.req_ids[i]);
     if (it == requests_.end()) return Bad(c.req_ids[i], "not known to this worker");
-    RequestState& s = it->second;
+    RequestState& s = *it->second;
     const auto tokens = c.new_token_ids_of(i);
     const auto blocks = c.new_block_ids_of(i);
     const int32_t nc = c.num_computed_tokens[i];

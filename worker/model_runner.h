@@ -69,7 +69,8 @@ class ModelRunner {
   std::unique_ptr<LlamaModel> model_;
   const uint64_t seed_;
   KVCache kv_cache_;
-  absl::flat_hash_map<std::string, RequestState> requests_;
+  // Boxed: scheduled_ keeps pointers across insertions.
+  absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
 
   // Per-step scratch.
   std::vector<RequestState*> scheduled_;

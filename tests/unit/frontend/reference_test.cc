@@ -1,0 +1,191 @@
+// The model against Hugging Face transformers: tests/fixtures/models/<name>/ holds a tiny
+// seeded checkpoint and reference.json (greedy tokens and logits recorded by
+// tools/make_reference.py). Greedy tokens must match exactly in every engine mode — batch
+// 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — and the
+// logits within tolerance.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "frontend/llm_engine.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "worker/llama_model.h"
+#include "worker/weights.h"
+
+namespace vllm::frontend {
+namespace {
+
+const std::filesystem::path kFixtures =
+    std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "models";
+
+struct Reference {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> greedy;
+  std::vector<std::vector<float>> prompt_logits;
+  std::vector<std::vector<float>> final_logits;
+  int32_t max_new_tokens = 0;
+};
+
+Reference LoadReference(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "reference.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str());
+  Reference r;
+  r.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
+  r.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
+  r.prompt_logits = j.at("prompt_logits").get<std::vector<std::vector<float>>>();
+  r.final_logits = j.at("final_logits").get<std::vector<std::vector<float>>>();
+  r.max_new_tokens = j.at("max_new_tokens").get<int32_t>();
+  return r;
+}
+
+core::EngineCoreRequest Greedy(const std::string& id, const std::vector<int32_t>& prompt,
+                               int32_t max_tokens) {
+  core::EngineCoreRequest r;
+  r.request_id = id;
+  r.prompt_token_ids = prompt;
+  r.sampling_params.temperature = 0.0;
+  r.sampling_params.max_tokens = max_tokens;
+  r.sampling_params.ignore_eos = true;
+  return r;
+}
+
+struct Mode {
+  const char* name;
+  int32_t batch;  // requests in flight at once (1 or all)
+  bool prefix_caching;
+  int32_t max_num_batched_tokens;  // 0: default
+  int32_t long_prefill_token_threshold;
+  int32_t num_blocks;  // 0: from the memory budget
+  int32_t max_model_len;
+  int32_t repeats;  // run the prompts this many times on one engine (cache hits)
+};
+
+const Mode kModes[] = {
+    {"batch1", 1, false, 0, 0, 0, 0, 1},
+    {"batch8", 8, false, 0, 0, 0, 0, 1},
+    {"batch8_prefix_caching", 8, true, 0, 0, 0, 0, 2},
+    {"batch1_prefix_caching", 1, true, 0, 0, 0, 0, 2},
+    {"chunked_prefill", 8, true, 16, 5, 0, 0, 1},
+    // 14 blocks of 16 tokens hold about two of the longest requests (64 + 24 tokens): the
+    // rest wait, and running ones are preempted and recomputed.
+    {"preemption", 8, true, 0, 0, 14, 128, 1},
+};
+
+class ReferenceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::filesystem::path dir() const { return kFixtures / GetParam(); }
+};
+
+TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
+  const Reference ref = LoadReference(dir());
+  ASSERT_EQ(ref.prompts.size(), ref.greedy.size());
+  for (const Mode& mode : kModes) {
+    SCOPED_TRACE(mode.name);
+    EngineArgs args;
+    args.model = dir();
+    args.enable_prefix_caching = mode.prefix_caching;
+    args.max_num_batched_tokens = mode.max_num_batched_tokens;
+    args.long_prefill_token_threshold = mode.long_prefill_token_threshold;
+    args.max_model_len = mode.max_model_len;
+    args.kv_cache_memory_bytes = 64 << 20;
+    if (mode.num_blocks > 0) args.num_gpu_blocks_override = mode.num_blocks;
+    auto engine = LLMEngine::Create(args);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    for (int32_t rep = 0; rep < mode.repeats; ++rep) {
+      for (size_t first = 0; first < ref.prompts.size(); first += mode.batch) {
+        std::vector<core::EngineCoreRequest> requests;
+        for (size_t i = first; i < std::min(ref.prompts.size(), first + mode.batch); ++i) {
+          requests.push_back(Greedy(absl::StrCat(mode.name, "-", rep, "-", i), ref.prompts[i],
+                                    ref.max_new_tokens));
+        }
+        auto outputs = (*engine)->Generate(std::move(requests));
+        ASSERT_TRUE(outputs.ok()) << outputs.status();
+        for (size_t k = 0; k < outputs->size(); ++k) {
+          EXPECT_EQ((*outputs)[k].output_token_ids, ref.greedy[first + k])
+              << "prompt " << first + k << ", repeat " << rep;
+        }
+      }
+    }
+    const LLMEngine::Totals& totals = (*engine)->totals();
+    if (mode.num_blocks > 0) {
+      EXPECT_GT(totals.num_preemptions, 0) << "the mode meant to force preemption did not";
+    }
+    if (mode.prefix_caching && mode.repeats > 1) {
+      EXPECT_GT(totals.prefix_cache_hits, 0) << "the second pass hit no cached prefix";
+    }
+  }
+}
+
+// Runs the model directly on one sequence and returns its last position's logits.
+std::vector<float> LastLogits(worker::LlamaModel& model, const std::vector<int32_t>& tokens) {
+  constexpr int32_t kBlockSize = 16;
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  const int32_t num_blocks = (n + kBlockSize - 1) / kBlockSize;
+  worker::KVCache cache = model.AllocateKVCache(num_blocks, kBlockSize);
+  std::vector<int32_t> positions(n), block_table(num_blocks);
+  std::vector<int64_t> slots(n);
+  for (int32_t i = 0; i < n; ++i) positions[i] = slots[i] = i;
+  for (int32_t b = 0; b < num_blocks; ++b) block_table[b] = b;
+  const int32_t query_start_loc[2] = {0, n};
+  const int32_t seq_lens[1] = {n};
+  const int32_t logits_index[1] = {n - 1};
+  worker::ForwardBatch batch;
+  batch.token_ids = tokens;
+  batch.positions = positions;
+  batch.slot_mapping = slots;
+  batch.logits_indices = logits_index;
+  batch.attention.num_seqs = 1;
+  batch.attention.query_start_loc = query_start_loc;
+  batch.attention.seq_lens = seq_lens;
+  batch.attention.block_tables = block_table.data();
+  batch.attention.max_blocks_per_seq = num_blocks;
+  batch.attention.block_size = kBlockSize;
+  std::vector<float> logits;
+  EXPECT_TRUE(model.Forward(batch, cache, &logits).ok());
+  return logits;
+}
+
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, size_t prompt) {
+  ASSERT_EQ(got.size(), want.size());
+  float scale = 1.0f, max_diff = 0.0f;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(want[i]));
+    max_diff = std::max(max_diff, std::abs(got[i] - want[i]));
+  }
+  // The reference is float32 rounded to 6 significant digits.
+  EXPECT_LE(max_diff, 1e-4f * scale) << "prompt " << prompt << ": logits differ by " << max_diff;
+  ::testing::Test::RecordProperty(absl::StrCat("max_logit_diff_", prompt),
+                                  absl::StrFormat("%.3g of scale %.3g", max_diff, scale));
+}
+
+TEST_P(ReferenceTest, LogitsMatchWithinTolerance) {
+  const Reference ref = LoadReference(dir());
+  auto config = worker::LoadModelConfig(dir());
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto weights = worker::OpenSafetensors(dir());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  kernels::SingleRankCommunicator comm;
+  auto model = worker::LlamaModel::Load(*config, **weights, &comm);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    ExpectClose(LastLogits(**model, ref.prompts[i]), ref.prompt_logits[i], i);
+    std::vector<int32_t> tokens = ref.prompts[i];
+    tokens.insert(tokens.end(), ref.greedy[i].begin(), ref.greedy[i].end() - 1);
+    ExpectClose(LastLogits(**model, tokens), ref.final_logits[i], i);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
+                         ::testing::Values("llama_mha", "llama_gqa", "qwen2"));
+
+}  // namespace
+}  // namespace vllm::frontend

@@ -1,0 +1,233 @@
+// ModelRunner on a small dummy-weight Llama: persistent request state from deltas, chunked
+// prefill sampling only at the end, seeded sampling independent of the batch, logprobs,
+// and malformed SchedulerOutputs rejected with an error instead of a crash.
+#include "worker/model_runner.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "worker/weights.h"
+#include "worker/worker.h"
+
+namespace vllm::worker {
+namespace {
+
+constexpr int32_t kVocab = 96;
+constexpr int32_t kBlockSize = 4;
+
+class ModelRunnerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/vllm-runner-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    std::ofstream(dir_ / "config.json")
+        << R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+"intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+"num_key_value_heads": 2, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
+"eos_token_id": 95})";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<Worker> MakeWorker(uint64_t seed = 1) {
+    WorkerConfig config;
+    config.model = dir_;
+    config.load_format = LoadFormat::kDummy;
+    config.seed = seed;
+    // Large random weights so that sampled distributions are not flat.
+    auto worker = Worker::Create(config, &comm_);
+    EXPECT_TRUE(worker.ok()) << worker.status();
+    EXPECT_TRUE((*worker)->InitializeKVCache(32, kBlockSize).ok());
+    return std::move(*worker);
+  }
+
+  static core::NewRequestData NewRequest(const std::string& id, int32_t prompt_len,
+                                         int32_t first_block) {
+    core::NewRequestData d;
+    d.req_id = id;
+    for (int32_t i = 0; i < prompt_len; ++i) d.prompt_token_ids.push_back((i * 7 + 3) % kVocab);
+    for (int32_t b = 0; b < (prompt_len + 8) / kBlockSize + 1; ++b) {
+      d.block_ids.push_back(first_block + b);
+    }
+    d.sampling_params.temperature = 0.0;
+    return d;
+  }
+
+  // A decode step for `id` feeding `token` at position `pos`.
+  static void AddDecode(core::SchedulerOutput& so, const std::string& id, int32_t token,
+                        int32_t pos) {
+    core::CachedRequestData& c = so.scheduled_cached_reqs;
+    c.req_ids.push_back(id);
+    c.resumed_from_preemption.push_back(0);
+    c.new_token_ids.push_back(token);
+    c.new_token_ids_offsets.push_back(static_cast<uint32_t>(c.new_token_ids.size()));
+    c.new_block_ids_offsets.push_back(static_cast<uint32_t>(c.new_block_ids.size()));
+    c.num_computed_tokens.push_back(pos);
+    so.num_scheduled_tokens.push_back(1);
+    so.total_num_scheduled_tokens += 1;
+  }
+
+  std::filesystem::path dir_;
+  kernels::SingleRankCommunicator comm_;
+};
+
+TEST_F(ModelRunnerTest, ChunkedPrefillSamplesOnlyAfterTheLastChunk) {
+  auto worker = MakeWorker();
+  core::SchedulerOutput first;
+  first.scheduled_new_reqs.push_back(NewRequest("a", 10, 0));
+  first.num_scheduled_tokens = {6};
+  auto out = worker->ExecuteModel(first);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->req_ids, std::vector<std::string>{"a"});
+  EXPECT_TRUE(out->sampled_token_ids[0].empty()) << "sampled mid-prefill";
+
+  core::SchedulerOutput second;
+  core::CachedRequestData& c = second.scheduled_cached_reqs;
+  c.req_ids = {"a"};
+  c.resumed_from_preemption = {0};
+  c.new_token_ids = {first.scheduled_new_reqs[0].prompt_token_ids.begin() + 6,
+                     first.scheduled_new_reqs[0].prompt_token_ids.end()};
+  c.new_token_ids_offsets = {0, 4};
+  c.new_block_ids_offsets = {0, 0};
+  c.num_computed_tokens = {6};
+  second.num_scheduled_tokens = {4};
+  out = worker->ExecuteModel(second);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->sampled_token_ids[0].size(), 1u);
+
+  // The same prompt in one go samples the same token.
+  auto fresh = MakeWorker();
+  core::SchedulerOutput whole;
+  whole.scheduled_new_reqs.push_back(NewRequest("a", 10, 0));
+  whole.num_scheduled_tokens = {10};
+  auto once = fresh->ExecuteModel(whole);
+  ASSERT_TRUE(once.ok()) << once.status();
+  EXPECT_EQ(once->sampled_token_ids[0], out->sampled_token_ids[0]);
+}
+
+TEST_F(ModelRunnerTest, SeededSamplingDoesNotDependOnTheBatch) {
+  auto sample_alone = [&](bool with_neighbour) {
+    auto worker = MakeWorker(/*seed=*/7);
+    core::SchedulerOutput so;
+    core::NewRequestData d = NewRequest("seeded", 5, 0);
+    d.sampling_params.temperature = 1.0;
+    d.sampling_params.seed = 1234;
+    so.scheduled_new_reqs.push_back(d);
+    so.num_scheduled_tokens.push_back(5);
+    if (with_neighbour) {
+      core::NewRequestData n = NewRequest("other", 9, 10);
+      n.sampling_params.temperature = 1.0;
+      so.scheduled_new_reqs.insert(so.scheduled_new_reqs.begin(), n);
+      so.num_scheduled_tokens.insert(so.num_scheduled_tokens.begin(), 9);
+    }
+    std::vector<int32_t> tokens;
+    auto out = worker->ExecuteModel(so);
+    EXPECT_TRUE(out.ok()) << out.status();
+    tokens.push_back(out->sampled_token_ids.back()[0]);
+    for (int32_t step = 0; step < 6; ++step) {
+      core::SchedulerOutput next;
+      AddDecode(next, "seeded", tokens.back(), 5 + step);
+      auto o = worker->ExecuteModel(next);
+      EXPECT_TRUE(o.ok()) << o.status();
+      tokens.push_back(o->sampled_token_ids[0][0]);
+    }
+    return tokens;
+  };
+  EXPECT_EQ(sample_alone(false), sample_alone(true));
+}
+
+TEST_F(ModelRunnerTest, ReturnsLogprobsWhenAsked) {
+  auto worker = MakeWorker();
+  core::SchedulerOutput so;
+  core::NewRequestData d = NewRequest("lp", 4, 0);
+  d.sampling_params.logprobs = 3;
+  so.scheduled_new_reqs.push_back(d);
+  so.num_scheduled_tokens = {4};
+  auto out = worker->ExecuteModel(so);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->logprobs.size(), 1u);
+  ASSERT_EQ(out->logprobs[0].size(), 1u);
+  const core::TokenLogprobs& lp = out->logprobs[0][0];
+  ASSERT_EQ(lp.token_ids.size(), 4u);  // the sampled token, then the top 3
+  EXPECT_EQ(lp.token_ids[0], out->sampled_token_ids[0][0]);
+  EXPECT_EQ(lp.sampled_token_rank, 1);  // greedy picks the most likely token
+  EXPECT_LE(lp.logprobs[0], 0.0f);
+}
+
+TEST_F(ModelRunnerTest, MalformedStepsAreRejected) {
+  auto worker = MakeWorker();
+  {
+    core::SchedulerOutput so;
+    AddDecode(so, "nobody", 1, 3);
+    auto out = worker->ExecuteModel(so);
+    EXPECT_TRUE(absl::IsInvalidArgument(out.status())) << out.status();
+  }
+  {
+    core::SchedulerOutput so;
+    core::NewRequestData d = NewRequest("far", 4, 0);
+    d.block_ids = {999};
+    so.scheduled_new_reqs.push_back(d);
+    so.num_scheduled_tokens = {4};
+    auto out = worker->ExecuteModel(so);
+    EXPECT_TRUE(absl::IsInvalidArgument(out.status())) << out.status();
+    EXPECT_NE(out.status().message().find("block"), std::string::npos) << out.status();
+  }
+  {
+    core::SchedulerOutput so;
+    core::NewRequestData d = NewRequest("vocab", 4, 0);
+    d.prompt_token_ids[2] = kVocab + 5;
+    so.scheduled_new_reqs.push_back(d);
+    so.num_scheduled_tokens = {4};
+    auto out = worker->ExecuteModel(so);
+    EXPECT_TRUE(absl::IsInvalidArgument(out.status())) << out.status();
+  }
+  {
+    core::SchedulerOutput so;
+    so.scheduled_new_reqs.push_back(NewRequest("count", 4, 0));
+    so.num_scheduled_tokens = {4, 1};
+    EXPECT_TRUE(absl::IsInvalidArgument(worker->ExecuteModel(so).status()));
+  }
+  {
+    core::SchedulerOutput so;
+    so.scheduled_new_reqs.push_back(NewRequest("toomany", 4, 0));
+    so.num_scheduled_tokens = {9};
+    EXPECT_TRUE(absl::IsInvalidArgument(worker->ExecuteModel(so).status()));
+  }
+  // The worker still serves a good step afterwards.
+  core::SchedulerOutput good;
+  good.scheduled_new_reqs.push_back(NewRequest("good", 4, 0));
+  good.num_scheduled_tokens = {4};
+  auto out = worker->ExecuteModel(good);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->sampled_token_ids[0].size(), 1u);
+}
+
+TEST_F(ModelRunnerTest, ExecuteBeforeKVCacheFails) {
+  WorkerConfig config;
+  config.model = dir_;
+  config.load_format = LoadFormat::kDummy;
+  auto worker = Worker::Create(config, &comm_);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  core::SchedulerOutput so;
+  so.scheduled_new_reqs.push_back(NewRequest("x", 4, 0));
+  so.num_scheduled_tokens = {4};
+  EXPECT_TRUE(absl::IsFailedPrecondition((*worker)->ExecuteModel(so).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument((*worker)->InitializeKVCache(0, 16)));
+}
+
+TEST_F(ModelRunnerTest, BadLoadFormatAndMissingModelAreClearErrors) {
+  EXPECT_TRUE(absl::IsInvalidArgument(ParseLoadFormat("pt").status()));
+  WorkerConfig config;
+  config.model = dir_ / "missing";
+  auto worker = Worker::Create(config, &comm_);
+  EXPECT_FALSE(worker.ok());
+}
+
+}  // namespace
+}  // namespace vllm::worker
