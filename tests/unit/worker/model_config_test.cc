@@ -1,0 +1,370 @@
+// ModelConfig: real Hugging Face configs of each supported family, defaults, and bad fields.
+#include "worker/model_config.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace vllm::worker {
+namespace {
+
+using ::testing::HasSubstr;
+using RopeType = kernels::cpu::RopeScaling::Type;
+
+// Meta-Llama-3.1-8B-Instruct's config.json and generation_config.json.
+constexpr char kLlama31Config[] = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": [128001, 128008, 128009],
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.42.3",
+  "use_cache": true,
+  "vocab_size": 128256
+})";
+constexpr char kLlama31GenerationConfig[] = R"({
+  "bos_token_id": 128000,
+  "do_sample": true,
+  "eos_token_id": [128001, 128009],
+  "temperature": 0.6,
+  "top_p": 0.9,
+  "transformers_version": "4.42.3"
+})";
+
+// Qwen2-0.5B-Instruct.
+constexpr char kQwen2Config[] = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 24,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.1",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// Mistral-7B-v0.1.
+constexpr char kMistralConfig[] = R"({
+  "architectures": ["MistralForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.34.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+TEST(ModelConfigTest, Llama31WithLlama3RopeScaling) {
+  auto config = ParseModelConfig(kLlama31Config, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "LlamaForCausalLM");
+  EXPECT_EQ(config->vocab_size, 128256);
+  EXPECT_EQ(config->hidden_size, 4096);
+  EXPECT_EQ(config->intermediate_size, 14336);
+  EXPECT_EQ(config->num_hidden_layers, 32);
+  EXPECT_EQ(config->num_attention_heads, 32);
+  EXPECT_EQ(config->num_key_value_heads, 8);
+  EXPECT_EQ(config->head_dim, 128);
+  EXPECT_EQ(config->max_position_embeddings, 131072);
+  EXPECT_EQ(config->rope_theta, 500000.0);
+  EXPECT_EQ(config->rope_scaling.type, RopeType::kLlama3);
+  EXPECT_EQ(config->rope_scaling.factor, 8.0);
+  EXPECT_EQ(config->rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(config->rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(config->rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(config->rms_norm_eps, 1e-5);
+  EXPECT_FALSE(config->tie_word_embeddings);
+  EXPECT_FALSE(config->attention_bias);
+  EXPECT_FALSE(config->sliding_window.has_value());
+  EXPECT_EQ(config->bos_token_id, 128000);
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+  EXPECT_EQ(config->torch_dtype, "bfloat16");
+}
+
+TEST(ModelConfigTest, GenerationConfigEosWins) {
+  auto config = ParseModelConfig(kLlama31Config, kLlama31GenerationConfig);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{128001, 128009}));
+  // A generation config without eos_token_id (or with null) leaves config.json's.
+  auto kept = ParseModelConfig(kLlama31Config, R"({"eos_token_id": null, "top_p": 0.9})");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(kept->eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
+  auto single = ParseModelConfig(kMistralConfig, R"({"eos_token_id": 7})");
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(single->eos_token_ids, (std::vector<int32_t>{7}));
+}
+
+TEST(ModelConfigTest, Qwen2HasBiasAndTiedEmbeddings) {
+  auto config = ParseModelConfig(kQwen2Config, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(config->attention_bias);
+  EXPECT_TRUE(config->tie_word_embeddings);
+  EXPECT_EQ(config->head_dim, 64);
+  EXPECT_EQ(config->num_key_value_heads, 2);
+  EXPECT_EQ(config->rope_theta, 1e6);
+  EXPECT_EQ(config->rope_scaling.type, RopeType::kNone);
+  EXPECT_EQ(config->rms_norm_eps, 1e-6);
+  // use_sliding_window is false: the window Qwen2 records is not in effect.
+  EXPECT_FALSE(config->sliding_window.has_value());
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{151645}));
+  // Qwen2's bias does not depend on a flag that its configs never set.
+  nlohmann::json j = nlohmann::json::parse(kQwen2Config);
+  j["attention_bias"] = false;
+  j["use_sliding_window"] = true;
+  auto flagged = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(flagged.ok()) << flagged.status();
+  EXPECT_TRUE(flagged->attention_bias);
+  EXPECT_EQ(flagged->sliding_window, 32768);
+}
+
+TEST(ModelConfigTest, MistralRecordsSlidingWindow) {
+  auto config = ParseModelConfig(kMistralConfig, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "MistralForCausalLM");
+  EXPECT_EQ(config->sliding_window, 4096);
+  EXPECT_FALSE(config->attention_bias);
+  EXPECT_EQ(config->bos_token_id, 1);
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{2}));
+  nlohmann::json j = nlohmann::json::parse(kMistralConfig);
+  j["sliding_window"] = nullptr;  // Mistral-7B-v0.2 onwards
+  auto v2 = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_FALSE(v2->sliding_window.has_value());
+}
+
+TEST(ModelConfigTest, DefaultsAndAlternateSpellings) {
+  nlohmann::json j = nlohmann::json::parse(kMistralConfig);
+  for (const char* key : {"num_key_value_heads", "rope_theta", "rms_norm_eps",
+                          "tie_word_embeddings", "bos_token_id", "eos_token_id", "torch_dtype"}) {
+    j.erase(key);
+  }
+  j["head_dim"] = nullptr;
+  j["dtype"] = "float16";                                     // transformers >= 4.56 writes "dtype"
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key
+  auto config = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_key_value_heads, 32);
+  EXPECT_EQ(config->head_dim, 128);
+  EXPECT_EQ(config->rope_theta, 10000.0);
+  EXPECT_EQ(config->rms_norm_eps, 1e-6);
+  EXPECT_FALSE(config->tie_word_embeddings);
+  EXPECT_FALSE(config->bos_token_id.has_value());
+  EXPECT_TRUE(config->eos_token_ids.empty());
+  EXPECT_EQ(config->torch_dtype, "float16");
+  EXPECT_EQ(config->rope_scaling.type, RopeType::kLinear);
+  EXPECT_EQ(config->rope_scaling.factor, 2.0);
+
+  // An explicit head_dim need not equal hidden / heads (Mistral-Nemo: 5120 / 32 != 128).
+  j["hidden_size"] = 5120;
+  j["head_dim"] = 128;
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  auto nemo = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(nemo.ok()) << nemo.status();
+  EXPECT_EQ(nemo->head_dim, 128);
+  EXPECT_EQ(nemo->rope_scaling.type, RopeType::kNone);
+}
+
+struct BadConfig {
+  std::string name;
+  nlohmann::json patch;  // merged into the Llama 3.1 config; a null value erases the key
+  std::string generation_config;
+  std::vector<std::string> needles;
+};
+
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
+
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigTest, IsInvalidArgumentNamingTheField) {
+  const BadConfig& c = GetParam();
+  nlohmann::json j = nlohmann::json::parse(kLlama31Config);
+  for (const auto& [key, value] : c.patch.items()) {
+    if (value.is_null()) {
+      j.erase(key);
+    } else {
+      j[key] = value;
+    }
+  }
+  auto config = ParseModelConfig(j.dump(), c.generation_config);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+  for (const std::string& needle : c.needles) {
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(needle));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadConfigTest,
+    ::testing::Values(
+        BadConfig{"UnknownArchitecture",
+                  {{"architectures", {"GPT2LMHeadModel"}}},
+                  "",
+                  {"config.json: architectures", "GPT2LMHeadModel", "LlamaForCausalLM",
+                   "MistralForCausalLM", "Qwen2ForCausalLM"}},
+        BadConfig{"NoArchitectures", {{"architectures", nullptr}}, "", {"architectures"}},
+        BadConfig{"ZeroHidden", {{"hidden_size", 0}}, "", {"config.json: hidden_size (0)"}},
+        BadConfig{"NegativeVocab", {{"vocab_size", -5}}, "", {"vocab_size (-5) must be positive"}},
+        BadConfig{"KvHeadsDoNotDivide",
+                  {{"num_key_value_heads", 3}, {"num_attention_heads", 8}, {"hidden_size", 1024}},
+                  "",
+                  {"config.json: num_key_value_heads (3) must divide num_attention_heads (8)"}},
+        BadConfig{"HiddenNotDivisible",
+                  {{"hidden_size", 4100}},
+                  "",
+                  {"config.json: hidden_size (4100)", "num_attention_heads (32)"}},
+        BadConfig{
+            "OddHeadDim", {{"head_dim", 63}}, "", {"config.json: head_dim (63) must be even"}},
+        BadConfig{"ZeroEps", {{"rms_norm_eps", 0}}, "", {"config.json: rms_norm_eps"}},
+        BadConfig{"NegativeTheta", {{"rope_theta", -1.0}}, "", {"config.json: rope_theta"}},
+        BadConfig{"YarnScaling",
+                  {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}}},
+                  "",
+                  {"config.json: rope_scaling.rope_type", "'yarn'"}},
+        BadConfig{"Llama3MissingLowFreq",
+                  {{"rope_scaling",
+                    {{"rope_type", "llama3"},
+                     {"factor", 8.0},
+                     {"high_freq_factor", 4.0},
+                     {"original_max_position_embeddings", 8192}}}},
+                  "",
+                  {"rope_scaling.low_freq_factor is missing"}},
+        BadConfig{"LinearFactorBelowOne",
+                  {{"rope_scaling", {{"type", "linear"}, {"factor", 0.5}}}},
+                  "",
+                  {"rope_scaling.factor"}},
+        BadConfig{"EosOutsideVocab",
+                  {{"eos_token_id", 128256}},
+                  "",
+                  {"config.json: eos_token_id (128256)", "vocab_size"}},
+        BadConfig{"BosNotInteger", {{"bos_token_id", "one"}}, "", {"config.json: bos_token_id"}},
+        BadConfig{"LayersAsString", {{"num_hidden_layers", "32"}}, "", {"num_hidden_layers"}},
+        BadConfig{"LayersAsFraction", {{"num_hidden_layers", 32.5}}, "", {"num_hidden_layers"}},
+        BadConfig{"MissingIntermediate",
+                  {{"intermediate_size", nullptr}},
+                  "",
+                  {"config.json: intermediate_size is missing"}},
+        BadConfig{
+            "ZeroMaxPositions", {{"max_position_embeddings", 0}}, "", {"max_position_embeddings"}},
+        BadConfig{"TieNotBool", {{"tie_word_embeddings", "yes"}}, "", {"tie_word_embeddings"}},
+        BadConfig{"UnknownDtype", {{"torch_dtype", "float64"}}, "", {"torch_dtype"}},
+        BadConfig{"ZeroSlidingWindow", {{"sliding_window", 0}}, "", {"sliding_window"}},
+        BadConfig{"HugeHeads",
+                  {{"num_attention_heads", 4294967296}},
+                  "",
+                  {"num_attention_heads", "too large"}},
+        BadConfig{"GenerationEosOutsideVocab",
+                  {},
+                  R"({"eos_token_id": [128001, -1]})",
+                  {"generation_config.json: eos_token_id (-1)"}},
+        BadConfig{"GenerationConfigNotJson", {}, "{oops", {"generation_config.json"}}),
+    [](const ::testing::TestParamInfo<BadConfig>& info) { return info.param.name; });
+
+TEST(ModelConfigTest, NotJsonOrNotObject) {
+  auto text = ParseModelConfig("{\"architectures\": [", "");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(text.status().message()), HasSubstr("config.json"));
+  auto list = ParseModelConfig("[1, 2]", "");
+  EXPECT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+class LoadModelConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/model_config_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name, std::ios::trunc) << text;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(LoadModelConfigTest, ReadsBothFiles) {
+  Write("config.json", kLlama31Config);
+  auto without = LoadModelConfig(dir_);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->eos_token_ids.size(), 3u);
+  Write("generation_config.json", kLlama31GenerationConfig);
+  auto with = LoadModelConfig(dir_);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_EQ(with->eos_token_ids, (std::vector<int32_t>{128001, 128009}));
+}
+
+TEST_F(LoadModelConfigTest, MissingConfigIsNotFound) {
+  auto config = LoadModelConfig(dir_);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(config.status().message()), HasSubstr("config.json"));
+}
+
+TEST_F(LoadModelConfigTest, ErrorsCarryThePath) {
+  nlohmann::json j = nlohmann::json::parse(kMistralConfig);
+  j["num_key_value_heads"] = 5;
+  Write("config.json", j.dump());
+  auto config = LoadModelConfig(dir_);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr((dir_ / "config.json").string() + ": num_key_value_heads (5)"));
+}
+
+}  // namespace
+}  // namespace vllm::worker
