@@ -74,8 +74,8 @@ class RotaryEmbedding {
 
   // Rotates q [num_tokens, num_q_heads, head_dim] and k [num_tokens, num_kv_heads, head_dim]
   // in place; token t is at positions[t] (0 <= positions[t] < max_position).
-  void Apply(const int32_t* positions, int64_t num_tokens, float* q, int32_t num_q_heads,
-             float* k, int32_t num_kv_heads) const;
+  void Apply(const int32_t* positions, int64_t num_tokens, float* q, int32_t num_q_heads, float* k,
+             int32_t num_kv_heads) const;
 
   int32_t head_dim() const { return head_dim_; }
   int64_t max_position() const { return max_position_; }

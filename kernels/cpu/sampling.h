@@ -37,11 +37,11 @@ void ApplyPenalties(float* logits, int64_t vocab_size, std::span<const int32_t> 
                     std::span<const int32_t> output_ids, const SamplingRow& row);
 
 // Samples one token from `logits` (modified in place: the row is scaled and filtered).
-// Greedy when row.temperature == 0 (u unused). Otherwise: logits / temperature; softmax;
-// drop tokens with p < min_p × p_max; keep the top_k most likely; keep the smallest set of
-// most likely tokens whose mass reaches top_p (at least one); renormalise; return the token
-// where the cumulative probability (in descending-probability order, ties by lower id)
-// first exceeds u × total.
+// Greedy when row.temperature < 1e-5, vLLM's _SAMPLING_EPS (u unused, the row untouched).
+// Otherwise: logits / temperature; softmax; drop tokens with p < min_p × p_max; keep the top_k most
+// likely; keep the smallest set of most likely tokens whose mass reaches top_p (at least one);
+// renormalise; return the token where the cumulative probability (in descending-probability order,
+// ties by lower id) first exceeds u × total.
 int32_t SampleRow(float* logits, int64_t vocab_size, const SamplingRow& row, double u);
 
 // Log-probabilities of one row (log_softmax of the raw logits, before penalties and

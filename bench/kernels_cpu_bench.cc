@@ -1,0 +1,172 @@
+// CPU kernel micro-benchmarks (kernels/cpu/ops.h, sampling.h).
+//
+//   Linear/square   2048³ sgemm: the BLAS peak on this machine, the yardstick for the rest.
+//   Linear/<shape>  m ∈ {1, 4, 16, 64} (decode batches) and 512 (a prefill chunk) against
+//                   Llama-3-8B's projections (hidden 4096, intermediate 14336) and a
+//                   hidden-512 model's. Counter GFLOP/s (2·m·n·k per call).
+//   PagedAttention  decode: 32 sequences × 1024 cached tokens, 32 query / 8 KV heads,
+//                   head_dim 128, block 16; time per call and GB/s of K+V read (every cached
+//                   byte once). prefill: one 512-token sequence from scratch, GFLOP/s.
+//   SampleRow       one 128K-vocab row: top-k 50, top-p 0.9, unfiltered.
+//
+// All times are wall-clock (UseRealTime): OpenBLAS runs its own threads.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/sampling.h"
+
+namespace vllm::kernels::cpu {
+namespace {
+
+// Cheap deterministic fill in [-0.5, 0.5): the values do not change the speed, and a
+// mersenne twister over 470 MB of weights would dominate setup.
+std::vector<float> Filled(int64_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (float& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>(x >> 8) * (1.0f / 16777216.0f) - 0.5f;
+  }
+  return v;
+}
+
+void SetGflops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Args: m, n, k.
+void BM_Linear(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  const std::vector<float> x = Filled(m * k, 1);
+  const std::vector<float> w = Filled(n * k, 2);
+  std::vector<float> y(m * n);
+  for (auto _ : state) {
+    Linear(x.data(), w.data(), nullptr, y.data(), m, n, k);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  SetGflops(state, 2.0 * m * n * k);
+}
+
+void SquareArgs(benchmark::internal::Benchmark* b) { b->Args({2048, 2048, 2048}); }
+
+void ModelShapeArgs(benchmark::internal::Benchmark* b) {
+  // (n, k): Llama-3-8B o_proj-sized, up/gate (one of the pair), down; hidden-512 model's
+  // square projection, up and down with intermediate 1536.
+  const int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336},
+                               {512, 512},   {1536, 512},   {512, 1536}};
+  for (const auto& s : shapes) {
+    for (int64_t m : {1, 4, 16, 64, 512}) b->Args({m, s[0], s[1]});
+  }
+}
+
+BENCHMARK(BM_Linear)
+    ->Name("Linear/square")
+    ->Apply(SquareArgs)
+    ->ArgNames({"m", "n", "k"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Linear)
+    ->Name("Linear/model")
+    ->Apply(ModelShapeArgs)
+    ->ArgNames({"m", "n", "k"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+struct AttentionSetup {
+  int32_t num_seqs, context, q_len, q_heads, kv_heads, head_dim, block_size;
+};
+
+// Args: num_seqs, context (tokens cached before the step), q_len (new tokens per sequence).
+void BM_PagedAttention(benchmark::State& state) {
+  const AttentionSetup a{static_cast<int32_t>(state.range(0)),
+                         static_cast<int32_t>(state.range(1)),
+                         static_cast<int32_t>(state.range(2)),
+                         32,
+                         8,
+                         128,
+                         16};
+  const int32_t seq_len = a.context + a.q_len;
+  const int32_t blocks_per_seq = (seq_len + a.block_size - 1) / a.block_size;
+  const int64_t row = static_cast<int64_t>(a.kv_heads) * a.head_dim;
+  const int64_t cache_floats =
+      static_cast<int64_t>(a.num_seqs) * blocks_per_seq * a.block_size * row;
+  const std::vector<float> k_cache = Filled(cache_floats, 3);
+  const std::vector<float> v_cache = Filled(cache_floats, 4);
+  const int64_t tokens = static_cast<int64_t>(a.num_seqs) * a.q_len;
+  const std::vector<float> q = Filled(tokens * a.q_heads * a.head_dim, 5);
+  std::vector<float> out(q.size());
+  std::vector<int32_t> block_tables(a.num_seqs * blocks_per_seq);
+  std::iota(block_tables.begin(), block_tables.end(), 0);
+  std::vector<int32_t> query_start_loc(a.num_seqs + 1), seq_lens(a.num_seqs, seq_len);
+  for (int32_t s = 0; s <= a.num_seqs; ++s) query_start_loc[s] = s * a.q_len;
+  AttentionMetadata meta;
+  meta.num_seqs = a.num_seqs;
+  meta.query_start_loc = query_start_loc.data();
+  meta.seq_lens = seq_lens.data();
+  meta.block_tables = block_tables.data();
+  meta.max_blocks_per_seq = blocks_per_seq;
+  meta.block_size = a.block_size;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  for (auto _ : state) {
+    PagedAttention(q.data(), k_cache.data(), v_cache.data(), out.data(), meta, a.q_heads,
+                   a.kv_heads, a.head_dim, scale);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  // K and V of every cached token once (what a decode step must stream from memory).
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(a.num_seqs) * seq_len *
+                          row * static_cast<int64_t>(sizeof(float)));
+  // Causal: query row j sees context + j + 1 keys; two head_dim-long FMAs per key (q·k, p·v).
+  double key_visits = 0.0;
+  for (int32_t j = 0; j < a.q_len; ++j) key_visits += a.context + j + 1;
+  SetGflops(state, 4.0 * a.num_seqs * a.q_heads * a.head_dim * key_visits);
+}
+
+BENCHMARK(BM_PagedAttention)
+    ->Name("PagedAttention/decode")
+    ->Args({32, 1023, 1})
+    ->Args({2, 1023, 1})
+    ->ArgNames({"seqs", "context", "q_len"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PagedAttention)
+    ->Name("PagedAttention/prefill")
+    ->Args({1, 0, 512})
+    ->ArgNames({"seqs", "context", "q_len"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Arg: 0 top-k 50, 1 top-p 0.9, 2 unfiltered (temperature 1).
+void BM_SampleRow(benchmark::State& state) {
+  constexpr int64_t kVocab = 128256;  // Llama 3
+  std::vector<float> logits = Filled(kVocab, 6);
+  for (float& x : logits) x *= 16.0f;  // a spread like real logits: a few dominate
+  SamplingRow row;
+  if (state.range(0) == 0) row.top_k = 50;
+  if (state.range(0) == 1) row.top_p = 0.9f;
+  std::vector<float> scratch(kVocab);
+  uint64_t counter = 0;
+  for (auto _ : state) {
+    std::copy(logits.begin(), logits.end(), scratch.begin());
+    benchmark::DoNotOptimize(SampleRow(scratch.data(), kVocab, row, CounterUniform(1, counter++)));
+  }
+}
+BENCHMARK(BM_SampleRow)
+    ->Name("SampleRow/vocab128K")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("mode")
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace vllm::kernels::cpu
+
+BENCHMARK_MAIN();

@@ -1,0 +1,186 @@
+// Causal paged attention over a flattened varlen batch (prefill and decode in one kernel).
+//
+// Work is split into tiles: one sequence, one KV head, up to kRowsPerTile consecutive query
+// rows and every query head of that KV head's group. A tile walks the sequence's cache one
+// block at a time (flash-attention style online softmax), so each K/V block is read once per
+// tile and stays in L1 while all of the tile's query vectors use it.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "ipc/status_macros.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec.h"
+
+namespace vllm::kernels::cpu {
+namespace {
+
+using internal::AccumulateWeightedRows;
+using internal::Dot;
+using internal::Dot4Rows;
+using internal::Scale;
+
+// Query rows per tile: enough that a prefill reuses each cache block across several rows,
+// few enough that the tile's accumulators (rows × group × head_dim floats) stay in L2.
+constexpr int32_t kRowsPerTile = 8;
+
+struct Shape {
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t group;  // query heads per KV head
+  int32_t head_dim;
+  int32_t block_size;
+  int64_t kv_slot_stride;   // floats between consecutive slots of one block
+  int64_t kv_block_stride;  // floats between consecutive blocks
+};
+
+// Per-call scratch, sized once for the largest tile; reused by every tile.
+struct TileState {
+  std::vector<float> q;       // [vectors, head_dim], pre-multiplied by scale
+  std::vector<float> acc;     // [vectors, head_dim], Σ p·v so far
+  std::vector<float> max;     // [vectors], running max of scores
+  std::vector<float> sum;     // [vectors], Σ p so far
+  std::vector<float> scores;  // [block_size]
+};
+
+// One tile's place in the batch.
+struct Tile {
+  const float* q;         // first query row of the tile (row stride num_q_heads·head_dim)
+  float* out;             // same layout as q
+  const int32_t* blocks;  // the sequence's block table row
+  int32_t kv_head;
+  int32_t rows;
+  int64_t first_pos;  // cache position of the tile's first query row
+};
+
+// Folds the first n keys of one cache block into query vector `vec`'s running softmax.
+// `k`/`v` point at the block's first slot for this KV head.
+void AccumulateBlock(const Shape& sh, TileState& st, int32_t vec, const float* k, const float* v,
+                     int32_t n) {
+  const int32_t d = sh.head_dim;
+  const float* qv = st.q.data() + static_cast<int64_t>(vec) * d;
+  float* scores = st.scores.data();
+  float block_max = -std::numeric_limits<float>::infinity();
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    Dot4Rows(qv, k + i * sh.kv_slot_stride, sh.kv_slot_stride, d, scores + i);
+  }
+  for (; i < n; ++i) scores[i] = Dot(qv, k + i * sh.kv_slot_stride, d);
+  for (i = 0; i < n; ++i) block_max = std::max(block_max, scores[i]);
+  float* acc = st.acc.data() + static_cast<int64_t>(vec) * d;
+  const float old_max = st.max[vec];
+  const float new_max = std::max(old_max, block_max);
+  if (new_max > old_max) {
+    // exp(-inf) = 0 on the first block, which also clears nothing that was not zero.
+    const float correction = std::exp(old_max - new_max);
+    st.sum[vec] *= correction;
+    Scale(correction, acc, d);
+    st.max[vec] = new_max;
+  }
+  float block_sum = 0.0f;
+  for (int32_t i = 0; i < n; ++i) {
+    scores[i] = std::exp(scores[i] - new_max);
+    block_sum += scores[i];
+  }
+  st.sum[vec] += block_sum;
+  AccumulateWeightedRows(scores, v, sh.kv_slot_stride, n, acc, d);
+}
+
+void RunTile(const Shape& sh, const Tile& tile, float scale, const float* k_cache,
+             const float* v_cache, TileState& st) {
+  const int32_t d = sh.head_dim;
+  const int64_t row_stride = static_cast<int64_t>(sh.num_q_heads) * d;
+  const int32_t vectors = tile.rows * sh.group;
+  // Vector r·group + g is query row r, head kv_head·group + g.
+  for (int32_t r = 0; r < tile.rows; ++r) {
+    for (int32_t g = 0; g < sh.group; ++g) {
+      const int64_t vec = static_cast<int64_t>(r) * sh.group + g;
+      const float* src = tile.q + r * row_stride + (tile.kv_head * sh.group + g) * d;
+      for (int32_t i = 0; i < d; ++i) st.q[vec * d + i] = src[i] * scale;
+    }
+  }
+  std::fill_n(st.acc.begin(), static_cast<int64_t>(vectors) * d, 0.0f);
+  std::fill_n(st.max.begin(), vectors, -std::numeric_limits<float>::infinity());
+  std::fill_n(st.sum.begin(), vectors, 0.0f);
+
+  const int64_t num_keys = tile.first_pos + tile.rows;  // the last row sees [0, last_pos]
+  const int64_t head_offset = static_cast<int64_t>(tile.kv_head) * d;
+  for (int64_t key_begin = 0, b = 0; key_begin < num_keys; key_begin += sh.block_size, ++b) {
+    const int64_t block_offset = tile.blocks[b] * sh.kv_block_stride + head_offset;
+    const float* k = k_cache + block_offset;
+    const float* v = v_cache + block_offset;
+    for (int32_t r = 0; r < tile.rows; ++r) {
+      // Causal: row r (position first_pos + r) sees keys up to its own position.
+      const int64_t visible = tile.first_pos + r + 1 - key_begin;
+      if (visible <= 0) continue;
+      const auto n = static_cast<int32_t>(std::min<int64_t>(visible, sh.block_size));
+      for (int32_t g = 0; g < sh.group; ++g) AccumulateBlock(sh, st, r * sh.group + g, k, v, n);
+    }
+  }
+
+  for (int32_t r = 0; r < tile.rows; ++r) {
+    for (int32_t g = 0; g < sh.group; ++g) {
+      const int64_t vec = static_cast<int64_t>(r) * sh.group + g;
+      float* dst = tile.out + r * row_stride + (tile.kv_head * sh.group + g) * d;
+      const float inv_sum = 1.0f / st.sum[vec];
+      for (int32_t i = 0; i < d; ++i) dst[i] = st.acc[vec * d + i] * inv_sum;
+    }
+  }
+}
+
+}  // namespace
+
+void PagedAttention(const float* q, const float* k_cache, const float* v_cache, float* out,
+                    const AttentionMetadata& meta, int32_t num_q_heads, int32_t num_kv_heads,
+                    int32_t head_dim, float scale) {
+  VLLM_CHECK(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0)
+      << "PagedAttention: " << num_q_heads << " query heads over " << num_kv_heads << " KV heads";
+  VLLM_CHECK(head_dim > 0 && meta.block_size > 0 && meta.num_seqs >= 0)
+      << "PagedAttention: bad shape";
+  VLLM_CHECK(meta.num_seqs == 0 || meta.query_start_loc[0] == 0)
+      << "PagedAttention: query_start_loc[0] must be 0";
+  Shape sh;
+  sh.num_q_heads = num_q_heads;
+  sh.num_kv_heads = num_kv_heads;
+  sh.group = num_q_heads / num_kv_heads;
+  sh.head_dim = head_dim;
+  sh.block_size = meta.block_size;
+  sh.kv_slot_stride = static_cast<int64_t>(num_kv_heads) * head_dim;
+  sh.kv_block_stride = sh.kv_slot_stride * meta.block_size;
+
+  const int64_t max_vectors = static_cast<int64_t>(kRowsPerTile) * sh.group;
+  TileState st;
+  st.q.resize(max_vectors * head_dim);
+  st.acc.resize(max_vectors * head_dim);
+  st.max.resize(max_vectors);
+  st.sum.resize(max_vectors);
+  st.scores.resize(meta.block_size);
+
+  const int64_t row_stride = static_cast<int64_t>(num_q_heads) * head_dim;
+  for (int32_t s = 0; s < meta.num_seqs; ++s) {
+    const int32_t q_begin = meta.query_start_loc[s];
+    const int32_t q_len = meta.query_start_loc[s + 1] - q_begin;
+    const int32_t seq_len = meta.seq_lens[s];
+    VLLM_CHECK(q_len >= 0 && q_len <= seq_len) << "PagedAttention: sequence " << s << " has "
+                                               << q_len << " query rows but seq_len " << seq_len;
+    VLLM_CHECK((seq_len + meta.block_size - 1) / meta.block_size <= meta.max_blocks_per_seq)
+        << "PagedAttention: sequence " << s << " needs more blocks than max_blocks_per_seq";
+    const int32_t* blocks = meta.block_tables + static_cast<int64_t>(s) * meta.max_blocks_per_seq;
+    for (int32_t row = 0; row < q_len; row += kRowsPerTile) {
+      for (int32_t h = 0; h < num_kv_heads; ++h) {
+        Tile tile;
+        tile.q = q + (q_begin + row) * row_stride;
+        tile.out = out + (q_begin + row) * row_stride;
+        tile.blocks = blocks;
+        tile.kv_head = h;
+        tile.rows = std::min(kRowsPerTile, q_len - row);
+        tile.first_pos = seq_len - q_len + row;
+        RunTile(sh, tile, scale, k_cache, v_cache, st);
+      }
+    }
+  }
+}
+
+}  // namespace vllm::kernels::cpu

@@ -1,0 +1,51 @@
+// Linear layers through BLAS: y = x · wᵀ (+ bias), weights in Hugging Face's [out, in] layout.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "ipc/status_macros.h"
+#include "kernels/cpu/ops.h"
+
+namespace vllm::kernels::cpu {
+namespace {
+
+constexpr int64_t kMaxGemvRows = 2;
+
+}  // namespace
+
+void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
+            int64_t k) {
+  VLLM_CHECK(m >= 0 && n >= 0 && k >= 0) << "Linear: negative shape " << m << "x" << n << "x" << k;
+  constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // BLAS takes int sizes
+  VLLM_CHECK(m <= kMaxDim && n <= kMaxDim && k <= kMaxDim) << "Linear: dimension too large";
+  if (m == 0 || n == 0) return;
+  // With a bias, y starts as the broadcast bias and BLAS accumulates onto it (beta = 1), so
+  // the bias costs one pass over y instead of a second sweep after the GEMM.
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, y + i * n);
+    beta = 1.0f;
+  }
+  if (k == 0) {
+    if (bias == nullptr) std::fill(y, y + m * n, 0.0f);
+    return;
+  }
+  // One or two tokens are matrix-vector products: sgemv streams w once per row without the
+  // packing sgemm does. OpenBLAS's sgemm costs about as much at m = 4..16 as at m = 1 (it
+  // packs all of w), so m sgemv passes win up to m = 2 and break even at m = 4
+  // (bench/kernels_cpu_bench.cc, Linear/model).
+  if (m <= kMaxGemvRows) {
+    for (int64_t i = 0; i < m; ++i) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n), static_cast<blasint>(k),
+                  1.0f, w, static_cast<blasint>(k), x + i * k, 1, beta, y + i * n, 1);
+    }
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x, static_cast<blasint>(k), w,
+              static_cast<blasint>(k), beta, y, static_cast<blasint>(n));
+}
+
+}  // namespace vllm::kernels::cpu

@@ -1,0 +1,49 @@
+// RMSNorm and vLLM's fused residual-add + RMSNorm, matching Hugging Face's LlamaRMSNorm:
+// variance in float32, x · rsqrt(variance + eps), then weight · (that).
+#include <cmath>
+#include <cstdint>
+
+#include "ipc/status_macros.h"
+#include "kernels/cpu/ops.h"
+
+namespace vllm::kernels::cpu {
+namespace {
+
+// 1 / sqrt(mean(x²) + eps) for one row. The sum of squares is accumulated in double so the
+// result does not depend on the summation order (BLAS-free, any hidden size); it is then
+// rounded to float as Hugging Face holds the variance in float32.
+float InverseRms(const float* x, int64_t hidden, float eps) {
+  double sum_sq = 0.0;
+  for (int64_t i = 0; i < hidden; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
+  const float variance = static_cast<float>(sum_sq / static_cast<double>(hidden));
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(variance + eps)));
+}
+
+void NormalizeRow(const float* x, const float* weight, float* out, int64_t hidden, float eps) {
+  const float inv_rms = InverseRms(x, hidden, eps);
+  for (int64_t i = 0; i < hidden; ++i) out[i] = weight[i] * (x[i] * inv_rms);
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, const float* weight, float* out, int64_t num_tokens, int64_t hidden,
+             float eps) {
+  VLLM_CHECK(num_tokens >= 0 && hidden > 0) << "RmsNorm: bad shape " << num_tokens << "x" << hidden;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    NormalizeRow(x + t * hidden, weight, out + t * hidden, hidden, eps);
+  }
+}
+
+void FusedAddRmsNorm(float* x, float* residual, const float* weight, int64_t num_tokens,
+                     int64_t hidden, float eps) {
+  VLLM_CHECK(num_tokens >= 0 && hidden > 0)
+      << "FusedAddRmsNorm: bad shape " << num_tokens << "x" << hidden;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    float* x_row = x + t * hidden;
+    float* res_row = residual + t * hidden;
+    for (int64_t i = 0; i < hidden; ++i) res_row[i] += x_row[i];
+    NormalizeRow(res_row, weight, x_row, hidden, eps);
+  }
+}
+
+}  // namespace vllm::kernels::cpu

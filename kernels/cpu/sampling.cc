@@ -1,0 +1,162 @@
+// One row of logits to one token: temperature, min-p, top-k, top-p, then an inverse-CDF draw
+// in (probability desc, id asc) order. Also the counter-based uniform generator.
+#include "kernels/cpu/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "ipc/status_macros.h"
+
+namespace vllm::kernels::cpu {
+namespace {
+
+// vLLM's _SAMPLING_EPS: temperatures below it are greedy (dividing by them would overflow).
+constexpr float kGreedyTemperature = 1e-5f;
+
+// Smallest prefix sorted at once; the prefix then doubles as the walk needs more.
+constexpr int64_t kMinSortedPrefix = 64;
+
+struct Candidate {
+  float prob;  // unnormalised: exp(logit - max logit), so the best token has 1
+  int32_t id;
+};
+
+bool RanksBefore(const Candidate& a, const Candidate& b) {
+  return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
+}
+
+// Candidates in sampling order, sorted lazily: [0, sorted_) is in final order and every
+// element there ranks before every element after it. A peaked distribution then costs a
+// partial sort of a few dozen entries instead of a full sort of the vocabulary.
+class RankedCandidates {
+ public:
+  explicit RankedCandidates(std::vector<Candidate> c) : c_(std::move(c)) {}
+
+  int64_t size() const { return static_cast<int64_t>(c_.size()); }
+
+  // Every candidate, in no particular order (for order-free passes that must not sort).
+  const std::vector<Candidate>& unordered() const { return c_; }
+
+  // Σ prob over every candidate.
+  double Mass() const {
+    double mass = 0.0;
+    for (const Candidate& x : c_) mass += x.prob;
+    return mass;
+  }
+
+  // The i-th most likely candidate (i < size()).
+  const Candidate& At(int64_t i) {
+    if (i >= sorted_) SortPrefix(std::max({i + 1, 2 * sorted_, kMinSortedPrefix}));
+    return c_[i];
+  }
+
+  // Keeps the n most likely candidates.
+  void Truncate(int64_t n) {
+    if (n >= size()) return;
+    SortPrefix(n);
+    c_.resize(n);
+  }
+
+ private:
+  void SortPrefix(int64_t n) {
+    n = std::min(n, size());
+    if (n <= sorted_) return;
+    auto begin = c_.begin() + sorted_;
+    if (n < size()) std::nth_element(begin, c_.begin() + n, c_.end(), RanksBefore);
+    std::sort(begin, c_.begin() + n, RanksBefore);
+    sorted_ = n;
+  }
+
+  std::vector<Candidate> c_;
+  int64_t sorted_ = 0;
+};
+
+int32_t Argmax(const float* logits, int64_t vocab_size) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab_size; ++i) {
+    if (logits[i] > logits[best]) best = i;  // strict: ties stay with the lowest id
+  }
+  return static_cast<int32_t>(best);
+}
+
+// Softmax numerators of the tokens min-p keeps (p >= min_p · p_max, and p > 0: a token whose
+// probability underflowed can never be drawn).
+std::vector<Candidate> MinPCandidates(const float* logits, int64_t vocab_size, float min_p) {
+  const float max_logit = logits[Argmax(logits, vocab_size)];
+  std::vector<Candidate> c;
+  for (int64_t i = 0; i < vocab_size; ++i) {
+    const float p = std::exp(logits[i] - max_logit);
+    if (p > 0.0f && p >= min_p) c.push_back({p, static_cast<int32_t>(i)});
+  }
+  return c;
+}
+
+// Keeps the shortest most-likely prefix whose mass reaches top_p of the total; returns the
+// kept mass, summed in the order the draw will walk.
+double ApplyTopP(RankedCandidates& c, float top_p, double total) {
+  const double target = static_cast<double>(top_p) * total;
+  double cum = 0.0;
+  for (int64_t i = 0; i < c.size(); ++i) {
+    cum += c.At(i).prob;
+    if (cum >= target) {
+      c.Truncate(i + 1);
+      return cum;
+    }
+  }
+  return cum;
+}
+
+// Leaves `kept` in the row and -inf elsewhere, so the row shows what was sampled from.
+void WriteBackFilter(float* logits, int64_t vocab_size, const RankedCandidates& c) {
+  if (c.size() == vocab_size) return;
+  std::vector<std::pair<int32_t, float>> kept;
+  kept.reserve(c.size());
+  for (const Candidate& x : c.unordered()) kept.emplace_back(x.id, logits[x.id]);
+  std::fill(logits, logits + vocab_size, -std::numeric_limits<float>::infinity());
+  for (const auto& [id, logit] : kept) logits[id] = logit;
+}
+
+}  // namespace
+
+int32_t SampleRow(float* logits, int64_t vocab_size, const SamplingRow& row, double u) {
+  VLLM_CHECK(vocab_size > 0) << "SampleRow: empty vocabulary";
+  if (row.temperature < kGreedyTemperature) return Argmax(logits, vocab_size);
+
+  for (int64_t i = 0; i < vocab_size; ++i) logits[i] /= row.temperature;
+  RankedCandidates c(MinPCandidates(logits, vocab_size, row.min_p));
+  VLLM_CHECK(c.size() > 0) << "SampleRow: no finite logit in the row";
+  if (row.top_k > 0) c.Truncate(row.top_k);
+  double total = c.Mass();
+  if (row.top_p < 1.0f) total = ApplyTopP(c, row.top_p, total);
+  WriteBackFilter(logits, vocab_size, c);
+
+  // Inverse CDF in ranked order; the fallback covers the walk's sum rounding below u·total
+  // when u is within an ulp or so of 1.
+  const double target = u * total;
+  double cum = 0.0;
+  for (int64_t i = 0; i < c.size(); ++i) {
+    cum += c.At(i).prob;
+    if (cum > target) return c.At(i).id;
+  }
+  return c.At(c.size() - 1).id;
+}
+
+double CounterUniform(uint64_t seed, uint64_t counter) {
+  // SplitMix64's finaliser (Stafford's Mix13), applied to the seed and then to the seed's
+  // hash plus a Weyl step of the counter: both words are fully mixed, and neighbouring
+  // counters or seeds give unrelated outputs.
+  auto mix = [](uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  };
+  constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ULL;
+  const uint64_t h = mix(mix(seed + kGolden) + (counter + 1) * kGolden);
+  return static_cast<double>(h >> 11) * 0x1.0p-53;  // top 53 bits: exact doubles in [0, 1)
+}
+
+}  // namespace vllm::kernels::cpu

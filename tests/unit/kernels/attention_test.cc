@@ -1,0 +1,230 @@
+// ReshapeAndCache and PagedAttention against a double-precision reference that reads K/V
+// from contiguous per-sequence buffers (so block tables and slot mapping are checked too).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
+
+namespace vllm::kernels::cpu {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+TEST(ReshapeAndCacheTest, WritesSlotsAndSkipsPadding) {
+  constexpr int32_t kKvHeads = 2, kHeadDim = 3, kBlockSize = 4, kNumBlocks = 3;
+  constexpr int64_t kRow = kKvHeads * kHeadDim;
+  const std::vector<int64_t> slots = {5, -1, 0, 11};
+  std::vector<float> k(slots.size() * kRow), v(slots.size() * kRow);
+  std::iota(k.begin(), k.end(), 1.0f);
+  std::iota(v.begin(), v.end(), 1000.0f);
+  std::vector<float> k_cache(kNumBlocks * kBlockSize * kRow, -7.0f);
+  std::vector<float> v_cache = k_cache;
+  ReshapeAndCache(k.data(), v.data(), k_cache.data(), v_cache.data(), slots.data(),
+                  static_cast<int64_t>(slots.size()), kKvHeads, kHeadDim, kBlockSize);
+  for (int64_t slot = 0; slot < kNumBlocks * kBlockSize; ++slot) {
+    const auto it = std::find(slots.begin(), slots.end(), slot);
+    for (int64_t i = 0; i < kRow; ++i) {
+      // Slot s is block s / 4, offset s % 4: [block][offset][head][dim] is s·kRow + i.
+      const float want_k = it == slots.end() ? -7.0f : k[(it - slots.begin()) * kRow + i];
+      const float want_v = it == slots.end() ? -7.0f : v[(it - slots.begin()) * kRow + i];
+      ASSERT_EQ(k_cache[slot * kRow + i], want_k) << "slot " << slot << " elem " << i;
+      ASSERT_EQ(v_cache[slot * kRow + i], want_v) << "slot " << slot << " elem " << i;
+    }
+  }
+}
+
+struct SeqSpec {
+  int32_t context;  // tokens cached before this step
+  int32_t q_len;    // new tokens this step
+};
+
+struct AttentionCase {
+  int32_t q_heads;
+  int32_t kv_heads;
+  int32_t head_dim;
+  int32_t block_size;
+  std::vector<SeqSpec> seqs;
+  float q_magnitude = 1.0f;  // large values make scores large: checks the running max
+  double tolerance = 2e-5;   // float scores of magnitude ~100 carry ~1e-5 absolute error
+};
+
+void PrintTo(const AttentionCase& c, std::ostream* os) {
+  *os << c.q_heads << "q/" << c.kv_heads << "kv heads, head_dim " << c.head_dim << ", block "
+      << c.block_size << ", (context, q_len):";
+  for (const SeqSpec& s : c.seqs) *os << " (" << s.context << ", " << s.q_len << ")";
+}
+
+// Everything one PagedAttention call needs, built the way the model runner would.
+class AttentionFixture {
+ public:
+  explicit AttentionFixture(const AttentionCase& c) : c_(c), rng_(1234) {
+    row_ = static_cast<int64_t>(c.kv_heads) * c.head_dim;
+    int32_t total_blocks = 2;  // spare blocks stay NaN and must never be read
+    for (const SeqSpec& s : c.seqs) {
+      const int32_t len = s.context + s.q_len;
+      max_blocks_ = std::max(max_blocks_, (len + c.block_size - 1) / c.block_size + 1);
+      total_blocks += (len + c.block_size - 1) / c.block_size;
+    }
+    // Blocks are handed out in a shuffled order so that a kernel ignoring the block table
+    // (or reading the wrong row of it) cannot pass.
+    std::vector<int32_t> pool(total_blocks);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng_);
+    // Unused table entries point far outside the cache: reading them crashes under ASan.
+    block_tables_.assign(c.seqs.size() * max_blocks_, 1 << 28);
+    size_t next = 0;
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const int32_t len = c.seqs[s].context + c.seqs[s].q_len;
+      for (int32_t b = 0; b < (len + c.block_size - 1) / c.block_size; ++b) {
+        block_tables_[s * max_blocks_ + b] = pool[next++];
+      }
+      keys_.push_back(Random(static_cast<int64_t>(len) * row_, 1.0f));
+      values_.push_back(Random(static_cast<int64_t>(len) * row_, 1.0f));
+    }
+    k_cache_.assign(total_blocks * c.block_size * row_, kNaN);
+    v_cache_ = k_cache_;
+  }
+
+  // Caches each sequence's context as an earlier step would have, with padding rows mixed
+  // in, then this step's new tokens; returns the flattened queries.
+  void FillCache() {
+    WriteTokens(/*from_context=*/true);
+    WriteTokens(/*from_context=*/false);
+  }
+
+  std::vector<float> Run() {
+    std::vector<int32_t> query_start_loc = {0};
+    std::vector<int32_t> seq_lens;
+    for (const SeqSpec& s : c_.seqs) {
+      query_start_loc.push_back(query_start_loc.back() + s.q_len);
+      seq_lens.push_back(s.context + s.q_len);
+    }
+    queries_ = Random(static_cast<int64_t>(query_start_loc.back()) * c_.q_heads * c_.head_dim,
+                      c_.q_magnitude);
+    AttentionMetadata meta;
+    meta.num_seqs = static_cast<int32_t>(c_.seqs.size());
+    meta.query_start_loc = query_start_loc.data();
+    meta.seq_lens = seq_lens.data();
+    meta.block_tables = block_tables_.data();
+    meta.max_blocks_per_seq = max_blocks_;
+    meta.block_size = c_.block_size;
+    std::vector<float> out(queries_.size(), kNaN);
+    PagedAttention(queries_.data(), k_cache_.data(), v_cache_.data(), out.data(), meta, c_.q_heads,
+                   c_.kv_heads, c_.head_dim, Scale());
+    return out;
+  }
+
+  // softmax(q·kᵀ·scale)·v in double over contiguous K/V, causal.
+  std::vector<double> Reference() const {
+    const int32_t d = c_.head_dim, group = c_.q_heads / c_.kv_heads;
+    std::vector<double> out(queries_.size());
+    int64_t token = 0;
+    for (size_t s = 0; s < c_.seqs.size(); ++s) {
+      for (int32_t j = 0; j < c_.seqs[s].q_len; ++j, ++token) {
+        const int32_t pos = c_.seqs[s].context + j;
+        for (int32_t h = 0; h < c_.q_heads; ++h) {
+          const float* q = queries_.data() + (token * c_.q_heads + h) * d;
+          const int64_t kv_off = static_cast<int64_t>(h / group) * d;
+          std::vector<double> scores(pos + 1);
+          for (int32_t t = 0; t <= pos; ++t) {
+            double dot = 0.0;
+            for (int32_t i = 0; i < d; ++i) dot += double{q[i]} * keys_[s][t * row_ + kv_off + i];
+            scores[t] = dot * Scale();
+          }
+          const double max = *std::max_element(scores.begin(), scores.end());
+          double sum = 0.0;
+          for (double& x : scores) sum += (x = std::exp(x - max));
+          double* o = out.data() + (token * c_.q_heads + h) * d;
+          for (int32_t t = 0; t <= pos; ++t) {
+            for (int32_t i = 0; i < d; ++i) {
+              o[i] += scores[t] / sum * values_[s][t * row_ + kv_off + i];
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  float Scale() const { return 1.0f / std::sqrt(static_cast<float>(c_.head_dim)); }
+
+  std::vector<float> Random(int64_t n, float magnitude) {
+    std::uniform_real_distribution<float> dist(-magnitude, magnitude);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+
+  int64_t Slot(size_t seq, int32_t pos) const {
+    const int32_t block = block_tables_[seq * max_blocks_ + pos / c_.block_size];
+    return static_cast<int64_t>(block) * c_.block_size + pos % c_.block_size;
+  }
+
+  void WriteTokens(bool from_context) {
+    std::vector<float> k, v;
+    std::vector<int64_t> slots;
+    for (size_t s = 0; s < c_.seqs.size(); ++s) {
+      const int32_t begin = from_context ? 0 : c_.seqs[s].context;
+      const int32_t end = from_context ? c_.seqs[s].context : begin + c_.seqs[s].q_len;
+      for (int32_t pos = begin; pos < end; ++pos) {
+        k.insert(k.end(), keys_[s].begin() + pos * row_, keys_[s].begin() + (pos + 1) * row_);
+        v.insert(v.end(), values_[s].begin() + pos * row_, values_[s].begin() + (pos + 1) * row_);
+        slots.push_back(Slot(s, pos));
+        if (pos % 3 == 0) {  // a padding row: must be skipped, never written anywhere
+          k.insert(k.end(), row_, 1e30f);
+          v.insert(v.end(), row_, 1e30f);
+          slots.push_back(-1);
+        }
+      }
+    }
+    ReshapeAndCache(k.data(), v.data(), k_cache_.data(), v_cache_.data(), slots.data(),
+                    static_cast<int64_t>(slots.size()), c_.kv_heads, c_.head_dim, c_.block_size);
+  }
+
+  AttentionCase c_;
+  std::mt19937 rng_;
+  int64_t row_ = 0;
+  int32_t max_blocks_ = 0;
+  std::vector<int32_t> block_tables_;
+  std::vector<std::vector<float>> keys_, values_;  // per sequence, [len, kv_heads, head_dim]
+  std::vector<float> k_cache_, v_cache_;
+  std::vector<float> queries_;
+};
+
+class PagedAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(PagedAttentionTest, MatchesDoubleReference) {
+  AttentionFixture f(GetParam());
+  f.FillCache();
+  const std::vector<float> out = f.Run();
+  const std::vector<double> ref = f.Reference();
+  const int32_t d = GetParam().head_dim, heads = GetParam().q_heads;
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_NEAR(out[i], ref[i], GetParam().tolerance)
+        << "token " << i / (heads * d) << " head " << (i / d) % heads << " dim " << i % d;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Batches, PagedAttentionTest,
+    ::testing::Values(
+        // MHA; prefill from scratch, decode, chunked prefill over a block edge, one token.
+        AttentionCase{4, 4, 64, 16, {{0, 5}, {37, 1}, {18, 7}, {0, 1}}},
+        // GQA 2; seq_len exactly one block and one past it; more rows than one tile.
+        AttentionCase{4, 2, 80, 16, {{15, 1}, {16, 1}, {3, 30}, {0, 17}}},
+        // GQA 4; head_dim with a scalar tail; odd block size.
+        AttentionCase{8, 2, 66, 5, {{0, 9}, {12, 1}, {4, 4}, {23, 1}, {0, 1}}},
+        AttentionCase{8, 2, 128, 32, {{100, 1}, {0, 9}, {31, 2}}},
+        // Long contexts with scores ~±100: exp() without a running max would overflow.
+        AttentionCase{2, 1, 64, 16, {{3000, 1}, {1000, 3}}, 300.0f, 2e-4}));
+
+}  // namespace
+}  // namespace vllm::kernels::cpu

@@ -1,0 +1,113 @@
+// Embedding, RmsNorm, FusedAddRmsNorm and SiluAndMul against double references.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
+
+namespace vllm::kernels::cpu {
+namespace {
+
+std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<double> ReferenceRmsNorm(const std::vector<float>& x, const std::vector<float>& w,
+                                     int64_t tokens, int64_t hidden, double eps) {
+  std::vector<double> out(tokens * hidden);
+  for (int64_t t = 0; t < tokens; ++t) {
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < hidden; ++i) sum_sq += double{x[t * hidden + i]} * x[t * hidden + i];
+    const double inv = 1.0 / std::sqrt(sum_sq / hidden + eps);
+    for (int64_t i = 0; i < hidden; ++i) out[t * hidden + i] = x[t * hidden + i] * inv * w[i];
+  }
+  return out;
+}
+
+TEST(EmbeddingTest, CopiesRowsAndZeroesIdsOutsideTheShard) {
+  constexpr int64_t kVocab = 7, kHidden = 5, kStart = 100;
+  const std::vector<float> table = RandomVector(kVocab * kHidden, 1);
+  // 100..106 are this shard's; 99 and 107 belong to neighbours, -1 is padding.
+  const std::vector<int32_t> ids = {100, 106, 99, 107, -1, 103, 103};
+  std::vector<float> out(ids.size() * kHidden, 42.0f);
+  Embedding(ids.data(), static_cast<int64_t>(ids.size()), table.data(), kStart, kVocab, kHidden,
+            out.data());
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const int64_t local = ids[t] - kStart;
+    for (int64_t i = 0; i < kHidden; ++i) {
+      const float expected = (local >= 0 && local < kVocab) ? table[local * kHidden + i] : 0.0f;
+      EXPECT_EQ(out[t * kHidden + i], expected) << "token " << t << " dim " << i;
+    }
+  }
+}
+
+class RmsNormTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(RmsNormTest, MatchesReference) {
+  const int64_t hidden = GetParam();
+  constexpr int64_t kTokens = 3;
+  constexpr float kEps = 1e-6f;
+  const std::vector<float> x = RandomVector(kTokens * hidden, 2);
+  const std::vector<float> w = RandomVector(hidden, 3, 0.5f, 1.5f);
+  std::vector<float> out(x.size());
+  RmsNorm(x.data(), w.data(), out.data(), kTokens, hidden, kEps);
+  const std::vector<double> ref = ReferenceRmsNorm(x, w, kTokens, hidden, kEps);
+  for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-5) << i;
+
+  std::vector<float> in_place = x;  // out == x is allowed
+  RmsNorm(in_place.data(), w.data(), in_place.data(), kTokens, hidden, kEps);
+  EXPECT_EQ(in_place, out);
+}
+
+TEST_P(RmsNormTest, FusedAddUpdatesResidualAndNormalisesTheSum) {
+  const int64_t hidden = GetParam();
+  constexpr int64_t kTokens = 2;
+  constexpr float kEps = 1e-5f;
+  std::vector<float> x = RandomVector(kTokens * hidden, 4);
+  std::vector<float> residual = RandomVector(kTokens * hidden, 5);
+  const std::vector<float> w = RandomVector(hidden, 6, 0.5f, 1.5f);
+  std::vector<float> sum(x.size());
+  for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + residual[i];
+  FusedAddRmsNorm(x.data(), residual.data(), w.data(), kTokens, hidden, kEps);
+  EXPECT_EQ(residual, sum);
+  const std::vector<double> ref = ReferenceRmsNorm(sum, w, kTokens, hidden, kEps);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], ref[i], 1e-5) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Hidden, RmsNormTest, ::testing::Values(1, 7, 64, 257));
+
+TEST(RmsNormEdgeTest, EpsilonKeepsAZeroRowFinite) {
+  const std::vector<float> x(8, 0.0f);
+  const std::vector<float> w(8, 1.0f);
+  std::vector<float> out(8, 1.0f);
+  RmsNorm(x.data(), w.data(), out.data(), 1, 8, 1e-6f);
+  EXPECT_EQ(out, x);
+}
+
+TEST(SiluAndMulTest, MatchesReferenceIncludingExtremes) {
+  constexpr int64_t kTokens = 3, kD = 11;
+  std::vector<float> gate_up = RandomVector(kTokens * 2 * kD, 7, -6.0f, 6.0f);
+  gate_up[0] = -200.0f;  // e^200 overflows float: must give -0, not NaN
+  gate_up[1] = 200.0f;
+  std::vector<float> out(kTokens * kD);
+  SiluAndMul(gate_up.data(), out.data(), kTokens, kD);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t i = 0; i < kD; ++i) {
+      const double g = gate_up[t * 2 * kD + i];
+      const double u = gate_up[t * 2 * kD + kD + i];
+      const double ref = g / (1.0 + std::exp(-g)) * u;
+      ASSERT_TRUE(std::isfinite(out[t * kD + i])) << t << "," << i;
+      ASSERT_NEAR(out[t * kD + i], ref, 1e-5 * (1.0 + std::abs(ref))) << t << "," << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vllm::kernels::cpu
