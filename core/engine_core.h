@@ -127,6 +127,7 @@ class EngineCore {
   int32_t batch_queue_size() const { return batch_queue_size_; }
   size_t num_inflight_batches() const { return batch_queue_.size(); }
   Scheduler& scheduler() { return *scheduler_; }
+  Executor& executor() { return *executor_; }
 
  private:
   EngineCore(EngineCoreConfig config, std::unique_ptr<Executor> executor,

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_cat.h"
+#include "executor/multiproc_executor.h"
 #include "executor/uniproc_executor.h"
 #include "ipc/status_macros.h"
 
@@ -15,10 +17,34 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& a
   wc.load_format = args.load_format;
   wc.seed = args.seed;
   wc.kv_cache_memory_bytes = args.kv_cache_memory_bytes;
-  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<executor::UniProcExecutor> executor,
-                        executor::UniProcExecutor::Create(wc));
-  worker::ModelConfig model_config = executor->worker().model_config();
-  const int64_t weight_bytes = executor->worker().runner().model().weight_bytes();
+  std::string backend = args.distributed_executor_backend;
+  if (backend.empty()) backend = args.tensor_parallel_size > 1 ? "mp" : "uni";
+  if (backend != "uni" && backend != "mp") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--distributed-executor-backend: unknown backend '", backend, "' (choose uni or mp)"));
+  }
+  if (backend == "uni" && args.tensor_parallel_size != 1) {
+    return absl::InvalidArgumentError(
+        "--distributed-executor-backend uni runs one worker: use mp for tensor parallelism");
+  }
+  // The engine needs the model's shape before any worker exists.
+  VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config, worker::LoadModelConfig(args.model));
+  std::unique_ptr<core::Executor> executor;
+  int64_t weight_bytes = 0;
+  if (backend == "uni") {
+    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<executor::UniProcExecutor> uni,
+                          executor::UniProcExecutor::Create(wc));
+    weight_bytes = uni->worker().runner().model().weight_bytes();
+    executor = std::move(uni);
+  } else {
+    executor::MultiprocExecutorOptions mp;
+    mp.worker = wc;
+    mp.tensor_parallel_size = args.tensor_parallel_size;
+    mp.comm_backend = args.comm_backend;
+    mp.worker_binary = args.worker_binary;
+    mp.execute_timeout = args.execute_timeout;
+    VLLM_ASSIGN_OR_RETURN(executor, executor::MultiprocExecutor::Create(mp));
+  }
 
   const int64_t model_len = model_config.max_position_embeddings;
   if (args.max_model_len < 0 || args.max_model_len > model_len) {
@@ -47,6 +73,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& a
 }
 
 absl::Status LLMEngine::AddRequest(core::EngineCoreRequest request) {
+  VLLM_RETURN_IF_ERROR(failed_);
   if (!request.eos_token_id.has_value() && !model_config_.eos_token_ids.empty()) {
     request.eos_token_id = model_config_.eos_token_ids.front();
   }
@@ -75,7 +102,14 @@ bool LLMEngine::HasUnfinishedRequests() const {
 }
 
 absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
-  VLLM_ASSIGN_OR_RETURN(core::EngineCore::StepResult step, engine_core_->RunOneStep());
+  VLLM_RETURN_IF_ERROR(failed_);
+  absl::StatusOr<core::EngineCore::StepResult> result = engine_core_->RunOneStep();
+  if (!result.ok()) {
+    failed_ = result.status();
+    outputs_.clear();
+    return failed_;
+  }
+  core::EngineCore::StepResult& step = *result;
   std::vector<RequestOutput> progressed;
   if (!step.outputs.has_value()) return progressed;
   ++totals_.num_steps;

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/engine_core.h"
 #include "worker/worker.h"
 
@@ -39,6 +40,16 @@ struct EngineArgs {
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;
   std::optional<int32_t> num_gpu_blocks_override;
   uint64_t seed = 0;
+  // Tensor parallelism: worker processes through MultiprocExecutor.
+  int32_t tensor_parallel_size = 1;
+  // "uni" (in-process worker, TP 1 only), "mp" (worker processes); empty: uni for TP 1,
+  // mp otherwise (vLLM's --distributed-executor-backend).
+  std::string distributed_executor_backend;
+  // mp only: the collective ("shm" or "gloo"), the vllm-launch binary (empty: next to this
+  // executable), and how long a step may take before the workers count as hung.
+  std::string comm_backend = "shm";
+  std::string worker_binary;
+  absl::Duration execute_timeout = absl::Minutes(5);
 };
 
 // A request's result so far (vLLM's RequestOutput with token ids only).
@@ -64,7 +75,8 @@ class LLMEngine {
   void AbortRequests(const std::vector<std::string>& request_ids);
 
   // One engine step; returns the requests that progressed (finished ones last time they
-  // appear). An error means the engine is unusable.
+  // appear). An error (e.g. a worker died) means the engine is unusable: every pending request
+  // is lost with it, and every later call returns the same error.
   [[nodiscard]] absl::StatusOr<std::vector<RequestOutput>> Step();
   bool HasUnfinishedRequests() const;
 
@@ -85,7 +97,7 @@ class LLMEngine {
   const worker::ModelConfig& model_config() const { return model_config_; }
   core::EngineCore& engine_core() { return *engine_core_; }
   int32_t max_model_len() const { return max_model_len_; }
-  // Bytes of model weights the worker holds.
+  // Bytes of model weights the in-process worker holds (0 with worker processes).
   int64_t weight_bytes() const { return weight_bytes_; }
 
  private:
@@ -102,6 +114,7 @@ class LLMEngine {
   const int64_t weight_bytes_;
   absl::flat_hash_map<std::string, RequestOutput> outputs_;
   Totals totals_;
+  absl::Status failed_;
 };
 
 }  // namespace vllm::frontend

@@ -1,0 +1,460 @@
+#include "executor/multiproc_executor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/codec.h"
+#include "ipc/msgpack_util.h"
+#include "ipc/status_macros.h"
+#include "ipc/zmq_util.h"
+#include "kernels/comm/group_spec.h"
+#include "worker/worker_proc.h"
+#include "worker/worker_protocol.h"
+
+extern char** environ;
+
+namespace vllm::executor {
+namespace {
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  return absl::StrCat("ended with wait status ", status);
+}
+
+absl::StatusOr<std::string> DefaultWorkerBinary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return absl::InternalError("cannot read /proc/self/exe: " + ec.message());
+  return (self.parent_path() / "vllm-launch").string();
+}
+
+absl::Span<const uint8_t> Bytes(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+}  // namespace
+
+MultiprocExecutor::MultiprocExecutor(const MultiprocExecutorOptions& options)
+    : options_(options) {}
+
+absl::StatusOr<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::Create(
+    const MultiprocExecutorOptions& options) {
+  if (options.tensor_parallel_size < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--tensor-parallel-size must be at least 1, got %d", options.tensor_parallel_size));
+  }
+  std::unique_ptr<MultiprocExecutor> executor(new MultiprocExecutor(options));
+  if (absl::Status s = executor->Start(); !s.ok()) {
+    executor->KillAndReap();
+    return s;
+  }
+  return executor;
+}
+
+MultiprocExecutor::~MultiprocExecutor() { Shutdown(); }
+
+absl::Status MultiprocExecutor::Start() {
+  const int32_t tp = options_.tensor_parallel_size;
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  zmq::socket_t pull(ipc::ZmqContext(), zmq::socket_type::pull);
+  pull.set(zmq::sockopt::linger, 0);
+  const std::string ready_address = ipc::UniqueIpcAddress("ready");
+  pull.bind(ready_address);
+
+  ipc::MessageQueueOptions bo;
+  bo.n_readers = static_cast<uint32_t>(tp);
+  bo.max_chunks = options_.broadcast_chunks;
+  bo.max_chunk_bytes = options_.broadcast_chunk_bytes;
+  VLLM_ASSIGN_OR_RETURN(broadcast_, ipc::MessageQueueWriter::Create(bo));
+
+  std::string comm_spec;
+  if (tp > 1) {
+    using Backend = kernels::comm::CommGroupSpec::Backend;
+    if (options_.comm_backend != "shm" && options_.comm_backend != "gloo") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown collective backend '", options_.comm_backend, "' (choose shm or gloo)"));
+    }
+    VLLM_ASSIGN_OR_RETURN(group_, kernels::comm::CommGroup::Create(
+                                      options_.comm_backend == "gloo" ? Backend::kGloo
+                                                                      : Backend::kShm,
+                                      tp));
+    comm_spec = group_->spec().Encode();
+  }
+  stop_fd_ = eventfd(0, EFD_CLOEXEC);
+  if (stop_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
+  {
+    absl::MutexLock lock(&mu_);
+    exited_.assign(tp, false);
+    responses_.resize(tp);
+  }
+  VLLM_RETURN_IF_ERROR(SpawnWorkers(ready_address, comm_spec));
+  monitor_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "vllm-exec-mon");  // reaps workers, reports deaths
+    MonitorLoop();
+  });
+  VLLM_RETURN_IF_ERROR(AwaitReady(pull, deadline));
+  VLLM_RETURN_IF_ERROR(Explain(broadcast_->WaitUntilReady(deadline)));
+  for (auto& r : responses_) VLLM_RETURN_IF_ERROR(Explain(r->WaitUntilReady(deadline)));
+  return absl::OkStatus();
+}
+
+absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
+                                             const std::string& comm_spec) {
+  std::string binary = options_.worker_binary;
+  if (binary.empty()) {
+    VLLM_ASSIGN_OR_RETURN(binary, DefaultWorkerBinary());
+  }
+  if (access(binary.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat("worker binary ", binary, " is not executable"));
+  }
+  const int32_t tp = options_.tensor_parallel_size;
+  for (int32_t rank = 0; rank < tp; ++rank) {
+    worker::WorkerProcOptions w;
+    w.rank = rank;
+    w.world_size = tp;
+    w.broadcast_handle = broadcast_->handle().ToText();
+    w.ready_address = ready_address;
+    w.comm_spec = comm_spec;
+    w.parent_pid = getpid();
+    w.worker = options_.worker;
+    w.startup_timeout = options_.startup_timeout;
+    std::vector<std::string> args = {binary, worker::kWorkerProcSubcommand};
+    for (std::string& f : worker::ToWorkerProcFlags(w)) args.push_back(std::move(f));
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    if (int err = posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ);
+        err != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot start worker rank ", rank, ": posix_spawn: ", strerror(err)));
+    }
+    pids_.push_back(pid);
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) {
+      return absl::InternalError(absl::StrCat("pidfd_open(", pid, "): ", strerror(errno)));
+    }
+    pidfds_.push_back(pidfd);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadline) {
+  const int32_t tp = options_.tensor_parallel_size;
+  const int64_t deadline_ns = ipc::MonoNowNs() + absl::ToInt64Nanoseconds(deadline - absl::Now());
+  int32_t ready = 0;
+  std::vector<zmq::message_t> parts;
+  auto check = [this] { return failure(); };
+  while (ready < tp) {
+    absl::Status s = ipc::RecvMultipart(pull, parts, 1, deadline_ns, absl::Milliseconds(20),
+                                        check, "worker readiness");
+    if (absl::IsDeadlineExceeded(s)) {
+      std::vector<int32_t> missing;
+      for (int32_t r = 0; r < tp; ++r) {
+        if (!attached(r)) missing.push_back(r);
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat("worker rank(s) ", absl::StrJoin(missing, ", "), " not ready within ",
+                       absl::FormatDuration(options_.startup_timeout)));
+    }
+    VLLM_RETURN_IF_ERROR(s);
+    VLLM_ASSIGN_OR_RETURN(worker::ReadyMessage msg,
+                          worker::DecodeReady({parts[0].data<uint8_t>(), parts[0].size()}));
+    if (msg.rank < 0 || msg.rank >= tp || attached(msg.rank)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad ready message for rank ", msg.rank));
+    }
+    if (!msg.status().ok()) {
+      return absl::Status(msg.code, absl::StrCat("worker rank ", msg.rank,
+                                                 " failed to start: ", msg.message));
+    }
+    VLLM_ASSIGN_OR_RETURN(ipc::Handle handle, ipc::Handle::FromText(msg.response_handle));
+    VLLM_ASSIGN_OR_RETURN(auto reader, ipc::MessageQueueReader::Attach(handle, 0));
+    absl::MutexLock lock(&mu_);  // the monitor may be cancelling readers
+    responses_[msg.rank] = std::move(reader);
+    ++ready;
+  }
+  return absl::OkStatus();
+}
+
+void MultiprocExecutor::MonitorLoop() {
+  const size_t n = pidfds_.size();
+  std::vector<pollfd> fds(n + 1);
+  std::vector<bool> done(n, false);
+  size_t remaining = n;
+  while (remaining > 0) {
+    for (size_t i = 0; i < n; ++i) fds[i] = {done[i] ? -1 : pidfds_[i], POLLIN, 0};
+    fds[n] = {stop_fd_, POLLIN, 0};
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      Fail(absl::InternalError(absl::StrCat("executor monitor: poll: ", strerror(errno))));
+      return;
+    }
+    if (fds[n].revents != 0) return;  // shutting down; KillAndReap reaps the rest
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i] || fds[i].revents == 0) continue;
+      int status = 0;
+      if (waitpid(pids_[i], &status, 0) != pids_[i]) continue;
+      done[i] = true;
+      --remaining;
+      bool expected;
+      {
+        absl::MutexLock lock(&mu_);
+        exited_[i] = true;
+        expected = stopping_;
+      }
+      if (!expected) {
+        Fail(absl::UnavailableError(absl::StrFormat("worker rank %d (pid %d) %s", i, pids_[i],
+                                                    DescribeExit(status))));
+      }
+    }
+  }
+}
+
+void MultiprocExecutor::Fail(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return;
+  failure_ = status;
+  // Wake every wait in progress; they report the failure (Explain).
+  if (broadcast_) broadcast_->Cancel();
+  for (auto& r : responses_) {
+    if (r) r->Cancel();
+  }
+}
+
+bool MultiprocExecutor::attached(int32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return responses_[rank] != nullptr;
+}
+
+absl::Status MultiprocExecutor::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+absl::Status MultiprocExecutor::Explain(const absl::Status& status) const {
+  if (status.ok()) return status;
+  absl::Status f = failure();
+  return f.ok() ? status : f;
+}
+
+absl::StatusOr<uint64_t> MultiprocExecutor::Broadcast(const std::string& method,
+                                                      absl::Span<const uint8_t> payload,
+                                                      int32_t reply_rank) {
+  if (shut_down_) return absl::FailedPreconditionError("executor is shut down");
+  VLLM_RETURN_IF_ERROR(failure());
+  const uint64_t id = next_call_id_++;
+  const std::string prefix = worker::EncodeCallPrefix({id, method, reply_rank});
+  const ipc::ByteSpan parts[2] = {Bytes(prefix), payload};
+  absl::Status s = broadcast_->EnqueueParts(parts, absl::Now() + options_.execute_timeout);
+  if (absl::IsDeadlineExceeded(s)) {
+    Fail(absl::DeadlineExceededError(absl::StrCat(
+        "workers did not take ", method, " within ",
+        absl::FormatDuration(options_.execute_timeout), ": ", s.message())));
+  } else if (!s.ok()) {
+    Fail(s);
+  }
+  VLLM_RETURN_IF_ERROR(Explain(s));
+  return id;
+}
+
+absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t call_id,
+                                                          const std::string& method,
+                                                          absl::Time deadline) {
+  while (true) {
+    std::string payload;
+    worker::ReplyHeader header;
+    absl::Status s = responses_[rank]->Dequeue(
+        [&](ipc::ByteSpan bytes) -> absl::Status {
+          VLLM_ASSIGN_OR_RETURN(auto framed, worker::DecodeReply(bytes));
+          header = std::move(framed.header);
+          payload.assign(reinterpret_cast<const char*>(framed.payload.data()),
+                         framed.payload.size());
+          return absl::OkStatus();
+        },
+        deadline);
+    if (absl::IsDeadlineExceeded(s)) {
+      Fail(absl::DeadlineExceededError(
+          absl::StrFormat("worker rank %d (pid %d) did not answer %s within %s; it may be hung",
+                          rank, pids_[rank], method, absl::FormatDuration(options_.execute_timeout))));
+    } else if (!s.ok()) {
+      Fail(absl::Status(s.code(), absl::StrCat("worker rank ", rank, ": ", s.message())));
+    }
+    VLLM_RETURN_IF_ERROR(Explain(s));
+    // A reply to an older call (left behind when that call failed on another rank).
+    if (header.call_id != 0 && header.call_id < call_id) continue;
+    if (!header.status().ok()) {
+      return absl::Status(header.code, absl::StrCat("worker rank ", rank, ": ", method, ": ",
+                                                    header.message));
+    }
+    if (header.call_id != call_id) {
+      const absl::Status bad = absl::InternalError(absl::StrFormat(
+          "worker rank %d answered call %d while %d was expected", rank, header.call_id, call_id));
+      Fail(bad);
+      return bad;
+    }
+    return payload;
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> MultiprocExecutor::CollectiveRpc(
+    const std::string& method, const std::string& payload, absl::Duration timeout,
+    std::optional<int32_t> unique_reply_rank) {
+  const int32_t tp = options_.tensor_parallel_size;
+  if (unique_reply_rank.has_value() && (*unique_reply_rank < 0 || *unique_reply_rank >= tp)) {
+    return absl::InvalidArgumentError(absl::StrCat("no worker rank ", *unique_reply_rank));
+  }
+  VLLM_ASSIGN_OR_RETURN(uint64_t id,
+                        Broadcast(method, Bytes(payload), unique_reply_rank.value_or(-1)));
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<std::string> replies;
+  absl::Status first_error;
+  for (int32_t rank = 0; rank < tp; ++rank) {
+    if (unique_reply_rank.has_value() && rank != *unique_reply_rank) continue;
+    absl::StatusOr<std::string> reply = AwaitReply(rank, id, method, deadline);
+    if (!reply.ok()) {
+      // A worker's error: still read the other ranks' replies so none is left queued.
+      if (first_error.ok()) first_error = reply.status();
+      if (!failure().ok()) return failure();
+      continue;
+    }
+    replies.push_back(std::move(*reply));
+  }
+  VLLM_RETURN_IF_ERROR(first_error);
+  return replies;
+}
+
+absl::StatusOr<core::KVCacheSpec> MultiprocExecutor::GetKVCacheSpec() {
+  VLLM_ASSIGN_OR_RETURN(auto replies,
+                        CollectiveRpc("get_kv_cache_spec", "", options_.execute_timeout));
+  core::KVCacheSpec spec;
+  for (const std::string& r : replies) {
+    VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded(Bytes(r)));
+    VLLM_ASSIGN_OR_RETURN(auto v, ipc::ConvertAs<std::vector<int64_t>>(oh.get(), "kv cache spec"));
+    if (v.size() != 4) return absl::InvalidArgumentError("kv cache spec: expected 4 fields");
+    const core::KVCacheSpec s{static_cast<int32_t>(v[0]), static_cast<int32_t>(v[1]),
+                              static_cast<int32_t>(v[2]), static_cast<int32_t>(v[3])};
+    if (s.BytesPerToken() > spec.BytesPerToken()) spec = s;  // the most loaded rank
+  }
+  return spec;
+}
+
+absl::StatusOr<int64_t> MultiprocExecutor::DetermineAvailableMemory() {
+  VLLM_ASSIGN_OR_RETURN(auto replies,
+                        CollectiveRpc("determine_available_memory", "", options_.execute_timeout));
+  int64_t available = std::numeric_limits<int64_t>::max();
+  for (const std::string& r : replies) {
+    VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded(Bytes(r)));
+    VLLM_ASSIGN_OR_RETURN(int64_t v, ipc::ConvertAs<int64_t>(oh.get(), "available memory"));
+    available = std::min(available, v);
+  }
+  return available;
+}
+
+absl::Status MultiprocExecutor::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
+  msgpack::sbuffer b;
+  msgpack::pack(b, std::vector<int32_t>{num_blocks, block_size});
+  return CollectiveRpc("initialize_kv_cache", std::string(b.data(), b.size()),
+                       options_.execute_timeout)
+      .status();
+}
+
+core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::SchedulerOutput& so) {
+  const std::string payload = core::Encode(so);
+  absl::StatusOr<uint64_t> id = Broadcast("execute_model", Bytes(payload), /*reply_rank=*/0);
+  // The reply is read when the future is waited on; futures are waited on in order.
+  return std::async(std::launch::deferred,
+                    [this, id]() -> absl::StatusOr<core::ModelRunnerOutput> {
+                      VLLM_RETURN_IF_ERROR(id.status());
+                      VLLM_ASSIGN_OR_RETURN(
+                          std::string reply,
+                          AwaitReply(0, *id, "execute_model",
+                                     absl::Now() + options_.execute_timeout));
+                      absl::StatusOr<core::ModelRunnerOutput> out =
+                          core::DecodeModelRunnerOutput(reply);
+                      if (!out.ok()) Fail(out.status());
+                      return out;
+                    });
+}
+
+absl::StatusOr<core::ModelRunnerOutput> MultiprocExecutor::ExecuteModel(
+    const core::SchedulerOutput& so) {
+  return ExecuteModelAsync(so).get();
+}
+
+std::vector<pid_t> MultiprocExecutor::worker_pids() const { return pids_; }
+
+void MultiprocExecutor::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  // Closing the queue ends every worker's loop once it has read what was sent.
+  if (broadcast_) broadcast_->Close();
+  auto all_exited = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    for (bool e : exited_) {
+      if (!e) return false;
+    }
+    return true;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&all_exited), options_.shutdown_timeout);
+  }
+  KillAndReap();
+}
+
+void MultiprocExecutor::KillAndReap() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (stop_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(stop_fd_, &one, sizeof(one));
+  }
+  if (monitor_.joinable()) monitor_.join();
+  // Whatever the monitor did not reap is still running (or a zombie): kill and reap it.
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    bool exited;
+    {
+      absl::MutexLock lock(&mu_);
+      exited = i < exited_.size() && exited_[i];
+    }
+    if (exited) continue;
+    kill(pids_[i], SIGKILL);
+    waitpid(pids_[i], nullptr, 0);
+    absl::MutexLock lock(&mu_);
+    if (i < exited_.size()) exited_[i] = true;
+  }
+  for (int fd : pidfds_) close(fd);
+  pidfds_.clear();
+  if (stop_fd_ >= 0) close(stop_fd_);
+  stop_fd_ = -1;
+  group_.reset();  // the workers are gone: remove what the collective left behind
+  absl::MutexLock lock(&mu_);
+  exited_.assign(exited_.size(), true);  // including ranks never spawned
+  responses_.clear();
+  broadcast_.reset();
+}
+
+}  // namespace vllm::executor

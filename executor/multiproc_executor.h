@@ -1,0 +1,131 @@
+// MultiprocExecutor: core's Executor over one worker process per tensor-parallel rank
+// (vLLM's vllm/v1/executor/multiproc_executor.py).
+//
+// Create() spawns `vllm-launch worker-proc ...` once per rank (posix_spawn of our own
+// binary), handing each the broadcast queue's handle, a ZMQ address to report readiness on
+// and the tensor-parallel group's spec. Each worker loads its shard and answers with its
+// response queue's handle (worker/worker_protocol.h); start-up fails with an error naming the
+// rank — its start-up error, its exit status, or the deadline — and leaves no process behind.
+//
+// ExecuteModel enqueues the step once on the broadcast queue and waits only for the output
+// rank's reply (rank 0); ExecuteModelAsync returns at once with a future that reads the reply.
+// CollectiveRpc runs any method on every worker. A monitor thread watches every worker's
+// pidfd: when one dies, every pending and later call fails at once with Unavailable naming the
+// rank and how it ended. A worker that hangs is reported after `execute_timeout`.
+// Shutdown (and the destructor) closes the queue so workers exit, waits for them, and kills
+// any that do not exit within `shutdown_timeout`. Workers also die with this process
+// (PR_SET_PDEATHSIG). No shared-memory name outlives start-up (ipc/ unlinks them).
+//
+// Thread-safety: calls come from one thread (the engine's); the monitor is internal.
+#ifndef VLLM_EXECUTOR_MULTIPROC_EXECUTOR_H_
+#define VLLM_EXECUTOR_MULTIPROC_EXECUTOR_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/engine_core.h"
+#include "ipc/message_queue.h"
+#include "kernels/comm/group_spec.h"
+#include "worker/worker.h"
+
+namespace vllm::executor {
+
+struct MultiprocExecutorOptions {
+  worker::WorkerConfig worker;
+  int32_t tensor_parallel_size = 1;
+  // The vllm-launch binary; empty: the one next to the running executable.
+  std::string worker_binary;
+  // Collective backend for tensor parallelism: "shm" (ours) or "gloo".
+  std::string comm_backend = "shm";
+  absl::Duration startup_timeout = absl::Minutes(10);
+  // A step or call not answered by then fails (a hung worker), and the executor with it.
+  absl::Duration execute_timeout = absl::Minutes(5);
+  absl::Duration shutdown_timeout = absl::Seconds(5);
+  // Broadcast ring geometry; larger steps travel over ZMQ.
+  uint64_t broadcast_chunks = 8;
+  uint64_t broadcast_chunk_bytes = 4 << 20;
+};
+
+class MultiprocExecutor final : public core::Executor {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MultiprocExecutor>> Create(
+      const MultiprocExecutorOptions& options);
+  ~MultiprocExecutor() override;
+
+  absl::StatusOr<core::KVCacheSpec> GetKVCacheSpec() override;
+  absl::StatusOr<int64_t> DetermineAvailableMemory() override;
+  absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) override;
+  absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
+      const core::SchedulerOutput& scheduler_output) override;
+  core::ModelOutputFuture ExecuteModelAsync(const core::SchedulerOutput& scheduler_output) override;
+  void Shutdown() override;
+
+  // Runs `method` with `payload` on every worker (worker_protocol.h) and returns the replies
+  // by rank — or only `unique_reply_rank`'s, as the single element. The first error (a worker
+  // error, a dead worker, the timeout) is returned instead.
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> CollectiveRpc(
+      const std::string& method, const std::string& payload, absl::Duration timeout,
+      std::optional<int32_t> unique_reply_rank = std::nullopt);
+
+  // Puts `bytes` on the broadcast queue as they are, not framed as a call (tests of the
+  // workers' handling of malformed frames).
+  [[nodiscard]] absl::Status BroadcastRawForTesting(std::vector<uint8_t> bytes) {
+    return broadcast_->Enqueue(bytes);
+  }
+
+  // Worker pids by rank (tests kill them).
+  std::vector<pid_t> worker_pids() const;
+  // The first fatal error (a worker died, hung, or broke the protocol), or OK.
+  absl::Status failure() const;
+
+ private:
+  explicit MultiprocExecutor(const MultiprocExecutorOptions& options);
+  absl::Status Start();
+  absl::Status SpawnWorkers(const std::string& ready_address, const std::string& comm_spec);
+  absl::Status AwaitReady(zmq::socket_t& pull, absl::Time deadline);
+  // Enqueues a call; returns its id.
+  absl::StatusOr<uint64_t> Broadcast(const std::string& method, absl::Span<const uint8_t> payload,
+                                     int32_t reply_rank);
+  // Reads rank's reply to call_id (dropping replies to older calls).
+  absl::StatusOr<std::string> AwaitReply(int32_t rank, uint64_t call_id, const std::string& method,
+                                         absl::Time deadline);
+  // Records the first fatal error and cancels every queue wait.
+  void Fail(const absl::Status& status);
+  // Maps a queue error to the recorded failure when there is one.
+  absl::Status Explain(const absl::Status& status) const;
+  void MonitorLoop();
+  bool attached(int32_t rank) const;
+  void KillAndReap();
+
+  const MultiprocExecutorOptions options_;
+  // Set during start-up, cleared by KillAndReap; elements are assigned under mu_ (the monitor
+  // cancels them from its thread). The engine thread uses them without the lock.
+  std::unique_ptr<ipc::MessageQueueWriter> broadcast_;
+  std::vector<std::unique_ptr<ipc::MessageQueueReader>> responses_;
+  std::unique_ptr<kernels::comm::CommGroup> group_;  // tensor_parallel_size > 1
+  std::vector<pid_t> pids_;
+  std::vector<int> pidfds_;
+  int stop_fd_ = -1;  // eventfd that ends the monitor
+  std::thread monitor_;
+  uint64_t next_call_id_ = 1;
+  bool shut_down_ = false;
+
+  mutable absl::Mutex mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;  // exits are expected from now on
+  std::vector<bool> exited_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace vllm::executor
+
+#endif  // VLLM_EXECUTOR_MULTIPROC_EXECUTOR_H_

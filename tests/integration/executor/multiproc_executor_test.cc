@@ -1,0 +1,317 @@
+// MultiprocExecutor with real worker processes (`vllm-launch worker-proc`): the reference
+// fixtures give Hugging Face's greedy tokens with TP = 1, 2, 4, also under a randomized
+// add/abort load; a killed worker fails the engine within 1 s; a stopped (hung) worker is
+// reported after the timeout; malformed calls get error replies; start-up failures name the
+// rank. After every test no child process and no new /dev/shm entry of ours remains.
+#include "executor/multiproc_executor.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "frontend/llm_engine.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/process.h"
+
+namespace vllm::executor {
+namespace {
+
+const std::filesystem::path kFixtures =
+    std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "models";
+
+std::string WorkerBinary() { return testing::BinDir() + "/vllm-launch"; }
+
+// Pids of our living children (zombies included: they are not reaped yet).
+std::vector<pid_t> Children() {
+  std::vector<pid_t> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == getpid()) out.push_back(pid);
+  }
+  closedir(dir);
+  return out;
+}
+
+struct Reference {
+  std::vector<std::vector<int32_t>> prompts, greedy;
+  std::vector<std::vector<float>> prompt_logits;
+  int32_t max_new_tokens = 0;
+};
+
+Reference LoadReference(const std::string& model) {
+  std::ifstream in(kFixtures / model / "reference.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str());
+  Reference r;
+  r.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
+  r.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
+  r.prompt_logits = j.at("prompt_logits").get<std::vector<std::vector<float>>>();
+  r.max_new_tokens = j.at("max_new_tokens").get<int32_t>();
+  return r;
+}
+
+core::EngineCoreRequest Greedy(const std::string& id, const std::vector<int32_t>& prompt,
+                               int32_t max_tokens) {
+  core::EngineCoreRequest r;
+  r.request_id = id;
+  r.prompt_token_ids = prompt;
+  r.sampling_params.temperature = 0.0;
+  r.sampling_params.max_tokens = max_tokens;
+  r.sampling_params.ignore_eos = true;
+  return r;
+}
+
+frontend::EngineArgs MpArgs(const std::string& model, int32_t tp) {
+  frontend::EngineArgs args;
+  args.model = kFixtures / model;
+  args.tensor_parallel_size = tp;
+  args.distributed_executor_backend = "mp";
+  args.worker_binary = WorkerBinary();
+  args.kv_cache_memory_bytes = 32 << 20;
+  return args;
+}
+
+class MultiprocExecutorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { shm_before_ = testing::ShmEntries(); }
+  void TearDown() override {
+    // Everything is destroyed by now: no child may be left, nothing new in /dev/shm.
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while ((!Children().empty() || testing::ShmEntries() != shm_before_) &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+    }
+    EXPECT_TRUE(Children().empty()) << "worker processes left behind";
+    EXPECT_EQ(testing::ShmEntries(), shm_before_) << "shared memory left behind";
+  }
+  std::set<std::string> shm_before_;
+};
+
+struct TpCase {
+  const char* model;
+  int32_t tp;
+};
+
+class ReferenceThroughWorkersTest : public MultiprocExecutorTest,
+                                    public ::testing::WithParamInterface<TpCase> {};
+
+TEST_P(ReferenceThroughWorkersTest, GreedyTokensAndLogprobsMatch) {
+  const Reference ref = LoadReference(GetParam().model);
+  auto engine = frontend::LLMEngine::Create(MpArgs(GetParam().model, GetParam().tp));
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<core::EngineCoreRequest> requests;
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    requests.push_back(Greedy(absl::StrCat("r", i), ref.prompts[i], ref.max_new_tokens));
+    requests.back().sampling_params.logprobs = 1;
+  }
+  auto outputs = (*engine)->Generate(std::move(requests));
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const frontend::RequestOutput& o = (*outputs)[i];
+    EXPECT_EQ(o.output_token_ids, ref.greedy[i]) << "prompt " << i;
+    // The first token's logprob is log_softmax of the reference's prompt logits.
+    ASSERT_FALSE(o.logprobs.empty());
+    const std::vector<float>& logits = ref.prompt_logits[i];
+    double max = logits[0], sum = 0;
+    for (float l : logits) max = std::max<double>(max, l);
+    for (float l : logits) sum += std::exp(l - max);
+    const double want = logits[o.output_token_ids[0]] - max - std::log(sum);
+    EXPECT_NEAR(o.logprobs[0].logprobs[0], want, 1e-3) << "prompt " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceThroughWorkersTest,
+                         ::testing::Values(TpCase{"llama_mha", 1}, TpCase{"llama_mha", 2},
+                                           TpCase{"llama_mha", 4}, TpCase{"llama_gqa", 2},
+                                           TpCase{"qwen2", 2}));
+
+TEST_F(MultiprocExecutorTest, RandomAddAbortLoadKeepsReferenceTokens) {
+  const Reference ref = LoadReference("llama_gqa");
+  frontend::EngineArgs args = MpArgs("llama_gqa", 2);
+  args.num_gpu_blocks_override = 12;  // tight: preemptions happen
+  args.max_model_len = 128;
+  args.max_num_batched_tokens = 32;  // chunked prefill
+  auto engine = frontend::LLMEngine::Create(args);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::mt19937 rng(7);
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    ASSERT_TRUE((*engine)
+                    ->AddRequest(Greedy(absl::StrCat("ref", i), ref.prompts[i],
+                                        ref.max_new_tokens))
+                    .ok());
+  }
+  std::vector<std::string> noise;
+  std::map<std::string, std::vector<int32_t>> got;
+  int noise_id = 0;
+  for (int step = 0; step < 2000 && (*engine)->HasUnfinishedRequests(); ++step) {
+    if (rng() % 3 == 0 && noise_id < 40) {
+      core::EngineCoreRequest r;
+      r.request_id = absl::StrCat("noise", noise_id++);
+      for (int t = 0, n = 1 + static_cast<int>(rng() % 40); t < n; ++t) {
+        r.prompt_token_ids.push_back(static_cast<int32_t>(rng() % 500));
+      }
+      r.sampling_params.temperature = 1.0;
+      r.sampling_params.seed = static_cast<int64_t>(rng());
+      r.sampling_params.max_tokens = 1 + static_cast<int32_t>(rng() % 30);
+      ASSERT_TRUE((*engine)->AddRequest(r).ok());
+      noise.push_back(r.request_id);
+    }
+    if (rng() % 5 == 0 && !noise.empty()) {
+      const size_t k = rng() % noise.size();
+      (*engine)->AbortRequests({noise[k]});
+      noise.erase(noise.begin() + static_cast<ptrdiff_t>(k));
+    }
+    auto progressed = (*engine)->Step();
+    ASSERT_TRUE(progressed.ok()) << progressed.status();
+    for (const auto& o : *progressed) {
+      if (o.request_id.rfind("ref", 0) == 0 && o.finished()) got[o.request_id] = o.output_token_ids;
+    }
+  }
+  ASSERT_EQ(got.size(), ref.prompts.size()) << "reference requests did not all finish";
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    EXPECT_EQ(got[absl::StrCat("ref", i)], ref.greedy[i]) << "prompt " << i;
+  }
+  EXPECT_GT((*engine)->totals().num_preemptions, 0) << "the load did not force preemption";
+}
+
+TEST_F(MultiprocExecutorTest, KilledWorkerFailsTheEngineWithinOneSecond) {
+  frontend::EngineArgs args = MpArgs("llama_mha", 2);
+  auto engine = frontend::LLMEngine::Create(args);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const Reference ref = LoadReference("llama_mha");
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    ASSERT_TRUE((*engine)->AddRequest(Greedy(absl::StrCat("r", i), ref.prompts[i], 150)).ok());
+  }
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE((*engine)->Step().ok());
+  auto* mp = dynamic_cast<MultiprocExecutor*>(&(*engine)->engine_core().executor());
+  ASSERT_NE(mp, nullptr);
+  const pid_t victim = mp->worker_pids()[1];
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  absl::Status error;
+  while (absl::Now() - killed < absl::Seconds(5)) {
+    auto step = (*engine)->Step();
+    if (!step.ok()) {
+      error = step.status();
+      break;
+    }
+  }
+  const absl::Duration took = absl::Now() - killed;
+  ASSERT_FALSE(error.ok()) << "the engine kept running without rank 1";
+  EXPECT_LT(took, absl::Seconds(1)) << error;
+  EXPECT_NE(error.message().find("rank 1"), std::string::npos) << error;
+  // Every pending request is gone with the engine: later calls fail with the same error.
+  EXPECT_EQ((*engine)->Step().status(), error);
+  EXPECT_FALSE((*engine)->AddRequest(Greedy("late", {1, 2, 3}, 4)).ok());
+}
+
+TEST_F(MultiprocExecutorTest, HungWorkerIsReportedAfterTheTimeout) {
+  MultiprocExecutorOptions options;
+  options.worker.model = kFixtures / "llama_mha";
+  options.worker.kv_cache_memory_bytes = 8 << 20;
+  options.worker_binary = WorkerBinary();
+  options.execute_timeout = absl::Seconds(1);
+  options.shutdown_timeout = absl::Milliseconds(200);
+  auto executor = MultiprocExecutor::Create(options);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  ASSERT_TRUE((*executor)->CollectiveRpc("echo", "x", absl::Seconds(5)).ok());
+  const pid_t pid = (*executor)->worker_pids()[0];
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const absl::Time start = absl::Now();
+  auto reply = (*executor)->CollectiveRpc("echo", "y", options.execute_timeout);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_TRUE(absl::IsDeadlineExceeded(reply.status())) << reply.status();
+  EXPECT_NE(reply.status().message().find("rank 0"), std::string::npos) << reply.status();
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LT(took, absl::Seconds(3));
+  // The executor is failed for good; shutting down kills the stopped worker.
+  EXPECT_FALSE((*executor)->CollectiveRpc("echo", "z", absl::Seconds(1)).ok());
+  executor->reset();
+}
+
+TEST_F(MultiprocExecutorTest, MalformedCallsGetErrorRepliesAndTheWorkersLiveOn) {
+  MultiprocExecutorOptions options;
+  options.worker.model = kFixtures / "llama_mha";
+  options.worker.kv_cache_memory_bytes = 8 << 20;
+  options.worker_binary = WorkerBinary();
+  options.tensor_parallel_size = 2;
+  auto executor = MultiprocExecutor::Create(options);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  MultiprocExecutor& e = **executor;
+
+  auto unknown = e.CollectiveRpc("no_such_method", "", absl::Seconds(5));
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown.status())) << unknown.status();
+  EXPECT_NE(unknown.status().message().find("no_such_method"), std::string::npos);
+
+  auto garbage_step = e.CollectiveRpc("execute_model", "\xc1\xff garbage", absl::Seconds(5));
+  EXPECT_FALSE(garbage_step.ok());
+  EXPECT_NE(garbage_step.status().message().find("SchedulerOutput"), std::string::npos)
+      << garbage_step.status();
+
+  auto bad_args = e.CollectiveRpc("initialize_kv_cache", "\x92\x01", absl::Seconds(5));
+  EXPECT_FALSE(bad_args.ok());
+
+  ASSERT_TRUE(e.BroadcastRawForTesting({0xff, 0xff, 0xff, 0x7f, 0x01}).ok());
+  auto raw = e.CollectiveRpc("echo", "after raw", absl::Seconds(5));
+  // The raw frame's error reply (call id 0) comes first.
+  EXPECT_FALSE(raw.ok());
+  EXPECT_NE(raw.status().message().find("header"), std::string::npos) << raw.status();
+
+  auto echo = e.CollectiveRpc("echo", "still here", absl::Seconds(5));
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  EXPECT_EQ(*echo, (std::vector<std::string>{"still here", "still here"}));
+  EXPECT_TRUE(e.failure().ok()) << e.failure();
+}
+
+TEST_F(MultiprocExecutorTest, StartupFailuresNameTheRank) {
+  MultiprocExecutorOptions options;
+  options.worker.model = kFixtures / "no_such_model";
+  options.worker_binary = WorkerBinary();
+  options.tensor_parallel_size = 2;
+  auto executor = MultiprocExecutor::Create(options);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_NE(executor.status().message().find("failed to start"), std::string::npos)
+      << executor.status();
+  EXPECT_NE(executor.status().message().find("config.json"), std::string::npos)
+      << executor.status();
+
+  options.worker.model = kFixtures / "llama_gqa";  // 2 KV heads cannot split 4 ways
+  options.tensor_parallel_size = 4;
+  executor = MultiprocExecutor::Create(options);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_NE(executor.status().message().find("num_key_value_heads"), std::string::npos)
+      << executor.status();
+
+  options.worker_binary = "/nonexistent/vllm-launch";
+  executor = MultiprocExecutor::Create(options);
+  EXPECT_TRUE(absl::IsNotFound(executor.status())) << executor.status();
+}
+
+}  // namespace
+}  // namespace vllm::executor

@@ -1,0 +1,327 @@
+#include "worker/worker_proc.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/codec.h"
+#include "ipc/message_queue.h"
+#include "ipc/msgpack_util.h"
+#include "ipc/status_macros.h"
+#include "ipc/zmq_util.h"
+#include "kernels/comm/group_spec.h"
+#include "spdlog/spdlog.h"
+#include "worker/worker_protocol.h"
+
+namespace vllm::worker {
+namespace {
+
+absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+template <typename T>
+absl::Status ParseInt(const std::string& flag, const std::string& value, T lo, T hi, T* out) {
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < static_cast<int64_t>(lo) || v > static_cast<int64_t>(hi)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected an integer in [", lo, ", ", hi, "], got '", value, "'"));
+  }
+  *out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+// One call taken off the broadcast queue, copied out of shared memory.
+struct Call {
+  CallHeader header;
+  absl::Status decode_status;                    // a malformed call is answered with this
+  std::optional<core::SchedulerOutput> step;     // execute_model
+  std::string payload;                           // every other method
+};
+
+class WorkerProc {
+ public:
+  explicit WorkerProc(const WorkerProcOptions& options) : options_(options) {}
+
+  int Run() {
+    InstallSignalThread();
+    absl::Status started = Start();
+    SendReady(started);
+    if (!started.ok()) {
+      spdlog::error("worker rank {}: start-up failed: {}", options_.rank, started.ToString());
+      return 1;
+    }
+    absl::Status ended = Loop();
+    if (ended.ok() || absl::IsCancelled(ended)) {
+      spdlog::info("worker rank {}: shut down", options_.rank);
+      return 0;
+    }
+    spdlog::error("worker rank {}: {}", options_.rank, ended.ToString());
+    return 1;
+  }
+
+ private:
+  // SIGTERM is taken by a thread of its own (sigwait), which cancels the queue wait so the
+  // loop ends cleanly. SIGINT is ignored: Ctrl-C reaches the whole process group, and the
+  // engine shuts its workers down through the queue.
+  void InstallSignalThread() {
+    signal(SIGINT, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any other thread exists
+    std::thread([this, set] {
+      pthread_setname_np(pthread_self(), "vllm-sigterm");  // waits for SIGTERM
+      int sig = 0;
+      sigwait(&set, &sig);
+      terminated_.store(true);
+      if (ipc::MessageQueueReader* r = reader_.load(); r != nullptr) r->Cancel();
+    }).detach();
+  }
+
+  absl::Status Start() {
+    const absl::Time deadline = absl::Now() + options_.startup_timeout;
+    VLLM_ASSIGN_OR_RETURN(ipc::Handle handle, ipc::Handle::FromText(options_.broadcast_handle));
+    VLLM_ASSIGN_OR_RETURN(broadcast_, ipc::MessageQueueReader::Attach(handle, options_.rank));
+    reader_.store(broadcast_.get());
+    ipc::MessageQueueOptions response;
+    response.n_readers = 1;
+    response.max_chunks = 4;
+    response.max_chunk_bytes = 1 << 20;
+    VLLM_ASSIGN_OR_RETURN(response_, ipc::MessageQueueWriter::Create(response));
+    kernels::Communicator* comm = &single_rank_;
+    if (options_.world_size > 1) {
+      VLLM_ASSIGN_OR_RETURN(kernels::comm::CommGroupSpec spec,
+                            kernels::comm::CommGroupSpec::Decode(options_.comm_spec));
+      VLLM_ASSIGN_OR_RETURN(group_, kernels::comm::JoinGroup(spec, options_.rank,
+                                                             deadline - absl::Now()));
+      comm = group_.get();
+    }
+    VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.worker, comm));
+    if (terminated_.load()) return absl::CancelledError("SIGTERM during start-up");
+    return absl::OkStatus();
+  }
+
+  void SendReady(const absl::Status& status) {
+    ReadyMessage ready;
+    ready.rank = options_.rank;
+    ready.pid = getpid();
+    ready.code = status.code();
+    ready.message = std::string(status.message());
+    if (status.ok()) ready.response_handle = response_->handle().ToText();
+    const std::string bytes = EncodeReady(ready);
+    try {
+      zmq::socket_t push(ipc::ZmqContext(), zmq::socket_type::push);
+      push.set(zmq::sockopt::linger, 2000);  // deliver before the process exits
+      push.connect(options_.ready_address);
+      push.send(zmq::buffer(bytes), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      spdlog::error("worker rank {}: cannot report readiness to {}: {}", options_.rank,
+                    options_.ready_address, e.what());
+    }
+  }
+
+  absl::Status Loop() {
+    const absl::Time deadline = absl::Now() + options_.startup_timeout;
+    VLLM_RETURN_IF_ERROR(response_->WaitUntilReady(deadline));
+    VLLM_RETURN_IF_ERROR(broadcast_->WaitUntilReady(deadline));
+    spdlog::info("worker rank {} (pid {}): ready", options_.rank, getpid());
+    while (true) {
+      Call call;
+      VLLM_RETURN_IF_ERROR(broadcast_->Dequeue([&](ipc::ByteSpan bytes) {
+        call = Take(bytes);
+        return absl::OkStatus();
+      }));
+      std::string result;
+      absl::Status status = call.decode_status;
+      if (status.ok()) status = Dispatch(call, &result);
+      const bool reply = !status.ok() || call.header.reply_rank < 0 ||
+                         call.header.reply_rank == options_.rank;
+      if (reply) {
+        ReplyHeader header{call.header.call_id, options_.rank, status.code(),
+                           std::string(status.message())};
+        const std::string prefix = EncodeReplyPrefix(header);
+        const ipc::ByteSpan parts[2] = {
+            {reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()},
+            {reinterpret_cast<const uint8_t*>(result.data()), result.size()}};
+        VLLM_RETURN_IF_ERROR(response_->EnqueueParts(parts));
+      }
+      if (status.ok() && call.header.method == "shutdown") return absl::OkStatus();
+    }
+  }
+
+  // Decodes a call in place (the bytes live in shared memory only during Dequeue).
+  static Call Take(ipc::ByteSpan bytes) {
+    Call call;
+    auto framed = DecodeCall(bytes);
+    if (!framed.ok()) {
+      call.decode_status = framed.status();
+      return call;
+    }
+    call.header = framed->header;
+    const auto& p = framed->payload;
+    if (call.header.method == "execute_model") {
+      auto step = core::DecodeSchedulerOutput(
+          std::string_view(reinterpret_cast<const char*>(p.data()), p.size()));
+      if (step.ok()) {
+        call.step = std::move(*step);
+      } else {
+        call.decode_status = step.status();
+      }
+    } else {
+      call.payload.assign(reinterpret_cast<const char*>(p.data()), p.size());
+    }
+    return call;
+  }
+
+  absl::Status Dispatch(const Call& call, std::string* result) {
+    const std::string& method = call.header.method;
+    if (method == "execute_model") {
+      VLLM_ASSIGN_OR_RETURN(core::ModelRunnerOutput out, worker_->ExecuteModel(*call.step));
+      *result = core::Encode(out);
+      return absl::OkStatus();
+    }
+    if (method == "get_kv_cache_spec") {
+      const core::KVCacheSpec spec = worker_->GetKVCacheSpec();
+      msgpack::sbuffer b;
+      msgpack::pack(b, std::vector<int64_t>{spec.num_layers, spec.num_kv_heads, spec.head_dim,
+                                            spec.dtype_bytes});
+      result->assign(b.data(), b.size());
+      return absl::OkStatus();
+    }
+    if (method == "determine_available_memory") {
+      msgpack::sbuffer b;
+      msgpack::pack(b, worker_->DetermineAvailableMemory());
+      result->assign(b.data(), b.size());
+      return absl::OkStatus();
+    }
+    if (method == "initialize_kv_cache") {
+      auto oh = ipc::UnpackBounded(
+          {reinterpret_cast<const uint8_t*>(call.payload.data()), call.payload.size()});
+      if (!oh.ok()) return oh.status();
+      VLLM_ASSIGN_OR_RETURN(auto args, ipc::ConvertAs<std::vector<int32_t>>(
+                                           oh->get(), "initialize_kv_cache arguments"));
+      if (args.size() != 2) {
+        return absl::InvalidArgumentError("initialize_kv_cache takes [num_blocks, block_size]");
+      }
+      return worker_->InitializeKVCache(args[0], args[1]);
+    }
+    if (method == "echo") {
+      *result = call.payload;
+      return absl::OkStatus();
+    }
+    if (method == "shutdown") return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("unknown worker method '", method, "'"));
+  }
+
+  const WorkerProcOptions options_;
+  std::atomic<bool> terminated_{false};
+  std::atomic<ipc::MessageQueueReader*> reader_{nullptr};
+  std::unique_ptr<ipc::MessageQueueReader> broadcast_;
+  std::unique_ptr<ipc::MessageQueueWriter> response_;
+  kernels::SingleRankCommunicator single_rank_;
+  std::unique_ptr<kernels::Communicator> group_;
+  std::unique_ptr<Worker> worker_;
+};
+
+}  // namespace
+
+std::vector<std::string> ToWorkerProcFlags(const WorkerProcOptions& o) {
+  std::vector<std::string> f = {
+      "--rank",          absl::StrCat(o.rank),
+      "--world-size",    absl::StrCat(o.world_size),
+      "--broadcast-handle", o.broadcast_handle,
+      "--ready-address", o.ready_address,
+      "--parent-pid",    absl::StrCat(o.parent_pid),
+      "--model",         o.worker.model.string(),
+      "--load-format",   o.worker.load_format == LoadFormat::kDummy         ? "dummy"
+                         : o.worker.load_format == LoadFormat::kSafetensors ? "safetensors"
+                                                                            : "auto",
+      "--seed",          absl::StrCat(o.worker.seed),
+      "--kv-cache-memory", absl::StrCat(o.worker.kv_cache_memory_bytes),
+      "--startup-timeout-s", absl::StrCat(absl::ToInt64Seconds(o.startup_timeout))};
+  if (!o.comm_spec.empty()) {
+    f.push_back("--comm-spec");
+    f.push_back(o.comm_spec);
+  }
+  return f;
+}
+
+absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::string>& flags) {
+  WorkerProcOptions o;
+  bool have_rank = false, have_handle = false, have_ready = false, have_model = false;
+  bool have_parent = false;
+  for (size_t i = 0; i < flags.size(); i += 2) {
+    const std::string& flag = flags[i];
+    if (i + 1 >= flags.size()) return absl::InvalidArgumentError(flag + ": missing value");
+    const std::string& v = flags[i + 1];
+    if (flag == "--rank") {
+      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 16, &o.rank));
+      have_rank = true;
+    } else if (flag == "--world-size") {
+      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 1, 1 << 16, &o.world_size));
+    } else if (flag == "--broadcast-handle") {
+      o.broadcast_handle = v;
+      have_handle = true;
+    } else if (flag == "--ready-address") {
+      o.ready_address = v;
+      have_ready = true;
+    } else if (flag == "--parent-pid") {
+      VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 1, int64_t{1} << 40, &o.parent_pid));
+      have_parent = true;
+    } else if (flag == "--model") {
+      o.worker.model = v;
+      have_model = true;
+    } else if (flag == "--load-format") {
+      VLLM_ASSIGN_OR_RETURN(o.worker.load_format, ParseLoadFormat(v));
+    } else if (flag == "--seed") {
+      VLLM_RETURN_IF_ERROR(
+          ParseInt<int64_t>(flag, v, 0, std::numeric_limits<int64_t>::max(),
+                            reinterpret_cast<int64_t*>(&o.worker.seed)));
+    } else if (flag == "--kv-cache-memory") {
+      VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 1, int64_t{1} << 50,
+                                             &o.worker.kv_cache_memory_bytes));
+    } else if (flag == "--comm-spec") {
+      o.comm_spec = v;
+    } else if (flag == "--startup-timeout-s") {
+      int64_t s = 0;
+      VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 1, 86400, &s));
+      o.startup_timeout = absl::Seconds(s);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", View(flag), "'"));
+    }
+  }
+  if (!have_rank || !have_handle || !have_ready || !have_model || !have_parent) {
+    return absl::InvalidArgumentError(
+        "worker-proc needs --rank, --broadcast-handle, --ready-address, --parent-pid and --model");
+  }
+  if (o.rank >= o.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--rank %d must be below --world-size %d", o.rank, o.world_size));
+  }
+  if (o.world_size > 1 && o.comm_spec.empty()) {
+    return absl::InvalidArgumentError("--comm-spec is required when --world-size > 1");
+  }
+  return o;
+}
+
+int RunWorkerProc(const WorkerProcOptions& options) {
+  // Die with the executor, even by kill -9; then make sure it did not die before this line.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != options.parent_pid) {
+    spdlog::error("worker rank {}: parent {} is gone", options.rank, options.parent_pid);
+    return 1;
+  }
+  WorkerProc proc(options);
+  return proc.Run();
+}
+
+}  // namespace vllm::worker

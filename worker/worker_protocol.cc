@@ -1,0 +1,177 @@
+#include "worker/worker_protocol.h"
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "core/msgpack_fields.h"
+#include "ipc/msgpack_util.h"
+#include "ipc/status_macros.h"
+
+namespace vllm::worker {
+namespace {
+
+using core::wire::FieldReader;
+constexpr size_t kMaxMethodBytes = 64;
+constexpr size_t kMaxMessageBytes = 2048;
+
+std::string Frame(const msgpack::sbuffer& header) {
+  std::string out(4 + header.size(), '\0');
+  const uint32_t n = static_cast<uint32_t>(header.size());
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  std::memcpy(out.data() + 4, header.data(), header.size());
+  return out;
+}
+
+// Splits bytes into the unpacked header object and the payload.
+absl::StatusOr<std::pair<msgpack::object_handle, absl::Span<const uint8_t>>> Split(
+    absl::Span<const uint8_t> bytes, std::string_view what) {
+  if (bytes.size() < 4) {
+    return absl::DataLossError(absl::StrFormat("%s: %d bytes, shorter than the length prefix",
+                                               what, bytes.size()));
+  }
+  const uint32_t n = uint32_t{bytes[0]} | uint32_t{bytes[1]} << 8 | uint32_t{bytes[2]} << 16 |
+                     uint32_t{bytes[3]} << 24;
+  if (n > kMaxHeaderBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s: header of %d bytes exceeds %d", what, n, kMaxHeaderBytes));
+  }
+  if (n > bytes.size() - 4) {
+    return absl::DataLossError(absl::StrFormat("%s: header of %d bytes but only %d follow", what,
+                                               n, bytes.size() - 4));
+  }
+  ipc::UnpackLimits limits;
+  limits.max_array = 8;
+  limits.max_map = 0;
+  limits.max_str = kMaxMessageBytes;
+  limits.max_bin = 0;
+  limits.max_depth = 2;
+  auto handle = ipc::UnpackBounded(bytes.subspan(4, n), limits);
+  if (!handle.ok()) {
+    return absl::Status(handle.status().code(),
+                        absl::StrFormat("%s header: %s", what, handle.status().message()));
+  }
+  return std::make_pair(std::move(*handle), bytes.subspan(4 + n));
+}
+
+absl::Status CheckVersion(FieldReader& r, std::string_view what) {
+  uint8_t version = 0;
+  VLLM_RETURN_IF_ERROR(r.Int("version", &version));
+  if (version != kWorkerProtocolVersion) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: protocol version %d, this build speaks %d", what, version, kWorkerProtocolVersion));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string EncodeCallPrefix(const CallHeader& header) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(4);
+  pk.pack(kWorkerProtocolVersion);
+  pk.pack(header.call_id);
+  pk.pack(header.method);
+  pk.pack(header.reply_rank);
+  return Frame(buffer);
+}
+
+std::string EncodeReplyPrefix(const ReplyHeader& header) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(5);
+  pk.pack(kWorkerProtocolVersion);
+  pk.pack(header.call_id);
+  pk.pack(header.rank);
+  pk.pack(static_cast<int32_t>(header.code));
+  // Keep replies decodable: an over-long error message is cut.
+  pk.pack(header.message.size() > kMaxMessageBytes ? header.message.substr(0, kMaxMessageBytes)
+                                                   : header.message);
+  return Frame(buffer);
+}
+
+absl::StatusOr<Framed<CallHeader>> DecodeCall(absl::Span<const uint8_t> bytes) {
+  VLLM_ASSIGN_OR_RETURN(auto split, Split(bytes, "worker call"));
+  try {
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(split.first.get(), "worker call", 4));
+    VLLM_RETURN_IF_ERROR(CheckVersion(r, "worker call"));
+    Framed<CallHeader> out;
+    VLLM_RETURN_IF_ERROR(r.Int("call_id", &out.header.call_id));
+    VLLM_RETURN_IF_ERROR(r.String("method", kMaxMethodBytes, &out.header.method));
+    VLLM_RETURN_IF_ERROR(r.Int("reply_rank", &out.header.reply_rank));
+    out.payload = split.second;
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("worker call: malformed (%s)", e.what()));
+  }
+}
+
+absl::StatusOr<Framed<ReplyHeader>> DecodeReply(absl::Span<const uint8_t> bytes) {
+  VLLM_ASSIGN_OR_RETURN(auto split, Split(bytes, "worker reply"));
+  try {
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(split.first.get(), "worker reply", 5));
+    VLLM_RETURN_IF_ERROR(CheckVersion(r, "worker reply"));
+    Framed<ReplyHeader> out;
+    int32_t code = 0;
+    VLLM_RETURN_IF_ERROR(r.Int("call_id", &out.header.call_id));
+    VLLM_RETURN_IF_ERROR(r.Int("rank", &out.header.rank));
+    VLLM_RETURN_IF_ERROR(r.Int("code", &code));
+    if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+      return absl::InvalidArgumentError(absl::StrFormat("worker reply: bad status code %d", code));
+    }
+    out.header.code = static_cast<absl::StatusCode>(code);
+    VLLM_RETURN_IF_ERROR(r.String("message", kMaxMessageBytes, &out.header.message));
+    out.payload = split.second;
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("worker reply: malformed (%s)", e.what()));
+  }
+}
+
+std::string EncodeReady(const ReadyMessage& ready) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(6);
+  pk.pack(kWorkerProtocolVersion);
+  pk.pack(ready.rank);
+  pk.pack(ready.pid);
+  pk.pack(static_cast<int32_t>(ready.code));
+  pk.pack(ready.message.size() > kMaxMessageBytes ? ready.message.substr(0, kMaxMessageBytes)
+                                                  : ready.message);
+  pk.pack(ready.response_handle);
+  return std::string(buffer.data(), buffer.size());
+}
+
+absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes) {
+  ipc::UnpackLimits limits;
+  limits.max_array = 8;
+  limits.max_map = 0;
+  limits.max_str = 64 << 10;
+  limits.max_bin = 0;
+  limits.max_depth = 2;
+  auto handle = ipc::UnpackBounded(bytes, limits);
+  if (!handle.ok()) {
+    return absl::Status(handle.status().code(),
+                        absl::StrFormat("worker ready message: %s", handle.status().message()));
+  }
+  try {
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle->get(), "worker ready", 6));
+    VLLM_RETURN_IF_ERROR(CheckVersion(r, "worker ready"));
+    ReadyMessage out;
+    int32_t code = 0;
+    VLLM_RETURN_IF_ERROR(r.Int("rank", &out.rank));
+    VLLM_RETURN_IF_ERROR(r.Int("pid", &out.pid));
+    VLLM_RETURN_IF_ERROR(r.Int("code", &code));
+    if (code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+      return absl::InvalidArgumentError(absl::StrFormat("worker ready: bad status code %d", code));
+    }
+    out.code = static_cast<absl::StatusCode>(code);
+    VLLM_RETURN_IF_ERROR(r.String("message", kMaxMessageBytes, &out.message));
+    VLLM_RETURN_IF_ERROR(r.String("response_handle", 64 << 10, &out.response_handle));
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("worker ready: malformed (%s)", e.what()));
+  }
+}
+
+}  // namespace vllm::worker

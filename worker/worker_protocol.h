@@ -1,0 +1,90 @@
+// The wire protocol between an executor and its worker processes (vLLM's
+// MultiprocExecutor ↔ WorkerProc rpc_broadcast_mq / worker_response_mq).
+//
+// Calls travel on the broadcast MessageQueue (every worker reads every call); replies on one
+// response MessageQueue per worker. Each message is
+//
+//   bytes 0..3   header length H, little-endian uint32 (H <= kMaxHeaderBytes)
+//   bytes 4..4+H msgpack header
+//                 call:  [version: u8, call_id: u64, method: str, reply_rank: i32]
+//                        reply_rank -1: every rank replies; r >= 0: only rank r replies
+//                        (errors are always replied)
+//                 reply: [version: u8, call_id: u64, rank: i32, code: i32, message: str]
+//                        code is an absl::StatusCode; message empty when OK
+//   bytes 4+H..  payload: raw bytes, the method's argument or result (see the methods below)
+//
+// so that a SchedulerOutput's bytes are gathered into the ring without a copy into a msgpack
+// bin. Decoding is bounded (ipc::UnpackBounded) and never throws.
+//
+// Methods (payload → reply payload):
+//   execute_model               core::Encode(SchedulerOutput) → core::Encode(ModelRunnerOutput)
+//   get_kv_cache_spec           empty → msgpack [num_layers, num_kv_heads, head_dim, dtype_bytes]
+//   determine_available_memory  empty → msgpack int64
+//   initialize_kv_cache         msgpack [num_blocks, block_size] → empty
+//   echo                        any → the same bytes (tests, round-trip benchmarks)
+//   shutdown                    empty → empty; the worker exits after replying
+#ifndef VLLM_WORKER_WORKER_PROTOCOL_H_
+#define VLLM_WORKER_WORKER_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace vllm::worker {
+
+inline constexpr uint8_t kWorkerProtocolVersion = 1;
+inline constexpr uint32_t kMaxHeaderBytes = 4096;
+
+struct CallHeader {
+  uint64_t call_id = 0;
+  std::string method;
+  int32_t reply_rank = -1;
+};
+
+struct ReplyHeader {
+  uint64_t call_id = 0;
+  int32_t rank = 0;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string message;
+
+  absl::Status status() const { return absl::Status(code, message); }
+};
+
+// A decoded message: the header and a view of the payload inside the decoded buffer.
+template <typename Header>
+struct Framed {
+  Header header;
+  absl::Span<const uint8_t> payload;
+};
+
+// Sent once by each worker over ZMQ PUSH to the executor's ready address, when it is loaded
+// (code OK, with its response queue's handle) or has failed to start (code and message):
+// msgpack [version: u8, rank: i32, pid: i64, code: i32, message: str, response_handle: str].
+struct ReadyMessage {
+  int32_t rank = 0;
+  int64_t pid = 0;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string message;
+  std::string response_handle;  // ipc::Handle::ToText()
+
+  absl::Status status() const { return absl::Status(code, message); }
+};
+std::string EncodeReady(const ReadyMessage& ready);
+[[nodiscard]] absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes);
+
+// The prefix (length + header) of a message; the payload is sent after it as a second part.
+std::string EncodeCallPrefix(const CallHeader& header);
+std::string EncodeReplyPrefix(const ReplyHeader& header);
+
+// DataLoss for a truncated or malformed message, InvalidArgument for a wrong version or
+// field, ResourceExhausted for a header over kMaxHeaderBytes.
+[[nodiscard]] absl::StatusOr<Framed<CallHeader>> DecodeCall(absl::Span<const uint8_t> bytes);
+[[nodiscard]] absl::StatusOr<Framed<ReplyHeader>> DecodeReply(absl::Span<const uint8_t> bytes);
+
+}  // namespace vllm::worker
+
+#endif  // VLLM_WORKER_WORKER_PROTOCOL_H_
