@@ -20,6 +20,7 @@
 #include "ipc/status_macros.h"
 #include "ipc/zmq_util.h"
 #include "kernels/comm/group_spec.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker_protocol.h"
 
@@ -314,6 +315,8 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
 }
 
 int RunWorkerProc(const WorkerProcOptions& options) {
+  // stdout belongs to whoever started the engine; logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt(absl::StrCat("worker-", options.rank)));
   // Die with the executor, even by kill -9; then make sure it did not die before this line.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != options.parent_pid) {

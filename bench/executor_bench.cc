@@ -1,0 +1,139 @@
+// Executor round trip (issue 5): what it costs the engine to hand a step to its workers and
+// get the answer back, printed as a Markdown table.
+//
+//   empty step      MultiprocExecutor::ExecuteModel(SchedulerOutput{}) with TP = 1, 2, 4:
+//                   encode, broadcast through the shm ring, worker decode + (empty) run,
+//                   reply through the worker's ring, decode. The pure overhead.
+//   decode step     256 running decode requests on the llama_mha fixture model through
+//                   LLMEngine::Step(), "uni" (in-process worker) vs "mp" (worker processes):
+//                   the difference is the executor's share of a real step.
+//
+//   build/release/bin/executor_bench [--iterations N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "executor/multiproc_executor.h"
+#include "frontend/llm_engine.h"
+
+namespace vllm::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double p50 = 0, p99 = 0;
+};
+
+Stats Summarise(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+}
+
+const std::string kModel = std::string(VLLM_SOURCE_DIR) + "/tests/fixtures/models/llama_mha";
+
+std::string WorkerBinary(const char* argv0) {
+  std::string self = argv0;
+  return self.substr(0, self.rfind('/') + 1) + "vllm-launch";
+}
+
+absl::StatusOr<Stats> EmptyStep(int32_t tp, int iterations, const std::string& binary) {
+  executor::MultiprocExecutorOptions o;
+  o.worker.model = kModel;
+  o.worker.kv_cache_memory_bytes = 8 << 20;
+  o.tensor_parallel_size = tp;
+  o.worker_binary = binary;
+  auto executor = executor::MultiprocExecutor::Create(o);
+  if (!executor.ok()) return executor.status();
+  if (absl::Status s = (*executor)->InitializeKVCache(64, 16); !s.ok()) return s;
+  std::vector<double> us;
+  us.reserve(iterations);
+  core::SchedulerOutput empty;
+  for (int i = 0; i < iterations + 1000; ++i) {
+    auto t0 = Clock::now();
+    auto out = (*executor)->ExecuteModel(empty);
+    auto t1 = Clock::now();
+    if (!out.ok()) return out.status();
+    if (i >= 1000) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return Summarise(std::move(us));
+}
+
+absl::StatusOr<Stats> DecodeStep(const std::string& backend, int32_t tp, int steps,
+                                 const std::string& binary) {
+  frontend::EngineArgs args;
+  args.model = kModel;
+  args.distributed_executor_backend = backend;
+  args.tensor_parallel_size = tp;
+  args.worker_binary = binary;
+  args.max_num_seqs = 256;
+  args.kv_cache_memory_bytes = 256 << 20;
+  auto engine = frontend::LLMEngine::Create(args);
+  if (!engine.ok()) return engine.status();
+  for (int i = 0; i < 256; ++i) {
+    core::EngineCoreRequest r;
+    r.request_id = absl::StrCat("r", i);
+    for (int t = 0; t < 16; ++t) r.prompt_token_ids.push_back((i * 31 + t * 7) % 500);
+    r.sampling_params.temperature = 0.0;
+    r.sampling_params.max_tokens = 200;
+    r.sampling_params.ignore_eos = true;
+    if (absl::Status s = (*engine)->AddRequest(r); !s.ok()) return s;
+  }
+  // Prefill everything first, then time decode steps.
+  for (int i = 0; i < 4; ++i) {
+    if (auto s = (*engine)->Step(); !s.ok()) return s.status();
+  }
+  std::vector<double> us;
+  for (int i = 0; i < steps; ++i) {
+    auto t0 = Clock::now();
+    auto s = (*engine)->Step();
+    auto t1 = Clock::now();
+    if (!s.ok()) return s.status();
+    if (s->size() != 256) return absl::InternalError("not every request decoded in the step");
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return Summarise(std::move(us));
+}
+
+int Main(int argc, char** argv) {
+  int iterations = 20000;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
+      iterations = std::max(100, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--iterations N]\n", argv[0]);
+      return 2;
+    }
+  }
+  const std::string binary = WorkerBinary(argv[0]);
+  std::printf("| measurement | TP | p50 µs | p99 µs |\n|---|---:|---:|---:|\n");
+  for (int32_t tp : {1, 2, 4}) {
+    auto s = EmptyStep(tp, iterations, binary);
+    if (!s.ok()) {
+      std::fprintf(stderr, "empty step TP=%d: %s\n", tp, s.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("| empty step, MultiprocExecutor | %d | %.2f | %.2f |\n", tp, s->p50, s->p99);
+  }
+  const int steps = std::max(20, iterations / 200);
+  for (const auto& [backend, tp] : {std::pair{"uni", 1}, std::pair{"mp", 1}, std::pair{"mp", 2}}) {
+    auto s = DecodeStep(backend, tp, steps, binary);
+    if (!s.ok()) {
+      std::fprintf(stderr, "decode step %s TP=%d: %s\n", backend, tp, s.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("| 256-request decode step, llama_mha, %s | %d | %.1f | %.1f |\n", backend, tp,
+                s->p50, s->p99);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace vllm::bench
+
+int main(int argc, char** argv) { return vllm::bench::Main(argc, argv); }
