@@ -8,7 +8,7 @@
 //                   LLMEngine::Step(), "uni" (in-process worker) vs "mp" (worker processes):
 //                   the difference is the executor's share of a real step.
 //
-//   build/release/bin/executor_bench [--iterations N]
+//   build/release/bin/executor_bench [--iterations N] [--empty-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,11 +102,14 @@ absl::StatusOr<Stats> DecodeStep(const std::string& backend, int32_t tp, int ste
 
 int Main(int argc, char** argv) {
   int iterations = 20000;
+  bool empty_only = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
+    if (std::strcmp(argv[i], "--empty-only") == 0) {
+      empty_only = true;
+    } else if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::max(100, std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--iterations N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--iterations N] [--empty-only]\n", argv[0]);
       return 2;
     }
   }
@@ -120,6 +123,7 @@ int Main(int argc, char** argv) {
     }
     std::printf("| empty step, MultiprocExecutor | %d | %.2f | %.2f |\n", tp, s->p50, s->p99);
   }
+  if (empty_only) return 0;
   const int steps = std::max(20, iterations / 200);
   for (const auto& [backend, tp] : {std::pair{"uni", 1}, std::pair{"mp", 1}, std::pair{"mp", 2}}) {
     auto s = DecodeStep(backend, tp, steps, binary);
