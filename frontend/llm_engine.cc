@@ -74,8 +74,17 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& a
 
 absl::Status LLMEngine::AddRequest(core::EngineCoreRequest request) {
   VLLM_RETURN_IF_ERROR(failed_);
+  // As vLLM: the first EOS of generation_config is the request's EOS, the others stop it
+  // like stop_token_ids (Llama 3's <|eot_id|>), unless EOS is ignored.
   if (!request.eos_token_id.has_value() && !model_config_.eos_token_ids.empty()) {
     request.eos_token_id = model_config_.eos_token_ids.front();
+    std::vector<int32_t>& stop = request.sampling_params.stop_token_ids;
+    if (!request.sampling_params.ignore_eos) {
+      for (size_t i = 1; i < model_config_.eos_token_ids.size(); ++i) {
+        const int32_t id = model_config_.eos_token_ids[i];
+        if (std::find(stop.begin(), stop.end(), id) == stop.end()) stop.push_back(id);
+      }
+    }
   }
   for (int32_t id : request.prompt_token_ids) {
     if (id < 0 || id >= model_config_.vocab_size) {

@@ -184,6 +184,40 @@ TEST_P(ReferenceTest, LogitsMatchWithinTolerance) {
   }
 }
 
+// The bundled model: the greedy samples transformers produced when it was trained
+// (models/kjv-llama-tiny/training_log.json), EOS handling included (the chat sample ends with
+// <|eot_id|>, generation_config's second EOS).
+TEST(BundledModelTest, GreedySamplesMatchTransformers) {
+  const std::filesystem::path dir =
+      std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
+  std::ifstream in(dir / "training_log.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json log = nlohmann::json::parse(text.str());
+  EngineArgs args;
+  args.model = dir;
+  args.kv_cache_memory_bytes = 64 << 20;
+  auto engine = LLMEngine::Create(args);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<core::EngineCoreRequest> requests;
+  std::vector<std::vector<int32_t>> want;
+  for (const nlohmann::json& sample : log.at("samples")) {
+    core::EngineCoreRequest r;
+    r.request_id = absl::StrCat("sample", requests.size());
+    r.prompt_token_ids = sample.at("prompt_ids").get<std::vector<int32_t>>();
+    want.push_back(sample.at("greedy_ids").get<std::vector<int32_t>>());
+    r.sampling_params.temperature = 0.0;
+    r.sampling_params.max_tokens = static_cast<int32_t>(want.back().size());
+    requests.push_back(std::move(r));
+  }
+  ASSERT_FALSE(requests.empty());
+  auto outputs = (*engine)->Generate(std::move(requests));
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ((*outputs)[i].output_token_ids, want[i]) << "sample " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
                          ::testing::Values("llama_mha", "llama_gqa", "qwen2"));
 
