@@ -1,6 +1,7 @@
 // kernels/comm/ in one process: CommGroupSpec encoding, and the shm protocol with one thread
 // per rank (each rank opens the segment itself, so liveness locks work as between processes).
 #include <dirent.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <set>
@@ -18,10 +19,16 @@ namespace {
 
 using Backend = CommGroupSpec::Backend;
 
+// Names this process created (ours embed the creator's pid: "vllm-comm-<pid>-..."): other
+// tests running in parallel create their own, which must not count here.
 std::set<std::string> ShmNames() {
   std::set<std::string> out;
+  const std::string mine = "-" + std::to_string(getpid()) + "-";
   if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) out.insert(e->d_name);
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.find(mine) != std::string::npos) out.insert(name);
+    }
     closedir(d);
   }
   return out;
