@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the release build (unit, integration, GPU tests that skip without
-# a GPU), the unit tests under ASan+UBSan, and the ipc unit tests under TSan.
+# a GPU), the unit tests under ASan+UBSan, and the ipc unit tests (with the shared-memory
+# all-reduce) under TSan.
 # Prints one closing line "N passed, N failed" over all suites.
 set -uo pipefail
 cd "$(dirname "$0")/.."

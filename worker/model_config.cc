@@ -134,6 +134,8 @@ absl::StatusOr<double> ScalingNumber(const json& scaling, absl::string_view key,
 absl::StatusOr<RopeScaling> ParseRopeScaling(const json& config) {
   RopeScaling out;
   const json* scaling = Find(config, "rope_scaling");
+  // transformers >= 5 writes rope_parameters {rope_type, rope_theta, factor, ...} instead.
+  if (scaling == nullptr) scaling = Find(config, "rope_parameters");
   if (scaling == nullptr) return out;
   if (!scaling->is_object()) return FieldError(kConfigFile, "rope_scaling", "must be an object");
   const json* type = Find(*scaling, "rope_type");
@@ -238,6 +240,10 @@ absl::Status ParseSizes(const json& config, ModelConfig& out) {
 absl::Status ParseNumbers(const json& config, ModelConfig& out) {
   VLLM_ASSIGN_OR_RETURN(std::optional<double> theta,
                         OptionalNumber(config, "rope_theta", kConfigFile));
+  if (const json* params = Find(config, "rope_parameters");
+      !theta && params != nullptr && params->is_object()) {
+    VLLM_ASSIGN_OR_RETURN(theta, OptionalNumber(*params, "rope_theta", kConfigFile));
+  }
   if (theta) out.rope_theta = *theta;
   if (!(std::isfinite(out.rope_theta) && out.rope_theta > 0)) {
     return FieldError(kConfigFile, "rope_theta",

@@ -200,7 +200,11 @@ TEST_F(MultiprocExecutorTest, RandomAddAbortLoadKeepsReferenceTokens) {
   EXPECT_GT((*engine)->totals().num_preemptions, 0) << "the load did not force preemption";
 }
 
-TEST_F(MultiprocExecutorTest, KilledWorkerFailsTheEngineWithinOneSecond) {
+class KilledWorkerTest : public MultiprocExecutorTest,
+                         public ::testing::WithParamInterface<int32_t> {};
+
+TEST_P(KilledWorkerTest, FailsTheEngineWithinOneSecond) {
+  const int32_t rank = GetParam();
   frontend::EngineArgs args = MpArgs("llama_mha", 2);
   auto engine = frontend::LLMEngine::Create(args);
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -211,7 +215,7 @@ TEST_F(MultiprocExecutorTest, KilledWorkerFailsTheEngineWithinOneSecond) {
   for (int i = 0; i < 5; ++i) ASSERT_TRUE((*engine)->Step().ok());
   auto* mp = dynamic_cast<MultiprocExecutor*>(&(*engine)->engine_core().executor());
   ASSERT_NE(mp, nullptr);
-  const pid_t victim = mp->worker_pids()[1];
+  const pid_t victim = mp->worker_pids()[rank];
   const absl::Time killed = absl::Now();
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   absl::Status error;
@@ -223,13 +227,15 @@ TEST_F(MultiprocExecutorTest, KilledWorkerFailsTheEngineWithinOneSecond) {
     }
   }
   const absl::Duration took = absl::Now() - killed;
-  ASSERT_FALSE(error.ok()) << "the engine kept running without rank 1";
+  ASSERT_FALSE(error.ok()) << "the engine kept running without rank " << rank;
   EXPECT_LT(took, absl::Seconds(1)) << error;
-  EXPECT_NE(error.message().find("rank 1"), std::string::npos) << error;
+  EXPECT_NE(error.message().find(absl::StrCat("rank ", rank)), std::string::npos) << error;
   // Every pending request is gone with the engine: later calls fail with the same error.
   EXPECT_EQ((*engine)->Step().status(), error);
   EXPECT_FALSE((*engine)->AddRequest(Greedy("late", {1, 2, 3}, 4)).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, KilledWorkerTest, ::testing::Values(0, 1));
 
 TEST_F(MultiprocExecutorTest, HungWorkerIsReportedAfterTheTimeout) {
   MultiprocExecutorOptions options;

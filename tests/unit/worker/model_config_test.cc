@@ -138,6 +138,22 @@ TEST(ModelConfigTest, Llama31WithLlama3RopeScaling) {
   EXPECT_EQ(config->torch_dtype, "bfloat16");
 }
 
+// transformers >= 5 writes rope_parameters (theta and scaling together) and dtype.
+TEST(ModelConfigTest, RopeParametersOfTransformers5) {
+  auto config = ParseModelConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 128,
+"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+"max_position_embeddings": 512, "dtype": "bfloat16",
+"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}})",
+                                 "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope_theta, 500000.0);
+  EXPECT_EQ(config->rope_scaling.type, kernels::cpu::RopeScaling::Type::kLlama3);
+  EXPECT_EQ(config->rope_scaling.factor, 8.0);
+  EXPECT_EQ(config->rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_EQ(config->torch_dtype, "bfloat16");
+}
+
 TEST(ModelConfigTest, GenerationConfigEosWins) {
   auto config = ParseModelConfig(kLlama31Config, kLlama31GenerationConfig);
   ASSERT_TRUE(config.ok()) << config.status();
