@@ -69,6 +69,14 @@ void EngineCore::Shutdown() {
 }
 
 absl::Status EngineCore::AddRequest(EngineCoreRequest request) {
+  if (config_.vocab_size > 0) {
+    for (int32_t id : request.prompt_token_ids) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "prompt token id %d is outside the vocabulary [0, %d)", id, config_.vocab_size));
+      }
+    }
+  }
   return scheduler_->AddRequest(std::move(request));
 }
 

@@ -84,6 +84,9 @@ struct EngineCoreConfig {
   bool log_stats = true;
   // Use this many KV-cache blocks instead of deriving them from available memory.
   std::optional<int32_t> num_gpu_blocks_override;
+  // The model's vocabulary: prompt token ids must lie in [0, vocab_size) (0: not checked).
+  // Checked here so a bad id is the request's error, not a failed step for everyone.
+  int32_t vocab_size = 0;
 };
 
 class EngineCore {
@@ -98,7 +101,8 @@ class EngineCore {
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
-  // Validates and queues a request (see Scheduler::AddRequest for the errors).
+  // Validates and queues a request (see Scheduler::AddRequest for the errors; also
+  // InvalidArgument for a prompt token id outside the vocabulary).
   [[nodiscard]] absl::Status AddRequest(EngineCoreRequest request);
   // Aborts requests (client gone); unknown ids are ignored. Their blocks are freed now.
   void AbortRequests(std::span<const std::string> request_ids);

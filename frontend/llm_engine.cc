@@ -11,7 +11,7 @@
 
 namespace vllm::frontend {
 
-absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& args) {
+absl::StatusOr<BuiltEngine> BuildEngineCore(const EngineArgs& args) {
   worker::WorkerConfig wc;
   wc.model = args.model;
   wc.load_format = args.load_format;
@@ -27,32 +27,18 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& a
     return absl::InvalidArgumentError(
         "--distributed-executor-backend uni runs one worker: use mp for tensor parallelism");
   }
-  // The engine needs the model's shape before any worker exists.
-  VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config, worker::LoadModelConfig(args.model));
-  std::unique_ptr<core::Executor> executor;
-  int64_t weight_bytes = 0;
-  if (backend == "uni") {
-    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<executor::UniProcExecutor> uni,
-                          executor::UniProcExecutor::Create(wc));
-    weight_bytes = uni->worker().runner().model().weight_bytes();
-    executor = std::move(uni);
-  } else {
-    executor::MultiprocExecutorOptions mp;
-    mp.worker = wc;
-    mp.tensor_parallel_size = args.tensor_parallel_size;
-    mp.comm_backend = args.comm_backend;
-    mp.worker_binary = args.worker_binary;
-    mp.execute_timeout = args.execute_timeout;
-    VLLM_ASSIGN_OR_RETURN(executor, executor::MultiprocExecutor::Create(mp));
-  }
-
-  const int64_t model_len = model_config.max_position_embeddings;
+  // The engine needs the model's shape before any worker exists, and bad flags should fail
+  // before processes are started.
+  BuiltEngine built;
+  VLLM_ASSIGN_OR_RETURN(built.model_config, worker::LoadModelConfig(args.model));
+  const int64_t model_len = built.model_config.max_position_embeddings;
   if (args.max_model_len < 0 || args.max_model_len > model_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max-model-len %d is outside [1, %d] (the model's max_position_embeddings)",
         args.max_model_len, model_len));
   }
   core::EngineCoreConfig config;
+  config.engine_index = args.engine_index;
   core::SchedulerConfig& s = config.scheduler;
   s.max_model_len = args.max_model_len > 0 ? args.max_model_len : static_cast<int32_t>(model_len);
   s.max_num_seqs = args.max_num_seqs;
@@ -65,11 +51,33 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& a
   s.long_prefill_token_threshold = args.long_prefill_token_threshold;
   s.policy = args.scheduling_policy;
   config.num_gpu_blocks_override = args.num_gpu_blocks_override;
-  const int32_t max_model_len = s.max_model_len;
-  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<core::EngineCore> core,
-                        core::EngineCore::Create(std::move(config), std::move(executor)));
-  return std::unique_ptr<LLMEngine>(
-      new LLMEngine(std::move(core), std::move(model_config), max_model_len, weight_bytes));
+  config.vocab_size = built.model_config.vocab_size;
+  built.max_model_len = s.max_model_len;
+
+  std::unique_ptr<core::Executor> executor;
+  if (backend == "uni") {
+    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<executor::UniProcExecutor> uni,
+                          executor::UniProcExecutor::Create(wc));
+    built.weight_bytes = uni->worker().runner().model().weight_bytes();
+    executor = std::move(uni);
+  } else {
+    executor::MultiprocExecutorOptions mp;
+    mp.worker = wc;
+    mp.tensor_parallel_size = args.tensor_parallel_size;
+    mp.comm_backend = args.comm_backend;
+    mp.worker_binary = args.worker_binary;
+    mp.execute_timeout = args.execute_timeout;
+    VLLM_ASSIGN_OR_RETURN(executor, executor::MultiprocExecutor::Create(mp));
+  }
+  VLLM_ASSIGN_OR_RETURN(built.core, core::EngineCore::Create(std::move(config), std::move(executor)));
+  return built;
+}
+
+absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const EngineArgs& args) {
+  VLLM_ASSIGN_OR_RETURN(BuiltEngine built, BuildEngineCore(args));
+  return std::unique_ptr<LLMEngine>(new LLMEngine(std::move(built.core),
+                                                  std::move(built.model_config),
+                                                  built.max_model_len, built.weight_bytes));
 }
 
 absl::Status LLMEngine::AddRequest(core::EngineCoreRequest request) {

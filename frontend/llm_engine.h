@@ -50,7 +50,20 @@ struct EngineArgs {
   std::string comm_backend = "shm";
   std::string worker_binary;
   absl::Duration execute_timeout = absl::Minutes(5);
+  // This replica's data-parallel index (stamped on its outputs).
+  int32_t engine_index = 0;
 };
+
+// An EngineCore with its executor (and worker processes, for "mp"), built from EngineArgs —
+// shared by LLMEngine and the engine-core process. Flags are validated before any worker
+// starts; errors name the flag, file or tensor at fault.
+struct BuiltEngine {
+  std::unique_ptr<core::EngineCore> core;
+  worker::ModelConfig model_config;
+  int32_t max_model_len = 0;
+  int64_t weight_bytes = 0;  // in-process worker only
+};
+[[nodiscard]] absl::StatusOr<BuiltEngine> BuildEngineCore(const EngineArgs& args);
 
 // A request's result so far (vLLM's RequestOutput with token ids only).
 struct RequestOutput {

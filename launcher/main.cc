@@ -1,11 +1,13 @@
-// vllm-launch: the command-line entry point. Today it carries the internal `worker-proc`
-// subcommand that MultiprocExecutor starts once per tensor-parallel rank; the server, its
-// flags and the other subcommands arrive with issue 6.
+// vllm-launch: the command-line entry point. Today it carries the internal subcommands:
+// `worker-proc` (MultiprocExecutor starts one per tensor-parallel rank) and `engine-core` (the
+// frontend starts one per engine replica); the server, its flags and the other subcommands
+// arrive with issue 6.
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "launcher/engine_core_main.h"
 #include "worker/worker_proc.h"
 
 int main(int argc, char** argv) {
@@ -19,8 +21,12 @@ int main(int argc, char** argv) {
     }
     return vllm::worker::RunWorkerProc(*options);
   }
+  if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kEngineCoreSubcommand) == 0) {
+    return vllm::launcher::RunEngineCore(std::vector<std::string>(argv + 2, argv + argc));
+  }
   std::fprintf(stderr,
                "usage: vllm-launch worker-proc FLAGS  (internal: started by the executor)\n"
+               "       vllm-launch engine-core FLAGS  (internal: started by the frontend)\n"
                "The OpenAI-compatible server and its flags are not built yet.\n");
   return 2;
 }

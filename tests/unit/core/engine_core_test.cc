@@ -92,6 +92,20 @@ TEST_F(EngineCoreTest, FailsClearlyWhenTheCacheIsTooSmall) {
   EXPECT_NE(engine.status().message().find("max_model_len"), std::string_view::npos);
 }
 
+TEST_F(EngineCoreTest, RejectsPromptTokensOutsideTheVocabulary) {
+  EngineCoreConfig c = Config();
+  c.vocab_size = 100;
+  Init(c);
+  core::EngineCoreRequest bad = MakeRequest("bad", 3, 2);
+  bad.prompt_token_ids[1] = 100;
+  const absl::Status s = engine_->AddRequest(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("vocabulary"), std::string_view::npos) << s;
+  bad.prompt_token_ids[1] = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(engine_->AddRequest(bad)));
+  EXPECT_FALSE(engine_->scheduler().HasRequests());
+}
+
 TEST_F(EngineCoreTest, StepRunsRequestsToCompletion) {
   Init(Config());
   ASSERT_TRUE(engine_->AddRequest(MakeRequest("a", 50, 5)).ok());

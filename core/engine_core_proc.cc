@@ -1,0 +1,322 @@
+#include "core/engine_core_proc.h"
+
+#include <pthread.h>
+
+#include <deque>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "core/codec.h"
+#include "ipc/msgpack_util.h"
+#include "ipc/status_macros.h"
+#include "ipc/wait_strategy.h"
+#include "ipc/zmq_util.h"
+#include "spdlog/spdlog.h"
+
+namespace vllm::core {
+namespace {
+
+constexpr absl::Duration kPollSlice = absl::Milliseconds(50);
+
+std::string Pack(const auto&... fields) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_array(sizeof...(fields));
+  (pk.pack(fields), ...);
+  return std::string(b.data(), b.size());
+}
+
+zmq::message_t Msg(std::string_view s) { return zmq::message_t(s.data(), s.size()); }
+
+struct UtilityCall {
+  uint64_t call_id = 0;
+  std::string method;
+};
+
+// One decoded input frame.
+using Input = std::variant<EngineCoreRequest, std::vector<std::string> /*abort*/, UtilityCall,
+                           StartDpWave>;
+
+// What the output thread sends: [kind, payload].
+struct Output {
+  char kind;
+  std::string payload;
+};
+
+}  // namespace
+
+class EngineCoreProc::Impl {
+ public:
+  explicit Impl(EngineCoreProcOptions options) : options_(std::move(options)) {}
+
+  absl::Status Run() {
+    absl::Status s = RunInner();
+    StopThreads();
+    return s;
+  }
+
+  void Stop() {
+    stop_.store(true);
+    absl::MutexLock lock(&mu_);
+    // Wakes the main loop if it waits for input (the condition checks stop_).
+    wake_ = true;
+  }
+
+ private:
+  absl::Status RunInner() {
+    VLLM_RETURN_IF_ERROR(Handshake());
+    input_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "vllm-ec-input");  // frames → input queue
+      InputLoop();
+    });
+    output_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
+      OutputLoop();
+    });
+    return MainLoop();
+  }
+
+  // HELLO → CONFIG → build the engine → READY (or FAILED).
+  absl::Status Handshake() {
+    zmq::socket_t hs(ipc::ZmqContext(), zmq::socket_type::dealer);
+    hs.set(zmq::sockopt::linger, 1000);
+    hs.connect(options_.handshake_address);
+    const int64_t deadline = ipc::MonoNowNs() + absl::ToInt64Nanoseconds(options_.handshake_timeout);
+    auto check = [this] {
+      return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
+    };
+    std::vector<zmq::message_t> out;
+    out.push_back(Msg("HELLO"));
+    out.push_back(Msg(Pack(options_.engine_index)));
+    VLLM_RETURN_IF_ERROR(ipc::SendMultipart(hs, out, deadline, kPollSlice, check, "HELLO"));
+    std::vector<zmq::message_t> parts;
+    VLLM_RETURN_IF_ERROR(ipc::RecvMultipart(hs, parts, 2, deadline, kPollSlice, check, "CONFIG"));
+    if (parts.size() != 2 || parts[0].to_string_view() != "CONFIG") {
+      return absl::DataLossError("engine handshake: expected CONFIG from the frontend");
+    }
+    VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
+    VLLM_ASSIGN_OR_RETURN(auto addresses,
+                          ipc::ConvertAs<std::vector<std::string>>(oh.get(), "CONFIG addresses"));
+    if (addresses.size() != 2) return absl::DataLossError("engine handshake: CONFIG needs 2 addresses");
+
+    input_.emplace(ipc::ZmqContext(), zmq::socket_type::dealer);
+    input_->set(zmq::sockopt::routing_id, absl::StrCat("engine-", options_.engine_index));
+    input_->set(zmq::sockopt::linger, 0);
+    input_->connect(addresses[0]);
+    output_.emplace(ipc::ZmqContext(), zmq::socket_type::push);
+    output_->set(zmq::sockopt::linger, 2000);  // deliver the last outputs (and 'F') on exit
+    output_->connect(addresses[1]);
+
+    absl::StatusOr<std::unique_ptr<EngineCore>> engine = options_.make_engine();
+    std::vector<zmq::message_t> reply;
+    if (engine.ok()) {
+      engine_ = std::move(*engine);
+      reply.push_back(Msg("READY"));
+      reply.push_back(Msg(Pack(options_.engine_index, engine_->num_gpu_blocks(),
+                               engine_->scheduler().config().max_model_len)));
+    } else {
+      reply.push_back(Msg("FAILED"));
+      reply.push_back(Msg(Pack(std::string(engine.status().ToString()))));
+    }
+    VLLM_RETURN_IF_ERROR(ipc::SendMultipart(hs, reply, deadline, kPollSlice, check, "READY"));
+    return engine.status();
+  }
+
+  void InputLoop() {
+    std::vector<zmq::message_t> parts;
+    while (!stop_.load()) {
+      absl::Status s = ipc::RecvMultipart(
+          *input_, parts, 2, ipc::MonoNowNs() + absl::ToInt64Nanoseconds(kPollSlice), kPollSlice,
+          nullptr, "engine input");
+      if (absl::IsDeadlineExceeded(s)) continue;
+      if (!s.ok()) {
+        spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index, s.ToString());
+        continue;
+      }
+      absl::StatusOr<Input> input = Decode(parts);
+      if (!input.ok()) {
+        spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index,
+                     input.status().ToString());
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      inputs_.push_back(std::move(*input));
+      wake_ = true;
+    }
+  }
+
+  static absl::StatusOr<Input> Decode(const std::vector<zmq::message_t>& parts) {
+    if (parts.size() != 2 || parts[0].size() != 1) {
+      return absl::DataLossError("expected [type, payload]");
+    }
+    const auto type = static_cast<EngineCoreRequestType>(*parts[0].data<uint8_t>());
+    const std::string_view payload = parts[1].to_string_view();
+    switch (type) {
+      case EngineCoreRequestType::kAdd: {
+        VLLM_ASSIGN_OR_RETURN(EngineCoreRequest r, DecodeEngineCoreRequest(payload));
+        return Input(std::move(r));
+      }
+      case EngineCoreRequestType::kAbort: {
+        VLLM_ASSIGN_OR_RETURN(std::vector<std::string> ids, DecodeAbortRequests(payload));
+        return Input(std::move(ids));
+      }
+      case EngineCoreRequestType::kStartDpWave: {
+        VLLM_ASSIGN_OR_RETURN(StartDpWave w, DecodeStartDpWave(payload));
+        return Input(w);
+      }
+      case EngineCoreRequestType::kUtility: {
+        VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
+        const msgpack::object& o = oh.get();
+        if (o.type != msgpack::type::ARRAY || o.via.array.size < 2) {
+          return absl::DataLossError("utility call: expected [call_id, method, ...]");
+        }
+        UtilityCall call;
+        VLLM_ASSIGN_OR_RETURN(call.call_id, ipc::ConvertAs<uint64_t>(o.via.array.ptr[0], "call_id"));
+        VLLM_ASSIGN_OR_RETURN(call.method, ipc::ConvertAs<std::string>(o.via.array.ptr[1], "method"));
+        return Input(std::move(call));
+      }
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("unknown request type ", static_cast<int>(type)));
+    }
+  }
+
+  // Applies queued inputs; waits for some when the engine has nothing to do.
+  void TakeInputs() {
+    std::deque<Input> inputs;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!engine_->scheduler().HasRequests()) {
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_; };
+        mu_.AwaitWithTimeout(absl::Condition(&ready), kPollSlice);
+      }
+      wake_ = false;
+      inputs.swap(inputs_);
+    }
+    for (Input& input : inputs) Apply(input);
+  }
+
+  void Apply(Input& input) {
+    if (auto* r = std::get_if<EngineCoreRequest>(&input)) {
+      const std::string id = r->request_id;
+      if (absl::Status s = engine_->AddRequest(std::move(*r)); !s.ok()) {
+        // Tell the client: the request ends at once with an error.
+        EngineCoreOutputs outs;
+        outs.engine_index = options_.engine_index;
+        EngineCoreOutput& o = outs.outputs.emplace_back();
+        o.request_id = id;
+        o.finish_reason = FinishReason::kError;
+        outs.finished_requests.push_back(id);
+        spdlog::warn("engine {}: request {} rejected: {}", options_.engine_index, id, s.ToString());
+        Send({kOutputKindOutputs, Encode(outs)});
+      }
+    } else if (auto* ids = std::get_if<std::vector<std::string>>(&input)) {
+      engine_->AbortRequests(*ids);
+    } else if (auto* call = std::get_if<UtilityCall>(&input)) {
+      absl::Status status;
+      std::string result;
+      if (call->method == "reset_prefix_cache") {
+        result = Pack(engine_->scheduler().ResetPrefixCache());
+      } else if (call->method == "ping") {
+        result = Pack(true);
+      } else {
+        status = absl::InvalidArgumentError(absl::StrCat("unknown utility method '", call->method, "'"));
+      }
+      Send({kOutputKindUtility,
+            Pack(call->call_id, static_cast<int32_t>(status.code()), std::string(status.message()),
+                 msgpack::type::raw_ref(result.data(), static_cast<uint32_t>(result.size())))});
+    }
+    // StartDpWave: a single engine has no wave to join (the DP coordinator arrives later).
+  }
+
+  absl::Status MainLoop() {
+    spdlog::info("engine {}: ready ({} KV blocks)", options_.engine_index, engine_->num_gpu_blocks());
+    while (!stop_.load()) {
+      TakeInputs();
+      if (!engine_->scheduler().HasRequests()) continue;
+      absl::StatusOr<EngineCore::StepResult> step = engine_->RunOneStep();
+      if (!step.ok()) {
+        // EXECUTOR_FAILED: tell every client, then go down.
+        spdlog::error("engine {}: {}", options_.engine_index, step.status().ToString());
+        Send({kOutputKindFailed, Pack(options_.engine_index, static_cast<int32_t>(step.status().code()),
+                                      std::string(step.status().message()))});
+        return step.status();
+      }
+      if (step->outputs.has_value() &&
+          (!step->outputs->outputs.empty() || !step->outputs->finished_requests.empty())) {
+        Send({kOutputKindOutputs, Encode(*step->outputs)});
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void Send(Output output) {
+    absl::MutexLock lock(&out_mu_);
+    outputs_.push_back(std::move(output));
+  }
+
+  void OutputLoop() {
+    while (true) {
+      std::deque<Output> batch;
+      {
+        absl::MutexLock lock(&out_mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+          return !outputs_.empty() || output_done_;
+        };
+        out_mu_.Await(absl::Condition(&ready));
+        if (outputs_.empty() && output_done_) return;
+        batch.swap(outputs_);
+      }
+      for (Output& o : batch) {
+        std::vector<zmq::message_t> parts;
+        parts.push_back(Msg(std::string_view(&o.kind, 1)));
+        parts.push_back(Msg(o.payload));
+        absl::Status s = ipc::SendMultipart(*output_, parts,
+                                            ipc::MonoNowNs() + absl::ToInt64Nanoseconds(absl::Seconds(30)),
+                                            kPollSlice, nullptr, "engine output");
+        if (!s.ok()) spdlog::error("engine {}: output lost: {}", options_.engine_index, s.ToString());
+      }
+    }
+  }
+
+  void StopThreads() {
+    stop_.store(true);
+    if (input_thread_.joinable()) input_thread_.join();
+    {
+      absl::MutexLock lock(&out_mu_);
+      output_done_ = true;
+    }
+    if (output_thread_.joinable()) output_thread_.join();
+    if (engine_) engine_->Shutdown();
+  }
+
+  const EngineCoreProcOptions options_;
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<EngineCore> engine_;  // main loop only
+  std::optional<zmq::socket_t> input_;   // input thread only (after the handshake)
+  std::optional<zmq::socket_t> output_;  // output thread only
+  std::thread input_thread_, output_thread_;
+
+  absl::Mutex mu_;
+  std::deque<Input> inputs_ ABSL_GUARDED_BY(mu_);
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+
+  absl::Mutex out_mu_;
+  std::deque<Output> outputs_ ABSL_GUARDED_BY(out_mu_);
+  bool output_done_ ABSL_GUARDED_BY(out_mu_) = false;
+};
+
+EngineCoreProc::EngineCoreProc(EngineCoreProcOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+EngineCoreProc::~EngineCoreProc() = default;
+absl::Status EngineCoreProc::Run() { return impl_->Run(); }
+void EngineCoreProc::Stop() { impl_->Stop(); }
+
+}  // namespace vllm::core

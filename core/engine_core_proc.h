@@ -1,0 +1,76 @@
+// EngineCoreProc: an engine core in its own process (vLLM's vllm/v1/engine/core.py,
+// EngineCoreProc): an input thread reading requests from ZMQ, the main loop stepping the
+// EngineCore, and an output thread sending EngineCoreOutputs back.
+//
+// Protocol with the frontend (EngineCoreClient, frontend/engine_core_client.h). The frontend
+// binds three sockets and hands the engine its handshake address:
+//
+//   handshake  frontend ROUTER  ◄── engine DEALER   [ "HELLO",  msgpack [engine_index] ]
+//                               ──►                 [ "CONFIG", msgpack [input_address,
+//                                                     output_address] ]
+//                               ◄──                 [ "READY",  msgpack [engine_index,
+//                                                     num_gpu_blocks, max_model_len] ]
+//                                                   or [ "FAILED", msgpack [message] ]
+//   input      frontend ROUTER  ──► engine DEALER   [ type: 1 byte EngineCoreRequestType,
+//                                                     payload ] (the ROUTER prepends the
+//                                                     engine's identity "engine-<index>")
+//   output     frontend PULL    ◄── engine PUSH     [ kind: 1 byte, payload ]
+//                 kind 'O': core::Encode(EngineCoreOutputs)
+//                 kind 'U': msgpack [call_id, code, message, result: bin]  (utility reply)
+//                 kind 'F': msgpack [engine_index, code, message]  (EXECUTOR_FAILED: the
+//                           engine is going down; every request it held is lost)
+//
+// Payloads: kAdd core::Encode(EngineCoreRequest); kAbort core::EncodeAbortRequests;
+// kUtility msgpack [call_id, method, args: bin]; kStartDpWave core::Encode(StartDpWave).
+// A request that fails validation is answered with an output finished with
+// FinishReason::kError; an undecodable frame is logged and dropped (its sender cannot be
+// told). Utility methods: "reset_prefix_cache" (result: msgpack bool), "ping".
+//
+// Threads: "vllm-ec-input" (decodes frames into the input queue), the caller's thread (main
+// loop: owns the EngineCore), "vllm-ec-output" (encodes and sends). The main loop blocks on
+// the input queue when there is no work, so an idle engine uses no CPU.
+#ifndef VLLM_CORE_ENGINE_CORE_PROC_H_
+#define VLLM_CORE_ENGINE_CORE_PROC_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/engine_core.h"
+
+namespace vllm::core {
+
+inline constexpr char kOutputKindOutputs = 'O';
+inline constexpr char kOutputKindUtility = 'U';
+inline constexpr char kOutputKindFailed = 'F';
+
+struct EngineCoreProcOptions {
+  int32_t engine_index = 0;
+  std::string handshake_address;
+  // Builds the engine (loads the model through its executor); called after HELLO/CONFIG.
+  std::function<absl::StatusOr<std::unique_ptr<EngineCore>>()> make_engine;
+  absl::Duration handshake_timeout = absl::Minutes(10);
+};
+
+// Runs the engine process until Stop() (SIGTERM), a `shutdown` from the frontend, or a fatal
+// executor error (reported as 'F' first). Returns OK on an orderly stop, the error otherwise.
+// Thread-safe: Stop() may be called from any thread (a signal-handling thread).
+class EngineCoreProc {
+ public:
+  explicit EngineCoreProc(EngineCoreProcOptions options);
+  ~EngineCoreProc();
+  [[nodiscard]] absl::Status Run();
+  void Stop();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vllm::core
+
+#endif  // VLLM_CORE_ENGINE_CORE_PROC_H_

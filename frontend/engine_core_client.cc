@@ -1,0 +1,237 @@
+#include "frontend/engine_core_client.h"
+
+#include <pthread.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/codec.h"
+#include "core/engine_core_proc.h"
+#include "ipc/msgpack_util.h"
+#include "ipc/status_macros.h"
+#include "ipc/wait_strategy.h"
+
+namespace vllm::frontend {
+namespace {
+
+constexpr absl::Duration kSlice = absl::Milliseconds(20);
+
+zmq::message_t Msg(std::string_view s) { return zmq::message_t(s.data(), s.size()); }
+
+int64_t MonoDeadline(absl::Time deadline) {
+  return ipc::MonoNowNs() + absl::ToInt64Nanoseconds(deadline - absl::Now());
+}
+
+absl::StatusOr<msgpack::object_handle> Unpack(const zmq::message_t& m) {
+  return ipc::UnpackBounded({m.data<uint8_t>(), m.size()});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(int32_t num_engines) {
+  if (num_engines < 1) return absl::InvalidArgumentError("need at least one engine");
+  std::unique_ptr<EngineCoreClient> c(new EngineCoreClient());
+  c->num_engines_ = num_engines;
+  c->handshake_address_ = ipc::UniqueIpcAddress("handshake");
+  c->input_address_ = ipc::UniqueIpcAddress("input");
+  c->output_address_ = ipc::UniqueIpcAddress("output");
+  try {
+    c->handshake_.emplace(ipc::ZmqContext(), zmq::socket_type::router);
+    c->handshake_->set(zmq::sockopt::linger, 0);
+    c->handshake_->bind(c->handshake_address_);
+    c->input_.emplace(ipc::ZmqContext(), zmq::socket_type::router);
+    c->input_->set(zmq::sockopt::linger, 0);
+    c->input_->set(zmq::sockopt::router_mandatory, 1);  // a send to a gone engine fails
+    c->input_->bind(c->input_address_);
+    c->output_.emplace(ipc::ZmqContext(), zmq::socket_type::pull);
+    c->output_->set(zmq::sockopt::linger, 0);
+    c->output_->bind(c->output_address_);
+  } catch (const zmq::error_t& e) {
+    return absl::InternalError(absl::StrCat("engine client sockets: ", e.what()));
+  }
+  c->engines_.resize(num_engines);
+  return c;
+}
+
+EngineCoreClient::~EngineCoreClient() {
+  stop_.store(true);
+  if (receiver_.joinable()) receiver_.join();
+}
+
+absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
+                                              const std::function<absl::Status()>& check) {
+  std::vector<bool> ready(num_engines_, false);
+  int32_t num_ready = 0;
+  std::vector<zmq::message_t> parts;
+  while (num_ready < num_engines_) {
+    absl::Status s = ipc::RecvMultipart(*handshake_, parts, 3, MonoDeadline(deadline), kSlice,
+                                        check, "engine handshake");
+    if (absl::IsDeadlineExceeded(s)) {
+      std::vector<int32_t> missing;
+      for (int32_t i = 0; i < num_engines_; ++i) {
+        if (!ready[i]) missing.push_back(i);
+      }
+      return absl::DeadlineExceededError(
+          absl::StrCat("engine(s) ", absl::StrJoin(missing, ", "), " did not become ready"));
+    }
+    VLLM_RETURN_IF_ERROR(s);
+    if (parts.size() != 3) return absl::DataLossError("engine handshake: malformed frame");
+    const std::string kind(parts[1].to_string_view());
+    VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(parts[2]));
+    if (kind == "HELLO") {
+      std::vector<zmq::message_t> reply;
+      reply.push_back(zmq::message_t(parts[0].data(), parts[0].size()));
+      reply.push_back(Msg("CONFIG"));
+      msgpack::sbuffer b;
+      msgpack::pack(b, std::vector<std::string>{input_address_, output_address_});
+      reply.push_back(Msg(std::string_view(b.data(), b.size())));
+      VLLM_RETURN_IF_ERROR(
+          ipc::SendMultipart(*handshake_, reply, MonoDeadline(deadline), kSlice, check, "CONFIG"));
+    } else if (kind == "READY") {
+      VLLM_ASSIGN_OR_RETURN(auto v, ipc::ConvertAs<std::vector<int32_t>>(oh.get(), "READY"));
+      if (v.size() != 3 || v[0] < 0 || v[0] >= num_engines_ || ready[v[0]]) {
+        return absl::DataLossError("engine handshake: bad READY");
+      }
+      ready[v[0]] = true;
+      engines_[v[0]] = {v[1], v[2]};
+      ++num_ready;
+    } else if (kind == "FAILED") {
+      VLLM_ASSIGN_OR_RETURN(auto v, ipc::ConvertAs<std::vector<std::string>>(oh.get(), "FAILED"));
+      return absl::UnavailableError(
+          absl::StrCat("engine failed to start: ", v.empty() ? "" : v[0]));
+    } else {
+      return absl::DataLossError(absl::StrCat("engine handshake: unexpected '", kind, "'"));
+    }
+  }
+  receiver_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "vllm-ecc-recv");  // engine outputs → queue
+    ReceiveLoop();
+  });
+  return absl::OkStatus();
+}
+
+void EngineCoreClient::ReceiveLoop() {
+  std::vector<zmq::message_t> parts;
+  while (!stop_.load()) {
+    absl::Status s = ipc::RecvMultipart(*output_, parts, 2, ipc::MonoNowNs() + 50'000'000, kSlice,
+                                        nullptr, "engine outputs");
+    if (absl::IsDeadlineExceeded(s)) continue;
+    if (!s.ok() || parts.size() != 2 || parts[0].size() != 1) continue;  // malformed: dropped
+    const char kind = *parts[0].data<char>();
+    absl::MutexLock lock(&mu_);
+    if (kind == core::kOutputKindOutputs) {
+      auto outs = core::DecodeEngineCoreOutputs(parts[1].to_string_view());
+      if (outs.ok()) outputs_.push_back(std::move(*outs));
+    } else if (kind == core::kOutputKindUtility) {
+      auto oh = Unpack(parts[1]);
+      if (!oh.ok() || oh->get().type != msgpack::type::ARRAY || oh->get().via.array.size != 4) {
+        continue;
+      }
+      const msgpack::object* f = oh->get().via.array.ptr;
+      auto id = ipc::ConvertAs<uint64_t>(f[0], "call_id");
+      auto code = ipc::ConvertAs<int32_t>(f[1], "code");
+      auto message = ipc::ConvertAs<std::string>(f[2], "message");
+      if (!id.ok() || !code.ok() || !message.ok() || f[3].type != msgpack::type::BIN ||
+          *code < 0 || *code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+        continue;
+      }
+      if (*code == 0) {
+        utility_results_[*id] = std::string(f[3].via.bin.ptr, f[3].via.bin.size);
+      } else {
+        utility_results_[*id] = absl::Status(static_cast<absl::StatusCode>(*code), *message);
+      }
+    } else if (kind == core::kOutputKindFailed) {
+      auto oh = Unpack(parts[1]);
+      std::string message = "engine failed";
+      if (oh.ok() && oh->get().type == msgpack::type::ARRAY && oh->get().via.array.size == 3) {
+        auto m = ipc::ConvertAs<std::string>(oh->get().via.array.ptr[2], "message");
+        auto e = ipc::ConvertAs<int32_t>(oh->get().via.array.ptr[0], "engine");
+        if (m.ok() && e.ok()) message = absl::StrCat("engine ", *e, " failed: ", *m);
+      }
+      if (failure_.ok()) failure_ = absl::UnavailableError(message);
+    }
+  }
+}
+
+absl::Status EngineCoreClient::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+void EngineCoreClient::MarkEngineDead(int32_t engine_index, const absl::Status& why) {
+  absl::MutexLock lock(&mu_);
+  if (failure_.ok()) {
+    failure_ = absl::UnavailableError(absl::StrCat("engine ", engine_index, " died: ", why.message()));
+  }
+}
+
+absl::Status EngineCoreClient::Send(int32_t engine_index, core::EngineCoreRequestType type,
+                                    std::string payload) {
+  VLLM_RETURN_IF_ERROR(failure());
+  if (engine_index < 0 || engine_index >= num_engines_) {
+    return absl::InvalidArgumentError(absl::StrCat("no engine ", engine_index));
+  }
+  const std::string identity = absl::StrCat("engine-", engine_index);
+  const char type_byte = static_cast<char>(type);
+  std::vector<zmq::message_t> parts;
+  parts.push_back(Msg(identity));
+  parts.push_back(Msg(std::string_view(&type_byte, 1)));
+  parts.push_back(Msg(payload));
+  absl::MutexLock lock(&send_mu_);
+  return ipc::SendMultipart(*input_, parts, ipc::MonoNowNs() + 5'000'000'000, kSlice,
+                            [this] { return failure(); }, "request to the engine");
+}
+
+absl::Status EngineCoreClient::AddRequest(const core::EngineCoreRequest& request) {
+  return Send(request.data_parallel_rank.value_or(0), core::EngineCoreRequestType::kAdd,
+              core::Encode(request));
+}
+
+absl::Status EngineCoreClient::AbortRequests(std::span<const std::string> request_ids,
+                                             int32_t engine_index) {
+  return Send(engine_index, core::EngineCoreRequestType::kAbort,
+              core::EncodeAbortRequests(request_ids));
+}
+
+absl::StatusOr<std::string> EngineCoreClient::CallUtility(const std::string& method,
+                                                          absl::Duration timeout,
+                                                          int32_t engine_index) {
+  const uint64_t id = next_call_id_.fetch_add(1);
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_array(3);
+  pk.pack(id);
+  pk.pack(method);
+  pk.pack_bin(0);
+  VLLM_RETURN_IF_ERROR(
+      Send(engine_index, core::EngineCoreRequestType::kUtility, std::string(b.data(), b.size())));
+  absl::MutexLock lock(&mu_);
+  auto done = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return utility_results_.contains(id) || !failure_.ok();
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("utility call ", method, " timed out"));
+  }
+  auto it = utility_results_.find(id);
+  if (it == utility_results_.end()) return failure_;
+  absl::StatusOr<std::string> result = std::move(it->second);
+  utility_results_.erase(it);
+  return result;
+}
+
+absl::StatusOr<core::EngineCoreOutputs> EngineCoreClient::GetOutputs(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !outputs_.empty() || !failure_.ok();
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+    return absl::DeadlineExceededError("no engine outputs");
+  }
+  if (outputs_.empty()) return failure_;
+  core::EngineCoreOutputs out = std::move(outputs_.front());
+  outputs_.pop_front();
+  return out;
+}
+
+}  // namespace vllm::frontend

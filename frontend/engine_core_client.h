@@ -1,0 +1,100 @@
+// EngineCoreClient: the frontend's side of the engine-core protocol (vLLM's
+// vllm/v1/engine/core_client.py, AsyncMPClient). It binds the handshake, input (ROUTER) and
+// output (PULL) sockets, completes the HELLO → CONFIG → READY handshake with each engine
+// process, sends requests, aborts and utility calls, and receives EngineCoreOutputs on an
+// internal thread. The wire format is documented in core/engine_core_proc.h.
+//
+// Failure: when an engine reports EXECUTOR_FAILED ('F'), or its supervisor calls
+// MarkEngineDead() (the process died), every later call and every GetOutputs() returns an
+// error naming the engine — no caller waits forever.
+//
+// Thread-safety: all methods are thread-safe. GetOutputs() is meant for one consumer thread
+// (the output processor); several would split the outputs between them.
+#ifndef VLLM_FRONTEND_ENGINE_CORE_CLIENT_H_
+#define VLLM_FRONTEND_ENGINE_CORE_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/engine_core_types.h"
+#include "ipc/zmq_util.h"
+
+namespace vllm::frontend {
+
+class EngineCoreClient {
+ public:
+  struct EngineInfo {
+    int32_t num_gpu_blocks = 0;
+    int32_t max_model_len = 0;
+  };
+
+  // Binds the sockets (abstract ipc:// addresses). `num_engines` engines must then connect.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCoreClient>> Create(int32_t num_engines);
+  ~EngineCoreClient();
+
+  // Give this to each engine process (--handshake-address).
+  const std::string& handshake_address() const { return handshake_address_; }
+
+  // Completes the handshake with every engine. `check` is polled while waiting (e.g. to see
+  // whether an engine process died) and its error is returned. DeadlineExceeded names the
+  // engines that did not report; an engine's FAILED message is returned as its error.
+  [[nodiscard]] absl::Status WaitForEngines(absl::Time deadline,
+                                            const std::function<absl::Status()>& check);
+  const std::vector<EngineInfo>& engines() const { return engines_; }
+
+  // Sends a request to engine `data_parallel_rank` (or engine 0). Errors: the engine is dead.
+  [[nodiscard]] absl::Status AddRequest(const core::EngineCoreRequest& request);
+  [[nodiscard]] absl::Status AbortRequests(std::span<const std::string> request_ids,
+                                           int32_t engine_index = 0);
+  // Runs a utility method on an engine; returns its msgpack result.
+  [[nodiscard]] absl::StatusOr<std::string> CallUtility(const std::string& method,
+                                                        absl::Duration timeout,
+                                                        int32_t engine_index = 0);
+
+  // Waits for the next EngineCoreOutputs. DeadlineExceeded when none came in time; the
+  // engine's failure once it is dead and everything it sent has been consumed.
+  [[nodiscard]] absl::StatusOr<core::EngineCoreOutputs> GetOutputs(absl::Time deadline);
+
+  // Records that an engine is gone (its process exited): fails every waiter.
+  void MarkEngineDead(int32_t engine_index, const absl::Status& why);
+  absl::Status failure() const;
+
+ private:
+  EngineCoreClient() = default;
+  void ReceiveLoop();
+  absl::Status Send(int32_t engine_index, core::EngineCoreRequestType type, std::string payload);
+
+  int32_t num_engines_ = 0;
+  std::string handshake_address_, input_address_, output_address_;
+  std::optional<zmq::socket_t> handshake_;
+  std::optional<zmq::socket_t> input_;   // guarded by send_mu_ after the handshake
+  std::optional<zmq::socket_t> output_;  // receive thread only
+  std::vector<EngineInfo> engines_;
+  std::thread receiver_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> next_call_id_{1};
+
+  absl::Mutex send_mu_;
+
+  mutable absl::Mutex mu_;
+  std::deque<core::EngineCoreOutputs> outputs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::StatusOr<std::string>> utility_results_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_ENGINE_CORE_CLIENT_H_
