@@ -1,17 +1,16 @@
 #include "launcher/engine_core_main.h"
 
-#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/engine_core_proc.h"
 #include "frontend/llm_engine.h"
+#include "ipc/signal_watcher.h"
 #include "ipc/status_macros.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -103,11 +102,7 @@ int RunEngineCore(const std::vector<std::string>& args) {
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != flags->parent_pid) return 1;  // the parent died before we could watch it
-  signal(SIGINT, SIG_IGN);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any other thread exists
+  signal(SIGINT, SIG_IGN);  // Ctrl-C reaches the whole group; the parent stops us
 
   frontend::EngineArgs engine_args = flags->engine;
   core::EngineCoreProcOptions options = flags->proc;
@@ -116,12 +111,11 @@ int RunEngineCore(const std::vector<std::string>& args) {
     return std::move(built.core);
   };
   core::EngineCoreProc proc(std::move(options));
-  std::thread([&proc, set] {
-    pthread_setname_np(pthread_self(), "vllm-sigterm");  // SIGTERM → orderly stop
-    int sig = 0;
-    sigwait(&set, &sig);
-    proc.Stop();
-  }).detach();
+  auto watcher = ipc::SignalWatcher::Start({SIGTERM}, [&proc](int) { proc.Stop(); });
+  if (!watcher.ok()) {
+    spdlog::error("engine core: {}", watcher.status().ToString());
+    return 1;
+  }
   const absl::Status status = proc.Run();
   if (!status.ok()) {
     spdlog::error("engine core stopped: {}", status.ToString());

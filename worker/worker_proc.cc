@@ -17,6 +17,7 @@
 #include "core/codec.h"
 #include "ipc/message_queue.h"
 #include "ipc/msgpack_util.h"
+#include "ipc/signal_watcher.h"
 #include "ipc/status_macros.h"
 #include "ipc/zmq_util.h"
 #include "kernels/comm/group_spec.h"
@@ -70,22 +71,20 @@ class WorkerProc {
   }
 
  private:
-  // SIGTERM is taken by a thread of its own (sigwait), which cancels the queue wait so the
-  // loop ends cleanly. SIGINT is ignored: Ctrl-C reaches the whole process group, and the
-  // engine shuts its workers down through the queue.
+  // SIGTERM cancels the queue wait (on the SignalWatcher's thread) so the loop ends cleanly.
+  // SIGINT is ignored: Ctrl-C reaches the whole process group, and the engine shuts its
+  // workers down through the queue.
   void InstallSignalThread() {
     signal(SIGINT, SIG_IGN);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any other thread exists
-    std::thread([this, set] {
-      pthread_setname_np(pthread_self(), "vllm-sigterm");  // waits for SIGTERM
-      int sig = 0;
-      sigwait(&set, &sig);
+    auto watcher = ipc::SignalWatcher::Start({SIGTERM}, [this](int) {
       terminated_.store(true);
       if (ipc::MessageQueueReader* r = reader_.load(); r != nullptr) r->Cancel();
-    }).detach();
+    });
+    if (watcher.ok()) {
+      watcher_ = std::move(*watcher);
+    } else {
+      spdlog::warn("worker rank {}: {}", options_.rank, watcher.status().ToString());
+    }
   }
 
   absl::Status Start() {
@@ -231,6 +230,7 @@ class WorkerProc {
   kernels::SingleRankCommunicator single_rank_;
   std::unique_ptr<kernels::Communicator> group_;
   std::unique_ptr<Worker> worker_;
+  std::unique_ptr<ipc::SignalWatcher> watcher_;  // declared last: stops first
 };
 
 }  // namespace
