@@ -44,6 +44,8 @@ class Subprocess {
 
 // Directory of the running test binary (helpers are built next to it).
 std::string BinDir();
+// Pids of `parent`'s living children (zombies excluded), read from /proc.
+std::vector<pid_t> ChildrenOf(pid_t parent);
 // Names in /dev/shm right now.
 std::set<std::string> ShmEntries();
 // "exited 3" / "killed by signal 9" for a wait status.

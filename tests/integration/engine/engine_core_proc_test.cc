@@ -2,8 +2,6 @@
 // ZMQ — handshake, the fixture's greedy tokens, utility calls, a bad request answered with an
 // error, aborts, EXECUTOR_FAILED reaching the client when a worker dies, and SIGTERM. After
 // each test no child process and no new /dev/shm entry remains.
-#include "frontend/engine_core_client.h"
-
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -20,8 +18,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "frontend/engine_core_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/fixtures.h"
 #include "tests/support/process.h"
 
 namespace vllm::frontend {
@@ -30,38 +30,8 @@ namespace {
 const std::filesystem::path kModel =
     std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "models" / "llama_mha";
 
-std::vector<pid_t> ChildrenOf(pid_t parent) {
-  std::vector<pid_t> out;
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0) continue;
-    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') out.push_back(pid);
-  }
-  closedir(dir);
-  return out;
-}
-
-core::EngineCoreRequest Greedy(const std::string& id, std::vector<int32_t> prompt,
-                               int32_t max_tokens) {
-  core::EngineCoreRequest r;
-  r.request_id = id;
-  r.prompt_token_ids = std::move(prompt);
-  r.sampling_params.temperature = 0.0;
-  r.sampling_params.max_tokens = max_tokens;
-  r.sampling_params.ignore_eos = true;
-  return r;
-}
+using testing::ChildrenOf;
+using testing::GreedyRequest;
 
 class EngineCoreProcTest : public ::testing::Test {
  protected:
@@ -144,8 +114,9 @@ TEST_F(EngineCoreProcTest, ServesReferenceTokensAndUtilityCalls) {
   const auto greedy = ref.at("greedy").get<std::vector<std::vector<int32_t>>>();
   std::set<std::string> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_TRUE(client_->AddRequest(Greedy(absl::StrCat("r", i), prompts[i],
-                                           static_cast<int32_t>(greedy[i].size())))
+    ASSERT_TRUE(client_
+                    ->AddRequest(GreedyRequest(absl::StrCat("r", i), prompts[i],
+                                               static_cast<int32_t>(greedy[i].size())))
                     .ok());
     ids.insert(absl::StrCat("r", i));
   }
@@ -171,10 +142,10 @@ TEST_F(EngineCoreProcTest, ServesReferenceTokensAndUtilityCalls) {
 TEST_F(EngineCoreProcTest, BadRequestGetsAnErrorAndOthersAreServed) {
   Start(1);
   // llama_mha's max_position_embeddings is 256.
-  ASSERT_TRUE(client_->AddRequest(Greedy("too-long", std::vector<int32_t>(300, 7), 4)).ok());
-  ASSERT_TRUE(client_->AddRequest(Greedy("bad-token", {1, 2, 100000}, 4)).ok());
-  ASSERT_TRUE(client_->AddRequest(Greedy("long", {1, 2, 3}, 200)).ok());
-  ASSERT_TRUE(client_->AddRequest(Greedy("fine", {4, 5, 6}, 5)).ok());
+  ASSERT_TRUE(client_->AddRequest(GreedyRequest("too-long", std::vector<int32_t>(300, 7), 4)).ok());
+  ASSERT_TRUE(client_->AddRequest(GreedyRequest("bad-token", {1, 2, 100000}, 4)).ok());
+  ASSERT_TRUE(client_->AddRequest(GreedyRequest("long", {1, 2, 3}, 200)).ok());
+  ASSERT_TRUE(client_->AddRequest(GreedyRequest("fine", {4, 5, 6}, 5)).ok());
   auto done = RunUntilFinished({"too-long", "bad-token", "fine"}, absl::Seconds(30));
   EXPECT_EQ(done["too-long"].finish_reason, core::FinishReason::kError);
   EXPECT_EQ(done["bad-token"].finish_reason, core::FinishReason::kError);
@@ -182,14 +153,14 @@ TEST_F(EngineCoreProcTest, BadRequestGetsAnErrorAndOthersAreServed) {
   EXPECT_EQ(done["fine"].new_token_ids.size(), 5u);
   // Abort the long one; a later request is still served.
   ASSERT_TRUE(client_->AbortRequests(std::vector<std::string>{"long"}).ok());
-  ASSERT_TRUE(client_->AddRequest(Greedy("after", {7, 8, 9}, 3)).ok());
+  ASSERT_TRUE(client_->AddRequest(GreedyRequest("after", {7, 8, 9}, 3)).ok());
   done = RunUntilFinished({"after"}, absl::Seconds(30));
   EXPECT_EQ(done["after"].new_token_ids.size(), 3u);
 }
 
 TEST_F(EngineCoreProcTest, ExecutorFailureReachesTheClient) {
   Start(2);
-  ASSERT_TRUE(client_->AddRequest(Greedy("r", {1, 2, 3}, 200)).ok());
+  ASSERT_TRUE(client_->AddRequest(GreedyRequest("r", {1, 2, 3}, 200)).ok());
   auto first = client_->GetOutputs(absl::Now() + absl::Seconds(30));
   ASSERT_TRUE(first.ok()) << first.status();
   const std::vector<pid_t> workers = ChildrenOf(engine_->pid());
@@ -208,7 +179,7 @@ TEST_F(EngineCoreProcTest, ExecutorFailureReachesTheClient) {
   EXPECT_LT(absl::Now() - killed, absl::Seconds(2));
   EXPECT_NE(error.message().find("rank"), std::string::npos) << error;
   // Every later call fails too, and the engine process exits with an error.
-  EXPECT_FALSE(client_->AddRequest(Greedy("late", {1}, 1)).ok());
+  EXPECT_FALSE(client_->AddRequest(GreedyRequest("late", {1}, 1)).ok());
   auto status = engine_->Wait(absl::Seconds(10));
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1)

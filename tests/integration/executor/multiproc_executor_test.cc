@@ -24,6 +24,7 @@
 #include "frontend/llm_engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/fixtures.h"
 #include "tests/support/process.h"
 
 namespace vllm::executor {
@@ -34,57 +35,13 @@ const std::filesystem::path kFixtures =
 
 std::string WorkerBinary() { return testing::BinDir() + "/vllm-launch"; }
 
-// Pids of our living children (zombies included: they are not reaped yet).
-std::vector<pid_t> Children() {
-  std::vector<pid_t> out;
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-    if (pid <= 0) continue;
-    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == getpid()) out.push_back(pid);
-  }
-  closedir(dir);
-  return out;
-}
+std::vector<pid_t> Children() { return testing::ChildrenOf(getpid()); }
 
-struct Reference {
-  std::vector<std::vector<int32_t>> prompts, greedy;
-  std::vector<std::vector<float>> prompt_logits;
-  int32_t max_new_tokens = 0;
-};
+using testing::GreedyRequest;
+using testing::Reference;
 
 Reference LoadReference(const std::string& model) {
-  std::ifstream in(kFixtures / model / "reference.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str());
-  Reference r;
-  r.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
-  r.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
-  r.prompt_logits = j.at("prompt_logits").get<std::vector<std::vector<float>>>();
-  r.max_new_tokens = j.at("max_new_tokens").get<int32_t>();
-  return r;
-}
-
-core::EngineCoreRequest Greedy(const std::string& id, const std::vector<int32_t>& prompt,
-                               int32_t max_tokens) {
-  core::EngineCoreRequest r;
-  r.request_id = id;
-  r.prompt_token_ids = prompt;
-  r.sampling_params.temperature = 0.0;
-  r.sampling_params.max_tokens = max_tokens;
-  r.sampling_params.ignore_eos = true;
-  return r;
+  return testing::LoadReference(kFixtures / model);
 }
 
 frontend::EngineArgs MpArgs(const std::string& model, int32_t tp) {
@@ -127,7 +84,7 @@ TEST_P(ReferenceThroughWorkersTest, GreedyTokensAndLogprobsMatch) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<core::EngineCoreRequest> requests;
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    requests.push_back(Greedy(absl::StrCat("r", i), ref.prompts[i], ref.max_new_tokens));
+    requests.push_back(GreedyRequest(absl::StrCat("r", i), ref.prompts[i], ref.max_new_tokens));
     requests.back().sampling_params.logprobs = 1;
   }
   auto outputs = (*engine)->Generate(std::move(requests));
@@ -161,10 +118,10 @@ TEST_F(MultiprocExecutorTest, RandomAddAbortLoadKeepsReferenceTokens) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::mt19937 rng(7);
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    ASSERT_TRUE((*engine)
-                    ->AddRequest(Greedy(absl::StrCat("ref", i), ref.prompts[i],
-                                        ref.max_new_tokens))
-                    .ok());
+    ASSERT_TRUE(
+        (*engine)
+            ->AddRequest(GreedyRequest(absl::StrCat("ref", i), ref.prompts[i], ref.max_new_tokens))
+            .ok());
   }
   std::vector<std::string> noise;
   std::map<std::string, std::vector<int32_t>> got;
@@ -210,7 +167,8 @@ TEST_P(KilledWorkerTest, FailsTheEngineWithinOneSecond) {
   ASSERT_TRUE(engine.ok()) << engine.status();
   const Reference ref = LoadReference("llama_mha");
   for (size_t i = 0; i < ref.prompts.size(); ++i) {
-    ASSERT_TRUE((*engine)->AddRequest(Greedy(absl::StrCat("r", i), ref.prompts[i], 150)).ok());
+    ASSERT_TRUE(
+        (*engine)->AddRequest(GreedyRequest(absl::StrCat("r", i), ref.prompts[i], 150)).ok());
   }
   for (int i = 0; i < 5; ++i) ASSERT_TRUE((*engine)->Step().ok());
   auto* mp = dynamic_cast<MultiprocExecutor*>(&(*engine)->engine_core().executor());
@@ -232,7 +190,7 @@ TEST_P(KilledWorkerTest, FailsTheEngineWithinOneSecond) {
   EXPECT_NE(error.message().find(absl::StrCat("rank ", rank)), std::string::npos) << error;
   // Every pending request is gone with the engine: later calls fail with the same error.
   EXPECT_EQ((*engine)->Step().status(), error);
-  EXPECT_FALSE((*engine)->AddRequest(Greedy("late", {1, 2, 3}, 4)).ok());
+  EXPECT_FALSE((*engine)->AddRequest(GreedyRequest("late", {1, 2, 3}, 4)).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, KilledWorkerTest, ::testing::Values(0, 1));

@@ -16,6 +16,7 @@
 #include "frontend/llm_engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/fixtures.h"
 #include "worker/llama_model.h"
 #include "worker/weights.h"
 
@@ -25,38 +26,10 @@ namespace {
 const std::filesystem::path kFixtures =
     std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "models";
 
-struct Reference {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::vector<int32_t>> greedy;
-  std::vector<std::vector<float>> prompt_logits;
-  std::vector<std::vector<float>> final_logits;
-  int32_t max_new_tokens = 0;
-};
-
-Reference LoadReference(const std::filesystem::path& dir) {
-  std::ifstream in(dir / "reference.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str());
-  Reference r;
-  r.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
-  r.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();
-  r.prompt_logits = j.at("prompt_logits").get<std::vector<std::vector<float>>>();
-  r.final_logits = j.at("final_logits").get<std::vector<std::vector<float>>>();
-  r.max_new_tokens = j.at("max_new_tokens").get<int32_t>();
-  return r;
-}
-
-core::EngineCoreRequest Greedy(const std::string& id, const std::vector<int32_t>& prompt,
-                               int32_t max_tokens) {
-  core::EngineCoreRequest r;
-  r.request_id = id;
-  r.prompt_token_ids = prompt;
-  r.sampling_params.temperature = 0.0;
-  r.sampling_params.max_tokens = max_tokens;
-  r.sampling_params.ignore_eos = true;
-  return r;
-}
+using testing::GreedyRequest;
+using testing::LastLogits;
+using testing::LoadReference;
+using testing::Reference;
 
 struct Mode {
   const char* name;
@@ -104,8 +77,8 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
       for (size_t first = 0; first < ref.prompts.size(); first += mode.batch) {
         std::vector<core::EngineCoreRequest> requests;
         for (size_t i = first; i < std::min(ref.prompts.size(), first + mode.batch); ++i) {
-          requests.push_back(Greedy(absl::StrCat(mode.name, "-", rep, "-", i), ref.prompts[i],
-                                    ref.max_new_tokens));
+          requests.push_back(GreedyRequest(absl::StrCat(mode.name, "-", rep, "-", i),
+                                           ref.prompts[i], ref.max_new_tokens));
         }
         auto outputs = (*engine)->Generate(std::move(requests));
         ASSERT_TRUE(outputs.ok()) << outputs.status();
@@ -123,35 +96,6 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
       EXPECT_GT(totals.prefix_cache_hits, 0) << "the second pass hit no cached prefix";
     }
   }
-}
-
-// Runs the model directly on one sequence and returns its last position's logits.
-std::vector<float> LastLogits(worker::LlamaModel& model, const std::vector<int32_t>& tokens) {
-  constexpr int32_t kBlockSize = 16;
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  const int32_t num_blocks = (n + kBlockSize - 1) / kBlockSize;
-  worker::KVCache cache = model.AllocateKVCache(num_blocks, kBlockSize);
-  std::vector<int32_t> positions(n), block_table(num_blocks);
-  std::vector<int64_t> slots(n);
-  for (int32_t i = 0; i < n; ++i) positions[i] = slots[i] = i;
-  for (int32_t b = 0; b < num_blocks; ++b) block_table[b] = b;
-  const int32_t query_start_loc[2] = {0, n};
-  const int32_t seq_lens[1] = {n};
-  const int32_t logits_index[1] = {n - 1};
-  worker::ForwardBatch batch;
-  batch.token_ids = tokens;
-  batch.positions = positions;
-  batch.slot_mapping = slots;
-  batch.logits_indices = logits_index;
-  batch.attention.num_seqs = 1;
-  batch.attention.query_start_loc = query_start_loc;
-  batch.attention.seq_lens = seq_lens;
-  batch.attention.block_tables = block_table.data();
-  batch.attention.max_blocks_per_seq = num_blocks;
-  batch.attention.block_size = kBlockSize;
-  std::vector<float> logits;
-  EXPECT_TRUE(model.Forward(batch, cache, &logits).ok());
-  return logits;
 }
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, size_t prompt) {

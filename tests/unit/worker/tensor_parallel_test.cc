@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/communicator.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/fixtures.h"
 #include "worker/llama_model.h"
 #include "worker/model_config.h"
 #include "worker/weights.h"
@@ -61,28 +62,7 @@ class ThreadGroup {
   std::vector<float> sum_;
 };
 
-std::vector<float> LastLogits(LlamaModel& model, const std::vector<int32_t>& tokens) {
-  constexpr int32_t kBlockSize = 16;
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  const int32_t num_blocks = (n + kBlockSize - 1) / kBlockSize;
-  KVCache cache = model.AllocateKVCache(num_blocks, kBlockSize);
-  std::vector<int32_t> positions(n), block_table(num_blocks);
-  std::vector<int64_t> slots(n);
-  for (int32_t i = 0; i < n; ++i) positions[i] = slots[i] = i;
-  for (int32_t b = 0; b < num_blocks; ++b) block_table[b] = b;
-  const int32_t query_start_loc[2] = {0, n};
-  const int32_t seq_lens[1] = {n};
-  const int32_t logits_index[1] = {n - 1};
-  ForwardBatch batch;
-  batch.token_ids = tokens;
-  batch.positions = positions;
-  batch.slot_mapping = slots;
-  batch.logits_indices = logits_index;
-  batch.attention = {1, query_start_loc, seq_lens, block_table.data(), num_blocks, kBlockSize};
-  std::vector<float> logits;
-  EXPECT_TRUE(model.Forward(batch, cache, &logits).ok());
-  return logits;
-}
+using testing::LastLogits;
 
 struct Case {
   const char* model;
