@@ -14,42 +14,16 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/worker/safetensors_writer.h"
 
 namespace vllm::worker {
 namespace {
 
 using ::testing::HasSubstr;
 
-// 8-byte little-endian length, header text, data.
-std::string Frame(const std::string& header, const std::string& data, uint64_t header_len) {
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header_len >> (8 * i)) & 0xff);
-  return out + header + data;
-}
-std::string Frame(const std::string& header, const std::string& data = "") {
-  return Frame(header, data, header.size());
-}
-
-struct RawTensor {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-// A well-formed file: tensors packed back to back in the given order.
-std::string BuildFile(const std::vector<RawTensor>& tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const RawTensor& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype},
-                      {"shape", t.shape},
-                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-    data += t.bytes;
-  }
-  header["__metadata__"] = {{"format", "pt"}};
-  return Frame(header.dump(), data);
-}
+using testing::BuildFile;
+using testing::Frame;
+using testing::RawTensor;
 
 std::string Bytes(size_t n, char fill = '\x11') { return std::string(n, fill); }
 

@@ -16,35 +16,15 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/worker/safetensors_writer.h"
 
 namespace vllm::worker {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct RawTensor {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-// A well-formed safetensors file: tensors packed back to back, unpadded (so most tensor
-// data is unaligned, as the format allows).
-std::string BuildFile(const std::vector<RawTensor>& tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const RawTensor& t : tensors) {
-    header[t.name] = {{"dtype", t.dtype},
-                      {"shape", t.shape},
-                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-    data += t.bytes;
-  }
-  const std::string text = header.dump();
-  std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
-  return out + text + data;
-}
+using testing::BuildFile;
+using testing::RawTensor;
 
 template <typename T>
 std::string RawBytes(const std::vector<T>& values) {
