@@ -1,0 +1,262 @@
+#include "launcher/serve_args.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace vllm::launcher {
+namespace {
+
+// argparse-style multi-letter short aliases that CLI11 does not have.
+constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
+    {"-tp", "--tensor-parallel-size"},   {"-pp", "--pipeline-parallel-size"},
+    {"-dp", "--data-parallel-size"},     {"-dpl", "--data-parallel-size-local"},
+    {"-dpa", "--data-parallel-address"}, {"-dpr", "--data-parallel-rank"},
+};
+
+std::vector<std::string> ExpandAliases(const std::vector<std::string>& argv) {
+  std::vector<std::string> out;
+  for (const std::string& a : argv) {
+    std::string arg = a;
+    for (const auto& [alias, name] : kAliases) {
+      if (arg == alias) {
+        arg = std::string(name);
+      } else if (arg.rfind(std::string(alias) + "=", 0) == 0) {
+        arg = std::string(name) + arg.substr(alias.size());
+      }
+    }
+    out.push_back(std::move(arg));
+  }
+  return out;
+}
+
+std::string Choices(std::initializer_list<const char*> choices) {
+  return absl::StrJoin(choices, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"KiB", 1024.0},
+      {"MiB", 1024.0 * 1024},
+      {"GiB", 1024.0 * 1024 * 1024},
+      {"KB", 1e3},
+      {"MB", 1e6},
+      {"GB", 1e9},
+      {"K", 1024.0},
+      {"M", 1024.0 * 1024},
+      {"G", 1024.0 * 1024 * 1024},
+  };
+  std::string number = std::string(absl::StripAsciiWhitespace(text));
+  double scale = 1;
+  for (const auto& [unit, factor] : kUnits) {
+    if (number.size() > unit.size() &&
+        number.compare(number.size() - unit.size(), unit.size(), unit) == 0) {
+      number.resize(number.size() - unit.size());
+      scale = factor;
+      break;
+    }
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(number, &value) || !std::isfinite(value) || value <= 0 ||
+      value * scale > 9e18) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-memory: '", text, "' is not a size (examples: 4GiB, 512MiB, 1073741824)"));
+  }
+  return static_cast<int64_t>(value * scale);
+}
+
+absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& argv,
+                                               const std::string& default_model) {
+  ServeArgs a;
+  frontend::EngineArgs& e = a.engine;
+  std::string model, positional_model, load_format = "auto", kv_cache_memory = "4GiB";
+  std::string scheduling_policy = "fcfs", backend;
+  bool enable_prefix_caching = true, enable_chunked_prefill = true;
+  int64_t seed = 0;
+  int32_t dp_local = 1, dp_start_rank = 0, dp_rpc_port = 13345;
+  std::string dp_address = "127.0.0.1";
+  std::string api_key, chat_template;
+  int32_t num_gpu_blocks_override = 0;
+
+  CLI::App app("Start the vLLM-compatible OpenAI API server (vllm-launch).", "vllm-launch");
+  app.set_version_flag("--version", std::string("vllm-launch 0.1.0"));
+  app.add_option("model_tag", positional_model, "The model to serve (same as --model).");
+  // ModelConfig
+  app.add_option("--model", model,
+                 "Name or path of the Hugging Face model to use. Default: the bundled "
+                 "models/kjv-llama-tiny.")
+      ->group("ModelConfig");
+  app.add_option("--served-model-name", a.served_model_names,
+                 "The model name(s) used in the API. Default: the --model argument.")
+      ->group("ModelConfig");
+  app.add_option("--max-model-len", e.max_model_len,
+                 "Model context length (prompt and output). Default: derived from the model "
+                 "config.")
+      ->check(CLI::Range(1, 1 << 24))
+      ->group("ModelConfig");
+  app.add_option("--dtype", a.dtype,
+                 "Data type for weights and activations (the CPU backend computes in float32).")
+      ->check(CLI::IsMember({"auto", "float32", "float", "bfloat16", "float16", "half"}))
+      ->group("ModelConfig");
+  app.add_option("--seed", seed, "Random seed for requests without one.")
+      ->check(CLI::NonNegativeNumber)
+      ->group("ModelConfig");
+  app.add_flag("--enforce-eager", a.enforce_eager, "Always use eager mode (no CUDA graphs).")
+      ->group("ModelConfig");
+  // LoadConfig
+  app.add_option("--load-format", load_format,
+                 "The format of the model weights to load: auto, safetensors, or dummy (random "
+                 "weights, for profiling).")
+      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
+      ->group("LoadConfig");
+  // ParallelConfig
+  app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
+                 "Number of tensor-parallel groups (alias -tp).")
+      ->check(CLI::Range(1, 64))
+      ->group("ParallelConfig");
+  app.add_option("--pipeline-parallel-size", a.pipeline_parallel_size,
+                 "Number of pipeline-parallel groups (alias -pp).")
+      ->check(CLI::Range(1, 64))
+      ->group("ParallelConfig");
+  app.add_option("--data-parallel-size", a.data_parallel_size,
+                 "Number of data-parallel replicas (alias -dp).")
+      ->check(CLI::Range(1, 1024))
+      ->group("ParallelConfig");
+  app.add_option("--data-parallel-size-local", dp_local,
+                 "Number of data-parallel replicas on this node (alias -dpl).")
+      ->check(CLI::Range(0, 1024))
+      ->group("ParallelConfig");
+  app.add_option("--data-parallel-start-rank", dp_start_rank,
+                 "The first data-parallel rank on this node (with --headless).")
+      ->check(CLI::Range(0, 1024))
+      ->group("ParallelConfig");
+  app.add_option("--data-parallel-address", dp_address, "Address of the data-parallel head node.")
+      ->group("ParallelConfig");
+  app.add_option("--data-parallel-rpc-port", dp_rpc_port, "RPC port of the data-parallel head.")
+      ->check(CLI::Range(1, 65535))
+      ->group("ParallelConfig");
+  app.add_flag("--headless", a.headless, "Run engines only, without the API server.")
+      ->group("ParallelConfig");
+  app.add_option("--distributed-executor-backend", backend,
+                 "Backend for the workers: uni (in-process) or mp (worker processes). Default: "
+                 "uni for one worker, mp otherwise.")
+      ->check(CLI::IsMember({"uni", "mp"}))
+      ->group("ParallelConfig");
+  // CacheConfig
+  app.add_option("--block-size", e.block_size, "Token block size of the paged KV cache.")
+      ->check(CLI::IsMember({1, 8, 16, 32, 64, 128}))
+      ->group("CacheConfig");
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
+               "Enable (default) or disable automatic prefix caching.")
+      ->group("CacheConfig");
+  app.add_option("--kv-cache-memory", kv_cache_memory,
+                 "KV-cache memory per worker on the CPU (like VLLM_CPU_KVCACHE_SPACE): 4GiB, "
+                 "512MiB, or bytes.")
+      ->group("CacheConfig");
+  app.add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+                 "Fraction of GPU memory for the model and KV cache (CUDA only).")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group("CacheConfig");
+  app.add_option("--num-gpu-blocks-override", num_gpu_blocks_override,
+                 "Use this many KV-cache blocks instead of the memory budget.")
+      ->check(CLI::Range(1, 1 << 30))
+      ->group("CacheConfig");
+  // SchedulerConfig
+  app.add_option("--max-num-seqs", e.max_num_seqs, "Maximum number of sequences per iteration.")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group("SchedulerConfig");
+  app.add_option("--max-num-batched-tokens", e.max_num_batched_tokens,
+                 "Maximum number of tokens per iteration.")
+      ->check(CLI::Range(1, 1 << 24))
+      ->group("SchedulerConfig");
+  app.add_option("--long-prefill-token-threshold", e.long_prefill_token_threshold,
+                 "Largest prefill chunk of one request (0: no limit).")
+      ->check(CLI::Range(0, 1 << 24))
+      ->group("SchedulerConfig");
+  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", enable_chunked_prefill,
+               "Split long prompts across steps (default on).")
+      ->group("SchedulerConfig");
+  app.add_option("--scheduling-policy", scheduling_policy, "fcfs or priority.")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->group("SchedulerConfig");
+  // DeviceConfig
+  app.add_option("--device", a.device, "Device: auto (cuda when a GPU is visible), cpu, cuda.")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->group("DeviceConfig");
+  // Frontend
+  app.add_option("--host", a.host, "Host name to listen on.")->group("Frontend");
+  app.add_option("--port", a.port, "Port to listen on.")
+      ->check(CLI::Range(0, 65535))
+      ->group("Frontend");
+  app.add_option("--api-key", api_key, "If set, the server requires this key in the header.")
+      ->group("Frontend");
+  app.add_option("--chat-template", chat_template,
+                 "The chat template (a file or the template itself). Default: the model's.")
+      ->group("Frontend");
+
+  std::vector<std::string> args = ExpandAliases(argv);
+  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
+  ParsedServeArgs parsed;
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    parsed.text = app.help();
+    return parsed;
+  } catch (const CLI::CallForVersion&) {
+    parsed.text = "vllm-launch 0.1.0\n";
+    return parsed;
+  } catch (const CLI::ParseError& err) {
+    return absl::InvalidArgumentError(err.what());
+  }
+
+  if (!positional_model.empty() && !model.empty() && positional_model != model) {
+    return absl::InvalidArgumentError(absl::StrCat("the model is given twice: '", positional_model,
+                                                   "' and --model '", model, "'"));
+  }
+  e.model = !model.empty() ? model : !positional_model.empty() ? positional_model : default_model;
+  if (a.served_model_names.empty()) a.served_model_names.push_back(e.model.string());
+  auto format = worker::ParseLoadFormat(load_format);
+  if (!format.ok()) return format.status();
+  e.load_format = *format;
+  auto bytes = ParseByteSize(kv_cache_memory);
+  if (!bytes.ok()) return bytes.status();
+  e.kv_cache_memory_bytes = *bytes;
+  e.seed = static_cast<uint64_t>(seed);
+  if (num_gpu_blocks_override > 0) e.num_gpu_blocks_override = num_gpu_blocks_override;
+  if (!api_key.empty()) a.api_key = api_key;
+  if (!chat_template.empty()) a.chat_template = chat_template;
+  e.enable_prefix_caching = enable_prefix_caching;
+  e.enable_chunked_prefill = enable_chunked_prefill;
+  e.scheduling_policy = scheduling_policy == "priority" ? core::SchedulingPolicy::kPriority
+                                                        : core::SchedulingPolicy::kFcfs;
+  e.distributed_executor_backend = backend;
+  if (a.pipeline_parallel_size != 1) {
+    return absl::InvalidArgumentError(
+        "--pipeline-parallel-size: only 1 is supported (pipeline parallelism is not built yet)");
+  }
+  if (a.data_parallel_size != 1 || a.headless) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-size: only 1 is supported until the data-parallel coordinator exists");
+  }
+  (void)dp_local;
+  (void)dp_start_rank;
+  (void)dp_rpc_port;
+  if (a.device == "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device cuda: the CUDA backend is not wired into the worker yet (choose ",
+                     Choices({"auto", "cpu"}), ")"));
+  }
+  parsed.args = std::move(a);
+  return parsed;
+}
+
+}  // namespace vllm::launcher

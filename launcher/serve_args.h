@@ -1,0 +1,58 @@
+// The flags of `vllm-launch [serve] [MODEL] [flags]`, with vLLM's names and short aliases
+// (vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py). With no flags the server
+// serves the bundled model (models/kjv-llama-tiny) on the CPU at 127.0.0.1:8000.
+//
+// Parsing never exits the process: --help/--version text and every error come back to the
+// caller, which prints them. Errors name the flag and, for choices, the allowed values.
+#ifndef VLLM_LAUNCHER_SERVE_ARGS_H_
+#define VLLM_LAUNCHER_SERVE_ARGS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "frontend/llm_engine.h"
+
+namespace vllm::launcher {
+
+struct ServeArgs {
+  frontend::EngineArgs engine;  // model, parallelism, scheduler and cache settings
+  std::string host = "127.0.0.1";
+  int32_t port = 8000;
+  std::optional<std::string> api_key;
+  // Names the model answers to (--served-model-name); default: the model path.
+  std::vector<std::string> served_model_names;
+  std::string dtype = "auto";   // auto | float32 | bfloat16 | float16 (the CPU computes in float32)
+  std::string device = "auto";  // auto | cpu | cuda
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
+  std::optional<std::string> chat_template;  // a file or the template itself
+  // Data parallelism (parsed; a replica count above 1 is rejected until the DP coordinator
+  // exists).
+  int32_t data_parallel_size = 1;
+  int32_t pipeline_parallel_size = 1;
+  bool headless = false;
+};
+
+// What parsing produced: arguments to run with, or text to print and an exit code
+// (--help, --version: 0).
+struct ParsedServeArgs {
+  std::optional<ServeArgs> args;
+  std::string text;
+  int exit_code = 0;
+};
+
+// `default_model` is used when neither a positional MODEL nor --model is given.
+// InvalidArgument naming the flag for anything malformed (unknown flag, bad number, a value
+// outside its choices or range).
+[[nodiscard]] absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& argv,
+                                                             const std::string& default_model);
+
+// Parses "4GiB", "512MiB", "1e9", "123456" (bytes) as --kv-cache-memory accepts.
+[[nodiscard]] absl::StatusOr<int64_t> ParseByteSize(const std::string& text);
+
+}  // namespace vllm::launcher
+
+#endif  // VLLM_LAUNCHER_SERVE_ARGS_H_

@@ -1,0 +1,138 @@
+// vllm-launch's serve flags: vLLM's names and aliases, defaults that serve the bundled model
+// on the CPU, --help text, and bad flags named in the error with the allowed values.
+#include "launcher/serve_args.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace vllm::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<ParsedServeArgs> Parse(std::vector<std::string> argv) {
+  return ParseServeArgs(argv, "models/kjv-llama-tiny");
+}
+
+TEST(ServeArgsTest, NoFlagsServeTheBundledModelLocally) {
+  auto p = Parse({});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->args.has_value());
+  const ServeArgs& a = *p->args;
+  EXPECT_EQ(a.engine.model, "models/kjv-llama-tiny");
+  EXPECT_EQ(a.host, "127.0.0.1");
+  EXPECT_EQ(a.port, 8000);
+  EXPECT_EQ(a.engine.tensor_parallel_size, 1);
+  EXPECT_TRUE(a.engine.enable_prefix_caching);
+  EXPECT_EQ(a.engine.kv_cache_memory_bytes, int64_t{4} << 30);
+  EXPECT_EQ(a.served_model_names, std::vector<std::string>{"models/kjv-llama-tiny"});
+  EXPECT_FALSE(a.api_key.has_value());
+}
+
+TEST(ServeArgsTest, VllmNamesAndAliases) {
+  auto p = Parse({"my/model",
+                  "-tp",
+                  "2",
+                  "--max-model-len",
+                  "512",
+                  "--max-num-seqs=8",
+                  "--max-num-batched-tokens",
+                  "1024",
+                  "--block-size",
+                  "32",
+                  "--no-enable-prefix-caching",
+                  "--load-format",
+                  "dummy",
+                  "--kv-cache-memory",
+                  "512MiB",
+                  "--seed",
+                  "7",
+                  "--api-key",
+                  "secret",
+                  "--served-model-name",
+                  "tiny",
+                  "--host",
+                  "0.0.0.0",
+                  "--port",
+                  "9000",
+                  "--scheduling-policy",
+                  "priority"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ServeArgs& a = *p->args;
+  EXPECT_EQ(a.engine.model, "my/model");
+  EXPECT_EQ(a.engine.tensor_parallel_size, 2);
+  EXPECT_EQ(a.engine.max_model_len, 512);
+  EXPECT_EQ(a.engine.max_num_seqs, 8);
+  EXPECT_EQ(a.engine.max_num_batched_tokens, 1024);
+  EXPECT_EQ(a.engine.block_size, 32);
+  EXPECT_FALSE(a.engine.enable_prefix_caching);
+  EXPECT_EQ(a.engine.load_format, worker::LoadFormat::kDummy);
+  EXPECT_EQ(a.engine.kv_cache_memory_bytes, int64_t{512} << 20);
+  EXPECT_EQ(a.engine.seed, 7u);
+  EXPECT_EQ(a.api_key, "secret");
+  EXPECT_EQ(a.served_model_names, std::vector<std::string>{"tiny"});
+  EXPECT_EQ(a.host, "0.0.0.0");
+  EXPECT_EQ(a.port, 9000);
+  EXPECT_EQ(a.engine.scheduling_policy, core::SchedulingPolicy::kPriority);
+  auto with_model = Parse({"--model", "other", "--tensor-parallel-size", "4"});
+  ASSERT_TRUE(with_model.ok()) << with_model.status();
+  EXPECT_EQ(with_model->args->engine.model, "other");
+  EXPECT_EQ(with_model->args->engine.tensor_parallel_size, 4);
+}
+
+TEST(ServeArgsTest, HelpReadsLikeVllm) {
+  auto p = Parse({"--help"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->args.has_value());
+  EXPECT_THAT(p->text, HasSubstr("--tensor-parallel-size"));
+  EXPECT_THAT(p->text, HasSubstr("--enable-prefix-caching"));
+  EXPECT_THAT(p->text, HasSubstr("CacheConfig"));
+  EXPECT_THAT(p->text, HasSubstr("SchedulerConfig"));
+}
+
+TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
+  struct Case {
+    std::vector<std::string> argv;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {{"--load-format", "pt"}, "--load-format"},
+      {{"--load-format", "pt"}, "dummy"},
+      {{"--port", "70000"}, "--port"},
+      {{"--port", "eighty"}, "--port"},
+      {{"-tp", "0"}, "--tensor-parallel-size"},
+      {{"--block-size", "17"}, "--block-size"},
+      {{"--kv-cache-memory", "lots"}, "--kv-cache-memory"},
+      {{"--kv-cache-memory", "-4GiB"}, "--kv-cache-memory"},
+      {{"--dtype", "int4"}, "--dtype"},
+      {{"--device", "tpu"}, "--device"},
+      {{"--no-such-flag"}, "--no-such-flag"},
+      {{"--max-num-seqs"}, "--max-num-seqs"},
+      {{"-pp", "2"}, "--pipeline-parallel-size"},
+      {{"-dp", "2"}, "--data-parallel-size"},
+      {{"a", "--model", "b"}, "given twice"},
+      {{"--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization"},
+  };
+  for (const Case& c : cases) {
+    auto p = Parse(c.argv);
+    ASSERT_FALSE(p.ok()) << c.argv[0];
+    EXPECT_TRUE(absl::IsInvalidArgument(p.status()));
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr(c.expect)) << c.argv[0];
+  }
+}
+
+TEST(ServeArgsTest, ByteSizes) {
+  EXPECT_EQ(*ParseByteSize("4GiB"), int64_t{4} << 30);
+  EXPECT_EQ(*ParseByteSize("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseByteSize("2GB"), 2'000'000'000);
+  EXPECT_EQ(*ParseByteSize("1048576"), 1048576);
+  EXPECT_FALSE(ParseByteSize("0").ok());
+  EXPECT_FALSE(ParseByteSize("GiB").ok());
+  EXPECT_FALSE(ParseByteSize("1e30GiB").ok());
+}
+
+}  // namespace
+}  // namespace vllm::launcher
