@@ -7,8 +7,10 @@ find_package(cppzmq CONFIG REQUIRED)
 find_package(msgpack CONFIG REQUIRED)   # target msgpackc-cxx (header-only msgpack-c 4.x)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)   # target CLI11::CLI11 (header-only, launcher flags)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)   # target PkgConfig::XXHASH
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)    # target PkgConfig::PCRE2 (tokenizer regex)
 # CPU GEMMs: OpenBLAS (libopenblas-dev) through the BLAS alternatives; cblas.h from OpenBLAS.
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)

@@ -1,0 +1,486 @@
+#include "frontend/chat_template.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "frontend/jinja_ast.h"
+#include "frontend/jinja_builtins.h"
+#include "frontend/jinja_parser.h"
+#include "frontend/tokenizer_unicode.h"
+
+namespace vllm::frontend {
+namespace {
+
+using jinja::Body;
+using jinja::Expr;
+using jinja::List;
+using jinja::Map;
+using jinja::Node;
+using jinja::Value;
+
+constexpr size_t kMaxOutputBytes = size_t{64} << 20;
+constexpr int64_t kMaxIterations = 100'000;
+
+// Python's floor division and modulo (the sign follows the divisor).
+int64_t FloorDiv(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+int64_t FloorMod(int64_t a, int64_t b) { return a - FloorDiv(a, b) * b; }
+
+// One render: variables, scopes and the output buffer.
+class Renderer {
+ public:
+  Renderer(std::string_view source, Map globals) : source_(source) {
+    scopes_.emplace_back();
+    for (auto& [k, v] : globals) scopes_.back()[k] = std::move(v);
+  }
+
+  absl::Status Run(const Body& body) { return Exec(body); }
+  std::string TakeOutput() { return std::move(out_); }
+
+ private:
+  absl::Status Error(const Expr& e, const std::string& what) const {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template: ", jinja::LocationOf(source_, e.offset), ": ", what));
+  }
+
+  Value Lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return Value();
+  }
+
+  absl::Status Emit(const std::string& s) {
+    if (out_.size() + s.size() > kMaxOutputBytes) {
+      return absl::InvalidArgumentError("chat template: output larger than 64 MiB");
+    }
+    out_ += s;
+    return absl::OkStatus();
+  }
+
+  absl::Status Exec(const Body& body) {
+    for (const auto& node : body) {
+      absl::Status s = ExecNode(*node);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecNode(const Node& n) {
+    switch (n.kind) {
+      case Node::Kind::kText:
+        return Emit(n.text);
+      case Node::Kind::kOutput: {
+        absl::StatusOr<Value> v = Eval(*n.expr);
+        if (!v.ok()) return v.status();
+        return Emit(v->ToString());
+      }
+      case Node::Kind::kIf:
+        for (const auto& [cond, branch] : n.branches) {
+          absl::StatusOr<Value> c = Eval(*cond);
+          if (!c.ok()) return c.status();
+          if (c->Truthy()) return Exec(branch);
+        }
+        return Exec(n.else_body);
+      case Node::Kind::kFor:
+        return ExecFor(n);
+      case Node::Kind::kSet: {
+        absl::StatusOr<Value> v = Eval(*n.expr);
+        if (!v.ok()) return v.status();
+        if (n.attr.empty()) {
+          scopes_.back()[n.targets[0]] = *std::move(v);
+          return absl::OkStatus();
+        }
+        const Value target = Lookup(n.targets[0]);
+        if (!target.is_namespace()) {
+          return Error(*n.expr, absl::StrCat("'", n.targets[0], "' is not a namespace()"));
+        }
+        for (auto& [k, old] : target.mutable_map()) {
+          if (k == n.attr) {
+            old = *std::move(v);
+            return absl::OkStatus();
+          }
+        }
+        target.mutable_map().emplace_back(n.attr, *std::move(v));
+        return absl::OkStatus();
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecFor(const Node& n) {
+    absl::StatusOr<Value> seq = Eval(*n.expr);
+    if (!seq.ok()) return seq.status();
+    // Iterate the shared list in place; dicts and strings become a list of keys / chars.
+    Value iterable = *seq;
+    if (seq->is_map()) {
+      List keys;
+      for (const auto& [k, unused] : seq->as_map()) keys.emplace_back(k);
+      iterable = Value(std::move(keys));
+    } else if (seq->is_string()) {
+      absl::StatusOr<Value> chars = jinja::ApplyFilter("list", *seq, {}, {});
+      if (!chars.ok()) return chars.status();
+      iterable = *std::move(chars);
+    } else if (seq->is_undefined()) {
+      iterable = Value(List{});
+    } else if (!seq->is_list()) {
+      return Error(*n.expr, absl::StrCat("'", seq->TypeName(), "' is not iterable"));
+    }
+    const List& items = iterable.as_list();
+    if (items.empty()) return Exec(n.else_body);
+    const auto length = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < length; ++i) {
+      if (++iterations_ > kMaxIterations) return Error(*n.expr, "more than 100000 loop iterations");
+      scopes_.emplace_back();
+      auto& scope = scopes_.back();
+      scope["loop"] = Value::MakeMap(Map{{"index0", Value(i)},
+                                         {"index", Value(i + 1)},
+                                         {"revindex0", Value(length - i - 1)},
+                                         {"revindex", Value(length - i)},
+                                         {"first", Value(i == 0)},
+                                         {"last", Value(i + 1 == length)},
+                                         {"length", Value(length)}});
+      if (n.targets.size() == 1) {
+        scope[n.targets[0]] = items[i];
+      } else {
+        if (!items[i].is_list() || items[i].as_list().size() != n.targets.size()) {
+          scopes_.pop_back();
+          return Error(*n.expr, "cannot unpack loop item into the loop variables");
+        }
+        for (size_t t = 0; t < n.targets.size(); ++t) scope[n.targets[t]] = items[i].as_list()[t];
+      }
+      absl::Status s = Exec(n.body);
+      scopes_.pop_back();
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<Value>> EvalArgs(const Expr& e) {
+    std::vector<Value> args;
+    for (const auto& a : e.args) {
+      absl::StatusOr<Value> v = Eval(*a);
+      if (!v.ok()) return v.status();
+      args.push_back(*std::move(v));
+    }
+    return args;
+  }
+
+  absl::StatusOr<jinja::Kwargs> EvalKwargs(const Expr& e) {
+    jinja::Kwargs kwargs;
+    for (const auto& [k, a] : e.kwargs) {
+      absl::StatusOr<Value> v = Eval(*a);
+      if (!v.ok()) return v.status();
+      kwargs.emplace_back(k, *std::move(v));
+    }
+    return kwargs;
+  }
+
+  absl::StatusOr<Value> Subscript(const Expr& e, const Value& obj, const Value& key) {
+    if (obj.is_map()) return obj.Get(key.ToString());
+    if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+      const List items =
+          obj.is_list() ? obj.as_list() : jinja::ApplyFilter("list", obj, {}, {})->as_list();
+      int64_t i = key.is_int() ? key.as_int() : key.as_bool();
+      if (i < 0) i += static_cast<int64_t>(items.size());
+      if (i < 0 || i >= static_cast<int64_t>(items.size())) return Value();
+      return items[i];
+    }
+    if (obj.is_undefined()) return Error(e, "subscript of an undefined value");
+    return Value();
+  }
+
+  absl::StatusOr<Value> Slice(const Expr& e, const Value& obj) {
+    if (!obj.is_list() && !obj.is_string())
+      return Error(e, absl::StrCat("cannot slice ", obj.TypeName()));
+    const List items =
+        obj.is_list() ? obj.as_list() : jinja::ApplyFilter("list", obj, {}, {})->as_list();
+    const auto n = static_cast<int64_t>(items.size());
+    auto bound = [&](const jinja::ExprPtr& x, int64_t dflt) -> absl::StatusOr<int64_t> {
+      if (x == nullptr) return dflt;
+      absl::StatusOr<Value> v = Eval(*x);
+      if (!v.ok()) return v.status();
+      if (v->is_none()) return dflt;
+      if (!v->is_int()) return Error(e, "slice bounds must be integers");
+      int64_t i = v->as_int();
+      if (i < 0) i += n;
+      return std::clamp<int64_t>(i, 0, n);
+    };
+    absl::StatusOr<int64_t> lo = bound(e.b, 0);
+    if (!lo.ok()) return lo.status();
+    absl::StatusOr<int64_t> hi = bound(e.c, n);
+    if (!hi.ok()) return hi.status();
+    List out;
+    for (int64_t i = *lo; i < *hi; ++i) out.push_back(items[i]);
+    if (obj.is_list()) return Value(std::move(out));
+    std::string s;
+    for (const Value& c : out) s += c.as_string();
+    return Value(std::move(s));
+  }
+
+  absl::StatusOr<Value> Call(const Expr& e) {
+    absl::StatusOr<std::vector<Value>> args = EvalArgs(e);
+    if (!args.ok()) return args.status();
+    absl::StatusOr<jinja::Kwargs> kwargs = EvalKwargs(e);
+    if (!kwargs.ok()) return kwargs.status();
+    if (e.a->kind == Expr::Kind::kAttr) {
+      absl::StatusOr<Value> obj = Eval(*e.a->a);
+      if (!obj.ok()) return obj.status();
+      absl::StatusOr<Value> r = jinja::CallMethod(*obj, e.a->name, *args);
+      if (r.ok() || !absl::IsNotFound(r.status())) return r;
+      return Error(e, std::string(r.status().message()));
+    }
+    if (e.a->kind != Expr::Kind::kName)
+      return Error(e, "only named functions and methods can be called");
+    const std::string& fn = e.a->name;
+    if (fn == "raise_exception") {
+      return absl::InvalidArgumentError(args->empty() ? "raise_exception" : (*args)[0].ToString());
+    }
+    if (fn == "namespace") {
+      Map m;
+      for (auto& [k, v] : *kwargs) m.emplace_back(k, std::move(v));
+      return Value::MakeMap(std::move(m), /*is_namespace=*/true);
+    }
+    if (fn == "range") {
+      int64_t lo = 0, hi = 0;
+      if (args->size() == 1 && (*args)[0].is_int()) hi = (*args)[0].as_int();
+      if (args->size() == 2 && (*args)[0].is_int() && (*args)[1].is_int()) {
+        lo = (*args)[0].as_int();
+        hi = (*args)[1].as_int();
+      }
+      if (hi - lo > kMaxIterations) return Error(e, "range() too long");
+      List out;
+      for (int64_t i = lo; i < hi; ++i) out.emplace_back(i);
+      return Value(std::move(out));
+    }
+    return Error(e, absl::StrCat("unknown function '", fn, "'"));
+  }
+
+  absl::StatusOr<Value> Arithmetic(const Expr& e, const std::string& op, const Value& a,
+                                   const Value& b) {
+    if (op == "+" && a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+    if (op == "+" && a.is_list() && b.is_list()) {
+      List out = a.as_list();
+      out.insert(out.end(), b.as_list().begin(), b.as_list().end());
+      return Value(std::move(out));
+    }
+    if (op == "*" && a.is_string() && b.is_int()) {
+      std::string out;
+      if (b.as_int() * static_cast<int64_t>(a.as_string().size()) >
+          static_cast<int64_t>(kMaxOutputBytes)) {
+        return Error(e, "string repetition too long");
+      }
+      for (int64_t i = 0; i < b.as_int(); ++i) out += a.as_string();
+      return Value(std::move(out));
+    }
+    const bool numeric = (a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool());
+    if (!numeric) {
+      return Error(e, absl::StrCat("unsupported operand types for ", op, ": '", a.TypeName(),
+                                   "' and '", b.TypeName(), "'"));
+    }
+    const bool ints = !a.is_double() && !b.is_double();
+    if (ints) {
+      const int64_t x = a.is_bool() ? a.as_bool() : a.as_int();
+      const int64_t y = b.is_bool() ? b.as_bool() : b.as_int();
+      if (op == "+")
+        return Value(static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y)));
+      if (op == "-")
+        return Value(static_cast<int64_t>(static_cast<uint64_t>(x) - static_cast<uint64_t>(y)));
+      if (op == "*")
+        return Value(static_cast<int64_t>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y)));
+      if (y == 0) return Error(e, "division by zero");
+      if (op == "/") return Value(static_cast<double>(x) / static_cast<double>(y));
+      if (x == INT64_MIN && y == -1) return Error(e, "integer overflow");
+      if (op == "//") return Value(FloorDiv(x, y));
+      return Value(FloorMod(x, y));
+    }
+    const double x = a.as_double();
+    const double y = b.as_double();
+    if (op == "+") return Value(x + y);
+    if (op == "-") return Value(x - y);
+    if (op == "*") return Value(x * y);
+    if (y == 0) return Error(e, "division by zero");
+    if (op == "/") return Value(x / y);
+    if (op == "//") return Value(std::floor(x / y));
+    return Value(x - std::floor(x / y) * y);
+  }
+
+  absl::StatusOr<Value> Compare(const Expr& e, const std::string& op, const Value& a,
+                                const Value& b) {
+    if (op == "==") return Value(a.Equals(b));
+    if (op == "!=") return Value(!a.Equals(b));
+    if (op == "in" || op == "not in") {
+      bool found = false;
+      if (b.is_string() && a.is_string()) {
+        found = b.as_string().find(a.as_string()) != std::string::npos;
+      } else if (b.is_list()) {
+        for (const Value& x : b.as_list()) found = found || x.Equals(a);
+      } else if (b.is_map()) {
+        found = a.is_string() && !b.Get(a.as_string()).is_undefined();
+      } else {
+        return Error(e, absl::StrCat("'in' needs a string, list or dict, not ", b.TypeName()));
+      }
+      return Value(found == (op == "in"));
+    }
+    int cmp = 0;
+    if ((a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool())) {
+      cmp = a.as_double() < b.as_double() ? -1 : a.as_double() > b.as_double() ? 1 : 0;
+    } else if (a.is_string() && b.is_string()) {
+      cmp = a.as_string().compare(b.as_string());
+    } else {
+      return Error(e, absl::StrCat("'", op, "' not supported between '", a.TypeName(), "' and '",
+                                   b.TypeName(), "'"));
+    }
+    if (op == "<") return Value(cmp < 0);
+    if (op == ">") return Value(cmp > 0);
+    if (op == "<=") return Value(cmp <= 0);
+    return Value(cmp >= 0);
+  }
+
+  absl::StatusOr<Value> Binary(const Expr& e) {
+    absl::StatusOr<Value> a = Eval(*e.a);
+    if (!a.ok()) return a;
+    // and/or short-circuit and return an operand, as in Python.
+    if (e.name == "and") return a->Truthy() ? Eval(*e.b) : a;
+    if (e.name == "or") return a->Truthy() ? a : Eval(*e.b);
+    absl::StatusOr<Value> b = Eval(*e.b);
+    if (!b.ok()) return b;
+    if (e.name == "~") return Value(a->ToString() + b->ToString());
+    if (e.name == "+" || e.name == "-" || e.name == "*" || e.name == "/" || e.name == "//" ||
+        e.name == "%") {
+      return Arithmetic(e, e.name, *a, *b);
+    }
+    return Compare(e, e.name, *a, *b);
+  }
+
+  absl::StatusOr<Value> Eval(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Kind::kLiteral:
+        return e.value;
+      case Expr::Kind::kName:
+        return Lookup(e.name);
+      case Expr::Kind::kAttr: {
+        absl::StatusOr<Value> obj = Eval(*e.a);
+        if (!obj.ok()) return obj;
+        if (obj->is_undefined())
+          return Error(e, absl::StrCat("'", e.name, "' of an undefined value"));
+        return obj->Get(e.name);
+      }
+      case Expr::Kind::kItem: {
+        absl::StatusOr<Value> obj = Eval(*e.a);
+        if (!obj.ok()) return obj;
+        absl::StatusOr<Value> key = Eval(*e.b);
+        if (!key.ok()) return key;
+        return Subscript(e, *obj, *key);
+      }
+      case Expr::Kind::kSlice: {
+        absl::StatusOr<Value> obj = Eval(*e.a);
+        if (!obj.ok()) return obj;
+        return Slice(e, *obj);
+      }
+      case Expr::Kind::kCall:
+        return Call(e);
+      case Expr::Kind::kFilter: {
+        absl::StatusOr<Value> v = Eval(*e.a);
+        if (!v.ok()) return v;
+        absl::StatusOr<std::vector<Value>> args = EvalArgs(e);
+        if (!args.ok()) return args.status();
+        absl::StatusOr<jinja::Kwargs> kwargs = EvalKwargs(e);
+        if (!kwargs.ok()) return kwargs.status();
+        absl::StatusOr<Value> r = jinja::ApplyFilter(e.name, *v, *args, *kwargs);
+        if (!r.ok()) return Error(e, std::string(r.status().message()));
+        return r;
+      }
+      case Expr::Kind::kTest: {
+        absl::StatusOr<Value> v = Eval(*e.a);
+        if (!v.ok()) return v;
+        absl::StatusOr<std::vector<Value>> args = EvalArgs(e);
+        if (!args.ok()) return args.status();
+        absl::StatusOr<bool> r = jinja::ApplyTest(e.name, *v, *args);
+        if (!r.ok()) return Error(e, std::string(r.status().message()));
+        return Value(*r != e.negate);
+      }
+      case Expr::Kind::kNot: {
+        absl::StatusOr<Value> v = Eval(*e.a);
+        if (!v.ok()) return v;
+        return Value(!v->Truthy());
+      }
+      case Expr::Kind::kNeg: {
+        absl::StatusOr<Value> v = Eval(*e.a);
+        if (!v.ok()) return v;
+        return Arithmetic(e, "-", Value(int64_t{0}), *v);
+      }
+      case Expr::Kind::kBinary:
+        return Binary(e);
+      case Expr::Kind::kCondition: {
+        absl::StatusOr<Value> c = Eval(*e.b);
+        if (!c.ok()) return c;
+        if (c->Truthy()) return Eval(*e.a);
+        return e.c == nullptr ? absl::StatusOr<Value>(Value()) : Eval(*e.c);
+      }
+      case Expr::Kind::kList: {
+        absl::StatusOr<std::vector<Value>> items = EvalArgs(e);
+        if (!items.ok()) return items.status();
+        return Value(List(*std::move(items)));
+      }
+      case Expr::Kind::kDict: {
+        Map m;
+        for (size_t i = 0; i < e.args.size(); ++i) {
+          absl::StatusOr<Value> k = Eval(*e.args[i]);
+          if (!k.ok()) return k;
+          absl::StatusOr<Value> v = Eval(*e.kwargs[i].second);
+          if (!v.ok()) return v;
+          m.emplace_back(k->ToString(), *std::move(v));
+        }
+        return Value::MakeMap(std::move(m));
+      }
+    }
+    return Value();
+  }
+
+  std::string_view source_;
+  std::vector<absl::flat_hash_map<std::string, Value>> scopes_;
+  std::string out_;
+  int64_t iterations_ = 0;
+};
+
+}  // namespace
+
+ChatTemplate::ChatTemplate() = default;
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+ChatTemplate::~ChatTemplate() = default;
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
+  ChatTemplate t;
+  t.source_ = std::string(source);
+  absl::StatusOr<Body> body = jinja::ParseTemplate(t.source_);
+  if (!body.ok()) return body.status();
+  t.body_ = std::make_unique<Body>(*std::move(body));
+  return t;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                                 bool add_generation_prompt,
+                                                 const std::string& bos_token,
+                                                 const std::string& eos_token) const {
+  List msgs;
+  for (const ChatMessage& m : messages) {
+    msgs.push_back(Value::MakeMap(Map{{"role", Value(m.role)}, {"content", Value(m.content)}}));
+  }
+  Renderer r(source_, Map{{"messages", Value(std::move(msgs))},
+                          {"add_generation_prompt", Value(add_generation_prompt)},
+                          {"bos_token", Value(bos_token)},
+                          {"eos_token", Value(eos_token)}});
+  absl::Status s = r.Run(*body_);
+  if (!s.ok()) return s;
+  return r.TakeOutput();
+}
+
+}  // namespace vllm::frontend

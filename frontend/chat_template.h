@@ -1,0 +1,56 @@
+// ChatTemplate: renders tokenizer_config.json's Jinja chat_template for a conversation.
+#ifndef VLLM_FRONTEND_CHAT_TEMPLATE_H_
+#define VLLM_FRONTEND_CHAT_TEMPLATE_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace vllm::frontend {
+
+namespace jinja {
+struct Node;
+}  // namespace jinja
+
+// One chat message as the OpenAI API sends it (text content only).
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// A parsed chat template. The interpreter covers a documented Jinja subset (see
+// frontend/README.md) with transformers' settings (trim_blocks, lstrip_blocks, no trailing
+// newline) and renders byte for byte what transformers' apply_chat_template renders for
+// Llama 3, Qwen2/2.5, Mistral and the bundled model's templates.
+// Immutable after Parse; Render is const and thread-safe. Cheap to move.
+class ChatTemplate {
+ public:
+  // Parses `source` once. InvalidArgument "chat template: line L, column C: ..." for any
+  // syntax outside the subset; never crashes, whatever the input.
+  [[nodiscard]] static absl::StatusOr<ChatTemplate> Parse(std::string_view source);
+
+  // Renders the template with the variables messages (list of {role, content} maps),
+  // add_generation_prompt, bos_token and eos_token. InvalidArgument with the message of
+  // raise_exception('...'), on a type error (e.g. string + int, attribute of undefined), an
+  // unknown filter/test/function, or when output passes 64 MiB / loops pass 100000 iterations.
+  [[nodiscard]] absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                                   bool add_generation_prompt,
+                                                   const std::string& bos_token,
+                                                   const std::string& eos_token) const;
+
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+  ~ChatTemplate();
+
+ private:
+  ChatTemplate();
+  std::string source_;
+  std::unique_ptr<std::vector<std::unique_ptr<jinja::Node>>> body_;
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_CHAT_TEMPLATE_H_

@@ -1,0 +1,250 @@
+#include "frontend/jinja_builtins.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "frontend/tokenizer_unicode.h"
+
+namespace vllm::frontend::jinja {
+namespace {
+
+absl::Status TypeError(const std::string& what, const Value& v) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": unsupported type ", v.TypeName()));
+}
+
+bool IsStripChar(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+std::string Strip(const std::string& s, bool left, bool right) {
+  size_t b = 0;
+  size_t e = s.size();
+  if (left) {
+    while (b < e && IsStripChar(s[b])) ++b;
+  }
+  if (right) {
+    while (e > b && IsStripChar(s[e - 1])) --e;
+  }
+  return s.substr(b, e - b);
+}
+
+std::string MapCase(std::string s, bool upper) {
+  // ASCII only: Python's str.upper() also maps non-ASCII letters; documented limitation.
+  for (char& c : s)
+    c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c))
+                                : std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// UTF-8 code points of a string as one-character strings (Python iterates str by char).
+List Chars(const std::string& s) {
+  List out;
+  for (size_t pos = 0; pos < s.size();) {
+    size_t len = ValidUtf8SequenceLength(s, pos);
+    if (len == 0) len = 1;
+    out.emplace_back(s.substr(pos, len));
+    pos += len;
+  }
+  return out;
+}
+
+absl::StatusOr<List> Items(const Value& v) {
+  if (v.is_list()) return v.as_list();
+  if (v.is_string()) return Chars(v.as_string());
+  if (v.is_map()) {
+    List keys;
+    for (const auto& [k, unused] : v.as_map()) keys.emplace_back(k);
+    return keys;
+  }
+  return TypeError("iterate", v);
+}
+
+absl::StatusOr<Value> Length(const Value& v) {
+  if (v.is_string()) return Value(static_cast<int64_t>(CountCodePoints(v.as_string())));
+  if (v.is_list()) return Value(static_cast<int64_t>(v.as_list().size()));
+  if (v.is_map()) return Value(static_cast<int64_t>(v.as_map().size()));
+  return TypeError("length", v);
+}
+
+}  // namespace
+
+absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
+                                  const std::vector<Value>& args, const Kwargs& kwargs) {
+  if (name == "trim") {
+    if (!value.is_string()) return TypeError("trim", value);
+    return Value(Strip(value.as_string(), true, true));
+  }
+  if (name == "length" || name == "count") return Length(value);
+  if (name == "tojson") {
+    int indent = -1;
+    for (const auto& [k, v] : kwargs) {
+      if (k == "indent" && v.is_int())
+        indent = static_cast<int>(std::clamp<int64_t>(v.as_int(), 0, 64));
+    }
+    if (!args.empty() && args[0].is_int())
+      indent = static_cast<int>(std::clamp<int64_t>(args[0].as_int(), 0, 64));
+    return Value(value.ToJson(indent));
+  }
+  if (name == "upper" || name == "lower") {
+    if (!value.is_string()) return TypeError(name, value);
+    return Value(MapCase(value.as_string(), name == "upper"));
+  }
+  if (name == "capitalize") {
+    if (!value.is_string()) return TypeError(name, value);
+    std::string s = MapCase(value.as_string(), false);
+    if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
+    return Value(std::move(s));
+  }
+  if (name == "first" || name == "last") {
+    absl::StatusOr<List> items = Items(value);
+    if (!items.ok()) return items.status();
+    if (items->empty()) return Value();
+    return name == "first" ? items->front() : items->back();
+  }
+  if (name == "string") return Value(value.ToString());
+  if (name == "default" || name == "d") {
+    const bool boolean = (args.size() > 1 && args[1].Truthy());
+    if (value.is_undefined() || (boolean && !value.Truthy()))
+      return args.empty() ? Value("") : args[0];
+    return value;
+  }
+  if (name == "join") {
+    absl::StatusOr<List> items = Items(value);
+    if (!items.ok()) return items.status();
+    const std::string sep = args.empty() ? "" : args[0].ToString();
+    std::string out;
+    for (size_t i = 0; i < items->size(); ++i)
+      absl::StrAppend(&out, i ? sep : "", (*items)[i].ToString());
+    return Value(std::move(out));
+  }
+  if (name == "list") {
+    absl::StatusOr<List> items = Items(value);
+    if (!items.ok()) return items.status();
+    return Value(*std::move(items));
+  }
+  if (name == "reverse") {
+    if (value.is_string()) {
+      List chars = Chars(value.as_string());
+      std::string out;
+      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += it->as_string();
+      return Value(std::move(out));
+    }
+    absl::StatusOr<List> items = Items(value);
+    if (!items.ok()) return items.status();
+    std::reverse(items->begin(), items->end());
+    return Value(*std::move(items));
+  }
+  if (name == "int") {
+    if (value.is_int()) return value;
+    if (value.is_double() || value.is_bool()) return Value(static_cast<int64_t>(value.as_double()));
+    if (value.is_string())
+      return Value(static_cast<int64_t>(std::strtoll(value.as_string().c_str(), nullptr, 10)));
+    return Value(int64_t{0});
+  }
+  if (name == "items") {
+    if (!value.is_map()) return TypeError(name, value);
+    List out;
+    for (const auto& [k, v] : value.as_map()) out.emplace_back(List{Value(k), v});
+    return Value(std::move(out));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown filter '", name, "'"));
+}
+
+absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& v,
+                               const std::vector<Value>& args) {
+  if (name == "defined") return !v.is_undefined();
+  if (name == "undefined") return v.is_undefined();
+  if (name == "none") return v.is_none();
+  if (name == "string") return v.is_string();
+  if (name == "number") return v.is_number();
+  if (name == "integer") return v.is_int();
+  if (name == "float") return v.is_double();
+  if (name == "boolean") return v.is_bool();
+  if (name == "true") return v.is_bool() && v.as_bool();
+  if (name == "false") return v.is_bool() && !v.as_bool();
+  if (name == "mapping") return v.is_map();
+  if (name == "iterable") return v.is_list() || v.is_map() || v.is_string();
+  if (name == "sequence") return v.is_list() || v.is_map() || v.is_string();
+  if (name == "odd" || name == "even") {
+    if (!v.is_int()) return TypeError(name, v);
+    return (v.as_int() % 2 != 0) == (name == "odd");
+  }
+  if (name == "divisibleby") {
+    if (!v.is_int() || args.empty() || !args[0].is_int() || args[0].as_int() == 0)
+      return TypeError(name, v);
+    return v.as_int() % args[0].as_int() == 0;
+  }
+  if (name == "eq" || name == "equalto" || name == "sameas") {
+    if (args.empty())
+      return absl::InvalidArgumentError(absl::StrCat("test '", name, "' needs an argument"));
+    return v.Equals(args[0]);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown test '", name, "'"));
+}
+
+absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
+                                 const std::vector<Value>& args) {
+  auto str_arg = [&](size_t i) -> std::string {
+    return i < args.size() && args[i].is_string() ? args[i].as_string() : "";
+  };
+  if (object.is_string()) {
+    const std::string& s = object.as_string();
+    if (name == "strip" && args.empty()) return Value(Strip(s, true, true));
+    if (name == "lstrip" && args.empty()) return Value(Strip(s, true, false));
+    if (name == "rstrip" && args.empty()) return Value(Strip(s, false, true));
+    if (name == "upper" || name == "lower") return Value(MapCase(s, name == "upper"));
+    if (name == "startswith") return Value(s.starts_with(str_arg(0)));
+    if (name == "endswith") return Value(s.ends_with(str_arg(0)));
+    if (name == "replace" && args.size() == 2) {
+      const std::string from = str_arg(0), to = str_arg(1);
+      if (from.empty()) return object;
+      std::string out;
+      size_t pos = 0;
+      for (size_t at; (at = s.find(from, pos)) != std::string::npos; pos = at + from.size()) {
+        out += s.substr(pos, at - pos) + to;
+      }
+      return Value(out + s.substr(pos));
+    }
+    if (name == "split") {
+      List out;
+      const std::string sep = str_arg(0);
+      if (sep.empty()) {
+        std::string cur;
+        for (char c : s) {
+          if (IsStripChar(c)) {
+            if (!cur.empty()) out.emplace_back(cur);
+            cur.clear();
+          } else {
+            cur.push_back(c);
+          }
+        }
+        if (!cur.empty()) out.emplace_back(cur);
+      } else {
+        size_t pos = 0;
+        for (size_t at; (at = s.find(sep, pos)) != std::string::npos; pos = at + sep.size()) {
+          out.emplace_back(s.substr(pos, at - pos));
+        }
+        out.emplace_back(s.substr(pos));
+      }
+      return Value(std::move(out));
+    }
+  }
+  if (object.is_map()) {
+    if (name == "items") return ApplyFilter("items", object, {}, {});
+    if (name == "keys" || name == "values") {
+      List out;
+      for (const auto& [k, v] : object.as_map()) out.push_back(name == "keys" ? Value(k) : v);
+      return Value(std::move(out));
+    }
+    if (name == "get" && !args.empty()) {
+      Value v = object.Get(args[0].ToString());
+      if (v.is_undefined()) return args.size() > 1 ? args[1] : Value(None{});
+      return v;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no method '", name, "' on ", object.TypeName()));
+}
+
+}  // namespace vllm::frontend::jinja

@@ -1,0 +1,777 @@
+#include "frontend/jinja_parser.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace vllm::frontend::jinja {
+namespace {
+
+constexpr int kMaxDepth = 128;
+
+enum class Tok {
+  kText,
+  kVarBegin,
+  kVarEnd,
+  kBlockBegin,
+  kBlockEnd,
+  kName,
+  kString,
+  kInt,
+  kFloat,
+  kOp,
+  kEnd
+};
+
+struct Token {
+  Tok type;
+  std::string text;
+  size_t offset = 0;
+};
+
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+class Lexer {
+ public:
+  explicit Lexer(std::string_view src) : src_(src) {}
+
+  absl::StatusOr<std::vector<Token>> Run() {
+    // keep_trailing_newline=False drops one trailing newline of the source.
+    if (src_.ends_with("\n")) src_.remove_suffix(1);
+    bool strip_next = false;    // a "-" closed the previous tag
+    bool trim_newline = false;  // trim_blocks after a block or comment tag
+    while (pos_ < src_.size()) {
+      const size_t open = FindTagOpen(pos_);
+      std::string text(src_.substr(pos_, open - pos_));
+      const size_t text_start = pos_;
+      if (strip_next) {
+        size_t i = 0;
+        while (i < text.size() && IsSpace(text[i])) ++i;
+        text.erase(0, i);
+      } else if (trim_newline && text.starts_with("\n")) {
+        text.erase(0, 1);
+      } else if (trim_newline && text.starts_with("\r\n")) {
+        text.erase(0, 2);
+      }
+      strip_next = trim_newline = false;
+      if (open == src_.size()) {
+        Emit(Tok::kText, std::move(text), text_start);
+        break;
+      }
+      const char kind = src_[open + 1];
+      const char modifier = open + 2 < src_.size() ? src_[open + 2] : '\0';
+      if (modifier == '-') {
+        while (!text.empty() && IsSpace(text.back())) text.pop_back();
+      } else if (kind != '{' && modifier != '+') {
+        LstripBlock(&text, text_start);
+      }
+      Emit(Tok::kText, std::move(text), text_start);
+      pos_ = open + 2 + (modifier == '-' || modifier == '+' ? 1 : 0);
+      absl::StatusOr<bool> dash = kind == '#' ? SkipComment(open) : LexTag(kind, open);
+      if (!dash.ok()) return dash.status();
+      strip_next = *dash;
+      trim_newline = kind != '{';
+    }
+    tokens_.push_back(Token{Tok::kEnd, "", src_.size()});
+    return std::move(tokens_);
+  }
+
+ private:
+  size_t FindTagOpen(size_t from) const {
+    for (size_t i = from; i + 1 < src_.size(); ++i) {
+      if (src_[i] == '{' && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#'))
+        return i;
+    }
+    return src_.size();
+  }
+
+  // lstrip_blocks: spaces and tabs from the start of the line up to a block tag go.
+  void LstripBlock(std::string* text, size_t text_start) const {
+    const size_t nl = text->rfind('\n');
+    const size_t line_start = nl == std::string::npos ? 0 : nl + 1;
+    const bool at_line_start =
+        nl != std::string::npos || text_start == 0 || src_[text_start - 1] == '\n';
+    if (!at_line_start) return;
+    for (size_t i = line_start; i < text->size(); ++i) {
+      if ((*text)[i] != ' ' && (*text)[i] != '\t') return;
+    }
+    text->resize(line_start);
+  }
+
+  void Emit(Tok type, std::string text, size_t offset) {
+    if (type == Tok::kText && text.empty()) return;
+    tokens_.push_back(Token{type, std::move(text), offset});
+  }
+
+  absl::Status Error(size_t offset, const std::string& what) const;
+
+  // Returns whether the comment closed with "-#}".
+  absl::StatusOr<bool> SkipComment(size_t open) {
+    const size_t close = src_.find("#}", pos_);
+    if (close == std::string_view::npos) return Error(open, "unterminated comment");
+    pos_ = close + 2;
+    return close > 0 && src_[close - 1] == '-';
+  }
+
+  // Lexes the inside of {{ }} or {% %}; returns whether it closed with "-}}" / "-%}".
+  absl::StatusOr<bool> LexTag(char kind, size_t open) {
+    const char close_char = kind == '{' ? '}' : '%';
+    Emit(kind == '{' ? Tok::kVarBegin : Tok::kBlockBegin, "", open);
+    while (true) {
+      while (pos_ < src_.size() && IsSpace(src_[pos_])) ++pos_;
+      if (pos_ >= src_.size()) return Error(open, "unterminated tag");
+      const char c = src_[pos_];
+      const bool dash = c == '-' && pos_ + 2 < src_.size() && src_[pos_ + 1] == close_char &&
+                        src_[pos_ + 2] == '}';
+      if (dash || (c == close_char && pos_ + 1 < src_.size() && src_[pos_ + 1] == '}')) {
+        Emit(kind == '{' ? Tok::kVarEnd : Tok::kBlockEnd, "", pos_);
+        pos_ += dash ? 3 : 2;
+        return dash;
+      }
+      absl::Status s = LexOne();
+      if (!s.ok()) return s;
+    }
+  }
+
+  absl::Status LexOne() {
+    const size_t start = pos_;
+    const char c = src_[pos_];
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      while (pos_ < src_.size() &&
+             (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_'))
+        ++pos_;
+      Emit(Tok::kName, std::string(src_.substr(start, pos_ - start)), start);
+      return absl::OkStatus();
+    }
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      bool is_float = false;
+      while (pos_ < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_'))
+        ++pos_;
+      if (pos_ + 1 < src_.size() && src_[pos_] == '.' &&
+          std::isdigit(static_cast<unsigned char>(src_[pos_ + 1]))) {
+        is_float = true;
+        ++pos_;
+        while (pos_ < src_.size() && std::isdigit(static_cast<unsigned char>(src_[pos_]))) ++pos_;
+      }
+      std::string digits;
+      for (char d : src_.substr(start, pos_ - start)) {
+        if (d != '_') digits.push_back(d);
+      }
+      Emit(is_float ? Tok::kFloat : Tok::kInt, digits, start);
+      return absl::OkStatus();
+    }
+    if (c == '\'' || c == '"') return LexString(c);
+    static constexpr std::string_view kTwo[] = {"==", "!=", "<=", ">=", "//", "**"};
+    for (std::string_view op : kTwo) {
+      if (src_.substr(pos_).starts_with(op)) {
+        Emit(Tok::kOp, std::string(op), start);
+        pos_ += 2;
+        return absl::OkStatus();
+      }
+    }
+    if (std::string_view("()[]{},.:|~+-*/%<>=").find(c) != std::string_view::npos) {
+      Emit(Tok::kOp, std::string(1, c), start);
+      ++pos_;
+      return absl::OkStatus();
+    }
+    return Error(start, absl::StrCat("unexpected character '", std::string(1, c), "'"));
+  }
+
+  absl::Status LexString(char quote) {
+    const size_t start = pos_++;
+    std::string out;
+    while (pos_ < src_.size() && src_[pos_] != quote) {
+      char c = src_[pos_++];
+      if (c == '\\' && pos_ < src_.size()) {
+        const char e = src_[pos_++];
+        switch (e) {
+          case 'n':
+            c = '\n';
+            break;
+          case 't':
+            c = '\t';
+            break;
+          case 'r':
+            c = '\r';
+            break;
+          case '\\':
+          case '\'':
+          case '"':
+            c = e;
+            break;
+          default:
+            out.push_back('\\');
+            c = e;  // Python keeps unknown escapes
+        }
+      }
+      out.push_back(c);
+    }
+    if (pos_ >= src_.size()) return Error(start, "unterminated string");
+    ++pos_;
+    Emit(Tok::kString, std::move(out), start);
+    return absl::OkStatus();
+  }
+
+  std::string_view src_;
+  size_t pos_ = 0;
+  std::vector<Token> tokens_;
+};
+
+absl::Status LocatedError(std::string_view src, size_t offset, const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("chat template: ", LocationOf(src, offset), ": ", what));
+}
+
+absl::Status Lexer::Error(size_t offset, const std::string& what) const {
+  return LocatedError(src_, offset, what);
+}
+
+// Recursive-descent parser over the token stream, Jinja's precedence from loosest:
+// conditional, or, and, not, comparisons/in, + -, ~, * / // %, unary -, postfix
+// (. [] ()), filters and tests.
+class Parser {
+ public:
+  Parser(std::string_view src, std::vector<Token> tokens) : src_(src), toks_(std::move(tokens)) {}
+
+  absl::StatusOr<Body> Run() {
+    Body body;
+    std::string end_tag;
+    absl::Status s = ParseBody(&body, {}, &end_tag);
+    if (!s.ok()) return s;
+    return body;
+  }
+
+ private:
+  const Token& Peek(size_t ahead = 0) const {
+    return toks_[std::min(i_ + ahead, toks_.size() - 1)];
+  }
+  bool IsOp(const char* op, size_t ahead = 0) const {
+    return Peek(ahead).type == Tok::kOp && Peek(ahead).text == op;
+  }
+  bool IsName(const char* name, size_t ahead = 0) const {
+    return Peek(ahead).type == Tok::kName && Peek(ahead).text == name;
+  }
+  absl::Status Error(const std::string& what) const {
+    return LocatedError(src_, Peek().offset, what);
+  }
+  absl::Status Expect(Tok type, const char* text, const char* what) {
+    if (Peek().type != type || (text != nullptr && Peek().text != text)) {
+      return Error(absl::StrCat("expected ", what));
+    }
+    ++i_;
+    return absl::OkStatus();
+  }
+  ExprPtr NewExpr(Expr::Kind kind, size_t offset) {
+    auto e = std::make_unique<Expr>();
+    e->kind = kind;
+    e->offset = offset;
+    return e;
+  }
+
+  // Parses nodes until a block tag whose keyword is in `ends` (left unconsumed, its keyword
+  // in *end_tag) or the end of the template (only when `ends` is empty).
+  absl::Status ParseBody(Body* body, const std::vector<std::string>& ends, std::string* end_tag) {
+    if (++depth_ > kMaxDepth) return Error("blocks nested too deeply");
+    while (true) {
+      const Token& t = Peek();
+      if (t.type == Tok::kEnd) {
+        --depth_;
+        if (ends.empty()) return absl::OkStatus();
+        return Error(absl::StrCat("missing {% ", ends.back(), " %}"));
+      }
+      if (t.type == Tok::kText) {
+        auto n = std::make_unique<Node>();
+        n->kind = Node::Kind::kText;
+        n->text = t.text;
+        body->push_back(std::move(n));
+        ++i_;
+        continue;
+      }
+      if (t.type == Tok::kVarBegin) {
+        ++i_;
+        auto n = std::make_unique<Node>();
+        n->kind = Node::Kind::kOutput;
+        absl::StatusOr<ExprPtr> e = ParseExpression();
+        if (!e.ok()) return e.status();
+        n->expr = *std::move(e);
+        absl::Status s = Expect(Tok::kVarEnd, nullptr, "'}}'");
+        if (!s.ok()) return s;
+        body->push_back(std::move(n));
+        continue;
+      }
+      // A block tag.
+      if (Peek(1).type != Tok::kName) {
+        ++i_;
+        return Error("expected a statement keyword");
+      }
+      const std::string keyword = Peek(1).text;
+      for (const std::string& e : ends) {
+        if (keyword == e) {
+          *end_tag = keyword;
+          --depth_;
+          return absl::OkStatus();
+        }
+      }
+      i_ += 2;
+      absl::Status s;
+      if (keyword == "if") {
+        s = ParseIf(body);
+      } else if (keyword == "for") {
+        s = ParseFor(body);
+      } else if (keyword == "set") {
+        s = ParseSet(body);
+      } else {
+        --i_;
+        return Error(absl::StrCat("unsupported statement '", keyword, "'"));
+      }
+      if (!s.ok()) return s;
+    }
+  }
+
+  absl::Status ParseIf(Body* body) {
+    auto n = std::make_unique<Node>();
+    n->kind = Node::Kind::kIf;
+    while (true) {
+      absl::StatusOr<ExprPtr> cond = ParseExpression();
+      if (!cond.ok()) return cond.status();
+      absl::Status s = Expect(Tok::kBlockEnd, nullptr, "'%}'");
+      if (!s.ok()) return s;
+      Body branch;
+      std::string end;
+      s = ParseBody(&branch, {"elif", "else", "endif"}, &end);
+      if (!s.ok()) return s;
+      n->branches.emplace_back(*std::move(cond), std::move(branch));
+      i_ += 2;  // {% keyword
+      if (end == "elif") continue;
+      if (end == "else") {
+        s = Expect(Tok::kBlockEnd, nullptr, "'%}'");
+        if (s.ok()) s = ParseBody(&n->else_body, {"endif"}, &end);
+        if (!s.ok()) return s;
+        i_ += 2;
+      }
+      break;
+    }
+    body->push_back(std::move(n));
+    return Expect(Tok::kBlockEnd, nullptr, "'%}' after endif");
+  }
+
+  absl::Status ParseFor(Body* body) {
+    auto n = std::make_unique<Node>();
+    n->kind = Node::Kind::kFor;
+    do {
+      if (Peek().type != Tok::kName) return Error("expected a loop variable");
+      n->targets.push_back(Peek().text);
+      ++i_;
+    } while (IsOp(",") && ++i_);
+    absl::Status s = Expect(Tok::kName, "in", "'in'");
+    if (!s.ok()) return s;
+    absl::StatusOr<ExprPtr> iter = ParseOr();  // not a conditional: 'if' would filter
+    if (!iter.ok()) return iter.status();
+    n->expr = *std::move(iter);
+    if (IsName("if") || IsName("recursive"))
+      return Error("loop filters and recursive loops are not supported");
+    s = Expect(Tok::kBlockEnd, nullptr, "'%}'");
+    std::string end;
+    if (s.ok()) s = ParseBody(&n->body, {"else", "endfor"}, &end);
+    if (!s.ok()) return s;
+    i_ += 2;
+    if (end == "else") {
+      s = Expect(Tok::kBlockEnd, nullptr, "'%}'");
+      if (s.ok()) s = ParseBody(&n->else_body, {"endfor"}, &end);
+      if (!s.ok()) return s;
+      i_ += 2;
+    }
+    body->push_back(std::move(n));
+    return Expect(Tok::kBlockEnd, nullptr, "'%}' after endfor");
+  }
+
+  absl::Status ParseSet(Body* body) {
+    auto n = std::make_unique<Node>();
+    n->kind = Node::Kind::kSet;
+    if (Peek().type != Tok::kName) return Error("expected a variable name");
+    n->targets.push_back(Peek().text);
+    ++i_;
+    if (IsOp(".")) {
+      ++i_;
+      if (Peek().type != Tok::kName) return Error("expected an attribute name");
+      n->attr = Peek().text;
+      ++i_;
+    }
+    if (!IsOp("=")) return Error("expected '=' (block set and tuple targets are not supported)");
+    ++i_;
+    absl::StatusOr<ExprPtr> e = ParseExpression();
+    if (!e.ok()) return e.status();
+    n->expr = *std::move(e);
+    body->push_back(std::move(n));
+    return Expect(Tok::kBlockEnd, nullptr, "'%}'");
+  }
+
+  using Result = absl::StatusOr<ExprPtr>;
+
+  Result ParseExpression() {
+    if (++depth_ > kMaxDepth) return Error("expression nested too deeply");
+    Result a = ParseOr();
+    if (a.ok() && IsName("if")) {
+      const size_t at = Peek().offset;
+      ++i_;
+      Result cond = ParseOr();
+      if (!cond.ok()) return cond;
+      auto e = NewExpr(Expr::Kind::kCondition, at);
+      e->a = *std::move(a);
+      e->b = *std::move(cond);
+      if (IsName("else")) {
+        ++i_;
+        Result other = ParseExpression();
+        if (!other.ok()) return other;
+        e->c = *std::move(other);
+      }
+      a = std::move(e);
+    }
+    --depth_;
+    return a;
+  }
+
+  Result Binary(Result left, std::string op, Result (Parser::*next)(), size_t at) {
+    if (!left.ok()) return left;
+    Result right = (this->*next)();
+    if (!right.ok()) return right;
+    auto e = NewExpr(Expr::Kind::kBinary, at);
+    e->name = std::move(op);
+    e->a = *std::move(left);
+    e->b = *std::move(right);
+    return e;
+  }
+
+  Result ParseOr() {
+    Result a = ParseAnd();
+    while (a.ok() && IsName("or")) {
+      const size_t at = Peek().offset;
+      ++i_;
+      a = Binary(std::move(a), "or", &Parser::ParseAnd, at);
+    }
+    return a;
+  }
+  Result ParseAnd() {
+    Result a = ParseNot();
+    while (a.ok() && IsName("and")) {
+      const size_t at = Peek().offset;
+      ++i_;
+      a = Binary(std::move(a), "and", &Parser::ParseNot, at);
+    }
+    return a;
+  }
+  Result ParseNot() {
+    if (IsName("not")) {
+      if (++depth_ > kMaxDepth) return Error("expression nested too deeply");
+      auto e = NewExpr(Expr::Kind::kNot, Peek().offset);
+      ++i_;
+      Result a = ParseNot();
+      if (!a.ok()) return a;
+      e->a = *std::move(a);
+      --depth_;
+      return e;
+    }
+    return ParseCompare();
+  }
+  Result ParseCompare() {
+    Result a = ParseMath1();
+    while (a.ok()) {
+      const size_t at = Peek().offset;
+      std::string op;
+      for (const char* o : {"==", "!=", "<", ">", "<=", ">="}) {
+        if (IsOp(o)) op = o;
+      }
+      if (op.empty() && IsName("in")) op = "in";
+      if (op.empty() && IsName("not") && IsName("in", 1)) {
+        op = "not in";
+        ++i_;
+      }
+      if (op.empty()) break;
+      ++i_;
+      a = Binary(std::move(a), op, &Parser::ParseMath1, at);
+    }
+    return a;
+  }
+  Result ParseMath1() {
+    Result a = ParseConcat();
+    while (a.ok() && (IsOp("+") || IsOp("-"))) {
+      const size_t at = Peek().offset;
+      std::string op = Peek().text;
+      ++i_;
+      a = Binary(std::move(a), op, &Parser::ParseConcat, at);
+    }
+    return a;
+  }
+  Result ParseConcat() {
+    Result a = ParseMath2();
+    while (a.ok() && IsOp("~")) {
+      const size_t at = Peek().offset;
+      ++i_;
+      a = Binary(std::move(a), "~", &Parser::ParseMath2, at);
+    }
+    return a;
+  }
+  Result ParseMath2() {
+    Result a = ParseUnary();
+    while (a.ok() && (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%"))) {
+      const size_t at = Peek().offset;
+      std::string op = Peek().text;
+      ++i_;
+      a = Binary(std::move(a), op, &Parser::ParseUnary, at);
+    }
+    return a;
+  }
+  Result ParseUnary() {
+    if (++depth_ > kMaxDepth) return Error("expression nested too deeply");
+    Result a;
+    if (IsOp("-") || IsOp("+")) {
+      const bool neg = IsOp("-");
+      auto e = NewExpr(Expr::Kind::kNeg, Peek().offset);
+      ++i_;
+      Result inner = ParseUnary();
+      if (!inner.ok()) return inner;
+      if (!neg) {
+        a = std::move(inner);
+      } else {
+        e->a = *std::move(inner);
+        a = std::move(e);
+      }
+    } else {
+      a = ParsePrimary();
+      if (a.ok()) a = ParsePostfix(*std::move(a));
+      if (a.ok()) a = ParseFilters(*std::move(a));
+    }
+    --depth_;
+    return a;
+  }
+
+  absl::Status ParseArgs(Expr* e, const char* close) {
+    // Called after the opening bracket.
+    while (!IsOp(close)) {
+      if (Peek().type == Tok::kName && IsOp("=", 1) && std::string(close) == ")") {
+        std::string key = Peek().text;
+        i_ += 2;
+        Result v = ParseExpression();
+        if (!v.ok()) return v.status();
+        e->kwargs.emplace_back(std::move(key), *std::move(v));
+      } else {
+        Result v = ParseExpression();
+        if (!v.ok()) return v.status();
+        e->args.push_back(*std::move(v));
+      }
+      if (IsOp(",")) {
+        ++i_;
+      } else if (!IsOp(close)) {
+        return Error(absl::StrCat("expected ',' or '", close, "'"));
+      }
+    }
+    ++i_;
+    return absl::OkStatus();
+  }
+
+  Result ParsePrimary() {
+    const Token& t = Peek();
+    const size_t at = t.offset;
+    if (t.type == Tok::kString) {
+      std::string s;
+      while (Peek().type == Tok::kString) s += toks_[i_++].text;  // adjacent literals join
+      auto e = NewExpr(Expr::Kind::kLiteral, at);
+      e->value = Value(std::move(s));
+      return e;
+    }
+    if (t.type == Tok::kInt || t.type == Tok::kFloat) {
+      auto e = NewExpr(Expr::Kind::kLiteral, at);
+      errno = 0;
+      if (t.type == Tok::kInt) {
+        const long long v = std::strtoll(t.text.c_str(), nullptr, 10);
+        if (errno == ERANGE) return Error("integer literal out of range");
+        e->value = Value(static_cast<int64_t>(v));
+      } else {
+        e->value = Value(std::strtod(t.text.c_str(), nullptr));
+      }
+      ++i_;
+      return e;
+    }
+    if (t.type == Tok::kName) {
+      auto e = NewExpr(Expr::Kind::kLiteral, at);
+      if (t.text == "true" || t.text == "True") {
+        e->value = Value(true);
+      } else if (t.text == "false" || t.text == "False") {
+        e->value = Value(false);
+      } else if (t.text == "none" || t.text == "None") {
+        e->value = Value(None{});
+      } else {
+        e->kind = Expr::Kind::kName;
+        e->name = t.text;
+      }
+      ++i_;
+      return e;
+    }
+    if (IsOp("(")) {
+      ++i_;
+      Result e = ParseExpression();
+      if (!e.ok()) return e;
+      if (!IsOp(")")) return Error("expected ')' (tuples are not supported)");
+      ++i_;
+      return e;
+    }
+    if (IsOp("[")) {
+      ++i_;
+      auto e = NewExpr(Expr::Kind::kList, at);
+      absl::Status s = ParseArgs(e.get(), "]");
+      if (!s.ok()) return s;
+      return e;
+    }
+    if (IsOp("{")) {
+      ++i_;
+      auto e = NewExpr(Expr::Kind::kDict, at);
+      while (!IsOp("}")) {
+        Result k = ParseExpression();
+        if (!k.ok()) return k;
+        if (!IsOp(":")) return Error("expected ':'");
+        ++i_;
+        Result v = ParseExpression();
+        if (!v.ok()) return v;
+        e->args.push_back(*std::move(k));
+        e->kwargs.emplace_back("", *std::move(v));
+        if (IsOp(",")) {
+          ++i_;
+        } else if (!IsOp("}")) {
+          return Error("expected ',' or '}'");
+        }
+      }
+      ++i_;
+      return e;
+    }
+    return Error(t.type == Tok::kEnd || t.type == Tok::kVarEnd || t.type == Tok::kBlockEnd
+                     ? "expected an expression"
+                     : absl::StrCat("unexpected '", t.text, "'"));
+  }
+
+  Result ParsePostfix(ExprPtr e) {
+    while (true) {
+      const size_t at = Peek().offset;
+      if (IsOp(".")) {
+        ++i_;
+        if (Peek().type != Tok::kName && Peek().type != Tok::kInt)
+          return Error("expected an attribute name");
+        auto a = NewExpr(Expr::Kind::kAttr, at);
+        a->name = Peek().text;
+        ++i_;
+        a->a = std::move(e);
+        e = std::move(a);
+      } else if (IsOp("[")) {
+        ++i_;
+        ExprPtr lo, hi;
+        bool slice = false;
+        if (!IsOp(":")) {
+          Result x = ParseExpression();
+          if (!x.ok()) return x;
+          lo = *std::move(x);
+        }
+        if (IsOp(":")) {
+          slice = true;
+          ++i_;
+          if (!IsOp("]")) {
+            Result x = ParseExpression();
+            if (!x.ok()) return x;
+            hi = *std::move(x);
+          }
+        }
+        if (!IsOp("]")) return Error("expected ']' (slice steps are not supported)");
+        ++i_;
+        auto a = NewExpr(slice ? Expr::Kind::kSlice : Expr::Kind::kItem, at);
+        if (!slice && lo == nullptr) return Error("empty subscript");
+        a->a = std::move(e);
+        a->b = std::move(lo);
+        a->c = std::move(hi);
+        e = std::move(a);
+      } else if (IsOp("(")) {
+        ++i_;
+        auto c = NewExpr(Expr::Kind::kCall, at);
+        c->a = std::move(e);
+        absl::Status s = ParseArgs(c.get(), ")");
+        if (!s.ok()) return s;
+        e = std::move(c);
+      } else {
+        return e;
+      }
+    }
+  }
+
+  Result ParseFilters(ExprPtr e) {
+    while (true) {
+      const size_t at = Peek().offset;
+      if (IsOp("|")) {
+        ++i_;
+        if (Peek().type != Tok::kName) return Error("expected a filter name");
+        auto f = NewExpr(Expr::Kind::kFilter, at);
+        f->name = Peek().text;
+        ++i_;
+        f->a = std::move(e);
+        if (IsOp("(")) {
+          ++i_;
+          absl::Status s = ParseArgs(f.get(), ")");
+          if (!s.ok()) return s;
+        }
+        e = std::move(f);
+      } else if (IsName("is")) {
+        ++i_;
+        auto t = NewExpr(Expr::Kind::kTest, at);
+        if (IsName("not")) {
+          t->negate = true;
+          ++i_;
+        }
+        if (Peek().type != Tok::kName) return Error("expected a test name");
+        t->name = Peek().text;
+        ++i_;
+        if (IsOp("(")) {
+          ++i_;
+          absl::Status s = ParseArgs(t.get(), ")");
+          if (!s.ok()) return s;
+        }
+        t->a = std::move(e);
+        e = std::move(t);
+      } else {
+        return e;
+      }
+    }
+  }
+
+  std::string_view src_;
+  std::vector<Token> toks_;
+  size_t i_ = 0;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+std::string LocationOf(std::string_view source, size_t offset) {
+  int line = 1;
+  int column = 1;
+  for (size_t i = 0; i < offset && i < source.size(); ++i) {
+    if (source[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return absl::StrCat("line ", line, ", column ", column);
+}
+
+absl::StatusOr<Body> ParseTemplate(std::string_view source) {
+  absl::StatusOr<std::vector<Token>> tokens = Lexer(source).Run();
+  if (!tokens.ok()) return tokens.status();
+  return Parser(source, *std::move(tokens)).Run();
+}
+
+}  // namespace vllm::frontend::jinja

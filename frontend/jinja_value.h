@@ -1,0 +1,91 @@
+// Values of the chat-template interpreter (frontend/chat_template.h): a small dynamic type
+// with Python/Jinja semantics for truthiness, printing, equality and JSON.
+#ifndef VLLM_FRONTEND_JINJA_VALUE_H_
+#define VLLM_FRONTEND_JINJA_VALUE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace vllm::frontend::jinja {
+
+class Value;
+using List = std::vector<Value>;
+// Insertion-ordered like a Python dict (tojson and iteration keep the order).
+using Map = std::vector<std::pair<std::string, Value>>;
+
+// Jinja's Undefined: a missing variable, key or attribute. Prints as "", is falsy.
+struct Undefined {};
+struct None {};
+
+// A value. Lists and maps are shared (copying a Value is cheap); a namespace() object is a
+// map that `{% set ns.attr = ... %}` mutates in place, so every copy sees the change.
+class Value {
+ public:
+  Value() : v_(Undefined{}) {}
+  Value(None) : v_(None{}) {}                                  // NOLINT: implicit by design
+  Value(bool b) : v_(b) {}                                     // NOLINT
+  Value(int64_t i) : v_(i) {}                                  // NOLINT
+  Value(int i) : v_(static_cast<int64_t>(i)) {}                // NOLINT
+  Value(double d) : v_(d) {}                                   // NOLINT
+  Value(std::string s) : v_(std::move(s)) {}                   // NOLINT
+  Value(const char* s) : v_(std::string(s)) {}                 // NOLINT
+  Value(List l) : v_(std::make_shared<List>(std::move(l))) {}  // NOLINT
+  static Value MakeMap(Map m, bool is_namespace = false);
+
+  bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
+  bool is_none() const { return std::holds_alternative<None>(v_); }
+  bool is_bool() const { return std::holds_alternative<bool>(v_); }
+  bool is_int() const { return std::holds_alternative<int64_t>(v_); }
+  bool is_double() const { return std::holds_alternative<double>(v_); }
+  bool is_number() const { return is_int() || is_double(); }
+  bool is_string() const { return std::holds_alternative<std::string>(v_); }
+  bool is_list() const { return std::holds_alternative<std::shared_ptr<List>>(v_); }
+  bool is_map() const { return std::holds_alternative<std::shared_ptr<MapBox>>(v_); }
+  bool is_namespace() const {
+    return is_map() && std::get<std::shared_ptr<MapBox>>(v_)->is_namespace;
+  }
+
+  bool as_bool() const { return std::get<bool>(v_); }
+  int64_t as_int() const { return std::get<int64_t>(v_); }
+  // Numeric value of an int, double or bool.
+  double as_double() const;
+  const std::string& as_string() const { return std::get<std::string>(v_); }
+  const List& as_list() const { return *std::get<std::shared_ptr<List>>(v_); }
+  const Map& as_map() const { return std::get<std::shared_ptr<MapBox>>(v_)->map; }
+  // The shared map itself, for namespace attribute assignment.
+  Map& mutable_map() const { return std::get<std::shared_ptr<MapBox>>(v_)->map; }
+
+  // Python truthiness (Undefined and None are false).
+  bool Truthy() const;
+  // str(value) as Jinja prints it: None, True/False, Python float repr, lists as repr.
+  std::string ToString() const;
+  // repr(value) (strings quoted), used inside printed lists and maps.
+  std::string Repr() const;
+  // json.dumps(value, ensure_ascii=False) with Python's default separators; `indent` >= 0
+  // pretty-prints like json.dumps(indent=...). Undefined prints as null.
+  std::string ToJson(int indent = -1) const;
+  // Python ==.
+  bool Equals(const Value& other) const;
+  // A key's value in a map, or Undefined.
+  Value Get(const std::string& key) const;
+  // Python type name for error messages.
+  std::string TypeName() const;
+
+ private:
+  struct MapBox {
+    Map map;
+    bool is_namespace = false;
+  };
+  void AppendJson(std::string* out, int indent, int depth) const;
+  std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<List>,
+               std::shared_ptr<MapBox>>
+      v_;
+};
+
+}  // namespace vllm::frontend::jinja
+
+#endif  // VLLM_FRONTEND_JINJA_VALUE_H_

@@ -1,0 +1,80 @@
+// The linear layer on the GPU: y = x · wᵀ (+ bias) through cuBLASLt, with Hugging Face's
+// weight layout, as kernels::cpu::Linear.
+#ifndef VLLM_KERNELS_CUDA_GEMM_H_
+#define VLLM_KERNELS_CUDA_GEMM_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace vllm::kernels::cuda {
+
+// Element type of x, w, bias and y (all four share it). Accumulation is always float32;
+// float32 GEMMs use CUBLAS_COMPUTE_32F (true fp32, no TF32), so they match the CPU to
+// rounding.
+enum class GemmDType { kFloat32, kFloat16, kBFloat16 };
+
+// One cuBLASLt handle, one device workspace, and a cache of (descriptors, algorithm) per
+// (m, n, k, dtype, has_bias): the heuristic runs on the first call of a shape only, so later
+// calls (and CUDA graph capture of them) do no host-side search.
+//
+// Thread-safety: not thread-safe (the cache and the workspace are shared); use one instance
+// per stream or serialise. The workspace is reused by every call, so calls on different
+// streams through one instance would race: keep an instance's calls on one stream.
+class CublasLtGemm {
+ public:
+  // Default workspace: 32 MiB, what cuBLAS recommends for Hopper.
+  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+
+  // Creates the handle and allocates the workspace on the current device. Internal error
+  // when cuBLASLt or cudaMalloc fails (no device, out of memory).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create(
+      size_t workspace_bytes = kDefaultWorkspaceBytes);
+
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+  // Frees the cached descriptors, the workspace and the handle. Work still queued that uses
+  // the workspace must have finished (synchronise the stream first).
+  ~CublasLtGemm();
+
+  // Enqueues y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n] when bias is non-null) on `stream`; all
+  // row-major device buffers of `dtype`, 16-byte aligned (cudaMalloc'd buffers are).
+  // m == 0 or n == 0 is a no-op. InvalidArgument on negative sizes, k == 0 or misaligned
+  // pointers; Internal when cuBLASLt finds no algorithm or the launch fails.
+  [[nodiscard]] absl::Status Linear(GemmDType dtype, const void* x, const void* w, const void* bias,
+                                    void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+  // Number of distinct shapes planned so far (for tests of the cache).
+  size_t num_cached_plans() const { return plans_.size(); }
+
+ private:
+  // Descriptors and the chosen algorithm for one shape.
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr;  // w as column-major [k, n], transposed
+    cublasLtMatrixLayout_t b = nullptr;  // x as column-major [k, m]
+    cublasLtMatrixLayout_t c = nullptr;  // y as column-major [n, m]
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, GemmDType, bool>;
+
+  CublasLtGemm(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes);
+  absl::StatusOr<Plan*> GetPlan(GemmDType dtype, int64_t m, int64_t n, int64_t k, bool has_bias);
+  static void DestroyPlan(Plan& plan);
+
+  cublasLtHandle_t handle_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace vllm::kernels::cuda
+
+#endif  // VLLM_KERNELS_CUDA_GEMM_H_

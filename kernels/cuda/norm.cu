@@ -1,0 +1,127 @@
+// RMSNorm and vLLM's fused residual-add RMSNorm: one block per token, 16-byte loads, a
+// block-wide float reduction of the sum of squares, then a second pass over the row (served
+// from L1/L2) that writes the normalised output.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace vllm::kernels::cuda {
+namespace {
+
+using detail::FromFloat;
+using detail::ToFloat;
+using detail::Vec;
+
+constexpr int kMaxThreads = 1024;
+
+// 1 / sqrt(sum_sq / hidden + eps), rounded as the CPU does it (float variance).
+__device__ __forceinline__ float InverseRms(float sum_sq, int64_t hidden, float eps) {
+  const float variance = sum_sq / static_cast<float>(hidden);
+  return 1.0f / sqrtf(variance + eps);
+}
+
+// weight · T(x · inv_rms), in Hugging Face's order.
+template <typename T>
+__device__ __forceinline__ T Normalize(float x, T w, float inv_rms) {
+  return FromFloat<T>(ToFloat(w) * ToFloat(FromFloat<T>(x * inv_rms)));
+}
+
+template <typename T, int N>
+__global__ void RmsNormKernel(const T* x, const T* __restrict__ weight, T* out, int64_t hidden,
+                              float eps) {
+  using V = Vec<T, N>;
+  const int64_t num_vec = hidden / N;
+  const V* row = reinterpret_cast<const V*>(x + blockIdx.x * hidden);
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < num_vec; i += blockDim.x) {
+    const V v = row[i];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const float f = ToFloat(v.v[j]);
+      sum_sq += f * f;
+    }
+  }
+  const float inv_rms = InverseRms(detail::BlockReduceSum(sum_sq), hidden, eps);
+  const V* w = reinterpret_cast<const V*>(weight);
+  V* dst = reinterpret_cast<V*>(out + blockIdx.x * hidden);
+  for (int64_t i = threadIdx.x; i < num_vec; i += blockDim.x) {
+    const V v = row[i];
+    const V wv = w[i];
+    V o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = Normalize(ToFloat(v.v[j]), wv.v[j], inv_rms);
+    dst[i] = o;
+  }
+}
+
+template <typename T, int N>
+__global__ void FusedAddRmsNormKernel(T* x, T* residual, const T* __restrict__ weight,
+                                      int64_t hidden, float eps) {
+  using V = Vec<T, N>;
+  const int64_t num_vec = hidden / N;
+  V* x_row = reinterpret_cast<V*>(x + blockIdx.x * hidden);
+  V* res_row = reinterpret_cast<V*>(residual + blockIdx.x * hidden);
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < num_vec; i += blockDim.x) {
+    const V a = x_row[i];
+    V r = res_row[i];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      r.v[j] = FromFloat<T>(ToFloat(a.v[j]) + ToFloat(r.v[j]));
+      const float f = ToFloat(r.v[j]);  // the stored (rounded) residual, as vLLM
+      sum_sq += f * f;
+    }
+    res_row[i] = r;
+  }
+  const float inv_rms = InverseRms(detail::BlockReduceSum(sum_sq), hidden, eps);
+  const V* w = reinterpret_cast<const V*>(weight);
+  // Each thread reads back only the residual elements it wrote itself: no barrier needed.
+  for (int64_t i = threadIdx.x; i < num_vec; i += blockDim.x) {
+    const V r = res_row[i];
+    const V wv = w[i];
+    V o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = Normalize(ToFloat(r.v[j]), wv.v[j], inv_rms);
+    x_row[i] = o;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+cudaError_t RmsNorm(const T* x, const T* weight, T* out, int64_t num_tokens, int64_t hidden,
+                    float eps, cudaStream_t stream) {
+  if (num_tokens <= 0 || hidden <= 0) return cudaSuccess;
+  constexpr int kN = detail::kVec16<T>;
+  if (detail::CanVectorize<T>(hidden, {x, weight, out})) {
+    const int threads = detail::ThreadsFor(hidden / kN, kMaxThreads);
+    RmsNormKernel<T, kN><<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, eps);
+  } else {
+    const int threads = detail::ThreadsFor(hidden, kMaxThreads);
+    RmsNormKernel<T, 1><<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, eps);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t FusedAddRmsNorm(T* x, T* residual, const T* weight, int64_t num_tokens, int64_t hidden,
+                            float eps, cudaStream_t stream) {
+  if (num_tokens <= 0 || hidden <= 0) return cudaSuccess;
+  constexpr int kN = detail::kVec16<T>;
+  if (detail::CanVectorize<T>(hidden, {x, residual, weight})) {
+    const int threads = detail::ThreadsFor(hidden / kN, kMaxThreads);
+    FusedAddRmsNormKernel<T, kN>
+        <<<num_tokens, threads, 0, stream>>>(x, residual, weight, hidden, eps);
+  } else {
+    const int threads = detail::ThreadsFor(hidden, kMaxThreads);
+    FusedAddRmsNormKernel<T, 1>
+        <<<num_tokens, threads, 0, stream>>>(x, residual, weight, hidden, eps);
+  }
+  return cudaGetLastError();
+}
+
+#define VLLM_INSTANTIATE_NORM(T)                                                                  \
+  template cudaError_t RmsNorm<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t); \
+  template cudaError_t FusedAddRmsNorm<T>(T*, T*, const T*, int64_t, int64_t, float, cudaStream_t);
+VLLM_CUDA_INSTANTIATE_FOR_TYPES(VLLM_INSTANTIATE_NORM)
+
+}  // namespace vllm::kernels::cuda

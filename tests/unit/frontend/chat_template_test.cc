@@ -1,0 +1,148 @@
+// ChatTemplate against Python jinja2 with transformers' settings: goldens recorded by
+// tools/make_tokenizer_goldens.py (Llama 3, Qwen2, Qwen2.5, Mistral and a subset
+// exerciser) and the bundled model's chats from tools/make_tokenizer_reference.py.
+#include "frontend/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace vllm::frontend {
+namespace {
+
+const std::filesystem::path kRoot(VLLM_SOURCE_DIR);
+const std::filesystem::path kFixtures = kRoot / "tests" / "fixtures" / "tokenizer";
+
+nlohmann::json ReadJson(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return nlohmann::json::parse(s.str());
+}
+
+std::vector<ChatMessage> Messages(const nlohmann::json& j) {
+  std::vector<ChatMessage> out;
+  for (const auto& m : j) out.push_back({m["role"], m["content"]});
+  return out;
+}
+
+TEST(ChatTemplateTest, MatchesJinja2Goldens) {
+  const nlohmann::json g = ReadJson(kFixtures / "chat_templates.json");
+  const std::string bos = g["bos_token"], eos = g["eos_token"];
+  int checked = 0;
+  for (const auto& r : g["renders"]) {
+    const std::string name = r["template"];
+    auto t = ChatTemplate::Parse(g["templates"][name].get<std::string>());
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+    auto text = t->Render(Messages(r["messages"]), r["add_generation_prompt"], bos, eos);
+    const std::string where = name + " conversation " + r["conversation"].dump() +
+                              (r["add_generation_prompt"].get<bool>() ? " +gen" : "");
+    if (r.contains("error")) {
+      ASSERT_FALSE(text.ok()) << where;
+      EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(text.status().message(), r["error"].get<std::string>()) << where;
+    } else {
+      ASSERT_TRUE(text.ok()) << where << ": " << text.status();
+      EXPECT_EQ(*text, r["text"].get<std::string>()) << where;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 40);
+}
+
+TEST(ChatTemplateTest, BundledModelMatchesTransformers) {
+  const nlohmann::json config =
+      ReadJson(kRoot / "models" / "kjv-llama-tiny" / "tokenizer_config.json");
+  const nlohmann::json ref = ReadJson(kFixtures / "kjv_llama_tiny.json");
+  auto t = ChatTemplate::Parse(config["chat_template"].get<std::string>());
+  ASSERT_TRUE(t.ok()) << t.status();
+  for (const auto& c : ref["chat"]) {
+    auto text = t->Render(Messages(c["messages"]), c["add_generation_prompt"], config["bos_token"],
+                          config["eos_token"]);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text, c["text"].get<std::string>());
+  }
+}
+
+std::string RenderOrError(const std::string& source) {
+  auto t = ChatTemplate::Parse(source);
+  if (!t.ok()) return "parse: " + std::string(t.status().message());
+  auto r = t->Render({{"user", "hi"}}, false, "<s>", "</s>");
+  if (!r.ok()) return "render: " + std::string(r.status().message());
+  return *r;
+}
+
+TEST(ChatTemplateTest, Subset) {
+  EXPECT_EQ(RenderOrError("{{ messages[0].content ~ '!' }}"), "hi!");
+  EXPECT_EQ(RenderOrError(
+                "{% for x in [1, 2, 3] %}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}"),
+            "1,2,3");
+  EXPECT_EQ(RenderOrError("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(RenderOrError("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}"),
+            "1");
+  EXPECT_EQ(RenderOrError("{{ 'abc'[1:] }}{{ [1,2,3][-1] }}{{ 'a' if false else 'b' }}"), "bc3b");
+  EXPECT_EQ(RenderOrError("{{ ' x '.strip() }}{{ 'ab'.startswith('a') }}"), "xTrue");
+  EXPECT_EQ(RenderOrError("{{ undefined_thing }}|{{ undefined_thing is defined }}"), "|False");
+  EXPECT_EQ(RenderOrError("  {%- if true -%}  x  {%- endif %}\n"), "x");
+  EXPECT_EQ(RenderOrError("{{ raise_exception('nope') }}"), "render: nope");
+}
+
+TEST(ChatTemplateTest, ErrorsNameLineAndColumn) {
+  EXPECT_EQ(RenderOrError("ok\n  {% macro m() %}{% endmacro %}"),
+            "parse: chat template: line 2, column 6: unsupported statement 'macro'");
+  EXPECT_EQ(RenderOrError("{{ 1 + }}"),
+            "parse: chat template: line 1, column 8: expected an expression");
+  EXPECT_EQ(RenderOrError("{% if x %}"),
+            "parse: chat template: line 1, column 11: missing {% endif %}");
+  EXPECT_NE(RenderOrError("{{ 'a' + 1 }}")
+                .find("render: chat template: line 1, column 8: unsupported operand"),
+            std::string::npos);
+  EXPECT_NE(RenderOrError("{{ x | nosuch }}").find("unknown filter 'nosuch'"), std::string::npos);
+  EXPECT_NE(RenderOrError("{{ 'unterminated }}").find("unterminated string"), std::string::npos);
+  EXPECT_NE(RenderOrError("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}")
+                .find("too deeply"),
+            std::string::npos);
+  EXPECT_NE(
+      RenderOrError("{% for i in range(400) %}{% for j in range(400) %}{% for k in range(1) %}"
+                    "{% endfor %}{% endfor %}{% endfor %}")
+          .find("100000 loop iterations"),
+      std::string::npos);
+}
+
+TEST(ChatTemplateTest, FuzzNeverCrashes) {
+  const nlohmann::json g = ReadJson(kFixtures / "chat_templates.json");
+  std::vector<std::string> sources;
+  for (const auto& [name, src] : g["templates"].items()) sources.push_back(src);
+  std::mt19937 rng(11);
+  const std::string alphabet = "{}%#-+()[]'\".,|~=<>!: \nabcdefinorstx0123456789_";
+  for (int iter = 0; iter < 1000; ++iter) {
+    std::string s = sources[rng() % sources.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !s.empty(); ++e) {
+      const size_t at = rng() % s.size();
+      switch (rng() % 3) {
+        case 0:
+          s.erase(at, 1 + rng() % 8);
+          break;
+        case 1:
+          s.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        default:
+          s[at] = alphabet[rng() % alphabet.size()];
+      }
+    }
+    auto t = ChatTemplate::Parse(s);
+    if (t.ok())
+      (void)t->Render({{"system", "s"}, {"user", "u"}, {"assistant", "a"}}, iter % 2 == 0, "<s>",
+                      "</s>");
+  }
+}
+
+}  // namespace
+}  // namespace vllm::frontend

@@ -1,0 +1,226 @@
+// Tokenizer against Hugging Face: goldens recorded by tools/make_tokenizer_reference.py
+// (the bundled model) and tools/make_tokenizer_goldens.py (Llama-3 / Qwen2 regex BPEs and
+// a byte_fallback BPE); malformed files; a fuzz loop.
+#include "frontend/tokenizer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace vllm::frontend {
+namespace {
+
+const std::filesystem::path kRoot(VLLM_SOURCE_DIR);
+const std::filesystem::path kFixtures = kRoot / "tests" / "fixtures" / "tokenizer";
+
+std::string ReadText(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+nlohmann::json ReadJson(const std::filesystem::path& p) {
+  return nlohmann::json::parse(ReadText(p));
+}
+
+void CheckGoldens(const Tokenizer& tok, const nlohmann::json& g) {
+  for (const auto& e : g["encode"]) {
+    const std::string text = e["text"];
+    auto ids = tok.Encode(text, false);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, e["ids"].get<std::vector<int32_t>>()) << "text: " << text;
+    auto with = tok.Encode(text, true);
+    ASSERT_TRUE(with.ok());
+    EXPECT_EQ(*with, e["ids_with_special"].get<std::vector<int32_t>>()) << "text: " << text;
+    EXPECT_EQ(tok.Decode(*ids, false), text) << "round trip";
+  }
+  for (const auto& d : g["decode"]) {
+    const auto ids = d["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok.Decode(ids, false), d["text"].get<std::string>()) << d["ids"].dump();
+    EXPECT_EQ(tok.Decode(ids, true), d["text_skip_special"].get<std::string>()) << d["ids"].dump();
+  }
+}
+
+TEST(TokenizerTest, BundledModelMatchesTransformers) {
+  auto tok = Tokenizer::Load(kRoot / "models" / "kjv-llama-tiny");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const nlohmann::json ref = ReadJson(kFixtures / "kjv_llama_tiny.json");
+  EXPECT_EQ((*tok)->vocab_size(), ref["vocab_size"].get<int32_t>());
+  EXPECT_EQ((*tok)->bos_token_id(), ref["bos_token_id"].get<int32_t>());
+  EXPECT_EQ((*tok)->eos_token_id(), ref["eos_token_id"].get<int32_t>());
+  EXPECT_FALSE((*tok)->chat_template().empty());
+  CheckGoldens(**tok, ref);
+  for (const auto& c : ref["chat"]) {
+    auto ids = (*tok)->Encode(c["text"].get<std::string>(), false);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*ids, c["ids"].get<std::vector<int32_t>>());
+  }
+}
+
+class GoldenTest : public testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenTest, MatchesHfTokenizers) {
+  auto tok = Tokenizer::Load(kFixtures / GetParam());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  CheckGoldens(**tok, ReadJson(kFixtures / GetParam() / "golden.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
+                         testing::Values("llama3_bpe", "qwen2_bpe", "fallback_bpe"));
+
+TEST(TokenizerTest, MergesAsStringsEqualMergesAsPairs) {
+  nlohmann::json j = ReadJson(kFixtures / "llama3_bpe" / "tokenizer.json");
+  for (auto& m : j["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+  auto a = Tokenizer::FromJson(j.dump(), "");
+  auto b = Tokenizer::Load(kFixtures / "llama3_bpe");
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok());
+  const std::string text = "In the beginning God created the heaven and the earth. 12345 Ωμέγα";
+  EXPECT_EQ(*(*a)->Encode(text, true), *(*b)->Encode(text, true));
+}
+
+TEST(TokenizerTest, TokenLookups) {
+  auto tok = Tokenizer::Load(kFixtures / "llama3_bpe");
+  ASSERT_TRUE(tok.ok());
+  EXPECT_EQ((*tok)->TokenToId("<|eot_id|>"), 4);
+  EXPECT_EQ((*tok)->IdToToken(4), "<|eot_id|>");
+  EXPECT_TRUE((*tok)->IsSpecial(4));
+  EXPECT_EQ((*tok)->IdToToken(-1), std::nullopt);
+  EXPECT_EQ((*tok)->IdToToken((*tok)->vocab_size()), std::nullopt);
+  EXPECT_EQ((*tok)->bos_token_id(), 0);
+  EXPECT_EQ((*tok)->eos_token_id(), 4);
+  EXPECT_EQ((*tok)->Decode(std::vector<int32_t>{-5, 1 << 30}, false), "");
+}
+
+TEST(TokenizerTest, InvalidUtf8IsReplacedLikePython) {
+  auto tok = Tokenizer::Load(kFixtures / "llama3_bpe");
+  ASSERT_TRUE(tok.ok());
+  // b"a\xff\xe2\x82b".decode(errors="replace") == "a\ufffd\ufffdb"
+  auto bad = (*tok)->Encode(
+      "a\xff\xe2\x82"
+      "b",
+      false);
+  auto good = (*tok)->Encode(
+      "a\xEF\xBF\xBD\xEF\xBF\xBD"
+      "b",
+      false);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(*bad, *good);
+}
+
+std::string MutateJson(const std::function<void(nlohmann::json&)>& f) {
+  nlohmann::json j = ReadJson(kFixtures / "llama3_bpe" / "tokenizer.json");
+  f(j);
+  return j.dump();
+}
+
+void ExpectInvalid(const std::string& json, const std::string& needle) {
+  auto tok = Tokenizer::FromJson(json, "");
+  ASSERT_FALSE(tok.ok()) << needle;
+  EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument) << tok.status();
+  EXPECT_NE(tok.status().message().find(needle), std::string::npos) << tok.status();
+}
+
+TEST(TokenizerTest, MalformedFilesAreInvalidArgument) {
+  ExpectInvalid("", "not a JSON object");
+  ExpectInvalid("{\"model\": ", "not a JSON object");
+  ExpectInvalid(MutateJson([](auto& j) { j.erase("model"); }), "model");
+  ExpectInvalid(MutateJson([](auto& j) { j["model"]["type"] = "WordPiece"; }), "model.type");
+  ExpectInvalid(MutateJson([](auto& j) { j["model"]["merges"][3] = "nospace"; }), "merges[3]");
+  ExpectInvalid(MutateJson([](auto& j) { j["model"]["merges"][4] = {"zzq", "qzz"}; }), "merges[4]");
+  ExpectInvalid(MutateJson([](auto& j) { j["model"]["merges"][5] = 7; }), "merges[5]");
+  ExpectInvalid(MutateJson([](auto& j) { j["model"]["vocab"]["x"] = "str"; }), "model.vocab");
+  ExpectInvalid(MutateJson([](auto& j) { j["pre_tokenizer"]["type"] = "Metaspace"; }),
+                "pre_tokenizer.type");
+  ExpectInvalid(MutateJson([](auto& j) {
+                  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
+                }),
+                "pre_tokenizer.pretokenizers[0].pattern");
+  ExpectInvalid(MutateJson([](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }), "normalizer");
+  ExpectInvalid(MutateJson([](auto& j) { j["decoder"]["type"] = "WordPiece"; }), "decoder.type");
+  ExpectInvalid(MutateJson([](auto& j) { j["added_tokens"][0]["id"] = "zero"; }),
+                "added_tokens[0]");
+  ExpectInvalid(MutateJson([](auto& j) { j["post_processor"]["type"] = "BertProcessing"; }),
+                "post_processor");
+  ExpectInvalid(MutateJson([](auto& j) { j["model"]["vocab"] = 3; }), "model.vocab");
+  auto missing = Tokenizer::Load(kFixtures / "no_such_model");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(TokenizerTest, FuzzNeverCrashes) {
+  auto tok = Tokenizer::Load(kFixtures / "llama3_bpe");
+  auto fb = Tokenizer::Load(kFixtures / "fallback_bpe");
+  ASSERT_TRUE(tok.ok());
+  ASSERT_TRUE(fb.ok());
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string bytes(rng() % 64, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng() % 256);
+    for (const Tokenizer* t : {tok->get(), fb->get()}) {
+      auto ids = t->Encode(bytes, iter % 2 == 0);
+      ASSERT_TRUE(ids.ok());
+      std::vector<int32_t> random_ids(rng() % 32);
+      for (int32_t& id : random_ids) id = static_cast<int32_t>(rng() % (t->vocab_size() + 20)) - 10;
+      (void)t->Decode(random_ids, iter % 3 == 0);
+      (void)t->Decode(*ids, false);
+    }
+  }
+  // Long runs stress the regex (backtracking in \s+(?!\S)) and the merge queue.
+  for (const std::string& s : {std::string(20000, ' ') + "x", std::string(20000, '\n'),
+                               std::string(5000, 'a'), std::string(3000, '7')}) {
+    auto ids = (*tok)->Encode(s, false);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ((*tok)->Decode(*ids, false), s);
+  }
+}
+
+TEST(TokenizerTest, ConcurrentConstUseAgrees) {
+  auto tok = Tokenizer::Load(kFixtures / "qwen2_bpe");
+  ASSERT_TRUE(tok.ok());
+  const std::string text = "In the beginning God created the heaven and the earth. 漢字 😀 1234";
+  const std::vector<int32_t> expected = *(*tok)->Encode(text, true);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        auto ids = (*tok)->Encode(text, true);
+        if (!ids.ok() || *ids != expected || (*tok)->Decode(*ids, false) != text) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+// Encode throughput on the KJV text when it is present (by hand: /tmp/kjv.txt).
+TEST(TokenizerTest, ThroughputWhenKjvPresent) {
+  const std::filesystem::path kjv = "/tmp/kjv.txt";
+  if (!std::filesystem::exists(kjv) || std::getenv("VLLM_TOKENIZER_BENCH") == nullptr) {
+    GTEST_SKIP() << "set VLLM_TOKENIZER_BENCH=1 with /tmp/kjv.txt present";
+  }
+  auto tok = Tokenizer::Load(kRoot / "models" / "kjv-llama-tiny");
+  ASSERT_TRUE(tok.ok());
+  const std::string text = ReadText(kjv);
+  const auto start = std::chrono::steady_clock::now();
+  auto ids = (*tok)->Encode(text, false);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(ids.ok());
+  std::printf("encode: %zu bytes -> %zu ids in %.3f s = %.2f MB/s\n", text.size(), ids->size(), s,
+              text.size() / s / 1e6);
+}
+
+}  // namespace
+}  // namespace vllm::frontend
