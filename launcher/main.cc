@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/bench_serve.h"
 #include "launcher/engine_core_main.h"
 #include "worker/worker_proc.h"
 
@@ -24,8 +25,12 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kEngineCoreSubcommand) == 0) {
     return vllm::launcher::RunEngineCore(std::vector<std::string>(argv + 2, argv + argc));
   }
+  if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "serve") == 0) {
+    return vllm::launcher::RunBenchServe(std::vector<std::string>(argv + 3, argv + argc));
+  }
   std::fprintf(stderr,
-               "usage: vllm-launch worker-proc FLAGS  (internal: started by the executor)\n"
+               "usage: vllm-launch bench serve FLAGS  (load generator, like vllm bench serve)\n"
+               "       vllm-launch worker-proc FLAGS  (internal: started by the executor)\n"
                "       vllm-launch engine-core FLAGS  (internal: started by the frontend)\n"
                "The OpenAI-compatible server and its flags are not built yet.\n");
   return 2;

@@ -1,0 +1,60 @@
+// `vllm-launch bench serve`: the serving load generator. Sends a dataset of prompts to any
+// OpenAI-compatible endpoint (ours or vLLM's) with the request format, arrival process, metrics,
+// printed table and result JSON of vLLM's `vllm bench serve`, so the two compare directly.
+// See launcher/README.md for the flags.
+#ifndef VLLM_LAUNCHER_BENCH_SERVE_H_
+#define VLLM_LAUNCHER_BENCH_SERVE_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "launcher/bench_serve_client.h"
+#include "launcher/bench_serve_dataset.h"
+
+namespace vllm::launcher {
+
+// Everything the flags of `bench serve` say.
+struct BenchServeFlags {
+  // Where and how to send (host, port, path, backend, model, rate, burstiness, concurrency,
+  // seed, temperature, ignore_eos, progress bar).
+  LoadOptions load;
+  // "openai" or "openai-chat", as given (for the table and the JSON).
+  std::string backend_name = "openai";
+  // "random" or "prompts" (alias "custom").
+  std::string dataset_name = "random";
+  std::string dataset_path;
+  // Output length for prompts-file lines that do not give one (vLLM's --custom-output-len).
+  int custom_output_len = 256;
+  RandomDatasetOptions random;
+  bool save_result = false;
+  std::string result_dir;
+  std::string result_filename;
+  std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl"};
+  std::vector<double> metric_percentiles = {99.0};
+  // --help was given; nothing else is meaningful.
+  bool help = false;
+  std::string help_text;
+};
+
+// Parses the arguments after `bench serve`. Fails with InvalidArgument (message for the user)
+// on an unknown flag, a bad value or inconsistent flags (e.g. the random dataset with the chat
+// backend, which needs text prompts).
+[[nodiscard]] absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(
+    const std::vector<std::string>& args);
+
+// Runs the benchmark: builds the dataset, asks /v1/models for the model when --model is not
+// given, sends the requests, prints vLLM's result table on stdout (progress and errors on
+// stderr) and, with --save-result, writes vLLM's result JSON. Returns the process exit code:
+//   0  every request succeeded;
+//   1  the run finished but some requests failed (the table and the JSON are still written,
+//      failures counted in "Failed requests" and their messages in "errors"), or the model
+//      could not be discovered, or the result file could not be written;
+//   2  bad flags or an unreadable dataset (nothing was sent).
+// (vLLM exits 0 when requests fail; we exit 1 so scripts notice.)
+int RunBenchServe(const std::vector<std::string>& args);
+
+}  // namespace vllm::launcher
+
+#endif  // VLLM_LAUNCHER_BENCH_SERVE_H_

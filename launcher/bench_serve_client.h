@@ -1,0 +1,69 @@
+// The load generator of `vllm-launch bench serve`: sends the benchmark's requests to an
+// OpenAI-compatible HTTP/1.1 server on one Boost.Asio io_context (callbacks, no thread per
+// request, keep-alive connections reused), at vLLM's arrival process (Poisson or gamma
+// intervals) under an optional concurrency limit, and records what each request produced.
+#ifndef VLLM_LAUNCHER_BENCH_SERVE_CLIENT_H_
+#define VLLM_LAUNCHER_BENCH_SERVE_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "launcher/bench_serve_dataset.h"
+#include "launcher/bench_serve_metrics.h"
+#include "launcher/bench_serve_protocol.h"
+
+namespace vllm::launcher {
+
+// Where and how to send the requests.
+struct LoadOptions {
+  std::string host = "127.0.0.1";
+  std::string port = "8000";
+  // HTTP target of every request, e.g. "/v1/completions".
+  std::string path = "/v1/completions";
+  BenchBackend backend = BenchBackend::kOpenAICompletions;
+  RequestSettings settings;
+  // Requests per second; +inf sends them all at once.
+  double request_rate = std::numeric_limits<double>::infinity();
+  // Gamma shape of the intervals (1 = Poisson process).
+  double burstiness = 1.0;
+  // At most this many requests in flight; none = unlimited.
+  std::optional<int> max_concurrency;
+  uint64_t seed = 0;
+  // Draw a progress bar on stderr.
+  bool show_progress = true;
+  // Limit on each network operation (connect, write, every read); vLLM allows 6 hours.
+  std::chrono::milliseconds request_timeout = std::chrono::hours(6);
+};
+
+// What a run produced: one output per request, in dataset order, and the wall time from the
+// first request to the last completion.
+struct LoadResult {
+  std::vector<RequestOutput> outputs;
+  double duration_s = 0.0;
+};
+
+// Start offsets (seconds from the start of the run) of `n` requests, as vLLM's get_request():
+// the first at 0, then intervals drawn from Gamma(shape = burstiness,
+// scale = 1 / (rate * burstiness)); all 0 for an infinite rate. Deterministic in `seed`.
+std::vector<double> ArrivalOffsets(size_t n, double request_rate, double burstiness, uint64_t seed);
+
+// Sends every request and waits for all of them. Never fails as a whole: a request that
+// cannot connect, gets a non-200 status, times out or streams malformed data is recorded as a
+// failed RequestOutput with its error. Blocks the calling thread; uses no other thread.
+LoadResult RunLoad(const LoadOptions& options, const std::vector<SampleRequest>& requests);
+
+// GET /v1/models and returns data[0].id, as vLLM does when --model is not given. Fails with
+// Unavailable when the server cannot be reached or answers non-200, InvalidArgument when the
+// answer lists no model, DeadlineExceeded after `timeout`.
+[[nodiscard]] absl::StatusOr<std::string> FetchFirstModelId(const std::string& host,
+                                                            const std::string& port,
+                                                            std::chrono::milliseconds timeout);
+
+}  // namespace vllm::launcher
+
+#endif  // VLLM_LAUNCHER_BENCH_SERVE_CLIENT_H_

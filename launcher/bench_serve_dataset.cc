@@ -1,0 +1,97 @@
+#include "launcher/bench_serve_dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace vllm::launcher {
+namespace {
+
+// Uniform integer in [lo, hi]. Written out instead of std::uniform_int_distribution so the
+// prompts for a seed are the same with every standard library.
+int64_t UniformInt(std::mt19937_64& rng, int64_t lo, int64_t hi) {
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  return lo + static_cast<int64_t>(rng() % span);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SampleRequest>> SampleRandomRequests(
+    const RandomDatasetOptions& options) {
+  if (!(options.range_ratio >= 0.0 && options.range_ratio < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--random-range-ratio must be in [0, 1), got ", options.range_ratio));
+  }
+  if (options.vocab_min < 0 || options.vocab_max <= options.vocab_min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("empty token-id range [", options.vocab_min, ", ", options.vocab_max, ")"));
+  }
+  if (options.input_len <= 0 || options.output_len <= 0 || options.num_prompts < 0) {
+    return absl::InvalidArgumentError(
+        "--random-input-len and --random-output-len must be positive, --num-prompts >= 0");
+  }
+  // As vLLM: bounds are int(len * (1 -/+ ratio)), both inclusive.
+  const auto low = [&](int len) {
+    return std::max<int64_t>(1, static_cast<int64_t>(len * (1.0 - options.range_ratio)));
+  };
+  const auto high = [&](int len) {
+    return std::max<int64_t>(1, static_cast<int64_t>(len * (1.0 + options.range_ratio)));
+  };
+  std::mt19937_64 rng(options.seed);
+  std::vector<SampleRequest> requests(options.num_prompts);
+  for (SampleRequest& request : requests) {
+    const int64_t input_len = UniformInt(rng, low(options.input_len), high(options.input_len));
+    request.expected_output_len =
+        static_cast<int>(UniformInt(rng, low(options.output_len), high(options.output_len)));
+    request.prompt_token_ids.resize(input_len);
+    for (int32_t& id : request.prompt_token_ids) {
+      id = static_cast<int32_t>(UniformInt(rng, options.vocab_min, options.vocab_max - 1));
+    }
+    request.prompt_len = static_cast<int>(input_len);
+  }
+  return requests;
+}
+
+absl::StatusOr<std::vector<SampleRequest>> LoadPromptsFile(const std::string& path, int num_prompts,
+                                                           int default_output_len) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --dataset-path ", path));
+  std::vector<SampleRequest> prompts;
+  std::string line;
+  int line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    const std::string stripped(absl::StripAsciiWhitespace(line));
+    if (stripped.empty()) continue;
+    SampleRequest request;
+    request.expected_output_len = default_output_len;
+    if (stripped.front() == '{') {
+      const nlohmann::json object = nlohmann::json::parse(stripped, nullptr, false);
+      if (object.is_discarded() || !object.is_object() || !object.contains("prompt") ||
+          !object["prompt"].is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ":", line_number, ": expected a JSON object with a string \"prompt\""));
+      }
+      request.prompt = object["prompt"].get<std::string>();
+      if (object.contains("output_len") && object["output_len"].is_number_integer()) {
+        request.expected_output_len = object["output_len"].get<int>();
+      }
+    } else {
+      request.prompt = stripped;
+    }
+    prompts.push_back(std::move(request));
+  }
+  if (prompts.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no prompts"));
+  std::vector<SampleRequest> requests;
+  requests.reserve(num_prompts);
+  for (int i = 0; i < num_prompts; ++i) requests.push_back(prompts[i % prompts.size()]);
+  return requests;
+}
+
+}  // namespace vllm::launcher

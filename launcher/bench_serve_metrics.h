@@ -1,0 +1,105 @@
+// Metrics of `vllm-launch bench serve`, computed as vLLM's calculate_metrics() does (numpy mean,
+// median, population std and linearly interpolated percentiles), the result table it prints and
+// the result JSON it saves. Pure functions; thread-compatible.
+#ifndef VLLM_LAUNCHER_BENCH_SERVE_METRICS_H_
+#define VLLM_LAUNCHER_BENCH_SERVE_METRICS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace vllm::launcher {
+
+// What one request produced, as vLLM's RequestFuncOutput. Times in seconds.
+struct RequestOutput {
+  bool success = false;
+  // Time from sending the request to the first chunk that carried a token.
+  double ttft = 0.0;
+  // Time from sending the request to the last chunk that carried a token.
+  double latency = 0.0;
+  // Gaps between consecutive token chunks.
+  std::vector<double> itl;
+  // usage.completion_tokens of the final chunk, or the number of token chunks without one.
+  int64_t output_tokens = 0;
+  // Prompt length: the dataset's, else the server's usage.prompt_tokens.
+  int64_t prompt_len = 0;
+  std::string generated_text;
+  // Empty on success; what went wrong otherwise.
+  std::string error;
+};
+
+// Mean, median, std and the requested percentiles of one metric, in milliseconds.
+struct MetricSummary {
+  double mean_ms = 0.0;
+  double median_ms = 0.0;
+  double std_ms = 0.0;
+  // (percentile, value) in the order asked for.
+  std::vector<std::pair<double, double>> percentiles_ms;
+};
+
+// vLLM's BenchmarkMetrics.
+struct BenchmarkMetrics {
+  int64_t completed = 0;
+  int64_t failed = 0;
+  int64_t total_input = 0;
+  int64_t total_output = 0;
+  double request_throughput = 0.0;
+  double output_throughput = 0.0;
+  double total_token_throughput = 0.0;
+  // Output length per request, 0 for failed ones (vLLM's actual_output_lens).
+  std::vector<int64_t> output_lens;
+  MetricSummary ttft;
+  MetricSummary tpot;
+  MetricSummary itl;
+  MetricSummary e2el;
+};
+
+// numpy.percentile(values, p) with linear interpolation; p in [0, 100]. Like vLLM's
+// `np.percentile(x or 0, p)`, an empty input gives 0.
+double Percentile(std::vector<double> values, double p);
+// numpy.mean; 0 for an empty input.
+double Mean(const std::vector<double>& values);
+// numpy.std (population, ddof = 0); 0 for an empty input.
+double StdDev(const std::vector<double>& values);
+
+// Summarises `values` (seconds) into milliseconds.
+MetricSummary Summarize(const std::vector<double>& values, const std::vector<double>& percentiles);
+
+// Computes the metrics over all requests. TPOT = (latency - ttft) / (output_tokens - 1) for
+// successful requests with more than one output token. `duration_s` must be positive.
+BenchmarkMetrics CalculateMetrics(const std::vector<RequestOutput>& outputs, double duration_s,
+                                  const std::vector<double>& percentiles);
+
+// The run's configuration as it appears in the table and the JSON.
+struct BenchmarkRunInfo {
+  std::string date;     // %Y%m%d-%H%M%S
+  std::string backend;  // "openai" or "openai-chat"
+  std::string model_id;
+  int num_prompts = 0;
+  double request_rate = 0.0;  // +inf for "all at once"
+  double burstiness = 1.0;
+  std::optional<int> max_concurrency;
+  double duration_s = 0.0;
+  // Metric names to print and save ("ttft", "tpot", "itl", "e2el").
+  std::vector<std::string> percentile_metrics;
+};
+
+// vLLM's result table ("============ Serving Benchmark Result ============" ... "=====").
+std::string FormatResultTable(const BenchmarkRunInfo& info, const BenchmarkMetrics& metrics);
+
+// vLLM's result JSON (the keys `vllm bench serve --save-result` writes; request_rate is the
+// string "inf" for an unlimited rate, request_goodput is null).
+nlohmann::json BuildResultJson(const BenchmarkRunInfo& info, const BenchmarkMetrics& metrics,
+                               const std::vector<RequestOutput>& outputs);
+
+// vLLM's default result file name: "{backend}-{rate}qps[-concurrency{n}]-{model}-{date}.json",
+// with rate printed as Python prints a float ("inf", "50.0") and model the last path part.
+std::string DefaultResultFilename(const BenchmarkRunInfo& info);
+
+}  // namespace vllm::launcher
+
+#endif  // VLLM_LAUNCHER_BENCH_SERVE_METRICS_H_
