@@ -17,8 +17,10 @@ struct Node;
 
 // One chat message as the OpenAI API sends it (text content only).
 struct ChatMessage {
-  std::string role;
+  std::string role;  // "system", "developer", "user", "assistant" or "tool"
   std::string content;
+
+  friend bool operator==(const ChatMessage&, const ChatMessage&) = default;
 };
 
 // A parsed chat template. The interpreter covers a documented Jinja subset (see

@@ -1,7 +1,7 @@
-// vllm-launch: the command-line entry point. Today it carries the internal subcommands:
-// `worker-proc` (MultiprocExecutor starts one per tensor-parallel rank) and `engine-core` (the
-// frontend starts one per engine replica); the server, its flags and the other subcommands
-// arrive with issue 6.
+// vllm-launch: the command-line entry point.
+//   vllm-launch [serve] [MODEL] [flags]   the OpenAI-compatible server (launcher/serve_main.h)
+//   vllm-launch bench serve [flags]       the serving load generator (launcher/bench_serve.h)
+//   vllm-launch engine-core / worker-proc internal: started by the server / the executor
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -9,6 +9,7 @@
 
 #include "launcher/bench_serve.h"
 #include "launcher/engine_core_main.h"
+#include "launcher/serve_main.h"
 #include "worker/worker_proc.h"
 
 int main(int argc, char** argv) {
@@ -28,10 +29,8 @@ int main(int argc, char** argv) {
   if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "serve") == 0) {
     return vllm::launcher::RunBenchServe(std::vector<std::string>(argv + 3, argv + argc));
   }
-  std::fprintf(stderr,
-               "usage: vllm-launch bench serve FLAGS  (load generator, like vllm bench serve)\n"
-               "       vllm-launch worker-proc FLAGS  (internal: started by the executor)\n"
-               "       vllm-launch engine-core FLAGS  (internal: started by the frontend)\n"
-               "The OpenAI-compatible server and its flags are not built yet.\n");
-  return 2;
+  // `vllm-launch [serve] ...`: the server (the default subcommand, as `vllm serve`).
+  int first = 1;
+  if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) first = 2;
+  return vllm::launcher::RunServe(std::vector<std::string>(argv + first, argv + argc));
 }

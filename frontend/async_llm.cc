@@ -1,0 +1,253 @@
+#include "frontend/async_llm.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "ipc/status_macros.h"
+
+namespace vllm::frontend {
+
+absl::StatusOr<std::unique_ptr<AsyncLLM>> AsyncLLM::Create(
+    std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,
+    std::optional<ChatTemplate> chat_template, AsyncLLMConfig config) {
+  if (client == nullptr || tokenizer == nullptr) {
+    return absl::InvalidArgumentError("AsyncLLM needs an engine client and a tokenizer");
+  }
+  if (config.max_model_len < 2 || config.vocab_size < 1) {
+    return absl::InvalidArgumentError("AsyncLLM needs max_model_len and vocab_size");
+  }
+  return std::unique_ptr<AsyncLLM>(new AsyncLLM(std::move(client), std::move(tokenizer),
+                                                std::move(chat_template), std::move(config)));
+}
+
+AsyncLLM::AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,
+                   std::optional<ChatTemplate> chat_template, AsyncLLMConfig config)
+    : client_(std::move(client)),
+      tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)),
+      config_(std::move(config)) {
+  output_thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "vllm-output");  // engine outputs → request callbacks
+    OutputLoop();
+  });
+}
+
+AsyncLLM::~AsyncLLM() {
+  stop_.store(true);
+  if (output_thread_.joinable()) output_thread_.join();
+}
+
+absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_output) {
+  VLLM_RETURN_IF_ERROR(Health());
+  core::EngineCoreRequest r;
+  r.request_id = request.request_id;
+  if (request.prompt_text.has_value()) {
+    VLLM_ASSIGN_OR_RETURN(r.prompt_token_ids,
+                          tokenizer_->Encode(*request.prompt_text, /*add_special_tokens=*/true));
+  } else {
+    r.prompt_token_ids = std::move(request.prompt_token_ids);
+  }
+  if (r.prompt_token_ids.empty()) {
+    return absl::InvalidArgumentError("the prompt is empty: it must hold at least one token");
+  }
+  for (int32_t id : r.prompt_token_ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "prompt token id %d is outside the vocabulary [0, %d)", id, config_.vocab_size));
+    }
+  }
+  const int32_t prompt_len = static_cast<int32_t>(r.prompt_token_ids.size());
+  if (prompt_len >= config_.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "This model's maximum context length is %d tokens. However, your prompt has %d tokens; "
+        "shorten it to at most %d tokens.",
+        config_.max_model_len, prompt_len, config_.max_model_len - 1));
+  }
+  if (request.params.max_tokens.has_value() &&
+      prompt_len + *request.params.max_tokens > config_.max_model_len) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "This model's maximum context length is %d tokens. However, you requested %d tokens "
+        "(%d in the prompt, %d for the completion). Reduce the prompt or max_tokens.",
+        config_.max_model_len, prompt_len + *request.params.max_tokens, prompt_len,
+        *request.params.max_tokens));
+  }
+  r.sampling_params = std::move(request.params);
+  if (!config_.eos_token_ids.empty()) {
+    r.eos_token_id = config_.eos_token_ids.front();
+    if (!r.sampling_params.ignore_eos) {
+      std::vector<int32_t>& stop = r.sampling_params.stop_token_ids;
+      for (size_t i = 1; i < config_.eos_token_ids.size(); ++i) {
+        if (std::find(stop.begin(), stop.end(), config_.eos_token_ids[i]) == stop.end()) {
+          stop.push_back(config_.eos_token_ids[i]);
+        }
+      }
+    }
+  }
+  r.arrival_time = request.arrival_time;
+  r.priority = request.priority;
+
+  auto state = std::make_shared<RequestState>();
+  DetokenizerOptions options;
+  options.skip_special_tokens = request.skip_special_tokens;
+  options.stop = std::move(request.stop);
+  options.include_stop_str_in_output = request.include_stop_str_in_output;
+  state->detokenizer =
+      std::make_unique<IncrementalDetokenizer>(*tokenizer_, r.prompt_token_ids, options);
+  state->on_output = std::move(on_output);
+  state->num_prompt_tokens = prompt_len;
+  state->want_logprobs = r.sampling_params.logprobs.has_value();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!requests_.emplace(r.request_id, state).second) {
+      return absl::AlreadyExistsError(absl::StrCat("request id ", r.request_id, " is in use"));
+    }
+  }
+  if (absl::Status s = client_->AddRequest(r); !s.ok()) {
+    absl::MutexLock lock(&mu_);
+    requests_.erase(r.request_id);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+void AsyncLLM::Abort(const std::string& request_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (requests_.erase(request_id) == 0) return;
+  }
+  const std::string ids[1] = {request_id};
+  (void)client_->AbortRequests(ids);  // a dead engine has nothing left to abort
+}
+
+absl::Status AsyncLLM::Health() const { return client_->failure(); }
+
+absl::StatusOr<std::string> AsyncLLM::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                        bool add_generation_prompt,
+                                                        bool continue_final_message) const {
+  if (!chat_template_.has_value()) {
+    return absl::InvalidArgumentError(
+        "the model has no chat template (tokenizer_config.json chat_template); pass "
+        "--chat-template or use /v1/completions");
+  }
+  if (continue_final_message && add_generation_prompt) {
+    return absl::InvalidArgumentError(
+        "continue_final_message and add_generation_prompt cannot both be true");
+  }
+  VLLM_ASSIGN_OR_RETURN(std::string prompt,
+                        chat_template_->Render(messages, add_generation_prompt,
+                                               tokenizer_->bos_token(), tokenizer_->eos_token()));
+  // The template adds BOS itself; Encode (add_special_tokens) adds it again: strip one.
+  if (!tokenizer_->bos_token().empty() && prompt.rfind(tokenizer_->bos_token(), 0) == 0) {
+    prompt.erase(0, tokenizer_->bos_token().size());
+  }
+  if (continue_final_message && !messages.empty()) {
+    // Cut what the template appended after the final message's content (end-of-turn tokens).
+    const std::string& last = messages.back().content;
+    const size_t at = prompt.rfind(last);
+    if (at != std::string::npos) prompt.resize(at + last.size());
+  }
+  return prompt;
+}
+
+EngineStats AsyncLLM::Stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+TokenLogprob AsyncLLM::Decoded(int32_t id, float logprob) const {
+  const int32_t ids[1] = {id};
+  return TokenLogprob{id, tokenizer_->Decode(ids, /*skip_special_tokens=*/false), logprob};
+}
+
+std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& out,
+                                                OutputCallback* cb, bool* abort_in_engine) {
+  std::shared_ptr<RequestState> state;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = requests_.find(out.request_id);
+    if (it == requests_.end()) return std::nullopt;  // aborted meanwhile
+    state = it->second;
+  }
+  GenerateOutput delta;
+  delta.token_ids_delta.assign(out.new_token_ids.begin(), out.new_token_ids.end());
+  state->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
+  delta.text_delta = state->detokenizer->Append(delta.token_ids_delta);
+  if (state->want_logprobs) {
+    for (const core::TokenLogprobs& lp : out.logprobs) {
+      PositionLogprobs p;
+      if (!lp.token_ids.empty()) p.sampled = Decoded(lp.token_ids[0], lp.logprobs[0]);
+      for (size_t i = 1; i < lp.token_ids.size() && i < lp.logprobs.size(); ++i) {
+        p.top.push_back(Decoded(lp.token_ids[i], lp.logprobs[i]));
+      }
+      delta.logprobs.push_back(std::move(p));
+    }
+  }
+  if (state->detokenizer->stopped()) {
+    // A stop string: the request ends here; the engine stops it on the abort.
+    delta.finish_reason = core::FinishReason::kStop;
+    delta.stop_string = state->detokenizer->stop_reason();
+    *abort_in_engine = !out.finished();
+  } else if (out.finished()) {
+    delta.text_delta += state->detokenizer->Flush();
+    delta.finish_reason = out.finish_reason;
+    delta.stop_token_id = out.stop_reason;
+  }
+  delta.num_prompt_tokens = state->num_prompt_tokens;
+  delta.num_output_tokens = state->num_output_tokens;
+  delta.num_cached_tokens = out.num_cached_tokens;
+  if (delta.finished()) {
+    absl::MutexLock lock(&mu_);
+    requests_.erase(out.request_id);
+  }
+  *cb = state->on_output;
+  return delta;
+}
+
+void AsyncLLM::FailAll(const absl::Status& status) {
+  absl::flat_hash_map<std::string, std::shared_ptr<RequestState>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    failed.swap(requests_);
+  }
+  for (auto& [id, state] : failed) state->on_output(status);
+}
+
+void AsyncLLM::OutputLoop() {
+  while (!stop_.load()) {
+    absl::StatusOr<core::EngineCoreOutputs> outs =
+        client_->GetOutputs(absl::Now() + absl::Milliseconds(100));
+    if (absl::IsDeadlineExceeded(outs.status())) continue;
+    if (!outs.ok()) {
+      FailAll(outs.status());
+      if (stop_.load()) return;
+      // The engine is dead; keep failing requests that raced in until shutdown.
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    if (outs->scheduler_stats.has_value()) {
+      absl::MutexLock lock(&mu_);
+      const core::SchedulerStats& s = *outs->scheduler_stats;
+      stats_.num_requests_running = s.num_running_reqs;
+      stats_.num_requests_waiting = s.num_waiting_reqs;
+      stats_.kv_cache_usage = s.kv_cache_usage;
+      stats_.prefix_cache_queries += s.prefix_cache_stats.queries;
+      stats_.prefix_cache_hits += s.prefix_cache_stats.hits;
+    }
+    std::vector<std::string> to_abort;
+    for (const core::EngineCoreOutput& o : outs->outputs) {
+      OutputCallback cb;
+      bool abort_in_engine = false;
+      std::optional<GenerateOutput> delta = Process(o, &cb, &abort_in_engine);
+      if (!delta.has_value()) continue;
+      if (abort_in_engine) to_abort.push_back(o.request_id);
+      cb(std::move(*delta));
+    }
+    if (!to_abort.empty()) (void)client_->AbortRequests(to_abort);
+  }
+}
+
+}  // namespace vllm::frontend

@@ -1,0 +1,94 @@
+// AsyncLLM: the EngineClient the API server talks to (vLLM's vllm/v1/engine/async_llm.py with
+// its Processor and OutputProcessor): tokenizes prompts, applies the chat template, sends
+// requests to the engine core through an EngineCoreClient, and turns its token outputs into
+// text deltas (incremental detokenization, stop strings) for each request's callback.
+//
+// Threads: callers (server threads) call Generate/Abort concurrently; one internal thread
+// ("vllm-output") takes EngineCoreOutputs off the client and runs the callbacks. A request
+// that hits a stop string is finished here and aborted in the engine. When the engine fails,
+// every pending request's callback gets the error and Health() reports it.
+#ifndef VLLM_FRONTEND_ASYNC_LLM_H_
+#define VLLM_FRONTEND_ASYNC_LLM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "frontend/chat_template.h"
+#include "frontend/detokenizer.h"
+#include "frontend/engine_client.h"
+#include "frontend/engine_core_client.h"
+#include "frontend/tokenizer.h"
+
+namespace vllm::frontend {
+
+struct AsyncLLMConfig {
+  std::string model_name;
+  int32_t max_model_len = 0;
+  int32_t vocab_size = 0;
+  // The model's EOS ids (generation_config.json first): the first is the request's EOS, the
+  // others stop like stop_token_ids (as vLLM does).
+  std::vector<int32_t> eos_token_ids;
+};
+
+class AsyncLLM final : public EngineClient {
+ public:
+  // `chat_template` may be empty (chat requests then fail with InvalidArgument).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<AsyncLLM>> Create(
+      std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,
+      std::optional<ChatTemplate> chat_template, AsyncLLMConfig config);
+  ~AsyncLLM() override;
+
+  absl::Status Generate(GenerateRequest request, OutputCallback on_output) override;
+  void Abort(const std::string& request_id) override;
+  absl::Status Health() const override;
+  std::string ModelName() const override { return config_.model_name; }
+  int32_t MaxModelLen() const override { return config_.max_model_len; }
+  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                bool add_generation_prompt,
+                                                bool continue_final_message) const override;
+  EngineStats Stats() const override;
+
+  EngineCoreClient& client() { return *client_; }
+
+ private:
+  struct RequestState {
+    std::unique_ptr<IncrementalDetokenizer> detokenizer;
+    OutputCallback on_output;
+    int32_t num_prompt_tokens = 0;
+    int32_t num_output_tokens = 0;
+    bool want_logprobs = false;
+  };
+
+  AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,
+           std::optional<ChatTemplate> chat_template, AsyncLLMConfig config);
+  void OutputLoop();
+  // Applies one engine output to its request; returns the delta to deliver, and whether the
+  // request is over (then its state was removed). Runs on the output thread.
+  std::optional<GenerateOutput> Process(const core::EngineCoreOutput& out, OutputCallback* cb,
+                                        bool* abort_in_engine);
+  void FailAll(const absl::Status& status);
+  TokenLogprob Decoded(int32_t id, float logprob) const;
+
+  std::unique_ptr<EngineCoreClient> client_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  const AsyncLLMConfig config_;
+  std::thread output_thread_;
+  std::atomic<bool> stop_{false};
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<RequestState>> requests_ ABSL_GUARDED_BY(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_ASYNC_LLM_H_

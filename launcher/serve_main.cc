@@ -1,0 +1,238 @@
+#include "launcher/serve_main.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "frontend/api_server.h"
+#include "frontend/async_llm.h"
+#include "frontend/engine_core_client.h"
+#include "ipc/signal_watcher.h"
+#include "ipc/status_macros.h"
+#include "launcher/engine_core_main.h"
+#include "launcher/serve_args.h"
+#include "spdlog/spdlog.h"
+#include "worker/model_config.h"
+
+extern char** environ;
+
+namespace vllm::launcher {
+namespace {
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  return absl::StrCat("ended with wait status ", status);
+}
+
+// The engine-core process: started, watched through a pidfd, stopped in order.
+class EngineProcess {
+ public:
+  ~EngineProcess() { Stop(absl::Seconds(4)); }
+
+  absl::Status Start(const ServeArgs& args, const std::string& handshake_address) {
+    std::error_code ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return absl::InternalError("cannot read /proc/self/exe: " + ec.message());
+    const frontend::EngineArgs& e = args.engine;
+    std::vector<std::string> argv = {
+        self,         kEngineCoreSubcommand,   "--handshake-address", handshake_address,
+        "--parent-pid", absl::StrCat(getpid()), "--model",            e.model.string(),
+        "--tensor-parallel-size", absl::StrCat(e.tensor_parallel_size),
+        "--max-num-seqs", absl::StrCat(e.max_num_seqs), "--block-size", absl::StrCat(e.block_size),
+        "--kv-cache-memory", absl::StrCat(e.kv_cache_memory_bytes), "--seed", absl::StrCat(e.seed),
+        "--load-format",
+        e.load_format == worker::LoadFormat::kDummy         ? "dummy"
+        : e.load_format == worker::LoadFormat::kSafetensors ? "safetensors"
+                                                            : "auto"};
+    if (e.max_model_len > 0) {
+      argv.insert(argv.end(), {"--max-model-len", absl::StrCat(e.max_model_len)});
+    }
+    if (e.max_num_batched_tokens > 0) {
+      argv.insert(argv.end(), {"--max-num-batched-tokens", absl::StrCat(e.max_num_batched_tokens)});
+    }
+    if (!e.enable_prefix_caching) argv.push_back("--no-enable-prefix-caching");
+    std::vector<char*> cargv;
+    for (std::string& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    if (int err = posix_spawn(&pid_, self.c_str(), nullptr, nullptr, cargv.data(), environ);
+        err != 0) {
+      return absl::InternalError(absl::StrCat("cannot start the engine core: ", strerror(err)));
+    }
+    pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd_ < 0) return absl::InternalError(absl::StrCat("pidfd_open: ", strerror(errno)));
+    return absl::OkStatus();
+  }
+
+  // OK while running; the exit description once it ended (and was reaped).
+  absl::Status Check() {
+    if (pid_ <= 0) return absl::UnavailableError("the engine core is not running");
+    int status = 0;
+    if (!exited_ && waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      exit_ = absl::UnavailableError(
+          absl::StrCat("the engine core (pid ", pid_, ") ", DescribeWaitStatus(status)));
+    }
+    return exited_ ? exit_ : absl::OkStatus();
+  }
+
+  // Blocks until the engine exits or `stop_fd` becomes readable; returns true on exit.
+  bool WaitForExit(int stop_fd) {
+    pollfd fds[2] = {{pidfd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    while (poll(fds, 2, -1) < 0 && errno == EINTR) {
+    }
+    return fds[0].revents != 0;
+  }
+
+  void Stop(absl::Duration grace) {
+    if (pid_ <= 0 || !Check().ok()) return;
+    kill(pid_, SIGTERM);
+    const absl::Time deadline = absl::Now() + grace;
+    while (Check().ok() && absl::Now() < deadline) {
+      pollfd fd = {pidfd_, POLLIN, 0};
+      poll(&fd, 1, 20);
+    }
+    if (Check().ok()) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      exited_ = true;
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int pidfd_ = -1;
+  bool exited_ = false;
+  absl::Status exit_;
+};
+
+absl::StatusOr<std::optional<frontend::ChatTemplate>> LoadChatTemplate(
+    const ServeArgs& args, const frontend::Tokenizer& tokenizer) {
+  std::string source = tokenizer.chat_template();
+  if (args.chat_template.has_value()) {
+    source = *args.chat_template;
+    if (std::filesystem::is_regular_file(source)) {
+      std::ifstream in(source);
+      std::stringstream text;
+      text << in.rdbuf();
+      source = text.str();
+    }
+  }
+  if (source.empty()) return std::optional<frontend::ChatTemplate>();
+  auto parsed = frontend::ChatTemplate::Parse(source);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat-template / tokenizer_config.json: ", parsed.status().message()));
+  }
+  return std::optional<frontend::ChatTemplate>(std::move(*parsed));
+}
+
+absl::Status Serve(const ServeArgs& args) {
+  // Bad model files fail here, before any process starts.
+  VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config, worker::LoadModelConfig(args.engine.model));
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::Tokenizer> tokenizer,
+                        frontend::Tokenizer::Load(args.engine.model));
+  VLLM_ASSIGN_OR_RETURN(std::optional<frontend::ChatTemplate> chat_template,
+                        LoadChatTemplate(args, *tokenizer));
+
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::EngineCoreClient> client,
+                        frontend::EngineCoreClient::Create(1));
+  EngineProcess engine;
+  VLLM_RETURN_IF_ERROR(engine.Start(args, client->handshake_address()));
+
+  // Ctrl-C / SIGTERM: stop everything (within 5 s: the engine gets 4).
+  absl::Notification stop;
+  int stop_pipe[2];
+  if (pipe2(stop_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
+  VLLM_ASSIGN_OR_RETURN(auto watcher,
+                        ipc::SignalWatcher::Start({SIGINT, SIGTERM}, [&](int sig) {
+                          spdlog::info("signal {}: shutting down", sig);
+                          if (!stop.HasBeenNotified()) stop.Notify();
+                          (void)!write(stop_pipe[1], "x", 1);
+                        }));
+  spdlog::info("starting the engine core for {} (pid {})", args.engine.model.string(), engine.pid());
+  VLLM_RETURN_IF_ERROR(client->WaitForEngines(absl::Now() + absl::Minutes(10), [&]() {
+    if (stop.HasBeenNotified()) return absl::CancelledError("interrupted during start-up");
+    return engine.Check();
+  }));
+  const frontend::EngineCoreClient::EngineInfo info = client->engines()[0];
+
+  frontend::AsyncLLMConfig config;
+  config.model_name = args.served_model_names.front();
+  config.max_model_len = info.max_model_len;
+  config.vocab_size = model_config.vocab_size;
+  config.eos_token_ids = model_config.eos_token_ids;
+  frontend::EngineCoreClient* raw_client = client.get();
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::AsyncLLM> llm,
+                        frontend::AsyncLLM::Create(std::move(client), std::move(tokenizer),
+                                                   std::move(chat_template), config));
+  frontend::ApiServerOptions server_options;
+  server_options.host = args.host;
+  server_options.port = static_cast<uint16_t>(args.port);
+  server_options.api_key = args.api_key;
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::ApiServer> server,
+                        frontend::ApiServer::Create(llm.get(), server_options));
+  spdlog::info("serving {} at http://{}:{} ({} KV-cache blocks, max_model_len {})",
+               config.model_name, args.host, server->port(), info.num_gpu_blocks,
+               info.max_model_len);
+  std::printf("vllm-launch: ready at http://%s:%d/v1\n", args.host.c_str(), server->port());
+  std::fflush(stdout);
+
+  // Watch the engine: if it dies, requests fail and /health says 503 (the server stays up).
+  std::thread monitor([&] {
+    if (engine.WaitForExit(stop_pipe[0])) {
+      const absl::Status why = engine.Check();
+      spdlog::error("{}", why.ToString());
+      raw_client->MarkEngineDead(0, why);
+    }
+  });
+  stop.WaitForNotification();
+  server->Stop();
+  engine.Stop(absl::Seconds(4));
+  (void)!write(stop_pipe[1], "x", 1);
+  monitor.join();
+  server.reset();
+  llm.reset();
+  close(stop_pipe[0]);
+  close(stop_pipe[1]);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunServe(const std::vector<std::string>& argv) {
+  auto parsed = ParseServeArgs(argv, VLLM_DEFAULT_MODEL);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "vllm-launch: error: %s\n(see vllm-launch --help)\n",
+                 std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (!parsed->args.has_value()) {
+    std::fputs(parsed->text.c_str(), stdout);
+    return parsed->exit_code;
+  }
+  if (absl::Status s = Serve(*parsed->args); !s.ok()) {
+    std::fprintf(stderr, "vllm-launch: error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace vllm::launcher
