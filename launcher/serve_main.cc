@@ -26,6 +26,7 @@
 #include "ipc/status_macros.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_args.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/model_config.h"
 
@@ -218,6 +219,8 @@ absl::Status Serve(const ServeArgs& args) {
 }  // namespace
 
 int RunServe(const std::vector<std::string>& argv) {
+  // stdout carries only the ready line (scripts wait for it); logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("vllm-launch"));
   auto parsed = ParseServeArgs(argv, VLLM_DEFAULT_MODEL);
   if (!parsed.ok()) {
     std::fprintf(stderr, "vllm-launch: error: %s\n(see vllm-launch --help)\n",
