@@ -223,7 +223,11 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                                                    "' and --model '", model, "'"));
   }
   e.model = !model.empty() ? model : !positional_model.empty() ? positional_model : default_model;
-  if (a.served_model_names.empty()) a.served_model_names.push_back(e.model.string());
+  if (a.served_model_names.empty()) {
+    // As vLLM: the --model argument as given; the bundled default answers to its short name.
+    const bool is_default = model.empty() && positional_model.empty();
+    a.served_model_names.push_back(is_default ? e.model.filename().string() : e.model.string());
+  }
   auto format = worker::ParseLoadFormat(load_format);
   if (!format.ok()) return format.status();
   e.load_format = *format;

@@ -22,7 +22,8 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int32_t port = 8000;
   std::optional<std::string> api_key;
-  // Names the model answers to (--served-model-name); default: the model path.
+  // Names the model answers to (--served-model-name); default: the --model argument, or
+  // "kjv-llama-tiny" for the bundled default.
   std::vector<std::string> served_model_names;
   std::string dtype = "auto";   // auto | float32 | bfloat16 | float16 (the CPU computes in float32)
   std::string device = "auto";  // auto | cpu | cuda

@@ -28,7 +28,7 @@ TEST(ServeArgsTest, NoFlagsServeTheBundledModelLocally) {
   EXPECT_EQ(a.engine.tensor_parallel_size, 1);
   EXPECT_TRUE(a.engine.enable_prefix_caching);
   EXPECT_EQ(a.engine.kv_cache_memory_bytes, int64_t{4} << 30);
-  EXPECT_EQ(a.served_model_names, std::vector<std::string>{"models/kjv-llama-tiny"});
+  EXPECT_EQ(a.served_model_names, std::vector<std::string>{"kjv-llama-tiny"});
   EXPECT_FALSE(a.api_key.has_value());
 }
 

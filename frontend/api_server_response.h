@@ -1,0 +1,70 @@
+// ResponseAssembler: turns the deltas of one HTTP generation request's engine requests
+// (prompts x n choices) into response bytes: SSE events while streaming, one JSON body
+// otherwise. No I/O; the API server's session owns one per in-flight request and calls it
+// from its strand only (not thread-safe).
+#ifndef VLLM_FRONTEND_API_SERVER_RESPONSE_H_
+#define VLLM_FRONTEND_API_SERVER_RESPONSE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "frontend/engine_client.h"
+#include "frontend/openai_protocol.h"
+
+namespace vllm::frontend {
+
+enum class ApiKind { kCompletion, kChat };
+
+// Expands a request into its engine requests, choice-major within each prompt: choice
+// p * n + i is prompt p's i-th sample, with id "<response_id>-<choice>" and, when a seed is
+// given, seed + i (as vLLM V1's parallel sampling does).
+std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
+                                    const GenerationOptions& options,
+                                    const std::string& response_id, double arrival_time);
+
+class ResponseAssembler {
+ public:
+  // `num_choices` = prompts x `n`; choice i belongs to prompt i / n. `logprobs` says whether
+  // choices carry a logprobs object.
+  ResponseAssembler(ApiKind kind, ResponseMeta meta, int32_t num_choices, int32_t n, bool stream,
+                    bool include_usage, bool logprobs);
+
+  // Streaming: the events that open the stream (chat: one role chunk per choice).
+  std::string Start();
+  // Applies one delta of choice `index` (0 <= index < num_choices, not yet finished).
+  // Streaming: returns the SSE events to send now (possibly empty); otherwise "".
+  std::string OnOutput(int32_t index, const GenerateOutput& output);
+  bool AllFinished() const { return num_finished_ == static_cast<int32_t>(choices_.size()); }
+  // Call once AllFinished(). Streaming: the closing events (usage chunk when asked, then
+  // [DONE]); otherwise the JSON response body.
+  std::string Finish() const;
+  // Streaming: the events ending a stream that failed (vLLM's error event, then [DONE]).
+  static std::string StreamError(const absl::Status& status);
+
+  const ResponseMeta& meta() const { return meta_; }
+
+ private:
+  struct ChoiceState {
+    Choice choice;  // accumulated text, logprobs and finish state
+    int32_t prompt_tokens = 0;
+    int32_t output_tokens = 0;
+    bool finished = false;
+  };
+
+  Usage TotalUsage() const;
+
+  const ApiKind kind_;
+  const ResponseMeta meta_;
+  const int32_t n_;
+  const bool stream_;
+  const bool include_usage_;
+  const bool logprobs_;
+  std::vector<ChoiceState> choices_;
+  int32_t num_finished_ = 0;
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_API_SERVER_RESPONSE_H_

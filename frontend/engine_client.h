@@ -1,0 +1,131 @@
+// EngineClient: the seam between the OpenAI-compatible API server and the engine (vLLM's
+// EngineClient protocol in vllm/engine/protocol.py). AsyncLLM implements it over an
+// EngineCoreClient; tests implement it with scripted doubles.
+//
+// The server passes text through: the engine client owns the tokenizer, the chat template
+// and the incremental detokenizer (stop strings included), and turns engine-core outputs
+// into text deltas.
+#ifndef VLLM_FRONTEND_ENGINE_CLIENT_H_
+#define VLLM_FRONTEND_ENGINE_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/engine_core_types.h"
+#include "core/sampling_params.h"
+#include "frontend/chat_template.h"  // ChatMessage
+
+namespace vllm::frontend {
+
+
+// One engine request (one choice of one prompt; the server fans n > 1 out into n of them).
+struct GenerateRequest {
+  // Unique among in-flight requests; the server derives it from the response id.
+  std::string request_id;
+  // Exactly one of the two prompt forms is set: text (tokenized by the engine client) or
+  // token ids (prompt_text unset).
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_token_ids;
+  // Already checked by core::ValidateSamplingParams; n is 1.
+  core::SamplingParams params;
+  // Stop strings, detected by the engine client's detokenizer (at most kMaxStopStrings).
+  std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  // Smaller = scheduled earlier under the priority policy.
+  int32_t priority = 0;
+  // Seconds since the epoch when the server received the HTTP request.
+  double arrival_time = 0.0;
+};
+
+// A log-probability of one token, decoded by the engine client.
+struct TokenLogprob {
+  int32_t token_id = 0;
+  std::string token;  // the token's text (may be a partial UTF-8 sequence)
+  float logprob = 0.0f;
+};
+
+// Log-probabilities at one generated position: the sampled token and the top alternatives.
+struct PositionLogprobs {
+  TokenLogprob sampled;
+  std::vector<TokenLogprob> top;
+};
+
+// One delta of one request, delivered in order; the last has finish_reason set.
+struct GenerateOutput {
+  // New text since the previous delta (stop strings already applied).
+  std::string text_delta;
+  std::vector<int32_t> token_ids_delta;
+  std::optional<core::FinishReason> finish_reason;
+  // What ended a request with FinishReason::kStop, when it was not EOS: the stop string
+  // (OpenAI's stop_reason as a string) or the stop token id (as an integer).
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token_id;
+  // Totals so far.
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;
+  // Prompt tokens served from the prefix cache (set from the first delta on).
+  int32_t num_cached_tokens = 0;
+  // One entry per token in token_ids_delta when the request asked for logprobs.
+  std::vector<PositionLogprobs> logprobs;
+
+  bool finished() const { return finish_reason.has_value(); }
+};
+
+// Engine-wide gauges and cumulative counters read when /metrics is scraped.
+struct EngineStats {
+  int32_t num_requests_running = 0;
+  int32_t num_requests_waiting = 0;
+  double kv_cache_usage = 0.0;       // in [0, 1]
+  int64_t prefix_cache_queries = 0;  // tokens looked up since start
+  int64_t prefix_cache_hits = 0;     // tokens found since start
+};
+
+// Callback receiving a request's deltas; see EngineClient::Generate.
+using OutputCallback = std::function<void(absl::StatusOr<GenerateOutput>)>;
+
+// The engine as the API server sees it. Implementations are thread-safe: every method may
+// be called from any server thread concurrently.
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+
+  // Starts a request. Returns InvalidArgument (HTTP 400) for a request it cannot accept
+  // (a prompt that does not tokenize, out-of-vocabulary ids, a prompt plus max_tokens longer
+  // than MaxModelLen(); the message names the problem), Unavailable (HTTP 503) when the
+  // engine is dead; `on_output` is then never called. Otherwise `on_output` is called from
+  // an engine thread, in order, once per delta until one that is finished() or an error
+  // status, after which it is never called again. After Abort(), the client delivers a
+  // final delta with FinishReason::kAbort or nothing at all; `on_output` must tolerate
+  // being called after Abort() returned.
+  [[nodiscard]] virtual absl::Status Generate(GenerateRequest request,
+                                              OutputCallback on_output) = 0;
+
+  // Cancels a request (the HTTP client went away). Unknown or finished ids are ignored.
+  virtual void Abort(const std::string& request_id) = 0;
+
+  // OK while the engine can serve; otherwise the reason (GET /health answers 503).
+  [[nodiscard]] virtual absl::Status Health() const = 0;
+
+  // The served model's name (requests naming another model get 404).
+  virtual std::string ModelName() const = 0;
+  virtual int32_t MaxModelLen() const = 0;
+
+  // Renders chat messages into a prompt with the model's chat template. Returns
+  // InvalidArgument (HTTP 400) for messages the template rejects.
+  [[nodiscard]] virtual absl::StatusOr<std::string> ApplyChatTemplate(
+      const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+      bool continue_final_message) const = 0;
+
+  // Current engine gauges and cumulative prefix-cache counters.
+  virtual EngineStats Stats() const = 0;
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_ENGINE_CLIENT_H_

@@ -1,0 +1,192 @@
+#include "frontend/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "ipc/status_macros.h"
+
+namespace vllm::frontend {
+namespace {
+
+std::string EscapeLabelValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string RenderLabels(const MetricLabels& labels) {
+  std::string out;
+  for (const auto& [key, value] : labels) {
+    if (!out.empty()) out += ',';
+    absl::StrAppend(&out, key, "=\"", EscapeLabelValue(value), "\"");
+  }
+  return out;
+}
+
+std::string FormatValue(double value) {
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(value)) return "NaN";
+  return absl::StrFormat("%.17g", value);
+}
+
+// `{labels,extra}` or `{extra}` or `` when both are empty.
+std::string Braces(const std::string& labels, const std::string& extra) {
+  if (labels.empty() && extra.empty()) return "";
+  if (labels.empty()) return absl::StrCat("{", extra, "}");
+  if (extra.empty()) return absl::StrCat("{", labels, "}");
+  return absl::StrCat("{", labels, ",", extra, "}");
+}
+
+// Latency buckets (seconds), as vLLM's.
+const std::vector<double>& TtftBuckets() {
+  static const auto* b = new std::vector<double>{
+      0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+      1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+  return *b;
+}
+const std::vector<double>& ItlBuckets() {
+  static const auto* b =
+      new std::vector<double>{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                              0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+  return *b;
+}
+const std::vector<double>& E2eBuckets() {
+  static const auto* b = new std::vector<double>{0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.5,
+                                                 5.0,  10.0,  15.0,  20.0,  30.0,  40.0,   50.0,
+                                                 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+  return *b;
+}
+
+}  // namespace
+
+Metric::Metric(MetricType type, std::string name, std::string help, MetricLabels labels,
+               std::vector<double> buckets)
+    : type_(type),
+      name_(std::move(name)),
+      help_(std::move(help)),
+      labels_(RenderLabels(labels)),
+      buckets_(std::move(buckets)),
+      bucket_counts_(buckets_.size() + 1, 0) {}
+
+void Metric::Add(double delta) {
+  absl::MutexLock lock(&mu_);
+  value_ += delta;
+}
+
+void Metric::Set(double value) {
+  absl::MutexLock lock(&mu_);
+  value_ = value;
+}
+
+void Metric::Observe(double value) {
+  size_t bucket = std::lower_bound(buckets_.begin(), buckets_.end(), value) - buckets_.begin();
+  absl::MutexLock lock(&mu_);
+  value_ += value;
+  ++count_;
+  ++bucket_counts_[bucket];
+}
+
+double Metric::value() const {
+  absl::MutexLock lock(&mu_);
+  return value_;
+}
+
+uint64_t Metric::count() const {
+  absl::MutexLock lock(&mu_);
+  return count_;
+}
+
+void Metric::Render(std::string* out) const {
+  const char* type = type_ == MetricType::kCounter ? "counter"
+                     : type_ == MetricType::kGauge ? "gauge"
+                                                   : "histogram";
+  absl::StrAppend(out, "# HELP ", name_, " ", help_, "\n# TYPE ", name_, " ", type, "\n");
+  absl::MutexLock lock(&mu_);
+  if (type_ != MetricType::kHistogram) {
+    absl::StrAppend(out, name_, Braces(labels_, ""), " ", FormatValue(value_), "\n");
+    return;
+  }
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= buckets_.size(); ++i) {
+    cumulative += bucket_counts_[i];
+    std::string le = i < buckets_.size() ? FormatValue(buckets_[i]) : "+Inf";
+    absl::StrAppend(out, name_, "_bucket", Braces(labels_, absl::StrCat("le=\"", le, "\"")), " ",
+                    cumulative, "\n");
+  }
+  absl::StrAppend(out, name_, "_sum", Braces(labels_, ""), " ", FormatValue(value_), "\n");
+  absl::StrAppend(out, name_, "_count", Braces(labels_, ""), " ", count_, "\n");
+}
+
+Metric* MetricsRegistry::Add(std::unique_ptr<Metric> metric) {
+  absl::MutexLock lock(&mu_);
+  metrics_.push_back(std::move(metric));
+  return metrics_.back().get();
+}
+
+Metric* MetricsRegistry::AddCounter(std::string name, std::string help, MetricLabels labels) {
+  return Add(std::make_unique<Metric>(MetricType::kCounter, std::move(name), std::move(help),
+                                      std::move(labels), std::vector<double>{}));
+}
+
+Metric* MetricsRegistry::AddGauge(std::string name, std::string help, MetricLabels labels) {
+  return Add(std::make_unique<Metric>(MetricType::kGauge, std::move(name), std::move(help),
+                                      std::move(labels), std::vector<double>{}));
+}
+
+Metric* MetricsRegistry::AddHistogram(std::string name, std::string help, MetricLabels labels,
+                                      std::vector<double> buckets) {
+  VLLM_CHECK(std::is_sorted(buckets.begin(), buckets.end())) << name;
+  return Add(std::make_unique<Metric>(MetricType::kHistogram, std::move(name), std::move(help),
+                                      std::move(labels), std::move(buckets)));
+}
+
+std::string MetricsRegistry::Render() const {
+  std::string out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& metric : metrics_) metric->Render(&out);
+  return out;
+}
+
+ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name) {
+  MetricLabels l = {{"model_name", model_name}};
+  num_requests_running =
+      r->AddGauge("vllm:num_requests_running", "Number of requests in model execution batches.", l);
+  num_requests_waiting =
+      r->AddGauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", l);
+  kv_cache_usage_perc =
+      r->AddGauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l);
+  prefix_cache_queries =
+      r->AddCounter("vllm:prefix_cache_queries_total",
+                    "Prefix cache queries, in terms of number of queried tokens.", l);
+  prefix_cache_hits = r->AddCounter("vllm:prefix_cache_hits_total",
+                                    "Prefix cache hits, in terms of number of cached tokens.", l);
+  prompt_tokens =
+      r->AddCounter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", l);
+  generation_tokens =
+      r->AddCounter("vllm:generation_tokens_total", "Number of generation tokens processed.", l);
+  request_success =
+      r->AddCounter("vllm:request_success_total", "Count of successfully processed requests.", l);
+  time_to_first_token =
+      r->AddHistogram("vllm:time_to_first_token_seconds",
+                      "Histogram of time to first token in seconds.", l, TtftBuckets());
+  inter_token_latency =
+      r->AddHistogram("vllm:inter_token_latency_seconds",
+                      "Histogram of inter-token latency in seconds.", l, ItlBuckets());
+  e2e_request_latency =
+      r->AddHistogram("vllm:e2e_request_latency_seconds",
+                      "Histogram of e2e request latency in seconds.", l, E2eBuckets());
+}
+
+}  // namespace vllm::frontend

@@ -1,0 +1,97 @@
+// A small Prometheus metrics registry (counters, gauges, histograms) rendering the text
+// exposition format (version 0.0.4), and the vLLM metric set the API server exports
+// (vllm/v1/metrics/loggers.py: PrometheusStatLogger), each labelled model_name.
+//
+// Thread-safety: every metric and the registry are safe to use from any thread.
+#ifndef VLLM_FRONTEND_METRICS_H_
+#define VLLM_FRONTEND_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace vllm::frontend {
+
+// Label pairs attached to one metric (one time series per metric in this registry).
+using MetricLabels = std::vector<std::pair<std::string, std::string>>;
+
+enum class MetricType { kCounter, kGauge, kHistogram };
+
+// A counter, gauge or histogram. Created only by MetricsRegistry; lives as long as it.
+class Metric {
+ public:
+  Metric(MetricType type, std::string name, std::string help, MetricLabels labels,
+         std::vector<double> buckets);
+
+  // Counter: adds `delta` (>= 0). Gauge: adds `delta`.
+  void Add(double delta);
+  // Gauge, or a counter mirrored from a cumulative source: sets the value.
+  void Set(double value);
+  // Histogram: records one observation.
+  void Observe(double value);
+
+  double value() const;
+  uint64_t count() const;  // histogram observations
+
+  // Appends this metric's HELP, TYPE and sample lines.
+  void Render(std::string* out) const;
+
+ private:
+  const MetricType type_;
+  const std::string name_;
+  const std::string help_;
+  const std::string labels_;           // rendered `k="v",...` (escaped), may be empty
+  const std::vector<double> buckets_;  // upper bounds, ascending, +Inf implied
+
+  mutable absl::Mutex mu_;
+  double value_ ABSL_GUARDED_BY(mu_) = 0.0;  // counter/gauge value, histogram sum
+  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> bucket_counts_ ABSL_GUARDED_BY(mu_);  // not cumulative
+};
+
+// Owns metrics and renders them in registration order.
+class MetricsRegistry {
+ public:
+  // Each returns a metric owned by the registry, valid for its lifetime. Names should be
+  // unique (the registry does not check).
+  Metric* AddCounter(std::string name, std::string help, MetricLabels labels);
+  Metric* AddGauge(std::string name, std::string help, MetricLabels labels);
+  Metric* AddHistogram(std::string name, std::string help, MetricLabels labels,
+                       std::vector<double> buckets);
+
+  // The text exposition of every metric.
+  std::string Render() const;
+
+ private:
+  Metric* Add(std::unique_ptr<Metric> metric);
+
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<Metric>> metrics_ ABSL_GUARDED_BY(mu_);
+};
+
+// The vLLM metrics the server maintains; pointers into `registry`.
+struct ServerMetrics {
+  // Builds the set in `registry` with label model_name=`model_name`.
+  ServerMetrics(MetricsRegistry* registry, const std::string& model_name);
+
+  Metric* num_requests_running;  // vllm:num_requests_running (gauge, from the engine)
+  Metric* num_requests_waiting;  // vllm:num_requests_waiting
+  Metric* kv_cache_usage_perc;   // vllm:kv_cache_usage_perc, in [0, 1]
+  Metric* prefix_cache_queries;  // vllm:prefix_cache_queries_total (tokens)
+  Metric* prefix_cache_hits;     // vllm:prefix_cache_hits_total (tokens)
+  Metric* prompt_tokens;         // vllm:prompt_tokens_total
+  Metric* generation_tokens;     // vllm:generation_tokens_total
+  Metric* request_success;       // vllm:request_success_total (finished requests)
+  Metric* time_to_first_token;   // vllm:time_to_first_token_seconds
+  Metric* inter_token_latency;   // vllm:inter_token_latency_seconds
+  Metric* e2e_request_latency;   // vllm:e2e_request_latency_seconds
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_METRICS_H_

@@ -1,0 +1,152 @@
+// The OpenAI-compatible wire protocol (vLLM's vllm/entrypoints/openai/protocol.py):
+// request parsing and validation for /v1/completions and /v1/chat/completions, the error
+// body, and the response and SSE-chunk builders. Pure functions over nlohmann::json; no I/O,
+// no threads, so every rule is unit-testable.
+//
+// Errors are absl::Status values: InvalidArgument (HTTP 400 BadRequestError), NotFound (404
+// NotFoundError), Unauthenticated (401), ResourceExhausted (413), Unavailable (503), others
+// 500. The offending field travels as a payload (see InvalidParam / ErrorParam) and becomes
+// the body's "param".
+#ifndef VLLM_FRONTEND_OPENAI_PROTOCOL_H_
+#define VLLM_FRONTEND_OPENAI_PROTOCOL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "core/sampling_params.h"
+#include "frontend/engine_client.h"
+#include "nlohmann/json.hpp"
+
+namespace vllm::frontend {
+
+// Limits on request sizes (a request beyond them is rejected with 400, not truncated).
+inline constexpr int32_t kMaxN = 128;                   // choices per prompt
+inline constexpr int32_t kMaxPrompts = 1024;            // prompts in one completion request
+inline constexpr int32_t kMaxChoicesPerRequest = 1024;  // prompts x n
+inline constexpr int32_t kMaxStopStrings = 64;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+inline constexpr int32_t kMaxChatMessages = 4096;
+
+// ---- Errors -------------------------------------------------------------------------------
+
+// InvalidArgument carrying `param` (the request field at fault) for the error body.
+[[nodiscard]] absl::Status InvalidParam(absl::string_view param, absl::string_view message);
+// The field attached by InvalidParam, if any.
+std::optional<std::string> ErrorParam(const absl::Status& status);
+// The HTTP status code for a non-OK status (see the file comment).
+int HttpStatusFor(const absl::Status& status);
+// vLLM's error body: {"object": "error", "message", "type", "param", "code"}.
+nlohmann::json ErrorBody(const absl::Status& status);
+
+// Serializes without throwing: invalid UTF-8 (a partial token) becomes U+FFFD.
+std::string DumpJson(const nlohmann::json& value);
+// Parses a request body; InvalidArgument with the parser's message when it is not JSON or
+// not a JSON object.
+[[nodiscard]] absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body);
+
+// ---- Requests -----------------------------------------------------------------------------
+
+// Options shared by completions and chat completions.
+struct GenerationOptions {
+  // Sampling parameters with n = 1 (validated by core::ValidateSamplingParams).
+  core::SamplingParams params;
+  int32_t n = 1;  // choices per prompt, in [1, kMaxN]
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::vector<std::string> stop;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  int32_t priority = 0;
+  std::optional<std::string> user;
+};
+
+// One prompt of a completion request: text, or token ids when `text` is unset.
+struct Prompt {
+  std::optional<std::string> text;
+  std::vector<int32_t> token_ids;
+};
+
+// A parsed POST /v1/completions body. `echo` and `best_of` > 1 and `suffix` are rejected
+// (400): the server does not implement them.
+struct CompletionRequest {
+  std::string model;
+  std::vector<Prompt> prompts;  // 1..kMaxPrompts
+  GenerationOptions options;
+};
+
+// A parsed POST /v1/chat/completions body. The chat `logprobs` (bool) and `top_logprobs`
+// map to options.params.logprobs (unset unless logprobs is true).
+struct ChatCompletionRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;  // 1..kMaxChatMessages
+  GenerationOptions options;
+  bool logprobs = false;
+  // From chat_template_kwargs or the top-level fields of the same names (vLLM accepts both).
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+};
+
+// Parse and validate a request body against the served model's name. A "model" other than
+// `served_model` is NotFound ("The model `x` does not exist."); a missing "model" means the
+// served one. Every other problem is InvalidArgument naming the field, the value and the
+// accepted range. Unknown fields are ignored (as in vLLM).
+[[nodiscard]] absl::StatusOr<CompletionRequest> ParseCompletionRequest(
+    const nlohmann::json& body, absl::string_view served_model);
+[[nodiscard]] absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(
+    const nlohmann::json& body, absl::string_view served_model);
+
+// ---- Responses ----------------------------------------------------------------------------
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+
+// One finished (or, for chunks, partial) choice.
+struct Choice {
+  int32_t index = 0;
+  std::string text;
+  std::optional<core::FinishReason> finish_reason;
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token_id;
+  // Present when the request asked for logprobs.
+  std::optional<std::vector<PositionLogprobs>> logprobs;
+  // Length of the choice's text before `text` (for completion logprobs' text_offset).
+  size_t text_offset = 0;
+};
+
+// Identity of one response, shared by all its chunks.
+struct ResponseMeta {
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // seconds since the epoch
+  std::string model;
+};
+
+// Non-streaming bodies ("text_completion" / "chat.completion").
+nlohmann::json BuildCompletionResponse(const ResponseMeta& meta, const std::vector<Choice>& choices,
+                                       const Usage& usage);
+nlohmann::json BuildChatCompletionResponse(const ResponseMeta& meta,
+                                           const std::vector<Choice>& choices, const Usage& usage);
+
+// One streaming chunk with one choice. For chat, `first` adds the assistant role to the
+// delta (vLLM sends it in a chunk of its own, with empty content).
+nlohmann::json BuildCompletionChunk(const ResponseMeta& meta, const Choice& choice);
+nlohmann::json BuildChatChunk(const ResponseMeta& meta, const Choice& choice, bool first);
+// The final usage chunk (choices: []) of a stream with include_usage; `object` is
+// "text_completion" or "chat.completion.chunk".
+nlohmann::json BuildUsageChunk(const ResponseMeta& meta, absl::string_view object,
+                               const Usage& usage);
+
+// "data: <json>\n\n" and the terminating "data: [DONE]\n\n".
+std::string SseEvent(const nlohmann::json& value);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_OPENAI_PROTOCOL_H_

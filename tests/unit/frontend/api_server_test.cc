@@ -1,0 +1,534 @@
+// ApiServer end to end over loopback: a scripted EngineClient, a Beast HTTP client.
+#include "frontend/api_server.h"
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "boost/asio.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "frontend/openai_protocol.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace vllm::frontend {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+
+constexpr char kModel[] = "fake-model";
+
+// Streams " t0", " t1", ... (max_tokens deltas, default 3) from its own thread. A text
+// prompt "hang" yields one delta and then waits for Abort(); "reject" fails Generate.
+class FakeEngine : public EngineClient {
+ public:
+  FakeEngine() : worker_([this] { Run(); }) {}
+  ~FakeEngine() override {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    worker_.join();
+  }
+
+  absl::Status Generate(GenerateRequest request, OutputCallback on_output) override {
+    if (request.prompt_text == "reject") {
+      return absl::InvalidArgumentError("prompt is too long for max_model_len 64");
+    }
+    absl::MutexLock lock(&mu_);
+    requests_.push_back(request);
+    int32_t prompt_len = request.prompt_text.has_value()
+                             ? static_cast<int32_t>(request.prompt_text->size())
+                             : static_cast<int32_t>(request.prompt_token_ids.size());
+    bool hang = request.prompt_text == "hang";
+    int32_t n = hang ? 1 : request.params.max_tokens.value_or(3);
+    for (int32_t i = 0; i < n; ++i) {
+      GenerateOutput out;
+      out.text_delta = absl::StrCat(" t", i);
+      out.token_ids_delta = {i};
+      out.num_prompt_tokens = prompt_len;
+      out.num_output_tokens = i + 1;
+      if (request.params.logprobs.has_value()) {
+        out.logprobs.push_back({{i, absl::StrCat(" t", i), -0.5f}, {{i, " t", -0.5f}}});
+      }
+      if (!hang && i == n - 1) out.finish_reason = core::FinishReason::kLength;
+      tasks_.push_back([on_output, out] { on_output(out); });
+    }
+    if (hang) hanging_[request.request_id] = on_output;
+    return absl::OkStatus();
+  }
+
+  void Abort(const std::string& request_id) override {
+    absl::MutexLock lock(&mu_);
+    aborted_.push_back(request_id);
+    if (auto it = hanging_.find(request_id); it != hanging_.end()) {
+      GenerateOutput out;
+      out.finish_reason = core::FinishReason::kAbort;
+      tasks_.push_back([cb = it->second, out] { cb(out); });
+      hanging_.erase(it);
+    }
+  }
+
+  absl::Status Health() const override {
+    return healthy_ ? absl::OkStatus() : absl::UnavailableError("engine core died");
+  }
+  std::string ModelName() const override { return kModel; }
+  int32_t MaxModelLen() const override { return 64; }
+  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                                bool add_generation_prompt,
+                                                bool continue_final_message) const override {
+    std::string out;
+    for (const ChatMessage& m : messages) absl::StrAppend(&out, m.role, ": ", m.content, "\n");
+    return out;
+  }
+  EngineStats Stats() const override { return {3, 2, 0.25, 100, 40}; }
+
+  // Waits until `id` was aborted; false after the deadline.
+  bool WaitForAbort(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    auto aborted = [&] {
+      mu_.AssertHeld();
+      for (const std::string& a : aborted_) {
+        if (a == id) return true;
+      }
+      return false;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&aborted), absl::Seconds(10));
+  }
+  bool WaitForRequests(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&] {
+      mu_.AssertHeld();
+      return requests_.size() >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
+  }
+  std::vector<GenerateRequest> requests() {
+    absl::MutexLock lock(&mu_);
+    return requests_;
+  }
+
+  std::atomic<bool> healthy_{true};
+
+ private:
+  void Run() {
+    while (true) {
+      std::function<void()> task;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](FakeEngine* e)
+                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return e->done_ || !e->tasks_.empty(); },
+            this));
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::vector<GenerateRequest> requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> aborted_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, OutputCallback> hanging_ ABSL_GUARDED_BY(mu_);
+  std::thread worker_;
+};
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  std::string content_type;
+  json Json() const { return json::parse(body); }
+};
+
+// A blocking HTTP/1.1 client on one keep-alive connection.
+class Client {
+ public:
+  explicit Client(uint16_t port) : socket_(ioc_) {
+    socket_.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+  }
+
+  Reply Send(http::verb method, const std::string& target, const std::string& body = "",
+             const std::string& bearer = "") {
+    http::request<http::string_body> req(method, target, 11);
+    req.set(http::field::host, "127.0.0.1");
+    if (!bearer.empty()) req.set(http::field::authorization, "Bearer " + bearer);
+    if (!body.empty()) req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    http::write(socket_, req);
+    return Read();
+  }
+
+  Reply Post(const std::string& target, const json& body, const std::string& bearer = "") {
+    return Send(http::verb::post, target, body.dump(), bearer);
+  }
+
+  void WriteRaw(const std::string& bytes) { net::write(socket_, net::buffer(bytes)); }
+
+  Reply Read() {
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    http::read(socket_, buffer_, parser);
+    Reply r;
+    r.status = parser.get().result_int();
+    r.body = parser.get().body();
+    r.content_type = std::string(parser.get()[http::field::content_type]);
+    return r;
+  }
+
+  // Reads raw bytes until `needle` appears.
+  std::string ReadUntil(const std::string& needle) {
+    std::string seen;
+    char chunk[512];
+    while (seen.find(needle) == std::string::npos) {
+      size_t n = socket_.read_some(net::buffer(chunk));
+      seen.append(chunk, n);
+    }
+    return seen;
+  }
+
+  void Close() { socket_.close(); }
+
+ private:
+  net::io_context ioc_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+// The JSON payloads of an SSE body, [DONE] excluded; `done` says whether it ended with it.
+std::vector<json> SseEvents(const std::string& body, bool* done) {
+  std::vector<json> events;
+  *done = false;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    size_t end = body.find("\n\n", pos);
+    std::string data = body.substr(pos + 6, end - pos - 6);
+    if (data == "[DONE]") {
+      *done = true;
+    } else {
+      events.push_back(json::parse(data));
+    }
+    pos = end;
+  }
+  return events;
+}
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void StartServer(std::optional<std::string> api_key = std::nullopt) {
+    ApiServerOptions options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    options.api_key = api_key;
+    options.max_body_bytes = 1 << 20;
+    auto server = ApiServer::Create(&engine_, options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  void SetUp() override { StartServer(); }
+  void TearDown() override { server_.reset(); }
+
+  FakeEngine engine_;
+  std::unique_ptr<ApiServer> server_;
+};
+
+TEST_F(ApiServerTest, CompletionNonStreaming) {
+  Client c(server_->port());
+  Reply r = c.Post("/v1/completions", {{"model", kModel}, {"prompt", "hello"}, {"max_tokens", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = r.Json();
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(body["model"], kModel);
+  EXPECT_EQ(body["choices"][0]["text"], " t0 t1");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(body["usage"]["total_tokens"], 7);
+  // Keep-alive: a second request on the same connection.
+  Reply again = c.Post("/v1/completions", {{"prompt", {1, 2, 3}}, {"logprobs", 1}});
+  ASSERT_EQ(again.status, 200) << again.body;
+  json lp = again.Json()["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"].size(), 3u);
+  EXPECT_EQ(lp["text_offset"][1], 3);
+  std::vector<GenerateRequest> reqs = engine_.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_EQ(reqs[1].prompt_token_ids, (std::vector<int32_t>{1, 2, 3}));
+}
+
+TEST_F(ApiServerTest, CompletionNFanOutMergesChoices) {
+  Client c(server_->port());
+  Reply r = c.Post("/v1/completions", {{"prompt", "ab"}, {"n", 2}, {"seed", 5}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = r.Json();
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][1]["index"], 1);
+  EXPECT_EQ(body["choices"][1]["text"], " t0 t1 t2");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 2);  // the prompt counts once
+  EXPECT_EQ(body["usage"]["completion_tokens"], 6);
+  std::vector<GenerateRequest> reqs = engine_.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  EXPECT_NE(reqs[0].request_id, reqs[1].request_id);
+  EXPECT_EQ(*reqs[1].params.seed, 6);
+}
+
+TEST_F(ApiServerTest, CompletionStreamingWithUsage) {
+  Client c(server_->port());
+  Reply r = c.Post("/v1/completions", {{"prompt", "hey"},
+                                       {"n", 2},
+                                       {"stream", true},
+                                       {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type.rfind("text/event-stream", 0), 0u);
+  bool done = false;
+  std::vector<json> events = SseEvents(r.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 7u);  // 2 choices x 3 deltas + usage
+  std::string text[2];
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "text_completion");
+    text[events[i]["choices"][0]["index"].get<int>()] += events[i]["choices"][0]["text"];
+  }
+  EXPECT_EQ(text[0], " t0 t1 t2");
+  EXPECT_EQ(text[1], " t0 t1 t2");
+  EXPECT_TRUE(events.back()["choices"].empty());
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 6);
+  // The connection stays usable after a chunked response.
+  EXPECT_EQ(c.Send(http::verb::get, "/health").status, 200);
+}
+
+TEST_F(ApiServerTest, ChatNonStreamingAndStreaming) {
+  Client c(server_->port());
+  json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  Reply r = c.Post("/v1/chat/completions", {{"messages", messages}, {"max_completion_tokens", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json body = r.Json();
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], " t0 t1");
+  EXPECT_EQ(engine_.requests()[0].prompt_text, "user: hi\n");
+
+  Reply s = c.Post("/v1/chat/completions",
+                   {{"messages", messages}, {"stream", true}, {"logprobs", true}});
+  ASSERT_EQ(s.status, 200);
+  bool done = false;
+  std::vector<json> events = SseEvents(s.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], " t0");
+  EXPECT_EQ(events[1]["choices"][0]["logprobs"]["content"][0]["token"], " t0");
+  EXPECT_EQ(events[3]["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ApiServerTest, ModelsVersionHealth) {
+  Client c(server_->port());
+  Reply models = c.Send(http::verb::get, "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  json m = models.Json();
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], kModel);
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["owned_by"], "vllm-launch");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 64);
+  EXPECT_TRUE(c.Send(http::verb::get, "/version").Json().contains("version"));
+  Reply healthy = c.Send(http::verb::get, "/health");
+  EXPECT_EQ(healthy.status, 200);
+  EXPECT_EQ(healthy.body, "");
+  engine_.healthy_ = false;
+  EXPECT_EQ(c.Send(http::verb::get, "/health").status, 503);
+  engine_.healthy_ = true;
+  EXPECT_EQ(c.Send(http::verb::get, "/health").status, 200);
+}
+
+TEST_F(ApiServerTest, MetricsAfterRequests) {
+  Client c(server_->port());
+  ASSERT_EQ(c.Post("/v1/completions", {{"prompt", "abcd"}, {"max_tokens", 4}}).status, 200);
+  Reply r = c.Send(http::verb::get, "/metrics");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.content_type.rfind("text/plain", 0), 0u);
+  for (const char* line : {
+           "# TYPE vllm:prompt_tokens_total counter",
+           "vllm:prompt_tokens_total{model_name=\"fake-model\"} 4\n",
+           "vllm:generation_tokens_total{model_name=\"fake-model\"} 4\n",
+           "vllm:num_requests_running{model_name=\"fake-model\"} 3\n",
+           "vllm:num_requests_waiting{model_name=\"fake-model\"} 2\n",
+           "vllm:kv_cache_usage_perc{model_name=\"fake-model\"} 0.25\n",
+           "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 100\n",
+           "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 40\n",
+           "vllm:time_to_first_token_seconds_count{model_name=\"fake-model\"} 1\n",
+           "vllm:inter_token_latency_seconds_count{model_name=\"fake-model\"} 3\n",
+           "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1\n",
+           "vllm:e2e_request_latency_seconds_bucket{model_name=\"fake-model\",le=\"+Inf\"} 1\n",
+           "# TYPE vllm:time_to_first_token_seconds histogram",
+       }) {
+    EXPECT_NE(r.body.find(line), std::string::npos) << line << "\n" << r.body;
+  }
+}
+
+TEST_F(ApiServerTest, ApiKey) {
+  server_.reset();
+  StartServer("sekrit");
+  Client c(server_->port());
+  json req = {{"prompt", "x"}, {"max_tokens", 1}};
+  Reply missing = c.Post("/v1/completions", req);
+  EXPECT_EQ(missing.status, 401);
+  EXPECT_EQ(missing.Json()["object"], "error");
+  EXPECT_EQ(missing.Json()["code"], 401);
+  EXPECT_EQ(c.Post("/v1/completions", req, "wrong").status, 401);
+  EXPECT_EQ(c.Send(http::verb::get, "/v1/models", "", "wrong").status, 401);
+  EXPECT_EQ(c.Post("/v1/completions", req, "sekrit").status, 200);
+  EXPECT_EQ(c.Send(http::verb::get, "/health").status, 200);  // not under /v1
+}
+
+TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
+  const std::string chat_user = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string long_stop = [] {
+    std::string s = "[";
+    for (int i = 0; i < 65; ++i) s += std::string(i ? "," : "") + "\"s\"";
+    return s + "]";
+  }();
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> cases = {
+      {"/v1/completions", "{", 400, "Invalid JSON"},
+      {"/v1/completions", "", 400, "Invalid JSON"},
+      {"/v1/completions", "[1, 2]", 400, "JSON object"},
+      {"/v1/completions", R"({"max_tokens": 3})", 400, "prompt is required"},
+      {"/v1/completions", R"({"prompt": ""})", 400, "prompt must not be empty"},
+      {"/v1/completions", R"({"prompt": []})", 400, "prompt must not be empty"},
+      {"/v1/completions", R"({"prompt": 5})", 400, "prompt must be"},
+      {"/v1/completions", R"({"prompt": [1, -2]})", 400, "prompt must be in [0, "},
+      {"/v1/completions", R"({"prompt": "a", "temperature": -0.5})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": "a", "temperature": "1"})", 400, "must be a number"},
+      {"/v1/completions", R"({"prompt": "a", "top_p": 1.5})", 400, "top_p must be in (0, 1]"},
+      {"/v1/completions", R"({"prompt": "a", "top_p": 0})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt": "a", "top_k": -5})", 400, "top_k"},
+      {"/v1/completions", R"({"prompt": "a", "top_k": 1.5})", 400, "top_k must be an integer"},
+      {"/v1/completions", R"({"prompt": "a", "min_p": -0.1})", 400, "min_p must be in [0, 1]"},
+      {"/v1/completions", R"({"prompt": "a", "max_tokens": 0})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "a", "max_tokens": -1})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "a", "max_tokens": 99999999999})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt": "a", "n": 0})", 400, "n must be in [1, 128]"},
+      {"/v1/completions", R"({"prompt": "a", "n": 1000})", 400, "n must be in"},
+      {"/v1/completions", R"({"prompt": "a", "logprobs": 50})", 400, "logprobs must be in [0, 20]"},
+      {"/v1/completions", R"({"prompt": "a", "presence_penalty": 2.5})", 400, "presence_penalty"},
+      {"/v1/completions", R"({"prompt": "a", "frequency_penalty": -3})", 400, "frequency_penalty"},
+      {"/v1/completions", R"({"prompt": "a", "repetition_penalty": 0})", 400, "repetition_penalty"},
+      {"/v1/completions", R"({"prompt": "a", "stop": 3})", 400, "stop must be"},
+      {"/v1/completions", R"({"prompt": "a", "stop": )" + long_stop + "}", 400, "at most 64"},
+      {"/v1/completions", R"({"prompt": "a", "stop_token_ids": [-1]})", 400, "stop_token_ids"},
+      {"/v1/completions", R"({"prompt": "a", "stream": "yes"})", 400, "stream must be a boolean"},
+      {"/v1/completions", R"({"prompt": "a", "echo": true})", 400, "echo"},
+      {"/v1/completions", R"({"prompt": "a", "min_tokens": 9, "max_tokens": 2})", 400,
+       "min_tokens"},
+      {"/v1/completions", R"({"prompt": "a", "seed": "x"})", 400, "seed must be an integer"},
+      {"/v1/completions", R"({"model": "gpt-4", "prompt": "a"})", 404,
+       "The model `gpt-4` does not exist."},
+      {"/v1/completions", R"({"prompt": "reject"})", 400, "too long"},
+      {"/v1/chat/completions", R"({"messages": []})", 400, "messages must not be empty"},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages must be"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "robot", "content": "x"}]})", 400,
+       "unknown message role"},
+      {"/v1/chat/completions", R"({"messages": [{"content": "x"}]})", 400, "role"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+       "only content parts of type"},
+      {"/v1/chat/completions", "{" + chat_user + R"(, "top_logprobs": 2})", 400,
+       "requires logprobs"},
+      {"/v1/chat/completions", "{" + chat_user + R"(, "max_completion_tokens": 0})", 400,
+       "max_completion_tokens"},
+      {"/v1/chat/completions", "{" + chat_user + R"(, "temperature": -1})", 400, "temperature"},
+      {"/v1/chat/completions", "{" + chat_user + R"(, "model": "nope"})", 404, "does not exist"},
+  };
+  Client c(server_->port());
+  for (const auto& [target, body, status, message_part] : cases) {
+    Reply r = c.Send(http::verb::post, target, body);
+    ASSERT_EQ(r.status, status) << target << " " << body << " -> " << r.body;
+    json error = r.Json();
+    EXPECT_EQ(error["object"], "error") << r.body;
+    EXPECT_EQ(error["code"], status);
+    EXPECT_EQ(error["type"], status == 404 ? "NotFoundError" : "BadRequestError");
+    EXPECT_NE(error["message"].get<std::string>().find(message_part), std::string::npos)
+        << body << " -> " << r.body;
+  }
+  // Still serving, on the same connection.
+  EXPECT_EQ(c.Post("/v1/completions", {{"prompt", "a"}}).status, 200);
+}
+
+TEST_F(ApiServerTest, UnknownPathWrongMethodOversizedBody) {
+  Client c(server_->port());
+  EXPECT_EQ(c.Send(http::verb::get, "/v2/nothing").status, 404);
+  Reply wrong = c.Send(http::verb::get, "/v1/completions");
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(wrong.Json()["code"], 405);
+  EXPECT_EQ(c.Send(http::verb::post, "/health").status, 405);
+
+  Client big(server_->port());
+  big.WriteRaw(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 40000000\r\n\r\n");
+  Reply r = big.Read();
+  EXPECT_EQ(r.status, 413);
+  EXPECT_EQ(r.Json()["code"], 413);
+
+  Client garbage(server_->port());
+  garbage.WriteRaw("NOT HTTP AT ALL\r\n\r\n");
+  EXPECT_EQ(garbage.Read().status, 400);
+
+  EXPECT_EQ(Client(server_->port()).Post("/v1/completions", {{"prompt", "a"}}).status, 200);
+}
+
+TEST_F(ApiServerTest, StreamingClientDisconnectAborts) {
+  std::string id;
+  {
+    Client c(server_->port());
+    std::string body = json{{"prompt", "hang"}, {"stream", true}}.dump();
+    c.WriteRaw(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                            body.size(), "\r\n\r\n", body));
+    std::string seen = c.ReadUntil(" t0");
+    ASSERT_TRUE(engine_.WaitForRequests(1));
+    id = engine_.requests()[0].request_id;
+    c.Close();
+  }
+  EXPECT_TRUE(engine_.WaitForAbort(id));
+  EXPECT_EQ(Client(server_->port()).Send(http::verb::get, "/health").status, 200);
+}
+
+TEST_F(ApiServerTest, NonStreamingClientDisconnectAborts) {
+  Client c(server_->port());
+  std::string body = json{{"prompt", "hang"}}.dump();
+  c.WriteRaw(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                          body.size(), "\r\n\r\n", body));
+  ASSERT_TRUE(engine_.WaitForRequests(1));
+  c.Close();
+  EXPECT_TRUE(engine_.WaitForAbort(engine_.requests()[0].request_id));
+}
+
+TEST_F(ApiServerTest, StopAbortsInFlightRequests) {
+  Client c(server_->port());
+  std::string body = json{{"prompt", "hang"}, {"stream", true}}.dump();
+  c.WriteRaw(absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                          body.size(), "\r\n\r\n", body));
+  ASSERT_TRUE(engine_.WaitForRequests(1));
+  server_->Stop();
+  EXPECT_TRUE(engine_.WaitForAbort(engine_.requests()[0].request_id));
+}
+
+}  // namespace
+}  // namespace vllm::frontend
