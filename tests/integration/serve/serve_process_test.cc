@@ -126,7 +126,7 @@ TEST_F(ServeProcessTest, AnswersLikeTheModelAndStopsOnCtrlC) {
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json sample = nlohmann::json::parse(text.str()).at("samples").at(0);
-  nlohmann::json req = {{"model", kModel.string()},
+  nlohmann::json req = {{"model", "kjv-llama-tiny"},
                         {"prompt", sample.at("prompt")},
                         {"max_tokens", sample.at("greedy_ids").size()},
                         {"temperature", 0}};
@@ -139,7 +139,7 @@ TEST_F(ServeProcessTest, AnswersLikeTheModelAndStopsOnCtrlC) {
   EXPECT_EQ(c.at("usage").at("completion_tokens").get<size_t>(),
             sample.at("greedy_ids").size());
 
-  nlohmann::json chat = {{"model", kModel.string()},
+  nlohmann::json chat = {{"model", "kjv-llama-tiny"},
                          {"messages", {{{"role", "user"}, {"content", "Blessed are the meek"}}}},
                          {"max_tokens", 16}};
   auto chat_response = Http(port_, "POST", "/v1/chat/completions", chat.dump());
