@@ -17,11 +17,14 @@ run_suite() {  # run_suite <preset> <build target or ""> <ctest args...>
   echo "=== test ${preset} $*"
   local log="build/${preset}/ctest.log"
   ctest --test-dir "build/${preset}" --timeout 300 "$@" 2>&1 | tee "$log"
-  local p f
-  p=$(grep -cE 'Test +#[0-9]+: .* Passed' "$log")
-  f=$(grep -cE 'Test +#[0-9]+: .* (\*\*\*|Failed|Not Run|Timeout|Exception)' "$log")
-  # A run that ends without ctest's summary (crash of ctest itself) counts as a failure.
-  grep -q 'tests passed' "$log" || f=$((f + 1))
+  # ctest's own summary: "NN% tests passed, F tests failed out of T". A run that ends without
+  # it (ctest itself crashed) counts as one failure.
+  local summary p=0 f=1
+  summary=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1)
+  if [[ -n $summary ]]; then
+    f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$summary")
+    p=$(( $(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$summary") - f ))
+  fi
   passed=$((passed + p)); failed=$((failed + f))
 }
 
