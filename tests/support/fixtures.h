@@ -17,6 +17,14 @@
 
 namespace vllm::testing {
 
+// Parses a JSON file; throws (nlohmann) on a malformed one: fixtures are ours.
+inline nlohmann::json ReadJson(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return nlohmann::json::parse(text.str());
+}
+
 inline std::filesystem::path FixtureModels() {
   return std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "models";
 }
@@ -32,10 +40,7 @@ struct Reference {
 
 // Throws (nlohmann) on a malformed file: the fixtures are ours, a bad one is a test bug.
 inline Reference LoadReference(const std::filesystem::path& model_dir) {
-  std::ifstream in(model_dir / "reference.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str());
+  const nlohmann::json j = ReadJson(model_dir / "reference.json");
   Reference r;
   r.prompts = j.at("prompts").get<std::vector<std::vector<int32_t>>>();
   r.greedy = j.at("greedy").get<std::vector<std::vector<int32_t>>>();

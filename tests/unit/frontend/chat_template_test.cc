@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/fixtures.h"
 
 namespace vllm::frontend {
 namespace {
@@ -19,12 +20,7 @@ namespace {
 const std::filesystem::path kRoot(VLLM_SOURCE_DIR);
 const std::filesystem::path kFixtures = kRoot / "tests" / "fixtures" / "tokenizer";
 
-nlohmann::json ReadJson(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return nlohmann::json::parse(s.str());
-}
+using ::vllm::testing::ReadJson;
 
 std::vector<ChatMessage> Messages(const nlohmann::json& j) {
   std::vector<ChatMessage> out;

@@ -12,6 +12,7 @@
 #include "frontend/tokenizer_unicode.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/fixtures.h"
 
 namespace vllm::frontend {
 namespace {
@@ -19,12 +20,7 @@ namespace {
 const std::filesystem::path kRoot(VLLM_SOURCE_DIR);
 const std::filesystem::path kFixtures = kRoot / "tests" / "fixtures" / "tokenizer";
 
-nlohmann::json ReadJson(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return nlohmann::json::parse(s.str());
-}
+using ::vllm::testing::ReadJson;
 
 std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& prompt,
                    const std::vector<int32_t>& ids, DetokenizerOptions options) {
@@ -36,7 +32,7 @@ std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& prompt,
   return streamed;
 }
 
-class DetokenizerGoldenTest : public testing::TestWithParam<std::string> {};
+class DetokenizerGoldenTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DetokenizerGoldenTest, OneIdAtATimeEqualsFullDecode) {
   const std::filesystem::path dir =
@@ -73,9 +69,9 @@ TEST_P(DetokenizerGoldenTest, OneIdAtATimeEqualsFullDecode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DetokenizerGoldenTest,
-                         testing::Values("kjv", "llama3_bpe", "qwen2_bpe", "fallback_bpe"));
+                         ::testing::Values("kjv", "llama3_bpe", "qwen2_bpe", "fallback_bpe"));
 
-class DetokenizerTest : public testing::Test {
+class DetokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto t = Tokenizer::Load(kRoot / "models" / "kjv-llama-tiny");
