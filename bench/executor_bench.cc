@@ -125,11 +125,12 @@ int Main(int argc, char** argv) {
   }
   if (empty_only) return 0;
   const int steps = std::max(20, iterations / 200);
-  for (const auto& [backend, tp] : {std::pair{"uni", 1}, std::pair{"mp", 1}, std::pair{"mp", 2},
-                                 std::pair{"mp", 4}}) {
+  for (const auto& [backend, tp] :
+       {std::pair{"uni", 1}, std::pair{"mp", 1}, std::pair{"mp", 2}, std::pair{"mp", 4}}) {
     auto s = DecodeStep(backend, tp, steps, binary);
     if (!s.ok()) {
-      std::fprintf(stderr, "decode step %s TP=%d: %s\n", backend, tp, s.status().ToString().c_str());
+      std::fprintf(stderr, "decode step %s TP=%d: %s\n", backend, tp,
+                   s.status().ToString().c_str());
       return 1;
     }
     std::printf("| 256-request decode step, llama_mha, %s | %d | %.1f | %.1f |\n", backend, tp,

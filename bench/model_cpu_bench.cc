@@ -151,8 +151,8 @@ absl::Status Measure(const std::string& name, const frontend::EngineArgs& args, 
     }
     const double s = Seconds(t0, Clock::now());
     const double step_s = s / static_cast<double>(steps);
-    rows->push_back({name, absl::StrCat("decode batch ", batch), tokens / s, 1e3 * step_s,
-                     step_s / floor_s});
+    rows->push_back(
+        {name, absl::StrCat("decode batch ", batch), tokens / s, 1e3 * step_s, step_s / floor_s});
   }
   return absl::OkStatus();
 }
@@ -199,15 +199,17 @@ int Main(int argc, char** argv) {
   }
   std::printf("weight streaming (sgemv, 1 GiB): %.1f GB/s; sgemm 2048³ peak: %.1f GFLOP/s\n\n",
               bandwidth / 1e9, peak);
-  std::printf("| model | run | tokens/s | ms/step | decode: step ÷ streaming floor | prefill: "
-              "GFLOP/s (÷ sgemm peak) |\n");
+  std::printf(
+      "| model | run | tokens/s | ms/step | decode: step ÷ streaming floor | prefill: "
+      "GFLOP/s (÷ sgemm peak) |\n");
   std::printf("|---|---|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     const bool decode = r.ms_per_step > 0;
-    std::printf("| %s | %s | %.1f | %s | %s | %s |\n", r.model.c_str(), r.what.c_str(),
-                r.tokens_per_s, decode ? absl::StrFormat("%.2f", r.ms_per_step).c_str() : "—",
-                decode ? absl::StrFormat("%.2f×", r.floor_x).c_str() : "—",
-                decode ? "—" : absl::StrFormat("%.1f (%.0f %%)", r.gflops, 100 * r.gflops / peak).c_str());
+    std::printf(
+        "| %s | %s | %.1f | %s | %s | %s |\n", r.model.c_str(), r.what.c_str(), r.tokens_per_s,
+        decode ? absl::StrFormat("%.2f", r.ms_per_step).c_str() : "—",
+        decode ? absl::StrFormat("%.2f×", r.floor_x).c_str() : "—",
+        decode ? "—" : absl::StrFormat("%.1f (%.0f %%)", r.gflops, 100 * r.gflops / peak).c_str());
   }
   return 0;
 }

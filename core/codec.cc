@@ -383,8 +383,7 @@ absl::StatusOr<T> DecodeEnvelope(std::string_view bytes, const DecodeLimits& lim
                         absl::StrFormat("%s: %s", what, handle.status().message()));
   }
   try {
-    VLLM_ASSIGN_OR_RETURN(FieldReader envelope,
-                          FieldReader::Open(handle->get(), "envelope", 3));
+    VLLM_ASSIGN_OR_RETURN(FieldReader envelope, FieldReader::Open(handle->get(), "envelope", 3));
     uint8_t got_tag = 0;
     uint32_t version = 0;
     VLLM_RETURN_IF_ERROR(envelope.Int("tag", &got_tag));

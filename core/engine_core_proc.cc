@@ -41,8 +41,8 @@ struct UtilityCall {
 };
 
 // One decoded input frame.
-using Input = std::variant<EngineCoreRequest, std::vector<std::string> /*abort*/, UtilityCall,
-                           StartDpWave>;
+using Input =
+    std::variant<EngineCoreRequest, std::vector<std::string> /*abort*/, UtilityCall, StartDpWave>;
 
 // What the output thread sends: [kind, payload].
 struct Output {
@@ -88,7 +88,8 @@ class EngineCoreProc::Impl {
     zmq::socket_t hs(ipc::ZmqContext(), zmq::socket_type::dealer);
     hs.set(zmq::sockopt::linger, 1000);
     hs.connect(options_.handshake_address);
-    const int64_t deadline = ipc::MonoNowNs() + absl::ToInt64Nanoseconds(options_.handshake_timeout);
+    const int64_t deadline =
+        ipc::MonoNowNs() + absl::ToInt64Nanoseconds(options_.handshake_timeout);
     auto check = [this] {
       return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
     };
@@ -104,7 +105,8 @@ class EngineCoreProc::Impl {
     VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
     VLLM_ASSIGN_OR_RETURN(auto addresses,
                           ipc::ConvertAs<std::vector<std::string>>(oh.get(), "CONFIG addresses"));
-    if (addresses.size() != 2) return absl::DataLossError("engine handshake: CONFIG needs 2 addresses");
+    if (addresses.size() != 2)
+      return absl::DataLossError("engine handshake: CONFIG needs 2 addresses");
 
     input_.emplace(ipc::ZmqContext(), zmq::socket_type::dealer);
     input_->set(zmq::sockopt::routing_id, absl::StrCat("engine-", options_.engine_index));
@@ -132,9 +134,9 @@ class EngineCoreProc::Impl {
   void InputLoop() {
     std::vector<zmq::message_t> parts;
     while (!stop_.load()) {
-      absl::Status s = ipc::RecvMultipart(
-          *input_, parts, 2, ipc::MonoNowNs() + absl::ToInt64Nanoseconds(kPollSlice), kPollSlice,
-          nullptr, "engine input");
+      absl::Status s = ipc::RecvMultipart(*input_, parts, 2,
+                                          ipc::MonoNowNs() + absl::ToInt64Nanoseconds(kPollSlice),
+                                          kPollSlice, nullptr, "engine input");
       if (absl::IsDeadlineExceeded(s)) continue;
       if (!s.ok()) {
         spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index, s.ToString());
@@ -172,14 +174,17 @@ class EngineCoreProc::Impl {
         return Input(w);
       }
       case EngineCoreRequestType::kUtility: {
-        VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
+        VLLM_ASSIGN_OR_RETURN(auto oh,
+                              ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
         const msgpack::object& o = oh.get();
         if (o.type != msgpack::type::ARRAY || o.via.array.size < 2) {
           return absl::DataLossError("utility call: expected [call_id, method, ...]");
         }
         UtilityCall call;
-        VLLM_ASSIGN_OR_RETURN(call.call_id, ipc::ConvertAs<uint64_t>(o.via.array.ptr[0], "call_id"));
-        VLLM_ASSIGN_OR_RETURN(call.method, ipc::ConvertAs<std::string>(o.via.array.ptr[1], "method"));
+        VLLM_ASSIGN_OR_RETURN(call.call_id,
+                              ipc::ConvertAs<uint64_t>(o.via.array.ptr[0], "call_id"));
+        VLLM_ASSIGN_OR_RETURN(call.method,
+                              ipc::ConvertAs<std::string>(o.via.array.ptr[1], "method"));
         return Input(std::move(call));
       }
       default:
@@ -227,7 +232,8 @@ class EngineCoreProc::Impl {
       } else if (call->method == "ping") {
         result = Pack(true);
       } else {
-        status = absl::InvalidArgumentError(absl::StrCat("unknown utility method '", call->method, "'"));
+        status =
+            absl::InvalidArgumentError(absl::StrCat("unknown utility method '", call->method, "'"));
       }
       Send({kOutputKindUtility,
             Pack(call->call_id, static_cast<int32_t>(status.code()), std::string(status.message()),
@@ -237,7 +243,8 @@ class EngineCoreProc::Impl {
   }
 
   absl::Status MainLoop() {
-    spdlog::info("engine {}: ready ({} KV blocks)", options_.engine_index, engine_->num_gpu_blocks());
+    spdlog::info("engine {}: ready ({} KV blocks)", options_.engine_index,
+                 engine_->num_gpu_blocks());
     while (!stop_.load()) {
       TakeInputs();
       if (!engine_->scheduler().HasRequests()) continue;
@@ -245,8 +252,9 @@ class EngineCoreProc::Impl {
       if (!step.ok()) {
         // EXECUTOR_FAILED: tell every client, then go down.
         spdlog::error("engine {}: {}", options_.engine_index, step.status().ToString());
-        Send({kOutputKindFailed, Pack(options_.engine_index, static_cast<int32_t>(step.status().code()),
-                                      std::string(step.status().message()))});
+        Send({kOutputKindFailed,
+              Pack(options_.engine_index, static_cast<int32_t>(step.status().code()),
+                   std::string(step.status().message()))});
         return step.status();
       }
       if (step->outputs.has_value() &&
@@ -278,10 +286,11 @@ class EngineCoreProc::Impl {
         std::vector<zmq::message_t> parts;
         parts.push_back(Msg(std::string_view(&o.kind, 1)));
         parts.push_back(Msg(o.payload));
-        absl::Status s = ipc::SendMultipart(*output_, parts,
-                                            ipc::MonoNowNs() + absl::ToInt64Nanoseconds(absl::Seconds(30)),
-                                            kPollSlice, nullptr, "engine output");
-        if (!s.ok()) spdlog::error("engine {}: output lost: {}", options_.engine_index, s.ToString());
+        absl::Status s = ipc::SendMultipart(
+            *output_, parts, ipc::MonoNowNs() + absl::ToInt64Nanoseconds(absl::Seconds(30)),
+            kPollSlice, nullptr, "engine output");
+        if (!s.ok())
+          spdlog::error("engine {}: output lost: {}", options_.engine_index, s.ToString());
       }
     }
   }
@@ -299,7 +308,7 @@ class EngineCoreProc::Impl {
 
   const EngineCoreProcOptions options_;
   std::atomic<bool> stop_{false};
-  std::unique_ptr<EngineCore> engine_;  // main loop only
+  std::unique_ptr<EngineCore> engine_;   // main loop only
   std::optional<zmq::socket_t> input_;   // input thread only (after the handshake)
   std::optional<zmq::socket_t> output_;  // output thread only
   std::thread input_thread_, output_thread_;

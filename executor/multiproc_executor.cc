@@ -33,8 +33,8 @@ namespace {
 std::string DescribeExit(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
-    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
-                        ")");
+    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
+                        strsignal(WTERMSIG(status)), ")");
   }
   return absl::StrCat("ended with wait status ", status);
 }
@@ -52,8 +52,7 @@ absl::Span<const uint8_t> Bytes(const std::string& s) {
 
 }  // namespace
 
-MultiprocExecutor::MultiprocExecutor(const MultiprocExecutorOptions& options)
-    : options_(options) {}
+MultiprocExecutor::MultiprocExecutor(const MultiprocExecutorOptions& options) : options_(options) {}
 
 absl::StatusOr<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::Create(
     const MultiprocExecutorOptions& options) {
@@ -92,10 +91,9 @@ absl::Status MultiprocExecutor::Start() {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown collective backend '", options_.comm_backend, "' (choose shm or gloo)"));
     }
-    VLLM_ASSIGN_OR_RETURN(group_, kernels::comm::CommGroup::Create(
-                                      options_.comm_backend == "gloo" ? Backend::kGloo
-                                                                      : Backend::kShm,
-                                      tp));
+    VLLM_ASSIGN_OR_RETURN(
+        group_, kernels::comm::CommGroup::Create(
+                    options_.comm_backend == "gloo" ? Backend::kGloo : Backend::kShm, tp));
     comm_spec = group_->spec().Encode();
   }
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
@@ -164,8 +162,8 @@ absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadl
   std::vector<zmq::message_t> parts;
   auto check = [this] { return failure(); };
   while (ready < tp) {
-    absl::Status s = ipc::RecvMultipart(pull, parts, 1, deadline_ns, absl::Milliseconds(20),
-                                        check, "worker readiness");
+    absl::Status s = ipc::RecvMultipart(pull, parts, 1, deadline_ns, absl::Milliseconds(20), check,
+                                        "worker readiness");
     if (absl::IsDeadlineExceeded(s)) {
       std::vector<int32_t> missing;
       for (int32_t r = 0; r < tp; ++r) {
@@ -182,8 +180,8 @@ absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadl
       return absl::InvalidArgumentError(absl::StrCat("bad ready message for rank ", msg.rank));
     }
     if (!msg.status().ok()) {
-      return absl::Status(msg.code, absl::StrCat("worker rank ", msg.rank,
-                                                 " failed to start: ", msg.message));
+      return absl::Status(
+          msg.code, absl::StrCat("worker rank ", msg.rank, " failed to start: ", msg.message));
     }
     VLLM_ASSIGN_OR_RETURN(ipc::Handle handle, ipc::Handle::FromText(msg.response_handle));
     VLLM_ASSIGN_OR_RETURN(auto reader, ipc::MessageQueueReader::Attach(handle, 0));
@@ -221,8 +219,8 @@ void MultiprocExecutor::MonitorLoop() {
         expected = stopping_;
       }
       if (!expected) {
-        Fail(absl::UnavailableError(absl::StrFormat("worker rank %d (pid %d) %s", i, pids_[i],
-                                                    DescribeExit(status))));
+        Fail(absl::UnavailableError(
+            absl::StrFormat("worker rank %d (pid %d) %s", i, pids_[i], DescribeExit(status))));
       }
     }
   }
@@ -265,9 +263,9 @@ absl::StatusOr<uint64_t> MultiprocExecutor::Broadcast(const std::string& method,
   const ipc::ByteSpan parts[2] = {Bytes(prefix), payload};
   absl::Status s = broadcast_->EnqueueParts(parts, absl::Now() + options_.execute_timeout);
   if (absl::IsDeadlineExceeded(s)) {
-    Fail(absl::DeadlineExceededError(absl::StrCat(
-        "workers did not take ", method, " within ",
-        absl::FormatDuration(options_.execute_timeout), ": ", s.message())));
+    Fail(absl::DeadlineExceededError(absl::StrCat("workers did not take ", method, " within ",
+                                                  absl::FormatDuration(options_.execute_timeout),
+                                                  ": ", s.message())));
   } else if (!s.ok()) {
     Fail(s);
   }
@@ -291,9 +289,9 @@ absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t
         },
         deadline);
     if (absl::IsDeadlineExceeded(s)) {
-      Fail(absl::DeadlineExceededError(
-          absl::StrFormat("worker rank %d (pid %d) did not answer %s within %s; it may be hung",
-                          rank, pids_[rank], method, absl::FormatDuration(options_.execute_timeout))));
+      Fail(absl::DeadlineExceededError(absl::StrFormat(
+          "worker rank %d (pid %d) did not answer %s within %s; it may be hung", rank, pids_[rank],
+          method, absl::FormatDuration(options_.execute_timeout))));
     } else if (!s.ok()) {
       Fail(absl::Status(s.code(), absl::StrCat("worker rank ", rank, ": ", s.message())));
     }
@@ -301,8 +299,8 @@ absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t
     // A reply to an older call (left behind when that call failed on another rank).
     if (header.call_id != 0 && header.call_id < call_id) continue;
     if (!header.status().ok()) {
-      return absl::Status(header.code, absl::StrCat("worker rank ", rank, ": ", method, ": ",
-                                                    header.message));
+      return absl::Status(header.code,
+                          absl::StrCat("worker rank ", rank, ": ", method, ": ", header.message));
     }
     if (header.call_id != call_id) {
       const absl::Status bad = absl::InternalError(absl::StrFormat(
@@ -380,18 +378,14 @@ core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::Schedul
   const std::string payload = core::Encode(so);
   absl::StatusOr<uint64_t> id = Broadcast("execute_model", Bytes(payload), /*reply_rank=*/0);
   // The reply is read when the future is waited on; futures are waited on in order.
-  return std::async(std::launch::deferred,
-                    [this, id]() -> absl::StatusOr<core::ModelRunnerOutput> {
-                      VLLM_RETURN_IF_ERROR(id.status());
-                      VLLM_ASSIGN_OR_RETURN(
-                          std::string reply,
-                          AwaitReply(0, *id, "execute_model",
-                                     absl::Now() + options_.execute_timeout));
-                      absl::StatusOr<core::ModelRunnerOutput> out =
-                          core::DecodeModelRunnerOutput(reply);
-                      if (!out.ok()) Fail(out.status());
-                      return out;
-                    });
+  return std::async(std::launch::deferred, [this, id]() -> absl::StatusOr<core::ModelRunnerOutput> {
+    VLLM_RETURN_IF_ERROR(id.status());
+    VLLM_ASSIGN_OR_RETURN(std::string reply, AwaitReply(0, *id, "execute_model",
+                                                        absl::Now() + options_.execute_timeout));
+    absl::StatusOr<core::ModelRunnerOutput> out = core::DecodeModelRunnerOutput(reply);
+    if (!out.ok()) Fail(out.status());
+    return out;
+  });
 }
 
 absl::StatusOr<core::ModelRunnerOutput> MultiprocExecutor::ExecuteModel(

@@ -20,9 +20,7 @@ class UniProcExecutor final : public core::Executor {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<UniProcExecutor>> Create(
       const worker::WorkerConfig& config);
 
-  absl::StatusOr<core::KVCacheSpec> GetKVCacheSpec() override {
-    return worker_->GetKVCacheSpec();
-  }
+  absl::StatusOr<core::KVCacheSpec> GetKVCacheSpec() override { return worker_->GetKVCacheSpec(); }
   absl::StatusOr<int64_t> DetermineAvailableMemory() override {
     return worker_->DetermineAvailableMemory();
   }

@@ -22,7 +22,6 @@
 
 namespace vllm::frontend {
 
-
 // One engine request (one choice of one prompt; the server fans n > 1 out into n of them).
 struct GenerateRequest {
   // Unique among in-flight requests; the server derives it from the response id.

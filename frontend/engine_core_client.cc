@@ -132,8 +132,8 @@ void EngineCoreClient::ReceiveLoop() {
       auto id = ipc::ConvertAs<uint64_t>(f[0], "call_id");
       auto code = ipc::ConvertAs<int32_t>(f[1], "code");
       auto message = ipc::ConvertAs<std::string>(f[2], "message");
-      if (!id.ok() || !code.ok() || !message.ok() || f[3].type != msgpack::type::BIN ||
-          *code < 0 || *code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+      if (!id.ok() || !code.ok() || !message.ok() || f[3].type != msgpack::type::BIN || *code < 0 ||
+          *code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
         continue;
       }
       if (*code == 0) {
@@ -162,7 +162,8 @@ absl::Status EngineCoreClient::failure() const {
 void EngineCoreClient::MarkEngineDead(int32_t engine_index, const absl::Status& why) {
   absl::MutexLock lock(&mu_);
   if (failure_.ok()) {
-    failure_ = absl::UnavailableError(absl::StrCat("engine ", engine_index, " died: ", why.message()));
+    failure_ =
+        absl::UnavailableError(absl::StrCat("engine ", engine_index, " died: ", why.message()));
   }
 }
 
@@ -179,8 +180,9 @@ absl::Status EngineCoreClient::Send(int32_t engine_index, core::EngineCoreReques
   parts.push_back(Msg(std::string_view(&type_byte, 1)));
   parts.push_back(Msg(payload));
   absl::MutexLock lock(&send_mu_);
-  return ipc::SendMultipart(*input_, parts, ipc::MonoNowNs() + 5'000'000'000, kSlice,
-                            [this] { return failure(); }, "request to the engine");
+  return ipc::SendMultipart(
+      *input_, parts, ipc::MonoNowNs() + 5'000'000'000, kSlice, [this] { return failure(); },
+      "request to the engine");
 }
 
 absl::Status EngineCoreClient::AddRequest(const core::EngineCoreRequest& request) {

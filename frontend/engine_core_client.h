@@ -42,7 +42,8 @@ class EngineCoreClient {
   };
 
   // Binds the sockets (abstract ipc:// addresses). `num_engines` engines must then connect.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCoreClient>> Create(int32_t num_engines);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCoreClient>> Create(
+      int32_t num_engines);
   ~EngineCoreClient();
 
   // Give this to each engine process (--handshake-address).

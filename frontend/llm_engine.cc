@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "executor/multiproc_executor.h"
 #include "executor/uniproc_executor.h"
 #include "ipc/status_macros.h"
@@ -43,8 +43,8 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const EngineArgs& args) {
   s.max_model_len = args.max_model_len > 0 ? args.max_model_len : static_cast<int32_t>(model_len);
   s.max_num_seqs = args.max_num_seqs;
   s.max_num_batched_tokens = args.max_num_batched_tokens > 0 ? args.max_num_batched_tokens
-                             : args.enable_chunked_prefill ? 2048
-                                                           : std::max(s.max_model_len, 2048);
+                             : args.enable_chunked_prefill   ? 2048
+                                                             : std::max(s.max_model_len, 2048);
   s.block_size = args.block_size;
   s.enable_prefix_caching = args.enable_prefix_caching;
   s.enable_chunked_prefill = args.enable_chunked_prefill;
@@ -69,7 +69,8 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const EngineArgs& args) {
     mp.execute_timeout = args.execute_timeout;
     VLLM_ASSIGN_OR_RETURN(executor, executor::MultiprocExecutor::Create(mp));
   }
-  VLLM_ASSIGN_OR_RETURN(built.core, core::EngineCore::Create(std::move(config), std::move(executor)));
+  VLLM_ASSIGN_OR_RETURN(built.core,
+                        core::EngineCore::Create(std::move(config), std::move(executor)));
   return built;
 }
 

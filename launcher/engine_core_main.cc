@@ -97,7 +97,8 @@ int RunEngineCore(const std::vector<std::string>& args) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("engine-core"));
   absl::StatusOr<Flags> flags = Parse(args);
   if (!flags.ok()) {
-    std::fprintf(stderr, "vllm-launch engine-core: %s\n", std::string(flags.status().message()).c_str());
+    std::fprintf(stderr, "vllm-launch engine-core: %s\n",
+                 std::string(flags.status().message()).c_str());
     return 2;
   }
   prctl(PR_SET_PDEATHSIG, SIGKILL);

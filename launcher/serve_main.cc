@@ -51,16 +51,29 @@ class EngineProcess {
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) return absl::InternalError("cannot read /proc/self/exe: " + ec.message());
     const frontend::EngineArgs& e = args.engine;
-    std::vector<std::string> argv = {
-        self,         kEngineCoreSubcommand,   "--handshake-address", handshake_address,
-        "--parent-pid", absl::StrCat(getpid()), "--model",            e.model.string(),
-        "--tensor-parallel-size", absl::StrCat(e.tensor_parallel_size),
-        "--max-num-seqs", absl::StrCat(e.max_num_seqs), "--block-size", absl::StrCat(e.block_size),
-        "--kv-cache-memory", absl::StrCat(e.kv_cache_memory_bytes), "--seed", absl::StrCat(e.seed),
-        "--load-format",
-        e.load_format == worker::LoadFormat::kDummy         ? "dummy"
-        : e.load_format == worker::LoadFormat::kSafetensors ? "safetensors"
-                                                            : "auto"};
+    std::vector<std::string> argv = {self,
+                                     kEngineCoreSubcommand,
+                                     "--handshake-address",
+                                     handshake_address,
+                                     "--parent-pid",
+                                     absl::StrCat(getpid()),
+                                     "--model",
+                                     e.model.string(),
+                                     "--tensor-parallel-size",
+                                     absl::StrCat(e.tensor_parallel_size),
+                                     "--max-num-seqs",
+                                     absl::StrCat(e.max_num_seqs),
+                                     "--block-size",
+                                     absl::StrCat(e.block_size),
+                                     "--kv-cache-memory",
+                                     absl::StrCat(e.kv_cache_memory_bytes),
+                                     "--seed",
+                                     absl::StrCat(e.seed),
+                                     "--load-format",
+                                     e.load_format == worker::LoadFormat::kDummy ? "dummy"
+                                     : e.load_format == worker::LoadFormat::kSafetensors
+                                         ? "safetensors"
+                                         : "auto"};
     if (e.max_model_len > 0) {
       argv.insert(argv.end(), {"--max-model-len", absl::StrCat(e.max_model_len)});
     }
@@ -147,7 +160,8 @@ absl::StatusOr<std::optional<frontend::ChatTemplate>> LoadChatTemplate(
 
 absl::Status Serve(const ServeArgs& args) {
   // Bad model files fail here, before any process starts.
-  VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config, worker::LoadModelConfig(args.engine.model));
+  VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config,
+                        worker::LoadModelConfig(args.engine.model));
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::Tokenizer> tokenizer,
                         frontend::Tokenizer::Load(args.engine.model));
   VLLM_ASSIGN_OR_RETURN(std::optional<frontend::ChatTemplate> chat_template,
@@ -162,13 +176,13 @@ absl::Status Serve(const ServeArgs& args) {
   absl::Notification stop;
   int stop_pipe[2];
   if (pipe2(stop_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
-  VLLM_ASSIGN_OR_RETURN(auto watcher,
-                        ipc::SignalWatcher::Start({SIGINT, SIGTERM}, [&](int sig) {
+  VLLM_ASSIGN_OR_RETURN(auto watcher, ipc::SignalWatcher::Start({SIGINT, SIGTERM}, [&](int sig) {
                           spdlog::info("signal {}: shutting down", sig);
                           if (!stop.HasBeenNotified()) stop.Notify();
                           (void)!write(stop_pipe[1], "x", 1);
                         }));
-  spdlog::info("starting the engine core for {} (pid {})", args.engine.model.string(), engine.pid());
+  spdlog::info("starting the engine core for {} (pid {})", args.engine.model.string(),
+               engine.pid());
   VLLM_RETURN_IF_ERROR(client->WaitForEngines(absl::Now() + absl::Minutes(10), [&]() {
     if (stop.HasBeenNotified()) return absl::CancelledError("interrupted during start-up");
     return engine.Check();

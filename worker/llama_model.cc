@@ -27,9 +27,8 @@ void Append(std::vector<float>& to, const std::vector<float>& from) {
 
 absl::Status CheckDivides(int64_t value, int32_t world_size, const char* what) {
   if (value % world_size != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s (%d) is not divisible by the tensor-parallel size %d", what, value,
-                        world_size));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s (%d) is not divisible by the tensor-parallel size %d", what, value, world_size));
   }
   return absl::OkStatus();
 }
@@ -44,10 +43,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   VLLM_RETURN_IF_ERROR(CheckDivides(config.num_attention_heads, tp, "num_attention_heads"));
   VLLM_RETURN_IF_ERROR(CheckDivides(config.num_key_value_heads, tp, "num_key_value_heads"));
   VLLM_RETURN_IF_ERROR(CheckDivides(config.intermediate_size, tp, "intermediate_size"));
-  VLLM_ASSIGN_OR_RETURN(cpu::RotaryEmbedding rope,
-                        cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
-                                                     config.max_position_embeddings,
-                                                     config.rope_scaling));
+  VLLM_ASSIGN_OR_RETURN(
+      cpu::RotaryEmbedding rope,
+      cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
+                                   config.max_position_embeddings, config.rope_scaling));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, comm, std::move(rope)));
   VLLM_RETURN_IF_ERROR(model->LoadWeights(weights));
   return model;

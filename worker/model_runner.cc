@@ -37,9 +37,9 @@ ModelRunner::ModelRunner(std::unique_ptr<LlamaModel> model, uint64_t seed)
 
 absl::Status ModelRunner::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
   if (num_blocks <= 0 || block_size <= 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "KV cache needs positive num_blocks and block_size, got %d and %d", num_blocks,
-        block_size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("KV cache needs positive num_blocks and block_size, got %d and %d",
+                        num_blocks, block_size));
   }
   kv_cache_ = model_->AllocateKVCache(num_blocks, block_size);
   return absl::OkStatus();
@@ -63,9 +63,8 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
     s.num_computed_tokens = d.num_computed_tokens;
     s.block_ids = d.block_ids;
     s.sampling_params = d.sampling_params;
-    s.seed = d.sampling_params.seed.has_value()
-                 ? static_cast<uint64_t>(*d.sampling_params.seed)
-                 : XXH64(d.req_id.data(), d.req_id.size(), seed_);
+    s.seed = d.sampling_params.seed.has_value() ? static_cast<uint64_t>(*d.sampling_params.seed)
+                                                : XXH64(d.req_id.data(), d.req_id.size(), seed_);
     scheduled_.push_back(&s);
   }
   const core::CachedRequestData& c = so.scheduled_cached_reqs;
@@ -184,8 +183,7 @@ int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs*
   return token;
 }
 
-absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(
-    const core::SchedulerOutput& so) {
+absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::SchedulerOutput& so) {
   if (!kv_cache_initialized()) {
     return absl::FailedPreconditionError("ExecuteModel before InitializeKVCache");
   }
@@ -212,7 +210,8 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(
   VLLM_RETURN_IF_ERROR(model_->Forward(batch, kv_cache_, &logits_));
 
   bool any_logprobs = false;
-  for (int32_t r : sampling_rows_) any_logprobs |= scheduled_[r]->sampling_params.logprobs.has_value();
+  for (int32_t r : sampling_rows_)
+    any_logprobs |= scheduled_[r]->sampling_params.logprobs.has_value();
   if (any_logprobs) out.logprobs.resize(n);
   const int64_t vocab = model_->vocab_size();
   for (size_t i = 0; i < sampling_rows_.size(); ++i) {

@@ -12,15 +12,16 @@ absl::StatusOr<LoadFormat> ParseLoadFormat(std::string_view name) {
   if (name == "auto") return LoadFormat::kAuto;
   if (name == "safetensors") return LoadFormat::kSafetensors;
   if (name == "dummy") return LoadFormat::kDummy;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--load-format: unknown format '", absl::string_view(name.data(), name.size()), "' (choose from auto, safetensors, dummy)"));
+  return absl::InvalidArgumentError(absl::StrCat("--load-format: unknown format '",
+                                                 absl::string_view(name.data(), name.size()),
+                                                 "' (choose from auto, safetensors, dummy)"));
 }
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerConfig& config,
                                                        kernels::Communicator* comm) {
   if (config.kv_cache_memory_bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kv-cache-memory must be positive, got ", config.kv_cache_memory_bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("--kv-cache-memory must be positive, got ",
+                                                   config.kv_cache_memory_bytes, " bytes"));
   }
   VLLM_ASSIGN_OR_RETURN(ModelConfig model_config, LoadModelConfig(config.model));
   std::unique_ptr<WeightSource> weights;

@@ -33,7 +33,8 @@ absl::string_view View(std::string_view s) { return absl::string_view(s.data(), 
 template <typename T>
 absl::Status ParseInt(const std::string& flag, const std::string& value, T lo, T hi, T* out) {
   int64_t v = 0;
-  if (!absl::SimpleAtoi(value, &v) || v < static_cast<int64_t>(lo) || v > static_cast<int64_t>(hi)) {
+  if (!absl::SimpleAtoi(value, &v) || v < static_cast<int64_t>(lo) ||
+      v > static_cast<int64_t>(hi)) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, ": expected an integer in [", lo, ", ", hi, "], got '", value, "'"));
   }
@@ -44,9 +45,9 @@ absl::Status ParseInt(const std::string& flag, const std::string& value, T lo, T
 // One call taken off the broadcast queue, copied out of shared memory.
 struct Call {
   CallHeader header;
-  absl::Status decode_status;                    // a malformed call is answered with this
-  std::optional<core::SchedulerOutput> step;     // execute_model
-  std::string payload;                           // every other method
+  absl::Status decode_status;                 // a malformed call is answered with this
+  std::optional<core::SchedulerOutput> step;  // execute_model
+  std::string payload;                        // every other method
 };
 
 class WorkerProc {
@@ -101,8 +102,8 @@ class WorkerProc {
     if (options_.world_size > 1) {
       VLLM_ASSIGN_OR_RETURN(kernels::comm::CommGroupSpec spec,
                             kernels::comm::CommGroupSpec::Decode(options_.comm_spec));
-      VLLM_ASSIGN_OR_RETURN(group_, kernels::comm::JoinGroup(spec, options_.rank,
-                                                             deadline - absl::Now()));
+      VLLM_ASSIGN_OR_RETURN(group_,
+                            kernels::comm::JoinGroup(spec, options_.rank, deadline - absl::Now()));
       comm = group_.get();
     }
     VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.worker, comm));
@@ -143,8 +144,8 @@ class WorkerProc {
       std::string result;
       absl::Status status = call.decode_status;
       if (status.ok()) status = Dispatch(call, &result);
-      const bool reply = !status.ok() || call.header.reply_rank < 0 ||
-                         call.header.reply_rank == options_.rank;
+      const bool reply =
+          !status.ok() || call.header.reply_rank < 0 || call.header.reply_rank == options_.rank;
       if (reply) {
         ReplyHeader header{call.header.call_id, options_.rank, status.code(),
                            std::string(status.message())};
@@ -236,19 +237,28 @@ class WorkerProc {
 }  // namespace
 
 std::vector<std::string> ToWorkerProcFlags(const WorkerProcOptions& o) {
-  std::vector<std::string> f = {
-      "--rank",          absl::StrCat(o.rank),
-      "--world-size",    absl::StrCat(o.world_size),
-      "--broadcast-handle", o.broadcast_handle,
-      "--ready-address", o.ready_address,
-      "--parent-pid",    absl::StrCat(o.parent_pid),
-      "--model",         o.worker.model.string(),
-      "--load-format",   o.worker.load_format == LoadFormat::kDummy         ? "dummy"
-                         : o.worker.load_format == LoadFormat::kSafetensors ? "safetensors"
-                                                                            : "auto",
-      "--seed",          absl::StrCat(o.worker.seed),
-      "--kv-cache-memory", absl::StrCat(o.worker.kv_cache_memory_bytes),
-      "--startup-timeout-s", absl::StrCat(absl::ToInt64Seconds(o.startup_timeout))};
+  std::vector<std::string> f = {"--rank",
+                                absl::StrCat(o.rank),
+                                "--world-size",
+                                absl::StrCat(o.world_size),
+                                "--broadcast-handle",
+                                o.broadcast_handle,
+                                "--ready-address",
+                                o.ready_address,
+                                "--parent-pid",
+                                absl::StrCat(o.parent_pid),
+                                "--model",
+                                o.worker.model.string(),
+                                "--load-format",
+                                o.worker.load_format == LoadFormat::kDummy         ? "dummy"
+                                : o.worker.load_format == LoadFormat::kSafetensors ? "safetensors"
+                                                                                   : "auto",
+                                "--seed",
+                                absl::StrCat(o.worker.seed),
+                                "--kv-cache-memory",
+                                absl::StrCat(o.worker.kv_cache_memory_bytes),
+                                "--startup-timeout-s",
+                                absl::StrCat(absl::ToInt64Seconds(o.startup_timeout))};
   if (!o.comm_spec.empty()) {
     f.push_back("--comm-spec");
     f.push_back(o.comm_spec);
@@ -284,12 +294,11 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
     } else if (flag == "--load-format") {
       VLLM_ASSIGN_OR_RETURN(o.worker.load_format, ParseLoadFormat(v));
     } else if (flag == "--seed") {
-      VLLM_RETURN_IF_ERROR(
-          ParseInt<int64_t>(flag, v, 0, std::numeric_limits<int64_t>::max(),
-                            reinterpret_cast<int64_t*>(&o.worker.seed)));
+      VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 0, std::numeric_limits<int64_t>::max(),
+                                             reinterpret_cast<int64_t*>(&o.worker.seed)));
     } else if (flag == "--kv-cache-memory") {
-      VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 1, int64_t{1} << 50,
-                                             &o.worker.kv_cache_memory_bytes));
+      VLLM_RETURN_IF_ERROR(
+          ParseInt<int64_t>(flag, v, 1, int64_t{1} << 50, &o.worker.kv_cache_memory_bytes));
     } else if (flag == "--comm-spec") {
       o.comm_spec = v;
     } else if (flag == "--startup-timeout-s") {

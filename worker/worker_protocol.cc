@@ -26,8 +26,8 @@ std::string Frame(const msgpack::sbuffer& header) {
 absl::StatusOr<std::pair<msgpack::object_handle, absl::Span<const uint8_t>>> Split(
     absl::Span<const uint8_t> bytes, std::string_view what) {
   if (bytes.size() < 4) {
-    return absl::DataLossError(absl::StrFormat("%s: %d bytes, shorter than the length prefix",
-                                               what, bytes.size()));
+    return absl::DataLossError(
+        absl::StrFormat("%s: %d bytes, shorter than the length prefix", what, bytes.size()));
   }
   const uint32_t n = uint32_t{bytes[0]} | uint32_t{bytes[1]} << 8 | uint32_t{bytes[2]} << 16 |
                      uint32_t{bytes[3]} << 24;
@@ -36,8 +36,8 @@ absl::StatusOr<std::pair<msgpack::object_handle, absl::Span<const uint8_t>>> Spl
         absl::StrFormat("%s: header of %d bytes exceeds %d", what, n, kMaxHeaderBytes));
   }
   if (n > bytes.size() - 4) {
-    return absl::DataLossError(absl::StrFormat("%s: header of %d bytes but only %d follow", what,
-                                               n, bytes.size() - 4));
+    return absl::DataLossError(
+        absl::StrFormat("%s: header of %d bytes but only %d follow", what, n, bytes.size() - 4));
   }
   ipc::UnpackLimits limits;
   limits.max_array = 8;

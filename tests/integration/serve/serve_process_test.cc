@@ -28,7 +28,8 @@
 namespace vllm {
 namespace {
 
-const std::filesystem::path kModel = std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
+const std::filesystem::path kModel =
+    std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
 
 struct HttpResponse {
   int status = 0;
@@ -51,9 +52,10 @@ std::optional<HttpResponse> Http(int port, const std::string& method, const std:
     close(fd);
     return std::nullopt;
   }
-  const std::string request = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n",
-                                           "Content-Type: application/json\r\nContent-Length: ",
-                                           body.size(), "\r\nConnection: close\r\n\r\n", body);
+  const std::string request =
+      absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                   "Content-Type: application/json\r\nContent-Length: ", body.size(),
+                   "\r\nConnection: close\r\n\r\n", body);
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return std::nullopt;
@@ -79,8 +81,8 @@ class ServeProcessTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphans come to us: we can count them
     shm_before_ = testing::ShmEntries();
-    auto p = testing::Subprocess::Spawn({testing::BinDir() + "/vllm-launch", "--port", "0",
-                                         "--kv-cache-memory", "64MiB"});
+    auto p = testing::Subprocess::Spawn(
+        {testing::BinDir() + "/vllm-launch", "--port", "0", "--kv-cache-memory", "64MiB"});
     ASSERT_TRUE(p.ok()) << p.status();
     server_.emplace(std::move(*p));
     // "vllm-launch: ready at http://127.0.0.1:PORT/v1"
@@ -136,8 +138,7 @@ TEST_F(ServeProcessTest, AnswersLikeTheModelAndStopsOnCtrlC) {
   const nlohmann::json c = nlohmann::json::parse(completion->body);
   EXPECT_EQ(c.at("choices").at(0).at("text").get<std::string>(),
             sample.at("text").get<std::string>());
-  EXPECT_EQ(c.at("usage").at("completion_tokens").get<size_t>(),
-            sample.at("greedy_ids").size());
+  EXPECT_EQ(c.at("usage").at("completion_tokens").get<size_t>(), sample.at("greedy_ids").size());
 
   nlohmann::json chat = {{"model", "kjv-llama-tiny"},
                          {"messages", {{{"role", "user"}, {"content", "Blessed are the meek"}}}},
