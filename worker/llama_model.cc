@@ -125,8 +125,10 @@ KVCache LlamaModel::AllocateKVCache(int32_t num_blocks, int32_t block_size) cons
   cache.block_size = block_size;
   const size_t per_layer =
       static_cast<size_t>(num_blocks) * block_size * num_kv_heads_ * config_.head_dim;
-  cache.k.assign(config_.num_hidden_layers, std::vector<float>(per_layer, 0.0f));
-  cache.v.assign(config_.num_hidden_layers, std::vector<float>(per_layer, 0.0f));
+  for (int32_t l = 0; l < config_.num_hidden_layers; ++l) {
+    cache.k.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
+    cache.v.push_back(std::make_unique_for_overwrite<float[]>(per_layer));
+  }
   return cache;
 }
 
@@ -151,8 +153,8 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
     std::memcpy(v + i * kv_width, row + q_width + kv_width, kv_width * sizeof(float));
   }
   rope_.Apply(batch.positions.data(), t, q, num_heads_, k, num_kv_heads_);
-  float* k_cache = cache.k[layer_index].data();
-  float* v_cache = cache.v[layer_index].data();
+  float* k_cache = cache.k[layer_index].get();
+  float* v_cache = cache.v[layer_index].get();
   cpu::ReshapeAndCache(k, v, k_cache, v_cache, batch.slot_mapping.data(), t, num_kv_heads_,
                        static_cast<int32_t>(d), cache.block_size);
   float* attn = Scratch(attn_out_, t * q_width);

@@ -31,12 +31,14 @@
 namespace vllm::worker {
 
 // The paged KV cache of one rank: per layer a K and a V buffer of
-// [num_blocks, block_size, num_kv_heads (this rank), head_dim] floats.
+// [num_blocks, block_size, num_kv_heads (this rank), head_dim] floats. Left uninitialised:
+// attention reads only slots of positions below seq_len, which ReshapeAndCache wrote first
+// (zero-filling the default 4 GiB cost ~5 s of start-up).
 struct KVCache {
   int32_t num_blocks = 0;
   int32_t block_size = 0;
-  std::vector<std::vector<float>> k;
-  std::vector<std::vector<float>> v;
+  std::vector<std::unique_ptr<float[]>> k;
+  std::vector<std::unique_ptr<float[]>> v;
 };
 
 // One step's flattened batch, prepared by the ModelRunner.
