@@ -1,0 +1,55 @@
+// Paged attention on the GPU (issue 7): the CUDA twin of kernels::cpu::PagedAttention, for
+// prefill (a flattened varlen batch, causal) and decode (split-K over long contexts) alike.
+#ifndef VLLM_KERNELS_CUDA_ATTENTION_H_
+#define VLLM_KERNELS_CUDA_ATTENTION_H_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace vllm::kernels::cuda {
+
+// The batch layout, as kernels::cpu::AttentionMetadata, with device arrays and the host-side
+// bounds that size the launch grid. The grid depends only on num_seqs, num_tokens,
+// max_query_len and max_seq_len, never on device values, so a call is capturable into a CUDA
+// graph when those four are fixed (decode graphs pass max_seq_len = max_model_len).
+struct DeviceAttentionMetadata {
+  int32_t num_seqs = 0;
+  int64_t num_tokens = 0;                    // == query_start_loc[num_seqs]
+  const int32_t* query_start_loc = nullptr;  // device [num_seqs + 1], [0] == 0
+  const int32_t* seq_lens = nullptr;         // device [num_seqs]; 0 marks a padding sequence
+  const int32_t* block_tables = nullptr;     // device [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t block_size = 16;
+  int32_t max_query_len = 0;  // host bound: every query length is <= this
+  int32_t max_seq_len = 0;    // host bound: every seq_len is <= this
+};
+
+// Bytes of device workspace PagedAttention needs for this shape (split-K partial results);
+// 0 when the call needs none. Pass at least this many bytes.
+size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
+                                    int32_t head_dim);
+
+// Causal paged attention over the flattened batch: query row j of sequence s (q_len rows) is
+// at position p = seq_lens[s] - q_len + j and attends to cache positions [0, p]. Grouped
+// query: head h reads KV head h / (num_q_heads / num_kv_heads). q is [num_tokens,
+// num_q_heads, head_dim] with rows `q_stride` elements apart (to read q inside a fused qkv
+// buffer); out is packed [num_tokens, num_q_heads, head_dim]. Caches are [num_blocks,
+// block_size, num_kv_heads, head_dim]. Softmax in float32 with a running max. Rows of a
+// padding sequence (seq_len 0) are written as zeros. Never reads a cache slot at or beyond
+// seq_lens[s] nor a block-table entry past ceil(seq_lens[s] / block_size).
+// T ∈ {float, __half, __nv_bfloat16}; head_dim a multiple of 8, at most 256.
+// Enqueues on `stream`, never allocates or synchronises; returns the launch's error
+// (cudaErrorInvalidValue for an unsupported head_dim or too small a workspace).
+template <typename T>
+cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
+                           T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
+                           int32_t num_kv_heads, int32_t head_dim, float scale, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace vllm::kernels::cuda
+
+#endif  // VLLM_KERNELS_CUDA_ATTENTION_H_
