@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs CMD on the GPU machine with the libraries packed by tools/gpu_bundle.sh, after making
-# the checkout reachable at the path the binaries were built with (tests find fixtures there).
+# Runs CMD on the GPU machine with the binaries and libraries packed by tools/gpu_bundle.sh
+# (unpacked into .gpu/ on first use; binaries land in .gpu/bin), after making the checkout
+# reachable at the path the binaries were built with (tests find fixtures there).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+[[ -d "$root/.gpu/bin" ]] || tar -C "$root/.gpu" -xJf "$root/.gpu/bundle.tar.xz"
 src=${VLLM_BUILT_SOURCE_DIR:-/work/main}
 if [[ "$root" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
 cuda_libs=$(dirname "$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
