@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the release build (unit, integration, GPU tests that skip without
-# a GPU), the unit tests under ASan+UBSan, and the ipc unit tests (with the shared-memory
-# all-reduce) under TSan.
+# Installs the pinned openai Python SDK that serve_openai_sdk_test needs (PyPI, into
+# build/release/pydeps), then builds and runs every test: the release build (unit, integration,
+# GPU tests that skip without a GPU), the unit tests under ASan+UBSan, and the ipc unit tests
+# (with the shared-memory all-reduce) under TSan.
 # Prints one closing line "N passed, N failed" over all suites.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,21 @@ run_suite() {  # run_suite <preset> <build target or ""> <ctest args...>
   passed=$((passed + p)); failed=$((failed + f))
 }
 
+# Python packages the integration tests import: the official openai SDK, pinned, from PyPI into
+# the release build tree (ctest puts it on PYTHONPATH for serve_openai_sdk_test). Skipped when
+# the pinned version is already there. A failed install shows up as that test's failure.
+OPENAI_VERSION=3.54.0
+install_pydeps() {
+  local dir=build/release/pydeps
+  local check="import sys, openai; sys.exit(openai.__version__ != '${OPENAI_VERSION}')"
+  PYTHONPATH=$dir python3 -c "$check" 2>/dev/null && return
+  echo "=== pip install openai==${OPENAI_VERSION} into ${dir}"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+      --no-warn-conflicts --upgrade --target "$dir" "openai==${OPENAI_VERSION}" ||
+    echo "pip install openai FAILED: serve_openai_sdk_test will fail"
+}
+
+install_pydeps
 run_suite release "" -j2
 run_suite asan "" -L unit -j2
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
