@@ -1,0 +1,85 @@
+// Private to kernels/cuda/attention*.cu: the host-side launch plan shared by PagedAttention and
+// PagedAttentionWorkspaceBytes, the device helper that places a query row in the batch, and
+// the per-path launchers (attention_decode.cu, attention_prefill.cu).
+#ifndef VLLM_KERNELS_CUDA_ATTENTION_INTERNAL_CUH_
+#define VLLM_KERNELS_CUDA_ATTENTION_INTERNAL_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/attention.h"
+
+namespace vllm::kernels::cuda::detail {
+
+// Largest head_dim the kernels take (a multiple of 8).
+constexpr int kMaxHeadDim = 256;
+
+// How one PagedAttention call is run; a pure function of host values (see PlanAttention).
+struct AttentionPlan {
+  // true: the split-K decode kernel (one block per query row, head group and partition);
+  // false: the tiled prefill kernel (one block per query tile and head group, no split).
+  bool decode = true;
+  int32_t partition_size = 1;  // keys per split-K partition (decode)
+  int32_t num_partitions = 1;  // > 1: partial results go to the workspace, then a reduction
+  // Workspace layout when num_partitions > 1: rows = num_tokens · num_q_heads;
+  // [rows, num_partitions] float2 (max, sum) at offset 0, then
+  // [rows, num_partitions, head_dim] float (normalised partial outputs) at `out_offset`.
+  size_t out_offset = 0;
+  size_t workspace_bytes = 0;
+};
+
+// Chooses the path and the split for a call; PagedAttentionWorkspaceBytes reports the plan's
+// workspace_bytes, so both always agree.
+AttentionPlan PlanAttention(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
+                            int32_t head_dim);
+
+// Where query row `token` sits: its sequence and how many cache positions it sees (its
+// position + 1). num_keys <= 0 (a padding sequence, or a token past query_start_loc's last
+// entry) means the row is written as zeros.
+struct RowPlace {
+  int32_t seq;
+  int32_t num_keys;
+};
+
+__device__ __forceinline__ RowPlace LocateRow(const DeviceAttentionMetadata& meta, int64_t token) {
+  const int32_t* qsl = meta.query_start_loc;
+  if (meta.num_seqs <= 0 || token >= qsl[meta.num_seqs]) return {0, 0};
+  // Invariant: qsl[lo] <= token < qsl[hi]. Empty sequences (equal starts) are skipped
+  // because lo ends on the last start <= token.
+  int32_t lo = 0, hi = meta.num_seqs;
+  while (hi - lo > 1) {
+    const int32_t mid = (lo + hi) >> 1;
+    if (qsl[mid] <= token) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int32_t q_begin = qsl[lo];
+  const int32_t q_len = qsl[lo + 1] - q_begin;
+  const int32_t seq_len = meta.seq_lens[lo];
+  if (seq_len <= 0) return {lo, 0};
+  return {lo, seq_len - q_len + static_cast<int32_t>(token - q_begin) + 1};
+}
+
+// The decode path: plan.decode, grid (num_tokens, num_q_heads / heads per block,
+// num_partitions), then the reduction when num_partitions > 1. `workspace` holds
+// plan.workspace_bytes.
+template <typename T>
+cudaError_t LaunchDecodeAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
+                                  T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
+                                  int32_t num_kv_heads, int32_t head_dim, float scale,
+                                  const AttentionPlan& plan, void* workspace, cudaStream_t stream);
+
+// The prefill path (!plan.decode): needs no workspace.
+template <typename T>
+cudaError_t LaunchPrefillAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
+                                   T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
+                                   int32_t num_kv_heads, int32_t head_dim, float scale,
+                                   cudaStream_t stream);
+
+}  // namespace vllm::kernels::cuda::detail
+
+#endif  // VLLM_KERNELS_CUDA_ATTENTION_INTERNAL_CUH_
