@@ -180,8 +180,11 @@ class ServerTest(unittest.TestCase):
         line = read_line(cls.server, SERVER_START_S)
         m = re.fullmatch(r"vllm-launch: ready at http://127\.0\.0\.1:(\d+)/v1\n", line or "")
         if m is None:
-            raise AssertionError(f"no ready line within {SERVER_START_S} s (got {line!r}); "
-                                 f"server log:\n{cls.server_log()}")
+            code = cls.server.poll()
+            why = (f"it exited with {code}" if code is not None else
+                   f"no ready line within {SERVER_START_S} s")
+            raise AssertionError(f"vllm-launch did not start: {why}, stdout {line!r}; "
+                                 f"log:\n{cls.server_log()}")
         cls.base_url = f"http://127.0.0.1:{m.group(1)}/v1"
         cls.client = openai.OpenAI(base_url=cls.base_url, api_key=API_KEY, max_retries=0,
                                    timeout=REQUEST_S)
@@ -215,13 +218,18 @@ class ServerTest(unittest.TestCase):
     @classmethod
     def kill_everything(cls):
         """Runs even when set-up or a check failed: nothing started here outlives the test."""
-        if cls.server.poll() is None:
-            os.killpg(cls.server.pid, signal.SIGKILL)  # its process group: engine, workers
+        pids = set(cls.tree) | set(descendants_of(cls.server.pid))
+        if cls.server.poll() is None:  # not reaped: its process group id is still ours
+            os.killpg(cls.server.pid, signal.SIGKILL)  # the server, engine core, workers
             cls.server.wait(timeout=SHUTDOWN_S)
-        for pid in cls.tree:
+        reap_orphans()
+        for pid in pids | set(children_of(os.getpid())):  # orphans re-parented to us
             if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        poll(lambda: (reap_orphans(), not any(alive(p) for p in cls.tree))[1], CLEANUP_S)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        poll(lambda: (reap_orphans(), not any(alive(p) for p in pids))[1], CLEANUP_S)
         cls.log.close()
 
     @classmethod
