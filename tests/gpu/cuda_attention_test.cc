@@ -1,0 +1,521 @@
+// kernels::cuda::PagedAttention against kernels::cpu::PagedAttention on random inputs, in
+// float32, float16 and bfloat16: head_dims 16/32/64/128 and odd multiples of 8, MHA and
+// GQA, decode / prefill / chunked-prefill / speculative batches, block-boundary and long
+// (split-K) contexts, padding sequences, q inside a wider row, block sizes 1/16/32 with
+// shuffled block tables, and a CUDA-graph replay after the device metadata changed.
+// Cache slots the kernel must not read (past seq_len, unused table entries) and the padding
+// of q rows hold NaN, and the output starts as NaN, so an over-read or a missed write shows
+// as a NaN. Inputs are rounded to the element type first and the CPU runs on those values.
+// Every test skips itself when no CUDA device is visible.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_probe.h"
+
+namespace vllm::kernels::cuda {
+namespace {
+
+#define ASSERT_CUDA_OK(expr)                                                       \
+  do {                                                                             \
+    const cudaError_t vllm_e = (expr);                                             \
+    ASSERT_EQ(vllm_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(vllm_e); \
+  } while (0)
+
+template <typename T>
+T FromF(float x);
+template <>
+float FromF<float>(float x) {
+  return x;
+}
+template <>
+__half FromF<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__nv_bfloat16 FromF<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+float ToF(float x) { return x; }
+float ToF(__half x) { return __half2float(x); }
+float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// Largest |out − ref| allowed, as a fraction of the largest |ref| of the case (the output
+// rounding to T dominates for 16-bit types; float differs only in summation order and
+// the device's exp).
+template <typename T>
+double Tolerance() {
+  if constexpr (std::is_same_v<T, float>) return 2e-5;
+  if constexpr (std::is_same_v<T, __half>) return 2e-3;
+  return 1.6e-2;
+}
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return ptr_; }
+  void Upload(const std::vector<T>& host) {
+    cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> Download() const {
+    std::vector<T> host(n_);
+    cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+  void Poison() { cudaMemset(ptr_, 0xFF, std::max<size_t>(n_, 1) * sizeof(T)); }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_;
+};
+
+struct SeqSpec {
+  int32_t q_len;
+  int32_t seq_len;  // 0: a padding sequence (its rows must come out as zeros)
+};
+
+struct AttnShape {
+  int32_t q_heads, kv_heads, head_dim;
+};
+
+// One call: the batch, the shape, and the knobs that change the launch.
+struct AttnCase {
+  AttnShape shape;
+  int32_t block_size = 16;
+  std::vector<SeqSpec> seqs;
+  int32_t q_pad = 0;              // q_stride = q_heads · head_dim + q_pad
+  int32_t max_seq_len_bound = 0;  // host bound passed; 0: the batch's actual max
+  float q_scale = 1.0f;           // larger: peakier softmax
+};
+
+std::string Describe(const AttnCase& c) {
+  std::string s = "heads " + std::to_string(c.shape.q_heads) + "/" +
+                  std::to_string(c.shape.kv_heads) + " d " + std::to_string(c.shape.head_dim) +
+                  " bs " + std::to_string(c.block_size) + " q_pad " + std::to_string(c.q_pad) +
+                  " bound " + std::to_string(c.max_seq_len_bound) + " seqs";
+  for (const SeqSpec& q : c.seqs) {
+    s += " (" + std::to_string(q.q_len) + "," + std::to_string(q.seq_len) + ")";
+  }
+  return s;
+}
+
+// The paged cache and block tables of a batch, host side: typed values for the device and
+// the same values as floats for the CPU. Blocks are handed out in a shuffled order; table
+// entries past a sequence's blocks point at a block full of NaN, and slots past seq_len in
+// a sequence's last block are NaN too.
+template <typename T>
+struct PagedCache {
+  int32_t num_blocks = 0;
+  int32_t max_blocks_per_seq = 0;
+  std::vector<int32_t> block_tables;
+  std::vector<T> k, v;
+  std::vector<float> kf, vf;
+};
+
+template <typename T>
+PagedCache<T> BuildCache(const std::vector<int32_t>& seq_lens, const AttnShape& sh,
+                         int32_t block_size, std::mt19937& rng) {
+  PagedCache<T> c;
+  int32_t used = 0;
+  for (int32_t len : seq_lens) {
+    const int32_t nb = (len + block_size - 1) / block_size;
+    c.max_blocks_per_seq = std::max(c.max_blocks_per_seq, nb);
+    used += nb;
+  }
+  c.max_blocks_per_seq += 1;  // at least one poisoned entry per row
+  c.num_blocks = used + 1;    // block `used` is the NaN block
+  std::vector<int32_t> ids(used);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  c.block_tables.assign(seq_lens.size() * c.max_blocks_per_seq, used);
+  const int64_t slot = int64_t{sh.kv_heads} * sh.head_dim;
+  const int64_t n = int64_t{c.num_blocks} * block_size * slot;
+  c.k.resize(n);
+  c.v.resize(n);
+  c.kf.resize(n);
+  c.vf.resize(n);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    c.k[i] = FromF<T>(dist(rng));
+    c.v[i] = FromF<T>(dist(rng));
+  }
+  auto poison = [&](int64_t first_slot, int64_t num_slots) {
+    for (int64_t i = first_slot * slot; i < (first_slot + num_slots) * slot; ++i) {
+      c.k[i] = FromF<T>(NAN);
+      c.v[i] = FromF<T>(NAN);
+    }
+  };
+  poison(int64_t{used} * block_size, block_size);
+  size_t next = 0;
+  for (size_t s = 0; s < seq_lens.size(); ++s) {
+    const int32_t nb = (seq_lens[s] + block_size - 1) / block_size;
+    for (int32_t b = 0; b < nb; ++b) c.block_tables[s * c.max_blocks_per_seq + b] = ids[next++];
+    if (nb > 0 && seq_lens[s] % block_size != 0) {
+      const int32_t last = c.block_tables[s * c.max_blocks_per_seq + nb - 1];
+      const int32_t filled = seq_lens[s] % block_size;
+      poison(int64_t{last} * block_size + filled, block_size - filled);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    c.kf[i] = ToF(c.k[i]);
+    c.vf[i] = ToF(c.v[i]);
+  }
+  return c;
+}
+
+// The CPU's answer, one sequence at a time (the CPU rejects padding sequences, whose rows
+// are zeros). q is packed [num_tokens, q_heads, head_dim] floats.
+template <typename T>
+std::vector<float> Reference(const std::vector<SeqSpec>& seqs, const std::vector<float>& q,
+                             const PagedCache<T>& cache, const AttnShape& sh, int32_t block_size,
+                             float scale) {
+  const int64_t row = int64_t{sh.q_heads} * sh.head_dim;
+  std::vector<float> ref(q.size(), 0.0f);
+  int64_t q_begin = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (seqs[s].seq_len > 0 && seqs[s].q_len > 0) {
+      const int32_t qsl[2] = {0, seqs[s].q_len};
+      cpu::AttentionMetadata meta;
+      meta.num_seqs = 1;
+      meta.query_start_loc = qsl;
+      meta.seq_lens = &seqs[s].seq_len;
+      meta.block_tables = cache.block_tables.data() + s * cache.max_blocks_per_seq;
+      meta.max_blocks_per_seq = cache.max_blocks_per_seq;
+      meta.block_size = block_size;
+      cpu::PagedAttention(q.data() + q_begin * row, cache.kf.data(), cache.vf.data(),
+                          ref.data() + q_begin * row, meta, sh.q_heads, sh.kv_heads, sh.head_dim,
+                          scale);
+    }
+    q_begin += seqs[s].q_len;
+  }
+  return ref;
+}
+
+// Checks out against ref element by element: |out − ref| <= tol · max|ref|, NaN never.
+void ExpectClose(const std::vector<float>& out, const std::vector<float>& ref, double tol) {
+  ASSERT_EQ(out.size(), ref.size());
+  double ref_scale = 1e-3;
+  for (float r : ref) ref_scale = std::max(ref_scale, static_cast<double>(std::fabs(r)));
+  double worst = 0.0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::isnan(out[i]) ? INFINITY : std::fabs(double{out[i]} - ref[i]);
+    if (err > worst) {
+      worst = err;
+      worst_at = i;
+    }
+  }
+  EXPECT_LE(worst, tol * ref_scale)
+      << "worst at element " << worst_at << ": got " << out[worst_at] << ", want " << ref[worst_at]
+      << " (output scale " << ref_scale << ")";
+}
+
+template <typename T>
+std::vector<float> ToFloats(const std::vector<T>& x) {
+  std::vector<float> f(x.size());
+  for (size_t i = 0; i < x.size(); ++i) f[i] = ToF(x[i]);
+  return f;
+}
+
+template <typename T>
+class CudaAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+    ASSERT_CUDA_OK(cudaSetDevice(0));
+  }
+
+  // Runs one case on the device and compares with the CPU.
+  void RunCase(const AttnCase& c) {
+    SCOPED_TRACE(Describe(c));
+    const AttnShape& sh = c.shape;
+    const int64_t row = int64_t{sh.q_heads} * sh.head_dim;
+    const int64_t q_stride = row + c.q_pad;
+    std::vector<int32_t> qsl{0}, seq_lens;
+    int32_t max_q = 0, max_seq = 0;
+    for (const SeqSpec& s : c.seqs) {
+      qsl.push_back(qsl.back() + s.q_len);
+      seq_lens.push_back(s.seq_len);
+      max_q = std::max(max_q, s.q_len);
+      max_seq = std::max(max_seq, s.seq_len);
+    }
+    const int64_t num_tokens = qsl.back();
+    const PagedCache<T> cache = BuildCache<T>(seq_lens, sh, c.block_size, rng_);
+
+    std::normal_distribution<float> dist(0.0f, c.q_scale);
+    std::vector<T> q(num_tokens * q_stride, FromF<T>(NAN));
+    std::vector<float> qf(num_tokens * row);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      for (int64_t i = 0; i < row; ++i) {
+        q[t * q_stride + i] = FromF<T>(dist(rng_));
+        qf[t * row + i] = ToF(q[t * q_stride + i]);
+      }
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+    const std::vector<float> ref = Reference(c.seqs, qf, cache, sh, c.block_size, scale);
+
+    DeviceBuffer<T> dq(q), dk(cache.k), dv(cache.v), dout(num_tokens * row);
+    DeviceBuffer<int32_t> dqsl(qsl), dseq(seq_lens), dtables(cache.block_tables);
+    DeviceAttentionMetadata meta;
+    meta.num_seqs = static_cast<int32_t>(c.seqs.size());
+    meta.num_tokens = num_tokens;
+    meta.query_start_loc = dqsl.get();
+    meta.seq_lens = dseq.get();
+    meta.block_tables = dtables.get();
+    meta.max_blocks_per_seq = cache.max_blocks_per_seq;
+    meta.block_size = c.block_size;
+    meta.max_query_len = max_q;
+    meta.max_seq_len = c.max_seq_len_bound > 0 ? c.max_seq_len_bound : max_seq;
+    const size_t ws_bytes = PagedAttentionWorkspaceBytes(meta, sh.q_heads, sh.head_dim);
+    DeviceBuffer<char> ws(ws_bytes);
+    dout.Poison();
+    ASSERT_CUDA_OK(PagedAttention<T>(dq.get(), q_stride, dk.get(), dv.get(), dout.get(), meta,
+                                     sh.q_heads, sh.kv_heads, sh.head_dim, scale,
+                                     ws_bytes > 0 ? ws.get() : nullptr, ws_bytes, nullptr));
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    ExpectClose(ToFloats(dout.Download()), ref, Tolerance<T>());
+  }
+
+  std::mt19937 rng_{20240611};
+};
+
+using ElementTypes = ::testing::Types<float, __half, __nv_bfloat16>;
+class TypeNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    if constexpr (std::is_same_v<T, float>) return "f32";
+    if constexpr (std::is_same_v<T, __half>) return "f16";
+    return "bf16";
+  }
+};
+TYPED_TEST_SUITE(CudaAttentionTest, ElementTypes, TypeNames);
+
+// Fixture models (16, 32), Llama-3-8B (128), MHA and GQA ratios 1..8, a group of 3, and
+// head_dims without a specialised kernel (40, 96, 256).
+const std::vector<AttnShape> kShapes = {
+    {4, 2, 16}, {4, 4, 32}, {8, 1, 64}, {32, 8, 128}, {6, 2, 40}, {8, 8, 96}, {8, 2, 256},
+};
+
+// Batches by kind; each is run over every shape.
+const std::vector<std::vector<SeqSpec>> kBatches = {
+    // Decode: one token, block boundaries, a few partitions.
+    {{1, 1}},
+    {{1, 15}, {1, 16}, {1, 17}, {1, 32}, {1, 33}, {1, 100}, {1, 1000}},
+    // Prefill: whole prompts.
+    {{77, 77}},
+    {{1, 1}, {16, 16}, {33, 33}, {130, 130}},
+    // Chunked prefill mixed with decode rows and a padding sequence.
+    {{10, 50}, {1, 700}, {33, 33}, {1, 0}, {40, 1200}},
+    // Speculative-style short queries (the decode path with several rows per sequence).
+    {{4, 300}, {8, 8}, {1, 2000}, {3, 0}, {2, 17}},
+};
+
+TYPED_TEST(CudaAttentionTest, MatchesCpuOverShapesAndBatches) {
+  for (const AttnShape& sh : kShapes) {
+    for (size_t b = 0; b < kBatches.size(); ++b) {
+      AttnCase c;
+      c.shape = sh;
+      c.seqs = kBatches[b];
+      c.block_size = (b % 3 == 0) ? 16 : (b % 3 == 1 ? 32 : 1);
+      c.q_pad = (b % 2 == 0) ? 0 : 2 * sh.kv_heads * sh.head_dim;  // q inside a fused qkv row
+      this->RunCase(c);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TYPED_TEST(CudaAttentionTest, BlockSizes) {
+  for (int32_t bs : {1, 16, 32}) {
+    AttnCase c;
+    c.shape = {8, 2, 64};
+    c.block_size = bs;
+    c.seqs = {{1, 15}, {1, 16}, {1, 17}, {1, 32}, {1, 33}, {5, 33}};
+    this->RunCase(c);
+    c.seqs = {{15, 15}, {16, 16}, {17, 17}, {32, 32}, {33, 33}, {9, 40}};
+    this->RunCase(c);
+  }
+}
+
+TYPED_TEST(CudaAttentionTest, LongContexts) {
+  // Several split-K partitions per row (decode) and long rows in a prefill chunk.
+  AttnCase c;
+  c.shape = {32, 8, 128};
+  c.seqs = {{1, 5000}, {1, 4097}, {1, 513}, {1, 3}};
+  this->RunCase(c);
+  c.seqs = {{1, 5000}};  // batch 1: smaller partitions for more blocks
+  this->RunCase(c);
+  c.seqs = {{64, 3000}, {1, 5000}};
+  this->RunCase(c);
+  c.shape = {4, 2, 16};
+  c.block_size = 32;
+  c.seqs = {{1, 5000}, {2, 6000}};
+  this->RunCase(c);
+}
+
+TYPED_TEST(CudaAttentionTest, HostBoundsAboveTheBatch) {
+  // max_seq_len = max_model_len as a decode graph passes it: most partitions exit early.
+  AttnCase c;
+  c.shape = {32, 8, 128};
+  c.seqs = {{1, 1}, {1, 100}, {1, 0}, {1, 700}};
+  c.max_seq_len_bound = 8192;
+  this->RunCase(c);
+  c.shape = {4, 2, 32};
+  c.seqs = {{1, 40}, {1, 0}};
+  c.max_seq_len_bound = 32768;
+  this->RunCase(c);
+}
+
+TYPED_TEST(CudaAttentionTest, LargeLogitsDoNotOverflow) {
+  AttnCase c;
+  c.shape = {4, 2, 32};
+  c.q_scale = 30.0f;  // scores in the hundreds: exp overflows without a running max
+  c.seqs = {{1, 900}, {20, 20}, {3, 600}};
+  this->RunCase(c);
+  c.seqs = {{1, 900}, {200, 600}};
+  this->RunCase(c);
+}
+
+TYPED_TEST(CudaAttentionTest, RejectsBadArguments) {
+  using T = TypeParam;
+  DeviceBuffer<T> buf(4096);
+  DeviceBuffer<int32_t> ints(16);
+  DeviceAttentionMetadata meta;
+  meta.num_seqs = 1;
+  meta.num_tokens = 1;
+  meta.query_start_loc = ints.get();
+  meta.seq_lens = ints.get();
+  meta.block_tables = ints.get();
+  meta.max_blocks_per_seq = 1;
+  meta.block_size = 16;
+  meta.max_query_len = 1;
+  meta.max_seq_len = 16;
+  // head_dim not a multiple of 8, too large; heads not grouping.
+  EXPECT_EQ(PagedAttention<T>(buf.get(), 12, buf.get(), buf.get(), buf.get(), meta, 1, 1, 12, 1.0f,
+                              nullptr, 0, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(PagedAttention<T>(buf.get(), 264, buf.get(), buf.get(), buf.get(), meta, 1, 1, 264,
+                              1.0f, nullptr, 0, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(PagedAttention<T>(buf.get(), 96, buf.get(), buf.get(), buf.get(), meta, 3, 2, 32, 1.0f,
+                              nullptr, 0, nullptr),
+            cudaErrorInvalidValue);
+  // A split-K decode call without its workspace.
+  meta.max_seq_len = 100000;
+  ASSERT_GT(PagedAttentionWorkspaceBytes(meta, 4, 32), 0u);
+  EXPECT_EQ(PagedAttention<T>(buf.get(), 128, buf.get(), buf.get(), buf.get(), meta, 4, 2, 32, 1.0f,
+                              nullptr, 0, nullptr),
+            cudaErrorInvalidValue);
+  // Nothing to do is fine.
+  meta.num_tokens = 0;
+  EXPECT_EQ(PagedAttention<T>(buf.get(), 128, buf.get(), buf.get(), buf.get(), meta, 4, 2, 32, 1.0f,
+                              nullptr, 0, nullptr),
+            cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// A decode call captured once with host bounds (max_seq_len = max_model_len) and replayed
+// after the device's seq_lens and block tables changed: the grid must not depend on them.
+TYPED_TEST(CudaAttentionTest, GraphReplayFollowsDeviceMetadata) {
+  using T = TypeParam;
+  const AttnShape sh{8, 2, 128};
+  constexpr int32_t kBlockSize = 16;
+  constexpr int32_t kMaxModelLen = 4096;
+  constexpr int32_t kNumSeqs = 4;
+  const int64_t row = int64_t{sh.q_heads} * sh.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
+
+  // One cache big enough for both rounds: every sequence may hold kMaxModelLen tokens.
+  const std::vector<int32_t> full(kNumSeqs, kMaxModelLen);
+  PagedCache<T> cache = BuildCache<T>(full, sh, kBlockSize, this->rng_);
+  std::vector<int32_t> qsl(kNumSeqs + 1);
+  std::iota(qsl.begin(), qsl.end(), 0);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<T> q(kNumSeqs * row);
+  std::vector<float> qf(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = FromF<T>(dist(this->rng_));
+    qf[i] = ToF(q[i]);
+  }
+
+  DeviceBuffer<T> dq(q), dk(cache.k), dv(cache.v), dout(q.size());
+  DeviceBuffer<int32_t> dqsl(qsl), dseq(kNumSeqs), dtables(cache.block_tables);
+  DeviceAttentionMetadata meta;
+  meta.num_seqs = kNumSeqs;
+  meta.num_tokens = kNumSeqs;
+  meta.query_start_loc = dqsl.get();
+  meta.seq_lens = dseq.get();
+  meta.block_tables = dtables.get();
+  meta.max_blocks_per_seq = cache.max_blocks_per_seq;
+  meta.block_size = kBlockSize;
+  meta.max_query_len = 1;
+  meta.max_seq_len = kMaxModelLen;
+  const size_t ws_bytes = PagedAttentionWorkspaceBytes(meta, sh.q_heads, sh.head_dim);
+  DeviceBuffer<char> ws(ws_bytes);
+
+  cudaStream_t stream;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const cudaError_t launch = PagedAttention<T>(dq.get(), row, dk.get(), dv.get(), dout.get(), meta,
+                                               sh.q_heads, sh.kv_heads, sh.head_dim, scale,
+                                               ws_bytes > 0 ? ws.get() : nullptr, ws_bytes, stream);
+  ASSERT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_CUDA_OK(launch);
+  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  // Two rounds of (seq_lens, a reshuffled table); the table's first rows are reused.
+  const std::vector<std::vector<int32_t>> rounds = {{1, 700, 2500, 4096}, {3000, 0, 17, 1}};
+  for (const std::vector<int32_t>& lens : rounds) {
+    SCOPED_TRACE(testing::Message()
+                 << "seq_lens " << lens[0] << "," << lens[1] << "," << lens[2] << "," << lens[3]);
+    // Reassign each row's blocks in a new order (a permutation of all cache rows).
+    std::vector<int32_t> used;
+    for (int32_t i = 0; i < kNumSeqs * cache.max_blocks_per_seq; ++i) {
+      if (cache.block_tables[i] != cache.num_blocks - 1) used.push_back(cache.block_tables[i]);
+    }
+    std::shuffle(used.begin(), used.end(), this->rng_);
+    size_t next = 0;
+    for (int32_t s = 0; s < kNumSeqs; ++s) {
+      for (int32_t b = 0; b < cache.max_blocks_per_seq; ++b) {
+        int32_t& e = cache.block_tables[s * cache.max_blocks_per_seq + b];
+        if (e != cache.num_blocks - 1) e = used[next++];
+      }
+    }
+    dtables.Upload(cache.block_tables);
+    dseq.Upload(lens);
+    std::vector<SeqSpec> seqs;
+    for (int32_t len : lens) seqs.push_back({1, len});
+    const std::vector<float> ref = Reference(seqs, qf, cache, sh, kBlockSize, scale);
+    dout.Poison();
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));
+    ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+    ExpectClose(ToFloats(dout.Download()), ref, Tolerance<T>());
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace vllm::kernels::cuda
