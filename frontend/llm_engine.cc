@@ -17,6 +17,15 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const EngineArgs& args) {
   wc.load_format = args.load_format;
   wc.seed = args.seed;
   wc.kv_cache_memory_bytes = args.kv_cache_memory_bytes;
+  // Resolved once here so every rank runs on the same kind of device.
+  VLLM_ASSIGN_OR_RETURN(wc.device, worker::ResolveDevice(args.device));
+  wc.dtype = args.dtype;
+  wc.gpu_memory_utilization = args.gpu_memory_utilization;
+  wc.enforce_eager = args.enforce_eager;
+  if (!(args.gpu_memory_utilization > 0.0 && args.gpu_memory_utilization <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--gpu-memory-utilization must be in (0, 1], got %g", args.gpu_memory_utilization));
+  }
   std::string backend = args.distributed_executor_backend;
   if (backend.empty()) backend = args.tensor_parallel_size > 1 ? "mp" : "uni";
   if (backend != "uni" && backend != "mp") {
@@ -51,6 +60,10 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const EngineArgs& args) {
   s.long_prefill_token_threshold = args.long_prefill_token_threshold;
   s.policy = args.scheduling_policy;
   config.num_gpu_blocks_override = args.num_gpu_blocks_override;
+  // The scheduler's limits size the CUDA worker's buffers, profile run and graphs.
+  wc.max_model_len = s.max_model_len;
+  wc.max_num_batched_tokens = s.max_num_batched_tokens;
+  wc.max_num_seqs = s.max_num_seqs;
   config.vocab_size = built.model_config.vocab_size;
   built.max_model_len = s.max_model_len;
 
@@ -58,7 +71,7 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const EngineArgs& args) {
   if (backend == "uni") {
     VLLM_ASSIGN_OR_RETURN(std::unique_ptr<executor::UniProcExecutor> uni,
                           executor::UniProcExecutor::Create(wc));
-    built.weight_bytes = uni->worker().runner().model().weight_bytes();
+    built.weight_bytes = uni->worker().runner().backend().weight_bytes();
     executor = std::move(uni);
   } else {
     executor::MultiprocExecutorOptions mp;

@@ -23,7 +23,7 @@
 
 namespace vllm::frontend {
 
-// vLLM's EngineArgs, the subset that applies to one CPU engine.
+// vLLM's EngineArgs, the subset that applies to one engine (CPU or CUDA workers).
 struct EngineArgs {
   std::filesystem::path model;
   worker::LoadFormat load_format = worker::LoadFormat::kAuto;
@@ -52,6 +52,13 @@ struct EngineArgs {
   absl::Duration execute_timeout = absl::Minutes(5);
   // This replica's data-parallel index (stamped on its outputs).
   int32_t engine_index = 0;
+  // vLLM's --device (kAuto: cuda when a GPU is visible; the launcher's default). kCpu here so
+  // in-process engines built in code stay on the CPU unless asked.
+  worker::Device device = worker::Device::kCpu;
+  // CUDA only: --dtype, --gpu-memory-utilization (vLLM's default 0.9), --enforce-eager.
+  worker::ModelDType dtype = worker::ModelDType::kAuto;
+  double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
 };
 
 // An EngineCore with its executor (and worker processes, for "mp"), built from EngineArgs —

@@ -42,6 +42,10 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
       f.engine.enable_prefix_caching = false;
       continue;
     }
+    if (flag == "--enforce-eager") {
+      f.engine.enforce_eager = true;
+      continue;
+    }
     if (i + 1 >= args.size()) return absl::InvalidArgumentError(flag + ": missing value");
     const std::string& v = args[++i];
     int64_t n = 0;
@@ -78,6 +82,16 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
     } else if (flag == "--seed") {
       VLLM_RETURN_IF_ERROR(ParseInt(flag, v, 0, std::numeric_limits<int64_t>::max(), &n));
       f.engine.seed = static_cast<uint64_t>(n);
+    } else if (flag == "--device") {
+      VLLM_ASSIGN_OR_RETURN(f.engine.device, worker::ParseDevice(v));
+    } else if (flag == "--dtype") {
+      VLLM_ASSIGN_OR_RETURN(f.engine.dtype, worker::ParseModelDType(v));
+    } else if (flag == "--gpu-memory-utilization") {
+      if (!absl::SimpleAtod(v, &f.engine.gpu_memory_utilization) ||
+          !(f.engine.gpu_memory_utilization > 0.0 && f.engine.gpu_memory_utilization <= 1.0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": expected a fraction in (0, 1], got '", v, "'"));
+      }
     } else if (flag == "--comm-backend") {
       f.engine.comm_backend = v;
     } else {

@@ -37,10 +37,6 @@ std::vector<std::string> ExpandAliases(const std::vector<std::string>& argv) {
   return out;
 }
 
-std::string Choices(std::initializer_list<const char*> choices) {
-  return absl::StrJoin(choices, ", ");
-}
-
 }  // namespace
 
 absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
@@ -104,13 +100,19 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
       ->check(CLI::Range(1, 1 << 24))
       ->group("ModelConfig");
   app.add_option("--dtype", a.dtype,
-                 "Data type for weights and activations (the CPU backend computes in float32).")
+                 "Data type for model weights and activations (CUDA; the CPU backend computes "
+                 "in float32). \"auto\" will use FP16 precision for FP32 and FP16 models, and "
+                 "BF16 precision for BF16 models; \"half\" / \"float16\" for FP16; "
+                 "\"bfloat16\" for a balance between precision and range; \"float\" / "
+                 "\"float32\" for FP32 precision.")
       ->check(CLI::IsMember({"auto", "float32", "float", "bfloat16", "float16", "half"}))
       ->group("ModelConfig");
   app.add_option("--seed", seed, "Random seed for requests without one.")
       ->check(CLI::NonNegativeNumber)
       ->group("ModelConfig");
-  app.add_flag("--enforce-eager", a.enforce_eager, "Always use eager mode (no CUDA graphs).")
+  app.add_flag("--enforce-eager", a.enforce_eager,
+               "Always execute the model in eager mode: no CUDA graphs. Default: CUDA graphs "
+               "for decode steps and eager execution for the rest.")
       ->group("ModelConfig");
   // LoadConfig
   app.add_option("--load-format", load_format,
@@ -163,7 +165,9 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "512MiB, or bytes.")
       ->group("CacheConfig");
   app.add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
-                 "Fraction of GPU memory for the model and KV cache (CUDA only).")
+                 "The fraction of GPU memory to be used for the model executor (weights, "
+                 "activations and KV cache), from 0 to 1; e.g. 0.5 means 50% GPU memory "
+                 "utilization. A per-instance limit (CUDA only). Default: 0.9.")
       ->check(CLI::Range(0.0, 1.0))
       ->group("CacheConfig");
   app.add_option("--num-gpu-blocks-override", num_gpu_blocks_override,
@@ -254,11 +258,21 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   (void)dp_local;
   (void)dp_start_rank;
   (void)dp_rpc_port;
-  if (a.device == "cuda") {
+  // auto is cuda when a GPU is visible; cuda without one is an error naming the flag.
+  auto device = worker::ParseDevice(a.device);
+  if (!device.ok()) return device.status();
+  auto resolved = worker::ResolveDevice(*device);
+  if (!resolved.ok()) return resolved.status();
+  e.device = *resolved;
+  auto dtype = worker::ParseModelDType(a.dtype);
+  if (!dtype.ok()) return dtype.status();
+  e.dtype = *dtype;
+  if (!(a.gpu_memory_utilization > 0.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--device cuda: the CUDA backend is not wired into the worker yet (choose ",
-                     Choices({"auto", "cpu"}), ")"));
+        absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", a.gpu_memory_utilization));
   }
+  e.gpu_memory_utilization = a.gpu_memory_utilization;
+  e.enforce_eager = a.enforce_eager;
   parsed.args = std::move(a);
   return parsed;
 }

@@ -81,6 +81,10 @@ class EngineProcess {
       argv.insert(argv.end(), {"--max-num-batched-tokens", absl::StrCat(e.max_num_batched_tokens)});
     }
     if (!e.enable_prefix_caching) argv.push_back("--no-enable-prefix-caching");
+    argv.insert(argv.end(), {"--device", std::string(worker::DeviceName(e.device)), "--dtype",
+                             std::string(worker::ModelDTypeName(e.dtype)),
+                             "--gpu-memory-utilization", absl::StrCat(e.gpu_memory_utilization)});
+    if (e.enforce_eager) argv.push_back("--enforce-eager");
     std::vector<char*> cargv;
     for (std::string& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);

@@ -30,10 +30,19 @@ absl::Status Bad(const std::string& req_id, const std::string& what) {
       absl::StrFormat("SchedulerOutput: request %s: %s", req_id, what));
 }
 
+// The device sampler lacks penalties and logprobs: such rows are sampled on the host.
+bool NeedsHostSampling(const core::SamplingParams& p) {
+  return p.logprobs.has_value() || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
+         p.repetition_penalty != 1.0;
+}
+
 }  // namespace
 
+ModelRunner::ModelRunner(std::unique_ptr<ModelBackend> backend, uint64_t seed)
+    : backend_(std::move(backend)), seed_(seed) {}
+
 ModelRunner::ModelRunner(std::unique_ptr<LlamaModel> model, uint64_t seed)
-    : model_(std::move(model)), seed_(seed) {}
+    : ModelRunner(std::make_unique<CpuModelBackend>(std::move(model), int64_t{1} << 30), seed) {}
 
 absl::Status ModelRunner::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
   if (num_blocks <= 0 || block_size <= 0) {
@@ -41,7 +50,9 @@ absl::Status ModelRunner::InitializeKVCache(int32_t num_blocks, int32_t block_si
         absl::StrFormat("KV cache needs positive num_blocks and block_size, got %d and %d",
                         num_blocks, block_size));
   }
-  kv_cache_ = model_->AllocateKVCache(num_blocks, block_size);
+  VLLM_RETURN_IF_ERROR(backend_->InitializeKVCache(num_blocks, block_size));
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
   return absl::OkStatus();
 }
 
@@ -104,13 +115,16 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
 }
 
 absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
-  const int32_t bs = kv_cache_.block_size;
+  const int32_t bs = block_size_;
   input_ids_.clear();
   positions_.clear();
   slot_mapping_.clear();
   seq_lens_.clear();
   logits_indices_.clear();
   sampling_rows_.clear();
+  row_sampling_.clear();
+  max_query_len_ = 0;
+  max_seq_len_ = 0;
   query_start_loc_.assign(1, 0);
   int32_t max_blocks = 1;
   for (size_t r = 0; r < scheduled_.size(); ++r) {
@@ -129,9 +143,9 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
                                      num_blocks, s.block_ids.size()));
     }
     for (int32_t b = 0; b < num_blocks; ++b) {
-      if (s.block_ids[b] < 0 || s.block_ids[b] >= kv_cache_.num_blocks) {
+      if (s.block_ids[b] < 0 || s.block_ids[b] >= num_blocks_) {
         return Bad(id, absl::StrFormat("block %d outside the cache of %d blocks", s.block_ids[b],
-                                       kv_cache_.num_blocks));
+                                       num_blocks_));
       }
     }
     for (int32_t p = nc; p < seq_len; ++p) {
@@ -142,10 +156,21 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
     query_start_loc_.push_back(static_cast<int32_t>(input_ids_.size()));
     seq_lens_.push_back(seq_len);
     max_blocks = std::max(max_blocks, num_blocks);
+    max_query_len_ = std::max(max_query_len_, n);
+    max_seq_len_ = std::max(max_seq_len_, seq_len);
     // Samples only when every known token is computed (not mid-way through a chunked prefill).
     if (seq_len == static_cast<int32_t>(s.token_ids.size())) {
       logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1);
       sampling_rows_.push_back(static_cast<int32_t>(r));
+      const core::SamplingParams& p = s.sampling_params;
+      RowSampling row;
+      row.temperature = static_cast<float>(p.temperature);
+      row.top_k = p.top_k;
+      row.top_p = static_cast<float>(p.top_p);
+      row.min_p = static_cast<float>(p.min_p);
+      row.u = cpu::CounterUniform(s.seed, s.token_ids.size());
+      row.on_host = !backend_->samples_on_device() || NeedsHostSampling(p);
+      row_sampling_.push_back(row);
     }
   }
   block_tables_.assign(scheduled_.size() * static_cast<size_t>(max_blocks), 0);
@@ -155,16 +180,17 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
     std::copy_n(s.block_ids.begin(), num_blocks, block_tables_.begin() + r * max_blocks);
   }
   for (int32_t id : input_ids_) {
-    if (id < 0 || id >= model_->vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "SchedulerOutput: token id %d outside the vocabulary of %d", id, model_->vocab_size()));
+    if (id < 0 || id >= backend_->config().vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("SchedulerOutput: token id %d outside the vocabulary of %d", id,
+                          backend_->config().vocab_size));
     }
   }
   return absl::OkStatus();
 }
 
 int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs* logprobs) {
-  const int64_t vocab = model_->vocab_size();
+  const int64_t vocab = backend_->config().vocab_size;
   std::vector<float> raw;
   if (logprobs != nullptr) raw.assign(logits, logits + vocab);
   const cpu::SamplingRow row = ToSamplingRow(s.sampling_params);
@@ -196,30 +222,44 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
   if (n == 0) return out;
   VLLM_RETURN_IF_ERROR(PrepareInputs(so));
 
-  ForwardBatch batch;
-  batch.token_ids = input_ids_;
-  batch.positions = positions_;
-  batch.slot_mapping = slot_mapping_;
-  batch.logits_indices = logits_indices_;
-  batch.attention.num_seqs = static_cast<int32_t>(n);
-  batch.attention.query_start_loc = query_start_loc_.data();
-  batch.attention.seq_lens = seq_lens_.data();
-  batch.attention.block_tables = block_tables_.data();
-  batch.attention.max_blocks_per_seq = static_cast<int32_t>(block_tables_.size() / n);
-  batch.attention.block_size = kv_cache_.block_size;
-  VLLM_RETURN_IF_ERROR(model_->Forward(batch, kv_cache_, &logits_));
+  StepInputs inputs;
+  inputs.token_ids = input_ids_;
+  inputs.positions = positions_;
+  inputs.slot_mapping = slot_mapping_;
+  inputs.query_start_loc = query_start_loc_;
+  inputs.seq_lens = seq_lens_;
+  inputs.block_tables = block_tables_;
+  inputs.max_blocks_per_seq = static_cast<int32_t>(block_tables_.size() / n);
+  inputs.max_query_len = max_query_len_;
+  inputs.max_seq_len = max_seq_len_;
+  inputs.logits_indices = logits_indices_;
+  inputs.sampling = row_sampling_;
+  VLLM_RETURN_IF_ERROR(backend_->Execute(inputs, &result_));
+  if (result_.tokens.size() != sampling_rows_.size()) {
+    return absl::InternalError("the model backend returned a token count unlike the batch's");
+  }
 
   bool any_logprobs = false;
   for (int32_t r : sampling_rows_)
     any_logprobs |= scheduled_[r]->sampling_params.logprobs.has_value();
   if (any_logprobs) out.logprobs.resize(n);
-  const int64_t vocab = model_->vocab_size();
+  const int64_t vocab = backend_->config().vocab_size;
+  size_t host_row = 0;
   for (size_t i = 0; i < sampling_rows_.size(); ++i) {
     const int32_t r = sampling_rows_[i];
     RequestState& s = *scheduled_[r];
     core::TokenLogprobs lp;
     const bool want = s.sampling_params.logprobs.has_value();
-    const int32_t token = Sample(s, logits_.data() + i * vocab, want ? &lp : nullptr);
+    int32_t token = result_.tokens[i];
+    if (row_sampling_[i].on_host) {
+      if ((host_row + 1) * vocab > result_.host_logits.size()) {
+        return absl::InternalError("the model backend returned too few host logits rows");
+      }
+      token = Sample(s, result_.host_logits.data() + host_row * vocab, want ? &lp : nullptr);
+      ++host_row;
+    } else if (token < 0 || token >= vocab) {
+      return absl::InternalError(absl::StrFormat("the device sampled token %d", token));
+    }
     out.sampled_token_ids[r].push_back(token);
     if (want) out.logprobs[r].push_back(std::move(lp));
     s.token_ids.push_back(token);

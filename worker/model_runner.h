@@ -9,6 +9,11 @@
 // and samples one token for every request whose known tokens are all computed after the
 // step (the others are mid-way through a chunked prefill and get an empty entry).
 //
+// The device is behind a ModelBackend (model_backend.h): the CPU backend (LlamaModel) or the
+// CUDA one. On a backend that samples on the device, rows whose requests need penalties or
+// logprobs are marked on_host and sampled here from their copied-back logits; every other
+// row's token comes from the device.
+//
 // Sampling is reproducible: the draw for the token at position p of a request uses
 // CounterUniform(seed, p), with the request's seed or, when it has none, one derived from
 // the runner's seed and the request id — so a preempted and recomputed request samples the
@@ -29,12 +34,15 @@
 #include "core/sampling_params.h"
 #include "core/scheduler_output.h"
 #include "worker/llama_model.h"
+#include "worker/model_backend.h"
 
 namespace vllm::worker {
 
 class ModelRunner {
  public:
-  // `seed` seeds requests without a seed of their own.
+  // `seed` seeds requests without a seed of their own. The backend is owned.
+  ModelRunner(std::unique_ptr<ModelBackend> backend, uint64_t seed);
+  // The CPU backend over `model` (DetermineAvailableMemory reports 1 GiB).
   ModelRunner(std::unique_ptr<LlamaModel> model, uint64_t seed);
 
   // Allocates the KV cache; must precede ExecuteModel. InvalidArgument on non-positive sizes.
@@ -47,9 +55,10 @@ class ModelRunner {
   [[nodiscard]] absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
       const core::SchedulerOutput& scheduler_output);
 
-  LlamaModel& model() { return *model_; }
+  ModelBackend& backend() { return *backend_; }
+  const ModelBackend& backend() const { return *backend_; }
   size_t num_requests() const { return requests_.size(); }
-  bool kv_cache_initialized() const { return kv_cache_.num_blocks > 0; }
+  bool kv_cache_initialized() const { return num_blocks_ > 0; }
 
  private:
   struct RequestState {
@@ -66,9 +75,10 @@ class ModelRunner {
   [[nodiscard]] absl::Status PrepareInputs(const core::SchedulerOutput& so);
   int32_t Sample(RequestState& state, float* logits, core::TokenLogprobs* logprobs);
 
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<ModelBackend> backend_;
   const uint64_t seed_;
-  KVCache kv_cache_;
+  int32_t num_blocks_ = 0;
+  int32_t block_size_ = 0;
   // Boxed: scheduled_ keeps pointers across insertions.
   absl::flat_hash_map<std::string, std::unique_ptr<RequestState>> requests_;
 
@@ -78,7 +88,9 @@ class ModelRunner {
   std::vector<int32_t> logits_indices_;
   std::vector<int64_t> slot_mapping_;
   std::vector<int32_t> sampling_rows_;  // index into scheduled_ per logits row
-  std::vector<float> logits_;
+  std::vector<RowSampling> row_sampling_;
+  int32_t max_query_len_ = 0, max_seq_len_ = 0;
+  StepResult result_;
 };
 
 }  // namespace vllm::worker

@@ -5,6 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "ipc/status_macros.h"
 #include "worker/weights.h"
+#if VLLM_HAVE_CUDA
+#include "kernels/cuda/cuda_probe.h"
+#include "worker/cuda/cuda_model_backend.h"
+#endif
 
 namespace vllm::worker {
 
@@ -17,8 +21,109 @@ absl::StatusOr<LoadFormat> ParseLoadFormat(std::string_view name) {
                                                  "' (choose from auto, safetensors, dummy)"));
 }
 
-absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerConfig& config,
-                                                       kernels::Communicator* comm) {
+absl::StatusOr<Device> ParseDevice(std::string_view name) {
+  if (name == "auto") return Device::kAuto;
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  return absl::InvalidArgumentError(absl::StrCat("--device: unknown device '",
+                                                 absl::string_view(name.data(), name.size()),
+                                                 "' (choose from auto, cpu, cuda)"));
+}
+
+std::string_view DeviceName(Device device) {
+  switch (device) {
+    case Device::kCpu:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
+    case Device::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+int VisibleCudaDevices() {
+#if VLLM_HAVE_CUDA
+  return kernels::CudaDeviceCount();
+#else
+  return 0;
+#endif
+}
+
+absl::StatusOr<Device> ResolveDevice(Device device) {
+  if (device == Device::kCpu) return device;
+#if VLLM_HAVE_CUDA
+  const int gpus = VisibleCudaDevices();
+  if (device == Device::kAuto) return gpus > 0 ? Device::kCuda : Device::kCpu;
+  if (gpus == 0) {
+    return absl::InvalidArgumentError(
+        "--device cuda: no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES, "
+        "or choose --device cpu)");
+  }
+  return Device::kCuda;
+#else
+  if (device == Device::kAuto) return Device::kCpu;
+  return absl::InvalidArgumentError(
+      "--device cuda: this build has no CUDA backend (configure with -DVLLM_CUDA=ON, or choose "
+      "--device cpu)");
+#endif
+}
+
+absl::StatusOr<ModelDType> ParseModelDType(std::string_view name) {
+  if (name == "auto") return ModelDType::kAuto;
+  if (name == "float32" || name == "float") return ModelDType::kFloat32;
+  if (name == "bfloat16") return ModelDType::kBFloat16;
+  if (name == "float16" || name == "half") return ModelDType::kFloat16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype: unknown dtype '", absl::string_view(name.data(), name.size()),
+                   "' (choose from auto, half, float16, bfloat16, float, float32)"));
+}
+
+std::string_view ModelDTypeName(ModelDType dtype) {
+  switch (dtype) {
+    case ModelDType::kFloat32:
+      return "float32";
+    case ModelDType::kBFloat16:
+      return "bfloat16";
+    case ModelDType::kFloat16:
+      return "float16";
+    case ModelDType::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
+    const WorkerConfig& config, kernels::Communicator* comm,
+    [[maybe_unused]] kernels::cuda::DeviceCommunicator* device_comm) {
+  VLLM_ASSIGN_OR_RETURN(const Device device, ResolveDevice(config.device));
+  if (device == Device::kCuda) {
+#if VLLM_HAVE_CUDA
+    VLLM_ASSIGN_OR_RETURN(ModelConfig model_config, LoadModelConfig(config.model));
+    std::unique_ptr<WeightSource> weights;
+    if (config.load_format != LoadFormat::kDummy) {
+      VLLM_ASSIGN_OR_RETURN(weights, OpenSafetensors(config.model));
+    }
+    if (device_comm == nullptr && comm->world_size() > 1) {
+      return absl::InvalidArgumentError(
+          "--device cuda with tensor parallelism needs the NCCL device communicator");
+    }
+    CudaBackendOptions o;
+    o.dtype = config.dtype;
+    o.dummy_weights = config.load_format == LoadFormat::kDummy;
+    o.seed = config.seed;
+    o.device_index = comm->rank();
+    o.gpu_memory_utilization = config.gpu_memory_utilization;
+    o.enforce_eager = config.enforce_eager;
+    o.max_model_len = config.max_model_len;
+    o.max_num_batched_tokens = config.max_num_batched_tokens;
+    o.max_num_seqs = config.max_num_seqs;
+    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<ModelBackend> backend,
+                          CreateCudaModelBackend(model_config, weights.get(), device_comm, o));
+    auto runner = std::make_unique<ModelRunner>(std::move(backend), config.seed);
+    return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
+#endif
+  }
   if (config.kv_cache_memory_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-cache-memory must be positive, got ",
                                                    config.kv_cache_memory_bytes, " bytes"));
@@ -32,17 +137,19 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(const WorkerConfig& confi
   }
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                         LlamaModel::Load(model_config, *weights, comm));
-  auto runner = std::make_unique<ModelRunner>(std::move(model), config.seed);
+  auto runner = std::make_unique<ModelRunner>(
+      std::make_unique<CpuModelBackend>(std::move(model), config.kv_cache_memory_bytes),
+      config.seed);
   return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
 }
 
 core::KVCacheSpec Worker::GetKVCacheSpec() const {
-  const LlamaModel& model = runner_->model();
+  const ModelBackend& backend = runner_->backend();
   core::KVCacheSpec spec;
-  spec.num_layers = model.num_layers();
-  spec.num_kv_heads = model.num_kv_heads();
-  spec.head_dim = model.head_dim();
-  spec.dtype_bytes = sizeof(float);
+  spec.num_layers = backend.config().num_hidden_layers;
+  spec.num_kv_heads = backend.num_kv_heads();
+  spec.head_dim = backend.config().head_dim;
+  spec.dtype_bytes = backend.kv_dtype_bytes();
   return spec;
 }
 

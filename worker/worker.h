@@ -2,8 +2,12 @@
 // the model config and this rank's weights, reports the KV-cache geometry and the memory
 // budget for it, allocates the cache, and runs steps through its ModelRunner.
 //
-// On the CPU the KV-cache budget is explicit (--kv-cache-memory, vLLM's
-// VLLM_CPU_KVCACHE_SPACE), not profiled.
+// Two devices (WorkerConfig.device): the CPU backend (LlamaModel, float32) and, in builds with
+// CUDA, the CUDA backend (worker/cuda/: CudaLlamaModel on the GPU of index rank, weights and
+// activations in WorkerConfig.dtype). On the CPU the KV-cache budget is explicit
+// (--kv-cache-memory, vLLM's VLLM_CPU_KVCACHE_SPACE); on CUDA it is profiled (vLLM's method:
+// a dummy run at max_num_batched_tokens, then total × gpu_memory_utilization minus everything
+// in use — see worker/cuda/cuda_model_backend.h).
 //
 // Thread-safety: none; UniProcExecutor calls it from the engine thread, WorkerProc (issue 5)
 // from the worker process's main thread.
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,6 +28,10 @@
 #include "worker/model_config.h"
 #include "worker/model_runner.h"
 
+namespace vllm::kernels::cuda {
+class DeviceCommunicator;  // kernels/cuda/device_communicator.h (CUDA builds only)
+}  // namespace vllm::kernels::cuda
+
 namespace vllm::worker {
 
 enum class LoadFormat { kAuto, kSafetensors, kDummy };
@@ -30,25 +39,63 @@ enum class LoadFormat { kAuto, kSafetensors, kDummy };
 // Parses "auto", "safetensors" or "dummy"; InvalidArgument listing them otherwise.
 [[nodiscard]] absl::StatusOr<LoadFormat> ParseLoadFormat(std::string_view name);
 
+// vLLM's --device. kAuto resolves to kCuda when a GPU is visible (ResolveDevice).
+enum class Device { kAuto, kCpu, kCuda };
+// Parses "auto", "cpu" or "cuda"; InvalidArgument naming --device and the choices otherwise.
+[[nodiscard]] absl::StatusOr<Device> ParseDevice(std::string_view name);
+std::string_view DeviceName(Device device);
+// Number of visible CUDA devices (0 in a build without CUDA, or with no GPU or driver).
+int VisibleCudaDevices();
+// kAuto -> kCuda when VisibleCudaDevices() > 0, else kCpu. kCuda with no GPU (or a build
+// without CUDA) is InvalidArgument naming --device; kCpu stays.
+[[nodiscard]] absl::StatusOr<Device> ResolveDevice(Device device);
+
+// vLLM's --dtype for weights and activations on CUDA (the CPU always computes in float32).
+// kAuto: the checkpoint's torch_dtype, except float32 checkpoints run in float16 (vLLM: "FP16
+// precision for FP32 and FP16 models, and BF16 precision for BF16 models").
+enum class ModelDType { kAuto, kFloat32, kBFloat16, kFloat16 };
+// Parses vLLM's names: auto, float32 / float, bfloat16, float16 / half; InvalidArgument
+// naming --dtype otherwise.
+[[nodiscard]] absl::StatusOr<ModelDType> ParseModelDType(std::string_view name);
+std::string_view ModelDTypeName(ModelDType dtype);
+
 struct WorkerConfig {
   // A Hugging Face model directory (config.json, *.safetensors).
   std::filesystem::path model;
   LoadFormat load_format = LoadFormat::kAuto;
   // Seeds dummy weights and requests that have no seed.
   uint64_t seed = 0;
-  // Bytes for this rank's KV cache.
+  // Bytes for this rank's KV cache (CPU only).
   int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  // kAuto is resolved by Worker::Create (the engine resolves it earlier, for every rank).
+  Device device = Device::kCpu;
+  ModelDType dtype = ModelDType::kAuto;
+  // CUDA: fraction of the GPU's memory for weights, activations and KV cache.
+  double gpu_memory_utilization = 0.9;
+  // CUDA: no CUDA graphs.
+  bool enforce_eager = false;
+  // The scheduler's limits, which size the CUDA scratch buffers, the profile run and the
+  // graphs; 0: the model's max_position_embeddings / 2048 / 256.
+  int32_t max_model_len = 0;
+  int32_t max_num_batched_tokens = 0;
+  int32_t max_num_seqs = 0;
 };
 
 class Worker {
  public:
   // Loads the config and this rank's weights (`comm`, not owned, is the tensor-parallel
   // group and must outlive the worker). Errors name the file or tensor at fault.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Create(const WorkerConfig& config,
-                                                                      kernels::Communicator* comm);
+  // On CUDA, `device_comm` (not owned, outlives the worker) is the device-side group
+  // (NCCL); null is allowed only for a group of one (a SingleRankDeviceCommunicator is used).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Create(
+      const WorkerConfig& config, kernels::Communicator* comm,
+      kernels::cuda::DeviceCommunicator* device_comm = nullptr);
 
   core::KVCacheSpec GetKVCacheSpec() const;
-  int64_t DetermineAvailableMemory() const { return config_.kv_cache_memory_bytes; }
+  // The CPU: --kv-cache-memory. CUDA: the profiled budget (errors when none is left).
+  [[nodiscard]] absl::StatusOr<int64_t> DetermineAvailableMemory() {
+    return runner_->backend().DetermineAvailableMemory();
+  }
   [[nodiscard]] absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) {
     return runner_->InitializeKVCache(num_blocks, block_size);
   }
@@ -57,7 +104,7 @@ class Worker {
     return runner_->ExecuteModel(scheduler_output);
   }
 
-  const ModelConfig& model_config() const { return runner_->model().config(); }
+  const ModelConfig& model_config() const { return runner_->backend().config(); }
   ModelRunner& runner() { return *runner_; }
 
  private:

@@ -199,8 +199,9 @@ class WorkerProc {
       return absl::OkStatus();
     }
     if (method == "determine_available_memory") {
+      VLLM_ASSIGN_OR_RETURN(const int64_t available, worker_->DetermineAvailableMemory());
       msgpack::sbuffer b;
-      msgpack::pack(b, worker_->DetermineAvailableMemory());
+      msgpack::pack(b, available);
       result->assign(b.data(), b.size());
       return absl::OkStatus();
     }
@@ -257,6 +258,20 @@ std::vector<std::string> ToWorkerProcFlags(const WorkerProcOptions& o) {
                                 absl::StrCat(o.worker.seed),
                                 "--kv-cache-memory",
                                 absl::StrCat(o.worker.kv_cache_memory_bytes),
+                                "--device",
+                                std::string(DeviceName(o.worker.device)),
+                                "--dtype",
+                                std::string(ModelDTypeName(o.worker.dtype)),
+                                "--gpu-memory-utilization",
+                                absl::StrCat(o.worker.gpu_memory_utilization),
+                                "--enforce-eager",
+                                o.worker.enforce_eager ? "1" : "0",
+                                "--max-model-len",
+                                absl::StrCat(o.worker.max_model_len),
+                                "--max-num-batched-tokens",
+                                absl::StrCat(o.worker.max_num_batched_tokens),
+                                "--max-num-seqs",
+                                absl::StrCat(o.worker.max_num_seqs),
                                 "--startup-timeout-s",
                                 absl::StrCat(absl::ToInt64Seconds(o.startup_timeout))};
   if (!o.comm_spec.empty()) {
@@ -299,6 +314,28 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
     } else if (flag == "--kv-cache-memory") {
       VLLM_RETURN_IF_ERROR(
           ParseInt<int64_t>(flag, v, 1, int64_t{1} << 50, &o.worker.kv_cache_memory_bytes));
+    } else if (flag == "--device") {
+      VLLM_ASSIGN_OR_RETURN(o.worker.device, ParseDevice(v));
+    } else if (flag == "--dtype") {
+      VLLM_ASSIGN_OR_RETURN(o.worker.dtype, ParseModelDType(v));
+    } else if (flag == "--gpu-memory-utilization") {
+      double u = 0;
+      if (!absl::SimpleAtod(v, &u) || !(u > 0.0 && u <= 1.0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": expected a fraction in (0, 1], got '", v, "'"));
+      }
+      o.worker.gpu_memory_utilization = u;
+    } else if (flag == "--enforce-eager") {
+      int32_t b = 0;
+      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1, &b));
+      o.worker.enforce_eager = b != 0;
+    } else if (flag == "--max-model-len") {
+      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 24, &o.worker.max_model_len));
+    } else if (flag == "--max-num-batched-tokens") {
+      VLLM_RETURN_IF_ERROR(
+          ParseInt<int32_t>(flag, v, 0, 1 << 24, &o.worker.max_num_batched_tokens));
+    } else if (flag == "--max-num-seqs") {
+      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 20, &o.worker.max_num_seqs));
     } else if (flag == "--comm-spec") {
       o.comm_spec = v;
     } else if (flag == "--startup-timeout-s") {

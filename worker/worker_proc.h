@@ -12,6 +12,9 @@
 // Flags (all required unless a default is given):
 //   --rank R --world-size N --broadcast-handle TEXT --ready-address ADDR --parent-pid PID
 //   --model DIR [--load-format auto|safetensors|dummy] [--seed S] [--kv-cache-memory BYTES]
+//   [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16|float16]
+//   [--gpu-memory-utilization F] [--enforce-eager 0|1] [--max-model-len N]
+//   [--max-num-batched-tokens N] [--max-num-seqs N] (the last three: 0 = default)
 //   [--comm-spec TEXT] (required when N > 1) [--startup-timeout-s SECONDS]
 #ifndef VLLM_WORKER_WORKER_PROC_H_
 #define VLLM_WORKER_WORKER_PROC_H_

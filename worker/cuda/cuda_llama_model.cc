@@ -1,0 +1,422 @@
+#include "worker/cuda/cuda_llama_model.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "ipc/status_macros.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/rope_table.h"
+#include "worker/cuda/dtype_dispatch.h"
+#include "worker/cuda/model_kernels.h"
+#include "xxhash.h"
+
+namespace vllm::worker {
+namespace {
+
+namespace kc = ::vllm::kernels::cuda;
+namespace cpu = ::vllm::kernels::cpu;
+
+absl::Status CheckDivides(int64_t value, int32_t world_size, const char* what) {
+  if (value % world_size != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s (%d) is not divisible by the tensor-parallel size %d", what, value, world_size));
+  }
+  return absl::OkStatus();
+}
+
+// The worst attention workspace over the shapes the limits allow.
+size_t AttentionWorkspaceBytes(int32_t max_tokens, int32_t max_seqs, int32_t max_model_len,
+                               int32_t num_heads, int32_t head_dim) {
+  size_t bytes = 0;
+  const int32_t seqs_hi = std::max(1, std::min(max_seqs, max_tokens));
+  for (int32_t seqs : {1, seqs_hi}) {
+    for (int32_t qlen : {1, max_tokens}) {
+      kc::DeviceAttentionMetadata m;
+      m.num_seqs = seqs;
+      m.num_tokens = max_tokens;
+      m.block_size = 16;
+      m.max_blocks_per_seq = (max_model_len + 15) / 16;
+      m.max_query_len = qlen;
+      m.max_seq_len = max_model_len;
+      bytes = std::max(bytes, kc::PagedAttentionWorkspaceBytes(m, num_heads, head_dim));
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int32_t CudaLlamaModel::dtype_bytes() const {
+  return options_.dtype == kc::GemmDType::kFloat32 ? 4 : 2;
+}
+
+CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, kc::DeviceCommunicator* comm,
+                               const CudaModelOptions& options)
+    : config_(config),
+      comm_(comm),
+      options_(options),
+      num_heads_(config.num_attention_heads / comm->world_size()),
+      num_kv_heads_(config.num_key_value_heads / comm->world_size()),
+      intermediate_(config.intermediate_size / comm->world_size()) {}
+
+CudaLlamaModel::~CudaLlamaModel() = default;
+
+absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
+    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* comm,
+    const CudaModelOptions& options, cudaStream_t stream) {
+  if (comm == nullptr) {
+    return absl::InvalidArgumentError(
+        "CudaLlamaModel needs a device communicator (SingleRankDeviceCommunicator for TP 1)");
+  }
+  if (weights == nullptr && !options.dummy_weights) {
+    return absl::InvalidArgumentError("CudaLlamaModel: no weight source and no dummy weights");
+  }
+  if (options.max_num_tokens < 1 || options.max_num_logits < 1 || options.max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CudaLlamaModel: max_num_tokens (%d) and max_num_logits (%d) must be positive",
+        options.max_num_tokens, options.max_num_logits));
+  }
+  if (config.head_dim % 8 != 0 || config.head_dim > 256) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the CUDA backend needs head_dim a multiple of 8 and at most 256, the model has %d",
+        config.head_dim));
+  }
+  const int32_t tp = comm->world_size();
+  VLLM_RETURN_IF_ERROR(CheckDivides(config.num_attention_heads, tp, "num_attention_heads"));
+  VLLM_RETURN_IF_ERROR(CheckDivides(config.num_key_value_heads, tp, "num_key_value_heads"));
+  VLLM_RETURN_IF_ERROR(CheckDivides(config.intermediate_size, tp, "intermediate_size"));
+  CudaModelOptions o = options;
+  if (o.max_model_len == 0) o.max_model_len = static_cast<int32_t>(config.max_position_embeddings);
+  std::unique_ptr<CudaLlamaModel> model(new CudaLlamaModel(config, comm, o));
+  VLLM_ASSIGN_OR_RETURN(model->gemm_, kc::CublasLtGemm::Create());
+
+  // The rotary table, computed by the CPU reference and uploaded once.
+  VLLM_ASSIGN_OR_RETURN(
+      cpu::RotaryEmbedding rope,
+      cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
+                                   config.max_position_embeddings, config.rope_scaling));
+  const std::vector<float> table = kc::RopeCosSinTable(rope);
+  VLLM_ASSIGN_OR_RETURN(model->cos_sin_,
+                        DeviceBuffer::Allocate(table.size() * sizeof(float), "the rotary table"));
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(model->cos_sin_.get(), table.data(),
+                                             table.size() * sizeof(float), cudaMemcpyHostToDevice),
+                                  "upload of the rotary table"));
+  VLLM_RETURN_IF_ERROR(model->LoadWeights(weights, stream));
+  VLLM_RETURN_IF_ERROR(model->AllocateScratch());
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
+  return model;
+}
+
+absl::StatusOr<void*> CudaLlamaModel::NewTensor(int64_t elems, const char* what) {
+  VLLM_ASSIGN_OR_RETURN(DeviceBuffer b,
+                        DeviceBuffer::Allocate(static_cast<size_t>(elems) * dtype_bytes(), what));
+  weight_bytes_ += static_cast<int64_t>(b.bytes());
+  tensors_.push_back(std::move(b));
+  return tensors_.back().get();
+}
+
+absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t stream) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t d = config_.head_dim;
+  const int64_t vocab = config_.vocab_size;
+  const int32_t rank = comm_->rank();
+  const int32_t ws = comm_->world_size();
+  const Shard col{0, rank, ws};
+  const Shard row{1, rank, ws};
+  const kc::GemmDType dtype = options_.dtype;
+  const int64_t es = dtype_bytes();
+
+  // Puts tensor `name` (full shape [rows] or [rows, cols]) — this rank's `shard` of it — at
+  // element `offset` of `dst`.
+  auto put = [&](const std::string& name, std::vector<int64_t> shape, const Shard& shard, void* dst,
+                 int64_t offset) -> absl::Status {
+    const int64_t full_rows = shape[0];
+    const int64_t full_cols = shape.size() > 1 ? shape[1] : 1;
+    int64_t rows = full_rows, cols = full_cols, row_off = 0, col_off = 0;
+    if (shard.dim == 0) {
+      rows = full_rows / shard.world_size;
+      row_off = rows * shard.rank;
+    } else if (shard.dim == 1) {
+      cols = full_cols / shard.world_size;
+      col_off = cols * shard.rank;
+    }
+    if (options_.dummy_weights) {
+      return CudaStatus(
+          WithDType(dtype,
+                    [&](auto tag) {
+                      using T = decltype(tag);
+                      T* out = static_cast<T*>(dst) + offset;
+                      if (absl::EndsWith(name, "norm.weight")) {
+                        return FillConstant<T>(out, rows * cols, 1.0f, stream);
+                      }
+                      const uint64_t seed = XXH64(name.data(), name.size(), options_.seed);
+                      return FillUniformDummy<T>(out, rows, cols, full_cols, row_off, col_off, seed,
+                                                 options_.dummy_scale, stream);
+                    }),
+          absl::StrCat("dummy init of ", name));
+    }
+    VLLM_ASSIGN_OR_RETURN(std::vector<float> host, weights->Load(name, shape, shard));
+    if (static_cast<int64_t>(host.size()) != rows * cols) {
+      return absl::InternalError(absl::StrCat(name, ": the weight source returned ", host.size(),
+                                              " elements, expected ", rows * cols));
+    }
+    return WithDType(dtype, [&](auto tag) -> absl::Status {
+      using T = decltype(tag);
+      T* out = static_cast<T*>(dst) + offset;
+      if constexpr (std::is_same_v<T, float>) {
+        return CudaStatus(cudaMemcpy(out, host.data(), host.size() * es, cudaMemcpyHostToDevice),
+                          absl::StrCat("upload of ", name));
+      } else {
+        std::vector<T> converted(host.size());
+        for (size_t i = 0; i < host.size(); ++i) converted[i] = HostFromFloat<T>(host[i]);
+        return CudaStatus(
+            cudaMemcpy(out, converted.data(), converted.size() * es, cudaMemcpyHostToDevice),
+            absl::StrCat("upload of ", name));
+      }
+    });
+  };
+  auto has = [&](const std::string& name) { return options_.dummy_weights || weights->Has(name); };
+
+  VLLM_ASSIGN_OR_RETURN(embed_tokens_, NewTensor(vocab * hidden, "embed_tokens"));
+  VLLM_RETURN_IF_ERROR(put("model.embed_tokens.weight", {vocab, hidden}, {}, embed_tokens_, 0));
+  VLLM_ASSIGN_OR_RETURN(final_norm_, NewTensor(hidden, "model.norm"));
+  VLLM_RETURN_IF_ERROR(put("model.norm.weight", {hidden}, {}, final_norm_, 0));
+  if (config_.tie_word_embeddings) {
+    lm_head_ = embed_tokens_;
+  } else {
+    VLLM_ASSIGN_OR_RETURN(lm_head_, NewTensor(vocab * hidden, "lm_head"));
+    VLLM_RETURN_IF_ERROR(put("lm_head.weight", {vocab, hidden}, {}, lm_head_, 0));
+  }
+  const int64_t q_rows = int64_t{config_.num_attention_heads} * d;
+  const int64_t kv_rows = int64_t{config_.num_key_value_heads} * d;
+  const int64_t q_local = q_rows / ws, kv_local = kv_rows / ws;
+  const int64_t qkv_local = q_local + 2 * kv_local;
+  const int64_t inter = config_.intermediate_size;
+  const int64_t inter_local = intermediate_;
+  layers_.resize(config_.num_hidden_layers);
+  for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
+    Layer& l = layers_[i];
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    VLLM_ASSIGN_OR_RETURN(l.input_norm, NewTensor(hidden, "input_layernorm"));
+    VLLM_RETURN_IF_ERROR(put(p + "input_layernorm.weight", {hidden}, {}, l.input_norm, 0));
+    VLLM_ASSIGN_OR_RETURN(l.post_norm, NewTensor(hidden, "post_attention_layernorm"));
+    VLLM_RETURN_IF_ERROR(put(p + "post_attention_layernorm.weight", {hidden}, {}, l.post_norm, 0));
+    VLLM_ASSIGN_OR_RETURN(l.qkv, NewTensor(qkv_local * hidden, "qkv_proj"));
+    if (config_.attention_bias) {
+      VLLM_ASSIGN_OR_RETURN(l.qkv_bias, NewTensor(qkv_local, "qkv_proj bias"));
+    }
+    const struct {
+      const char* name;
+      int64_t rows;
+      int64_t offset;  // rows before this projection in the merged weight
+    } projs[] = {{"q_proj", q_rows, 0},
+                 {"k_proj", kv_rows, q_local},
+                 {"v_proj", kv_rows, q_local + kv_local}};
+    for (const auto& proj : projs) {
+      const std::string name = absl::StrCat(p, "self_attn.", proj.name);
+      VLLM_RETURN_IF_ERROR(
+          put(name + ".weight", {proj.rows, hidden}, col, l.qkv, proj.offset * hidden));
+      if (config_.attention_bias) {
+        VLLM_RETURN_IF_ERROR(put(name + ".bias", {proj.rows}, col, l.qkv_bias, proj.offset));
+      }
+    }
+    VLLM_ASSIGN_OR_RETURN(l.o_proj, NewTensor(hidden * q_local, "o_proj"));
+    VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.weight", {hidden, q_rows}, row, l.o_proj, 0));
+    // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
+    if (config_.attention_bias && config_.architecture != "Qwen2ForCausalLM" &&
+        has(p + "self_attn.o_proj.bias")) {
+      VLLM_ASSIGN_OR_RETURN(l.o_bias, NewTensor(hidden, "o_proj bias"));
+      VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.bias", {hidden}, {}, l.o_bias, 0));
+    }
+    VLLM_ASSIGN_OR_RETURN(l.gate_up, NewTensor(2 * inter_local * hidden, "gate_up_proj"));
+    VLLM_RETURN_IF_ERROR(put(p + "mlp.gate_proj.weight", {inter, hidden}, col, l.gate_up, 0));
+    VLLM_RETURN_IF_ERROR(
+        put(p + "mlp.up_proj.weight", {inter, hidden}, col, l.gate_up, inter_local * hidden));
+    VLLM_ASSIGN_OR_RETURN(l.down, NewTensor(hidden * inter_local, "down_proj"));
+    VLLM_RETURN_IF_ERROR(put(p + "mlp.down_proj.weight", {hidden, inter}, row, l.down, 0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaLlamaModel::AllocateScratch() {
+  const int64_t t = options_.max_num_tokens;
+  const int64_t n = options_.max_num_logits;
+  const int64_t h = config_.hidden_size;
+  const int64_t d = config_.head_dim;
+  const int64_t q_w = num_heads_ * d;
+  const int64_t kv_w = num_kv_heads_ * d;
+  const int64_t qkv_w = q_w + 2 * kv_w;
+  const size_t es = static_cast<size_t>(dtype_bytes());
+  auto alloc = [&](DeviceBuffer* b, int64_t elems, const char* what) -> absl::Status {
+    VLLM_ASSIGN_OR_RETURN(*b, DeviceBuffer::Allocate(static_cast<size_t>(elems) * es, what));
+    activation_bytes_ += static_cast<int64_t>(b->bytes());
+    return absl::OkStatus();
+  };
+  VLLM_RETURN_IF_ERROR(alloc(&hidden_, t * h, "hidden states"));
+  VLLM_RETURN_IF_ERROR(alloc(&residual_, t * h, "the residual"));
+  VLLM_RETURN_IF_ERROR(alloc(&big_, t * std::max(qkv_w, 2 * int64_t{intermediate_}), "qkv"));
+  VLLM_RETURN_IF_ERROR(alloc(&mid_, t * std::max(q_w, int64_t{intermediate_}), "attention out"));
+  VLLM_RETURN_IF_ERROR(alloc(&k_, t * kv_w, "packed k"));
+  VLLM_RETURN_IF_ERROR(alloc(&v_, t * kv_w, "packed v"));
+  VLLM_RETURN_IF_ERROR(alloc(&rows_, n * h, "logits rows"));
+  VLLM_RETURN_IF_ERROR(alloc(&rows_res_, n * h, "logits rows"));
+  VLLM_RETURN_IF_ERROR(alloc(&logits_, n * config_.vocab_size, "logits"));
+  const size_t ws = AttentionWorkspaceBytes(options_.max_num_tokens, options_.max_num_logits,
+                                            options_.max_model_len, num_heads_, config_.head_dim);
+  VLLM_ASSIGN_OR_RETURN(attn_workspace_, DeviceBuffer::Allocate(ws, "the attention workspace"));
+  activation_bytes_ += static_cast<int64_t>(attn_workspace_.bytes());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CudaKVCache> CudaLlamaModel::AllocateKVCache(int32_t num_blocks,
+                                                            int32_t block_size) const {
+  if (num_blocks <= 0 || block_size <= 0) {
+    return absl::InvalidArgumentError("the KV cache needs positive num_blocks and block_size");
+  }
+  CudaKVCache cache;
+  cache.num_blocks = num_blocks;
+  cache.block_size = block_size;
+  const size_t per_layer = static_cast<size_t>(num_blocks) * block_size * num_kv_heads_ *
+                           config_.head_dim * dtype_bytes();
+  const size_t layers = static_cast<size_t>(config_.num_hidden_layers);
+  VLLM_ASSIGN_OR_RETURN(cache.storage,
+                        DeviceBuffer::Allocate(2 * layers * per_layer, "the KV cache"));
+  char* base = cache.storage.as<char>();
+  for (size_t l = 0; l < layers; ++l) {
+    cache.k.push_back(base + (2 * l) * per_layer);
+    cache.v.push_back(base + (2 * l + 1) * per_layer);
+  }
+  return cache;
+}
+
+absl::Status CudaLlamaModel::Forward(const CudaForwardInputs& in, CudaKVCache* cache,
+                                     cudaStream_t stream) {
+  if (in.num_tokens < 1 || in.num_tokens > options_.max_num_tokens ||
+      in.attention.num_tokens != in.num_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CudaLlamaModel::Forward: %d tokens (attention: %d), the limit is %d",
+                        in.num_tokens, in.attention.num_tokens, options_.max_num_tokens));
+  }
+  if (in.num_logits < 0 || in.num_logits > options_.max_num_logits) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CudaLlamaModel::Forward: %d logits rows, the limit is %d", in.num_logits,
+                        options_.max_num_logits));
+  }
+  if (cache == nullptr || cache->k.size() != layers_.size() ||
+      cache->block_size != in.attention.block_size) {
+    return absl::InvalidArgumentError("CudaLlamaModel::Forward: no KV cache of this model");
+  }
+  const size_t ws = kc::PagedAttentionWorkspaceBytes(in.attention, num_heads_, config_.head_dim);
+  if (ws > attn_workspace_.bytes()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CudaLlamaModel::Forward: attention needs %d bytes of workspace, %d were sized from "
+        "the limits (max_num_tokens %d, max_num_logits %d, max_model_len %d)",
+        ws, attn_workspace_.bytes(), options_.max_num_tokens, options_.max_num_logits,
+        options_.max_model_len));
+  }
+  return WithDType(options_.dtype, [&](auto tag) -> absl::Status {
+    return ForwardT<decltype(tag)>(in, cache, stream);
+  });
+}
+
+template <typename T>
+absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* cache,
+                                      cudaStream_t stream) {
+  const kc::GemmDType dt = options_.dtype;
+  const int64_t t = in.num_tokens;
+  const int64_t h = config_.hidden_size;
+  const int32_t d = config_.head_dim;
+  const int64_t q_w = int64_t{num_heads_} * d;
+  const int64_t kv_w = int64_t{num_kv_heads_} * d;
+  const int64_t qkv_w = q_w + 2 * kv_w;
+  const size_t es = sizeof(T);
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  T* hidden = hidden_.as<T>();
+  T* residual = residual_.as<T>();
+  T* big = big_.as<T>();
+  T* mid = mid_.as<T>();
+  T* k = k_.as<T>();
+  T* v = v_.as<T>();
+  const float* cos_sin = cos_sin_.as<float>();
+
+  VLLM_RETURN_IF_ERROR(CudaStatus(kc::Embedding<T>(in.token_ids, t, static_cast<T*>(embed_tokens_),
+                                                   0, config_.vocab_size, h, residual, stream),
+                                  "embedding"));
+  // residual holds the stream; hidden the normalised input of the next sub-layer.
+  VLLM_RETURN_IF_ERROR(CudaStatus(
+      kc::RmsNorm<T>(residual, static_cast<T*>(layers_[0].input_norm), hidden, t, h, eps, stream),
+      "input norm"));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    if (i > 0) {
+      VLLM_RETURN_IF_ERROR(
+          CudaStatus(kc::FusedAddRmsNorm<T>(hidden, residual, static_cast<T*>(l.input_norm), t, h,
+                                            eps, stream),
+                     "input norm"));
+    }
+    VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, hidden, l.qkv, l.qkv_bias, big, t, qkv_w, h, stream));
+    VLLM_RETURN_IF_ERROR(CudaStatus(
+        kc::RotaryEmbedding<T>(in.positions, t, big, qkv_w, num_heads_, big + q_w, qkv_w,
+                               num_kv_heads_, d, cos_sin, config_.max_position_embeddings, stream),
+        "rotary embedding"));
+    // k and v packed for the cache write (reshape_and_cache takes packed rows).
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy2DAsync(k, kv_w * es, big + q_w, qkv_w * es, kv_w * es, t,
+                                     cudaMemcpyDeviceToDevice, stream),
+                   "k copy"));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy2DAsync(v, kv_w * es, big + q_w + kv_w, qkv_w * es, kv_w * es, t,
+                                     cudaMemcpyDeviceToDevice, stream),
+                   "v copy"));
+    T* k_cache = static_cast<T*>(cache->k[i]);
+    T* v_cache = static_cast<T*>(cache->v[i]);
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::ReshapeAndCache<T>(k, v, k_cache, v_cache, in.slot_mapping, t, num_kv_heads_,
+                                          d, cache->block_size, stream),
+                   "KV-cache write"));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::PagedAttention<T>(big, qkv_w, k_cache, v_cache, mid, in.attention,
+                                         num_heads_, num_kv_heads_, d, scale, attn_workspace_.get(),
+                                         attn_workspace_.bytes(), stream),
+                   "paged attention"));
+    const void* o_bias = comm_->rank() == 0 ? l.o_bias : nullptr;
+    VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, mid, l.o_proj, o_bias, hidden, t, h, q_w, stream));
+    VLLM_RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(t * h), dt, stream));
+    VLLM_RETURN_IF_ERROR(CudaStatus(
+        kc::FusedAddRmsNorm<T>(hidden, residual, static_cast<T*>(l.post_norm), t, h, eps, stream),
+        "post-attention norm"));
+    VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, hidden, l.gate_up, nullptr, big, t,
+                                       2 * int64_t{intermediate_}, h, stream));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::SiluAndMul<T>(big, mid, t, intermediate_, stream), "silu_and_mul"));
+    VLLM_RETURN_IF_ERROR(
+        gemm_->Linear(dt, mid, l.down, nullptr, hidden, t, h, intermediate_, stream));
+    VLLM_RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(t * h), dt, stream));
+  }
+  // Only the logits rows go through the final norm and lm_head.
+  const int64_t n = in.num_logits;
+  if (n == 0) return absl::OkStatus();
+  T* rows = rows_.as<T>();
+  T* rows_res = rows_res_.as<T>();
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(GatherRows<T>(hidden, in.logits_indices, n, h, rows, stream), "row gather"));
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(GatherRows<T>(residual, in.logits_indices, n, h, rows_res, stream), "row gather"));
+  VLLM_RETURN_IF_ERROR(CudaStatus(
+      kc::FusedAddRmsNorm<T>(rows, rows_res, static_cast<T*>(final_norm_), n, h, eps, stream),
+      "final norm"));
+  return gemm_->Linear(dt, rows, lm_head_, nullptr, logits_.get(), n, config_.vocab_size, h,
+                       stream);
+}
+
+}  // namespace vllm::worker

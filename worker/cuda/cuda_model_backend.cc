@@ -1,0 +1,502 @@
+#include "worker/cuda/cuda_model_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "ipc/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/cuda/dtype_dispatch.h"
+
+namespace vllm::worker {
+namespace {
+
+namespace kc = ::vllm::kernels::cuda;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr float kGreedyTemperature = 1e-5f;
+
+size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
+
+const char* DTypeName(kc::GemmDType dtype) {
+  switch (dtype) {
+    case kc::GemmDType::kFloat16:
+      return "float16";
+    case kc::GemmDType::kBFloat16:
+      return "bfloat16";
+    case kc::GemmDType::kFloat32:
+      break;
+  }
+  return "float32";
+}
+
+}  // namespace
+
+kc::GemmDType ResolveCudaDType(ModelDType dtype, const ModelConfig& config) {
+  switch (dtype) {
+    case ModelDType::kFloat32:
+      return kc::GemmDType::kFloat32;
+    case ModelDType::kBFloat16:
+      return kc::GemmDType::kBFloat16;
+    case ModelDType::kFloat16:
+      return kc::GemmDType::kFloat16;
+    case ModelDType::kAuto:
+      break;
+  }
+  return config.torch_dtype == "bfloat16" ? kc::GemmDType::kBFloat16 : kc::GemmDType::kFloat16;
+}
+
+std::vector<int32_t> CudaGraphBatchSizes(int32_t max_num_seqs, int32_t max_num_batched_tokens) {
+  const int32_t limit = std::min({max_num_seqs, max_num_batched_tokens, 512});
+  std::vector<int32_t> sizes;
+  for (int32_t b : {1, 2, 4}) {
+    if (b <= limit) sizes.push_back(b);
+  }
+  for (int32_t b = 8; b <= limit; b += 8) sizes.push_back(b);
+  return sizes;
+}
+
+CudaModelBackend::Layout CudaModelBackend::MakeLayout(int64_t num_tokens, int64_t num_seqs,
+                                                      int64_t num_logits, int64_t max_blocks) {
+  Layout l;
+  size_t at = 0;
+  auto take = [&at](size_t bytes) {
+    const size_t here = at;
+    at += Align16(bytes);
+    return here;
+  };
+  // 8-byte arrays first; every array starts 16-byte aligned.
+  l.slots = take(num_tokens * sizeof(int64_t));
+  l.u = take(num_logits * sizeof(double));
+  l.ids = take(num_tokens * sizeof(int32_t));
+  l.positions = take(num_tokens * sizeof(int32_t));
+  l.query_start_loc = take((num_seqs + 1) * sizeof(int32_t));
+  l.seq_lens = take(num_seqs * sizeof(int32_t));
+  l.block_tables = take(num_seqs * max_blocks * sizeof(int32_t));
+  l.logits_indices = take(num_logits * sizeof(int32_t));
+  l.params = take(num_logits * sizeof(kc::SamplingParams));
+  l.total = at;
+  return l;
+}
+
+CudaModelBackend::CudaModelBackend(const CudaBackendOptions& options, int32_t device)
+    : options_(options), device_(device) {}
+
+CudaModelBackend::~CudaModelBackend() {
+  cudaSetDevice(device_);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  DestroyGraphs();
+  // The model's GEMM handle and buffers go before the stream they were used on.
+  cache_ = CudaKVCache{};
+  model_.reset();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaModelBackend::DestroyGraphs() {
+  for (auto& [size, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+std::vector<int32_t> CudaModelBackend::captured_sizes() const {
+  std::vector<int32_t> sizes;
+  for (const auto& [size, exec] : graphs_) sizes.push_back(size);
+  return sizes;
+}
+
+absl::Status CudaModelBackend::SelectDevice() const {
+  return CudaStatus(cudaSetDevice(device_), absl::StrCat("cudaSetDevice(", device_, ")"));
+}
+
+absl::StatusOr<std::unique_ptr<CudaModelBackend>> CudaModelBackend::Create(
+    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
+    const CudaBackendOptions& options) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::InvalidArgumentError(
+        "--device cuda: no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES, "
+        "or choose --device cpu)");
+  }
+  if (options.gpu_memory_utilization <= 0.0 || options.gpu_memory_utilization > 1.0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--gpu-memory-utilization must be in (0, 1], got %g", options.gpu_memory_utilization));
+  }
+  const int32_t device = std::max(options.device_index, 0) % count;
+  std::unique_ptr<CudaModelBackend> b(new CudaModelBackend(options, device));
+  VLLM_RETURN_IF_ERROR(b->SelectDevice());
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaFree(nullptr), "CUDA context creation"));
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking),
+                                  "cudaStreamCreate"));
+  b->max_model_len_ = options.max_model_len > 0
+                          ? options.max_model_len
+                          : static_cast<int32_t>(config.max_position_embeddings);
+  b->max_tokens_ = options.max_num_batched_tokens > 0 ? options.max_num_batched_tokens : 2048;
+  b->max_seqs_ = options.max_num_seqs > 0 ? options.max_num_seqs : 256;
+
+  CudaModelOptions mo;
+  mo.dtype = ResolveCudaDType(options.dtype, config);
+  mo.max_num_tokens = b->max_tokens_;
+  mo.max_num_logits = b->max_seqs_;
+  mo.max_model_len = b->max_model_len_;
+  mo.dummy_weights = options.dummy_weights;
+  mo.seed = options.seed;
+  kc::DeviceCommunicator* comm = device_comm != nullptr ? device_comm : &b->single_rank_;
+  const absl::Time start = absl::Now();
+  VLLM_ASSIGN_OR_RETURN(b->model_, CudaLlamaModel::Load(config, weights, comm, mo, b->stream_));
+  spdlog::info("Model loading took {:.4f} GiB and {:.3f} s (GPU {}, dtype {}, {} weights)",
+               b->model_->weight_bytes() / kGiB, absl::ToDoubleSeconds(absl::Now() - start), device,
+               DTypeName(mo.dtype), options.dummy_weights ? "dummy" : "checkpoint");
+  VLLM_ASSIGN_OR_RETURN(b->tokens_dev_,
+                        DeviceBuffer::Allocate(b->max_seqs_ * sizeof(int32_t), "sampled tokens"));
+  VLLM_ASSIGN_OR_RETURN(b->tokens_host_,
+                        PinnedBuffer::Allocate(b->max_seqs_ * sizeof(int32_t), "sampled tokens"));
+  VLLM_RETURN_IF_ERROR(b->AllocateInputs(b->block_size_));
+  return b;
+}
+
+absl::StatusOr<std::unique_ptr<ModelBackend>> CreateCudaModelBackend(
+    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
+    const CudaBackendOptions& options) {
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<CudaModelBackend> b,
+                        CudaModelBackend::Create(config, weights, device_comm, options));
+  return std::unique_ptr<ModelBackend>(std::move(b));
+}
+
+absl::Status CudaModelBackend::AllocateInputs(int32_t block_size) {
+  block_size_ = block_size;
+  max_blocks_ = (max_model_len_ + block_size - 1) / block_size;
+  const Layout l = MakeLayout(max_tokens_, max_seqs_, max_seqs_, max_blocks_);
+  if (staging_.bytes() >= l.total) return absl::OkStatus();
+  DestroyGraphs();  // they point into the old buffer
+  staging_.Reset();
+  inputs_.Reset();
+  VLLM_ASSIGN_OR_RETURN(staging_, PinnedBuffer::Allocate(l.total, "the input staging buffer"));
+  VLLM_ASSIGN_OR_RETURN(inputs_, DeviceBuffer::Allocate(l.total, "the step inputs"));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
+                                      CudaForwardInputs* out) {
+  const int64_t t = static_cast<int64_t>(in.token_ids.size());
+  const int64_t s = static_cast<int64_t>(in.seq_lens.size());
+  const int64_t n = static_cast<int64_t>(in.logits_indices.size());
+  const bool graph = graph_size > 0;
+  const int64_t tp = graph ? graph_size : t;
+  const int64_t sp = graph ? graph_size : s;
+  const int64_t np = graph ? graph_size : n;
+  const int64_t width = graph ? max_blocks_ : in.max_blocks_per_seq;
+  const Layout l = MakeLayout(tp, sp, np, width);
+  char* h = staging_.as<char>();
+  auto* slots = reinterpret_cast<int64_t*>(h + l.slots);
+  auto* u = reinterpret_cast<double*>(h + l.u);
+  auto* ids = reinterpret_cast<int32_t*>(h + l.ids);
+  auto* positions = reinterpret_cast<int32_t*>(h + l.positions);
+  auto* qsl = reinterpret_cast<int32_t*>(h + l.query_start_loc);
+  auto* seq_lens = reinterpret_cast<int32_t*>(h + l.seq_lens);
+  auto* tables = reinterpret_cast<int32_t*>(h + l.block_tables);
+  auto* logits_indices = reinterpret_cast<int32_t*>(h + l.logits_indices);
+  auto* params = reinterpret_cast<kc::SamplingParams*>(h + l.params);
+
+  std::copy(in.slot_mapping.begin(), in.slot_mapping.end(), slots);
+  std::fill(slots + t, slots + tp, int64_t{-1});
+  std::copy(in.token_ids.begin(), in.token_ids.end(), ids);
+  std::fill(ids + t, ids + tp, 0);
+  std::copy(in.positions.begin(), in.positions.end(), positions);
+  std::fill(positions + t, positions + tp, 0);
+  std::copy(in.query_start_loc.begin(), in.query_start_loc.end(), qsl);
+  // Padding sequences hold one padding token each.
+  for (int64_t i = s + 1; i <= sp; ++i) qsl[i] = qsl[i - 1] + 1;
+  std::copy(in.seq_lens.begin(), in.seq_lens.end(), seq_lens);
+  std::fill(seq_lens + s, seq_lens + sp, 0);
+  if (width == in.max_blocks_per_seq) {
+    std::copy(in.block_tables.begin(), in.block_tables.end(), tables);
+  } else {
+    for (int64_t r = 0; r < s; ++r) {
+      std::copy_n(in.block_tables.begin() + r * in.max_blocks_per_seq, in.max_blocks_per_seq,
+                  tables + r * width);
+      std::fill(tables + r * width + in.max_blocks_per_seq, tables + (r + 1) * width, 0);
+    }
+  }
+  std::fill(tables + s * width, tables + sp * width, 0);
+  std::copy(in.logits_indices.begin(), in.logits_indices.end(), logits_indices);
+  for (int64_t i = n; i < np; ++i) logits_indices[i] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < np; ++i) {
+    kc::SamplingParams p;
+    if (i < n) {
+      const RowSampling& r = in.sampling[i];
+      p.temperature = r.temperature;
+      p.top_k = r.top_k;
+      p.top_p = r.top_p;
+      p.min_p = r.min_p;
+      u[i] = r.u;
+    } else {
+      p.temperature = 0.0f;
+      u[i] = 0.5;
+    }
+    params[i] = p;
+  }
+  VLLM_RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(inputs_.get(), staging_.get(), l.total, cudaMemcpyHostToDevice, stream_),
+      "input upload"));
+
+  char* d = inputs_.as<char>();
+  out->num_tokens = tp;
+  out->token_ids = reinterpret_cast<const int32_t*>(d + l.ids);
+  out->positions = reinterpret_cast<const int32_t*>(d + l.positions);
+  out->slot_mapping = reinterpret_cast<const int64_t*>(d + l.slots);
+  out->num_logits = static_cast<int32_t>(np);
+  out->logits_indices = reinterpret_cast<const int32_t*>(d + l.logits_indices);
+  kc::DeviceAttentionMetadata& m = out->attention;
+  m.num_seqs = static_cast<int32_t>(sp);
+  m.num_tokens = tp;
+  m.query_start_loc = reinterpret_cast<const int32_t*>(d + l.query_start_loc);
+  m.seq_lens = reinterpret_cast<const int32_t*>(d + l.seq_lens);
+  m.block_tables = reinterpret_cast<const int32_t*>(d + l.block_tables);
+  m.max_blocks_per_seq = static_cast<int32_t>(width);
+  m.block_size = block_size_;
+  m.max_query_len = graph ? 1 : in.max_query_len;
+  m.max_seq_len = graph ? max_model_len_ : in.max_seq_len;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaModelBackend::DetermineAvailableMemory() {
+  VLLM_RETURN_IF_ERROR(SelectDevice());
+  // A dummy batch at the limits: max_tokens tokens over min(max_seqs, max_tokens) sequences,
+  // every sequence sampled. Slots -1 and seq_len 0: nothing is cached or attended to, but
+  // every buffer and launch has its largest shape.
+  const int32_t t = max_tokens_;
+  const int32_t s = std::min(max_seqs_, max_tokens_);
+  std::vector<int32_t> ids(t, 0), positions(t), qsl(s + 1, 0), seq_lens(s, 0), tables(s, 0);
+  std::vector<int32_t> logits_indices(s);
+  std::vector<int64_t> slots(t, -1);
+  std::vector<RowSampling> sampling(s);
+  int32_t max_q = 0;
+  for (int32_t r = 0; r < s; ++r) {
+    const int32_t q = t / s + (r < t % s ? 1 : 0);
+    qsl[r + 1] = qsl[r] + q;
+    for (int32_t j = 0; j < q; ++j) positions[qsl[r] + j] = j;
+    logits_indices[r] = qsl[r + 1] - 1;
+    max_q = std::max(max_q, q);
+    sampling[r].temperature = 1.0f;  // exercise the full sampler
+  }
+  StepInputs in;
+  in.token_ids = ids;
+  in.positions = positions;
+  in.slot_mapping = slots;
+  in.query_start_loc = qsl;
+  in.seq_lens = seq_lens;
+  in.block_tables = tables;
+  in.max_blocks_per_seq = 1;
+  in.max_query_len = max_q;
+  in.max_seq_len = max_model_len_;
+  in.logits_indices = logits_indices;
+  in.sampling = sampling;
+  {
+    VLLM_ASSIGN_OR_RETURN(CudaKVCache profile_cache, model_->AllocateKVCache(1, block_size_));
+    CudaForwardInputs fi;
+    VLLM_RETURN_IF_ERROR(Upload(in, 0, &fi));
+    VLLM_RETURN_IF_ERROR(model_->Forward(fi, &profile_cache, stream_));
+    const auto* params = reinterpret_cast<const kc::SamplingParams*>(inputs_.as<char>() +
+                                                                     MakeLayout(t, s, s, 1).params);
+    const auto* u = reinterpret_cast<const double*>(inputs_.as<char>() + MakeLayout(t, s, s, 1).u);
+    VLLM_RETURN_IF_ERROR(CudaStatus(WithDType(model_->dtype(),
+                                              [&](auto tag) {
+                                                using T = decltype(tag);
+                                                return kc::SampleRows<T>(
+                                                    static_cast<const T*>(model_->logits()), s,
+                                                    model_->vocab_size(), params, u,
+                                                    tokens_dev_.as<int32_t>(), stream_);
+                                              }),
+                                    "profile sampler"));
+    VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "profile run"));
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  const double requested = static_cast<double>(total_bytes) * options_.gpu_memory_utilization;
+  const int64_t used = static_cast<int64_t>(total_bytes - free_bytes);
+  const int64_t weights = model_->weight_bytes();
+  const int64_t activations = model_->activation_bytes() + static_cast<int64_t>(inputs_.bytes()) +
+                              static_cast<int64_t>(tokens_dev_.bytes());
+  const int64_t other = used - weights - activations;
+  const int64_t budget = static_cast<int64_t>(requested) - used;
+  spdlog::info(
+      "Memory profiling (GPU {}): total {:.2f} GiB × gpu_memory_utilization {:.2f} = {:.2f} GiB; "
+      "weights {:.2f} GiB, peak activations {:.2f} GiB, non-torch and other {:.2f} GiB; "
+      "KV cache {:.2f} GiB",
+      device_, total_bytes / kGiB, options_.gpu_memory_utilization, requested / kGiB,
+      weights / kGiB, activations / kGiB, other / kGiB, std::max<int64_t>(budget, 0) / kGiB);
+  if (budget <= 0) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "No available memory for the cache blocks: %.2f GiB in use on GPU %d (weights %.2f GiB) "
+        "exceeds %.2f GiB (total × --gpu-memory-utilization %.2f). Try increasing "
+        "--gpu-memory-utilization or lowering --max-num-batched-tokens / --max-num-seqs.",
+        used / kGiB, device_, weights / kGiB, requested / kGiB, options_.gpu_memory_utilization));
+  }
+  return budget;
+}
+
+absl::Status CudaModelBackend::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
+  VLLM_RETURN_IF_ERROR(SelectDevice());
+  DestroyGraphs();
+  cache_ = CudaKVCache{};
+  VLLM_ASSIGN_OR_RETURN(cache_, model_->AllocateKVCache(num_blocks, block_size));
+  VLLM_RETURN_IF_ERROR(AllocateInputs(block_size));
+  spdlog::info("GPU KV cache: {} blocks of {} tokens ({:.2f} GiB) on GPU {}", num_blocks,
+               block_size, cache_.storage.bytes() / kGiB, device_);
+  if (options_.enforce_eager) return absl::OkStatus();
+  return CaptureGraphs();
+}
+
+absl::Status CudaModelBackend::CaptureGraphs() {
+  const absl::Time start = absl::Now();
+  size_t free_before = 0, free_after = 0, total = 0;
+  cudaMemGetInfo(&free_before, &total);
+  std::vector<int32_t> sizes = CudaGraphBatchSizes(max_seqs_, max_tokens_);
+  // Largest first (vLLM's order).
+  for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
+    const int32_t b = *it;
+    std::vector<int32_t> ids(b, 0), positions(b, 0), qsl(b + 1), seq_lens(b, 0), tables(b, 0);
+    std::vector<int32_t> logits_indices(b);
+    std::vector<int64_t> slots(b, -1);
+    std::vector<RowSampling> sampling(b);
+    for (int32_t i = 0; i <= b; ++i) qsl[i] = i;
+    for (int32_t i = 0; i < b; ++i) logits_indices[i] = i;
+    StepInputs in;
+    in.token_ids = ids;
+    in.positions = positions;
+    in.slot_mapping = slots;
+    in.query_start_loc = qsl;
+    in.seq_lens = seq_lens;
+    in.block_tables = tables;
+    in.max_blocks_per_seq = 1;
+    in.max_query_len = 1;
+    in.max_seq_len = 1;
+    in.logits_indices = logits_indices;
+    in.sampling = sampling;
+    CudaForwardInputs fi;
+    VLLM_RETURN_IF_ERROR(Upload(in, b, &fi));
+    // Eager warm-up: makes this shape's cuBLASLt plans before the capture.
+    VLLM_RETURN_IF_ERROR(model_->Forward(fi, &cache_, stream_));
+    VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "graph warm-up"));
+    VLLM_RETURN_IF_ERROR(CudaStatus(
+        cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture"));
+    const absl::Status forward = model_->Forward(fi, &cache_, stream_);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (!forward.ok() || ended != cudaSuccess) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      VLLM_RETURN_IF_ERROR(forward);
+      return CudaStatus(ended, absl::StrCat("CUDA graph capture of batch size ", b));
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(made, absl::StrCat("CUDA graph instantiation of batch size ", b)));
+    graphs_[b] = exec;
+  }
+  cudaMemGetInfo(&free_after, &total);
+  spdlog::info("Graph capturing finished in {:.2f} s, took {:.2f} GiB ({} batch sizes, up to {})",
+               absl::ToDoubleSeconds(absl::Now() - start),
+               (static_cast<double>(free_before) - static_cast<double>(free_after)) / kGiB,
+               sizes.size(), sizes.empty() ? 0 : sizes.back());
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelBackend::Execute(const StepInputs& in, StepResult* result) {
+  const int64_t t = static_cast<int64_t>(in.token_ids.size());
+  const int64_t s = static_cast<int64_t>(in.seq_lens.size());
+  const int64_t n = static_cast<int64_t>(in.logits_indices.size());
+  if (t < 1 || t > max_tokens_ || s > max_seqs_ || n > max_seqs_ ||
+      in.max_blocks_per_seq > max_blocks_ || in.max_seq_len > max_model_len_ ||
+      static_cast<int64_t>(in.sampling.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CUDA step of %d tokens, %d sequences, %d logits rows, %d blocks per sequence is beyond "
+        "the worker's limits (max_num_batched_tokens %d, max_num_seqs %d, max_model_len %d)",
+        t, s, n, in.max_blocks_per_seq, max_tokens_, max_seqs_, max_model_len_));
+  }
+  if (cache_.num_blocks == 0) return absl::FailedPreconditionError("no KV cache");
+  VLLM_RETURN_IF_ERROR(SelectDevice());
+  bool any_host = false, all_greedy = true;
+  for (const RowSampling& r : in.sampling) {
+    any_host |= r.on_host;
+    all_greedy &= r.temperature < kGreedyTemperature;
+  }
+  const size_t es = static_cast<size_t>(model_->dtype_bytes());
+  const int64_t vocab = model_->vocab_size();
+  if (any_host && logits_host_.bytes() == 0) {
+    VLLM_ASSIGN_OR_RETURN(
+        logits_host_,
+        PinnedBuffer::Allocate(static_cast<size_t>(max_seqs_) * vocab * es, "host logits"));
+  }
+  // A decode step (every query one token, every row sampled) replays the graph of the next
+  // captured size.
+  int32_t graph_size = 0;
+  if (!graphs_.empty() && in.max_query_len == 1 && t == s && n == s) {
+    auto it = graphs_.lower_bound(static_cast<int32_t>(s));
+    if (it != graphs_.end()) graph_size = it->first;
+  }
+  CudaForwardInputs fi;
+  VLLM_RETURN_IF_ERROR(Upload(in, graph_size, &fi));
+  if (graph_size > 0) {
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(cudaGraphLaunch(graphs_.at(graph_size), stream_), "cudaGraphLaunch"));
+    ++num_graph_steps_;
+  } else {
+    VLLM_RETURN_IF_ERROR(model_->Forward(fi, &cache_, stream_));
+  }
+  if (n > 0) {
+    const Layout l = graph_size > 0 ? MakeLayout(graph_size, graph_size, graph_size, max_blocks_)
+                                    : MakeLayout(t, s, n, in.max_blocks_per_seq);
+    const auto* params = reinterpret_cast<const kc::SamplingParams*>(inputs_.as<char>() + l.params);
+    const auto* u = reinterpret_cast<const double*>(inputs_.as<char>() + l.u);
+    int32_t* tokens = tokens_dev_.as<int32_t>();
+    VLLM_RETURN_IF_ERROR(CudaStatus(
+        WithDType(model_->dtype(),
+                  [&](auto tag) {
+                    using T = decltype(tag);
+                    const T* logits = static_cast<const T*>(model_->logits());
+                    if (all_greedy) {
+                      return kc::ArgmaxRows<T>(logits, n, vocab, tokens, stream_);
+                    }
+                    return kc::SampleRows<T>(logits, n, vocab, params, u, tokens, stream_);
+                  }),
+        "sampler"));
+    VLLM_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(tokens_host_.get(), tokens, n * sizeof(int32_t),
+                                                    cudaMemcpyDeviceToHost, stream_),
+                                    "token download"));
+    if (any_host) {
+      VLLM_RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(logits_host_.get(), model_->logits(), n * vocab * es,
+                                     cudaMemcpyDeviceToHost, stream_),
+                     "logits download"));
+    }
+  }
+  // The step's only host synchronisation.
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "CUDA step"));
+
+  result->tokens.assign(n, -1);
+  result->host_logits.clear();
+  const int32_t* sampled = tokens_host_.as<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!in.sampling[i].on_host) {
+      result->tokens[i] = sampled[i];
+      continue;
+    }
+    const size_t at = result->host_logits.size();
+    result->host_logits.resize(at + vocab);
+    WithDType(model_->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* row = logits_host_.as<T>() + i * vocab;
+      for (int64_t j = 0; j < vocab; ++j) result->host_logits[at + j] = HostToFloat(row[j]);
+      return 0;
+    });
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vllm::worker

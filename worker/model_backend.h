@@ -1,0 +1,110 @@
+// ModelBackend: the seam between ModelRunner (persistent request state, input preparation,
+// vLLM semantics; device-independent) and the device that runs the model and owns the KV
+// cache. CpuModelBackend wraps LlamaModel; CudaModelBackend (worker/cuda/, built with CUDA)
+// runs CudaLlamaModel on one GPU.
+//
+// Sampling split: a backend that samples on the device (samples_on_device()) returns the
+// token of every logits row except those the runner marks `on_host` — rows that need what
+// the device sampler lacks (penalties, logprobs) — whose float logits it copies back for the
+// CPU sampler (kernels/cpu/sampling.h). A CPU backend samples nothing: the runner marks every
+// row on_host and samples them all on the host.
+//
+// Thread-safety: none; the worker's thread owns a backend.
+#ifndef VLLM_WORKER_MODEL_BACKEND_H_
+#define VLLM_WORKER_MODEL_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/llama_model.h"
+#include "worker/model_config.h"
+
+namespace vllm::worker {
+
+// How one logits row is sampled (the device subset of core::SamplingParams).
+struct RowSampling {
+  float temperature = 1.0f;  // < 1e-5: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  double u = 0.5;        // CounterUniform(seed, position) of the token to sample
+  bool on_host = false;  // the runner samples this row on the CPU from its logits
+};
+
+// One step's flattened batch, host arrays prepared by ModelRunner (valid during Execute).
+struct StepInputs {
+  std::span<const int32_t> token_ids;        // [num_tokens]
+  std::span<const int32_t> positions;        // [num_tokens]
+  std::span<const int64_t> slot_mapping;     // [num_tokens]
+  std::span<const int32_t> query_start_loc;  // [num_seqs + 1]
+  std::span<const int32_t> seq_lens;         // [num_seqs]
+  std::span<const int32_t> block_tables;     // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t max_query_len = 0;
+  int32_t max_seq_len = 0;
+  std::span<const int32_t> logits_indices;  // [num_logits] ascending token rows
+  std::span<const RowSampling> sampling;    // [num_logits]
+};
+
+struct StepResult {
+  // Per logits row: the sampled token, or -1 for an on_host row.
+  std::vector<int32_t> tokens;
+  // [number of on_host rows, vocab_size] float logits, in logits-row order.
+  std::vector<float> host_logits;
+};
+
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // This rank's KV heads.
+  virtual int32_t num_kv_heads() const = 0;
+  // Bytes of one KV-cache element.
+  virtual int32_t kv_dtype_bytes() const = 0;
+  // Bytes of weights this rank holds.
+  virtual int64_t weight_bytes() const = 0;
+  // Whether Execute samples rows that are not on_host.
+  virtual bool samples_on_device() const = 0;
+
+  // Bytes this rank can give the KV cache (the CPU: the configured amount; CUDA: profiled).
+  [[nodiscard]] virtual absl::StatusOr<int64_t> DetermineAvailableMemory() = 0;
+  // Allocates the cache (and, on CUDA, captures graphs). Sizes are positive (checked by the
+  // runner).
+  [[nodiscard]] virtual absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) = 0;
+  // Runs the batch (indices already validated by the runner) and fills `result`.
+  [[nodiscard]] virtual absl::Status Execute(const StepInputs& inputs, StepResult* result) = 0;
+};
+
+// LlamaModel with a float32 host KV cache; samples nothing on the "device".
+class CpuModelBackend final : public ModelBackend {
+ public:
+  // `kv_cache_memory_bytes` is what DetermineAvailableMemory reports (--kv-cache-memory).
+  CpuModelBackend(std::unique_ptr<LlamaModel> model, int64_t kv_cache_memory_bytes)
+      : model_(std::move(model)), kv_cache_memory_bytes_(kv_cache_memory_bytes) {}
+
+  const ModelConfig& config() const override { return model_->config(); }
+  int32_t num_kv_heads() const override { return model_->num_kv_heads(); }
+  int32_t kv_dtype_bytes() const override { return sizeof(float); }
+  int64_t weight_bytes() const override { return model_->weight_bytes(); }
+  bool samples_on_device() const override { return false; }
+  absl::StatusOr<int64_t> DetermineAvailableMemory() override { return kv_cache_memory_bytes_; }
+  absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) override;
+  // Internal error if a row is not on_host (the runner's contract).
+  absl::Status Execute(const StepInputs& inputs, StepResult* result) override;
+
+  LlamaModel& model() { return *model_; }
+
+ private:
+  std::unique_ptr<LlamaModel> model_;
+  const int64_t kv_cache_memory_bytes_;
+  KVCache kv_cache_;
+};
+
+}  // namespace vllm::worker
+
+#endif  // VLLM_WORKER_MODEL_BACKEND_H_
