@@ -29,7 +29,9 @@ struct DeviceAttentionMetadata {
 };
 
 // Bytes of device workspace PagedAttention needs for this shape (split-K partial results);
-// 0 when the call needs none. Pass at least this many bytes.
+// 0 when the call needs none. Pass at least this many bytes. A pure function of the host
+// fields of `meta`, never above 65536 · (head_dim + 2) · 4 bytes (34 MiB at head_dim 128), so
+// one buffer of that size serves every call.
 size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                                     int32_t head_dim);
 
@@ -41,12 +43,16 @@ size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t
 // block_size, num_kv_heads, head_dim]. Softmax in float32 with a running max. Rows of a
 // padding sequence (seq_len 0) are written as zeros. Never reads a cache slot at or beyond
 // seq_lens[s] nor a block-table entry past ceil(seq_lens[s] / block_size).
-// T ∈ {float, __half, __nv_bfloat16}; head_dim a multiple of 8, at most 256.
+// T ∈ {float, __half, __nv_bfloat16}; head_dim a multiple of 8, at most 256; any block_size;
+// q_stride any value (q is read element by element); k_cache and v_cache 16-byte aligned;
+// workspace 16-byte aligned (cudaMalloc's are). Rows past query_start_loc[num_seqs] are
+// written as zeros on the decode path (max_query_len <= 8, as a padded decode graph has).
 // Enqueues on `stream`, never allocates or synchronises; returns the launch's error
-// (cudaErrorInvalidValue for an unsupported head_dim or too small a workspace).
+// (cudaErrorInvalidValue for an unsupported head_dim, num_q_heads not a multiple of
+// num_kv_heads, misaligned caches, or a missing / too small workspace).
 template <typename T>
-cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
-                           T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
+cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, T* out,
+                           const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                            int32_t num_kv_heads, int32_t head_dim, float scale, void* workspace,
                            size_t workspace_bytes, cudaStream_t stream);
 

@@ -432,6 +432,38 @@ TYPED_TEST(CudaAttentionTest, RejectsBadArguments) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+// Host-only: the workspace size never exceeds the documented bound, is 0 for prefill calls
+// and single-partition decodes, and grows with the context when it is split.
+TEST(PagedAttentionWorkspace, IsBoundedAndZeroWhenUnsplit) {
+  DeviceAttentionMetadata meta;
+  meta.block_size = 16;
+  for (int32_t head_dim : {16, 128, 256}) {
+    const size_t bound = size_t{65536} * (head_dim + 2) * 4;
+    for (int64_t tokens : {1, 7, 64, 256, 4096, 65536}) {
+      for (int32_t max_seq : {0, 1, 64, 512, 2048, 8192, 131072, 1 << 20}) {
+        for (int32_t max_q : {1, 8, 9, 2048}) {
+          meta.num_seqs = static_cast<int32_t>(std::min<int64_t>(tokens, 1024));
+          meta.num_tokens = tokens;
+          meta.max_query_len = max_q;
+          meta.max_seq_len = max_seq;
+          const size_t bytes = PagedAttentionWorkspaceBytes(meta, 32, head_dim);
+          EXPECT_LE(bytes, bound) << tokens << " tokens, max_seq " << max_seq;
+          if (max_q > 8 || max_seq <= 64) {
+            EXPECT_EQ(bytes, 0u) << tokens << " tokens, max_q " << max_q;
+          }
+        }
+      }
+    }
+  }
+  meta.num_tokens = 1;
+  meta.max_query_len = 1;
+  meta.max_seq_len = 4096;
+  const size_t short_ctx = PagedAttentionWorkspaceBytes(meta, 32, 128);
+  meta.max_seq_len = 65536;
+  EXPECT_GT(short_ctx, 0u);
+  EXPECT_GT(PagedAttentionWorkspaceBytes(meta, 32, 128), short_ctx);
+}
+
 // A decode call captured once with host bounds (max_seq_len = max_model_len) and replayed
 // after the device's seq_lens and block tables changed: the grid must not depend on them.
 TYPED_TEST(CudaAttentionTest, GraphReplayFollowsDeviceMetadata) {
