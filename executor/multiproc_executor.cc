@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -24,6 +25,9 @@
 #include "kernels/comm/group_spec.h"
 #include "worker/worker_proc.h"
 #include "worker/worker_protocol.h"
+#if VLLM_HAVE_CUDA
+#include "kernels/cuda/nccl_communicator.h"
+#endif
 
 extern char** environ;
 
@@ -96,6 +100,22 @@ absl::Status MultiprocExecutor::Start() {
                     options_.comm_backend == "gloo" ? Backend::kGloo : Backend::kShm, tp));
     comm_spec = group_->spec().Encode();
   }
+  // GPUs with TP > 1: the NCCL id, made before any process exists (a failure leaves none).
+  std::string nccl_id;
+  bool device_init = false;
+  if (tp > 1) {
+    VLLM_ASSIGN_OR_RETURN(const worker::Device device,
+                          worker::ResolveDevice(options_.worker.device));
+    device_init = device == worker::Device::kCuda;
+  }
+  if (device_init) {
+#if VLLM_HAVE_CUDA
+    VLLM_ASSIGN_OR_RETURN(nccl_id, kernels::cuda::NewNcclUniqueId());
+#else
+    return absl::FailedPreconditionError(
+        "--device cuda: this build has no CUDA backend (configure with -DVLLM_CUDA=ON)");
+#endif
+  }
   stop_fd_ = eventfd(0, EFD_CLOEXEC);
   if (stop_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
   {
@@ -108,6 +128,7 @@ absl::Status MultiprocExecutor::Start() {
     pthread_setname_np(pthread_self(), "vllm-exec-mon");  // reaps workers, reports deaths
     MonitorLoop();
   });
+  if (device_init) VLLM_RETURN_IF_ERROR(SendDeviceInit(pull, nccl_id, deadline));
   VLLM_RETURN_IF_ERROR(AwaitReady(pull, deadline));
   VLLM_RETURN_IF_ERROR(Explain(broadcast_->WaitUntilReady(deadline)));
   for (auto& r : responses_) VLLM_RETURN_IF_ERROR(Explain(r->WaitUntilReady(deadline)));
@@ -153,6 +174,32 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
     pidfds_.push_back(pidfd);
   }
   return absl::OkStatus();
+}
+
+absl::Status MultiprocExecutor::SendDeviceInit(zmq::socket_t& pull, const std::string& nccl_id,
+                                               absl::Time deadline) {
+  // Workers attach to the queue first thing, so this waits for processes to start, not to load.
+  absl::Status s = Explain(broadcast_->WaitUntilReady(deadline));
+  if (s.ok()) s = Broadcast(worker::kInitDeviceMethod, Bytes(nccl_id), /*reply_rank=*/-1).status();
+  return s.ok() ? s : StartupErrorOr(pull, s);
+}
+
+absl::Status MultiprocExecutor::StartupErrorOr(zmq::socket_t& pull, absl::Status status) {
+  const absl::Time until = absl::Now() + absl::Seconds(1);
+  while (absl::Now() < until) {
+    zmq::pollitem_t item = {pull.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    if ((item.revents & ZMQ_POLLIN) == 0) continue;
+    zmq::message_t message;
+    if (!pull.recv(message, zmq::recv_flags::dontwait)) continue;
+    absl::StatusOr<worker::ReadyMessage> ready =
+        worker::DecodeReady({message.data<uint8_t>(), message.size()});
+    if (ready.ok() && !ready->status().ok()) {
+      return absl::Status(ready->code, absl::StrCat("worker rank ", ready->rank,
+                                                    " failed to start: ", ready->message));
+    }
+  }
+  return status;
 }
 
 absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadline) {

@@ -9,12 +9,16 @@
 //
 // ExecuteModel enqueues the step once on the broadcast queue and waits only for the output
 // rank's reply (rank 0); ExecuteModelAsync returns at once with a future that reads the reply.
-// CollectiveRpc runs any method on every worker. A monitor thread watches every worker's
-// pidfd: when one dies, every pending and later call fails at once with Unavailable naming the
-// rank and how it ended. A worker that hangs is reported after `execute_timeout`.
-// Shutdown (and the destructor) closes the queue so workers exit, waits for them, and kills
-// any that do not exit within `shutdown_timeout`. Workers also die with this process
-// (PR_SET_PDEATHSIG). No shared-memory name outlives start-up (ipc/ unlinks them).
+// With `worker.device` cuda (or auto on a node with a GPU) and TP > 1, Create also makes an
+// ncclUniqueId (this process hosts NCCL's bootstrap root) and sends it on the broadcast queue as
+// the first call (init_device) before the workers load their shards; each rank drives GPU `rank`
+// (of the devices CUDA_VISIBLE_DEVICES leaves visible) and all-reduces over NCCL. CollectiveRpc
+// runs any method on every worker. A monitor thread watches every worker's pidfd: when one dies,
+// every pending and later call fails at once with Unavailable naming the rank and how it ended. A
+// worker that hangs is reported after `execute_timeout`. Shutdown (and the destructor) closes the
+// queue so workers exit, waits for them, and kills any that do not exit within `shutdown_timeout`.
+// Workers also die with this process (PR_SET_PDEATHSIG). No shared-memory name outlives start-up
+// (ipc/ unlinks them).
 //
 // Thread-safety: calls come from one thread (the engine's); the monitor is internal.
 #ifndef VLLM_EXECUTOR_MULTIPROC_EXECUTOR_H_
@@ -92,6 +96,12 @@ class MultiprocExecutor final : public core::Executor {
   explicit MultiprocExecutor(const MultiprocExecutorOptions& options);
   absl::Status Start();
   absl::Status SpawnWorkers(const std::string& ready_address, const std::string& comm_spec);
+  // Device cuda with TP > 1: waits for every worker to attach to the broadcast queue and
+  // sends them `nccl_id` as the first call (worker_protocol.h, init_device).
+  absl::Status SendDeviceInit(zmq::socket_t& pull, const std::string& nccl_id, absl::Time deadline);
+  // The start-up error a worker reported on `pull` within a short grace period, else `status`
+  // (a worker that fails exits at once: the monitor's "exited" may win the race).
+  absl::Status StartupErrorOr(zmq::socket_t& pull, absl::Status status);
   absl::Status AwaitReady(zmq::socket_t& pull, absl::Time deadline);
   // Enqueues a call; returns its id.
   absl::StatusOr<uint64_t> Broadcast(const std::string& method, absl::Span<const uint8_t> payload,

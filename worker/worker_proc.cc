@@ -24,6 +24,11 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker_protocol.h"
+#if VLLM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/nccl_communicator.h"
+#endif
 
 namespace vllm::worker {
 namespace {
@@ -106,9 +111,72 @@ class WorkerProc {
                             kernels::comm::JoinGroup(spec, options_.rank, deadline - absl::Now()));
       comm = group_.get();
     }
-    VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.worker, comm));
+    VLLM_RETURN_IF_ERROR(InitDevice(deadline));
+    VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.worker, comm, DeviceComm()));
     if (terminated_.load()) return absl::CancelledError("SIGTERM during start-up");
     return absl::OkStatus();
+  }
+
+  // The NCCL group InitDevice formed, or null (CPU, or a group of one).
+  kernels::cuda::DeviceCommunicator* DeviceComm() const {
+#if VLLM_HAVE_CUDA
+    return nccl_.get();
+#else
+    return nullptr;
+#endif
+  }
+
+  // On CUDA: makes GPU `rank` current (of those CUDA_VISIBLE_DEVICES leaves visible) and, with
+  // TP > 1, reads the NCCL id from the executor's first broadcast call (init_device) and joins
+  // the NCCL group before the model loads. Nothing on the CPU.
+  absl::Status InitDevice(absl::Time deadline) {
+    VLLM_ASSIGN_OR_RETURN(const Device device, ResolveDevice(options_.worker.device));
+    if (device != Device::kCuda) return absl::OkStatus();
+#if VLLM_HAVE_CUDA
+    int count = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--device cuda: no usable GPU (cudaGetDeviceCount: ", cudaGetErrorString(e), ")"));
+    }
+    if (options_.rank >= count) {
+      const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rank %d needs GPU %d but only %d %s visible (CUDA_VISIBLE_DEVICES=%s)", options_.rank,
+          options_.rank, count, count == 1 ? "is" : "are", visible ? visible : "unset"));
+    }
+    if (cudaError_t e = cudaSetDevice(options_.rank); e != cudaSuccess) {
+      return absl::InternalError(
+          absl::StrCat("cudaSetDevice(", options_.rank, "): ", cudaGetErrorString(e)));
+    }
+    if (options_.world_size == 1) return absl::OkStatus();  // Worker uses a single-rank group
+    VLLM_RETURN_IF_ERROR(broadcast_->WaitUntilReady(deadline));
+    broadcast_ready_ = true;
+    std::string nccl_id;
+    VLLM_RETURN_IF_ERROR(broadcast_->Dequeue(
+        [&](ipc::ByteSpan bytes) -> absl::Status {
+          VLLM_ASSIGN_OR_RETURN(auto framed, DecodeCall(bytes));
+          if (framed.header.method != kInitDeviceMethod) {
+            return absl::FailedPreconditionError(absl::StrCat("expected ", kInitDeviceMethod,
+                                                              " as the first call, got '",
+                                                              framed.header.method, "'"));
+          }
+          nccl_id.assign(reinterpret_cast<const char*>(framed.payload.data()),
+                         framed.payload.size());
+          return absl::OkStatus();
+        },
+        deadline));
+    VLLM_ASSIGN_OR_RETURN(
+        nccl_, kernels::cuda::NcclCommunicator::Create(nccl_id, options_.rank, options_.world_size,
+                                                       deadline - absl::Now()));
+    spdlog::info("worker rank {}: NCCL group of {} formed on GPU {}", options_.rank,
+                 options_.world_size, options_.rank);
+    return absl::OkStatus();
+#else
+    (void)deadline;
+    return absl::FailedPreconditionError(
+        "--device cuda: this build has no CUDA backend (configure with -DVLLM_CUDA=ON)");
+#endif
   }
 
   void SendReady(const absl::Status& status) {
@@ -133,7 +201,7 @@ class WorkerProc {
   absl::Status Loop() {
     const absl::Time deadline = absl::Now() + options_.startup_timeout;
     VLLM_RETURN_IF_ERROR(response_->WaitUntilReady(deadline));
-    VLLM_RETURN_IF_ERROR(broadcast_->WaitUntilReady(deadline));
+    if (!broadcast_ready_) VLLM_RETURN_IF_ERROR(broadcast_->WaitUntilReady(deadline));
     spdlog::info("worker rank {} (pid {}): ready", options_.rank, getpid());
     while (true) {
       Call call;
@@ -231,6 +299,10 @@ class WorkerProc {
   std::unique_ptr<ipc::MessageQueueWriter> response_;
   kernels::SingleRankCommunicator single_rank_;
   std::unique_ptr<kernels::Communicator> group_;
+  bool broadcast_ready_ = false;  // WaitUntilReady done (InitDevice does it early)
+#if VLLM_HAVE_CUDA
+  std::unique_ptr<kernels::cuda::NcclCommunicator> nccl_;  // cuda with TP > 1
+#endif
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<ipc::SignalWatcher> watcher_;  // declared last: stops first
 };

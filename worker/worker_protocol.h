@@ -23,6 +23,11 @@
 //   initialize_kv_cache         msgpack [num_blocks, block_size] → empty
 //   echo                        any → the same bytes (tests, round-trip benchmarks)
 //   shutdown                    empty → empty; the worker exits after replying
+//   init_device                 the ncclUniqueId's raw bytes (kernels::cuda::kNcclUniqueIdBytes)
+//                               → no reply on the response queue. Sent once, as the first call,
+//                               when the device is cuda and TP > 1: each worker reads it during
+//                               start-up (before loading the model), forms the NCCL group and
+//                               reports the outcome in its ReadyMessage.
 #ifndef VLLM_WORKER_WORKER_PROTOCOL_H_
 #define VLLM_WORKER_WORKER_PROTOCOL_H_
 
@@ -37,6 +42,8 @@
 namespace vllm::worker {
 
 inline constexpr uint8_t kWorkerProtocolVersion = 1;
+// The method that hands the NCCL unique id to the workers (see above).
+inline constexpr char kInitDeviceMethod[] = "init_device";
 inline constexpr uint32_t kMaxHeaderBytes = 4096;
 
 struct CallHeader {
