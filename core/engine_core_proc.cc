@@ -257,12 +257,22 @@ class EngineCoreProc::Impl {
                    std::string(step.status().message()))});
         return step.status();
       }
-      if (step->outputs.has_value() &&
-          (!step->outputs->outputs.empty() || !step->outputs->finished_requests.empty())) {
+      if (step->outputs.has_value() && ShouldSend(*step->outputs)) {
         Send({kOutputKindOutputs, Encode(*step->outputs)});
       }
     }
     return absl::OkStatus();
+  }
+
+  // Outputs for requests always go out. A step without any (e.g. the one that tells the
+  // workers about aborted requests) still goes out when its stats differ from the last ones
+  // sent: otherwise a client's /metrics would show the aborted requests running forever.
+  bool ShouldSend(const EngineCoreOutputs& outs) {
+    const bool has_stats = outs.scheduler_stats.has_value();
+    const bool send = !outs.outputs.empty() || !outs.finished_requests.empty() ||
+                      (has_stats && *outs.scheduler_stats != last_sent_stats_);
+    if (send && has_stats) last_sent_stats_ = *outs.scheduler_stats;
+    return send;
   }
 
   void Send(Output output) {
@@ -309,6 +319,7 @@ class EngineCoreProc::Impl {
   const EngineCoreProcOptions options_;
   std::atomic<bool> stop_{false};
   std::unique_ptr<EngineCore> engine_;   // main loop only
+  SchedulerStats last_sent_stats_;       // main loop only
   std::optional<zmq::socket_t> input_;   // input thread only (after the handshake)
   std::optional<zmq::socket_t> output_;  // output thread only
   std::thread input_thread_, output_thread_;

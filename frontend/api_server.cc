@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -261,7 +264,21 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- generation ----
 
+  // A body is JSON: no Content-Type (taken as JSON), application/json or */*+json, any
+  // parameters. Anything else (a form, text/plain) is refused, as vLLM does.
+  absl::Status CheckContentType() const {
+    auto it = request_.find(http::field::content_type);
+    if (it == request_.end()) return absl::OkStatus();
+    const std::string value(it->value());
+    std::string mime = absl::AsciiStrToLower(
+        absl::StripAsciiWhitespace(absl::string_view(value).substr(0, value.find(';'))));
+    if (mime == "application/json" || absl::EndsWith(mime, "+json")) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("Content-Type must be application/json, got '", value.substr(0, 100), "'"));
+  }
+
   void HandleGenerate(ApiKind kind) {
+    if (absl::Status s = CheckContentType(); !s.ok()) return SendError(s);
     absl::StatusOr<nlohmann::json> body = ParseJsonObject(request_.body());
     if (!body.ok()) return SendError(body.status());
     const std::string model_name = ctx_->engine->ModelName();
@@ -305,7 +322,7 @@ class Session : public std::enable_shared_from_this<Session> {
           std::move(requests[i]), MakeCallback(gen.serial, static_cast<int32_t>(i)));
       if (!status.ok()) {
         gen.subs.back().finished = true;  // never started
-        AbortUnfinished();
+        AbortUnfinished(std::nullopt);
         gen_.reset();
         return SendError(status);
       }
@@ -365,10 +382,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (out.finished()) {
       if (!sub.got_first_token) m.prompt_tokens->Add(out.num_prompt_tokens);
       m.e2e_request_latency->Observe(Seconds(now - gen_->arrival));
-      if (*out.finish_reason == core::FinishReason::kStop ||
-          *out.finish_reason == core::FinishReason::kLength) {
-        m.request_success->Add(1);
-      }
+      m.RequestSuccess(*out.finish_reason)->Add(1);
     }
   }
 
@@ -385,7 +399,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void FailGeneration(const absl::Status& status) {
-    AbortUnfinished();
+    AbortUnfinished(core::FinishReason::kError);
     bool stream = gen_->stream;
     gen_.reset();
     if (stream) {
@@ -396,10 +410,15 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  void AbortUnfinished() {
+  // Aborts every unfinished engine request of the generation in flight and counts each in
+  // request_success under `reason` (none: the HTTP request was refused, nothing is counted).
+  void AbortUnfinished(std::optional<core::FinishReason> reason = core::FinishReason::kAbort) {
     if (!gen_.has_value()) return;
     for (SubRequest& sub : gen_->subs) {
-      if (!sub.finished) ctx_->engine->Abort(sub.id);
+      if (!sub.finished) {
+        ctx_->engine->Abort(sub.id);
+        if (reason.has_value()) ctx_->metrics.RequestSuccess(*reason)->Add(1);
+      }
       sub.finished = true;
     }
   }

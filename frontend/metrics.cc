@@ -108,11 +108,13 @@ uint64_t Metric::count() const {
   return count_;
 }
 
-void Metric::Render(std::string* out) const {
+void Metric::Render(std::string* out, bool header) const {
   const char* type = type_ == MetricType::kCounter ? "counter"
                      : type_ == MetricType::kGauge ? "gauge"
                                                    : "histogram";
-  absl::StrAppend(out, "# HELP ", name_, " ", help_, "\n# TYPE ", name_, " ", type, "\n");
+  if (header) {
+    absl::StrAppend(out, "# HELP ", name_, " ", help_, "\n# TYPE ", name_, " ", type, "\n");
+  }
   absl::MutexLock lock(&mu_);
   if (type_ != MetricType::kHistogram) {
     absl::StrAppend(out, name_, Braces(labels_, ""), " ", FormatValue(value_), "\n");
@@ -155,7 +157,9 @@ Metric* MetricsRegistry::AddHistogram(std::string name, std::string help, Metric
 std::string MetricsRegistry::Render() const {
   std::string out;
   absl::MutexLock lock(&mu_);
-  for (const auto& metric : metrics_) metric->Render(&out);
+  for (size_t i = 0; i < metrics_.size(); ++i) {
+    metrics_[i]->Render(&out, i == 0 || metrics_[i - 1]->name() != metrics_[i]->name());
+  }
   return out;
 }
 
@@ -176,8 +180,13 @@ ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name) 
       r->AddCounter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", l);
   generation_tokens =
       r->AddCounter("vllm:generation_tokens_total", "Number of generation tokens processed.", l);
-  request_success =
-      r->AddCounter("vllm:request_success_total", "Count of successfully processed requests.", l);
+  for (core::FinishReason reason : {core::FinishReason::kStop, core::FinishReason::kLength,
+                                    core::FinishReason::kAbort, core::FinishReason::kError}) {
+    MetricLabels with_reason = l;
+    with_reason.emplace_back("finished_reason", std::string(core::FinishReasonName(reason)));
+    request_success[static_cast<size_t>(reason)] = r->AddCounter(
+        "vllm:request_success_total", "Count of successfully processed requests.", with_reason);
+  }
   time_to_first_token =
       r->AddHistogram("vllm:time_to_first_token_seconds",
                       "Histogram of time to first token in seconds.", l, TtftBuckets());

@@ -6,6 +6,7 @@
 #ifndef VLLM_FRONTEND_METRICS_H_
 #define VLLM_FRONTEND_METRICS_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -14,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "core/engine_core_types.h"
 
 namespace vllm::frontend {
 
@@ -38,8 +40,11 @@ class Metric {
   double value() const;
   uint64_t count() const;  // histogram observations
 
-  // Appends this metric's HELP, TYPE and sample lines.
-  void Render(std::string* out) const;
+  const std::string& name() const { return name_; }
+
+  // Appends this metric's HELP and TYPE lines when `header` (false for a further series of
+  // the name just rendered), then its sample lines.
+  void Render(std::string* out, bool header = true) const;
 
  private:
   const MetricType type_;
@@ -54,7 +59,8 @@ class Metric {
   std::vector<uint64_t> bucket_counts_ ABSL_GUARDED_BY(mu_);  // not cumulative
 };
 
-// Owns metrics and renders them in registration order.
+// Owns metrics and renders them in registration order. Metrics registered one after another
+// under one name with different labels render as one family (one HELP/TYPE header).
 class MetricsRegistry {
  public:
   // Each returns a metric owned by the registry, valid for its lifetime. Names should be
@@ -79,6 +85,11 @@ struct ServerMetrics {
   // Builds the set in `registry` with label model_name=`model_name`.
   ServerMetrics(MetricsRegistry* registry, const std::string& model_name);
 
+  // The request_success series for `reason`.
+  Metric* RequestSuccess(core::FinishReason reason) const {
+    return request_success[static_cast<size_t>(reason)];
+  }
+
   Metric* num_requests_running;  // vllm:num_requests_running (gauge, from the engine)
   Metric* num_requests_waiting;  // vllm:num_requests_waiting
   Metric* kv_cache_usage_perc;   // vllm:kv_cache_usage_perc, in [0, 1]
@@ -86,10 +97,13 @@ struct ServerMetrics {
   Metric* prefix_cache_hits;     // vllm:prefix_cache_hits_total (tokens)
   Metric* prompt_tokens;         // vllm:prompt_tokens_total
   Metric* generation_tokens;     // vllm:generation_tokens_total
-  Metric* request_success;       // vllm:request_success_total (finished requests)
-  Metric* time_to_first_token;   // vllm:time_to_first_token_seconds
-  Metric* inter_token_latency;   // vllm:inter_token_latency_seconds
-  Metric* e2e_request_latency;   // vllm:e2e_request_latency_seconds
+  // vllm:request_success_total{finished_reason=...}: finished requests by
+  // core::FinishReason (stop, length, abort, error), indexed by its value. A client that
+  // disconnects counts as abort; an engine failure as error.
+  std::array<Metric*, 4> request_success;
+  Metric* time_to_first_token;  // vllm:time_to_first_token_seconds
+  Metric* inter_token_latency;  // vllm:inter_token_latency_seconds
+  Metric* e2e_request_latency;  // vllm:e2e_request_latency_seconds
 };
 
 }  // namespace vllm::frontend

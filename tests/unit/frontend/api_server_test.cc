@@ -378,9 +378,16 @@ TEST_F(ApiServerTest, MetricsAfterRequests) {
            "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1\n",
            "vllm:e2e_request_latency_seconds_bucket{model_name=\"fake-model\",le=\"+Inf\"} 1\n",
            "# TYPE vllm:time_to_first_token_seconds histogram",
+           "vllm:request_success_total{model_name=\"fake-model\",finished_reason=\"length\"} 1\n",
+           "vllm:request_success_total{model_name=\"fake-model\",finished_reason=\"abort\"} 0\n",
        }) {
     EXPECT_NE(r.body.find(line), std::string::npos) << line << "\n" << r.body;
   }
+  // The finished_reason series form one family: one HELP/TYPE header.
+  const std::string type_line = "# TYPE vllm:request_success_total counter\n";
+  const size_t first = r.body.find(type_line);
+  ASSERT_NE(first, std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find(type_line, first + 1), std::string::npos) << r.body;
 }
 
 TEST_F(ApiServerTest, ApiKey) {
