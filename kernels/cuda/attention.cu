@@ -15,12 +15,9 @@ namespace {
 // Calls whose longest query is at most this many rows (decode, speculative verification) take
 // the decode path: each row's keys are read by its own blocks, split into partitions.
 constexpr int32_t kDecodeMaxQueryLen = 8;
-// Split-K partition sizes (keys): start from the largest and halve while the grid is small.
-constexpr int32_t kMaxPartition = 512;
-constexpr int32_t kMinPartition = 64;
-// (row, head, partition) work items wanted before splitting stops halving partitions: a few
-// blocks per SM on an H100 (132 SMs) at up to 8 heads per block.
-constexpr int64_t kTargetItems = 4096;
+// (row, head, partition) work items wanted: enough blocks for a few waves on an H100 (132
+// SMs) at up to 8 heads per block. Small batches split more, large ones less or not at all.
+constexpr int64_t kTargetItems = 16384;
 // Cap on (row, head, partition) items, which bounds the workspace at
 // kMaxItems · (head_dim + 2) · 4 bytes (34 MiB at head_dim 128).
 constexpr int64_t kMaxItems = int64_t{1} << 16;
@@ -35,23 +32,14 @@ AttentionPlan PlanAttention(const DeviceAttentionMetadata& meta, int32_t num_q_h
   AttentionPlan plan;
   const int64_t max_seq = std::max<int64_t>(meta.max_seq_len, 1);
   plan.decode = meta.max_query_len <= kDecodeMaxQueryLen;
-  plan.partition_size = static_cast<int32_t>(max_seq);
   plan.num_partitions = 1;
   const int64_t rows = meta.num_tokens * std::max<int32_t>(num_q_heads, 1);
   if (!plan.decode || rows <= 0) return plan;
-
-  int64_t partition = kMaxPartition;
-  while (partition > kMinPartition && rows * CeilDiv(max_seq, partition) < kTargetItems) {
-    partition /= 2;
-  }
-  int64_t parts = CeilDiv(max_seq, partition);
-  const int64_t max_parts = std::min(kMaxGridYZ, std::max<int64_t>(1, kMaxItems / rows));
-  if (parts > max_parts) {
-    partition = CeilDiv(CeilDiv(max_seq, max_parts), kMinPartition) * kMinPartition;
-    parts = CeilDiv(max_seq, partition);
-  }
+  // As many partitions as the target asks for, but none shorter than kMinPartition keys at
+  // the host bound, and within the workspace cap and the grid's z limit.
+  int64_t parts = std::min(CeilDiv(max_seq, kMinPartition), CeilDiv(kTargetItems, rows));
+  parts = std::min({parts, kMaxItems / rows, kMaxGridYZ});
   if (parts <= 1) return plan;
-  plan.partition_size = static_cast<int32_t>(partition);
   plan.num_partitions = static_cast<int32_t>(parts);
   const auto items = static_cast<size_t>(rows * parts);
   plan.out_offset = (items * sizeof(float2) + 255) / 256 * 256;

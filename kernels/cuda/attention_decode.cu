@@ -54,8 +54,7 @@ __global__ void __launch_bounds__(kThreads)
     DecodeKernel(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                  const T* __restrict__ v_cache, T* __restrict__ out, float2* __restrict__ ws_ml,
                  float* __restrict__ ws_out, DeviceAttentionMetadata meta, int32_t num_q_heads,
-                 int32_t num_kv_heads, int32_t head_dim, float scale, int32_t partition_size,
-                 int32_t num_partitions) {
+                 int32_t num_kv_heads, int32_t head_dim, float scale, int32_t num_partitions) {
   using S = DecodeShape<T, kD>;
   using V = Vec<T, S::kVec>;
   constexpr int kVec = S::kVec;
@@ -69,7 +68,8 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_head = h0 / group;
 
   const RowPlace place = LocateRow(meta, token);
-  const int begin = part * partition_size;  // < max_seq_len + partition_size: no overflow
+  const int partition_size = PartitionKeys(place.num_keys, num_partitions);
+  const int begin = part * partition_size;  // <= num_keys + num_partitions · 64: no overflow
   if (begin >= place.num_keys) {
     // Nothing to see: a zero row when this block owns the output, else the reduction skips
     // this partition (it recomputes num_keys).
@@ -263,7 +263,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     ReduceKernel(const float2* __restrict__ ws_ml, const float* __restrict__ ws_out,
                  T* __restrict__ out, DeviceAttentionMetadata meta, int32_t num_q_heads,
-                 int32_t head_dim, int32_t partition_size, int32_t num_partitions) {
+                 int32_t head_dim, int32_t num_partitions) {
   const int64_t row = blockIdx.x;
   const int64_t token = row / num_q_heads;
   const RowPlace place = LocateRow(meta, token);
@@ -272,8 +272,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = FromFloat<T>(0.0f);
     return;
   }
-  const int64_t used = (static_cast<int64_t>(place.num_keys) + partition_size - 1) / partition_size;
-  const int n = static_cast<int>(min(used, static_cast<int64_t>(num_partitions)));
+  const int32_t partition_size = PartitionKeys(place.num_keys, num_partitions);
+  const int n = min((place.num_keys + partition_size - 1) / partition_size, num_partitions);
   const float2* ml = ws_ml + row * num_partitions;
   const float* po = ws_out + row * num_partitions * head_dim;
   float mx = kNegInf;
@@ -296,9 +296,9 @@ cudaError_t LaunchDecodeKernel(const T* q, int64_t q_stride, const T* k_cache, c
                                const AttentionPlan& plan, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(meta.num_tokens), static_cast<unsigned>(num_q_heads / kGc),
                   static_cast<unsigned>(plan.num_partitions));
-  DecodeKernel<T, kD, kGc><<<grid, kThreads, 0, stream>>>(
-      q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta, num_q_heads, num_kv_heads, head_dim,
-      scale, plan.partition_size, plan.num_partitions);
+  DecodeKernel<T, kD, kGc><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, out, ws_ml,
+                                                          ws_out, meta, num_q_heads, num_kv_heads,
+                                                          head_dim, scale, plan.num_partitions);
   return cudaGetLastError();
 }
 
@@ -365,7 +365,7 @@ cudaError_t LaunchDecodeAttention(const T* q, int64_t q_stride, const T* k_cache
   if (err != cudaSuccess || plan.num_partitions == 1) return err;
   const int64_t rows = meta.num_tokens * num_q_heads;
   ReduceKernel<T><<<static_cast<unsigned>(rows), ThreadsFor(head_dim, kThreads), 0, stream>>>(
-      ws_ml, ws_out, out, meta, num_q_heads, head_dim, plan.partition_size, plan.num_partitions);
+      ws_ml, ws_out, out, meta, num_q_heads, head_dim, plan.num_partitions);
   return cudaGetLastError();
 }
 

@@ -21,8 +21,11 @@ struct AttentionPlan {
   // true: the split-K decode kernel (one block per query row, head group and partition);
   // false: the tiled prefill kernel (one block per query tile and head group, no split).
   bool decode = true;
-  int32_t partition_size = 1;  // keys per split-K partition (decode)
-  int32_t num_partitions = 1;  // > 1: partial results go to the workspace, then a reduction
+  // > 1: each row's keys are split into this many partitions of PartitionKeys() keys (sized
+  // at run time from the row's own length, so a graph captured for max_model_len still
+  // spreads a short row over every partition); partial results go to the workspace, then a
+  // reduction merges them.
+  int32_t num_partitions = 1;
   // Workspace layout when num_partitions > 1: rows = num_tokens · num_q_heads;
   // [rows, num_partitions] float2 (max, sum) at offset 0, then
   // [rows, num_partitions, head_dim] float (normalised partial outputs) at `out_offset`.
@@ -34,6 +37,19 @@ struct AttentionPlan {
 // workspace_bytes, so both always agree.
 AttentionPlan PlanAttention(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                             int32_t head_dim);
+
+// Smallest split-K partition, in keys.
+constexpr int32_t kMinPartition = 64;
+
+// Keys per partition for a row that sees `num_keys` keys, split `num_partitions` ways: the
+// whole row when unsplit, else an even share rounded up to kMinPartition. The partitions that
+// hold keys are the first ceil(num_keys / PartitionKeys) <= num_partitions.
+__host__ __device__ __forceinline__ int32_t PartitionKeys(int32_t num_keys,
+                                                          int32_t num_partitions) {
+  if (num_partitions <= 1) return num_keys;
+  const int32_t share = (num_keys + num_partitions - 1) / num_partitions;
+  return (share + kMinPartition - 1) / kMinPartition * kMinPartition;
+}
 
 // Where query row `token` sits: its sequence and how many cache positions it sees (its
 // position + 1). num_keys <= 0 (a padding sequence, or a token past query_start_loc's last

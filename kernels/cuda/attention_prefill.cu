@@ -287,7 +287,6 @@ cudaError_t LaunchRowwise(const T* q, int64_t q_stride, const T* k_cache, const 
                           cudaStream_t stream) {
   AttentionPlan plan;
   plan.decode = true;
-  plan.partition_size = meta.max_seq_len > 0 ? meta.max_seq_len : 1;
   plan.num_partitions = 1;
   return LaunchDecodeAttention(q, q_stride, k_cache, v_cache, out, meta, num_q_heads, num_kv_heads,
                                head_dim, scale, plan, nullptr, stream);
