@@ -33,21 +33,28 @@ absl::Status CheckDivides(int64_t value, int32_t world_size, const char* what) {
   return absl::OkStatus();
 }
 
-// The worst attention workspace over the shapes the limits allow.
+// The worst attention workspace over the shapes the limits allow. The split-K plan depends on
+// the token count and max_seq_len (decode-sized queries only) in ways that are not monotone, so
+// every token count is tried against max_seq_len at every multiple of 64 up to max_model_len
+// (the partition sizes are multiples of 64); prefill shapes need none today but are tried too.
 size_t AttentionWorkspaceBytes(int32_t max_tokens, int32_t max_seqs, int32_t max_model_len,
                                int32_t num_heads, int32_t head_dim) {
   size_t bytes = 0;
-  const int32_t seqs_hi = std::max(1, std::min(max_seqs, max_tokens));
-  for (int32_t seqs : {1, seqs_hi}) {
-    for (int32_t qlen : {1, max_tokens}) {
-      kc::DeviceAttentionMetadata m;
-      m.num_seqs = seqs;
-      m.num_tokens = max_tokens;
-      m.block_size = 16;
-      m.max_blocks_per_seq = (max_model_len + 15) / 16;
-      m.max_query_len = qlen;
-      m.max_seq_len = max_model_len;
-      bytes = std::max(bytes, kc::PagedAttentionWorkspaceBytes(m, num_heads, head_dim));
+  kc::DeviceAttentionMetadata m;
+  m.block_size = 16;
+  m.max_blocks_per_seq = (max_model_len + 15) / 16;
+  std::vector<int32_t> seq_lens;
+  for (int32_t len = 64; len < max_model_len; len += 64) seq_lens.push_back(len);
+  seq_lens.push_back(std::max(max_model_len, 1));
+  for (int32_t t = 1; t <= max_tokens; ++t) {
+    m.num_tokens = t;
+    m.num_seqs = std::min(t, std::max(max_seqs, 1));
+    for (int32_t qlen : {1, 8, max_tokens}) {
+      m.max_query_len = std::min(qlen, t);
+      for (int32_t len : seq_lens) {
+        m.max_seq_len = len;
+        bytes = std::max(bytes, kc::PagedAttentionWorkspaceBytes(m, num_heads, head_dim));
+      }
     }
   }
   return bytes;
