@@ -71,6 +71,10 @@ class Executor {
   // How many steps may be in flight at once (pipeline-parallel size); 1 = no batch queue.
   virtual int32_t max_concurrent_batches() const { return 1; }
 
+  // OK while the executor can run steps; its fatal error (e.g. a worker died) otherwise
+  // (vLLM's check_health). Cheap; the engine-core process polls it while idle.
+  [[nodiscard]] virtual absl::Status CheckHealth() const { return absl::OkStatus(); }
+
   // Stops the workers. Idempotent; no call but Shutdown may follow.
   virtual void Shutdown() = 0;
 };

@@ -247,21 +247,29 @@ class EngineCoreProc::Impl {
                  engine_->num_gpu_blocks());
     while (!stop_.load()) {
       TakeInputs();
-      if (!engine_->scheduler().HasRequests()) continue;
-      absl::StatusOr<EngineCore::StepResult> step = engine_->RunOneStep();
-      if (!step.ok()) {
-        // EXECUTOR_FAILED: tell every client, then go down.
-        spdlog::error("engine {}: {}", options_.engine_index, step.status().ToString());
-        Send({kOutputKindFailed,
-              Pack(options_.engine_index, static_cast<int32_t>(step.status().code()),
-                   std::string(step.status().message()))});
-        return step.status();
+      if (!engine_->scheduler().HasRequests()) {
+        // Idle: a worker that dies now must still take the engine down at once, or the
+        // server would look healthy until the next request fails.
+        if (absl::Status health = engine_->executor().CheckHealth(); !health.ok()) {
+          return ReportExecutorFailure(health);
+        }
+        continue;
       }
+      absl::StatusOr<EngineCore::StepResult> step = engine_->RunOneStep();
+      if (!step.ok()) return ReportExecutorFailure(step.status());
       if (step->outputs.has_value() && ShouldSend(*step->outputs)) {
         Send({kOutputKindOutputs, Encode(*step->outputs)});
       }
     }
     return absl::OkStatus();
+  }
+
+  // EXECUTOR_FAILED: tells every client, then the main loop goes down with `status`.
+  absl::Status ReportExecutorFailure(const absl::Status& status) {
+    spdlog::error("engine {}: {}", options_.engine_index, status.ToString());
+    Send({kOutputKindFailed, Pack(options_.engine_index, static_cast<int32_t>(status.code()),
+                                  std::string(status.message()))});
+    return status;
   }
 
   // Outputs for requests always go out. A step without any (e.g. the one that tells the

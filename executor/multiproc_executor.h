@@ -72,6 +72,7 @@ class MultiprocExecutor final : public core::Executor {
   absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
       const core::SchedulerOutput& scheduler_output) override;
   core::ModelOutputFuture ExecuteModelAsync(const core::SchedulerOutput& scheduler_output) override;
+  absl::Status CheckHealth() const override { return failure(); }
   void Shutdown() override;
 
   // Runs `method` with `payload` on every worker (worker_protocol.h) and returns the replies

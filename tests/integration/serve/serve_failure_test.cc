@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -143,6 +144,36 @@ TEST_F(ServeFailureTest, WorkerRank1KilledFailsInFlightRequests) {
 
 TEST_F(ServeFailureTest, WorkerRank0KilledFailsInFlightRequests) {
   KillDuringRequests({"-tp", "2"}, /*worker_rank=*/0);
+}
+
+// A worker that dies while nothing runs takes the engine down at once: /health turns 503
+// without waiting for a request to fail, and no process is left.
+TEST_F(ServeFailureTest, IdleWorkerKilledTurnsHealthUnavailable) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"-tp", "2"}));
+  const std::vector<pid_t> engines = testing::ChildrenOf(server_->pid());
+  ASSERT_EQ(engines.size(), 1u);
+  std::vector<pid_t> workers = testing::ChildrenOf(engines[0]);
+  ASSERT_EQ(workers.size(), 2u);
+  auto health = testing::Http(port_, "GET", "/health");
+  ASSERT_TRUE(health.ok()) << health.status();
+  ASSERT_EQ(health->status, 200);
+
+  ASSERT_EQ(kill(workers[0], SIGKILL), 0);
+  const absl::Time killed = absl::Now();
+  do {
+    health = testing::Http(port_, "GET", "/health");
+    ASSERT_TRUE(health.ok()) << health.status();
+  } while (health->status == 200 && absl::Now() < killed + absl::Seconds(5));
+  std::printf("/health answered %d %s after the kill\n", health->status,
+              absl::FormatDuration(absl::Now() - killed).c_str());
+  EXPECT_EQ(health->status, 503) << health->body;
+  EXPECT_TRUE(absl::StrContains(health->Json().value("message", ""), "killed by signal 9"))
+      << health->body;
+  EXPECT_TRUE(WaitNoChildren(server_->pid(), absl::Now() + absl::Seconds(5)));
+  server_->Kill(SIGINT);
+  auto status = server_->Wait(absl::Seconds(5));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status)) << testing::DescribeWaitStatus(*status);
 }
 
 }  // namespace
