@@ -273,13 +273,19 @@ class EngineCoreProc::Impl {
   }
 
   // Outputs for requests always go out. A step without any (e.g. the one that tells the
-  // workers about aborted requests) still goes out when its stats differ from the last ones
-  // sent: otherwise a client's /metrics would show the aborted requests running forever.
+  // workers about aborted requests) still goes out when its gauges differ from the last ones
+  // sent (otherwise a client's /metrics would show the aborted requests running forever) or
+  // its counters, which cover this step only, are not zero.
   bool ShouldSend(const EngineCoreOutputs& outs) {
-    const bool has_stats = outs.scheduler_stats.has_value();
-    const bool send = !outs.outputs.empty() || !outs.finished_requests.empty() ||
-                      (has_stats && *outs.scheduler_stats != last_sent_stats_);
-    if (send && has_stats) last_sent_stats_ = *outs.scheduler_stats;
+    bool send = !outs.outputs.empty() || !outs.finished_requests.empty();
+    if (outs.scheduler_stats.has_value()) {
+      const SchedulerStats& s = *outs.scheduler_stats;
+      send = send || s.num_running_reqs != last_sent_stats_.num_running_reqs ||
+             s.num_waiting_reqs != last_sent_stats_.num_waiting_reqs ||
+             s.kv_cache_usage != last_sent_stats_.kv_cache_usage || s.num_preemptions != 0 ||
+             s.prefix_cache_stats != PrefixCacheStats{};
+      if (send) last_sent_stats_ = s;
+    }
     return send;
   }
 

@@ -258,6 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
     m.kv_cache_usage_perc->Set(stats.kv_cache_usage);
     m.prefix_cache_queries->Set(static_cast<double>(stats.prefix_cache_queries));
     m.prefix_cache_hits->Set(static_cast<double>(stats.prefix_cache_hits));
+    m.num_preemptions->Set(static_cast<double>(stats.num_preemptions));
     SendBody(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", ctx_->registry.Render(),
              nullptr);
   }

@@ -236,6 +236,7 @@ void AsyncLLM::OutputLoop() {
       stats_.kv_cache_usage = s.kv_cache_usage;
       stats_.prefix_cache_queries += s.prefix_cache_stats.queries;
       stats_.prefix_cache_hits += s.prefix_cache_stats.hits;
+      stats_.num_preemptions += s.num_preemptions;
     }
     std::vector<std::string> to_abort;
     for (const core::EngineCoreOutput& o : outs->outputs) {

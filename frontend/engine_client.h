@@ -83,6 +83,7 @@ struct EngineStats {
   double kv_cache_usage = 0.0;       // in [0, 1]
   int64_t prefix_cache_queries = 0;  // tokens looked up since start
   int64_t prefix_cache_hits = 0;     // tokens found since start
+  int64_t num_preemptions = 0;       // requests preempted since start
 };
 
 // Callback receiving a request's deltas; see EngineClient::Generate.

@@ -176,6 +176,8 @@ ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name) 
                     "Prefix cache queries, in terms of number of queried tokens.", l);
   prefix_cache_hits = r->AddCounter("vllm:prefix_cache_hits_total",
                                     "Prefix cache hits, in terms of number of cached tokens.", l);
+  num_preemptions = r->AddCounter("vllm:num_preemptions_total",
+                                  "Cumulative number of preemption from the engine.", l);
   prompt_tokens =
       r->AddCounter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", l);
   generation_tokens =

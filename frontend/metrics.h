@@ -95,6 +95,7 @@ struct ServerMetrics {
   Metric* kv_cache_usage_perc;   // vllm:kv_cache_usage_perc, in [0, 1]
   Metric* prefix_cache_queries;  // vllm:prefix_cache_queries_total (tokens)
   Metric* prefix_cache_hits;     // vllm:prefix_cache_hits_total (tokens)
+  Metric* num_preemptions;       // vllm:num_preemptions_total
   Metric* prompt_tokens;         // vllm:prompt_tokens_total
   Metric* generation_tokens;     // vllm:generation_tokens_total
   // vllm:request_success_total{finished_reason=...}: finished requests by

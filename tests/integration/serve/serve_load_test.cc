@@ -31,8 +31,6 @@ constexpr char kModelLabel[] = "{model_name=\"kjv-llama-tiny\"}";
 
 std::string Series(const std::string& name) { return name + kModelLabel; }
 
-class ServeLoadTest : public testing::ServeTest {};
-
 struct ClientResult {
   testing::StreamResult stream;
   int32_t max_tokens = 0;
@@ -50,12 +48,13 @@ int32_t TokensIn(const json& event) {
   return static_cast<int32_t>(lp["tokens"].size());                               // completion
 }
 
-ClientResult RunClient(int port, int i, absl::Time deadline) {
+// Client `i` asks for min_tokens + i % 13 tokens.
+ClientResult RunClient(int port, int i, int32_t min_tokens, absl::Time deadline) {
   static const char* const kPrompts[] = {"In the beginning", "And God said",
                                          "The LORD is my shepherd", "Blessed are the meek",
                                          "Jesus wept."};
   ClientResult r;
-  r.max_tokens = 4 + i % 13;
+  r.max_tokens = min_tokens + i % 13;
   json body = {{"model", "kjv-llama-tiny"},
                {"max_tokens", r.max_tokens},
                {"stream", true},
@@ -87,8 +86,18 @@ ClientResult RunClient(int port, int i, absl::Time deadline) {
   return r;
 }
 
-TEST_F(ServeLoadTest, SixtyFourConcurrentStreamsAddUpInMetrics) {
-  ASSERT_NO_FATAL_FAILURE(StartServer());
+class ServeLoadTest : public testing::ServeTest {
+ protected:
+  // Runs the 64 clients (each asking for min_tokens + up to 12 tokens) against a server
+  // started with `args` and checks the accounting; with `expect_preemptions`, also that the
+  // engine preempted requests.
+  void SixtyFourStreams(const std::vector<std::string>& args, int32_t min_tokens,
+                        bool expect_preemptions);
+};
+
+void ServeLoadTest::SixtyFourStreams(const std::vector<std::string>& args, int32_t min_tokens,
+                                     bool expect_preemptions) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(args));
   const MetricSamples before = ScrapeMetrics(port_);
   ASSERT_FALSE(before.empty());
 
@@ -99,7 +108,7 @@ TEST_F(ServeLoadTest, SixtyFourConcurrentStreamsAddUpInMetrics) {
   {
     std::vector<std::thread> threads;
     for (int i = 0; i < kClients; ++i) {
-      threads.emplace_back([&, i] { results[i] = RunClient(port_, i, deadline); });
+      threads.emplace_back([&, i] { results[i] = RunClient(port_, i, min_tokens, deadline); });
     }
     for (std::thread& t : threads) t.join();
   }
@@ -150,6 +159,23 @@ TEST_F(ServeLoadTest, SixtyFourConcurrentStreamsAddUpInMetrics) {
       "vllm:request_success_total{model_name=\"kjv-llama-tiny\",finished_reason=\"length\"}")];
   EXPECT_EQ(stop + length, SumOf(after, "vllm:request_success_total"));
   EXPECT_LT(elapsed, absl::Seconds(60));
+  const double preemptions = delta("vllm:num_preemptions_total");
+  std::printf("%.0f preemptions\n", preemptions);
+  if (expect_preemptions) {
+    EXPECT_GT(preemptions, 0);
+  }
+}
+
+TEST_F(ServeLoadTest, SixtyFourConcurrentStreamsAddUpInMetrics) {
+  SixtyFourStreams({}, /*min_tokens=*/4, /*expect_preemptions=*/false);
+}
+
+// The same with a KV cache of 74 blocks of 16 tokens (one max_model_len request and a little
+// more) for 64 requests of 3 blocks or so each: running requests are preempted and
+// recomputed. The token accounting must not count a recomputed token twice.
+TEST_F(ServeLoadTest, SixtyFourStreamsThroughASmallCacheAddUpInMetrics) {
+  SixtyFourStreams({"--kv-cache-memory", "7MiB"}, /*min_tokens=*/28,
+                   /*expect_preemptions=*/true);
 }
 
 TEST_F(ServeLoadTest, ClientsThatLeaveMidRequestAreAborted) {

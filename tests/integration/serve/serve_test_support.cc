@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -350,8 +351,10 @@ void ServeTest::SetUp() {
 }
 
 void ServeTest::StartServer(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {BinDir() + "/vllm-launch", "--port", "0", "--kv-cache-memory",
-                                   "64MiB"};
+  std::vector<std::string> argv = {BinDir() + "/vllm-launch", "--port", "0"};
+  if (std::find(args.begin(), args.end(), "--kv-cache-memory") == args.end()) {
+    argv.insert(argv.end(), {"--kv-cache-memory", "64MiB"});
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   auto p = Subprocess::Spawn(argv);
   ASSERT_TRUE(p.ok()) << p.status();

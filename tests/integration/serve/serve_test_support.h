@@ -115,7 +115,8 @@ class ServeTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
-  // Spawns the server with `--port 0 --kv-cache-memory 64MiB` plus `args`, waits for its
+  // Spawns the server with `--port 0` plus `args` (and `--kv-cache-memory 64MiB` unless
+  // they set it), waits for its
   // ready line; sets port_. Use with ASSERT_NO_FATAL_FAILURE.
   void StartServer(const std::vector<std::string>& args = {});
 

@@ -373,6 +373,7 @@ TEST_F(ApiServerTest, MetricsAfterRequests) {
            "vllm:kv_cache_usage_perc{model_name=\"fake-model\"} 0.25\n",
            "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 100\n",
            "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 40\n",
+           "vllm:num_preemptions_total{model_name=\"fake-model\"} 0\n",
            "vllm:time_to_first_token_seconds_count{model_name=\"fake-model\"} 1\n",
            "vllm:inter_token_latency_seconds_count{model_name=\"fake-model\"} 3\n",
            "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1\n",
