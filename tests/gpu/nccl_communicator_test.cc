@@ -104,7 +104,7 @@ absl::Status RunRank(const std::string& id, int32_t rank, int32_t world_size, in
   cudaStream_t stream = nullptr;
   RETURN_IF_ERROR(
       Cuda("cudaStreamCreate", cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)));
-  absl::Status result;
+  absl::Status result, mismatch;
   for (GemmDType dtype : {GemmDType::kFloat32, GemmDType::kFloat16, GemmDType::kBFloat16}) {
     for (size_t count : {size_t{1}, size_t{7}, size_t{4099}, size_t{1000003}}) {
       std::vector<uint8_t> host = HostValues(dtype, rank, count);
@@ -118,14 +118,17 @@ absl::Status RunRank(const std::string& id, int32_t rank, int32_t world_size, in
       if (result.ok()) {
         result = Cuda("download", cudaMemcpy(out.data(), d, out.size(), cudaMemcpyDeviceToHost));
       }
-      if (result.ok()) {
-        result = CheckSum(dtype, out, count, world_size, absl::StrCat("rank ", rank, " eager"));
+      // A wrong sum is recorded but the loop goes on: a rank that stopped early would leave
+      // its peer waiting in the next collective forever.
+      if (result.ok() && mismatch.ok()) {
+        mismatch = CheckSum(dtype, out, count, world_size, absl::StrCat("rank ", rank, " eager"));
       }
       cudaFree(d);
       if (!result.ok()) break;
     }
     if (!result.ok()) break;
   }
+  if (result.ok()) result = mismatch;
   cudaStreamDestroy(stream);
   return result;
 }
@@ -144,6 +147,7 @@ absl::Status RunGraphRank(const std::string& id, int32_t rank, int32_t world_siz
   void *src = nullptr, *buf = nullptr;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  absl::Status mismatch;  // recorded, but both replays still run (see RunRank)
   absl::Status result = Cuda("cudaMalloc", cudaMalloc(&src, kCount * 2));
   if (result.ok()) result = Cuda("cudaMalloc", cudaMalloc(&buf, kCount * 2));
   // NCCL connects lazily: one eager collective first, so capture records only the kernel.
@@ -172,16 +176,17 @@ absl::Status RunGraphRank(const std::string& id, int32_t rank, int32_t world_siz
     if (result.ok()) {
       result = Cuda("download", cudaMemcpy(out.data(), buf, out.size(), cudaMemcpyDeviceToHost));
     }
-    for (size_t i = 0; i < kCount && result.ok(); ++i) {
+    for (size_t i = 0; i < kCount && result.ok() && mismatch.ok(); ++i) {
       float expected = 0;
       for (int32_t r = 0; r < world_size; ++r) expected += Value(r + replay, i);
       if (ElementAt(kType, out, i) != expected) {
-        result = absl::InternalError(absl::StrCat("rank ", rank, " replay ", replay, " element ", i,
-                                                  ": got ", ElementAt(kType, out, i), ", expected ",
-                                                  expected));
+        mismatch = absl::InternalError(absl::StrCat("rank ", rank, " replay ", replay, " element ",
+                                                    i, ": got ", ElementAt(kType, out, i),
+                                                    ", expected ", expected));
       }
     }
   }
+  if (result.ok()) result = mismatch;
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
   cudaFree(src);
