@@ -1,7 +1,8 @@
 // `vllm-launch` as a user runs it, on the bundled model: it prints its ready line, answers
 // /v1/completions (the greedy text transformers produced for the model), /v1/chat/completions
-// and /health; Ctrl-C (SIGINT) stops everything within 5 s; kill -9 of the server takes the
-// engine core and its workers down within 2 s. Nothing is left in /dev/shm.
+// and /health; Ctrl-C (SIGINT) stops everything within 5 s, also mid-generation; kill -9 of
+// the server mid-generation takes the engine core and its workers down within 2 s. Nothing is
+// left in /dev/shm.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -70,8 +71,27 @@ TEST_F(ServeProcessTest, AnswersLikeTheModelAndStopsOnCtrlC) {
       << testing::DescribeWaitStatus(*status);
 }
 
-// kill -9 of the server: the engine core (and, with TP 2, its workers) exit within 2 s.
-void ExpectKilledServerTakesEverythingDown(testing::Subprocess& server, size_t num_workers) {
+// A streamed request that decodes for seconds, opened and read up to its first token.
+absl::StatusOr<testing::SseStream> StartLongStream(int port) {
+  const nlohmann::json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 1000}, {"ignore_eos", true}, {"stream", true}};
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::StatusOr<testing::SseStream> stream =
+      testing::SseStream::Open(port, "/v1/completions", body, deadline);
+  if (!stream.ok()) return stream.status();
+  if (stream->status() != 200) return absl::InternalError(stream->error_body());
+  auto first = stream->Next(deadline);
+  if (!first.ok()) return first.status();
+  if (!first->has_value()) return absl::InternalError("the stream ended at once");
+  return stream;
+}
+
+// kill -9 of the server while it generates: the engine core (and, with TP 2, its workers)
+// exit within 2 s.
+void ExpectKilledServerTakesEverythingDown(testing::Subprocess& server, int port,
+                                           size_t num_workers) {
+  absl::StatusOr<testing::SseStream> stream = StartLongStream(port);
+  ASSERT_TRUE(stream.ok()) << stream.status();
   const std::vector<pid_t> engines = testing::ChildrenOf(server.pid());
   ASSERT_EQ(engines.size(), 1u);
   EXPECT_EQ(testing::ChildrenOf(engines[0]).size(), num_workers);
@@ -87,12 +107,35 @@ void ExpectKilledServerTakesEverythingDown(testing::Subprocess& server, size_t n
 
 TEST_F(ServeProcessTest, KilledServerTakesTheEngineDownWithinTwoSeconds) {
   ASSERT_NO_FATAL_FAILURE(StartServer());
-  ExpectKilledServerTakesEverythingDown(*server_, 0);
+  ExpectKilledServerTakesEverythingDown(*server_, port_, 0);
 }
 
 TEST_F(ServeProcessTest, KilledServerTakesTheEngineAndWorkersDownWithinTwoSeconds) {
   ASSERT_NO_FATAL_FAILURE(StartServer({"-tp", "2"}));
-  ExpectKilledServerTakesEverythingDown(*server_, 2);
+  ExpectKilledServerTakesEverythingDown(*server_, port_, 2);
+}
+
+// Ctrl-C while a TP 2 server generates: the stream ends (no hang), everything exits within
+// 5 s with status 0.
+TEST_F(ServeProcessTest, CtrlCDuringGenerationStopsEverything) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"-tp", "2"}));
+  absl::StatusOr<testing::SseStream> stream = StartLongStream(port_);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  const absl::Time start = absl::Now();
+  server_->Kill(SIGINT);
+  // The client sees its stream end (closed, or an error event) well before it would finish.
+  while (true) {
+    auto data = stream->Next(start + absl::Seconds(5));
+    if (!data.ok() || !data->has_value()) {
+      EXPECT_TRUE(data.ok()) << data.status();
+      break;
+    }
+  }
+  auto status = server_->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << testing::DescribeWaitStatus(*status);
 }
 
 }  // namespace
