@@ -112,6 +112,15 @@ class EngineCoreProc::Impl {
     input_->set(zmq::sockopt::routing_id, absl::StrCat("engine-", options_.engine_index));
     input_->set(zmq::sockopt::linger, 0);
     input_->connect(addresses[0]);
+    // Registers our routing id with the frontend's ROUTER before READY: a ROUTER send to an
+    // identity whose connection is still being set up fails with EHOSTUNREACH (it is
+    // router_mandatory), so the frontend waits for this frame (vLLM sends b"" likewise).
+    {
+      std::vector<zmq::message_t> hello;
+      hello.push_back(Msg("REGISTER"));
+      VLLM_RETURN_IF_ERROR(
+          ipc::SendMultipart(*input_, hello, deadline, kPollSlice, check, "input registration"));
+    }
     output_.emplace(ipc::ZmqContext(), zmq::socket_type::push);
     output_->set(zmq::sockopt::linger, 2000);  // deliver the last outputs (and 'F') on exit
     output_->connect(addresses[1]);

@@ -104,10 +104,38 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
       return absl::DataLossError(absl::StrCat("engine handshake: unexpected '", kind, "'"));
     }
   }
+  VLLM_RETURN_IF_ERROR(WaitForRegistrations(deadline, check));
   receiver_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "vllm-ecc-recv");  // engine outputs → queue
     ReceiveLoop();
   });
+  return absl::OkStatus();
+}
+
+absl::Status EngineCoreClient::WaitForRegistrations(absl::Time deadline,
+                                                    const std::function<absl::Status()>& check) {
+  // Each engine's DEALER sends one "REGISTER" frame after connecting; until the ROUTER has
+  // seen it, a send to that engine's identity can fail with EHOSTUNREACH.
+  std::vector<bool> registered(num_engines_, false);
+  int32_t num_registered = 0;
+  std::vector<zmq::message_t> parts;
+  while (num_registered < num_engines_) {
+    absl::Status s = ipc::RecvMultipart(*input_, parts, 2, MonoDeadline(deadline), kSlice, check,
+                                        "engine input registration");
+    if (absl::IsDeadlineExceeded(s)) {
+      return absl::DeadlineExceededError("engine(s) did not connect their input socket");
+    }
+    VLLM_RETURN_IF_ERROR(s);
+    if (parts.size() != 2 || parts[1].to_string_view() != "REGISTER") {
+      return absl::DataLossError("engine input registration: malformed frame");
+    }
+    for (int32_t i = 0; i < num_engines_; ++i) {
+      if (!registered[i] && parts[0].to_string_view() == absl::StrCat("engine-", i)) {
+        registered[i] = true;
+        ++num_registered;
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -52,6 +52,8 @@ class EngineCoreClient {
   // Completes the handshake with every engine. `check` is polled while waiting (e.g. to see
   // whether an engine process died) and its error is returned. DeadlineExceeded names the
   // engines that did not report; an engine's FAILED message is returned as its error.
+  // Also waits for each engine's "REGISTER" frame on the input socket, so that the first
+  // request cannot race the engine's connection (EHOSTUNREACH on a router_mandatory ROUTER).
   [[nodiscard]] absl::Status WaitForEngines(absl::Time deadline,
                                             const std::function<absl::Status()>& check);
   const std::vector<EngineInfo>& engines() const { return engines_; }
@@ -75,6 +77,8 @@ class EngineCoreClient {
 
  private:
   EngineCoreClient() = default;
+  [[nodiscard]] absl::Status WaitForRegistrations(absl::Time deadline,
+                                                  const std::function<absl::Status()>& check);
   void ReceiveLoop();
   absl::Status Send(int32_t engine_index, core::EngineCoreRequestType type, std::string payload);
 

@@ -1,5 +1,8 @@
 #include "worker/worker.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -127,6 +130,12 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
   if (config.kv_cache_memory_bytes <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("--kv-cache-memory must be positive, got ",
                                                    config.kv_cache_memory_bytes, " bytes"));
+  }
+  // The ranks of a CPU group share the cores (vLLM's CPU worker splits them likewise); an
+  // explicit OPENBLAS_NUM_THREADS / OMP_NUM_THREADS from the user wins.
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && std::getenv("OMP_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    kernels::cpu::SetBlasNumThreads(cores / std::max(1, comm->world_size()));
   }
   VLLM_ASSIGN_OR_RETURN(ModelConfig model_config, LoadModelConfig(config.model));
   std::unique_ptr<WeightSource> weights;

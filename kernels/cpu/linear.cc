@@ -15,6 +15,8 @@ constexpr int64_t kMaxGemvRows = 2;
 
 }  // namespace
 
+void SetBlasNumThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_threads)); }
+
 void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k) {
   VLLM_CHECK(m >= 0 && n >= 0 && k >= 0) << "Linear: negative shape " << m << "x" << n << "x" << k;

@@ -26,6 +26,11 @@
 
 namespace vllm::kernels::cpu {
 
+// Caps the threads BLAS (OpenBLAS) uses for Linear in this process; process-wide. Tensor-
+// parallel CPU ranks share the machine's cores, and OpenBLAS's pool spins while it waits, so
+// ranks that each take every core slow each other down by 10-100x (measured on 2 cores).
+void SetBlasNumThreads(int num_threads);
+
 // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n] when bias is non-null). Through BLAS (sgemm).
 void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k);
