@@ -114,9 +114,14 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
   const std::vector<float> table = kc::RopeCosSinTable(rope);
   VLLM_ASSIGN_OR_RETURN(model->cos_sin_,
                         DeviceBuffer::Allocate(table.size() * sizeof(float), "the rotary table"));
-  VLLM_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(model->cos_sin_.get(), table.data(),
-                                             table.size() * sizeof(float), cudaMemcpyHostToDevice),
-                                  "upload of the rotary table"));
+  // Every upload is ordered on `stream` (not the legacy default stream): a pageable cudaMemcpy
+  // may return before its DMA lands, and a non-blocking `stream` would not wait for it, so
+  // the final synchronisation of `stream` must cover the uploads too. cudaMemcpyAsync from
+  // pageable memory stages the host bytes before it returns (the source may then be freed).
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(model->cos_sin_.get(), table.data(), table.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice, stream),
+                 "upload of the rotary table"));
   VLLM_RETURN_IF_ERROR(model->LoadWeights(weights, stream));
   VLLM_RETURN_IF_ERROR(model->AllocateScratch());
   VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
@@ -180,14 +185,15 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
       using T = decltype(tag);
       T* out = static_cast<T*>(dst) + offset;
       if constexpr (std::is_same_v<T, float>) {
-        return CudaStatus(cudaMemcpy(out, host.data(), host.size() * es, cudaMemcpyHostToDevice),
-                          absl::StrCat("upload of ", name));
+        return CudaStatus(
+            cudaMemcpyAsync(out, host.data(), host.size() * es, cudaMemcpyHostToDevice, stream),
+            absl::StrCat("upload of ", name));
       } else {
         std::vector<T> converted(host.size());
         for (size_t i = 0; i < host.size(); ++i) converted[i] = HostFromFloat<T>(host[i]);
-        return CudaStatus(
-            cudaMemcpy(out, converted.data(), converted.size() * es, cudaMemcpyHostToDevice),
-            absl::StrCat("upload of ", name));
+        return CudaStatus(cudaMemcpyAsync(out, converted.data(), converted.size() * es,
+                                          cudaMemcpyHostToDevice, stream),
+                          absl::StrCat("upload of ", name));
       }
     });
   };
