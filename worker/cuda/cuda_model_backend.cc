@@ -440,6 +440,42 @@ absl::Status CudaModelBackend::Execute(const StepInputs& in, StepResult* result)
     auto it = graphs_.lower_bound(static_cast<int32_t>(s));
     if (it != graphs_.end()) graph_size = it->first;
   }
+  // From the upload on, an error still waits for the stream: the next step's Upload rewrites
+  // the pinned staging buffer, which the async copy of this one may still be reading.
+  if (absl::Status step = EnqueueStep(in, graph_size, all_greedy, any_host); !step.ok()) {
+    cudaStreamSynchronize(stream_);
+    return step;
+  }
+  // The step's only host synchronisation.
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "CUDA step"));
+
+  result->tokens.assign(n, -1);
+  result->host_logits.clear();
+  const int32_t* sampled = tokens_host_.as<int32_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!in.sampling[i].on_host) {
+      result->tokens[i] = sampled[i];
+      continue;
+    }
+    const size_t at = result->host_logits.size();
+    result->host_logits.resize(at + vocab);
+    WithDType(model_->dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* row = logits_host_.as<T>() + i * vocab;
+      for (int64_t j = 0; j < vocab; ++j) result->host_logits[at + j] = HostToFloat(row[j]);
+      return 0;
+    });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelBackend::EnqueueStep(const StepInputs& in, int32_t graph_size,
+                                           bool all_greedy, bool any_host) {
+  const int64_t t = static_cast<int64_t>(in.token_ids.size());
+  const int64_t s = static_cast<int64_t>(in.seq_lens.size());
+  const int64_t n = static_cast<int64_t>(in.logits_indices.size());
+  const size_t es = static_cast<size_t>(model_->dtype_bytes());
+  const int64_t vocab = model_->vocab_size();
   CudaForwardInputs fi;
   VLLM_RETURN_IF_ERROR(Upload(in, graph_size, &fi));
   if (graph_size > 0) {
@@ -475,26 +511,6 @@ absl::Status CudaModelBackend::Execute(const StepInputs& in, StepResult* result)
                                      cudaMemcpyDeviceToHost, stream_),
                      "logits download"));
     }
-  }
-  // The step's only host synchronisation.
-  VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "CUDA step"));
-
-  result->tokens.assign(n, -1);
-  result->host_logits.clear();
-  const int32_t* sampled = tokens_host_.as<int32_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!in.sampling[i].on_host) {
-      result->tokens[i] = sampled[i];
-      continue;
-    }
-    const size_t at = result->host_logits.size();
-    result->host_logits.resize(at + vocab);
-    WithDType(model_->dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* row = logits_host_.as<T>() + i * vocab;
-      for (int64_t j = 0; j < vocab; ++j) result->host_logits[at + j] = HostToFloat(row[j]);
-      return 0;
-    });
   }
   return absl::OkStatus();
 }

@@ -117,6 +117,10 @@ class CudaModelBackend final : public ModelBackend {
   // Packs `in` into the staging buffer — padded to `graph_size` rows when non-zero — copies
   // it to the device (one copy) and fills *out with device pointers.
   absl::Status Upload(const StepInputs& in, int32_t graph_size, CudaForwardInputs* out);
+  // Upload, the forward pass (graph replay when graph_size > 0), the sampler and the async
+  // downloads of tokens (and logits when any_host) into the pinned buffers; no synchronisation.
+  absl::Status EnqueueStep(const StepInputs& in, int32_t graph_size, bool all_greedy,
+                           bool any_host);
   absl::Status CaptureGraphs();
   void DestroyGraphs();
 
