@@ -111,7 +111,10 @@ absl::Status RunRank(const std::string& id, int32_t rank, int32_t world_size, in
       void* d = nullptr;
       result = Cuda("cudaMalloc", cudaMalloc(&d, host.size()));
       if (!result.ok()) break;
-      result = Cuda("upload", cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice));
+      // On `stream`: a pageable cudaMemcpy runs on the legacy stream and may return before its
+      // DMA lands, which the non-blocking `stream` would not wait for.
+      result = Cuda("upload",
+                    cudaMemcpyAsync(d, host.data(), host.size(), cudaMemcpyHostToDevice, stream));
       if (result.ok()) result = (*comm)->AllReduceSum(d, count, dtype, stream);
       if (result.ok()) result = Cuda("sync", cudaStreamSynchronize(stream));
       std::vector<uint8_t> out(host.size());
@@ -151,7 +154,7 @@ absl::Status RunGraphRank(const std::string& id, int32_t rank, int32_t world_siz
   absl::Status result = Cuda("cudaMalloc", cudaMalloc(&src, kCount * 2));
   if (result.ok()) result = Cuda("cudaMalloc", cudaMalloc(&buf, kCount * 2));
   // NCCL connects lazily: one eager collective first, so capture records only the kernel.
-  if (result.ok()) result = Cuda("memset", cudaMemset(buf, 0, kCount * 2));
+  if (result.ok()) result = Cuda("memset", cudaMemsetAsync(buf, 0, kCount * 2, stream));
   if (result.ok()) result = (*comm)->AllReduceSum(buf, kCount, kType, stream);
   if (result.ok()) result = Cuda("sync", cudaStreamSynchronize(stream));
   if (result.ok()) {
@@ -169,7 +172,8 @@ absl::Status RunGraphRank(const std::string& id, int32_t rank, int32_t world_siz
   for (int replay = 0; replay < 2 && result.ok(); ++replay) {
     // Different data at each replay: replay rank r's values shifted by `replay` ranks.
     std::vector<uint8_t> host = HostValues(kType, rank + replay, kCount);
-    result = Cuda("upload", cudaMemcpy(src, host.data(), host.size(), cudaMemcpyHostToDevice));
+    result = Cuda("upload", cudaMemcpyAsync(src, host.data(), host.size(), cudaMemcpyHostToDevice,
+                                            stream));  // ordered before the replay (see RunRank)
     if (result.ok()) result = Cuda("cudaGraphLaunch", cudaGraphLaunch(exec, stream));
     if (result.ok()) result = Cuda("sync", cudaStreamSynchronize(stream));
     std::vector<uint8_t> out(host.size());
