@@ -265,6 +265,39 @@ TEST_P(CudaFixtureTest, Float32GreedyTokensWithCudaGraphs) {
   RunGreedyModes(GetParam(), /*eager=*/false);
 }
 
+// TP = 2 through worker processes and NCCL (each rank holds half the heads and half the MLP;
+// o_proj / down_proj partial sums all-reduced), with CUDA graphs: transformers' greedy tokens.
+// Needs two GPUs.
+TEST_P(CudaFixtureTest, TensorParallelTwoGreedyTokens) {
+  if (kernels::CudaDeviceCount() < 2) {
+    GTEST_SKIP() << "needs 2 GPUs, " << kernels::CudaDeviceCount() << " visible";
+  }
+  const Reference ref = LoadReference(Fixture(GetParam()));
+  {
+    EngineArgs args = CudaArgs(Fixture(GetParam()), /*eager=*/false);
+    args.tensor_parallel_size = 2;
+    args.distributed_executor_backend = "mp";
+    args.worker_binary = testing::BinDir() + "/vllm-launch";
+    auto engine = LLMEngine::Create(args);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<core::EngineCoreRequest> requests;
+    for (size_t i = 0; i < ref.prompts.size(); ++i) {
+      requests.push_back(GreedyRequest(absl::StrCat("tp", i), ref.prompts[i], ref.max_new_tokens));
+    }
+    auto outputs = (*engine)->Generate(std::move(requests));
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    ASSERT_EQ(outputs->size(), ref.prompts.size());
+    for (size_t i = 0; i < outputs->size(); ++i) {
+      EXPECT_EQ((*outputs)[i].output_token_ids, ref.greedy[i]) << "prompt " << i;
+    }
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!testing::ChildrenOf(getpid()).empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // polling a condition with a deadline
+  }
+  EXPECT_TRUE(testing::ChildrenOf(getpid()).empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
                          ::testing::Values("llama_mha", "llama_gqa", "qwen2"));
 
@@ -299,6 +332,105 @@ TEST(CudaBackendTest, GraphsReplayDecodeAndMatchEager) {
     }
   }
   EXPECT_EQ(results[0], results[1]);
+}
+
+// CudaModelBackend driven step by step, without the scheduler: three fixture prompts (7, 17
+// and 40 tokens) prefilled in one step, then decoded together with the reference's tokens fed
+// back. Every step's tokens are transformers' greedy tokens, eagerly and with graphs; with
+// graphs every decode step (3 rows) replays the graph of size 4 (one padding row: slot -1,
+// seq_len 0). The middle row is on_host: it comes back as its logits (token -1), one row of
+// vocab_size floats whose argmax is the reference token.
+TEST(CudaBackendTest, DecodeGraphsReplayPaddedBatchesAndMatchTransformers) {
+  SKIP_WITHOUT_GPU();
+  const std::filesystem::path dir = Fixture("llama_gqa");
+  const Reference ref = LoadReference(dir);
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int64_t vocab = config->vocab_size;
+  constexpr int32_t kBlockSize = 16;
+  constexpr int32_t kBlocksPerSeq = 8;  // max_model_len 128
+  const size_t picks[3] = {2, 4, 6};
+  for (bool eager : {true, false}) {
+    SCOPED_TRACE(eager ? "eager" : "graphs");
+    auto weights = OpenSafetensors(dir);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    CudaBackendOptions o;
+    o.dtype = ModelDType::kFloat32;
+    o.enforce_eager = eager;
+    o.max_model_len = kBlockSize * kBlocksPerSeq;
+    o.max_num_batched_tokens = 128;
+    o.max_num_seqs = 8;
+    auto backend = CudaModelBackend::Create(*config, weights->get(), nullptr, o);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    CudaModelBackend& b = **backend;
+    ASSERT_TRUE(b.InitializeKVCache(3 * kBlocksPerSeq, kBlockSize).ok());
+    EXPECT_EQ(b.captured_sizes().empty(), eager);
+    std::vector<int32_t> seqs[3];
+    int32_t computed[3] = {0, 0, 0};
+    for (int r = 0; r < 3; ++r) seqs[r] = ref.prompts[picks[r]];
+    for (int32_t step = 0; step < ref.max_new_tokens; ++step) {
+      SCOPED_TRACE(absl::StrCat("step ", step));
+      std::vector<int32_t> ids, positions, qsl = {0}, seq_lens, tables, logits_indices;
+      std::vector<int64_t> slots;
+      int32_t width = 0, max_q = 0, max_len = 0;
+      for (int r = 0; r < 3; ++r) {
+        width =
+            std::max(width, (static_cast<int32_t>(seqs[r].size()) + kBlockSize - 1) / kBlockSize);
+      }
+      for (int r = 0; r < 3; ++r) {
+        const int32_t len = static_cast<int32_t>(seqs[r].size());
+        for (int32_t p = computed[r]; p < len; ++p) {
+          ids.push_back(seqs[r][p]);
+          positions.push_back(p);
+          slots.push_back(int64_t{r * kBlocksPerSeq + p / kBlockSize} * kBlockSize +
+                          p % kBlockSize);
+        }
+        qsl.push_back(static_cast<int32_t>(ids.size()));
+        seq_lens.push_back(len);
+        logits_indices.push_back(static_cast<int32_t>(ids.size()) - 1);
+        for (int32_t k = 0; k < width; ++k) tables.push_back(r * kBlocksPerSeq + k);
+        max_q = std::max(max_q, len - computed[r]);
+        max_len = std::max(max_len, len);
+      }
+      std::vector<RowSampling> sampling(3);
+      for (RowSampling& row : sampling) row.temperature = 0.0f;
+      sampling[1].on_host = true;
+      StepInputs in;
+      in.token_ids = ids;
+      in.positions = positions;
+      in.slot_mapping = slots;
+      in.query_start_loc = qsl;
+      in.seq_lens = seq_lens;
+      in.block_tables = tables;
+      in.max_blocks_per_seq = width;
+      in.max_query_len = max_q;
+      in.max_seq_len = max_len;
+      in.logits_indices = logits_indices;
+      in.sampling = sampling;
+      StepResult result;
+      const absl::Status status = b.Execute(in, &result);
+      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_EQ(result.tokens.size(), 3u);
+      ASSERT_EQ(result.host_logits.size(), static_cast<size_t>(vocab));
+      EXPECT_EQ(result.tokens[1], -1);
+      result.tokens[1] = static_cast<int32_t>(
+          std::max_element(result.host_logits.begin(), result.host_logits.end()) -
+          result.host_logits.begin());
+      for (int r = 0; r < 3; ++r) {
+        const int32_t want = ref.greedy[picks[r]][step];
+        EXPECT_EQ(result.tokens[r], want) << "row " << r;
+        computed[r] = static_cast<int32_t>(seqs[r].size());
+        seqs[r].push_back(want);  // the reference's token, so one miss does not cascade
+      }
+    }
+    // Every step after the prefill is a decode step of 3 rows, padded to the graph of 4.
+    EXPECT_EQ(b.num_graph_steps(), eager ? 0 : ref.max_new_tokens - 1);
+    if (!eager) {
+      const std::vector<int32_t> sizes = b.captured_sizes();
+      EXPECT_NE(std::find(sizes.begin(), sizes.end(), 4), sizes.end());
+      EXPECT_EQ(std::find(sizes.begin(), sizes.end(), 3), sizes.end());
+    }
+  }
 }
 
 TEST(CudaBackendTest, ProfiledKVBudgetFollowsTheUtilization) {
