@@ -64,23 +64,37 @@ double Tolerance() {
 template <typename T>
 class DeviceBuffer {
  public:
+  // A failed allocation leaves get() == nullptr (and clears the error, so a later launch's
+  // cudaGetLastError does not report it); every use below then fails its ASSERT.
   explicit DeviceBuffer(size_t n) : n_(n) {
-    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
+    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) {
+      ptr_ = nullptr;
+      (void)cudaGetLastError();
+    }
   }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    // A failed copy is left for the next cudaGetLastError: PagedAttention's result.
+    (void)Upload(host);
+  }
   ~DeviceBuffer() { cudaFree(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   T* get() const { return ptr_; }
-  void Upload(const std::vector<T>& host) {
-    cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
+  // Copies `host` to elements [offset, offset + host.size()).
+  [[nodiscard]] cudaError_t Upload(const std::vector<T>& host, size_t offset = 0) {
+    if (ptr_ == nullptr || offset + host.size() > n_) return cudaErrorInvalidValue;
+    return cudaMemcpy(ptr_ + offset, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
   }
   std::vector<T> Download() const {
-    std::vector<T> host(n_);
-    cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
+    std::vector<T> host(n_, FromF<T>(NAN));  // NaN if the copy fails
+    if (ptr_ != nullptr) cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
     return host;
   }
-  void Poison() { cudaMemset(ptr_, 0xFF, std::max<size_t>(n_, 1) * sizeof(T)); }
+  // Every element NaN (all bits set, for float, half and bfloat16 alike).
+  [[nodiscard]] cudaError_t Poison() {
+    if (ptr_ == nullptr) return cudaErrorInvalidValue;
+    return cudaMemset(ptr_, 0xFF, std::max<size_t>(n_, 1) * sizeof(T));
+  }
 
  private:
   T* ptr_ = nullptr;
@@ -101,16 +115,25 @@ struct AttnCase {
   AttnShape shape;
   int32_t block_size = 16;
   std::vector<SeqSpec> seqs;
-  int32_t q_pad = 0;              // q_stride = q_heads · head_dim + q_pad
-  int32_t max_seq_len_bound = 0;  // host bound passed; 0: the batch's actual max
-  float q_scale = 1.0f;           // larger: peakier softmax
+  int32_t q_pad = 0;                // q_stride = q_heads · head_dim + q_pad
+  int32_t max_seq_len_bound = 0;    // host bound passed; 0: the batch's actual max
+  int32_t max_query_len_bound = 0;  // host bound passed; 0: the batch's actual max
+  float q_scale = 1.0f;             // larger: peakier softmax
+  // Rows past query_start_loc[num_seqs] (num_tokens > the batch's rows), q NaN; they must come
+  // out as zeros. Decode path only (the prefill path leaves them alone, see attention.h).
+  int32_t pad_tokens = 0;
+  // Device block ids = host ids + this, in a device cache that many blocks larger (NaN
+  // below): > 2^31 elements / block reaches element offsets that overflow 32 bits. 0: off.
+  int32_t block_offset = 0;
 };
 
 std::string Describe(const AttnCase& c) {
   std::string s = "heads " + std::to_string(c.shape.q_heads) + "/" +
                   std::to_string(c.shape.kv_heads) + " d " + std::to_string(c.shape.head_dim) +
                   " bs " + std::to_string(c.block_size) + " q_pad " + std::to_string(c.q_pad) +
-                  " bound " + std::to_string(c.max_seq_len_bound) + " seqs";
+                  " bound " + std::to_string(c.max_seq_len_bound) + " q bound " +
+                  std::to_string(c.max_query_len_bound) + " pad " + std::to_string(c.pad_tokens) +
+                  " block offset " + std::to_string(c.block_offset) + " seqs";
   for (const SeqSpec& q : c.seqs) {
     s += " (" + std::to_string(q.q_len) + "," + std::to_string(q.seq_len) + ")";
   }
@@ -257,23 +280,42 @@ class CudaAttentionTest : public ::testing::Test {
       max_q = std::max(max_q, s.q_len);
       max_seq = std::max(max_seq, s.seq_len);
     }
-    const int64_t num_tokens = qsl.back();
-    const PagedCache<T> cache = BuildCache<T>(seq_lens, sh, c.block_size, rng_);
+    const int64_t batch_tokens = qsl.back();
+    const int64_t num_tokens = batch_tokens + c.pad_tokens;
+    PagedCache<T> cache = BuildCache<T>(seq_lens, sh, c.block_size, rng_);
 
     std::normal_distribution<float> dist(0.0f, c.q_scale);
-    std::vector<T> q(num_tokens * q_stride, FromF<T>(NAN));
-    std::vector<float> qf(num_tokens * row);
-    for (int64_t t = 0; t < num_tokens; ++t) {
+    std::vector<T> q(num_tokens * q_stride, FromF<T>(NAN));  // padding rows stay NaN
+    std::vector<float> qf(batch_tokens * row);
+    for (int64_t t = 0; t < batch_tokens; ++t) {
       for (int64_t i = 0; i < row; ++i) {
         q[t * q_stride + i] = FromF<T>(dist(rng_));
         qf[t * row + i] = ToF(q[t * q_stride + i]);
       }
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(sh.head_dim));
-    const std::vector<float> ref = Reference(c.seqs, qf, cache, sh, c.block_size, scale);
+    std::vector<float> ref = Reference(c.seqs, qf, cache, sh, c.block_size, scale);
+    ref.resize(num_tokens * row, 0.0f);  // padding rows: zeros
 
-    DeviceBuffer<T> dq(q), dk(cache.k), dv(cache.v), dout(num_tokens * row);
+    // The device cache: block_offset NaN blocks, then the host cache; tables shifted to match.
+    const size_t block_elems =
+        size_t{static_cast<uint32_t>(c.block_size)} * sh.kv_heads * sh.head_dim;
+    const size_t cache_offset = size_t{static_cast<uint32_t>(c.block_offset)} * block_elems;
+    DeviceBuffer<T> dk(cache_offset + cache.k.size()), dv(cache_offset + cache.v.size());
+    if (c.block_offset > 0 && (dk.get() == nullptr || dv.get() == nullptr)) {
+      GTEST_SKIP() << "no room for a " << 2 * (cache_offset + cache.k.size()) * sizeof(T)
+                   << "-byte cache";
+    }
+    ASSERT_CUDA_OK(dk.Poison());
+    ASSERT_CUDA_OK(dv.Poison());
+    ASSERT_CUDA_OK(dk.Upload(cache.k, cache_offset));
+    ASSERT_CUDA_OK(dv.Upload(cache.v, cache_offset));
+    for (int32_t& id : cache.block_tables) id += c.block_offset;
+
+    DeviceBuffer<T> dq(q), dout(num_tokens * row);
     DeviceBuffer<int32_t> dqsl(qsl), dseq(seq_lens), dtables(cache.block_tables);
+    ASSERT_NE(dq.get(), nullptr);
+    ASSERT_NE(dout.get(), nullptr);
     DeviceAttentionMetadata meta;
     meta.num_seqs = static_cast<int32_t>(c.seqs.size());
     meta.num_tokens = num_tokens;
@@ -282,11 +324,11 @@ class CudaAttentionTest : public ::testing::Test {
     meta.block_tables = dtables.get();
     meta.max_blocks_per_seq = cache.max_blocks_per_seq;
     meta.block_size = c.block_size;
-    meta.max_query_len = max_q;
+    meta.max_query_len = c.max_query_len_bound > 0 ? c.max_query_len_bound : max_q;
     meta.max_seq_len = c.max_seq_len_bound > 0 ? c.max_seq_len_bound : max_seq;
     const size_t ws_bytes = PagedAttentionWorkspaceBytes(meta, sh.q_heads, sh.head_dim);
     DeviceBuffer<char> ws(ws_bytes);
-    dout.Poison();
+    ASSERT_CUDA_OK(dout.Poison());
     ASSERT_CUDA_OK(PagedAttention<T>(dq.get(), q_stride, dk.get(), dv.get(), dout.get(), meta,
                                      sh.q_heads, sh.kv_heads, sh.head_dim, scale,
                                      ws_bytes > 0 ? ws.get() : nullptr, ws_bytes, nullptr));
@@ -309,10 +351,13 @@ class TypeNames {
 };
 TYPED_TEST_SUITE(CudaAttentionTest, ElementTypes, TypeNames);
 
-// Fixture models (16, 32), Llama-3-8B (128), MHA and GQA ratios 1..8, a group of 3, and
-// head_dims without a specialised kernel (40, 96, 256).
+// Fixture models (16, 32), Llama-3-8B (128), MHA and GQA ratios 1..16, head_dims without a
+// specialised kernel (40, 96, 256), and on the tensor-core prefill path (f16/bf16, head_dim
+// 16/32/64/128) a group of 3, whose rows straddle the 64-vector tiles, and one of 16 (two
+// decode blocks per KV head, 4 rows per prefill tile).
 const std::vector<AttnShape> kShapes = {
-    {4, 2, 16}, {4, 4, 32}, {8, 1, 64}, {32, 8, 128}, {6, 2, 40}, {8, 8, 96}, {8, 2, 256},
+    {4, 2, 16}, {4, 4, 32},  {8, 1, 64}, {32, 8, 128}, {6, 2, 40},
+    {8, 8, 96}, {8, 2, 256}, {6, 2, 64}, {16, 1, 32},
 };
 
 // Batches by kind; each is run over every shape.
@@ -432,6 +477,38 @@ TYPED_TEST(CudaAttentionTest, RejectsBadArguments) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
+TYPED_TEST(CudaAttentionTest, PaddedRowsAndLooseHostBounds) {
+  AttnCase c;
+  c.shape = {8, 2, 64};
+  // A padded decode batch: rows past query_start_loc[num_seqs] come out as zeros, unsplit...
+  c.seqs = {{1, 40}, {1, 0}, {2, 300}};
+  c.pad_tokens = 5;
+  this->RunCase(c);
+  // ...and split-K (the reduction writes them).
+  c.max_seq_len_bound = 4096;
+  this->RunCase(c);
+  // Prefill with max_query_len above the batch (tiles past every sequence's rows exit).
+  c.pad_tokens = 0;
+  c.max_seq_len_bound = 0;
+  c.max_query_len_bound = 256;
+  c.seqs = {{20, 20}, {70, 90}, {1, 5}};
+  this->RunCase(c);
+}
+
+// Llama-3-8B's KV shape with every used block past 2^31 elements of cache (about 4 GiB per
+// cache in 16-bit types, 8 GiB in float; skipped when the device lacks the room): an offset
+// computed in 32 bits reads the NaN blocks below, or faults.
+TYPED_TEST(CudaAttentionTest, CacheOffsetsPast2To31Elements) {
+  AttnCase c;
+  c.shape = {32, 8, 128};
+  c.block_size = 16;
+  c.block_offset = static_cast<int32_t>((int64_t{1} << 31) / (16 * 8 * 128) + 1);
+  c.seqs = {{1, 100}, {1, 3000}};  // decode, split-K
+  this->RunCase(c);
+  c.seqs = {{100, 100}, {33, 700}};  // prefill
+  this->RunCase(c);
+}
+
 // Host-only: the workspace size never exceeds the documented bound, is 0 for prefill calls
 // and single-partition decodes, and grows with the context when it is split.
 TEST(PagedAttentionWorkspace, IsBoundedAndZeroWhenUnsplit) {
@@ -533,12 +610,12 @@ TYPED_TEST(CudaAttentionTest, GraphReplayFollowsDeviceMetadata) {
         if (e != cache.num_blocks - 1) e = used[next++];
       }
     }
-    dtables.Upload(cache.block_tables);
-    dseq.Upload(lens);
+    ASSERT_CUDA_OK(dtables.Upload(cache.block_tables));
+    ASSERT_CUDA_OK(dseq.Upload(lens));
     std::vector<SeqSpec> seqs;
     for (int32_t len : lens) seqs.push_back({1, len});
     const std::vector<float> ref = Reference(seqs, qf, cache, sh, kBlockSize, scale);
-    dout.Poison();
+    ASSERT_CUDA_OK(dout.Poison());
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));
     ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
