@@ -46,10 +46,15 @@ size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t
 // T ∈ {float, __half, __nv_bfloat16}; head_dim a multiple of 8, at most 256; any block_size;
 // q_stride any value (q is read element by element); k_cache and v_cache 16-byte aligned;
 // workspace 16-byte aligned (cudaMalloc's are). Rows past query_start_loc[num_seqs] are
-// written as zeros on the decode path (max_query_len <= 8, as a padded decode graph has).
-// Enqueues on `stream`, never allocates or synchronises; returns the launch's error
-// (cudaErrorInvalidValue for an unsupported head_dim, num_q_heads not a multiple of
-// num_kv_heads, misaligned caches, or a missing / too small workspace).
+// written as zeros on the decode path (max_query_len <= 8, as a padded decode graph has) and
+// left untouched on the prefill path. The host bounds: max_query_len must bound every query
+// length when above 8 (the prefill grid covers only that many rows); max_seq_len only sets
+// the split-K count, so any value gives correct results.
+// Enqueues on `stream`, never allocates or synchronises; returns cudaGetLastError() after the
+// launches, so an error left pending by an earlier runtime call on this thread is reported
+// (and cleared) here. cudaErrorInvalidValue for an unsupported head_dim, num_q_heads not a
+// multiple of num_kv_heads or above 65535, block_size <= 0, num_tokens >= 2^31, max_seq_len
+// outside [0, 2^30], misaligned caches, or a missing / too small workspace.
 template <typename T>
 cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, T* out,
                            const DeviceAttentionMetadata& meta, int32_t num_q_heads,

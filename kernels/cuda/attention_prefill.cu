@@ -1,7 +1,8 @@
 // Paged attention, prefill path: a flash-attention-2 style kernel on the tensor cores
 // (mma.sync m16n8k16, f16/bf16 inputs, f32 accumulators) for half and bfloat16 with head_dim
-// 16, 32, 64 or 128; other cases (float32, other head_dims, more than 65535 sequences) run the
-// decode kernel unsplit, one block per (row, head group) walking the row's whole context.
+// 16, 32, 64 or 128; other cases (float32, other head_dims, more than 65535 sequences, a tile
+// count past the grid's x limit) run the decode kernel unsplit, one block per (row, head
+// group) walking the row's whole context.
 //
 // Grouped-query packing: the query vectors of one sequence and one KV head are numbered
 // v = row · group + g (g = the query head within the group), so a tile of 64 vectors holds
@@ -313,9 +314,15 @@ cudaError_t LaunchTensorCore(const T* q, int64_t q_stride, const T* k_cache, con
   }
 }
 
-bool TensorCoreShape(int32_t head_dim, const DeviceAttentionMetadata& meta) {
+// The tensor-core kernel's grid: x = ceil(max_query_len · group / 64) tiles (at most
+// 2^31 - 1), y = num_seqs and z = num_kv_heads (each at most 65535; the caller bounds the
+// heads).
+bool TensorCoreShape(int32_t head_dim, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
+                     int32_t num_kv_heads) {
+  const int64_t group = num_q_heads / num_kv_heads;
+  const int64_t tiles = (int64_t{meta.max_query_len} * group + kTileVectors - 1) / kTileVectors;
   return (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128) &&
-         meta.num_seqs <= 65535;
+         meta.num_seqs <= 65535 && tiles <= int64_t{0x7fffffff};
 }
 
 }  // namespace
@@ -326,7 +333,7 @@ cudaError_t LaunchPrefillAttention(const T* q, int64_t q_stride, const T* k_cach
                                    int32_t num_kv_heads, int32_t head_dim, float scale,
                                    cudaStream_t stream) {
   if constexpr (!std::is_same_v<T, float>) {
-    if (TensorCoreShape(head_dim, meta)) {
+    if (TensorCoreShape(head_dim, meta, num_q_heads, num_kv_heads)) {
       if (meta.num_seqs == 0 || meta.max_query_len <= 0) return cudaSuccess;
       return LaunchTensorCore(q, q_stride, k_cache, v_cache, out, meta, num_q_heads, num_kv_heads,
                               head_dim, scale, stream);
