@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -58,6 +59,17 @@ size_t AttentionWorkspaceBytes(int32_t max_tokens, int32_t max_seqs, int32_t max
     }
   }
   return bytes;
+}
+
+// Copies `bytes` of pageable host memory to `dst` on `stream` and waits for the copy, so the
+// caller may free `src` and work later enqueued on `stream` (blocking or not) sees the data.
+absl::Status UploadAndWait(void* dst, const void* src, size_t bytes, cudaStream_t stream,
+                           std::string_view what) {
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream),
+                 absl::StrCat("upload of ", absl::string_view(what.data(), what.size()))));
+  return CudaStatus(cudaStreamSynchronize(stream),
+                    absl::StrCat("upload of ", absl::string_view(what.data(), what.size())));
 }
 
 }  // namespace
@@ -114,14 +126,12 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
   const std::vector<float> table = kc::RopeCosSinTable(rope);
   VLLM_ASSIGN_OR_RETURN(model->cos_sin_,
                         DeviceBuffer::Allocate(table.size() * sizeof(float), "the rotary table"));
-  // Every upload is ordered on `stream` (not the legacy default stream): a pageable cudaMemcpy
-  // may return before its DMA lands, and a non-blocking `stream` would not wait for it, so
-  // the final synchronisation of `stream` must cover the uploads too. cudaMemcpyAsync from
-  // pageable memory stages the host bytes before it returns (the source may then be freed).
-  VLLM_RETURN_IF_ERROR(
-      CudaStatus(cudaMemcpyAsync(model->cos_sin_.get(), table.data(), table.size() * sizeof(float),
-                                 cudaMemcpyHostToDevice, stream),
-                 "upload of the rotary table"));
+  // Every upload is ordered on `stream` (not the legacy default stream: a pageable cudaMemcpy
+  // may return before its DMA lands, and a non-blocking `stream` would not wait for it) and
+  // waited for before its pageable source is freed (an async copy from pageable memory is not
+  // documented to have read its source on return).
+  VLLM_RETURN_IF_ERROR(UploadAndWait(model->cos_sin_.get(), table.data(),
+                                     table.size() * sizeof(float), stream, "the rotary table"));
   VLLM_RETURN_IF_ERROR(model->LoadWeights(weights, stream));
   VLLM_RETURN_IF_ERROR(model->AllocateScratch());
   VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
@@ -185,15 +195,11 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
       using T = decltype(tag);
       T* out = static_cast<T*>(dst) + offset;
       if constexpr (std::is_same_v<T, float>) {
-        return CudaStatus(
-            cudaMemcpyAsync(out, host.data(), host.size() * es, cudaMemcpyHostToDevice, stream),
-            absl::StrCat("upload of ", name));
+        return UploadAndWait(out, host.data(), host.size() * es, stream, name);
       } else {
         std::vector<T> converted(host.size());
         for (size_t i = 0; i < host.size(); ++i) converted[i] = HostFromFloat<T>(host[i]);
-        return CudaStatus(cudaMemcpyAsync(out, converted.data(), converted.size() * es,
-                                          cudaMemcpyHostToDevice, stream),
-                          absl::StrCat("upload of ", name));
+        return UploadAndWait(out, converted.data(), converted.size() * es, stream, name);
       }
     });
   };
