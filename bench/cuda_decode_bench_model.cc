@@ -95,6 +95,9 @@ class StepInputs {
           upload(in.logits_idx_, logits_idx, "logits indices")}) {
       if (!s.ok()) return s;
     }
+    // The uploads ran on the legacy stream, whose pageable copies may still be in flight; the
+    // model runs on a non-blocking stream that would not wait for them.
+    VLLM_RETURN_IF_ERROR(worker::CudaStatus(cudaDeviceSynchronize(), "input upload"));
     CudaForwardInputs& f = in.forward_;
     f.num_tokens = tokens;
     f.token_ids = in.ids_.as<int32_t>();
