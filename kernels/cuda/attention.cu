@@ -55,6 +55,11 @@ size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t
   return detail::PlanAttention(meta, num_q_heads, head_dim).workspace_bytes;
 }
 
+size_t PagedAttentionMaxWorkspaceBytes(int32_t head_dim) {
+  return static_cast<size_t>(detail::kMaxItems) * (static_cast<size_t>(std::max(head_dim, 0)) + 2) *
+         sizeof(float);
+}
+
 template <typename T>
 cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, T* out,
                            const DeviceAttentionMetadata& meta, int32_t num_q_heads,

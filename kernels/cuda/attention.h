@@ -35,6 +35,10 @@ struct DeviceAttentionMetadata {
 size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                                     int32_t head_dim);
 
+// The bound above: PagedAttentionWorkspaceBytes(meta, h, head_dim) <= this for every meta and
+// h, so a model allocates one workspace of this size at load time.
+size_t PagedAttentionMaxWorkspaceBytes(int32_t head_dim);
+
 // Causal paged attention over the flattened batch: query row j of sequence s (q_len rows) is
 // at position p = seq_lens[s] - q_len + j and attends to cache positions [0, p]. Grouped
 // query: head h reads KV head h / (num_q_heads / num_kv_heads). q is [num_tokens,

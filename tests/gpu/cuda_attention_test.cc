@@ -515,7 +515,8 @@ TEST(PagedAttentionWorkspace, IsBoundedAndZeroWhenUnsplit) {
   DeviceAttentionMetadata meta;
   meta.block_size = 16;
   for (int32_t head_dim : {16, 128, 256}) {
-    const size_t bound = size_t{65536} * (head_dim + 2) * 4;
+    const size_t bound = PagedAttentionMaxWorkspaceBytes(head_dim);
+    EXPECT_EQ(bound, size_t{65536} * (head_dim + 2) * 4);
     for (int64_t tokens : {1, 7, 64, 256, 4096, 65536}) {
       for (int32_t max_seq : {0, 1, 64, 512, 2048, 8192, 131072, 1 << 20}) {
         for (int32_t max_q : {1, 8, 9, 2048}) {

@@ -34,33 +34,6 @@ absl::Status CheckDivides(int64_t value, int32_t world_size, const char* what) {
   return absl::OkStatus();
 }
 
-// The worst attention workspace over the shapes the limits allow. The split-K plan depends on
-// the token count and max_seq_len (decode-sized queries only) in ways that are not monotone, so
-// every token count is tried against max_seq_len at every multiple of 64 up to max_model_len
-// (the partition sizes are multiples of 64); prefill shapes need none today but are tried too.
-size_t AttentionWorkspaceBytes(int32_t max_tokens, int32_t max_seqs, int32_t max_model_len,
-                               int32_t num_heads, int32_t head_dim) {
-  size_t bytes = 0;
-  kc::DeviceAttentionMetadata m;
-  m.block_size = 16;
-  m.max_blocks_per_seq = (max_model_len + 15) / 16;
-  std::vector<int32_t> seq_lens;
-  for (int32_t len = 64; len < max_model_len; len += 64) seq_lens.push_back(len);
-  seq_lens.push_back(std::max(max_model_len, 1));
-  for (int32_t t = 1; t <= max_tokens; ++t) {
-    m.num_tokens = t;
-    m.num_seqs = std::min(t, std::max(max_seqs, 1));
-    for (int32_t qlen : {1, 8, max_tokens}) {
-      m.max_query_len = std::min(qlen, t);
-      for (int32_t len : seq_lens) {
-        m.max_seq_len = len;
-        bytes = std::max(bytes, kc::PagedAttentionWorkspaceBytes(m, num_heads, head_dim));
-      }
-    }
-  }
-  return bytes;
-}
-
 // Copies `bytes` of pageable host memory to `dst` on `stream` and waits for the copy, so the
 // caller may free `src` and work later enqueued on `stream` (blocking or not) sees the data.
 absl::Status UploadAndWait(void* dst, const void* src, size_t bytes, cudaStream_t stream,
@@ -289,8 +262,8 @@ absl::Status CudaLlamaModel::AllocateScratch() {
   VLLM_RETURN_IF_ERROR(alloc(&rows_, n * h, "logits rows"));
   VLLM_RETURN_IF_ERROR(alloc(&rows_res_, n * h, "logits rows"));
   VLLM_RETURN_IF_ERROR(alloc(&logits_, n * config_.vocab_size, "logits"));
-  const size_t ws = AttentionWorkspaceBytes(options_.max_num_tokens, options_.max_num_logits,
-                                            options_.max_model_len, num_heads_, config_.head_dim);
+  // One workspace at the kernel's documented bound serves every step shape.
+  const size_t ws = kc::PagedAttentionMaxWorkspaceBytes(config_.head_dim);
   VLLM_ASSIGN_OR_RETURN(attn_workspace_, DeviceBuffer::Allocate(ws, "the attention workspace"));
   activation_bytes_ += static_cast<int64_t>(attn_workspace_.bytes());
   return absl::OkStatus();
@@ -337,10 +310,9 @@ absl::Status CudaLlamaModel::Forward(const CudaForwardInputs& in, CudaKVCache* c
   const size_t ws = kc::PagedAttentionWorkspaceBytes(in.attention, num_heads_, config_.head_dim);
   if (ws > attn_workspace_.bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "CudaLlamaModel::Forward: attention needs %d bytes of workspace, %d were sized from "
-        "the limits (max_num_tokens %d, max_num_logits %d, max_model_len %d)",
-        ws, attn_workspace_.bytes(), options_.max_num_tokens, options_.max_num_logits,
-        options_.max_model_len));
+        "CudaLlamaModel::Forward: attention needs %d bytes of workspace, above the kernel's "
+        "documented bound of %d",
+        ws, attn_workspace_.bytes()));
   }
   return WithDType(options_.dtype, [&](auto tag) -> absl::Status {
     return ForwardT<decltype(tag)>(in, cache, stream);
