@@ -23,33 +23,14 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace vllm::kernels::cuda {
 namespace {
 
-#define ASSERT_CUDA_OK(expr)                                                       \
-  do {                                                                             \
-    const cudaError_t vllm_e = (expr);                                             \
-    ASSERT_EQ(vllm_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(vllm_e); \
-  } while (0)
-
-template <typename T>
-T FromF(float x);
-template <>
-float FromF<float>(float x) {
-  return x;
-}
-template <>
-__half FromF<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__nv_bfloat16 FromF<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-float ToF(float x) { return x; }
-float ToF(__half x) { return __half2float(x); }
-float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+using gpu_test::DeviceBuffer;
+using gpu_test::FromF;
+using gpu_test::ToF;
 
 // Largest |out − ref| allowed, as a fraction of the largest |ref| of the case (the output
 // rounding to T dominates for 16-bit types; float differs only in summation order and
@@ -60,46 +41,6 @@ double Tolerance() {
   if constexpr (std::is_same_v<T, __half>) return 2e-3;
   return 1.6e-2;
 }
-
-template <typename T>
-class DeviceBuffer {
- public:
-  // A failed allocation leaves get() == nullptr (and clears the error, so a later launch's
-  // cudaGetLastError does not report it); every use below then fails its ASSERT.
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) {
-      ptr_ = nullptr;
-      (void)cudaGetLastError();
-    }
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    // A failed copy is left for the next cudaGetLastError: PagedAttention's result.
-    (void)Upload(host);
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return ptr_; }
-  // Copies `host` to elements [offset, offset + host.size()).
-  [[nodiscard]] cudaError_t Upload(const std::vector<T>& host, size_t offset = 0) {
-    if (ptr_ == nullptr || offset + host.size() > n_) return cudaErrorInvalidValue;
-    return cudaMemcpy(ptr_ + offset, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  std::vector<T> Download() const {
-    std::vector<T> host(n_, FromF<T>(NAN));  // NaN if the copy fails
-    if (ptr_ != nullptr) cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
-    return host;
-  }
-  // Every element NaN (all bits set, for float, half and bfloat16 alike).
-  [[nodiscard]] cudaError_t Poison() {
-    if (ptr_ == nullptr) return cudaErrorInvalidValue;
-    return cudaMemset(ptr_, 0xFF, std::max<size_t>(n_, 1) * sizeof(T));
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_;
-};
 
 struct SeqSpec {
   int32_t q_len;

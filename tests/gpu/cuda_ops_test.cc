@@ -23,34 +23,14 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/rope_table.h"
+#include "tests/gpu/gpu_test_util.h"
 
 namespace vllm::kernels::cuda {
 namespace {
 
-#define ASSERT_CUDA_OK(expr)                                                       \
-  do {                                                                             \
-    const cudaError_t vllm_e = (expr);                                             \
-    ASSERT_EQ(vllm_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(vllm_e); \
-  } while (0)
-
-// Host conversions between float and the element types.
-template <typename T>
-T FromF(float x);
-template <>
-float FromF<float>(float x) {
-  return x;
-}
-template <>
-__half FromF<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__nv_bfloat16 FromF<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-float ToF(float x) { return x; }
-float ToF(__half x) { return __half2float(x); }
-float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+using gpu_test::DeviceBuffer;
+using gpu_test::FromF;
+using gpu_test::ToF;
 
 // ‖out − ref‖ / ‖ref‖ the element type should stay under (output rounding dominates).
 template <typename T>
@@ -59,34 +39,6 @@ double Tolerance() {
   if constexpr (std::is_same_v<T, __half>) return 2e-3;
   return 1.6e-2;
 }
-
-// A device buffer of n elements of T; frees itself.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) ptr_ = nullptr;
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { Upload(host); }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return ptr_; }
-  void Upload(const std::vector<T>& host) {
-    cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  std::vector<T> Download() const {
-    std::vector<T> host(n_);
-    cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
-    return host;
-  }
-  // Fills every byte with 0xFF (a NaN in every float format), so unwritten outputs show.
-  void Poison() { cudaMemset(ptr_, 0xFF, n_ * sizeof(T)); }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_;
-};
 
 // Random values rounded to T: `typed` for the device, `f` (the same values) for the CPU.
 template <typename T>
@@ -162,7 +114,7 @@ TYPED_TEST(CudaOpsTest, RmsNormMatchesCpu) {
     std::vector<float> ref(tokens * hidden);
     cpu::RmsNorm(x.f.data(), w.f.data(), ref.data(), tokens, hidden, 1e-5f);
     DeviceBuffer<T> dx(x.typed), dw(w.typed), dout(tokens * hidden);
-    dout.Poison();
+    ASSERT_CUDA_OK(dout.Poison());
     ASSERT_CUDA_OK(RmsNorm(dx.get(), dw.get(), dout.get(), tokens, hidden, 1e-5f, nullptr));
     EXPECT_LT(RelativeError(ToFloats(dout.Download()), ref), Tolerance<T>());
     // In place (out == x).
@@ -199,7 +151,7 @@ TYPED_TEST(CudaOpsTest, SiluAndMulMatchesCpu) {
     std::vector<float> ref(tokens * d);
     cpu::SiluAndMul(gate_up.f.data(), ref.data(), tokens, d);
     DeviceBuffer<T> din(gate_up.typed), dout(tokens * d);
-    dout.Poison();
+    ASSERT_CUDA_OK(dout.Poison());
     ASSERT_CUDA_OK(SiluAndMul(din.get(), dout.get(), tokens, d, nullptr));
     EXPECT_LT(RelativeError(ToFloats(dout.Download()), ref), Tolerance<T>());
   }
@@ -308,7 +260,7 @@ TYPED_TEST(CudaOpsTest, EmbeddingMatchesCpu) {
                    ref.data());
     DeviceBuffer<T> dtable(table.typed), dout(tokens * s.hidden);
     DeviceBuffer<int32_t> dids(ids);
-    dout.Poison();
+    ASSERT_CUDA_OK(dout.Poison());
     ASSERT_CUDA_OK(Embedding(dids.get(), tokens, dtable.get(), s.vocab_start, s.vocab_size,
                              s.hidden, dout.get(), nullptr));
     EXPECT_EQ(ToFloats(dout.Download()), ref);
@@ -451,7 +403,7 @@ TYPED_TEST(CudaOpsTest, GemmMatchesCpuLinear) {
     std::vector<float> ref(s.m * s.n);
     cpu::Linear(x.f.data(), w.f.data(), s.bias ? b.f.data() : nullptr, ref.data(), s.m, s.n, s.k);
     DeviceBuffer<T> dx(x.typed), dw(w.typed), db(b.typed), dy(s.m * s.n);
-    dy.Poison();
+    ASSERT_CUDA_OK(dy.Poison());
     for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the cached plan
       ASSERT_TRUE((*gemm)
                       ->Linear(DTypeOf<T>(), dx.get(), dw.get(), s.bias ? db.get() : nullptr,

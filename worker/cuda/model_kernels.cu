@@ -1,24 +1,12 @@
 #include <algorithm>
 
+#include "kernels/cuda/common.cuh"
 #include "worker/cuda/model_kernels.h"
 
 namespace vllm::worker {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ T FromFloat(float x);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using kernels::cuda::detail::FromFloat;  // kernels/cuda/common.cuh
 
 // splitmix64: a bijective mix, good enough for dummy weights.
 __device__ __forceinline__ uint64_t Mix(uint64_t z) {
