@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/device_communicator.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/engine_greedy.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
 #include "worker/cuda/cuda_llama_model.h"
@@ -231,21 +232,7 @@ void RunGreedyModes(const std::string& name, bool eager) {
     if (mode.num_blocks > 0) args.num_gpu_blocks_override = mode.num_blocks;
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    for (int32_t rep = 0; rep < mode.repeats; ++rep) {
-      for (size_t first = 0; first < ref.prompts.size(); first += mode.batch) {
-        std::vector<core::EngineCoreRequest> requests;
-        for (size_t i = first; i < std::min(ref.prompts.size(), first + mode.batch); ++i) {
-          requests.push_back(GreedyRequest(absl::StrCat(mode.name, "-", rep, "-", i),
-                                           ref.prompts[i], ref.max_new_tokens));
-        }
-        auto outputs = (*engine)->Generate(std::move(requests));
-        ASSERT_TRUE(outputs.ok()) << outputs.status();
-        for (size_t k = 0; k < outputs->size(); ++k) {
-          EXPECT_EQ((*outputs)[k].output_token_ids, ref.greedy[first + k])
-              << "prompt " << first + k << ", repeat " << rep;
-        }
-      }
-    }
+    testing::ExpectGreedyMatchesReference(**engine, ref, mode.name, mode.repeats, mode.batch);
     if (mode.num_blocks > 0) {
       EXPECT_GT((*engine)->totals().num_preemptions, 0);
     }

@@ -26,26 +26,37 @@ namespace vllm::worker {
       absl::StrCat(absl::string_view(what.data(), what.size()), ": ", cudaGetErrorString(e)));
 }
 
-// `bytes` of device memory on the current device.
-class DeviceBuffer {
+// Where a CudaBuffer's memory lives.
+enum class CudaMemoryKind {
+  kDevice,      // cudaMalloc on the current device
+  kPinnedHost,  // cudaHostAlloc: page-locked, so host-device copies are truly asynchronous
+};
+
+// `bytes` of CUDA-allocated memory of one kind; empty (get() == nullptr) when default-made or
+// moved from.
+template <CudaMemoryKind kKind>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  // ResourceExhausted (naming `what` and the size) when cudaMalloc fails.
-  [[nodiscard]] static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes, std::string_view what) {
-    DeviceBuffer b;
+  CudaBuffer() = default;
+  // ResourceExhausted (naming `what` and the size) when the allocation fails.
+  [[nodiscard]] static absl::StatusOr<CudaBuffer> Allocate(size_t bytes, std::string_view what) {
+    CudaBuffer b;
     if (bytes == 0) return b;
-    if (cudaError_t e = cudaMalloc(&b.ptr_, bytes); e != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free error state of a failed allocation
-      return absl::ResourceExhaustedError(absl::StrCat("cudaMalloc of ", bytes, " bytes for ",
-                                                       absl::string_view(what.data(), what.size()),
-                                                       ": ", cudaGetErrorString(e)));
+    const cudaError_t e = kKind == CudaMemoryKind::kDevice
+                              ? cudaMalloc(&b.ptr_, bytes)
+                              : cudaHostAlloc(&b.ptr_, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear the error state of a failed allocation
+      return absl::ResourceExhaustedError(absl::StrCat(
+          kKind == CudaMemoryKind::kDevice ? "cudaMalloc" : "cudaHostAlloc", " of ", bytes,
+          " bytes for ", absl::string_view(what.data(), what.size()), ": ", cudaGetErrorString(e)));
     }
     b.bytes_ = bytes;
     return b;
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept
+  CudaBuffer(CudaBuffer&& o) noexcept
       : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
       Reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
@@ -53,12 +64,18 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { Reset(); }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  ~CudaBuffer() { Reset(); }
 
   void Reset() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr) {
+      if constexpr (kKind == CudaMemoryKind::kDevice) {
+        cudaFree(ptr_);
+      } else {
+        cudaFreeHost(ptr_);
+      }
+    }
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -74,52 +91,8 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// `bytes` of page-locked host memory (so host-device copies are truly asynchronous).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  [[nodiscard]] static absl::StatusOr<PinnedBuffer> Allocate(size_t bytes, std::string_view what) {
-    PinnedBuffer b;
-    if (bytes == 0) return b;
-    if (cudaError_t e = cudaHostAlloc(&b.ptr_, bytes, cudaHostAllocDefault); e != cudaSuccess) {
-      cudaGetLastError();
-      return absl::ResourceExhaustedError(absl::StrCat("cudaHostAlloc of ", bytes, " bytes for ",
-                                                       absl::string_view(what.data(), what.size()),
-                                                       ": ", cudaGetErrorString(e)));
-    }
-    b.bytes_ = bytes;
-    return b;
-  }
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      ptr_ = std::exchange(o.ptr_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { Reset(); }
-
-  void Reset() {
-    if (ptr_ != nullptr) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaBuffer<CudaMemoryKind::kDevice>;
+using PinnedBuffer = CudaBuffer<CudaMemoryKind::kPinnedHost>;
 
 }  // namespace vllm::worker
 

@@ -16,6 +16,7 @@
 #include "frontend/llm_engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/engine_greedy.h"
 #include "tests/support/fixtures.h"
 #include "worker/llama_model.h"
 #include "worker/weights.h"
@@ -26,7 +27,6 @@ namespace {
 const std::filesystem::path kFixtures =
     std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "models";
 
-using testing::GreedyRequest;
 using testing::LastLogits;
 using testing::LoadReference;
 using testing::Reference;
@@ -73,21 +73,7 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
     if (mode.num_blocks > 0) args.num_gpu_blocks_override = mode.num_blocks;
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    for (int32_t rep = 0; rep < mode.repeats; ++rep) {
-      for (size_t first = 0; first < ref.prompts.size(); first += mode.batch) {
-        std::vector<core::EngineCoreRequest> requests;
-        for (size_t i = first; i < std::min(ref.prompts.size(), first + mode.batch); ++i) {
-          requests.push_back(GreedyRequest(absl::StrCat(mode.name, "-", rep, "-", i),
-                                           ref.prompts[i], ref.max_new_tokens));
-        }
-        auto outputs = (*engine)->Generate(std::move(requests));
-        ASSERT_TRUE(outputs.ok()) << outputs.status();
-        for (size_t k = 0; k < outputs->size(); ++k) {
-          EXPECT_EQ((*outputs)[k].output_token_ids, ref.greedy[first + k])
-              << "prompt " << first + k << ", repeat " << rep;
-        }
-      }
-    }
+    testing::ExpectGreedyMatchesReference(**engine, ref, mode.name, mode.repeats, mode.batch);
     const LLMEngine::Totals& totals = (*engine)->totals();
     if (mode.num_blocks > 0) {
       EXPECT_GT(totals.num_preemptions, 0) << "the mode meant to force preemption did not";
