@@ -21,13 +21,13 @@ constexpr size_t kMaxIdBytes = kMaxRequestIdBytes;
 void PackSamplingParams(Packer& pk, const SamplingParams& p) {
   pk.pack_array(14);
   pk.pack(p.n);
-  pk.pack_double(p.temperature);
-  pk.pack_double(p.top_p);
+  wire::PackDouble(pk, p.temperature);
+  wire::PackDouble(pk, p.top_p);
   pk.pack(p.top_k);
-  pk.pack_double(p.min_p);
-  pk.pack_double(p.presence_penalty);
-  pk.pack_double(p.frequency_penalty);
-  pk.pack_double(p.repetition_penalty);
+  wire::PackDouble(pk, p.min_p);
+  wire::PackDouble(pk, p.presence_penalty);
+  wire::PackDouble(pk, p.frequency_penalty);
+  wire::PackDouble(pk, p.repetition_penalty);
   wire::PackOptional(pk, p.seed);
   wire::PackOptional(pk, p.max_tokens);
   pk.pack(p.min_tokens);
@@ -42,7 +42,7 @@ void PackRequest(Packer& pk, const EngineCoreRequest& r) {
   wire::PackList<int32_t>(pk, r.prompt_token_ids);
   PackSamplingParams(pk, r.sampling_params);
   wire::PackOptional(pk, r.eos_token_id);
-  pk.pack_double(r.arrival_time);
+  wire::PackDouble(pk, r.arrival_time);
   pk.pack(r.priority);
   wire::PackOptional(pk, r.cache_salt);
   wire::PackOptional(pk, r.data_parallel_rank);
@@ -52,7 +52,7 @@ void PackTokenLogprobs(Packer& pk, const TokenLogprobs& t) {
   pk.pack_array(3);
   wire::PackList<int32_t>(pk, t.token_ids);
   pk.pack_array(static_cast<uint32_t>(t.logprobs.size()));
-  for (float v : t.logprobs) pk.pack_float(v);
+  for (float v : t.logprobs) wire::PackFloat(pk, v);
   pk.pack(t.sampled_token_rank);
 }
 
@@ -80,7 +80,7 @@ void PackStats(Packer& pk, const SchedulerStats& s) {
   pk.pack_array(5);
   pk.pack(s.num_running_reqs);
   pk.pack(s.num_waiting_reqs);
-  pk.pack_double(s.kv_cache_usage);
+  wire::PackDouble(pk, s.kv_cache_usage);
   pk.pack_array(4);
   pk.pack(s.prefix_cache_stats.reset);
   pk.pack(s.prefix_cache_stats.requests);
@@ -99,7 +99,7 @@ void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
   } else {
     pk.pack_nil();
   }
-  pk.pack_double(o.timestamp);
+  wire::PackDouble(pk, o.timestamp);
   wire::PackList<std::string>(pk, o.finished_requests);
   wire::PackOptional(pk, o.wave_complete);
   wire::PackOptional(pk, o.start_wave);
@@ -500,6 +500,40 @@ absl::StatusOr<std::vector<std::string>> DecodeAbortRequests(std::string_view by
         }
         return absl::OkStatus();
       });
+}
+
+std::vector<std::string> RecoverOutputRequestIds(std::string_view bytes,
+                                                 const DecodeLimits& limits) {
+  std::vector<std::string> ids;
+  if (bytes.empty() || bytes.size() > limits.max_message_bytes) return ids;
+  ipc::UnpackLimits unpack_limits;
+  unpack_limits.max_array = limits.max_array_elements;
+  unpack_limits.max_map = 0;
+  unpack_limits.max_str = limits.max_string_bytes;
+  unpack_limits.max_bin = 0;
+  unpack_limits.max_depth = limits.max_depth;
+  auto handle = ipc::UnpackBounded(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      unpack_limits);
+  if (!handle.ok()) return ids;
+  // [tag, version, [engine_index, [[request_id, ...], ...], ...]]
+  auto array = [](const msgpack::object& o, uint32_t min_size) -> const msgpack::object* {
+    if (o.type != msgpack::type::ARRAY || o.via.array.size < min_size) return nullptr;
+    return o.via.array.ptr;
+  };
+  const msgpack::object* envelope = array(handle->get(), 3);
+  const msgpack::object* body = envelope != nullptr ? array(envelope[2], 2) : nullptr;
+  if (body == nullptr || body[1].type != msgpack::type::ARRAY) return ids;
+  const msgpack::object_array& outputs = body[1].via.array;
+  for (uint32_t i = 0; i < outputs.size; ++i) {
+    const msgpack::object* output = array(outputs.ptr[i], 1);
+    if (output == nullptr || output[0].type != msgpack::type::STR ||
+        output[0].via.str.size > kMaxIdBytes) {
+      continue;
+    }
+    ids.emplace_back(output[0].via.str.ptr, output[0].via.str.size);
+  }
+  return ids;
 }
 
 void CachedRequestData::Clear() {

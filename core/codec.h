@@ -33,7 +33,8 @@
 //                      logprobs: [[TokenLogprobs]]]
 //   AbortRequests     [request_id: str, ...]
 //   StartDpWave       [wave, exclude_engine_index]
-// Integers are range-checked against the C++ field type; floats also accept integers.
+// Integers are range-checked against the C++ field type. Floats are always written as msgpack
+// float32/float64 (never as integers, whatever the value) and also accept integers.
 //
 // Decoding never throws and never aborts: malformed input (wrong type, wrong field count,
 // inconsistent sizes, wrong tag or version) gives InvalidArgument; truncated or
@@ -109,6 +110,13 @@ std::string EncodeAbortRequests(std::span<const std::string> request_ids);
                                                             const DecodeLimits& limits = {});
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> DecodeAbortRequests(
     std::string_view bytes, const DecodeLimits& limits = {});
+
+// For an EngineCoreOutputs frame that DecodeEngineCoreOutputs refused: the request ids that can
+// still be read from it (each output's first field, where it is a string within the limits),
+// so the requests whose outputs were lost can be failed instead of waiting forever. Empty when
+// the frame is too damaged to tell (then every request in flight on that engine is affected).
+std::vector<std::string> RecoverOutputRequestIds(std::string_view bytes,
+                                                 const DecodeLimits& limits = {});
 
 }  // namespace vllm::core
 

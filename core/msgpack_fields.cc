@@ -1,6 +1,8 @@
 #include "core/msgpack_fields.h"
 
+#include <array>
 #include <cmath>
+#include <cstring>
 
 namespace vllm::core::wire {
 
@@ -30,6 +32,31 @@ std::string_view TypeName(msgpack::type::object_type type) {
       return "EXT";
   }
   return "UNKNOWN";
+}
+
+namespace {
+// Appends raw bytes to the packer's stream (pack_bin_body writes its argument verbatim; the
+// bin header is pack_bin's job, which we do not call).
+template <size_t N>
+void AppendRaw(Packer& pk, const std::array<char, N>& bytes) {
+  pk.pack_bin_body(bytes.data(), static_cast<uint32_t>(N));
+}
+}  // namespace
+
+void PackFloat(Packer& pk, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  std::array<char, 5> buf{static_cast<char>(0xca)};  // float 32, big-endian
+  for (int i = 0; i < 4; ++i) buf[1 + i] = static_cast<char>(bits >> (24 - 8 * i));
+  AppendRaw(pk, buf);
+}
+
+void PackDouble(Packer& pk, double value) {
+  uint64_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  std::array<char, 9> buf{static_cast<char>(0xcb)};  // float 64, big-endian
+  for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
+  AppendRaw(pk, buf);
 }
 
 absl::StatusOr<FieldReader> FieldReader::Open(const msgpack::object& object, std::string_view what,
@@ -119,10 +146,20 @@ absl::Status FieldReader::FloatList(std::string_view field, std::vector<float>* 
   out->resize(list->size());
   for (size_t i = 0; i < list->size(); ++i) {
     const msgpack::object& o = (*list)[i];
-    if (o.type != msgpack::type::FLOAT32 && o.type != msgpack::type::FLOAT64) {
-      return Error(field, absl::StrFormat("expected a float, got %s", TypeName(o.type)));
+    switch (o.type) {
+      case msgpack::type::FLOAT32:
+      case msgpack::type::FLOAT64:
+        (*out)[i] = static_cast<float>(o.via.f64);
+        break;
+      case msgpack::type::POSITIVE_INTEGER:
+        (*out)[i] = static_cast<float>(o.via.u64);
+        break;
+      case msgpack::type::NEGATIVE_INTEGER:
+        (*out)[i] = static_cast<float>(o.via.i64);
+        break;
+      default:
+        return Error(field, absl::StrFormat("expected a number, got %s", TypeName(o.type)));
     }
-    (*out)[i] = static_cast<float>(o.via.f64);
   }
   return absl::OkStatus();
 }

@@ -28,6 +28,12 @@ using Packer = msgpack::packer<msgpack::sbuffer>;
 // Name of a msgpack type for error messages.
 std::string_view TypeName(msgpack::type::object_type type);
 
+// Always msgpack float32 / float64, whatever the value. msgpack-c's pack_float/pack_double
+// write an integral value (a logprob of exactly 0.0, a temperature of 1.0) as an integer,
+// which changes the wire type with the value and, at 2^64, converts out of range (UB).
+void PackFloat(Packer& pk, float value);
+void PackDouble(Packer& pk, double value);
+
 template <typename T>
 void PackOptional(Packer& pk, const std::optional<T>& value) {
   if (value.has_value()) {
@@ -83,6 +89,7 @@ class FieldReader {
   absl::Status IntList(std::string_view field, Container* out) {
     return ReadIntList(Next(), field, out);
   }
+  // Floats accept msgpack integers too (peers that write integral floats as integers).
   absl::Status FloatList(std::string_view field, std::vector<float>* out);
   absl::Status StringList(std::string_view field, size_t max_bytes, std::vector<std::string>* out);
 

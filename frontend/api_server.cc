@@ -4,8 +4,11 @@
 #include "frontend/api_server.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -27,6 +30,7 @@
 #include "frontend/api_server_response.h"
 #include "frontend/openai_protocol.h"
 #include "ipc/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::frontend {
 namespace {
@@ -41,39 +45,95 @@ using Strand = net::any_io_executor;
 
 class Session;
 
+// How long Stop() waits for connections to take their last bytes.
+constexpr absl::Duration kStopGrace = absl::Seconds(5);
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+int64_t MonoNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// Compares in time that depends only on `expected`'s length, not on where the strings differ.
+bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= static_cast<unsigned char>(g ^ static_cast<unsigned char>(expected[i]));
+  }
+  // Keep the compiler from turning the loop into an early-exit comparison.
+  volatile unsigned char result = diff;
+  return result == 0;
+}
+
+// Logs at most once per `interval` (per call site).
+class RateLimitedLog {
+ public:
+  explicit RateLimitedLog(absl::Duration interval) : interval_(interval) {}
+  bool ShouldLog() {
+    const int64_t now = MonoNowNs();
+    int64_t last = last_ns_.load();
+    if (last != 0 && now - last < absl::ToInt64Nanoseconds(interval_)) return false;
+    return last_ns_.compare_exchange_strong(last, now);
+  }
+
+ private:
+  const absl::Duration interval_;
+  std::atomic<int64_t> last_ns_{0};
+};
+
 // State shared by the listener, every session and every engine callback. Outlives the
 // ApiServer when engine callbacks still hold it.
 struct ServerContext {
-  ServerContext(EngineClient* e, ApiServerOptions o)
+  ServerContext(EngineClient* e, ApiServerOptions o, int64_t max_conn)
       : engine(e),
         options(std::move(o)),
+        max_connections(max_conn),
         metrics(&registry, e->ModelName()),
         created(static_cast<int64_t>(WallSeconds())),
         id_seed(std::random_device{}()) {}
 
   EngineClient* const engine;
   const ApiServerOptions options;
+  const int64_t max_connections;
   MetricsRegistry registry;
   ServerMetrics metrics;
   const int64_t created;
   const uint64_t id_seed;
   std::atomic<uint64_t> next_id{0};
   std::shared_ptr<net::io_context> ioc = std::make_shared<net::io_context>();
+  // The preprocessing pool's executor (its io_context is owned by ApiServer::Impl); unset
+  // once Stop() has begun tearing the pool down.
+  absl::Mutex prep_mu;
+  std::optional<net::any_io_executor> prep ABSL_GUARDED_BY(prep_mu);
+
+  // Open client connections (sessions), for the connection limit.
+  std::atomic<int64_t> num_connections{0};
+  // Drain()/Stop() called: no new generation starts.
+  std::atomic<bool> draining{false};
 
   // Engine callbacks post onto session strands only while !stopped (so no handler holding
   // this context is queued into a stopped io_context).
   absl::Mutex post_mu;
   bool stopped ABSL_GUARDED_BY(post_mu) = false;
 
-  // Live sessions, for Stop().
+  // Live sessions, for Stop(), Drain() and eviction.
   absl::Mutex sessions_mu;
   absl::flat_hash_map<Session*, std::weak_ptr<Session>> sessions ABSL_GUARDED_BY(sessions_mu);
+
+  // Generation requests in flight, for Drain()/WaitForIdle().
+  mutable absl::Mutex in_flight_mu;
+  int64_t in_flight ABSL_GUARDED_BY(in_flight_mu) = 0;
+
+  void AddInFlight(int64_t delta) {
+    absl::MutexLock lock(&in_flight_mu);
+    in_flight += delta;
+  }
 
   std::string NewId(absl::string_view prefix) {
     return absl::StrFormat("%s%016x%08x", prefix, id_seed, next_id.fetch_add(1));
@@ -106,20 +166,45 @@ struct Generation {
   std::vector<SubRequest> subs;
 };
 
+// What the preprocessing pool hands back to a session: the started engine requests, or why
+// none was started.
+struct Prepared {
+  absl::Status status;
+  ApiKind kind = ApiKind::kCompletion;
+  ResponseMeta meta;
+  GenerationOptions options;
+  bool logprobs = false;
+  std::vector<std::string> request_ids;  // started in the engine, in choice order
+};
+
+// An engine output that arrived before its generation was set up on the strand.
+struct EarlyOutput {
+  int32_t index = 0;
+  absl::StatusOr<GenerateOutput> output;
+};
+
 const char* const kRoutes[][2] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/v1/models", "GET"},       {"/health", "GET"},
     {"/version", "GET"},         {"/metrics", "GET"},
 };
 
-// One connection. Every member is touched only on the connection's strand.
+std::string ErrorJson(int code, absl::string_view type, absl::string_view message) {
+  return DumpJson(ErrorBody(code, type, message));
+}
+
+// One connection. Every member is touched only on the connection's strand, but for the
+// atomics that the acceptor reads when it looks for an idle connection to close.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, std::shared_ptr<ServerContext> ctx)
-      : stream_(std::move(socket)), ctx_(std::move(ctx)) {}
+  // `overflow`: accepted past max_connections; answers one request (see api_server.h).
+  Session(tcp::socket socket, std::shared_ptr<ServerContext> ctx, bool overflow)
+      : stream_(std::move(socket)), ctx_(std::move(ctx)), overflow_(overflow) {}
 
   ~Session() {
     AbortUnfinished();
+    EndInFlight();
+    ctx_->num_connections.fetch_sub(1);
     absl::MutexLock lock(&ctx_->sessions_mu);
     ctx_->sessions.erase(this);
   }
@@ -140,7 +225,43 @@ class Session : public std::enable_shared_from_this<Session> {
     net::post(stream_.get_executor(), [self = shared_from_this()] { self->CloseSocket(); });
   }
 
+  // Closes the connection if it is waiting for a request (Drain(), eviction).
+  void CloseIfIdleAsync() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->idle_since_ns_.load() != 0 && !self->Busy()) return self->CloseSocket();
+      self->evicting_.store(false);  // busy after all: it may be chosen again later
+    });
+  }
+
+  // Stop(): a generation in flight ends with an error; the connection closes once its last
+  // bytes are written (at once when it has nothing in flight).
+  void ShutdownAsync() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] { self->Shutdown(); });
+  }
+
+  // Since when the connection waits for its next request (monotonic ns); 0 while a request
+  // is being served.
+  int64_t idle_since_ns() const { return idle_since_ns_.load(); }
+  // Claims the session for eviction; false when another accept claimed it already.
+  bool ClaimForEviction() { return !evicting_.exchange(true); }
+
+  // Delivers an engine output of generation `serial` (any thread: posts to the strand).
+  static OutputCallback MakeCallback(PostTarget target, uint64_t serial, int32_t index) {
+    return [target = std::move(target), serial, index](absl::StatusOr<GenerateOutput> out) {
+      absl::ReaderMutexLock lock(&target.ctx->post_mu);
+      if (target.ctx->stopped) return;
+      net::post(target.strand,
+                [session = target.session, serial, index, out = std::move(out)]() mutable {
+                  if (auto self = session.lock()) {
+                    self->OnEngineOutput(serial, index, std::move(out));
+                  }
+                });
+    };
+  }
+
  private:
+  bool Busy() const { return gen_.has_value() || preparing_serial_ != 0 || writing_; }
+
   // ---- reading requests ----
 
   void DoRead() {
@@ -148,13 +269,19 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(ctx_->options.max_body_bytes);
     parser_->header_limit(static_cast<uint32_t>(ctx_->options.max_header_bytes));
-    stream_.expires_after(ctx_->options.io_timeout);
+    idle_since_ns_.store(MonoNowNs());
+    if (overflow_) {
+      stream_.expires_after(ctx_->options.overflow_read_timeout);
+    } else {
+      stream_.expires_after(ctx_->options.io_timeout);
+    }
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&Session::OnRead, shared_from_this()));
   }
 
   void OnRead(beast::error_code ec, size_t) {
     if (closed_) return;
+    idle_since_ns_.store(0);
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
       return SendError(absl::ResourceExhaustedError(absl::StrCat(
@@ -163,13 +290,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec == http::error::header_limit) {
       keep_alive_ = false;
       return SendJson(http::status::request_header_fields_too_large,
-                      DumpJson(nlohmann::json{
-                          {"object", "error"},
-                          {"message", absl::StrCat("Request headers exceed the limit of ",
-                                                   ctx_->options.max_header_bytes, " bytes")},
-                          {"type", "RequestHeaderFieldsTooLarge"},
-                          {"param", nullptr},
-                          {"code", 431}}));
+                      ErrorJson(431, "RequestHeaderFieldsTooLarge",
+                                absl::StrCat("Request headers exceed the limit of ",
+                                             ctx_->options.max_header_bytes, " bytes")));
     }
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == net::error::operation_aborted || ec == net::error::eof ||
@@ -182,7 +305,8 @@ class Session : public std::enable_shared_from_this<Session> {
           absl::InvalidArgumentError(absl::StrCat("Malformed HTTP request: ", ec.message())));
     }
     request_ = parser_->release();
-    keep_alive_ = request_.keep_alive() && request_.version() == 11;
+    keep_alive_ =
+        request_.keep_alive() && request_.version() == 11 && !overflow_ && !ctx_->draining.load();
     Route();
   }
 
@@ -191,6 +315,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void Route() {
     std::string target(request_.target());
     std::string path = target.substr(0, target.find('?'));
+    if (request_.version() >= 11 && request_.find(http::field::host) == request_.end()) {
+      // RFC 9112 section 3.2: a server MUST answer 400 to an HTTP/1.1 request without Host.
+      keep_alive_ = false;
+      return SendError(absl::InvalidArgumentError("An HTTP/1.1 request needs a Host header"));
+    }
     const char* allowed = nullptr;
     for (const auto& route : kRoutes) {
       if (path == route[0]) allowed = route[1];
@@ -200,14 +329,18 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (request_.method_string() != allowed) {
       return SendJson(http::status::method_not_allowed,
-                      DumpJson(nlohmann::json{
-                          {"object", "error"},
-                          {"message", absl::StrCat("Method ", std::string(request_.method_string()),
-                                                   " is not allowed on ", path, "; use ", allowed)},
-                          {"type", "MethodNotAllowed"},
-                          {"param", nullptr},
-                          {"code", 405}}),
+                      ErrorJson(405, "MethodNotAllowed",
+                                absl::StrCat("Method ", std::string(request_.method_string()),
+                                             " is not allowed on ", path, "; use ", allowed)),
                       allowed);
+    }
+    if (overflow_ && path != "/health") {
+      return SendError(absl::UnavailableError(
+          absl::StrCat("The server is at its connection limit (--max-connections ",
+                       ctx_->max_connections, "); retry later")));
+    }
+    if (ctx_->draining.load() && path != "/version" && path != "/metrics") {
+      return SendError(absl::UnavailableError("The server is shutting down"));
     }
     if (path.rfind("/v1/", 0) == 0 && !Authorized()) {
       return SendError(absl::UnauthenticatedError(
@@ -227,7 +360,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool Authorized() const {
     if (!ctx_->options.api_key.has_value()) return true;
     auto it = request_.find(http::field::authorization);
-    return it != request_.end() && it->value() == "Bearer " + *ctx_->options.api_key;
+    const std::string expected = "Bearer " + *ctx_->options.api_key;
+    return it != request_.end() &&
+           ConstantTimeEquals(std::string_view(it->value().data(), it->value().size()), expected);
   }
 
   void HandleModels() {
@@ -278,56 +413,92 @@ class Session : public std::enable_shared_from_this<Session> {
         absl::StrCat("Content-Type must be application/json, got '", value.substr(0, 100), "'"));
   }
 
+  // Hands the body to the preprocessing pool; OnPrepared continues on the strand. The job
+  // holds the session; a read watches for the client leaving meanwhile.
   void HandleGenerate(ApiKind kind) {
     if (absl::Status s = CheckContentType(); !s.ok()) return SendError(s);
-    absl::StatusOr<nlohmann::json> body = ParseJsonObject(request_.body());
-    if (!body.ok()) return SendError(body.status());
-    const std::string model_name = ctx_->engine->ModelName();
-    std::vector<Prompt> prompts;
-    GenerationOptions options;
-    bool logprobs = false;
-    if (kind == ApiKind::kCompletion) {
-      absl::StatusOr<CompletionRequest> r = ParseCompletionRequest(*body, model_name);
-      if (!r.ok()) return SendError(r.status());
-      prompts = std::move(r->prompts);
-      options = std::move(r->options);
-      logprobs = options.params.logprobs.has_value();
-    } else {
-      absl::StatusOr<ChatCompletionRequest> r = ParseChatCompletionRequest(*body, model_name);
-      if (!r.ok()) return SendError(r.status());
-      absl::StatusOr<std::string> prompt = ctx_->engine->ApplyChatTemplate(
-          r->messages, r->add_generation_prompt, r->continue_final_message);
-      if (!prompt.ok()) return SendError(prompt.status());
-      prompts.push_back(Prompt{std::move(*prompt), {}});
-      options = std::move(r->options);
-      logprobs = r->logprobs;
+    const uint64_t serial = ++generation_serial_;
+    PostTarget target{ctx_, stream_.get_executor(), weak_from_this()};
+    auto job = [self = shared_from_this(), target = std::move(target), kind, serial,
+                body = std::move(request_.body())]() mutable {
+      Prepared prepared = Prepare(target, kind, serial, body);
+      Strand strand = target.strand;
+      net::post(strand, [self = std::move(self), serial, prepared = std::move(prepared)]() mutable {
+        self->OnPrepared(serial, std::move(prepared));
+      });
+    };
+    {
+      absl::MutexLock lock(&ctx_->prep_mu);
+      if (!ctx_->prep.has_value()) {
+        return SendError(absl::UnavailableError("The server is shutting down"));
+      }
+      net::post(*ctx_->prep, std::move(job));
     }
-    ResponseMeta meta{ctx_->NewId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"),
-                      static_cast<int64_t>(WallSeconds()), model_name};
-    std::vector<GenerateRequest> requests = FanOut(prompts, options, meta.id, WallSeconds());
-    StartGeneration(kind, std::move(meta), options, logprobs, std::move(requests));
+    preparing_serial_ = serial;
+    early_outputs_.clear();
+    BeginInFlight();
+    StartWatch();
   }
 
-  void StartGeneration(ApiKind kind, ResponseMeta meta, const GenerationOptions& options,
-                       bool logprobs, std::vector<GenerateRequest> requests) {
-    Generation& gen = gen_.emplace();
-    gen.serial = ++generation_serial_;
-    gen.stream = options.stream;
-    gen.arrival = Clock::now();
-    gen.assembler = std::make_unique<ResponseAssembler>(
-        kind, std::move(meta), static_cast<int32_t>(requests.size()), options.n, options.stream,
-        options.include_usage, logprobs);
-    for (size_t i = 0; i < requests.size(); ++i) {
-      gen.subs.emplace_back().id = requests[i].request_id;
-      absl::Status status = ctx_->engine->Generate(
-          std::move(requests[i]), MakeCallback(gen.serial, static_cast<int32_t>(i)));
-      if (!status.ok()) {
-        gen.subs.back().finished = true;  // never started
-        AbortUnfinished(std::nullopt);
-        gen_.reset();
-        return SendError(status);
-      }
+  // Runs on the preprocessing pool: parses the body, then starts the engine requests
+  // (EngineClient::Generate tokenizes). Their outputs may reach the strand before OnPrepared.
+  static Prepared Prepare(const PostTarget& target, ApiKind kind, uint64_t serial,
+                          const std::string& body) {
+    ServerContext& ctx = *target.ctx;
+    Prepared out;
+    out.kind = kind;
+    absl::StatusOr<ParsedGeneration> parsed = ParseGeneration(kind, body, *ctx.engine);
+    if (!parsed.ok()) {
+      out.status = parsed.status();
+      return out;
     }
+    out.meta = ResponseMeta{ctx.NewId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"),
+                            static_cast<int64_t>(WallSeconds()), ctx.engine->ModelName()};
+    out.options = std::move(parsed->options);
+    out.logprobs = parsed->logprobs;
+    std::vector<GenerateRequest> requests =
+        FanOut(parsed->prompts, out.options, out.meta.id, WallSeconds());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      std::string id = requests[i].request_id;
+      absl::Status status = ctx.engine->Generate(
+          std::move(requests[i]), MakeCallback(target, serial, static_cast<int32_t>(i)));
+      if (!status.ok()) {
+        for (const std::string& started : out.request_ids) ctx.engine->Abort(started);
+        out.request_ids.clear();
+        out.status = status;
+        return out;
+      }
+      out.request_ids.push_back(std::move(id));
+    }
+    return out;
+  }
+
+  void OnPrepared(uint64_t serial, Prepared prepared) {
+    if (serial != preparing_serial_ || closed_ || shutting_down_) {
+      // The connection went away (or the server stops) while the request was prepared.
+      for (const std::string& id : prepared.request_ids) ctx_->engine->Abort(id);
+      if (serial == preparing_serial_) {
+        preparing_serial_ = 0;
+        EndInFlight();
+        if (!closed_) SendError(absl::UnavailableError("The server is shutting down"));
+      }
+      return;
+    }
+    preparing_serial_ = 0;
+    if (!prepared.status.ok()) {
+      early_outputs_.clear();  // outputs of engine requests Prepare aborted again
+      EndInFlight();
+      return SendError(prepared.status);
+    }
+    Generation& gen = gen_.emplace();
+    gen.serial = serial;
+    gen.stream = prepared.options.stream;
+    gen.arrival = request_arrival_;
+    gen.assembler = std::make_unique<ResponseAssembler>(
+        prepared.kind, std::move(prepared.meta), static_cast<int32_t>(prepared.request_ids.size()),
+        prepared.options.n, prepared.options.stream, prepared.options.include_usage,
+        prepared.logprobs);
+    for (std::string& id : prepared.request_ids) gen.subs.emplace_back().id = std::move(id);
     if (gen.stream) {
       QueueBytes(
           absl::StrCat("HTTP/1.1 200 OK\r\nServer: vllm-launch\r\nContent-Type: text/event-stream; "
@@ -335,25 +506,20 @@ class Session : public std::enable_shared_from_this<Session> {
                        keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
       QueueChunk(gen.assembler->Start());
     }
+    std::vector<EarlyOutput> early = std::move(early_outputs_);
+    early_outputs_.clear();
+    for (EarlyOutput& e : early) OnEngineOutput(serial, e.index, std::move(e.output));
     StartWatch();
   }
 
-  OutputCallback MakeCallback(uint64_t serial, int32_t index) {
-    PostTarget target{ctx_, stream_.get_executor(), weak_from_this()};
-    return [target = std::move(target), serial, index](absl::StatusOr<GenerateOutput> out) {
-      absl::ReaderMutexLock lock(&target.ctx->post_mu);
-      if (target.ctx->stopped) return;
-      net::post(target.strand,
-                [session = target.session, serial, index, out = std::move(out)]() mutable {
-                  if (auto self = session.lock()) {
-                    self->OnEngineOutput(serial, index, std::move(out));
-                  }
-                });
-    };
-  }
-
   void OnEngineOutput(uint64_t serial, int32_t index, absl::StatusOr<GenerateOutput> out) {
-    if (closed_ || !gen_.has_value() || gen_->serial != serial || gen_->subs[index].finished) {
+    if (closed_) return;
+    if (serial == preparing_serial_) {
+      early_outputs_.push_back(EarlyOutput{index, std::move(out)});
+      return;
+    }
+    if (!gen_.has_value() || gen_->serial != serial || index < 0 ||
+        static_cast<size_t>(index) >= gen_->subs.size() || gen_->subs[index].finished) {
       return;
     }
     if (!out.ok()) return FailGeneration(out.status());
@@ -391,6 +557,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string tail = gen_->assembler->Finish();
     bool stream = gen_->stream;
     gen_.reset();
+    EndInFlight();
     if (stream) {
       QueueChunk(tail);
       QueueLastChunk();
@@ -403,6 +570,7 @@ class Session : public std::enable_shared_from_this<Session> {
     AbortUnfinished(core::FinishReason::kError);
     bool stream = gen_->stream;
     gen_.reset();
+    EndInFlight();
     if (stream) {
       QueueChunk(ResponseAssembler::StreamError(status));
       QueueLastChunk();
@@ -422,6 +590,39 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       sub.finished = true;
     }
+  }
+
+  // The in-flight count (Drain/WaitForIdle) covers a generation from its request to its
+  // last response byte being queued (or the connection closing).
+  void BeginInFlight() {
+    if (in_flight_) return;
+    in_flight_ = true;
+    request_arrival_ = Clock::now();
+    ctx_->AddInFlight(1);
+  }
+  void EndInFlight() {
+    if (!in_flight_) return;
+    in_flight_ = false;
+    ctx_->AddInFlight(-1);
+  }
+
+  void Shutdown() {
+    if (closed_) return;
+    shutting_down_ = true;
+    keep_alive_ = false;
+    if (gen_.has_value()) {
+      return FailGeneration(absl::UnavailableError(
+          "The server is shutting down; the request was aborted before it finished"));
+    }
+    if (preparing_serial_ != 0) {
+      // Its engine requests, if the pool gets to start them, are aborted in OnPrepared.
+      preparing_serial_ = 0;
+      early_outputs_.clear();
+      EndInFlight();
+      return SendError(absl::UnavailableError("The server is shutting down"));
+    }
+    // A response being written closes the connection when done (keep_alive_ is false).
+    if (!writing_) CloseSocket();
   }
 
   // While a generation is in flight, a read on the raw socket notices a client that goes
@@ -449,7 +650,8 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       return;
     }
-    if (gen_.has_value()) {
+    if (gen_.has_value() || preparing_serial_ != 0) {
+      // The client left: abort (a request still being prepared is aborted in OnPrepared).
       AbortUnfinished();
       gen_.reset();
       CloseSocket();
@@ -460,6 +662,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- writing ----
 
   void SendError(const absl::Status& status) {
+    if (absl::IsUnavailable(status) && ctx_->draining.load()) keep_alive_ = false;
     SendJson(static_cast<http::status>(HttpStatusFor(status)), DumpJson(ErrorBody(status)));
   }
 
@@ -476,9 +679,11 @@ class Session : public std::enable_shared_from_this<Session> {
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
     res->prepare_payload();
+    writing_ = true;
     stream_.expires_after(ctx_->options.io_timeout);
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res](beast::error_code ec, size_t) {
+                        self->writing_ = false;
                         self->OnMessageWritten(ec);
                       });
   }
@@ -524,7 +729,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnMessageWritten(beast::error_code ec) {
     if (closed_) return;
-    if (ec || !keep_alive_) return CloseSocket();
+    if (ec || !keep_alive_ || shutting_down_ || ctx_->draining.load()) return CloseSocket();
     if (watching_) {
       // Cancel the disconnect watch; its handler resumes reading.
       resume_read_after_watch_ = true;
@@ -538,8 +743,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void CloseSocket() {
     if (closed_) return;
     closed_ = true;
+    idle_since_ns_.store(0);
     AbortUnfinished();
     gen_.reset();
+    EndInFlight();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.close();
@@ -547,35 +754,113 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   std::shared_ptr<ServerContext> ctx_;
+  const bool overflow_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   bool keep_alive_ = true;
   bool closed_ = false;
+  bool shutting_down_ = false;
   std::optional<Generation> gen_;
   uint64_t generation_serial_ = 0;
+  // The serial of the generation being prepared on the pool (0: none); its outputs that
+  // arrive meanwhile wait in early_outputs_.
+  uint64_t preparing_serial_ = 0;
+  std::vector<EarlyOutput> early_outputs_;
+  Clock::time_point request_arrival_;
+  bool in_flight_ = false;
   bool watching_ = false;
   bool resume_read_after_watch_ = false;
   std::deque<std::string> write_queue_;
   bool writing_ = false;
   bool end_of_message_queued_ = false;
+  std::atomic<int64_t> idle_since_ns_{0};
+  std::atomic<bool> evicting_{false};
 };
 
+// The response to a connection past every limit, written without reading its request.
+const std::string& BusyResponse() {
+  static const std::string* response = [] {
+    const std::string body =
+        ErrorJson(503, "ServiceUnavailableError",
+                  "The server is at its connection limit (--max-connections); retry later");
+    return new std::string(
+        absl::StrCat("HTTP/1.1 503 Service Unavailable\r\nServer: vllm-launch\r\nContent-Type: "
+                     "application/json\r\nConnection: close\r\nContent-Length: ",
+                     body.size(), "\r\n\r\n", body));
+  }();
+  return *response;
+}
+
+bool IsOutOfResources(const beast::error_code& ec) {
+  return ec == net::error::no_descriptors || ec.value() == ENFILE ||
+         ec == net::error::no_buffer_space || ec == net::error::no_memory;
+}
+
 }  // namespace
+
+int64_t DefaultMaxConnections() {
+  rlimit limit{};
+  int64_t soft = 1024;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    soft = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, 1 << 30));
+  } else if (limit.rlim_cur == RLIM_INFINITY) {
+    soft = 1 << 20;
+  }
+  return std::max<int64_t>(16, soft - kReservedFileDescriptors - kOverflowConnections);
+}
+
+absl::StatusOr<std::string> ResolveListenAddress(const std::string& host) {
+  beast::error_code ec;
+  net::ip::address address = net::ip::make_address(host, ec);
+  if (!ec) return address.to_string();
+  net::io_context ioc;
+  tcp::resolver resolver(ioc);
+  auto results =
+      resolver.resolve(host, "0", tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || results.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host '", host, "' is neither an IP address nor a host name that resolves",
+                     ec ? absl::StrCat(" (", ec.message(), ")") : std::string()));
+  }
+  for (const auto& entry : results) {
+    if (entry.endpoint().address().is_v4()) return entry.endpoint().address().to_string();
+  }
+  return results.begin()->endpoint().address().to_string();
+}
+
+absl::Status CheckListenAddress(const std::string& host, uint16_t port) {
+  VLLM_ASSIGN_OR_RETURN(std::string resolved, ResolveListenAddress(host));
+  if (port == 0) return absl::OkStatus();
+  net::io_context ioc;
+  tcp::acceptor acceptor(ioc);
+  beast::error_code ec;
+  tcp::endpoint endpoint(net::ip::make_address(resolved), port);
+  if (acceptor.open(endpoint.protocol(), ec); !ec) {
+    acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    acceptor.bind(endpoint, ec);
+  }
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", host, ":", port, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
 
 class ApiServer::Impl {
  public:
   explicit Impl(std::shared_ptr<ServerContext> ctx)
-      : ctx_(std::move(ctx)), acceptor_(net::make_strand(*ctx_->ioc)) {}
+      : ctx_(std::move(ctx)),
+        acceptor_(net::make_strand(*ctx_->ioc)),
+        accept_timer_(acceptor_.get_executor()) {
+    absl::MutexLock lock(&ctx_->prep_mu);
+    ctx_->prep = prep_ioc_->get_executor();
+  }
 
   absl::Status Listen() {
+    VLLM_ASSIGN_OR_RETURN(std::string resolved, ResolveListenAddress(ctx_->options.host));
     beast::error_code ec;
-    net::ip::address address = net::ip::make_address(ctx_->options.host, ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("invalid host '", ctx_->options.host, "': ", ec.message()));
-    }
-    tcp::endpoint endpoint(address, ctx_->options.port);
+    tcp::endpoint endpoint(net::ip::make_address(resolved), ctx_->options.port);
     if (acceptor_.open(endpoint.protocol(), ec); !ec) {
       acceptor_.set_option(net::socket_base::reuse_address(true), ec);
       acceptor_.bind(endpoint, ec);
@@ -592,37 +877,63 @@ class ApiServer::Impl {
       threads_.emplace_back([ioc = ctx_->ioc] { ioc->run(); });
       pthread_setname_np(threads_.back().native_handle(), absl::StrCat("api-io-", i).c_str());
     }
+    for (int32_t i = 0; i < ctx_->options.num_prep_threads; ++i) {
+      // api-prep-<i>: parses request bodies, renders chat templates, tokenizes prompts.
+      prep_threads_.emplace_back([ioc = &*prep_ioc_] { ioc->run(); });
+      pthread_setname_np(prep_threads_.back().native_handle(),
+                         absl::StrCat("api-prep-", i).c_str());
+    }
     return absl::OkStatus();
+  }
+
+  void Drain() {
+    if (ctx_->draining.exchange(true)) return;
+    CloseAcceptor();
+    for (auto& s : LiveSessions()) s->CloseIfIdleAsync();
+  }
+
+  bool WaitForIdle(absl::Time deadline) {
+    absl::MutexLock lock(&ctx_->in_flight_mu);
+    return ctx_->in_flight_mu.AwaitWithDeadline(
+        absl::Condition(
+            +[](int64_t* n) { return *n == 0; }, &ctx_->in_flight),
+        deadline);
+  }
+
+  int64_t num_in_flight() const {
+    absl::MutexLock lock(&ctx_->in_flight_mu);
+    return ctx_->in_flight;
   }
 
   void Stop() {
     if (stopped_) return;
     stopped_ = true;
+    ctx_->draining.store(true);
+    CloseAcceptor();
+    for (auto& s : LiveSessions()) s->ShutdownAsync();
+    // Requests still being prepared finish (their sessions answer them); queued ones are
+    // dropped with the pool (nothing of theirs was started), releasing their sessions.
     {
-      absl::MutexLock lock(&ctx_->post_mu);
-      ctx_->stopped = true;
+      absl::MutexLock lock(&ctx_->prep_mu);
+      ctx_->prep.reset();
     }
-    net::post(acceptor_.get_executor(), [this] {
-      beast::error_code ignored;
-      acceptor_.close(ignored);
-    });
-    std::vector<std::shared_ptr<Session>> live;
-    {
-      absl::MutexLock lock(&ctx_->sessions_mu);
-      for (auto& [ptr, weak] : ctx_->sessions) {
-        if (auto s = weak.lock()) live.push_back(std::move(s));
-      }
-    }
-    for (auto& s : live) s->CloseAsync();
-    live.clear();
-    // Sessions end once their closed sockets' handlers ran; bounded wait.
+    work_guard_.reset();
+    prep_ioc_->stop();
+    for (std::thread& t : prep_threads_) t.join();
+    prep_threads_.clear();
+    prep_ioc_.reset();
+    // Sessions end once their last bytes are written and their handlers ran; bounded wait.
     {
       absl::MutexLock lock(&ctx_->sessions_mu);
       ctx_->sessions_mu.AwaitWithTimeout(
           absl::Condition(
               +[](absl::flat_hash_map<Session*, std::weak_ptr<Session>>* m) { return m->empty(); },
               &ctx_->sessions),
-          absl::Seconds(5));
+          kStopGrace);
+    }
+    {
+      absl::MutexLock lock(&ctx_->post_mu);
+      ctx_->stopped = true;
     }
     ctx_->ioc->stop();
     for (std::thread& t : threads_) t.join();
@@ -633,19 +944,113 @@ class ApiServer::Impl {
   ServerContext& ctx() { return *ctx_; }
 
  private:
+  std::vector<std::shared_ptr<Session>> LiveSessions() {
+    std::vector<std::shared_ptr<Session>> live;
+    absl::MutexLock lock(&ctx_->sessions_mu);
+    for (auto& [ptr, weak] : ctx_->sessions) {
+      if (auto s = weak.lock()) live.push_back(std::move(s));
+    }
+    return live;
+  }
+
+  void CloseAcceptor() {
+    net::post(acceptor_.get_executor(), [this] {
+      beast::error_code ignored;
+      accept_timer_.cancel();
+      acceptor_.close(ignored);
+    });
+  }
+
   void DoAccept() {
-    acceptor_.async_accept(net::make_strand(*ctx_->ioc),
-                           [this](beast::error_code ec, tcp::socket socket) {
-                             if (ec == net::error::operation_aborted || !acceptor_.is_open())
-                               return;
-                             if (!ec) std::make_shared<Session>(std::move(socket), ctx_)->Start();
-                             DoAccept();
-                           });
+    acceptor_.async_accept(
+        net::make_strand(*ctx_->ioc),
+        [this](beast::error_code ec, tcp::socket socket) { OnAccept(ec, std::move(socket)); });
+  }
+
+  void OnAccept(beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+    if (ec) {
+      // Out of descriptors (or kernel memory): the pending connection stays in the backlog
+      // and accept would fail again at once. Retry after a pause instead of spinning.
+      if (IsOutOfResources(ec)) return BackOff(ec);
+      return DoAccept();  // the peer gave up before we accepted (ECONNABORTED, ...)
+    }
+    accept_delay_ = std::chrono::milliseconds(0);
+    bool overflow = false;
+    if (ctx_->num_connections.load() >= ctx_->max_connections && !EvictIdleSession()) {
+      if (ctx_->num_connections.load() >= ctx_->max_connections + kOverflowConnections) {
+        RejectNow(std::move(socket));
+        return DoAccept();
+      }
+      overflow = true;
+    }
+    if (overflow && limit_log_.ShouldLog()) {
+      spdlog::warn(
+          "{} connections open (--max-connections {}), none idle: new connections answer "
+          "/health and 503 until some close",
+          ctx_->num_connections.load(), ctx_->max_connections);
+    }
+    ctx_->num_connections.fetch_add(1);
+    std::make_shared<Session>(std::move(socket), ctx_, overflow)->Start();
+    DoAccept();
+  }
+
+  // Closes the connection that has waited longest for its next request; false if none is
+  // idle.
+  bool EvictIdleSession() {
+    std::shared_ptr<Session> victim;
+    int64_t oldest = 0;
+    {
+      absl::MutexLock lock(&ctx_->sessions_mu);
+      for (auto& [ptr, weak] : ctx_->sessions) {
+        const int64_t since = ptr->idle_since_ns();
+        if (since != 0 && (oldest == 0 || since < oldest)) {
+          if (auto s = weak.lock()) {
+            oldest = since;
+            victim = std::move(s);
+          }
+        }
+      }
+      if (victim == nullptr || !victim->ClaimForEviction()) return false;
+    }
+    victim->CloseIfIdleAsync();
+    return true;
+  }
+
+  static void RejectNow(tcp::socket socket) {
+    beast::error_code ignored;
+    socket.non_blocking(true, ignored);
+    socket.write_some(net::buffer(BusyResponse()), ignored);
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    socket.close(ignored);
+  }
+
+  void BackOff(const beast::error_code& ec) {
+    accept_delay_ = std::clamp(accept_delay_ * 2, std::chrono::milliseconds(10),
+                               std::chrono::milliseconds(1000));
+    if (resource_log_.ShouldLog()) {
+      spdlog::warn(
+          "accept failed ({}); retrying in {} ms. Raise the file-descriptor limit "
+          "(ulimit -n) or lower --max-connections",
+          ec.message(), accept_delay_.count());
+    }
+    accept_timer_.expires_after(accept_delay_);
+    accept_timer_.async_wait([this](beast::error_code wait_ec) {
+      if (!wait_ec && acceptor_.is_open()) DoAccept();
+    });
   }
 
   std::shared_ptr<ServerContext> ctx_;
   tcp::acceptor acceptor_;
+  net::steady_timer accept_timer_;  // on the acceptor's strand
+  std::chrono::milliseconds accept_delay_{0};
+  RateLimitedLog resource_log_{absl::Seconds(10)};
+  RateLimitedLog limit_log_{absl::Seconds(10)};
+  std::optional<net::io_context> prep_ioc_{std::in_place};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work_guard_{
+      prep_ioc_->get_executor()};
   std::vector<std::thread> threads_;
+  std::vector<std::thread> prep_threads_;
   uint16_t port_ = 0;
   bool stopped_ = false;
 };
@@ -653,11 +1058,19 @@ class ApiServer::Impl {
 absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(EngineClient* engine,
                                                              ApiServerOptions options) {
   if (engine == nullptr) return absl::InvalidArgumentError("engine must not be null");
-  if (options.num_threads < 1) {
+  if (options.num_threads < 1 || options.num_prep_threads < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("num_threads must be at least 1, got ", options.num_threads));
+        absl::StrCat("num_threads and num_prep_threads must be at least 1, got ",
+                     options.num_threads, " and ", options.num_prep_threads));
   }
-  auto impl = std::make_unique<Impl>(std::make_shared<ServerContext>(engine, std::move(options)));
+  if (options.max_connections < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_connections must be >= 0, got ", options.max_connections));
+  }
+  const int64_t max_connections =
+      options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
+  auto impl = std::make_unique<Impl>(
+      std::make_shared<ServerContext>(engine, std::move(options), max_connections));
   VLLM_RETURN_IF_ERROR(impl->Listen());
   return std::unique_ptr<ApiServer>(new ApiServer(std::move(impl)));
 }
@@ -667,6 +1080,12 @@ ApiServer::ApiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ApiServer::~ApiServer() { Stop(); }
 
 uint16_t ApiServer::port() const { return impl_->port(); }
+
+void ApiServer::Drain() { impl_->Drain(); }
+
+bool ApiServer::WaitForIdle(absl::Time deadline) { return impl_->WaitForIdle(deadline); }
+
+int64_t ApiServer::num_in_flight() const { return impl_->num_in_flight(); }
 
 void ApiServer::Stop() { impl_->Stop(); }
 

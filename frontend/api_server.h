@@ -4,13 +4,26 @@
 // Routes: POST /v1/completions, POST /v1/chat/completions (JSON or SSE streaming with
 // chunked transfer), GET /v1/models, GET /health (200 / 503), GET /version, GET /metrics
 // (Prometheus text). Unknown paths 404, wrong methods 405, malformed requests 400, bodies
-// over max_body_bytes 413, headers over max_header_bytes 431; with an API key, /v1/* needs
-// "Authorization: Bearer <key>" (401 otherwise). Errors carry vLLM's JSON error body.
+// over max_body_bytes 413, headers over max_header_bytes 431, an HTTP/1.1 request without a
+// Host header 400; with an API key, /v1/* needs "Authorization: Bearer <key>" (401
+// otherwise; compared in constant time). Errors carry vLLM's JSON error body
+// {"error": {"message", "type", "param", "code"}}, as a body or as an SSE event mid-stream.
 //
 // Threads: one io_context run by `num_threads` threads ("api-io-<i>"); each connection is
 // served on its own strand, and engine callbacks are posted onto that strand, so all
-// per-connection state is touched by one thread at a time. A client that disconnects while
-// its request is generating (streaming or not) has its engine requests aborted.
+// per-connection state is touched by one thread at a time. The CPU-heavy part of a generation
+// request (JSON parsing, the chat template, tokenization inside EngineClient::Generate) runs
+// on `num_prep_threads` other threads ("api-prep-<i>"), so a 10 MB prompt never stalls the
+// I/O threads (other connections, /health). A client that disconnects while its request is
+// generating (streaming or not) has its engine requests aborted.
+//
+// Connections: at most `max_connections` are served normally. Past it, the connection that
+// has waited longest for its next request (idle keep-alive, or not yet a whole request) is
+// closed to make room; when none is idle, up to kOverflowConnections more are accepted to
+// answer one request each — GET /health normally, anything else 503 — within a short read
+// deadline, and beyond those a connection gets an immediate 503. Accepting backs off (10 ms
+// doubling to 1 s) when the process is out of file descriptors (EMFILE/ENFILE) instead of
+// spinning.
 #ifndef VLLM_FRONTEND_API_SERVER_H_
 #define VLLM_FRONTEND_API_SERVER_H_
 
@@ -22,15 +35,22 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "frontend/engine_client.h"
 #include "frontend/metrics.h"
 
 namespace vllm::frontend {
 
 struct ApiServerOptions {
+  // An address or a host name ("localhost"); a name is resolved and the first IPv4 address
+  // is preferred.
   std::string host = "0.0.0.0";
   uint16_t port = 8000;  // 0 picks a free port (see ApiServer::port())
   int32_t num_threads = 2;
+  // Threads for request preprocessing (JSON, chat template, tokenization).
+  int32_t num_prep_threads = 2;
+  // Connections served at once (see the file comment); 0 picks DefaultMaxConnections().
+  int64_t max_connections = 0;
   // When set, /v1/* requests must send "Authorization: Bearer <api_key>".
   std::optional<std::string> api_key;
   size_t max_body_bytes = size_t{32} << 20;
@@ -38,9 +58,30 @@ struct ApiServerOptions {
   // Longest wait for a whole request to arrive (idle keep-alive connections included) and
   // for one write to complete; a slower client is disconnected.
   std::chrono::milliseconds io_timeout{std::chrono::seconds(60)};
+  // An overflow connection (past max_connections) must send its one request within this.
+  std::chrono::milliseconds overflow_read_timeout{std::chrono::seconds(2)};
   // Reported by GET /version.
   std::string version = "0.1.0";
 };
+
+// Connections answered past max_connections (one request each, /health normally).
+inline constexpr int64_t kOverflowConnections = 32;
+// File descriptors kept free for everything but client connections (ZMQ sockets, files).
+inline constexpr int64_t kReservedFileDescriptors = 128;
+
+// The default for max_connections: the process's file-descriptor limit (RLIMIT_NOFILE, soft)
+// less kReservedFileDescriptors and kOverflowConnections, at least 16.
+int64_t DefaultMaxConnections();
+
+// Resolves `host` (an address or a name) to the address the server binds, preferring IPv4.
+// InvalidArgument naming the host when it does not resolve.
+[[nodiscard]] absl::StatusOr<std::string> ResolveListenAddress(const std::string& host);
+
+// Binds host:port once and releases it, so a command line with an address that cannot be
+// served fails before anything is started. Port 0 always succeeds. InvalidArgument for a
+// host that does not resolve, Unavailable when the address cannot be bound (in use, not
+// local).
+[[nodiscard]] absl::Status CheckListenAddress(const std::string& host, uint16_t port);
 
 class ApiServer {
  public:
@@ -58,8 +99,19 @@ class ApiServer {
 
   // The bound port.
   uint16_t port() const;
-  // Stops accepting, closes connections (aborting their in-flight engine requests) and
-  // joins the I/O threads. Idempotent; call from any thread but an I/O thread.
+  // Graceful shutdown, first half: stops accepting connections, answers new requests with
+  // 503 (/health too, so load balancers move away), closes idle connections, and lets the
+  // requests in flight finish. Returns at once; idempotent.
+  void Drain();
+  // Waits until no generation request is in flight (or the deadline); true when none is.
+  bool WaitForIdle(absl::Time deadline);
+  // Generation requests in flight (being prepared, generating, or being written).
+  int64_t num_in_flight() const;
+
+  // Stops accepting; every generation still in flight ends with an error (an SSE error event
+  // mid-stream, a 503 otherwise) and its engine requests are aborted; connections close and
+  // the threads are joined (connections that do not take their last bytes within 5 s are cut).
+  // Idempotent; call from any thread but a server thread.
   void Stop();
 
   // The registry behind GET /metrics (the server's vLLM metrics live in it).

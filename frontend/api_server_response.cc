@@ -31,6 +31,29 @@ std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
   return requests;
 }
 
+absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view body,
+                                                 const EngineClient& engine) {
+  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonObject(body));
+  const std::string model_name = engine.ModelName();
+  ParsedGeneration parsed;
+  parsed.kind = kind;
+  if (kind == ApiKind::kCompletion) {
+    VLLM_ASSIGN_OR_RETURN(CompletionRequest r, ParseCompletionRequest(json, model_name));
+    parsed.prompts = std::move(r.prompts);
+    parsed.options = std::move(r.options);
+    parsed.logprobs = parsed.options.params.logprobs.has_value();
+    return parsed;
+  }
+  VLLM_ASSIGN_OR_RETURN(ChatCompletionRequest r, ParseChatCompletionRequest(json, model_name));
+  VLLM_ASSIGN_OR_RETURN(
+      std::string prompt,
+      engine.ApplyChatTemplate(r.messages, r.add_generation_prompt, r.continue_final_message));
+  parsed.prompts.push_back(Prompt{std::move(prompt), {}});
+  parsed.options = std::move(r.options);
+  parsed.logprobs = r.logprobs;
+  return parsed;
+}
+
 ResponseAssembler::ResponseAssembler(ApiKind kind, ResponseMeta meta, int32_t num_choices,
                                      int32_t n, bool stream, bool include_usage, bool logprobs)
     : kind_(kind),

@@ -24,6 +24,22 @@ std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
                                     const GenerationOptions& options,
                                     const std::string& response_id, double arrival_time);
 
+// A generation request as the server runs it: the body parsed and validated, the chat template
+// applied (chat: one text prompt).
+struct ParsedGeneration {
+  ApiKind kind = ApiKind::kCompletion;
+  std::vector<Prompt> prompts;
+  GenerationOptions options;
+  bool logprobs = false;  // choices carry a logprobs object
+};
+
+// Parses a /v1/completions or /v1/chat/completions body against `engine`'s model and chat
+// template. Every failure is a Status for the error body (400 for a malformed or invalid body,
+// 404 for another model); never throws. CPU-heavy for large bodies (JSON, chat template): the
+// server runs it off its I/O threads.
+[[nodiscard]] absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view body,
+                                                               const EngineClient& engine);
+
 class ResponseAssembler {
  public:
   // `num_choices` = prompts x `n`; choice i belongs to prompt i / n. `logprobs` says whether

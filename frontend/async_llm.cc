@@ -216,21 +216,49 @@ void AsyncLLM::FailAll(const absl::Status& status) {
   for (auto& [id, state] : failed) state->on_output(status);
 }
 
+void AsyncLLM::FailRequests(const std::vector<std::string>& request_ids,
+                            const absl::Status& status) {
+  std::vector<std::shared_ptr<RequestState>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : request_ids) {
+      if (auto it = requests_.find(id); it != requests_.end()) {
+        failed.push_back(std::move(it->second));
+        requests_.erase(it);
+      }
+    }
+  }
+  for (auto& state : failed) state->on_output(status);
+}
+
 void AsyncLLM::OutputLoop() {
   while (!stop_.load()) {
-    absl::StatusOr<core::EngineCoreOutputs> outs =
+    absl::StatusOr<EngineCoreClient::ReceivedOutputs> received =
         client_->GetOutputs(absl::Now() + absl::Milliseconds(100));
-    if (absl::IsDeadlineExceeded(outs.status())) continue;
-    if (!outs.ok()) {
-      FailAll(outs.status());
+    if (absl::IsDeadlineExceeded(received.status())) continue;
+    if (!received.ok()) {
+      FailAll(received.status());
       if (stop_.load()) return;
       // The engine is dead; keep failing requests that raced in until shutdown.
       absl::SleepFor(absl::Milliseconds(50));
       continue;
     }
-    if (outs->scheduler_stats.has_value()) {
+    if (!received->decode_error.ok()) {
+      // An output was lost: its requests cannot continue correctly. Fail them (the engine
+      // stops them on the abort); with no id recovered, every request in flight.
+      std::vector<std::string> ids = received->failed_request_ids;
+      if (ids.empty()) {
+        absl::MutexLock lock(&mu_);
+        for (const auto& [id, state] : requests_) ids.push_back(id);
+      }
+      FailRequests(ids, received->decode_error);
+      if (!ids.empty()) (void)client_->AbortRequests(ids);
+      continue;
+    }
+    const core::EngineCoreOutputs& outs = received->outputs;
+    if (outs.scheduler_stats.has_value()) {
       absl::MutexLock lock(&mu_);
-      const core::SchedulerStats& s = *outs->scheduler_stats;
+      const core::SchedulerStats& s = *outs.scheduler_stats;
       stats_.num_requests_running = s.num_running_reqs;
       stats_.num_requests_waiting = s.num_waiting_reqs;
       stats_.kv_cache_usage = s.kv_cache_usage;
@@ -239,7 +267,7 @@ void AsyncLLM::OutputLoop() {
       stats_.num_preemptions += s.num_preemptions;
     }
     std::vector<std::string> to_abort;
-    for (const core::EngineCoreOutput& o : outs->outputs) {
+    for (const core::EngineCoreOutput& o : outs.outputs) {
       OutputCallback cb;
       bool abort_in_engine = false;
       std::optional<GenerateOutput> delta = Process(o, &cb, &abort_in_engine);

@@ -6,7 +6,9 @@
 // Threads: callers (server threads) call Generate/Abort concurrently; one internal thread
 // ("vllm-output") takes EngineCoreOutputs off the client and runs the callbacks. A request
 // that hits a stop string is finished here and aborted in the engine. When the engine fails,
-// every pending request's callback gets the error and Health() reports it.
+// every pending request's callback gets the error and Health() reports it. An engine output
+// that cannot be decoded is never dropped silently: the requests it concerned (every request
+// in flight when none can be told) get an InternalError (HTTP 500) and the log says why.
 #ifndef VLLM_FRONTEND_ASYNC_LLM_H_
 #define VLLM_FRONTEND_ASYNC_LLM_H_
 
@@ -75,6 +77,8 @@ class AsyncLLM final : public EngineClient {
   std::optional<GenerateOutput> Process(const core::EngineCoreOutput& out, OutputCallback* cb,
                                         bool* abort_in_engine);
   void FailAll(const absl::Status& status);
+  // Ends the listed requests (those still pending) with `status`.
+  void FailRequests(const std::vector<std::string>& request_ids, const absl::Status& status);
   TokenLogprob Decoded(int32_t id, float logprob) const;
 
   std::unique_ptr<EngineCoreClient> client_;

@@ -11,6 +11,7 @@
 #include "ipc/msgpack_util.h"
 #include "ipc/status_macros.h"
 #include "ipc/wait_strategy.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::frontend {
 namespace {
@@ -145,30 +146,35 @@ void EngineCoreClient::ReceiveLoop() {
     absl::Status s = ipc::RecvMultipart(*output_, parts, 2, ipc::MonoNowNs() + 50'000'000, kSlice,
                                         nullptr, "engine outputs");
     if (absl::IsDeadlineExceeded(s)) continue;
-    if (!s.ok() || parts.size() != 2 || parts[0].size() != 1) continue;  // malformed: dropped
+    if (!s.ok() || parts.size() != 2 || parts[0].size() != 1) {
+      // Not one of ours (a frame of the wrong shape cannot be attributed to a request).
+      spdlog::error("engine outputs: dropped a malformed frame ({})",
+                    s.ok() ? absl::StrCat(parts.size(), " parts") : s.ToString());
+      continue;
+    }
     const char kind = *parts[0].data<char>();
-    absl::MutexLock lock(&mu_);
     if (kind == core::kOutputKindOutputs) {
-      auto outs = core::DecodeEngineCoreOutputs(parts[1].to_string_view());
-      if (outs.ok()) outputs_.push_back(std::move(*outs));
-    } else if (kind == core::kOutputKindUtility) {
-      auto oh = Unpack(parts[1]);
-      if (!oh.ok() || oh->get().type != msgpack::type::ARRAY || oh->get().via.array.size != 4) {
-        continue;
-      }
-      const msgpack::object* f = oh->get().via.array.ptr;
-      auto id = ipc::ConvertAs<uint64_t>(f[0], "call_id");
-      auto code = ipc::ConvertAs<int32_t>(f[1], "code");
-      auto message = ipc::ConvertAs<std::string>(f[2], "message");
-      if (!id.ok() || !code.ok() || !message.ok() || f[3].type != msgpack::type::BIN || *code < 0 ||
-          *code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
-        continue;
-      }
-      if (*code == 0) {
-        utility_results_[*id] = std::string(f[3].via.bin.ptr, f[3].via.bin.size);
+      ReceivedOutputs received;
+      const std::string_view bytes = parts[1].to_string_view();
+      absl::StatusOr<core::EngineCoreOutputs> outs = core::DecodeEngineCoreOutputs(bytes);
+      if (outs.ok()) {
+        received.outputs = std::move(*outs);
       } else {
-        utility_results_[*id] = absl::Status(static_cast<absl::StatusCode>(*code), *message);
+        received.failed_request_ids = core::RecoverOutputRequestIds(bytes);
+        received.decode_error = absl::InternalError(
+            absl::StrCat("the engine sent an output for this request that could not be decoded: ",
+                         outs.status().message()));
+        spdlog::error(
+            "engine outputs: a frame of {} bytes could not be decoded ({}); failing {}",
+            bytes.size(), outs.status().ToString(),
+            received.failed_request_ids.empty()
+                ? std::string("every request in flight (no request id could be read)")
+                : absl::StrCat("requests ", absl::StrJoin(received.failed_request_ids, ", ")));
       }
+      absl::MutexLock lock(&mu_);
+      outputs_.push_back(std::move(received));
+    } else if (kind == core::kOutputKindUtility) {
+      ReceiveUtilityReply(parts[1]);
     } else if (kind == core::kOutputKindFailed) {
       auto oh = Unpack(parts[1]);
       std::string message = "engine failed";
@@ -177,8 +183,38 @@ void EngineCoreClient::ReceiveLoop() {
         auto e = ipc::ConvertAs<int32_t>(oh->get().via.array.ptr[0], "engine");
         if (m.ok() && e.ok()) message = absl::StrCat("engine ", *e, " failed: ", *m);
       }
+      absl::MutexLock lock(&mu_);
       if (failure_.ok()) failure_ = absl::UnavailableError(message);
+    } else {
+      spdlog::error("engine outputs: dropped a frame of unknown kind {:#04x}",
+                    static_cast<unsigned char>(kind));
     }
+  }
+}
+
+void EngineCoreClient::ReceiveUtilityReply(const zmq::message_t& payload) {
+  auto oh = Unpack(payload);
+  if (!oh.ok() || oh->get().type != msgpack::type::ARRAY || oh->get().via.array.size != 4) {
+    // The caller waiting for it times out (its call id cannot be read).
+    spdlog::error("engine outputs: dropped a malformed utility reply");
+    return;
+  }
+  const msgpack::object* f = oh->get().via.array.ptr;
+  auto id = ipc::ConvertAs<uint64_t>(f[0], "call_id");
+  auto code = ipc::ConvertAs<int32_t>(f[1], "code");
+  auto message = ipc::ConvertAs<std::string>(f[2], "message");
+  if (!id.ok()) {
+    spdlog::error("engine outputs: dropped a utility reply without a call id");
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  if (!code.ok() || !message.ok() || f[3].type != msgpack::type::BIN || *code < 0 ||
+      *code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+    utility_results_[*id] = absl::DataLossError("malformed utility reply from the engine");
+  } else if (*code == 0) {
+    utility_results_[*id] = std::string(f[3].via.bin.ptr, f[3].via.bin.size);
+  } else {
+    utility_results_[*id] = absl::Status(static_cast<absl::StatusCode>(*code), *message);
   }
 }
 
@@ -250,7 +286,8 @@ absl::StatusOr<std::string> EngineCoreClient::CallUtility(const std::string& met
   return result;
 }
 
-absl::StatusOr<core::EngineCoreOutputs> EngineCoreClient::GetOutputs(absl::Time deadline) {
+absl::StatusOr<EngineCoreClient::ReceivedOutputs> EngineCoreClient::GetOutputs(
+    absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !outputs_.empty() || !failure_.ok();
@@ -259,7 +296,7 @@ absl::StatusOr<core::EngineCoreOutputs> EngineCoreClient::GetOutputs(absl::Time 
     return absl::DeadlineExceededError("no engine outputs");
   }
   if (outputs_.empty()) return failure_;
-  core::EngineCoreOutputs out = std::move(outputs_.front());
+  ReceivedOutputs out = std::move(outputs_.front());
   outputs_.pop_front();
   return out;
 }

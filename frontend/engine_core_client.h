@@ -67,9 +67,21 @@ class EngineCoreClient {
                                                         absl::Duration timeout,
                                                         int32_t engine_index = 0);
 
-  // Waits for the next EngineCoreOutputs. DeadlineExceeded when none came in time; the
-  // engine's failure once it is dead and everything it sent has been consumed.
-  [[nodiscard]] absl::StatusOr<core::EngineCoreOutputs> GetOutputs(absl::Time deadline);
+  // One outputs frame received from an engine.
+  struct ReceivedOutputs {
+    core::EngineCoreOutputs outputs;
+    // Not OK when the frame could not be decoded (the client has logged why; `outputs` is
+    // then empty). The requests in `failed_request_ids` (recovered from the damaged frame)
+    // lost an output and must be failed with this status; when the list is empty, any
+    // request in flight may have lost one. The engine itself stays usable.
+    absl::Status decode_error;
+    std::vector<std::string> failed_request_ids;
+  };
+
+  // Waits for the next outputs frame. DeadlineExceeded when none came in time; the engine's
+  // failure once it is dead and everything it sent has been consumed. Frames are never
+  // dropped silently: an undecodable one is returned with decode_error set.
+  [[nodiscard]] absl::StatusOr<ReceivedOutputs> GetOutputs(absl::Time deadline);
 
   // Records that an engine is gone (its process exited): fails every waiter.
   void MarkEngineDead(int32_t engine_index, const absl::Status& why);
@@ -80,6 +92,7 @@ class EngineCoreClient {
   [[nodiscard]] absl::Status WaitForRegistrations(absl::Time deadline,
                                                   const std::function<absl::Status()>& check);
   void ReceiveLoop();
+  void ReceiveUtilityReply(const zmq::message_t& payload);
   absl::Status Send(int32_t engine_index, core::EngineCoreRequestType type, std::string payload);
 
   int32_t num_engines_ = 0;
@@ -95,7 +108,7 @@ class EngineCoreClient {
   absl::Mutex send_mu_;
 
   mutable absl::Mutex mu_;
-  std::deque<core::EngineCoreOutputs> outputs_ ABSL_GUARDED_BY(mu_);
+  std::deque<ReceivedOutputs> outputs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::StatusOr<std::string>> utility_results_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/json_util.h"
 #include "ipc/status_macros.h"
 
 namespace vllm::frontend {
@@ -462,12 +463,16 @@ json ErrorBody(const absl::Status& status) {
     default:
       break;
   }
-  std::optional<std::string> param = ErrorParam(status);
-  return json{{"object", "error"},
-              {"message", std::string(status.message())},
-              {"type", type},
-              {"param", param.has_value() ? json(*param) : json(nullptr)},
-              {"code", code}};
+  return ErrorBody(code, type, status.message(), ErrorParam(status));
+}
+
+json ErrorBody(int http_code, absl::string_view type, absl::string_view message,
+               const std::optional<std::string>& param) {
+  return json{{"error",
+               {{"message", std::string(message)},
+                {"type", std::string(type)},
+                {"param", param.has_value() ? json(*param) : json(nullptr)},
+                {"code", http_code}}}};
 }
 
 std::string DumpJson(const json& value) {
@@ -475,12 +480,7 @@ std::string DumpJson(const json& value) {
 }
 
 absl::StatusOr<json> ParseJsonObject(std::string_view body) {
-  json value;
-  try {
-    value = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON in request body: ", e.what()));
-  }
+  VLLM_ASSIGN_OR_RETURN(json value, base::ParseJson(body, "Invalid JSON in request body"));
   if (!value.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("The request body must be a JSON object, got ", value.type_name()));

@@ -41,13 +41,18 @@ inline constexpr int32_t kMaxChatMessages = 4096;
 std::optional<std::string> ErrorParam(const absl::Status& status);
 // The HTTP status code for a non-OK status (see the file comment).
 int HttpStatusFor(const absl::Status& status);
-// vLLM's error body: {"object": "error", "message", "type", "param", "code"}.
+// vLLM's (and OpenAI's) error body: {"error": {"message", "type", "param", "code"}}, with the
+// HTTP status as "code". The same shape is sent as an SSE event when a stream fails, which is
+// what makes the OpenAI SDKs raise mid-stream.
 nlohmann::json ErrorBody(const absl::Status& status);
+nlohmann::json ErrorBody(int http_code, absl::string_view type, absl::string_view message,
+                         const std::optional<std::string>& param = std::nullopt);
 
 // Serializes without throwing: invalid UTF-8 (a partial token) becomes U+FFFD.
 std::string DumpJson(const nlohmann::json& value);
-// Parses a request body; InvalidArgument with the parser's message when it is not JSON or
-// not a JSON object.
+// Parses a request body; InvalidArgument (400) when it is not JSON (syntax, a number out of
+// double range such as 1e309), nests deeper than base::kMaxJsonDepth, or is not an object.
+// Never throws.
 [[nodiscard]] absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body);
 
 // ---- Requests -----------------------------------------------------------------------------

@@ -203,6 +203,18 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
       ->group("Frontend");
   app.add_option("--api-key", api_key, "If set, the server requires this key in the header.")
       ->group("Frontend");
+  app.add_option("--max-connections", a.max_connections,
+                 "Client connections served at once; past it the longest-idle connection is "
+                 "closed, or /health alone is answered. Default: the open-file limit "
+                 "(ulimit -n) less 160.")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->group("Frontend");
+  app.add_option("--shutdown-timeout", a.shutdown_timeout_s,
+                 "On SIGTERM, stop accepting and give requests in flight up to this many "
+                 "seconds to finish before they are aborted with an error (0: abort at once). "
+                 "Ctrl-C (SIGINT) aborts at once. Default: 25.")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group("Frontend");
   app.add_option("--chat-template", chat_template,
                  "The chat template (a file or the template itself). Default: the model's.")
       ->group("Frontend");

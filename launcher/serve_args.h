@@ -22,6 +22,11 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int32_t port = 8000;
   std::optional<std::string> api_key;
+  // Connections served at once; 0: frontend::DefaultMaxConnections() (from RLIMIT_NOFILE).
+  int64_t max_connections = 0;
+  // SIGTERM: stop accepting and let requests in flight finish for up to this many seconds,
+  // then end them with an error (0: at once). SIGINT (Ctrl-C) never waits.
+  double shutdown_timeout_s = 25.0;
   // Names the model answers to (--served-model-name); default: the --model argument, or
   // "kjv-llama-tiny" for the bundled default.
   std::vector<std::string> served_model_names;

@@ -4,10 +4,12 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -162,7 +164,23 @@ absl::StatusOr<std::optional<frontend::ChatTemplate>> LoadChatTemplate(
   return std::optional<frontend::ChatTemplate>(std::move(*parsed));
 }
 
+// vLLM's set_ulimit: raise the soft open-file limit towards 65535 (within the hard limit), so
+// the default --max-connections is not the distribution's 1024.
+void RaiseOpenFileLimit() {
+  constexpr rlim_t kTarget = 65535;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= kTarget) return;
+  rlimit raised = limit;
+  raised.rlim_cur = limit.rlim_max == RLIM_INFINITY ? kTarget : std::min(kTarget, limit.rlim_max);
+  if (raised.rlim_cur > limit.rlim_cur && setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+    spdlog::warn("could not raise the open-file limit from {} to {}: {}", limit.rlim_cur,
+                 raised.rlim_cur, strerror(errno));
+  }
+}
+
 absl::Status Serve(const ServeArgs& args) {
+  // A --host/--port that cannot be served fails here, before any process starts.
+  VLLM_RETURN_IF_ERROR(frontend::CheckListenAddress(args.host, static_cast<uint16_t>(args.port)));
   // Bad model files fail here, before any process starts.
   VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config,
                         worker::LoadModelConfig(args.engine.model));
@@ -176,14 +194,20 @@ absl::Status Serve(const ServeArgs& args) {
   EngineProcess engine;
   VLLM_RETURN_IF_ERROR(engine.Start(args, client->handshake_address()));
 
-  // Ctrl-C / SIGTERM: stop everything (within 5 s: the engine gets 4).
+  // SIGTERM: drain (stop accepting, let requests in flight finish for --shutdown-timeout),
+  // then stop. Ctrl-C (SIGINT) or a second signal: stop at once. Stopping ends requests still
+  // in flight with an error and takes at most ~5 s (the engine gets 4).
   absl::Notification stop;
+  std::atomic<int> num_signals{0};
+  std::atomic<bool> immediate{false};
   int stop_pipe[2];
   if (pipe2(stop_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
   VLLM_ASSIGN_OR_RETURN(auto watcher, ipc::SignalWatcher::Start({SIGINT, SIGTERM}, [&](int sig) {
-                          spdlog::info("signal {}: shutting down", sig);
+                          const bool first = num_signals.fetch_add(1) == 0;
+                          if (sig == SIGINT || !first) immediate.store(true);
+                          spdlog::info("signal {}: {}", sig,
+                                       immediate.load() ? "shutting down" : "draining");
                           if (!stop.HasBeenNotified()) stop.Notify();
-                          (void)!write(stop_pipe[1], "x", 1);
                         }));
   spdlog::info("starting the engine core for {} (pid {})", args.engine.model.string(),
                engine.pid());
@@ -206,6 +230,7 @@ absl::Status Serve(const ServeArgs& args) {
   server_options.host = args.host;
   server_options.port = static_cast<uint16_t>(args.port);
   server_options.api_key = args.api_key;
+  server_options.max_connections = args.max_connections;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::ApiServer> server,
                         frontend::ApiServer::Create(llm.get(), server_options));
   spdlog::info("serving {} at http://{}:{} ({} KV-cache blocks, max_model_len {})",
@@ -223,9 +248,21 @@ absl::Status Serve(const ServeArgs& args) {
     }
   });
   stop.WaitForNotification();
+  if (!immediate.load() && args.shutdown_timeout_s > 0) {
+    server->Drain();
+    const absl::Time deadline = absl::Now() + absl::Seconds(args.shutdown_timeout_s);
+    spdlog::info("draining {} request(s) in flight for up to {} s (Ctrl-C to stop at once)",
+                 server->num_in_flight(), args.shutdown_timeout_s);
+    while (!immediate.load() && absl::Now() < deadline &&
+           !server->WaitForIdle(std::min(deadline, absl::Now() + absl::Milliseconds(100)))) {
+    }
+    if (server->num_in_flight() > 0) {
+      spdlog::warn("{} request(s) still in flight: aborting them", server->num_in_flight());
+    }
+  }
   server->Stop();
+  (void)!write(stop_pipe[1], "x", 1);  // ends the monitor's wait
   engine.Stop(absl::Seconds(4));
-  (void)!write(stop_pipe[1], "x", 1);
   monitor.join();
   server.reset();
   llm.reset();
@@ -249,6 +286,7 @@ int RunServe(const std::vector<std::string>& argv) {
     std::fputs(parsed->text.c_str(), stdout);
     return parsed->exit_code;
   }
+  RaiseOpenFileLimit();
   if (absl::Status s = Serve(*parsed->args); !s.ok()) {
     std::fprintf(stderr, "vllm-launch: error: %s\n", s.ToString().c_str());
     return 1;

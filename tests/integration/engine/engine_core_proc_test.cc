@@ -86,7 +86,8 @@ class EngineCoreProcTest : public ::testing::Test {
         ADD_FAILURE() << outs.status();
         break;
       }
-      for (core::EngineCoreOutput& o : outs->outputs) {
+      EXPECT_TRUE(outs->decode_error.ok()) << outs->decode_error;
+      for (core::EngineCoreOutput& o : outs->outputs.outputs) {
         auto& t = tokens[o.request_id];
         t.insert(t.end(), o.new_token_ids.begin(), o.new_token_ids.end());
         if (o.finished()) {

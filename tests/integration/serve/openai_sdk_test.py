@@ -7,7 +7,9 @@ processes), and through `openai.OpenAI` checks /v1/models, completions and chat 
 (`llm_generate --json`) and to transformers' (models/kjv-llama-tiny/training_log.json), n=2
 with a seed, logprobs, stop strings, vLLM's extra sampling fields through `extra_body`, bad
 requests (openai.BadRequestError) and --api-key (openai.AuthenticationError). Then Ctrl-C
-(SIGINT) must stop the server, leaving no process and no /dev/shm entry behind.
+(SIGINT) in the middle of a stream must end it with vLLM's {"error": {...}} event, which the
+SDK raises as openai.APIError, and stop the server, leaving no process and no /dev/shm entry
+behind.
 
     openai_sdk_test.py --launch build/release/bin/vllm-launch \
         --generate build/release/bin/llm_generate [--tp 1,2]
@@ -192,10 +194,11 @@ class ServerTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        """Ctrl-C: the server exits 0 in time; no process and no /dev/shm entry remain."""
-        cls.client.close()
+        """Ctrl-C mid-stream: the SDK raises the error event; the server exits 0 in time; no
+        process and no /dev/shm entry remain."""
         cls.tree = sorted(set(cls.tree) | set(descendants_of(cls.server.pid)))
-        cls.server.send_signal(signal.SIGINT)
+        cls.interrupt_mid_stream()
+        cls.client.close()
         try:
             code = cls.server.wait(timeout=SHUTDOWN_S)
         except subprocess.TimeoutExpired:
@@ -214,6 +217,31 @@ class ServerTest(unittest.TestCase):
             left = [p for p in cls.tree if alive(p)] + children_of(os.getpid())
             raise AssertionError(f"left behind after shutdown: processes {sorted(set(left))}, "
                                  f"/dev/shm {sorted(shm_entries() - cls.shm_before)}")
+
+    @classmethod
+    def interrupt_mid_stream(cls):
+        """Sends SIGINT once a long stream has begun; the stream must raise openai.APIError
+        (the server's {"error": {...}} event) instead of ending as if it had finished."""
+        # 8 x 900 tokens: seconds of decoding, so the signal lands while they generate.
+        stream = cls.client.completions.create(
+            model=cls.model, prompt="In the beginning", max_tokens=900, n=8, stream=True,
+            extra_body={"ignore_eos": True})
+        chunks = iter(stream)
+        first = next(chunks)
+        if not first.choices or first.choices[0].finish_reason is not None:
+            raise AssertionError(f"the long stream did not start as expected: {first}")
+        cls.server.send_signal(signal.SIGINT)
+        try:
+            rest = list(chunks)
+        except openai.APIError as e:
+            if "shutting down" not in str(e):
+                raise AssertionError(f"unexpected mid-stream error: {e!r}") from None
+            return
+        finally:
+            stream.close()
+        raise AssertionError(f"the stream ended without an error after SIGINT ({len(rest)} more "
+                             f"chunks, the last {rest[-1] if rest else None}); log:\n"
+                             f"{cls.server_log()}")
 
     @classmethod
     def kill_everything(cls):

@@ -30,9 +30,11 @@ class ServeFailureTest : public testing::ServeTest {
   void KillDuringRequests(const std::vector<std::string>& server_args, int worker_rank);
 };
 
-// An error object as the server sends it: {"object": "error", "message", "code", ...}.
+// An error as the server sends it (a body, or an SSE event):
+// {"error": {"message", "type", "param", "code"}}.
 bool IsError(const json& j) {
-  return j.is_object() && j.value("object", "") == "error" && j.contains("message");
+  return j.is_object() && j.contains("error") && j["error"].is_object() &&
+         j["error"].contains("message") && j["error"].contains("code");
 }
 
 void ServeFailureTest::KillDuringRequests(const std::vector<std::string>& server_args,
@@ -92,7 +94,7 @@ void ServeFailureTest::KillDuringRequests(const std::vector<std::string>& server
     ASSERT_EQ(s.status, 200) << s.error;
     ASSERT_FALSE(s.events.empty()) << s.error;
     EXPECT_TRUE(IsError(s.events.back())) << s.events.back().dump();
-    EXPECT_EQ(s.events.back().value("code", 0), 503) << s.events.back().dump();
+    EXPECT_EQ(s.events.back()["error"].value("code", 0), 503) << s.events.back().dump();
     for (size_t e = 0; e + 1 < s.events.size(); ++e) {
       EXPECT_TRUE(s.events[e]["choices"][0]["finish_reason"].is_null()) << s.events[e].dump();
     }
@@ -167,7 +169,7 @@ TEST_F(ServeFailureTest, IdleWorkerKilledTurnsHealthUnavailable) {
   std::printf("/health answered %d %s after the kill\n", health->status,
               absl::FormatDuration(absl::Now() - killed).c_str());
   EXPECT_EQ(health->status, 503) << health->body;
-  EXPECT_TRUE(absl::StrContains(health->Json().value("message", ""), "killed by signal 9"))
+  EXPECT_TRUE(absl::StrContains(health->Json()["error"].value("message", ""), "killed by signal 9"))
       << health->body;
   EXPECT_TRUE(WaitNoChildren(server_->pid(), absl::Now() + absl::Seconds(5)));
   server_->Kill(SIGINT);

@@ -350,8 +350,10 @@ void ServeTest::SetUp() {
   shm_before_ = ShmEntries();
 }
 
-void ServeTest::StartServer(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {BinDir() + "/vllm-launch", "--port", "0"};
+void ServeTest::StartServer(const std::vector<std::string>& args,
+                            const std::vector<std::string>& prefix) {
+  std::vector<std::string> argv = prefix;
+  argv.insert(argv.end(), {BinDir() + "/vllm-launch", "--port", "0"});
   if (std::find(args.begin(), args.end(), "--kv-cache-memory") == args.end()) {
     argv.insert(argv.end(), {"--kv-cache-memory", "64MiB"});
   }

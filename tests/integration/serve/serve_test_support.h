@@ -116,9 +116,11 @@ class ServeTest : public ::testing::Test {
   void TearDown() override;
 
   // Spawns the server with `--port 0` plus `args` (and `--kv-cache-memory 64MiB` unless
-  // they set it), waits for its
-  // ready line; sets port_. Use with ASSERT_NO_FATAL_FAILURE.
-  void StartServer(const std::vector<std::string>& args = {});
+  // they set it), waits for its ready line; sets port_. `prefix` runs before the binary and
+  // must exec it in place (e.g. {"/usr/bin/prlimit", "--nofile=256:256"}), so server_->pid()
+  // is the server's. Use with ASSERT_NO_FATAL_FAILURE.
+  void StartServer(const std::vector<std::string>& args = {},
+                   const std::vector<std::string>& prefix = {});
 
   std::set<std::string> shm_before_;
   std::optional<Subprocess> server_;

@@ -1,5 +1,6 @@
 #include "core/codec.h"
 
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -168,6 +169,83 @@ TEST_F(CodecTest, AbortAndWaveRoundTrip) {
   auto wave = DecodeStartDpWave(Encode(StartDpWave{5, 2}));
   ASSERT_TRUE(wave.ok()) << wave.status();
   EXPECT_EQ(*wave, (StartDpWave{5, 2}));
+}
+
+// Regression (hardening issue, defect 3): a logprob of exactly 0.0 (a confident model) or any
+// integral float used to be written by msgpack-c as an integer, and the float-list decoder
+// refused integers, so the frontend dropped the whole EngineCoreOutputs frame.
+TEST_F(CodecTest, IntegralFloatsRoundTrip) {
+  EngineCoreOutputs o = FullOutputs();
+  o.outputs[0].logprobs = {TokenLogprobs{{11, 9, 4}, {0.0f, -1.0f, -3.0f}, 1},
+                           TokenLogprobs{{12}, {-0.0f}, 1}};
+  o.scheduler_stats->kv_cache_usage = 1.0;
+  o.timestamp = 1700000000.0;
+  auto decoded = DecodeEngineCoreOutputs(Encode(o));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, o);
+
+  ModelRunnerOutput m = FullModelRunnerOutput();
+  m.logprobs = {{}, {TokenLogprobs{{7}, {0.0f}, 1}}, {TokenLogprobs{{8, 1}, {-2.0f, -5.0f}, 2}}};
+  auto decoded_m = DecodeModelRunnerOutput(Encode(m));
+  ASSERT_TRUE(decoded_m.ok()) << decoded_m.status();
+  EXPECT_EQ(*decoded_m, m);
+
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.top_p = 1.0;
+  p.repetition_penalty = 2.0;
+  auto decoded_p = DecodeSamplingParams(Encode(p));
+  ASSERT_TRUE(decoded_p.ok()) << decoded_p.status();
+  EXPECT_EQ(*decoded_p, p);
+}
+
+// Floats go on the wire as msgpack float32/float64 whatever their value (the encoding does not
+// change type with the value), and -0.0 keeps its sign.
+TEST_F(CodecTest, FloatsAreEncodedAsFloats) {
+  ModelRunnerOutput m;
+  m.req_ids = {"r"};
+  m.sampled_token_ids = {{1}};
+  m.logprobs = {{TokenLogprobs{{1}, {-0.0f}, 1}}};
+  const std::string bytes = Encode(m);
+  auto oh = msgpack::unpack(bytes.data(), bytes.size());
+  const msgpack::object& lp =
+      oh.get().via.array.ptr[2].via.array.ptr[2].via.array.ptr[0].via.array.ptr[0].via.array.ptr[1];
+  ASSERT_EQ(lp.type, msgpack::type::ARRAY);
+  ASSERT_EQ(lp.via.array.size, 1u);
+  EXPECT_EQ(lp.via.array.ptr[0].type, msgpack::type::FLOAT32);
+  auto decoded = DecodeModelRunnerOutput(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(std::signbit(decoded->logprobs[0][0].logprobs[0]));
+}
+
+// Peers that do write integral floats as integers (msgpack-c's own packer, other
+// implementations) are accepted: a float field takes a msgpack integer.
+TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_array(3);
+  pk.pack(static_cast<uint32_t>(WireTag::kModelRunnerOutput));
+  pk.pack(kWireVersion);
+  pk.pack_array(3);
+  pk.pack_array(1);
+  pk.pack(std::string("r"));
+  pk.pack_array(1);
+  pk.pack_array(1);
+  pk.pack(5);
+  pk.pack_array(1);
+  pk.pack_array(1);
+  pk.pack_array(3);
+  pk.pack_array(2);
+  pk.pack(5);
+  pk.pack(6);
+  pk.pack_array(2);
+  pk.pack(0);   // positive integer where a float is expected
+  pk.pack(-3);  // negative integer
+  pk.pack(1);
+  auto decoded = DecodeModelRunnerOutput(std::string_view(b.data(), b.size()));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->logprobs.size(), 1u);
+  EXPECT_EQ(decoded->logprobs[0][0].logprobs, (std::vector<float>{0.0f, -3.0f}));
 }
 
 TEST_F(CodecTest, TruncatedMessagesAreRejected) {

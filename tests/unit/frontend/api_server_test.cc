@@ -1,6 +1,9 @@
 // ApiServer end to end over loopback: a scripted EngineClient, a Beast HTTP client.
 #include "frontend/api_server.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -30,7 +33,9 @@ using nlohmann::json;
 constexpr char kModel[] = "fake-model";
 
 // Streams " t0", " t1", ... (max_tokens deltas, default 3) from its own thread. A text
-// prompt "hang" yields one delta and then waits for Abort(); "reject" fails Generate.
+// prompt "hang" yields one delta and then waits for Abort() or FinishHanging(); "fail" yields
+// one delta and then an error; "block" makes Generate itself wait for Unblock() (a slow
+// tokenizer); "reject" fails Generate.
 class FakeEngine : public EngineClient {
  public:
   FakeEngine() : worker_([this] { Run(); }) {}
@@ -47,12 +52,18 @@ class FakeEngine : public EngineClient {
       return absl::InvalidArgumentError("prompt is too long for max_model_len 64");
     }
     absl::MutexLock lock(&mu_);
+    if (request.prompt_text == "block") {
+      ++blocked_;
+      mu_.Await(absl::Condition(&unblocked_));
+      --blocked_;
+    }
     requests_.push_back(request);
     int32_t prompt_len = request.prompt_text.has_value()
                              ? static_cast<int32_t>(request.prompt_text->size())
                              : static_cast<int32_t>(request.prompt_token_ids.size());
     bool hang = request.prompt_text == "hang";
-    int32_t n = hang ? 1 : request.params.max_tokens.value_or(3);
+    bool fail = request.prompt_text == "fail";
+    int32_t n = hang || fail ? 1 : request.params.max_tokens.value_or(3);
     for (int32_t i = 0; i < n; ++i) {
       GenerateOutput out;
       out.text_delta = absl::StrCat(" t", i);
@@ -62,11 +73,41 @@ class FakeEngine : public EngineClient {
       if (request.params.logprobs.has_value()) {
         out.logprobs.push_back({{i, absl::StrCat(" t", i), -0.5f}, {{i, " t", -0.5f}}});
       }
-      if (!hang && i == n - 1) out.finish_reason = core::FinishReason::kLength;
+      if (!hang && !fail && i == n - 1) out.finish_reason = core::FinishReason::kLength;
       tasks_.push_back([on_output, out] { on_output(out); });
     }
     if (hang) hanging_[request.request_id] = on_output;
+    if (fail) {
+      tasks_.push_back([on_output] { on_output(absl::InternalError("the engine exploded")); });
+    }
     return absl::OkStatus();
+  }
+
+  // Lets every Generate blocked on a "block" prompt go on.
+  void Unblock() {
+    absl::MutexLock lock(&mu_);
+    unblocked_ = true;
+  }
+  bool WaitForBlocked() {
+    absl::MutexLock lock(&mu_);
+    auto blocked = [&] {
+      mu_.AssertHeld();
+      return blocked_ > 0;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&blocked), absl::Seconds(10));
+  }
+  // Ends every hanging request normally (one more delta, finish_reason length).
+  void FinishHanging() {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, cb] : hanging_) {
+      GenerateOutput out;
+      out.text_delta = " end";
+      out.token_ids_delta = {1};
+      out.num_output_tokens = 2;
+      out.finish_reason = core::FinishReason::kLength;
+      tasks_.push_back([cb = cb, out] { cb(out); });
+    }
+    hanging_.clear();
   }
 
   void Abort(const std::string& request_id) override {
@@ -145,6 +186,8 @@ class FakeEngine : public EngineClient {
   std::vector<GenerateRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> aborted_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, OutputCallback> hanging_ ABSL_GUARDED_BY(mu_);
+  bool unblocked_ ABSL_GUARDED_BY(mu_) = false;
+  int32_t blocked_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread worker_;
 };
 
@@ -158,8 +201,11 @@ struct Reply {
 // A blocking HTTP/1.1 client on one keep-alive connection.
 class Client {
  public:
+  // Every read fails (throws, failing the test) after 10 s without data: no test waits forever.
   explicit Client(uint16_t port) : socket_(ioc_) {
     socket_.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    timeval timeout{10, 0};
+    setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   }
 
   Reply Send(http::verb method, const std::string& target, const std::string& body = "",
@@ -202,6 +248,21 @@ class Client {
     return seen;
   }
 
+  // Reads raw bytes until the server closes the connection.
+  std::string ReadToEof() {
+    std::string seen;
+    char chunk[512];
+    beast::error_code ec;
+    while (!ec) {
+      size_t n = socket_.read_some(net::buffer(chunk), ec);
+      seen.append(chunk, n);
+    }
+    if (ec != net::error::eof && ec != net::error::connection_reset) {
+      throw beast::system_error(ec);
+    }
+    return seen;
+  }
+
   void Close() { socket_.close(); }
 
  private:
@@ -230,12 +291,14 @@ std::vector<json> SseEvents(const std::string& body, bool* done) {
 
 class ApiServerTest : public ::testing::Test {
  protected:
-  void StartServer(std::optional<std::string> api_key = std::nullopt) {
+  void StartServer(std::optional<std::string> api_key = std::nullopt,
+                   const std::function<void(ApiServerOptions&)>& customize = nullptr) {
     ApiServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
     options.api_key = api_key;
     options.max_body_bytes = 1 << 20;
+    if (customize) customize(options);
     auto server = ApiServer::Create(&engine_, options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -398,8 +461,8 @@ TEST_F(ApiServerTest, ApiKey) {
   json req = {{"prompt", "x"}, {"max_tokens", 1}};
   Reply missing = c.Post("/v1/completions", req);
   EXPECT_EQ(missing.status, 401);
-  EXPECT_EQ(missing.Json()["object"], "error");
-  EXPECT_EQ(missing.Json()["code"], 401);
+  EXPECT_EQ(missing.Json()["error"]["type"], "AuthenticationError");
+  EXPECT_EQ(missing.Json()["error"]["code"], 401);
   EXPECT_EQ(c.Post("/v1/completions", req, "wrong").status, 401);
   EXPECT_EQ(c.Send(http::verb::get, "/v1/models", "", "wrong").status, 401);
   EXPECT_EQ(c.Post("/v1/completions", req, "sekrit").status, 200);
@@ -468,8 +531,8 @@ TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
   for (const auto& [target, body, status, message_part] : cases) {
     Reply r = c.Send(http::verb::post, target, body);
     ASSERT_EQ(r.status, status) << target << " " << body << " -> " << r.body;
-    json error = r.Json();
-    EXPECT_EQ(error["object"], "error") << r.body;
+    ASSERT_TRUE(r.Json().contains("error")) << r.body;
+    json error = r.Json()["error"];
     EXPECT_EQ(error["code"], status);
     EXPECT_EQ(error["type"], status == 404 ? "NotFoundError" : "BadRequestError");
     EXPECT_NE(error["message"].get<std::string>().find(message_part), std::string::npos)
@@ -484,7 +547,7 @@ TEST_F(ApiServerTest, UnknownPathWrongMethodOversizedBody) {
   EXPECT_EQ(c.Send(http::verb::get, "/v2/nothing").status, 404);
   Reply wrong = c.Send(http::verb::get, "/v1/completions");
   EXPECT_EQ(wrong.status, 405);
-  EXPECT_EQ(wrong.Json()["code"], 405);
+  EXPECT_EQ(wrong.Json()["error"]["code"], 405);
   EXPECT_EQ(c.Send(http::verb::post, "/health").status, 405);
 
   Client big(server_->port());
@@ -493,7 +556,7 @@ TEST_F(ApiServerTest, UnknownPathWrongMethodOversizedBody) {
       "Content-Length: 40000000\r\n\r\n");
   Reply r = big.Read();
   EXPECT_EQ(r.status, 413);
-  EXPECT_EQ(r.Json()["code"], 413);
+  EXPECT_EQ(r.Json()["error"]["code"], 413);
 
   Client garbage(server_->port());
   garbage.WriteRaw("NOT HTTP AT ALL\r\n\r\n");
@@ -526,6 +589,218 @@ TEST_F(ApiServerTest, NonStreamingClientDisconnectAborts) {
   ASSERT_TRUE(engine_.WaitForRequests(1));
   c.Close();
   EXPECT_TRUE(engine_.WaitForAbort(engine_.requests()[0].request_id));
+}
+
+// The body of a raw chunked HTTP/1.1 response (status line, headers and framing removed).
+std::string Dechunk(const std::string& raw) {
+  size_t pos = raw.find("\r\n\r\n");
+  if (pos == std::string::npos) return "";
+  pos += 4;
+  std::string body;
+  while (pos < raw.size()) {
+    const size_t eol = raw.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    const size_t len = std::stoul(raw.substr(pos, eol - pos), nullptr, 16);
+    if (len == 0) break;
+    body += raw.substr(eol + 2, len);
+    pos = eol + 2 + len + 2;
+  }
+  return body;
+}
+
+// The raw request for a completion with `body` on a keep-alive connection.
+std::string RawCompletion(const json& body) {
+  const std::string text = body.dump();
+  return absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ", text.size(),
+                      "\r\n\r\n", text);
+}
+
+// Regression (hardening issue, defect 4): an error in the middle of a stream is vLLM's
+// {"error": {...}} event, which the OpenAI SDKs raise; it used to be the bare error object.
+TEST_F(ApiServerTest, ErrorMidStreamIsTheNestedErrorEvent) {
+  Client c(server_->port());
+  Reply r = c.Post("/v1/completions", {{"prompt", "fail"}, {"stream", true}});
+  ASSERT_EQ(r.status, 200);
+  bool done = false;
+  std::vector<json> events = SseEvents(r.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_EQ(events.size(), 2u) << r.body;
+  EXPECT_EQ(events[0]["choices"][0]["text"], " t0");
+  ASSERT_TRUE(events[1].contains("error")) << events[1].dump();
+  EXPECT_EQ(events[1].size(), 1u) << events[1].dump();
+  EXPECT_EQ(events[1]["error"]["code"], 500);
+  EXPECT_EQ(events[1]["error"]["type"], "InternalServerError");
+  EXPECT_EQ(events[1]["error"]["message"], "the engine exploded");
+  EXPECT_TRUE(events[1]["error"].contains("param"));
+  // Not streaming: the same error as the response body.
+  Reply plain = c.Post("/v1/completions", {{"prompt", "fail"}});
+  EXPECT_EQ(plain.status, 500);
+  EXPECT_EQ(plain.Json()["error"]["message"], "the engine exploded");
+}
+
+TEST_F(ApiServerTest, Http11WithoutHostIs400) {
+  Client c(server_->port());
+  c.WriteRaw("GET /health HTTP/1.1\r\n\r\n");
+  Reply r = c.Read();
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("Host"), std::string::npos);
+  // HTTP/1.0 has no Host requirement.
+  Client old(server_->port());
+  old.WriteRaw("GET /health HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(old.Read().status, 200);
+}
+
+TEST_F(ApiServerTest, ApiKeyComparedExactly) {
+  server_.reset();
+  StartServer("sekrit");
+  Client c(server_->port());
+  const json req = {{"prompt", "x"}, {"max_tokens", 1}};
+  for (const char* key : {"sekri", "sekrit2", "Sekrit", "x", "sekrit+sekrit"}) {
+    EXPECT_EQ(c.Post("/v1/completions", req, key).status, 401) << key;
+  }
+  EXPECT_EQ(c.Post("/v1/completions", req, "sekrit").status, 200);
+}
+
+// Regression ("tokenizing a 10 MB prompt on an I/O thread stalls every connection"): with one
+// I/O thread, /health is answered while a request's preprocessing (Generate, which tokenizes)
+// is still running. Before, the I/O thread ran it and /health waited (the client's 10 s
+// read timeout failed the test).
+TEST_F(ApiServerTest, PreprocessingDoesNotBlockTheIoThread) {
+  server_.reset();
+  StartServer(std::nullopt, [](ApiServerOptions& o) { o.num_threads = 1; });
+  Client slow(server_->port());
+  slow.WriteRaw(RawCompletion({{"prompt", "block"}, {"max_tokens", 2}}));
+  ASSERT_TRUE(engine_.WaitForBlocked());
+  Client health(server_->port());
+  EXPECT_EQ(health.Send(http::verb::get, "/health").status, 200);
+  EXPECT_EQ(health.Post("/v1/completions", {{"prompt", "a"}, {"max_tokens", 1}}).status, 200);
+  engine_.Unblock();
+  Reply r = slow.Read();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["choices"][0]["text"], " t0 t1");
+}
+
+// Outputs that reach the server before it has set the generation up (the engine answers
+// while the preprocessing thread is still starting the other choices) are kept, not lost.
+TEST_F(ApiServerTest, ManyChoicesAllArrive) {
+  Client c(server_->port());
+  for (int round = 0; round < 20; ++round) {
+    Reply r = c.Post("/v1/completions", {{"prompt", "abc"}, {"n", 16}, {"max_tokens", 1}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.Json()["choices"].size(), 16u);
+    for (const json& choice : r.Json()["choices"]) EXPECT_EQ(choice["text"], " t0");
+  }
+}
+
+// SIGTERM's first half: Drain() stops accepting and closes idle connections, a request in
+// flight finishes normally, and new requests on open connections get 503.
+TEST_F(ApiServerTest, DrainLetsInFlightRequestsFinish) {
+  Client streaming(server_->port());
+  streaming.WriteRaw(RawCompletion({{"prompt", "hang"}, {"stream", true}}));
+  std::string seen = streaming.ReadUntil(" t0");
+  Client idle(server_->port());
+  ASSERT_EQ(idle.Send(http::verb::get, "/health").status, 200);
+  EXPECT_EQ(server_->num_in_flight(), 1);
+  EXPECT_FALSE(server_->WaitForIdle(absl::Now() + absl::Milliseconds(50)));
+
+  server_->Drain();
+  EXPECT_EQ(idle.ReadToEof(), "");  // closed by the drain
+  bool refused = false;
+  for (int attempt = 0; attempt < 200 && !refused; ++attempt) {
+    net::io_context ioc;
+    tcp::socket probe(ioc);
+    beast::error_code ec;
+    probe.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()), ec);
+    refused = ec == net::error::connection_refused;
+    if (!refused) absl::SleepFor(absl::Milliseconds(10));  // the listener closes on its strand
+  }
+  EXPECT_TRUE(refused) << "still accepting after Drain()";
+
+  engine_.FinishHanging();
+  seen += streaming.ReadToEof();
+  EXPECT_NE(seen.find(" end"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("\"finish_reason\":\"length\""), std::string::npos) << seen;
+  EXPECT_NE(seen.find("data: [DONE]"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("\"error\""), std::string::npos) << seen;
+  EXPECT_TRUE(server_->WaitForIdle(absl::Now() + absl::Seconds(10)));
+}
+
+// SIGTERM past --shutdown-timeout (or SIGINT): Stop() ends a stream with the error event and
+// [DONE], and a non-streaming request with a 503 body.
+TEST_F(ApiServerTest, StopEndsStreamsWithAnErrorEvent) {
+  Client streaming(server_->port());
+  streaming.WriteRaw(RawCompletion({{"prompt", "hang"}, {"stream", true}}));
+  std::string seen = streaming.ReadUntil(" t0");
+  Client plain(server_->port());
+  plain.WriteRaw(RawCompletion({{"prompt", "hang"}}));
+  ASSERT_TRUE(engine_.WaitForRequests(2));
+  server_->Stop();
+  seen += streaming.ReadToEof();
+  bool done = false;
+  std::vector<json> events = SseEvents(Dechunk(seen), &done);
+  EXPECT_TRUE(done) << seen;
+  ASSERT_FALSE(events.empty()) << seen;
+  EXPECT_EQ(events.back()["error"]["code"], 503) << seen;
+  Reply r = plain.Read();
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("shutting down"),
+            std::string::npos);
+  for (const GenerateRequest& req : engine_.requests()) {
+    EXPECT_TRUE(engine_.WaitForAbort(req.request_id));
+  }
+}
+
+// Regression (defect 5): past --max-connections the server neither spins nor goes deaf. An
+// idle connection is closed to make room; with none idle, /health is still answered (and
+// anything else gets 503) on up to kOverflowConnections more.
+TEST_F(ApiServerTest, ConnectionLimitKeepsHealthAnswering) {
+  server_.reset();
+  StartServer(std::nullopt, [](ApiServerOptions& o) {
+    o.max_connections = 4;
+    o.overflow_read_timeout = std::chrono::seconds(60);
+  });
+  // Four idle keep-alive connections (each answered once, so the server has accepted them).
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<Client>(server_->port()));
+    ASSERT_EQ(idle.back()->Send(http::verb::get, "/health").status, 200);
+  }
+  // A fifth: the longest-idle connection is closed for it, and it is served normally.
+  Client fifth(server_->port());
+  EXPECT_EQ(fifth.Send(http::verb::get, "/health").status, 200);
+  EXPECT_EQ(fifth.Post("/v1/completions", {{"prompt", "a"}, {"max_tokens", 1}}).status, 200);
+  EXPECT_EQ(idle[0]->ReadToEof(), "");
+  idle.clear();
+  fifth.Close();
+
+  // Four connections busy generating: none can be closed.
+  std::vector<std::unique_ptr<Client>> busy;
+  for (int i = 0; i < 4; ++i) {
+    busy.push_back(std::make_unique<Client>(server_->port()));
+    busy.back()->WriteRaw(RawCompletion({{"prompt", "hang"}, {"stream", true}}));
+    busy.back()->ReadUntil(" t0");
+  }
+  Client health(server_->port());
+  Reply h = health.Send(http::verb::get, "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(health.ReadToEof(), "");  // overflow connections answer once
+  Client refused(server_->port());
+  Reply r = refused.Post("/v1/completions", {{"prompt", "a"}});
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.Json()["error"]["message"].get<std::string>().find("connection limit"),
+            std::string::npos);
+  // Silent connections (slowloris) never lock the server out: each new one closes the one
+  // that has been silent longest, and /health keeps being answered.
+  std::vector<std::unique_ptr<Client>> silent;
+  for (int64_t i = 0; i < 2 * kOverflowConnections; ++i) {
+    silent.push_back(std::make_unique<Client>(server_->port()));
+  }
+  Client after(server_->port());
+  EXPECT_EQ(after.Send(http::verb::get, "/health").status, 200);
+  EXPECT_EQ(silent.front()->ReadToEof(), "");
+  silent.clear();
+  engine_.FinishHanging();
+  for (auto& b : busy) EXPECT_NE(b->ReadUntil("[DONE]").find("[DONE]"), std::string::npos);
 }
 
 TEST_F(ApiServerTest, StopAbortsInFlightRequests) {

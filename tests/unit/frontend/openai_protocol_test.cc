@@ -102,11 +102,11 @@ TEST(OpenAiProtocolTest, UnknownModelIsNotFound) {
   absl::StatusOr<CompletionRequest> r =
       ParseCompletionRequest(json::parse(R"({"model": "x", "prompt": "a"})"), kModel);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kNotFound);
-  json body = ErrorBody(r.status());
+  json body = ErrorBody(r.status())["error"];
   EXPECT_EQ(body["message"], "The model `x` does not exist.");
   EXPECT_EQ(body["type"], "NotFoundError");
   EXPECT_EQ(body["code"], 404);
-  EXPECT_EQ(body["object"], "error");
+  EXPECT_EQ(body["param"], "model");
 }
 
 TEST(OpenAiProtocolTest, ChatParsing) {
@@ -142,11 +142,54 @@ TEST(OpenAiProtocolTest, ChatParsing) {
 
 TEST(OpenAiProtocolTest, ErrorBodyShape) {
   json body = ErrorBody(InvalidParam("top_p", "top_p must be in (0, 1], got 2"));
-  EXPECT_EQ(body, json::parse(R"({"object": "error", "message": "top_p must be in (0, 1], got 2",
-      "type": "BadRequestError", "param": "top_p", "code": 400})"));
-  EXPECT_TRUE(ErrorBody(absl::InvalidArgumentError("x"))["param"].is_null());
+  // vLLM's ErrorResponse: the error object nested under "error" (OpenAI's shape), the HTTP
+  // status as the code.
+  EXPECT_EQ(body, json::parse(R"({"error": {"message": "top_p must be in (0, 1], got 2",
+      "type": "BadRequestError", "param": "top_p", "code": 400}})"));
+  EXPECT_TRUE(ErrorBody(absl::InvalidArgumentError("x"))["error"]["param"].is_null());
   EXPECT_FALSE(ParseJsonObject("{").ok());
   EXPECT_FALSE(ParseJsonObject("[1]").ok());
+}
+
+// Regression (hardening issue, defect 1): a number out of double range made the parser throw
+// nlohmann's out_of_range, which nothing caught: the whole process tree went down. It must
+// be a 400, also in a field the server ignores.
+TEST(OpenAiProtocolTest, NumbersOutOfRangeAre400) {
+  for (const char* body :
+       {R"({"prompt": "a", "temperature": 1e309})", R"({"prompt": "a", "ignored": -1e400})",
+        R"({"prompt": "a", "max_tokens": 1e999999})", R"([1e309])"}) {
+    absl::StatusOr<json> parsed = ParseJsonObject(body);
+    ASSERT_FALSE(parsed.ok()) << body;
+    EXPECT_EQ(HttpStatusFor(parsed.status()), 400) << parsed.status();
+    EXPECT_NE(parsed.status().message().find("Invalid JSON"), std::string::npos) << parsed.status();
+  }
+  // Huge integers stay fine (nlohmann stores them as doubles, in range).
+  EXPECT_TRUE(ParseJsonObject(R"({"prompt": "a", "seed": 123456789012345678901234567890})").ok());
+}
+
+// Regression (defect 2): 100,000 nested arrays overflowed the stack (a recursive dump while
+// building the error message). Depth is bounded while parsing, through every field.
+TEST(OpenAiProtocolTest, DeepNestingIs400) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& body :
+       {R"({"model": )" + deep + R"(, "prompt": "a"})", R"({"prompt": )" + deep + "}",
+        R"({"prompt": "a", "stop": )" + deep + "}",
+        R"({"messages": [{"role": "user", "content": )" + deep + "}]}", std::string(100000, '{')}) {
+    absl::StatusOr<json> parsed = ParseJsonObject(body);
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(HttpStatusFor(parsed.status()), 400);
+    EXPECT_NE(parsed.status().message().find("nest deeper than"), std::string::npos)
+        << parsed.status();
+    // The error body renders without recursing into the input.
+    EXPECT_LT(DumpJson(ErrorBody(parsed.status())).size(), 1000u);
+  }
+  // Brackets inside strings do not count; the limit itself is accepted.
+  EXPECT_TRUE(ParseJsonObject(R"({"prompt": ")" + std::string(5000, '[') + R"("})").ok());
+  EXPECT_TRUE(ParseJsonObject(R"({"prompt": "a\\", "x": )" + std::string(127, '[') +
+                              std::string(127, ']') + "}")
+                  .ok());
+  EXPECT_FALSE(
+      ParseJsonObject(R"({"x": )" + std::string(128, '[') + std::string(128, ']') + "}").ok());
 }
 
 TEST(OpenAiProtocolTest, InvalidUtf8IsReplacedNotThrown) {
