@@ -502,10 +502,12 @@ absl::StatusOr<std::vector<std::string>> DecodeAbortRequests(std::string_view by
       });
 }
 
-std::vector<std::string> RecoverOutputRequestIds(std::string_view bytes,
-                                                 const DecodeLimits& limits) {
-  std::vector<std::string> ids;
-  if (bytes.empty() || bytes.size() > limits.max_message_bytes) return ids;
+namespace {
+
+// Unpacks a damaged frame under `limits` for best-effort reading; nullopt when even that fails.
+std::optional<msgpack::object_handle> UnpackLeniently(std::string_view bytes,
+                                                      const DecodeLimits& limits) {
+  if (bytes.empty() || bytes.size() > limits.max_message_bytes) return std::nullopt;
   ipc::UnpackLimits unpack_limits;
   unpack_limits.max_array = limits.max_array_elements;
   unpack_limits.max_map = 0;
@@ -515,25 +517,53 @@ std::vector<std::string> RecoverOutputRequestIds(std::string_view bytes,
   auto handle = ipc::UnpackBounded(
       absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
       unpack_limits);
-  if (!handle.ok()) return ids;
+  if (!handle.ok()) return std::nullopt;
+  return std::move(*handle);
+}
+
+// The elements of `o` when it is an array of at least `min_size`; else nullptr.
+const msgpack::object* ArrayOf(const msgpack::object& o, uint32_t min_size) {
+  if (o.type != msgpack::type::ARRAY || o.via.array.size < min_size) return nullptr;
+  return o.via.array.ptr;
+}
+
+// `o` as a request id (a string within the id limit), if it is one.
+std::optional<std::string> RequestIdOf(const msgpack::object& o) {
+  if (o.type != msgpack::type::STR || o.via.str.size > kMaxIdBytes) return std::nullopt;
+  return std::string(o.via.str.ptr, o.via.str.size);
+}
+
+// The body of an envelope [tag, version, body] when it is an array of at least `min_size`.
+const msgpack::object* EnvelopeBody(const msgpack::object& root, uint32_t min_size) {
+  const msgpack::object* envelope = ArrayOf(root, 3);
+  return envelope != nullptr ? ArrayOf(envelope[2], min_size) : nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> RecoverOutputRequestIds(std::string_view bytes,
+                                                 const DecodeLimits& limits) {
+  std::vector<std::string> ids;
+  std::optional<msgpack::object_handle> handle = UnpackLeniently(bytes, limits);
+  if (!handle.has_value()) return ids;
   // [tag, version, [engine_index, [[request_id, ...], ...], ...]]
-  auto array = [](const msgpack::object& o, uint32_t min_size) -> const msgpack::object* {
-    if (o.type != msgpack::type::ARRAY || o.via.array.size < min_size) return nullptr;
-    return o.via.array.ptr;
-  };
-  const msgpack::object* envelope = array(handle->get(), 3);
-  const msgpack::object* body = envelope != nullptr ? array(envelope[2], 2) : nullptr;
+  const msgpack::object* body = EnvelopeBody(handle->get(), 2);
   if (body == nullptr || body[1].type != msgpack::type::ARRAY) return ids;
   const msgpack::object_array& outputs = body[1].via.array;
   for (uint32_t i = 0; i < outputs.size; ++i) {
-    const msgpack::object* output = array(outputs.ptr[i], 1);
-    if (output == nullptr || output[0].type != msgpack::type::STR ||
-        output[0].via.str.size > kMaxIdBytes) {
-      continue;
-    }
-    ids.emplace_back(output[0].via.str.ptr, output[0].via.str.size);
+    const msgpack::object* output = ArrayOf(outputs.ptr[i], 1);
+    if (output == nullptr) continue;
+    if (std::optional<std::string> id = RequestIdOf(output[0])) ids.push_back(std::move(*id));
   }
   return ids;
+}
+
+std::optional<std::string> RecoverRequestId(std::string_view bytes, const DecodeLimits& limits) {
+  std::optional<msgpack::object_handle> handle = UnpackLeniently(bytes, limits);
+  if (!handle.has_value()) return std::nullopt;
+  // [tag, version, [request_id, ...]]
+  const msgpack::object* body = EnvelopeBody(handle->get(), 1);
+  return body != nullptr ? RequestIdOf(body[0]) : std::nullopt;
 }
 
 void CachedRequestData::Clear() {

@@ -46,6 +46,7 @@
 #define VLLM_CORE_CODEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -117,6 +118,10 @@ std::string EncodeAbortRequests(std::span<const std::string> request_ids);
 // the frame is too damaged to tell (then every request in flight on that engine is affected).
 std::vector<std::string> RecoverOutputRequestIds(std::string_view bytes,
                                                  const DecodeLimits& limits = {});
+// The same for an EngineCoreRequest frame that DecodeEngineCoreRequest refused: its
+// request_id when it can still be read, so the engine can answer it with an error.
+std::optional<std::string> RecoverRequestId(std::string_view bytes,
+                                            const DecodeLimits& limits = {});
 
 }  // namespace vllm::core
 

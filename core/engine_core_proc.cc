@@ -40,9 +40,16 @@ struct UtilityCall {
   std::string method;
 };
 
+// An ADD frame that could not be decoded but whose request id could be read: the request is
+// answered with an error instead of being dropped (its client would wait forever).
+struct UndecodableRequest {
+  std::string request_id;
+  absl::Status why;
+};
+
 // One decoded input frame.
-using Input =
-    std::variant<EngineCoreRequest, std::vector<std::string> /*abort*/, UtilityCall, StartDpWave>;
+using Input = std::variant<EngineCoreRequest, std::vector<std::string> /*abort*/, UtilityCall,
+                           StartDpWave, UndecodableRequest>;
 
 // What the output thread sends: [kind, payload].
 struct Output {
@@ -153,9 +160,17 @@ class EngineCoreProc::Impl {
       }
       absl::StatusOr<Input> input = Decode(parts);
       if (!input.ok()) {
-        spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index,
-                     input.status().ToString());
-        continue;
+        std::optional<std::string> id;
+        if (parts.size() == 2 && parts[0].size() == 1 &&
+            *parts[0].data<uint8_t>() == static_cast<uint8_t>(EngineCoreRequestType::kAdd)) {
+          id = RecoverRequestId(parts[1].to_string_view());
+        }
+        if (!id.has_value()) {
+          spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index,
+                       input.status().ToString());
+          continue;
+        }
+        input = Input(UndecodableRequest{std::move(*id), input.status()});
       }
       absl::MutexLock lock(&mu_);
       inputs_.push_back(std::move(*input));
@@ -217,20 +232,24 @@ class EngineCoreProc::Impl {
     for (Input& input : inputs) Apply(input);
   }
 
+  // Tells the client that request `id` ended at once with an error.
+  void Reject(const std::string& id, const absl::Status& why) {
+    EngineCoreOutputs outs;
+    outs.engine_index = options_.engine_index;
+    EngineCoreOutput& o = outs.outputs.emplace_back();
+    o.request_id = id;
+    o.finish_reason = FinishReason::kError;
+    outs.finished_requests.push_back(id);
+    spdlog::warn("engine {}: request {} rejected: {}", options_.engine_index, id, why.ToString());
+    Send({kOutputKindOutputs, Encode(outs)});
+  }
+
   void Apply(Input& input) {
     if (auto* r = std::get_if<EngineCoreRequest>(&input)) {
       const std::string id = r->request_id;
-      if (absl::Status s = engine_->AddRequest(std::move(*r)); !s.ok()) {
-        // Tell the client: the request ends at once with an error.
-        EngineCoreOutputs outs;
-        outs.engine_index = options_.engine_index;
-        EngineCoreOutput& o = outs.outputs.emplace_back();
-        o.request_id = id;
-        o.finish_reason = FinishReason::kError;
-        outs.finished_requests.push_back(id);
-        spdlog::warn("engine {}: request {} rejected: {}", options_.engine_index, id, s.ToString());
-        Send({kOutputKindOutputs, Encode(outs)});
-      }
+      if (absl::Status s = engine_->AddRequest(std::move(*r)); !s.ok()) Reject(id, s);
+    } else if (auto* bad = std::get_if<UndecodableRequest>(&input)) {
+      Reject(bad->request_id, bad->why);
     } else if (auto* ids = std::get_if<std::vector<std::string>>(&input)) {
       engine_->AbortRequests(*ids);
     } else if (auto* call = std::get_if<UtilityCall>(&input)) {

@@ -23,8 +23,10 @@
 // Payloads: kAdd core::Encode(EngineCoreRequest); kAbort core::EncodeAbortRequests;
 // kUtility msgpack [call_id, method, args: bin]; kStartDpWave core::Encode(StartDpWave).
 // A request that fails validation is answered with an output finished with
-// FinishReason::kError; an undecodable frame is logged and dropped (its sender cannot be
-// told). Utility methods: "reset_prefix_cache" (result: msgpack bool), "ping".
+// FinishReason::kError, and so is an ADD frame that does not decode but whose request_id can
+// still be read (core::RecoverRequestId); any other undecodable frame is logged and dropped
+// (its sender cannot be told). Utility methods: "reset_prefix_cache" (result: msgpack bool),
+// "ping".
 //
 // Threads: "vllm-ec-input" (decodes frames into the input queue), the caller's thread (main
 // loop: owns the EngineCore), "vllm-ec-output" (encodes and sends). The main loop blocks on

@@ -248,6 +248,31 @@ TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
   EXPECT_EQ(decoded->logprobs[0][0].logprobs, (std::vector<float>{0.0f, -3.0f}));
 }
 
+// A request frame the engine cannot decode still names its request, so the engine answers it
+// with an error instead of dropping it (its client would wait forever).
+TEST_F(CodecTest, RequestIdsAreRecoveredFromFramesThatDoNotDecode) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_array(3);
+  pk.pack(static_cast<uint32_t>(WireTag::kEngineCoreRequest));
+  pk.pack(kWireVersion);
+  pk.pack_array(8);
+  pk.pack(std::string("req-7"));
+  pk.pack(std::string("not a token list"));  // wrong type: the strict decoder refuses
+  for (int i = 0; i < 6; ++i) pk.pack_nil();
+  const std::string_view bad(b.data(), b.size());
+  ASSERT_FALSE(DecodeEngineCoreRequest(bad).ok());
+  EXPECT_EQ(RecoverRequestId(bad), "req-7");
+  EXPECT_EQ(RecoverRequestId(Encode(FullRequest())), "cmpl-abc-0");
+  EXPECT_EQ(RecoverRequestId(""), std::nullopt);
+  EXPECT_EQ(RecoverRequestId(bad.substr(0, bad.size() - 3)), std::nullopt);  // truncated
+  EXPECT_EQ(RecoverRequestId(Encode(FullOutputs())), std::nullopt);          // body[0] is no string
+  const std::string long_id(kMaxRequestIdBytes + 1, 'x');
+  EngineCoreRequest too_long = FullRequest();
+  too_long.request_id = long_id;
+  EXPECT_EQ(RecoverRequestId(Encode(too_long)), std::nullopt);
+}
+
 TEST_F(CodecTest, TruncatedMessagesAreRejected) {
   ExpectPrefixesRejected(Encode(FullRequest()),
                          [](std::string_view b) { return DecodeEngineCoreRequest(b); });
