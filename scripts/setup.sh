@@ -4,6 +4,8 @@
 #   scripts/setup.sh                 release build in build/release (CUDA compiled when nvcc exists)
 #   scripts/setup.sh asan            ASan+UBSan build (clang) in build/asan, no CUDA
 #   scripts/setup.sh tsan            TSan build (clang) in build/tsan, no CUDA
+#   scripts/setup.sh fuzz            libFuzzer targets (clang, ASan+UBSan) in build/fuzz, no CUDA,
+#                                    no tests or benchmarks (docs/FUZZING.md)
 #   scripts/setup.sh release TARGET  build only TARGET
 #
 # Set VLLM_JOBS to change build parallelism (default: number of cores).
@@ -41,7 +43,12 @@ configure_and_build() {
                  "-DVLLM_SANITIZE=address;undefined" -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF) ;;
     tsan) args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
                  -DVLLM_SANITIZE=thread -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF) ;;
-    *) echo "setup: unknown preset '$preset' (release, asan, tsan)" >&2; exit 2 ;;
+    # OSS-Fuzz's optimisation level; NDEBUG stays unset so assert()s (nlohmann's too) fire.
+    fuzz) args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
+                 -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DVLLM_FUZZ=ON
+                 -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF)
+          target=${target:-fuzzers} ;;
+    *) echo "setup: unknown preset '$preset' (release, asan, tsan, fuzz)" >&2; exit 2 ;;
   esac
   [[ -f "$dir/build.ninja" ]] || cmake -S . -B "$dir" "${args[@]}"
   cmake --build "$dir" -j "${VLLM_JOBS:-$(nproc)}" ${target:+--target "$target"}

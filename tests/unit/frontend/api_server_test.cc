@@ -687,8 +687,9 @@ TEST_F(ApiServerTest, ManyChoicesAllArrive) {
   for (int round = 0; round < 20; ++round) {
     Reply r = c.Post("/v1/completions", {{"prompt", "abc"}, {"n", 16}, {"max_tokens", 1}});
     ASSERT_EQ(r.status, 200) << r.body;
-    ASSERT_EQ(r.Json()["choices"].size(), 16u);
-    for (const json& choice : r.Json()["choices"]) EXPECT_EQ(choice["text"], " t0");
+    const json body = r.Json();
+    ASSERT_EQ(body["choices"].size(), 16u);
+    for (const json& choice : body["choices"]) EXPECT_EQ(choice["text"], " t0");
   }
 }
 
