@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/codec.h"
+#include "ipc/ipc_address.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/status_macros.h"
 #include "ipc/zmq_util.h"
@@ -79,8 +80,16 @@ absl::Status MultiprocExecutor::Start() {
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   zmq::socket_t pull(ipc::ZmqContext(), zmq::socket_type::pull);
   pull.set(zmq::sockopt::linger, 0);
-  const std::string ready_address = ipc::UniqueIpcAddress("ready");
-  pull.bind(ready_address);
+  // A private socket file, removed once every worker's ready message (sent over its
+  // connection) has arrived, or when Start() returns.
+  VLLM_ASSIGN_OR_RETURN(ipc::ScopedIpcAddress ready_endpoint,
+                        ipc::ScopedIpcAddress::Create("ready"));
+  const std::string& ready_address = ready_endpoint.address();
+  try {
+    pull.bind(ready_address);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("cannot bind ", ready_address, ": ", e.what()));
+  }
 
   ipc::MessageQueueOptions bo;
   bo.n_readers = static_cast<uint32_t>(tp);
@@ -130,6 +139,7 @@ absl::Status MultiprocExecutor::Start() {
   });
   if (device_init) VLLM_RETURN_IF_ERROR(SendDeviceInit(pull, nccl_id, deadline));
   VLLM_RETURN_IF_ERROR(AwaitReady(pull, deadline));
+  ready_endpoint.Release();
   VLLM_RETURN_IF_ERROR(Explain(broadcast_->WaitUntilReady(deadline)));
   for (auto& r : responses_) VLLM_RETURN_IF_ERROR(Explain(r->WaitUntilReady(deadline)));
   return absl::OkStatus();

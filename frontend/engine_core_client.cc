@@ -34,9 +34,12 @@ absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(int32
   if (num_engines < 1) return absl::InvalidArgumentError("need at least one engine");
   std::unique_ptr<EngineCoreClient> c(new EngineCoreClient());
   c->num_engines_ = num_engines;
-  c->handshake_address_ = ipc::UniqueIpcAddress("handshake");
-  c->input_address_ = ipc::UniqueIpcAddress("input");
-  c->output_address_ = ipc::UniqueIpcAddress("output");
+  // Socket files in this process's private (0700) directory: only this user's processes can
+  // connect. WaitForEngines() removes them once every engine is connected; the destructor
+  // does if it never got that far.
+  VLLM_ASSIGN_OR_RETURN(c->handshake_address_, ipc::UniqueIpcAddress("handshake"));
+  VLLM_ASSIGN_OR_RETURN(c->input_address_, ipc::UniqueIpcAddress("input"));
+  VLLM_ASSIGN_OR_RETURN(c->output_address_, ipc::UniqueIpcAddress("output"));
   try {
     c->handshake_.emplace(ipc::ZmqContext(), zmq::socket_type::router);
     c->handshake_->set(zmq::sockopt::linger, 0);
@@ -51,6 +54,9 @@ absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(int32
   } catch (const zmq::error_t& e) {
     return absl::InternalError(absl::StrCat("engine client sockets: ", e.what()));
   }
+  // Engines send nothing on the output socket before READY, so only the accept events show
+  // that their PUSH sockets are connected.
+  VLLM_ASSIGN_OR_RETURN(c->output_accepts_, ipc::AcceptCounter::Start(*c->output_));
   c->engines_.resize(num_engines);
   return c;
 }
@@ -58,6 +64,10 @@ absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(int32
 EngineCoreClient::~EngineCoreClient() {
   stop_.store(true);
   if (receiver_.joinable()) receiver_.join();
+  output_accepts_.reset();  // before output_ closes
+  for (const std::string* a : {&handshake_address_, &input_address_, &output_address_}) {
+    ipc::ReleaseIpcAddress(*a);
+  }
 }
 
 absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
@@ -106,6 +116,21 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
     }
   }
   VLLM_RETURN_IF_ERROR(WaitForRegistrations(deadline, check));
+  absl::Status outputs_connected = output_accepts_->WaitForAccepted(
+      num_engines_, MonoDeadline(deadline), kSlice, check, "engine output connections");
+  if (absl::IsDeadlineExceeded(outputs_connected)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("engine(s) did not connect their output socket (", output_accepts_->accepted(),
+                     " of ", num_engines_, ")"));
+  }
+  VLLM_RETURN_IF_ERROR(outputs_connected);
+  output_accepts_.reset();
+  // Every engine is connected on all three sockets: remove the socket files (the connections
+  // stay; ZMQ never needs to reconnect a Unix socket between live processes, see
+  // ipc/ipc_address.h), so nothing else can connect and a kill -9 leaves nothing behind.
+  for (const std::string* a : {&handshake_address_, &input_address_, &output_address_}) {
+    ipc::ReleaseIpcAddress(*a);
+  }
   receiver_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "vllm-ecc-recv");  // engine outputs → queue
     ReceiveLoop();

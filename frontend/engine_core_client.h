@@ -41,7 +41,8 @@ class EngineCoreClient {
     int32_t max_model_len = 0;
   };
 
-  // Binds the sockets (abstract ipc:// addresses). `num_engines` engines must then connect.
+  // Binds the sockets (private ipc:// socket files, ipc/ipc_address.h). `num_engines` engines
+  // must then connect; WaitForEngines() removes the files once they have.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCoreClient>> Create(
       int32_t num_engines);
   ~EngineCoreClient();
@@ -53,7 +54,8 @@ class EngineCoreClient {
   // whether an engine process died) and its error is returned. DeadlineExceeded names the
   // engines that did not report; an engine's FAILED message is returned as its error.
   // Also waits for each engine's "REGISTER" frame on the input socket, so that the first
-  // request cannot race the engine's connection (EHOSTUNREACH on a router_mandatory ROUTER).
+  // request cannot race the engine's connection (EHOSTUNREACH on a router_mandatory ROUTER),
+  // and for each engine's output connection; then removes the sockets' files.
   [[nodiscard]] absl::Status WaitForEngines(absl::Time deadline,
                                             const std::function<absl::Status()>& check);
   const std::vector<EngineInfo>& engines() const { return engines_; }
@@ -100,6 +102,8 @@ class EngineCoreClient {
   std::optional<zmq::socket_t> handshake_;
   std::optional<zmq::socket_t> input_;   // guarded by send_mu_ after the handshake
   std::optional<zmq::socket_t> output_;  // receive thread only
+  // Counts the engines' output connections until all are in (WaitForEngines).
+  std::unique_ptr<ipc::AcceptCounter> output_accepts_;
   std::vector<EngineInfo> engines_;
   std::thread receiver_;
   std::atomic<bool> stop_{false};

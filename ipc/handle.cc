@@ -14,6 +14,7 @@ namespace {
 constexpr absl::string_view kTag = "vllm-mq";
 constexpr size_t kMaxReaders = 4096;
 constexpr size_t kMaxString = 512;
+constexpr uint32_t kFields = 10;
 }  // namespace
 
 int Handle::LocalIndex(int32_t rank) const {
@@ -24,7 +25,7 @@ int Handle::LocalIndex(int32_t rank) const {
 std::string Handle::Encode() const {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_array(9);
+  pk.pack_array(kFields);
   pk.pack(std::string(kTag));
   pk.pack(kVersion);
   pk.pack(n_readers);
@@ -34,6 +35,7 @@ std::string Handle::Encode() const {
   pk.pack(max_chunk_bytes);
   pk.pack(local_address);
   pk.pack(remote_address);
+  pk.pack(remote_curve);
   return std::string(buf.data(), buf.size());
 }
 
@@ -48,8 +50,8 @@ absl::StatusOr<Handle> Handle::Decode(absl::string_view bytes) {
       msgpack::object_handle oh,
       UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, limits));
   const msgpack::object& o = oh.get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size != 9) {
-    return absl::InvalidArgumentError("queue handle: expected an array of 9 fields");
+  if (o.type != msgpack::type::ARRAY || o.via.array.size < 2) {
+    return absl::InvalidArgumentError("queue handle: expected an array");
   }
   const msgpack::object* f = o.via.array.ptr;
   VLLM_ASSIGN_OR_RETURN(std::string tag, ConvertAs<std::string>(f[0], "handle tag"));
@@ -58,6 +60,10 @@ absl::StatusOr<Handle> Handle::Decode(absl::string_view bytes) {
   if (version != kVersion) {
     return absl::InvalidArgumentError(
         absl::StrCat("queue handle version ", version, " (this build reads ", kVersion, ")"));
+  }
+  if (o.via.array.size != kFields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue handle: expected an array of ", kFields, " fields"));
   }
   Handle h;
   VLLM_ASSIGN_OR_RETURN(h.n_readers, ConvertAs<uint32_t>(f[2], "n_readers"));
@@ -68,6 +74,7 @@ absl::StatusOr<Handle> Handle::Decode(absl::string_view bytes) {
   VLLM_ASSIGN_OR_RETURN(h.max_chunk_bytes, ConvertAs<uint64_t>(f[6], "max_chunk_bytes"));
   VLLM_ASSIGN_OR_RETURN(h.local_address, ConvertAs<std::string>(f[7], "local_address"));
   VLLM_ASSIGN_OR_RETURN(h.remote_address, ConvertAs<std::string>(f[8], "remote_address"));
+  VLLM_ASSIGN_OR_RETURN(h.remote_curve, ConvertAs<bool>(f[9], "remote_curve"));
 
   if (h.n_readers == 0 || h.n_readers > kMaxReaders) {
     return absl::InvalidArgumentError(absl::StrCat("queue handle: n_readers ", h.n_readers));
@@ -88,6 +95,9 @@ absl::StatusOr<Handle> Handle::Decode(absl::string_view bytes) {
   }
   if (has_remote && h.remote_address.empty()) {
     return absl::InvalidArgumentError("queue handle: remote readers but no remote address");
+  }
+  if (h.remote_curve && !has_remote) {
+    return absl::InvalidArgumentError("queue handle: CURVE without remote readers");
   }
   return h;
 }

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "ipc/shm_segment.h"
 #include "ipc/status_macros.h"
 #include "ipc/zmq_util.h"
@@ -60,7 +61,8 @@ absl::StatusOr<std::unique_ptr<MessageQueueWriter>> MessageQueueWriter::Create(
     w->local_->set(zmq::sockopt::xpub_verbose, 1);
     // Unbounded is safe here: the ring admits at most max_chunks messages ahead of a reader.
     w->local_->set(zmq::sockopt::sndhwm, 0);
-    h.local_address = UniqueIpcAddress("mq");
+    VLLM_ASSIGN_OR_RETURN(w->local_address_, ScopedIpcAddress::Create("mq"));
+    h.local_address = w->local_address_.address();
     try {
       w->local_->bind(h.local_address);
     } catch (const zmq::error_t& e) {
@@ -73,6 +75,10 @@ absl::StatusOr<std::unique_ptr<MessageQueueWriter>> MessageQueueWriter::Create(
     w->remote_->set(zmq::sockopt::xpub_verbose, 1);
     w->remote_->set(zmq::sockopt::xpub_nodrop, 1);
     w->remote_->set(zmq::sockopt::sndhwm, std::max(1, options.remote_send_hwm));
+    if (options.remote_curve) {
+      VLLM_RETURN_IF_ERROR(MakeCurveServer(*w->remote_, *options.remote_curve));
+      h.remote_curve = true;
+    }
     VLLM_ASSIGN_OR_RETURN(h.remote_address,
                           BindTcp(*w->remote_, options.remote_host, options.remote_port));
   }
@@ -121,6 +127,10 @@ absl::Status MessageQueueWriter::WaitUntilReady(absl::Time deadline) {
     if (local_) VLLM_RETURN_IF_ERROR(CountSubscriptions(*local_, local_subscribed_));
     if (remote_) VLLM_RETURN_IF_ERROR(CountSubscriptions(*remote_, remote_subscribed_));
   }
+  // Everyone has mapped the segment and connected (a subscription arrives over an established
+  // connection): drop both names so no crash can leak them, before the readers hear READY.
+  if (ring_) ring_->ring().segment().Unlink();
+  local_address_.Release();
   for (auto* s : {local_ ? &*local_ : nullptr, remote_ ? &*remote_ : nullptr}) {
     if (s == nullptr) continue;
     std::vector<zmq::message_t> parts;
@@ -129,8 +139,6 @@ absl::Status MessageQueueWriter::WaitUntilReady(absl::Time deadline) {
         *s, parts, deadline_ns, wait_.liveness_interval, [this] { return CheckCancelled(); },
         "ready message"));
   }
-  // Everyone has mapped the segment: drop its name so no crash can leak it.
-  if (ring_) ring_->ring().segment().Unlink();
   ready_ = true;
   return absl::OkStatus();
 }
@@ -212,7 +220,8 @@ void MessageQueueWriter::Cancel() {
 // MessageQueueReader
 
 absl::StatusOr<std::unique_ptr<MessageQueueReader>> MessageQueueReader::Attach(
-    const Handle& handle, int32_t rank, const WaitOptions& wait) {
+    const Handle& handle, int32_t rank, const WaitOptions& wait,
+    const std::optional<CurveKeys>& curve) {
   if (rank < 0 || static_cast<uint32_t>(rank) >= handle.n_readers) {
     return absl::InvalidArgumentError(
         absl::StrCat("reader rank ", rank, " is outside 0..", handle.n_readers - 1));
@@ -234,10 +243,24 @@ absl::StatusOr<std::unique_ptr<MessageQueueReader>> MessageQueueReader::Attach(
                           RingReader::Attach(std::move(ring), static_cast<uint32_t>(index), wait));
     r->sub_->connect(handle.local_address);
   } else {
-    // Notice a writer that vanished: ZMQ reports the TCP connection's state on a monitor.
+    if (handle.remote_curve && !curve) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the queue at ", handle.remote_address,
+                       " accepts only readers holding the cluster key (CURVE): none was given"));
+    }
+    if (!handle.remote_curve && curve) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a cluster key was given but the writer at ", handle.remote_address,
+                       " does not use CURVE (give the writer the key too)"));
+    }
+    if (curve) VLLM_RETURN_IF_ERROR(MakeCurveClient(*r->sub_, *curve));
+    // Notice a writer that vanished, or that refused us: ZMQ reports the TCP connection's
+    // state on a monitor.
     const std::string monitor_address = absl::StrCat("inproc://mq-monitor-", UniqueToken());
     if (zmq_socket_monitor(r->sub_->handle(), monitor_address.c_str(),
-                           ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
       return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
     }
     r->monitor_.emplace(ZmqContext(), zmq::socket_type::pair);
@@ -269,13 +292,37 @@ absl::Status MessageQueueReader::Check() const {
     zmq::message_t event;
     if (!self->monitor_->recv(event, zmq::recv_flags::dontwait)) return absl::OkStatus();
     uint16_t id = 0;
-    if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+    uint32_t value = 0;
+    if (event.size() >= 6) {
+      std::memcpy(&id, event.data(), 2);
+      std::memcpy(&value, static_cast<const uint8_t*>(event.data()) + 2, 4);
+    }
     while (event.more()) (void)self->monitor_->recv(event, zmq::recv_flags::none);
-    if (id == ZMQ_EVENT_CONNECTED) self->connected_ = true;
+    if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) self->connected_ = true;
     if (id == ZMQ_EVENT_DISCONNECTED && connected_) {
+      self->connected_ = false;
       return absl::UnavailableError(absl::StrCat("lost the connection to the writer at ",
                                                  handle_.remote_address,
                                                  " (it died, or the network failed)"));
+    }
+    if (id == ZMQ_EVENT_DISCONNECTED && handle_.remote_curve) {
+      // The writer hangs up during the CURVE handshake when our box does not open with its
+      // key: we hold another cluster key.
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the writer at ", handle_.remote_address,
+          " closed the connection during the CURVE handshake: does this reader hold the same "
+          "cluster key as the writer?"));
+    }
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      return absl::PermissionDeniedError(absl::StrCat("the writer at ", handle_.remote_address,
+                                                      " refused this reader (ZAP status ", value,
+                                                      "): its CURVE key is not the cluster key"));
+    }
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+      return absl::PermissionDeniedError(absl::StrFormat(
+          "security handshake with the writer at %s failed (ZMQ protocol error %#x): do both "
+          "sides use the same cluster key setting?",
+          handle_.remote_address, value));
     }
   }
 }

@@ -3,12 +3,16 @@
 //
 //  - Readers on this node ("local") read from a shared-memory ring (shm_ring_buffer.h); a
 //    message larger than a chunk is marked "overflow" in its chunk and travels over a ZMQ
-//    PUB/SUB socket on an abstract ipc:// address.
-//  - Readers on other nodes ("remote") receive every message over a TCP PUB/SUB socket.
+//    PUB/SUB socket on a private ipc:// address (ipc_address.h), whose file is removed once
+//    every local reader has subscribed.
+//  - Readers on other nodes ("remote") receive every message over a TCP PUB/SUB socket,
+//    optionally CURVE-authenticated with the cluster key (curve.h): then a reader without the
+//    key receives nothing and does not count as attached.
 //  - A Handle (handle.h) describes the queue; readers attach from it by rank.
 //  - Both sides call WaitUntilReady(): the writer returns once every reader attached and
-//    subscribed, then unlinks the segment's name so a kill -9 of anyone leaves nothing in
-//    /dev/shm; a reader returns once the writer said so.
+//    subscribed, then unlinks the segment's name and the ipc:// socket file so a kill -9 of
+//    anyone leaves nothing in /dev/shm or the file system; a reader returns once the writer
+//    said so (after the unlinking).
 //  - Dead peers are reported (Unavailable naming the rank and pid), waits take deadlines
 //    (DeadlineExceeded naming whom they wait for) and Cancel() ends them from another thread.
 //
@@ -33,7 +37,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "ipc/curve.h"
 #include "ipc/handle.h"
+#include "ipc/ipc_address.h"
 #include "ipc/shm_ring_buffer.h"
 #include "ipc/wait_strategy.h"
 
@@ -53,13 +59,17 @@ struct MessageQueueOptions {
   int remote_port = 0;
   // Messages queued per remote reader before Enqueue waits (never drops).
   int remote_send_hwm = 1024;
+  // The cluster key (curve.h): remote readers must hold it (CURVE). nullopt: plain TCP, for a
+  // trusted network only. The handle records that CURVE is required, never the key.
+  std::optional<CurveKeys> remote_curve;
   WaitOptions wait;
 };
 
 class MessageQueueWriter {
  public:
   // Creates the ring (when some reader is local) and binds the sockets. InvalidArgument for bad
-  // options; ResourceExhausted when shared memory cannot be had.
+  // options; ResourceExhausted when shared memory cannot be had; FailedPrecondition when
+  // remote_curve is set and libzmq has no CURVE.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MessageQueueWriter>> Create(
       const MessageQueueOptions& options);
   // Closes the queue (readers drain, then see Cancelled) and releases everything.
@@ -67,8 +77,9 @@ class MessageQueueWriter {
 
   const Handle& handle() const { return handle_; }
 
-  // Returns once every reader has attached and subscribed; then unlinks the segment name.
-  // DeadlineExceeded names the readers still missing.
+  // Returns once every reader has attached and subscribed; then unlinks the segment name and
+  // the local socket file, and tells the readers. DeadlineExceeded names the readers still
+  // missing.
   [[nodiscard]] absl::Status WaitUntilReady(absl::Time deadline);
 
   // Broadcasts one message made of `parts` concatenated (a gather write). Waits while the ring
@@ -106,6 +117,7 @@ class MessageQueueWriter {
   Handle handle_;
   WaitOptions wait_;
   std::unique_ptr<RingWriter> ring_;     // when some reader is local
+  ScopedIpcAddress local_address_;       // local_'s socket file, until every reader subscribed
   std::optional<zmq::socket_t> local_;   // XPUB for oversize payloads to local readers
   std::optional<zmq::socket_t> remote_;  // XPUB for every payload to remote readers
   uint32_t n_local_ = 0, n_remote_ = 0;
@@ -119,10 +131,13 @@ class MessageQueueWriter {
 class MessageQueueReader {
  public:
   // Attaches as reader `rank` of the queue `handle` describes: through shared memory if the
-  // rank is local, else over TCP. NotFound if the segment is gone (the writer is ready already
-  // or died), FailedPrecondition if another process attached as this rank.
+  // rank is local, else over TCP, with `curve` (the cluster key) when the handle says the
+  // writer requires it. NotFound if the segment is gone (the writer is ready already or died),
+  // FailedPrecondition if another process attached as this rank, or if `curve` is missing
+  // (or given) for a remote rank and the writer does (or does not) use CURVE.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<MessageQueueReader>> Attach(
-      const Handle& handle, int32_t rank, const WaitOptions& wait = {});
+      const Handle& handle, int32_t rank, const WaitOptions& wait = {},
+      const std::optional<CurveKeys>& curve = std::nullopt);
   ~MessageQueueReader();
 
   // Returns once the writer has seen every reader attach.
@@ -132,7 +147,8 @@ class MessageQueueReader {
   // ZMQ frame), then releases it; returns visit()'s status. The bytes are valid only during the
   // call. Errors: Cancelled (writer closed and every message was read, or Cancel()),
   // Unavailable (writer died), DeadlineExceeded (the message is not consumed and the next call
-  // waits for it again), DataLoss (a corrupt frame).
+  // waits for it again), DataLoss (a corrupt frame), PermissionDenied (a remote writer refused
+  // this reader's CURVE key, or the security handshake failed).
   [[nodiscard]] absl::Status Dequeue(absl::FunctionRef<absl::Status(ByteSpan)> visit,
                                      absl::Time deadline = absl::InfiniteFuture());
   // Copies the next message out.
@@ -160,7 +176,7 @@ class MessageQueueReader {
   std::unique_ptr<RingReader> ring_;      // local readers
   std::optional<zmq::socket_t> sub_;      // SUB: oversize (local) or every message (remote)
   std::optional<zmq::socket_t> monitor_;  // remote: connection events of sub_
-  bool connected_ = false;                // remote: sub_ has been connected once
+  bool connected_ = false;                // remote: a handshake with the writer succeeded
   std::vector<zmq::message_t> parts_;     // last received frame
   std::atomic<bool> cancelled_{false};
 };

@@ -34,7 +34,11 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string
                                                                size_t bytes) {
   auto impl = std::make_unique<Impl>();
   try {
-    impl->shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write);
+    // Owner only: until it is unlinked the name is in /dev/shm, and Boost's default (0644)
+    // would let every local user map the queue's messages (Boost applies the mode with fchmod,
+    // so the umask does not matter).
+    impl->shm = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
+                                          bip::permissions(0600));
   } catch (const bip::interprocess_exception& e) {
     if (e.get_error_code() == bip::already_exists_error) {
       return absl::AlreadyExistsError(absl::StrCat("shared memory '", name, "' already exists"));

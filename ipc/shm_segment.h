@@ -19,8 +19,9 @@ namespace vllm::ipc {
 class ShmSegment {
  public:
   // Creates a new segment of `bytes` zero-filled bytes named `name` (no leading '/'; it shows up
-  // as /dev/shm/<name>). Fails with AlreadyExists if the name is taken. The creator unlinks the
-  // name in its destructor unless Unlink() ran before.
+  // as /dev/shm/<name>, mode 0600: only this user's processes can open it). Fails with
+  // AlreadyExists if the name is taken. The creator unlinks the name in its destructor unless
+  // Unlink() ran before.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(const std::string& name,
                                                                           size_t bytes);
   // Opens an existing segment read-write and maps all of it. NotFound if there is none.

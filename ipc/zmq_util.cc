@@ -1,9 +1,11 @@
 #include "ipc/zmq_util.h"
 
 #include <unistd.h>
+#include <zmq.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -22,10 +24,6 @@ std::string UniqueToken() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   return absl::StrFormat("%d-%d-%08x", getpid(), counter.fetch_add(1),
                          static_cast<uint32_t>(rng()));
-}
-
-std::string UniqueIpcAddress(absl::string_view tag) {
-  return absl::StrCat("ipc://@vllm-", tag, "-", UniqueToken());
 }
 
 absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view host, int port) {
@@ -131,6 +129,52 @@ absl::Status SendMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& p
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<AcceptCounter>> AcceptCounter::Start(zmq::socket_t& socket) {
+  const std::string address = absl::StrCat("inproc://accept-monitor-", UniqueToken());
+  if (zmq_socket_monitor(socket.handle(), address.c_str(), ZMQ_EVENT_ACCEPTED) != 0) {
+    return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
+  }
+  try {
+    zmq::socket_t events(ZmqContext(), zmq::socket_type::pair);
+    events.set(zmq::sockopt::linger, 0);
+    events.connect(address);
+    return std::unique_ptr<AcceptCounter>(new AcceptCounter(socket, std::move(events)));
+  } catch (const zmq::error_t& e) {
+    zmq_socket_monitor(socket.handle(), nullptr, 0);
+    return absl::InternalError(absl::StrCat("accept monitor: ", e.what()));
+  }
+}
+
+AcceptCounter::~AcceptCounter() { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+
+void AcceptCounter::Drain() {
+  while (true) {
+    zmq::message_t event;
+    if (!events_.recv(event, zmq::recv_flags::dontwait)) return;
+    uint16_t id = 0;
+    if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+    while (event.more()) (void)events_.recv(event, zmq::recv_flags::none);  // the endpoint
+    if (id == ZMQ_EVENT_ACCEPTED) ++accepted_;
+  }
+}
+
+absl::Status AcceptCounter::WaitForAccepted(int n, int64_t deadline_ns, absl::Duration slice,
+                                            const std::function<absl::Status()>& check,
+                                            absl::string_view what) {
+  while (true) {
+    Drain();
+    if (accepted_ >= n) return absl::OkStatus();
+    absl::Status st = PollUntil(events_, ZMQ_POLLIN, deadline_ns, slice, check, what);
+    if (absl::IsDeadlineExceeded(st)) {
+      Drain();
+      if (accepted_ >= n) return absl::OkStatus();
+      return absl::DeadlineExceededError(
+          absl::StrCat("timed out waiting for ", what, ": ", accepted_, " of ", n, " connected"));
+    }
+    if (!st.ok()) return st;
+  }
 }
 
 }  // namespace vllm::ipc

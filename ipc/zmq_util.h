@@ -1,11 +1,13 @@
-// ZeroMQ helpers shared by ipc/ and the layers above: one process-wide context, unique
-// endpoint names that leave nothing in the file system, and sends/receives bounded by a
-// deadline that keep checking a caller-supplied condition (cancelled, peer dead).
+// ZeroMQ helpers shared by ipc/ and the layers above: one process-wide context, sends/receives
+// bounded by a deadline that keep checking a caller-supplied condition (cancelled, peer dead),
+// and a count of the connections a bound socket accepted. Private ipc:// addresses are in
+// ipc_address.h (included here for the callers of UniqueIpcAddress).
 #ifndef VLLM_IPC_ZMQ_UTIL_H_
 #define VLLM_IPC_ZMQ_UTIL_H_
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "ipc/ipc_address.h"
 
 namespace vllm::ipc {
 
@@ -22,10 +25,6 @@ namespace vllm::ipc {
 // destruction order issues; every socket we make has linger 0). Not fork-safe: a forked child
 // must exec or use only a context it creates itself.
 zmq::context_t& ZmqContext();
-
-// "ipc://@vllm-<tag>-<pid>-<n>-<random>": an abstract-namespace Unix socket, which vanishes with
-// its owner instead of leaving a file behind.
-std::string UniqueIpcAddress(absl::string_view tag);
 
 // A unique token "<pid>-<n>-<random hex>" for naming shared objects of this process.
 std::string UniqueToken();
@@ -56,6 +55,35 @@ std::string UniqueToken();
                                          int64_t deadline_ns, absl::Duration slice,
                                          const std::function<absl::Status()>& check,
                                          absl::string_view what);
+
+// Counts the connections a bound socket has accepted (ZMQ_EVENT_ACCEPTED on a socket monitor),
+// so that its owner knows when every peer is connected and the ipc:// name can be released even
+// where no message proves it (a PULL whose peers have nothing to send yet). Start it after
+// bind() and before the address is handed out. Not thread-safe: use it from the thread that
+// owns the socket; destroy it before the socket.
+class AcceptCounter {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<AcceptCounter>> Start(zmq::socket_t& socket);
+  ~AcceptCounter();  // stops the monitor
+  AcceptCounter(const AcceptCounter&) = delete;
+  AcceptCounter& operator=(const AcceptCounter&) = delete;
+
+  // Returns once `n` connections in all have been accepted; check()'s error, or
+  // DeadlineExceeded naming `what` and the count so far.
+  [[nodiscard]] absl::Status WaitForAccepted(int n, int64_t deadline_ns, absl::Duration slice,
+                                             const std::function<absl::Status()>& check,
+                                             absl::string_view what);
+  int accepted() const { return accepted_; }
+
+ private:
+  AcceptCounter(zmq::socket_t& socket, zmq::socket_t events)
+      : socket_(socket), events_(std::move(events)) {}
+  void Drain();
+
+  zmq::socket_t& socket_;
+  zmq::socket_t events_;  // PAIR connected to the monitor
+  int accepted_ = 0;
+};
 
 }  // namespace vllm::ipc
 

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -137,6 +138,26 @@ std::set<std::string> ShmEntries() {
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] != '.') out.insert(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+std::set<std::string> OrphanedIpcDirs() {
+  std::set<std::string> out;
+  std::set<std::string> bases = {"/tmp"};
+  for (const char* var : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
+    if (const char* dir = getenv(var); dir != nullptr && dir[0] == '/') bases.insert(dir);
+  }
+  for (const std::string& base : bases) {
+    DIR* d = opendir(base.c_str());
+    if (d == nullptr) continue;
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind("vllm-ipc-", 0) != 0) continue;
+      const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + 9));
+      if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) out.insert(base + "/" + name);
     }
     closedir(d);
   }

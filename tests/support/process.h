@@ -48,6 +48,9 @@ std::string BinDir();
 std::vector<pid_t> ChildrenOf(pid_t parent);
 // Names in /dev/shm right now.
 std::set<std::string> ShmEntries();
+// Private ipc:// endpoint directories (ipc/ipc_address.h: <base>/vllm-ipc-<pid>-XXXXXX, <base>
+// being $XDG_RUNTIME_DIR, $TMPDIR or /tmp) whose process is gone: what a dead process left.
+std::set<std::string> OrphanedIpcDirs();
 // "exited 3" / "killed by signal 9" for a wait status.
 std::string DescribeWaitStatus(int status);
 

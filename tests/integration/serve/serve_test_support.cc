@@ -348,6 +348,7 @@ MetricSamples ScrapeMetrics(int port) {
 void ServeTest::SetUp() {
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphans come to us: we can count them
   shm_before_ = ShmEntries();
+  ipc_dirs_before_ = OrphanedIpcDirs();
 }
 
 void ServeTest::StartServer(const std::vector<std::string>& args,
@@ -381,6 +382,9 @@ void ServeTest::TearDown() {
   }
   EXPECT_TRUE(Descendants().empty()) << "processes left behind";
   EXPECT_EQ(ShmEntries(), shm_before_) << "shared memory left behind";
+  for (const std::string& dir : OrphanedIpcDirs()) {
+    EXPECT_TRUE(ipc_dirs_before_.count(dir) > 0) << "ipc endpoint directory left behind: " << dir;
+  }
   // Whatever is left is killed, so one failing test does not break the next.
   for (pid_t pid : Descendants()) kill(pid, SIGKILL);
 }

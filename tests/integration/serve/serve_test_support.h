@@ -101,7 +101,8 @@ double SumOf(const MetricSamples& samples, const std::string& name);
 MetricSamples ScrapeMetrics(int port);
 
 // Starts `vllm-launch` (with the bundled model unless args say otherwise) and checks on
-// tear-down that every descendant has exited and /dev/shm is as it was. Makes the test
+// tear-down that every descendant has exited, /dev/shm is as it was and no ipc:// endpoint
+// directory of a dead process was added. Makes the test
 // process a child subreaper so orphans can be counted and reaped.
 class ServeTest : public ::testing::Test {
  public:
@@ -123,6 +124,7 @@ class ServeTest : public ::testing::Test {
                    const std::vector<std::string>& prefix = {});
 
   std::set<std::string> shm_before_;
+  std::set<std::string> ipc_dirs_before_;  // OrphanedIpcDirs() at SetUp
   std::optional<Subprocess> server_;
   int port_ = 0;
 };

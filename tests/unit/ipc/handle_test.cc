@@ -15,8 +15,9 @@ Handle Sample() {
   h.shm_name = "vllm-mq-1-2-3";
   h.max_chunks = 10;
   h.max_chunk_bytes = 1 << 20;
-  h.local_address = "ipc://@vllm-mq-x";
+  h.local_address = "ipc:///tmp/vllm-ipc-1-AbCdEf/mq-0";
   h.remote_address = "tcp://127.0.0.1:5555";
+  h.remote_curve = true;
   return h;
 }
 
@@ -60,6 +61,31 @@ TEST_F(HandleTest, RejectsInconsistentFields) {
   h = Sample();
   h.n_readers = 0;
   EXPECT_FALSE(Handle::Decode(h.Encode()).ok());
+  h = Sample();
+  h.local_reader_ranks = {0, 1, 2, 3};  // no remote reader
+  h.remote_address.clear();
+  EXPECT_FALSE(Handle::Decode(h.Encode()).ok()) << "CURVE without remote readers";
+  h.remote_curve = false;
+  EXPECT_TRUE(Handle::Decode(h.Encode()).ok());
+}
+
+// Version 1 handles (no remote_curve field) are refused by version, not misread.
+TEST_F(HandleTest, RejectsTheOldVersion) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(9);
+  pk.pack(std::string("vllm-mq"));
+  pk.pack(1u);
+  pk.pack(1u);
+  pk.pack(std::vector<int32_t>{0});
+  pk.pack(std::string("vllm-mq-1-2-3"));
+  pk.pack(10u);
+  pk.pack(1024u);
+  pk.pack(std::string("ipc:///tmp/x/mq-0"));
+  pk.pack(std::string(""));
+  auto st = Handle::Decode({buf.data(), buf.size()});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("version 1"), std::string::npos) << st.status();
 }
 
 TEST_F(HandleTest, RejectsWrongShapes) {

@@ -1,9 +1,13 @@
 #include "ipc/message_queue.h"
 
+#include <sys/stat.h>
+
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "ipc/curve.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/zmq_util.h"
 #include "tests/support/mq_pattern.h"
@@ -23,13 +27,16 @@ struct Fixture {
   std::vector<std::unique_ptr<MessageQueueReader>> readers;
 };
 
-absl::StatusOr<Fixture> MakeQueue(MessageQueueOptions opt, WaitOptions reader_wait = {}) {
+absl::StatusOr<Fixture> MakeQueue(MessageQueueOptions opt, WaitOptions reader_wait = {},
+                                  const std::optional<CurveKeys>& remote_reader_curve = {}) {
   Fixture f;
   auto w = MessageQueueWriter::Create(opt);
   if (!w.ok()) return w.status();
   f.writer = std::move(*w);
   for (uint32_t r = 0; r < opt.n_readers; ++r) {
-    auto rd = MessageQueueReader::Attach(f.writer->handle(), static_cast<int32_t>(r), reader_wait);
+    const bool local = f.writer->handle().LocalIndex(static_cast<int32_t>(r)) >= 0;
+    auto rd = MessageQueueReader::Attach(f.writer->handle(), static_cast<int32_t>(r), reader_wait,
+                                         local ? std::nullopt : remote_reader_curve);
     if (!rd.ok()) return rd.status();
     f.readers.push_back(std::move(*rd));
   }
@@ -93,6 +100,12 @@ TEST_P(MessageQueueTest, BroadcastsEveryMessageInOrderIncludingOversize) {
   opt.max_chunks = 8;
   auto f = MakeQueue(opt);
   ASSERT_TRUE(f.ok()) << f.status();
+  // Every reader has subscribed: the oversize socket's file is gone (its messages still flow
+  // over the established connections below).
+  const std::string local = f->writer->handle().local_address;
+  ASSERT_EQ(local.rfind("ipc:///", 0), 0u) << local;
+  struct stat st {};
+  EXPECT_NE(lstat(local.substr(6).c_str(), &st), 0) << local << " still exists";
   StreamAndCheck(*f, 20000, 11, opt.max_chunk_bytes);
 }
 
@@ -115,6 +128,106 @@ TEST(MessageQueueRemoteTest, TcpReaderGetsTheSameStreamAsLocalOnes) {
             absl::StatusCode::kCancelled);
   EXPECT_EQ(f->readers[0]->DequeueBytes(In(absl::Seconds(10))).status().code(),
             absl::StatusCode::kCancelled);
+}
+
+TEST(MessageQueueCurveTest, ReadersWithTheClusterKeyGetEveryMessage) {
+  auto keys = GenerateCurveKeys();
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  MessageQueueOptions opt;
+  opt.n_readers = 3;
+  opt.local_reader_ranks = std::vector<int32_t>{0};
+  opt.max_chunk_bytes = 1024;
+  opt.remote_curve = *keys;
+  auto f = MakeQueue(opt, {}, *keys);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(f->writer->handle().remote_curve);
+  const std::string text = f->writer->handle().ToText();
+  auto decoded = Handle::FromText(text);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->Encode().find(keys->secret_key), std::string::npos) << "key in the handle";
+  EXPECT_EQ(decoded->Encode().find(keys->public_key), std::string::npos) << "key in the handle";
+  StreamAndCheck(*f, 3000, 13, opt.max_chunk_bytes);
+}
+
+// A reader without the key (it forged the handle's CURVE flag away) or with another key attaches
+// without error but receives nothing, and the writer does not count it as attached; the reader
+// with the key then gets every message.
+TEST(MessageQueueCurveTest, ReadersWithoutTheClusterKeyGetNothing) {
+  auto keys = GenerateCurveKeys();
+  auto other = GenerateCurveKeys();
+  ASSERT_TRUE(keys.ok() && other.ok());
+  MessageQueueOptions opt;
+  opt.n_readers = 1;
+  opt.local_reader_ranks = std::vector<int32_t>{};
+  opt.remote_curve = *keys;
+  auto w = MessageQueueWriter::Create(opt);
+  ASSERT_TRUE(w.ok()) << w.status();
+  MessageQueueWriter& writer = **w;
+
+  auto keyless = MessageQueueReader::Attach(writer.handle(), 0);
+  ASSERT_FALSE(keyless.ok());
+  EXPECT_EQ(keyless.status().code(), absl::StatusCode::kFailedPrecondition) << keyless.status();
+
+  Handle forged = writer.handle();
+  forged.remote_curve = false;
+  auto plain = MessageQueueReader::Attach(forged, 0);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  auto wrong = MessageQueueReader::Attach(writer.handle(), 0, {}, *other);
+  ASSERT_TRUE(wrong.ok()) << wrong.status();
+  // One that knows the writer's public key (not a secret) but not the cluster secret: CURVE
+  // alone would let it in; the ZAP handler does not.
+  zmq::socket_t spy(ZmqContext(), zmq::socket_type::sub);
+  spy.set(zmq::sockopt::linger, 0);
+  spy.set(zmq::sockopt::curve_serverkey, keys->public_key);
+  spy.set(zmq::sockopt::curve_publickey, other->public_key);
+  spy.set(zmq::sockopt::curve_secretkey, other->secret_key);
+  spy.set(zmq::sockopt::subscribe, "");
+  spy.connect(writer.handle().remote_address);
+
+  absl::Status early = writer.WaitUntilReady(In(absl::Milliseconds(1500)));
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
+  // What the intruders' calls returned: never OK; the refusal is reported as such (not as a
+  // slow writer) at least once.
+  std::vector<absl::Status> seen[2];
+  for (int i = 0; i < 2; ++i) {
+    MessageQueueReader& intruder = i == 0 ? **plain : **wrong;
+    seen[i].push_back(intruder.WaitUntilReady(In(absl::Milliseconds(300))));
+  }
+
+  auto good = MessageQueueReader::Attach(writer.handle(), 0, {}, *keys);
+  ASSERT_TRUE(good.ok()) << good.status();
+  absl::Status good_ready;
+  std::thread t([&] { good_ready = (*good)->WaitUntilReady(In(absl::Seconds(20))); });
+  absl::Status ready = writer.WaitUntilReady(In(absl::Seconds(20)));
+  t.join();
+  ASSERT_TRUE(ready.ok()) << ready;
+  ASSERT_TRUE(good_ready.ok()) << good_ready;
+  for (int i = 0; i < 3; ++i) {
+    const std::string msg = "secret " + std::to_string(i);
+    ASSERT_TRUE(writer.Enqueue({reinterpret_cast<const uint8_t*>(msg.data()), msg.size()}).ok());
+    auto got = (*good)->DequeueBytes(In(absl::Seconds(10)));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(std::string(got->begin(), got->end()), msg);
+  }
+  for (int i = 0; i < 2; ++i) {
+    MessageQueueReader& intruder = i == 0 ? **plain : **wrong;
+    auto refused = [&] {
+      for (const absl::Status& st : seen[i]) {
+        if (st.code() == absl::StatusCode::kPermissionDenied) return true;
+      }
+      return false;
+    };
+    const absl::Time until = In(absl::Seconds(5));
+    do {
+      auto got = intruder.DequeueBytes(In(absl::Milliseconds(500)));
+      ASSERT_FALSE(got.ok()) << "intruder " << i << " received " << got->size() << " bytes";
+      seen[i].push_back(got.status());
+    } while (!refused() && absl::Now() < until);
+    for (const absl::Status& st : seen[i]) EXPECT_FALSE(st.ok());
+    EXPECT_TRUE(refused()) << "intruder " << i << ": " << seen[i].back();
+  }
+  zmq::pollitem_t item{spy.handle(), 0, ZMQ_POLLIN, 0};
+  EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(300)), 0) << "the spy got a frame";
 }
 
 // Every wait blocks on the futex (no spinning) and nothing re-checks periodically: a lost
