@@ -1,0 +1,206 @@
+// Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
+// into <out>/engine_protocol/ and <out>/worker_protocol/ (normally tests/fuzz/corpus).
+// Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
+//   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
+// Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/codec.h"
+#include "ipc/handle.h"
+#include "worker/worker_protocol.h"
+
+namespace vllm::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+
+void Write(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", (dir / name).c_str());
+    std::exit(1);
+  }
+}
+
+core::SamplingParams Sampling(bool full) {
+  core::SamplingParams p;
+  if (!full) return p;
+  p.n = 2;
+  p.temperature = 0.7;
+  p.top_p = 0.9;
+  p.top_k = 40;
+  p.min_p = 0.05;
+  p.presence_penalty = -0.5;
+  p.frequency_penalty = 1.25;
+  p.repetition_penalty = 1.1;
+  p.seed = -12345;
+  p.max_tokens = 64;
+  p.min_tokens = 2;
+  p.stop_token_ids = {2, 128009};
+  p.ignore_eos = true;
+  p.logprobs = 5;
+  return p;
+}
+
+core::TokenLogprobs Logprobs() {
+  core::TokenLogprobs t;
+  t.token_ids = {17, 4, 99};
+  t.logprobs = {0.0f, -1.5f, -std::numeric_limits<float>::infinity()};
+  t.sampled_token_rank = 1;
+  return t;
+}
+
+void EngineSeeds(const fs::path& dir) {
+  Write(dir, "sampling_params_default", core::Encode(Sampling(false)));
+  Write(dir, "sampling_params_full", core::Encode(Sampling(true)));
+
+  core::EngineCoreRequest request;
+  request.request_id = "cmpl-0123456789abcdef-0";
+  request.prompt_token_ids = {0, 791, 1917, 315, 279, 11, 13};
+  request.sampling_params = Sampling(false);
+  request.arrival_time = 1700000000.25;
+  Write(dir, "engine_core_request_plain", core::Encode(request));
+  request.sampling_params = Sampling(true);
+  request.eos_token_id = 1;
+  request.priority = -3;
+  request.cache_salt = "salt";
+  request.data_parallel_rank = 1;
+  Write(dir, "engine_core_request_full", core::Encode(request));
+
+  core::SchedulerStats stats;
+  stats.num_running_reqs = 3;
+  stats.num_waiting_reqs = 1;
+  stats.kv_cache_usage = 0.375;
+  stats.prefix_cache_stats = {true, 10, 320, 64};
+  stats.num_preemptions = 2;
+  Write(dir, "scheduler_stats", core::Encode(stats));
+
+  core::EngineCoreOutputs outputs;
+  outputs.engine_index = 0;
+  outputs.timestamp = 1700000001.5;
+  core::EngineCoreOutput o;
+  o.request_id = "cmpl-a-0";
+  o.new_token_ids = {42};
+  outputs.outputs.push_back(o);
+  Write(dir, "engine_core_outputs_step", core::Encode(outputs));
+  o.request_id = "chatcmpl-b-1";
+  o.new_token_ids = {7, 8};
+  o.finish_reason = core::FinishReason::kStop;
+  o.stop_reason = 128009;
+  o.num_cached_tokens = 16;
+  o.logprobs = {Logprobs(), Logprobs()};
+  outputs.outputs.push_back(o);
+  outputs.scheduler_stats = stats;
+  outputs.finished_requests = {"cmpl-a-0", "cmpl-z-3"};
+  outputs.wave_complete = 4;
+  outputs.start_wave = 5;
+  Write(dir, "engine_core_outputs_full", core::Encode(outputs));
+
+  core::SchedulerOutput so;
+  so.step_id = 7;
+  core::NewRequestData nr;
+  nr.req_id = "cmpl-a-0";
+  nr.prompt_token_ids = {0, 791, 1917};
+  nr.sampling_params = Sampling(true);
+  nr.block_ids = {0, 1};
+  nr.num_computed_tokens = 0;
+  so.scheduled_new_reqs.push_back(nr);
+  core::CachedRequestData& cached = so.scheduled_cached_reqs;
+  cached.req_ids = {"cmpl-b-0", "cmpl-c-0"};
+  cached.resumed_from_preemption = {0, 1};
+  cached.new_token_ids = {5, 6, 7};
+  cached.new_token_ids_offsets = {0, 1, 3};
+  cached.new_block_ids = {9};
+  cached.new_block_ids_offsets = {0, 0, 1};
+  cached.num_computed_tokens = {20, 33};
+  so.num_scheduled_tokens = {3, 1, 2};
+  so.total_num_scheduled_tokens = 6;
+  so.finished_req_ids = {"cmpl-d-0"};
+  so.preempted_req_ids = {"cmpl-e-0"};
+  Write(dir, "scheduler_output_full", core::Encode(so));
+  Write(dir, "scheduler_output_empty", core::Encode(core::SchedulerOutput{}));
+
+  core::ModelRunnerOutput mro;
+  mro.req_ids = {"cmpl-a-0", "cmpl-b-0"};
+  mro.sampled_token_ids = {{42}, {}};
+  mro.logprobs = {{Logprobs()}, {}};
+  Write(dir, "model_runner_output", core::Encode(mro));
+
+  Write(dir, "start_dp_wave", core::Encode(core::StartDpWave{3, 1}));
+  const std::vector<std::string> aborts = {"cmpl-a-0", "chatcmpl-b-1"};
+  Write(dir, "abort_requests", core::EncodeAbortRequests(aborts));
+}
+
+void WorkerSeeds(const fs::path& dir) {
+  ipc::Handle h;
+  h.n_readers = 4;
+  h.local_reader_ranks = {0, 1, 3};
+  h.shm_name = "vllm-mq-1-2-3";
+  h.max_chunks = 10;
+  h.max_chunk_bytes = 1 << 20;
+  h.local_address = "ipc://@vllm-mq-x";
+  h.remote_address = "tcp://127.0.0.1:5555";
+  Write(dir, "handle", h.Encode());
+  Write(dir, "handle_text", h.ToText());
+  ipc::Handle remote;  // readers on other nodes only, CURVE-authenticated
+  remote.n_readers = 2;
+  remote.max_chunks = 4;
+  remote.max_chunk_bytes = 4096;
+  remote.remote_address = "tcp://10.0.0.2:29500";
+  remote.remote_curve = true;
+  Write(dir, "handle_remote_curve", remote.Encode());
+
+  worker::ReadyMessage ready;
+  ready.rank = 1;
+  ready.pid = 4242;
+  ready.response_handle = h.ToText();
+  Write(dir, "ready_ok", worker::EncodeReady(ready));
+  ready.code = absl::StatusCode::kResourceExhausted;
+  ready.message = "not enough memory for the KV cache";
+  ready.response_handle.clear();
+  Write(dir, "ready_error", worker::EncodeReady(ready));
+
+  core::SchedulerOutput so;
+  so.step_id = 1;
+  so.num_scheduled_tokens = {1};
+  so.total_num_scheduled_tokens = 1;
+  so.scheduled_cached_reqs.req_ids = {"cmpl-a-0"};
+  so.scheduled_cached_reqs.resumed_from_preemption = {0};
+  so.scheduled_cached_reqs.new_token_ids = {42};
+  so.scheduled_cached_reqs.new_token_ids_offsets = {0, 1};
+  so.scheduled_cached_reqs.new_block_ids_offsets = {0, 0};
+  so.scheduled_cached_reqs.num_computed_tokens = {12};
+  Write(dir, "call_execute_model",
+        worker::EncodeCallPrefix({9, "execute_model", -1}) + core::Encode(so));
+  Write(dir, "call_shutdown", worker::EncodeCallPrefix({10, "shutdown", 0}));
+  Write(dir, "call_echo", worker::EncodeCallPrefix({11, "echo", 1}) + "payload bytes");
+  core::ModelRunnerOutput mro;
+  mro.req_ids = {"cmpl-a-0"};
+  mro.sampled_token_ids = {{7}};
+  mro.logprobs = {{}};
+  Write(dir, "reply_execute_model",
+        worker::EncodeReplyPrefix({9, 0, absl::StatusCode::kOk, ""}) + core::Encode(mro));
+  Write(dir, "reply_error",
+        worker::EncodeReplyPrefix({9, 1, absl::StatusCode::kInternal, "worker 1: out of memory"}));
+}
+
+}  // namespace
+}  // namespace vllm::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR (normally tests/fuzz/corpus)\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path root = argv[1];
+  vllm::fuzz::EngineSeeds(root / "engine_protocol");
+  vllm::fuzz::WorkerSeeds(root / "worker_protocol");
+  return 0;
+}

@@ -1,0 +1,107 @@
+// Fuzzes the executor <-> worker protocol (worker/worker_protocol.h: DecodeReady, DecodeCall,
+// DecodeReply) and the MessageQueue handle codec (ipc/handle.h: Handle::Decode and FromText,
+// which workers read from argv and ready messages), all on the same bytes. Invariants:
+//   - no decoder crashes, throws or leaks, whatever the bytes;
+//   - round trip: a decoded message re-encodes to bytes that decode to an equal message, and
+//     re-encoding that gives the same bytes; a call or reply keeps its payload byte for byte;
+//   - a decoded Handle is consistent (LocalIndex finds every local reader at its slot).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "ipc/handle.h"
+#include "tests/fuzz/fuzz_util.h"
+#include "worker/worker_protocol.h"
+
+namespace vllm::fuzz {
+namespace {
+
+absl::Span<const uint8_t> Bytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+
+bool SameReady(const worker::ReadyMessage& a, const worker::ReadyMessage& b) {
+  return a.rank == b.rank && a.pid == b.pid && a.code == b.code && a.message == b.message &&
+         a.response_handle == b.response_handle;
+}
+
+void CheckReady(absl::Span<const uint8_t> bytes) {
+  absl::StatusOr<worker::ReadyMessage> first = worker::DecodeReady(bytes);
+  if (!first.ok()) return;
+  const std::string encoded = worker::EncodeReady(*first);
+  absl::StatusOr<worker::ReadyMessage> second = worker::DecodeReady(Bytes(encoded));
+  FUZZ_CHECK(second.ok(), "ready: re-encoding does not decode: " + second.status().ToString());
+  FUZZ_CHECK(SameReady(*first, *second), "ready: round trip changed a field");
+  FUZZ_CHECK(worker::EncodeReady(*second) == encoded, "ready: re-encoding changed the bytes");
+}
+
+// Encodes a decoded call or reply as prefix + payload, as the executor sends it.
+std::string Reframe(const worker::Framed<worker::CallHeader>& m) {
+  return worker::EncodeCallPrefix(m.header) +
+         std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+}
+std::string Reframe(const worker::Framed<worker::ReplyHeader>& m) {
+  return worker::EncodeReplyPrefix(m.header) +
+         std::string(reinterpret_cast<const char*>(m.payload.data()), m.payload.size());
+}
+
+bool SameHeader(const worker::CallHeader& a, const worker::CallHeader& b) {
+  return a.call_id == b.call_id && a.method == b.method && a.reply_rank == b.reply_rank;
+}
+bool SameHeader(const worker::ReplyHeader& a, const worker::ReplyHeader& b) {
+  return a.call_id == b.call_id && a.rank == b.rank && a.code == b.code && a.message == b.message;
+}
+
+template <typename Decode>
+void CheckFramed(absl::Span<const uint8_t> bytes, Decode decode, const char* what) {
+  auto first = decode(bytes);
+  if (!first.ok()) return;
+  FUZZ_CHECK(first->payload.data() >= bytes.data() &&
+                 first->payload.data() + first->payload.size() == bytes.data() + bytes.size(),
+             std::string(what) + ": the payload is not the tail of the message");
+  const std::string encoded = Reframe(*first);
+  auto second = decode(Bytes(encoded));
+  FUZZ_CHECK(second.ok(),
+             std::string(what) + ": re-encoding does not decode: " + second.status().ToString());
+  FUZZ_CHECK(SameHeader(first->header, second->header),
+             std::string(what) + ": round trip changed the header");
+  FUZZ_CHECK(second->payload == first->payload,
+             std::string(what) + ": round trip changed the payload");
+  FUZZ_CHECK(Reframe(*second) == encoded, std::string(what) + ": re-encoding changed the bytes");
+}
+
+void CheckHandle(const absl::StatusOr<ipc::Handle>& first, const char* what) {
+  if (!first.ok()) return;
+  for (size_t i = 0; i < first->local_reader_ranks.size(); ++i) {
+    FUZZ_CHECK(first->LocalIndex(first->local_reader_ranks[i]) == static_cast<int>(i),
+               std::string(what) + ": LocalIndex disagrees with local_reader_ranks");
+  }
+  const std::string encoded = first->Encode();
+  absl::StatusOr<ipc::Handle> second = ipc::Handle::Decode(encoded);
+  FUZZ_CHECK(second.ok(),
+             std::string(what) + ": re-encoding does not decode: " + second.status().ToString());
+  FUZZ_CHECK(*second == *first, std::string(what) + ": round trip changed the handle");
+  FUZZ_CHECK(second->Encode() == encoded, std::string(what) + ": re-encoding changed the bytes");
+  absl::StatusOr<ipc::Handle> from_text = ipc::Handle::FromText(first->ToText());
+  FUZZ_CHECK(from_text.ok() && *from_text == *first,
+             std::string(what) + ": ToText -> FromText changed the handle");
+}
+
+}  // namespace
+}  // namespace vllm::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace vllm;
+  const absl::Span<const uint8_t> bytes(data, size);
+  fuzz::CheckReady(bytes);
+  fuzz::CheckFramed(bytes, worker::DecodeCall, "call");
+  fuzz::CheckFramed(bytes, worker::DecodeReply, "reply");
+  // Debian's Abseil has its own string_view type.
+  const absl::string_view text(reinterpret_cast<const char*>(data), size);
+  fuzz::CheckHandle(ipc::Handle::Decode(text), "handle");
+  fuzz::CheckHandle(ipc::Handle::FromText(text), "handle text");
+  return 0;
+}
