@@ -1,5 +1,6 @@
 #include "frontend/chat_template.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -23,6 +24,10 @@ using jinja::Value;
 
 constexpr size_t kMaxOutputBytes = size_t{64} << 20;
 constexpr int64_t kMaxIterations = 100'000;
+// Work of one render, in bytes of values produced (strings: their bytes; lists and maps: one
+// per element) plus bytes compared: bounds the time (and the memory) of a render whatever the
+// template. 8x the output limit: a template copies each message a few times.
+constexpr size_t kMaxWork = size_t{512} << 20;
 
 // Python's floor division and modulo (the sign follows the divisor).
 int64_t FloorDiv(int64_t a, int64_t b) {
@@ -46,6 +51,15 @@ class Renderer {
   absl::Status Error(const Expr& e, const std::string& what) const {
     return absl::InvalidArgumentError(
         absl::StrCat("chat template: ", jinja::LocationOf(source_, e.offset), ": ", what));
+  }
+
+  // Counts `units` of work (see kMaxWork); an error once the render has done too much.
+  absl::Status Charge(const Expr& e, size_t units) {
+    work_ += units;
+    if (work_ > kMaxWork) {
+      return Error(e, "the template does too much work (over 512 MiB of values)");
+    }
+    return absl::OkStatus();
   }
 
   Value Lookup(const std::string& name) const {
@@ -101,6 +115,9 @@ class Renderer {
         if (!target.is_namespace()) {
           return Error(*n.expr, absl::StrCat("'", n.targets[0], "' is not a namespace()"));
         }
+        // Namespaces are the only mutable values: kept out of every container, no value can
+        // contain itself.
+        if (v->is_namespace()) return Error(*n.expr, "a namespace() cannot be stored in another");
         for (auto& [k, old] : target.mutable_map()) {
           if (k == n.attr) {
             old = *std::move(v);
@@ -182,15 +199,40 @@ class Renderer {
     return kwargs;
   }
 
+  // Byte offset of code point `index` (>= 0) of `s`; s.size() when `s` has fewer.
+  static size_t CodePointOffset(std::string_view s, int64_t index) {
+    size_t pos = 0;
+    for (int64_t i = 0; i < index && pos < s.size(); ++i) {
+      const size_t len = ValidUtf8SequenceLength(s, pos);
+      pos += len == 0 ? 1 : len;
+    }
+    return pos;
+  }
+
+  // The code point of `s` at byte `pos` (< s.size()), a stray byte alone.
+  static std::string CodePointAt(const std::string& s, size_t pos) {
+    const size_t len = ValidUtf8SequenceLength(s, pos);
+    return s.substr(pos, len == 0 ? 1 : len);
+  }
+
   absl::StatusOr<Value> Subscript(const Expr& e, const Value& obj, const Value& key) {
     if (obj.is_map()) return obj.Get(key.ToString());
     if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
-      const List items =
-          obj.is_list() ? obj.as_list() : jinja::ApplyFilter("list", obj, {}, {})->as_list();
       int64_t i = key.is_int() ? key.as_int() : key.as_bool();
-      if (i < 0) i += static_cast<int64_t>(items.size());
-      if (i < 0 || i >= static_cast<int64_t>(items.size())) return Value();
-      return items[i];
+      if (obj.is_list()) {
+        const List& items = obj.as_list();
+        if (i < 0) i += static_cast<int64_t>(items.size());
+        if (i < 0 || i >= static_cast<int64_t>(items.size())) return Value();
+        return items[i];
+      }
+      // Strings index by code point, without splitting them into a list; a non-negative
+      // index only walks as far as it needs.
+      const std::string& str = obj.as_string();
+      if (i < 0) i += static_cast<int64_t>(CountCodePoints(str));
+      if (i < 0) return Value();
+      const size_t at = CodePointOffset(str, i);
+      if (at >= str.size()) return Value();
+      return Value(CodePointAt(str, at));
     }
     if (obj.is_undefined()) return Error(e, "subscript of an undefined value");
     return Value();
@@ -199,9 +241,8 @@ class Renderer {
   absl::StatusOr<Value> Slice(const Expr& e, const Value& obj) {
     if (!obj.is_list() && !obj.is_string())
       return Error(e, absl::StrCat("cannot slice ", obj.TypeName()));
-    const List items =
-        obj.is_list() ? obj.as_list() : jinja::ApplyFilter("list", obj, {}, {})->as_list();
-    const auto n = static_cast<int64_t>(items.size());
+    const auto n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size()
+                                                      : CountCodePoints(obj.as_string()));
     auto bound = [&](const jinja::ExprPtr& x, int64_t dflt) -> absl::StatusOr<int64_t> {
       if (x == nullptr) return dflt;
       absl::StatusOr<Value> v = Eval(*x);
@@ -209,19 +250,22 @@ class Renderer {
       if (v->is_none()) return dflt;
       if (!v->is_int()) return Error(e, "slice bounds must be integers");
       int64_t i = v->as_int();
-      if (i < 0) i += n;
+      if (i < 0) i = i < -n ? 0 : i + n;
       return std::clamp<int64_t>(i, 0, n);
     };
     absl::StatusOr<int64_t> lo = bound(e.b, 0);
     if (!lo.ok()) return lo.status();
     absl::StatusOr<int64_t> hi = bound(e.c, n);
     if (!hi.ok()) return hi.status();
-    List out;
-    for (int64_t i = *lo; i < *hi; ++i) out.push_back(items[i]);
-    if (obj.is_list()) return Value(std::move(out));
-    std::string s;
-    for (const Value& c : out) s += c.as_string();
-    return Value(std::move(s));
+    if (obj.is_list()) {
+      if (*lo >= *hi) return Value(List{});
+      return Value(List(obj.as_list().begin() + *lo, obj.as_list().begin() + *hi));
+    }
+    if (*lo >= *hi) return Value(std::string());
+    const std::string& str = obj.as_string();
+    const size_t begin = CodePointOffset(str, *lo);
+    const size_t end = begin + CodePointOffset(std::string_view(str).substr(begin), *hi - *lo);
+    return Value(str.substr(begin, end - begin));
   }
 
   absl::StatusOr<Value> Call(const Expr& e) {
@@ -244,7 +288,10 @@ class Renderer {
     }
     if (fn == "namespace") {
       Map m;
-      for (auto& [k, v] : *kwargs) m.emplace_back(k, std::move(v));
+      for (auto& [k, v] : *kwargs) {
+        if (v.is_namespace()) return Error(e, "a namespace() cannot be stored in another");
+        m.emplace_back(k, std::move(v));
+      }
       return Value::MakeMap(std::move(m), /*is_namespace=*/true);
     }
     if (fn == "range") {
@@ -254,7 +301,10 @@ class Renderer {
         lo = (*args)[0].as_int();
         hi = (*args)[1].as_int();
       }
-      if (hi - lo > kMaxIterations) return Error(e, "range() too long");
+      int64_t span = 0;
+      if (hi > lo && (__builtin_sub_overflow(hi, lo, &span) || span > kMaxIterations)) {
+        return Error(e, "range() too long");
+      }
       List out;
       for (int64_t i = lo; i < hi; ++i) out.emplace_back(i);
       return Value(std::move(out));
@@ -271,12 +321,15 @@ class Renderer {
       return Value(std::move(out));
     }
     if (op == "*" && a.is_string() && b.is_int()) {
-      std::string out;
-      if (b.as_int() * static_cast<int64_t>(a.as_string().size()) >
-          static_cast<int64_t>(kMaxOutputBytes)) {
+      // Python: a count below 1 gives "".
+      const std::string& unit = a.as_string();
+      const int64_t count = std::max<int64_t>(b.as_int(), 0);
+      if (!unit.empty() && static_cast<uint64_t>(count) > jinja::kMaxValueBytes / unit.size()) {
         return Error(e, "string repetition too long");
       }
-      for (int64_t i = 0; i < b.as_int(); ++i) out += a.as_string();
+      std::string out;
+      out.reserve(unit.size() * static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) out += unit;
       return Value(std::move(out));
     }
     const bool numeric = (a.is_number() || a.is_bool()) && (b.is_number() || b.is_bool());
@@ -313,14 +366,25 @@ class Renderer {
 
   absl::StatusOr<Value> Compare(const Expr& e, const std::string& op, const Value& a,
                                 const Value& b) {
-    if (op == "==") return Value(a.Equals(b));
-    if (op == "!=") return Value(!a.Equals(b));
+    if (op == "==" || op == "!=") {
+      if (absl::Status s = Charge(e, std::min(a.weight(), b.weight())); !s.ok()) return s;
+      return Value(a.Equals(b) == (op == "=="));
+    }
     if (op == "in" || op == "not in") {
       bool found = false;
       if (b.is_string() && a.is_string()) {
-        found = b.as_string().find(a.as_string()) != std::string::npos;
+        if (absl::Status s = Charge(e, b.weight()); !s.ok()) return s;
+        found = jinja::FindSubstring(b.as_string(), a.as_string()) != std::string::npos;
       } else if (b.is_list()) {
-        for (const Value& x : b.as_list()) found = found || x.Equals(a);
+        // Each element comparison costs at most the smaller of the two weights.
+        const size_t cost = std::min(b.weight(), b.as_list().size() * (a.weight() + 1));
+        if (absl::Status s = Charge(e, cost); !s.ok()) return s;
+        for (const Value& x : b.as_list()) {
+          if (x.Equals(a)) {
+            found = true;
+            break;
+          }
+        }
       } else if (b.is_map()) {
         found = a.is_string() && !b.Get(a.as_string()).is_undefined();
       } else {
@@ -359,7 +423,24 @@ class Renderer {
     return Compare(e, e.name, *a, *b);
   }
 
+  // Evaluates `e` and holds its value to the render's bounds: no value over kMaxValueBytes
+  // (by weight) or nested deeper than kMaxValueDepth, and the work budget.
   absl::StatusOr<Value> Eval(const Expr& e) {
+    absl::StatusOr<Value> v = EvalExpr(e);
+    if (!v.ok()) return v;
+    if (v->weight() > jinja::kMaxValueBytes) return Error(e, "value larger than 64 MiB");
+    if (v->depth() > jinja::kMaxValueDepth) {
+      return Error(e, "values nested deeper than 128 levels");
+    }
+    size_t cost = 1;
+    if (v->is_string()) cost += v->as_string().size();
+    if (v->is_list()) cost += v->as_list().size();
+    if (v->is_map()) cost += v->as_map().size();
+    if (absl::Status s = Charge(e, cost); !s.ok()) return s;
+    return v;
+  }
+
+  absl::StatusOr<Value> EvalExpr(const Expr& e) {
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.value;
@@ -402,6 +483,11 @@ class Renderer {
         if (!v.ok()) return v;
         absl::StatusOr<std::vector<Value>> args = EvalArgs(e);
         if (!args.ok()) return args.status();
+        if (!args->empty()) {  // eq / equalto / sameas compare
+          if (absl::Status s = Charge(e, std::min(v->weight(), (*args)[0].weight())); !s.ok()) {
+            return s;
+          }
+        }
         absl::StatusOr<bool> r = jinja::ApplyTest(e.name, *v, *args);
         if (!r.ok()) return Error(e, std::string(r.status().message()));
         return Value(*r != e.negate);
@@ -427,6 +513,9 @@ class Renderer {
       case Expr::Kind::kList: {
         absl::StatusOr<std::vector<Value>> items = EvalArgs(e);
         if (!items.ok()) return items.status();
+        for (const Value& item : *items) {
+          if (item.is_namespace()) return Error(e, "a namespace() cannot be stored in a list");
+        }
         return Value(List(*std::move(items)));
       }
       case Expr::Kind::kDict: {
@@ -436,6 +525,7 @@ class Renderer {
           if (!k.ok()) return k;
           absl::StatusOr<Value> v = Eval(*e.kwargs[i].second);
           if (!v.ok()) return v;
+          if (v->is_namespace()) return Error(e, "a namespace() cannot be stored in a dict");
           m.emplace_back(k->ToString(), *std::move(v));
         }
         return Value::MakeMap(std::move(m));
@@ -448,6 +538,7 @@ class Renderer {
   std::vector<absl::flat_hash_map<std::string, Value>> scopes_;
   std::string out_;
   int64_t iterations_ = 0;
+  size_t work_ = 0;
 };
 
 }  // namespace

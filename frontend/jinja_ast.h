@@ -43,6 +43,10 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   bool negate = false;
+  // Levels of the tree under and including this node (a leaf is 1). The parser keeps it at
+  // most 128, so evaluating (and destroying) an expression recurses a bounded number of times
+  // even for left-deep chains such as x|f|f|f... or a + a + a + ...
+  int height = 1;
 };
 
 struct Node;

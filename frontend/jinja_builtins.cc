@@ -38,8 +38,20 @@ std::string MapCase(std::string s, bool upper) {
   return s;
 }
 
+// A string becomes a list of one-character strings (~50 bytes each) only up to this many
+// code points; beyond, the conversion is refused rather than allocating gigabytes.
+constexpr size_t kMaxChars = size_t{1} << 20;
+
+absl::Status TooLarge(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": result larger than 64 MiB"));
+}
+
 // UTF-8 code points of a string as one-character strings (Python iterates str by char).
-List Chars(const std::string& s) {
+absl::StatusOr<List> Chars(const std::string& s) {
+  if (CountCodePoints(s) > kMaxChars) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split a string of more than ", kMaxChars, " characters into a list"));
+  }
   List out;
   for (size_t pos = 0; pos < s.size();) {
     size_t len = ValidUtf8SequenceLength(s, pos);
@@ -97,6 +109,18 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
     if (!s.empty()) s[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(s[0])));
     return Value(std::move(s));
   }
+  if ((name == "first" || name == "last") && value.is_string()) {
+    const std::string& s = value.as_string();
+    if (s.empty()) return Value();
+    size_t at = 0;
+    if (name == "last") {
+      at = s.size() - 1;
+      while (at > 0 && (static_cast<uint8_t>(s[at]) & 0xC0) == 0x80) --at;
+    }
+    size_t len = ValidUtf8SequenceLength(s, at);
+    if (len == 0) len = 1;
+    return Value(s.substr(at, len));
+  }
   if (name == "first" || name == "last") {
     absl::StatusOr<List> items = Items(value);
     if (!items.ok()) return items.status();
@@ -115,8 +139,13 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
     if (!items.ok()) return items.status();
     const std::string sep = args.empty() ? "" : args[0].ToString();
     std::string out;
-    for (size_t i = 0; i < items->size(); ++i)
-      absl::StrAppend(&out, i ? sep : "", (*items)[i].ToString());
+    for (size_t i = 0; i < items->size(); ++i) {
+      const std::string item = (*items)[i].ToString();
+      if (out.size() + (i ? sep.size() : 0) + item.size() > kMaxValueBytes) {
+        return TooLarge("join");
+      }
+      absl::StrAppend(&out, i ? sep : "", item);
+    }
     return Value(std::move(out));
   }
   if (name == "list") {
@@ -126,9 +155,19 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
   }
   if (name == "reverse") {
     if (value.is_string()) {
-      List chars = Chars(value.as_string());
+      // Code point by code point from the end (a stray byte counts as one).
+      const std::string& s = value.as_string();
       std::string out;
-      for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += it->as_string();
+      out.reserve(s.size());
+      for (size_t end = s.size(); end > 0;) {
+        size_t start = end - 1;
+        while (start > 0 && end - start < 4 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) {
+          --start;
+        }
+        if (ValidUtf8SequenceLength(s, start) != end - start) start = end - 1;
+        out.append(s, start, end - start);
+        end = start;
+      }
       return Value(std::move(out));
     }
     absl::StatusOr<List> items = Items(value);
@@ -200,12 +239,25 @@ absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
     if (name == "replace" && args.size() == 2) {
       const std::string from = str_arg(0), to = str_arg(1);
       if (from.empty()) return object;
+      size_t count = 0;
+      for (size_t at = 0; (at = FindSubstring(s, from, at)) != std::string::npos;
+           at += from.size()) {
+        ++count;
+      }
+      // The result has s.size() + count * (to.size() - from.size()) bytes.
+      const size_t room = kMaxValueBytes - std::min(kMaxValueBytes, s.size());
+      if (to.size() > from.size() && count > room / (to.size() - from.size())) {
+        return TooLarge("replace");
+      }
       std::string out;
       size_t pos = 0;
-      for (size_t at; (at = s.find(from, pos)) != std::string::npos; pos = at + from.size()) {
-        out += s.substr(pos, at - pos) + to;
+      for (size_t at; (at = FindSubstring(s, from, pos)) != std::string::npos;
+           pos = at + from.size()) {
+        out.append(s, pos, at - pos);
+        out += to;
       }
-      return Value(out + s.substr(pos));
+      out.append(s, pos);
+      return Value(std::move(out));
     }
     if (name == "split") {
       List out;
@@ -223,7 +275,8 @@ absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
         if (!cur.empty()) out.emplace_back(cur);
       } else {
         size_t pos = 0;
-        for (size_t at; (at = s.find(sep, pos)) != std::string::npos; pos = at + sep.size()) {
+        for (size_t at; (at = FindSubstring(s, sep, pos)) != std::string::npos;
+             pos = at + sep.size()) {
           out.emplace_back(s.substr(pos, at - pos));
         }
         out.emplace_back(s.substr(pos));

@@ -1,5 +1,6 @@
 #include "frontend/jinja_parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -269,6 +270,21 @@ class Parser {
     ++i_;
     return absl::OkStatus();
   }
+  // Records the height of `e` from its children's; an error beyond kMaxDepth. Called on every
+  // node that has children, once they are attached: chains built in loops (binary operators,
+  // postfixes, filters) nest without recursing in the parser, so depth_ alone does not bound
+  // them.
+  absl::Status SetHeight(Expr& e) const {
+    int below = 0;
+    for (const ExprPtr* child : {&e.a, &e.b, &e.c}) {
+      if (*child != nullptr) below = std::max(below, (*child)->height);
+    }
+    for (const ExprPtr& x : e.args) below = std::max(below, x->height);
+    for (const auto& [key, x] : e.kwargs) below = std::max(below, x->height);
+    e.height = below + 1;
+    if (e.height > kMaxDepth) return Error("expression nested too deeply");
+    return absl::OkStatus();
+  }
   ExprPtr NewExpr(Expr::Kind kind, size_t offset) {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
@@ -433,6 +449,7 @@ class Parser {
         if (!other.ok()) return other;
         e->c = *std::move(other);
       }
+      if (absl::Status s = SetHeight(*e); !s.ok()) return s;
       a = std::move(e);
     }
     --depth_;
@@ -447,6 +464,7 @@ class Parser {
     e->name = std::move(op);
     e->a = *std::move(left);
     e->b = *std::move(right);
+    if (absl::Status s = SetHeight(*e); !s.ok()) return s;
     return e;
   }
 
@@ -476,6 +494,7 @@ class Parser {
       Result a = ParseNot();
       if (!a.ok()) return a;
       e->a = *std::move(a);
+      if (absl::Status s = SetHeight(*e); !s.ok()) return s;
       --depth_;
       return e;
     }
@@ -542,6 +561,7 @@ class Parser {
         a = std::move(inner);
       } else {
         e->a = *std::move(inner);
+        if (absl::Status s = SetHeight(*e); !s.ok()) return s;
         a = std::move(e);
       }
     } else {
@@ -628,6 +648,7 @@ class Parser {
       auto e = NewExpr(Expr::Kind::kList, at);
       absl::Status s = ParseArgs(e.get(), "]");
       if (!s.ok()) return s;
+      if (s = SetHeight(*e); !s.ok()) return s;
       return e;
     }
     if (IsOp("{")) {
@@ -649,6 +670,7 @@ class Parser {
         }
       }
       ++i_;
+      if (absl::Status s = SetHeight(*e); !s.ok()) return s;
       return e;
     }
     return Error(t.type == Tok::kEnd || t.type == Tok::kVarEnd || t.type == Tok::kBlockEnd
@@ -667,6 +689,7 @@ class Parser {
         a->name = Peek().text;
         ++i_;
         a->a = std::move(e);
+        if (absl::Status s = SetHeight(*a); !s.ok()) return s;
         e = std::move(a);
       } else if (IsOp("[")) {
         ++i_;
@@ -693,6 +716,7 @@ class Parser {
         a->a = std::move(e);
         a->b = std::move(lo);
         a->c = std::move(hi);
+        if (absl::Status s = SetHeight(*a); !s.ok()) return s;
         e = std::move(a);
       } else if (IsOp("(")) {
         ++i_;
@@ -700,6 +724,7 @@ class Parser {
         c->a = std::move(e);
         absl::Status s = ParseArgs(c.get(), ")");
         if (!s.ok()) return s;
+        if (s = SetHeight(*c); !s.ok()) return s;
         e = std::move(c);
       } else {
         return e;
@@ -722,6 +747,7 @@ class Parser {
           absl::Status s = ParseArgs(f.get(), ")");
           if (!s.ok()) return s;
         }
+        if (absl::Status s = SetHeight(*f); !s.ok()) return s;
         e = std::move(f);
       } else if (IsName("is")) {
         ++i_;
@@ -739,6 +765,7 @@ class Parser {
           if (!s.ok()) return s;
         }
         t->a = std::move(e);
+        if (absl::Status s = SetHeight(*t); !s.ok()) return s;
         e = std::move(t);
       } else {
         return e;

@@ -1,8 +1,10 @@
 #include "frontend/jinja_value.h"
 
+#include <string.h>  // memmem (GNU)
+
+#include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 
@@ -30,9 +32,14 @@ std::string FloatRepr(double d) {
   return s;
 }
 
+// Per element of a list or map in weight(): about what one takes in memory, so a container
+// within kMaxValueBytes has at most ~1M elements.
+constexpr size_t kElementWeight = 64;
+
 void JsonString(const std::string& s, std::string* out) {
   out->push_back('"');
   for (char c : s) {
+    if (out->size() > kMaxValueBytes) return;  // the caller rejects the result anyway
     switch (c) {
       case '"':
         *out += "\\\"";
@@ -57,9 +64,10 @@ void JsonString(const std::string& s, std::string* out) {
         break;
       default:
         if (static_cast<uint8_t>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-          *out += buf;
+          constexpr char kHex[] = "0123456789abcdef";
+          *out += "\\u00";
+          out->push_back(kHex[static_cast<uint8_t>(c) >> 4]);
+          out->push_back(kHex[static_cast<uint8_t>(c) & 0xF]);
         } else {
           out->push_back(c);
         }
@@ -93,13 +101,77 @@ std::string StringRepr(const std::string& s) {
 
 }  // namespace
 
+size_t FindSubstring(std::string_view haystack, std::string_view needle, size_t pos) {
+  if (pos > haystack.size()) return std::string_view::npos;
+  if (needle.empty()) return pos;
+  const void* at =
+      memmem(haystack.data() + pos, haystack.size() - pos, needle.data(), needle.size());
+  return at == nullptr ? std::string_view::npos
+                       : static_cast<size_t>(static_cast<const char*>(at) - haystack.data());
+}
+
+void Value::AddAsElement(size_t* weight, int* depth) const {
+  *weight += kElementWeight;
+  if (const auto* s = std::get_if<std::string>(&v_)) {
+    *weight += s->size();
+  } else if (const auto* list = std::get_if<std::shared_ptr<ListBox>>(&v_)) {
+    *weight += (*list)->weight;
+    *depth = std::max(*depth, (*list)->depth + 1);
+  } else if (const auto* map = std::get_if<std::shared_ptr<MapBox>>(&v_)) {
+    size_t w = (*map)->weight;
+    int d = (*map)->depth;
+    if ((*map)->is_namespace) Measure((*map)->map, &w, &d);
+    *weight += w;
+    *depth = std::max(*depth, d + 1);
+  } else {
+    *weight += 1;
+  }
+}
+
+void Value::Measure(const List& list, size_t* weight, int* depth) {
+  *weight = 1;
+  *depth = 1;
+  for (const Value& v : list) v.AddAsElement(weight, depth);
+}
+
+void Value::Measure(const Map& map, size_t* weight, int* depth) {
+  *weight = 1;
+  *depth = 1;
+  for (const auto& [k, v] : map) {
+    *weight += k.size();
+    v.AddAsElement(weight, depth);
+  }
+}
+
+Value::Value(List l) {
+  auto box = std::make_shared<ListBox>();
+  box->list = std::move(l);
+  Measure(box->list, &box->weight, &box->depth);
+  v_ = std::move(box);
+}
+
 Value Value::MakeMap(Map m, bool is_namespace) {
   Value v;
   auto box = std::make_shared<MapBox>();
   box->map = std::move(m);
   box->is_namespace = is_namespace;
+  Measure(box->map, &box->weight, &box->depth);
   v.v_ = std::move(box);
   return v;
+}
+
+size_t Value::weight() const {
+  size_t weight = 0;
+  int depth = 0;
+  AddAsElement(&weight, &depth);
+  return weight - kElementWeight;
+}
+
+int Value::depth() const {
+  size_t weight = 0;
+  int depth = 0;
+  AddAsElement(&weight, &depth);
+  return depth == 0 ? 0 : depth - 1;
 }
 
 double Value::as_double() const {
@@ -125,29 +197,43 @@ std::string Value::ToString() const {
 }
 
 std::string Value::Repr() const {
-  if (is_undefined()) return "";
-  if (is_none()) return "None";
-  if (is_bool()) return as_bool() ? "True" : "False";
-  if (is_int()) return absl::StrCat(as_int());
-  if (is_double()) return FloatRepr(as_double());
-  if (is_string()) return StringRepr(as_string());
   std::string out;
-  if (is_list()) {
-    out = "[";
-    for (size_t i = 0; i < as_list().size(); ++i) {
-      absl::StrAppend(&out, i ? ", " : "", as_list()[i].Repr());
-    }
-    return out + "]";
-  }
-  if (is_namespace()) out = "<Namespace ";
-  out += "{";
-  for (size_t i = 0; i < as_map().size(); ++i) {
-    absl::StrAppend(&out, i ? ", " : "", StringRepr(as_map()[i].first), ": ",
-                    as_map()[i].second.Repr());
-  }
-  out += "}";
-  if (is_namespace()) out += ">";
+  AppendRepr(&out);
   return out;
+}
+
+void Value::AppendRepr(std::string* out) const {
+  if (out->size() > kMaxValueBytes) return;  // the caller rejects the result anyway
+  if (is_undefined()) return;
+  if (is_none()) {
+    *out += "None";
+  } else if (is_bool()) {
+    *out += as_bool() ? "True" : "False";
+  } else if (is_int()) {
+    absl::StrAppend(out, as_int());
+  } else if (is_double()) {
+    *out += FloatRepr(as_double());
+  } else if (is_string()) {
+    *out += StringRepr(as_string());
+  } else if (is_list()) {
+    out->push_back('[');
+    for (size_t i = 0; i < as_list().size() && out->size() <= kMaxValueBytes; ++i) {
+      if (i) *out += ", ";
+      as_list()[i].AppendRepr(out);
+    }
+    out->push_back(']');
+  } else {
+    if (is_namespace()) *out += "<Namespace ";
+    out->push_back('{');
+    for (size_t i = 0; i < as_map().size() && out->size() <= kMaxValueBytes; ++i) {
+      if (i) *out += ", ";
+      *out += StringRepr(as_map()[i].first);
+      *out += ": ";
+      as_map()[i].second.AppendRepr(out);
+    }
+    out->push_back('}');
+    if (is_namespace()) out->push_back('>');
+  }
 }
 
 void Value::AppendJson(std::string* out, int indent, int depth) const {
@@ -175,7 +261,7 @@ void Value::AppendJson(std::string* out, int indent, int depth) const {
       return;
     }
     out->push_back('[');
-    for (size_t i = 0; i < as_list().size(); ++i) {
+    for (size_t i = 0; i < as_list().size() && out->size() <= kMaxValueBytes; ++i) {
       if (i) *out += indent < 0 ? ", " : ",";
       newline(depth + 1);
       as_list()[i].AppendJson(out, indent, depth + 1);
@@ -188,7 +274,7 @@ void Value::AppendJson(std::string* out, int indent, int depth) const {
       return;
     }
     out->push_back('{');
-    for (size_t i = 0; i < as_map().size(); ++i) {
+    for (size_t i = 0; i < as_map().size() && out->size() <= kMaxValueBytes; ++i) {
       if (i) *out += indent < 0 ? ", " : ",";
       newline(depth + 1);
       JsonString(as_map()[i].first, out);

@@ -6,11 +6,22 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
 
 namespace vllm::frontend::jinja {
+
+// Resource bounds of one render. No string (and no container, measured by weight() below) may
+// exceed kMaxValueBytes, nor nest deeper than kMaxValueDepth; so printing, comparing or
+// destroying any value is bounded in time, memory and recursion.
+inline constexpr size_t kMaxValueBytes = size_t{64} << 20;
+inline constexpr int kMaxValueDepth = 128;
+
+// Offset of the first `needle` in `haystack` at or after `pos` (npos when absent), in time
+// linear in the sizes (memmem; std::string::find is O(size * needle size) at worst).
+size_t FindSubstring(std::string_view haystack, std::string_view needle, size_t pos = 0);
 
 class Value;
 using List = std::vector<Value>;
@@ -33,7 +44,7 @@ class Value {
   Value(double d) : v_(d) {}                                   // NOLINT
   Value(std::string s) : v_(std::move(s)) {}                   // NOLINT
   Value(const char* s) : v_(std::string(s)) {}                 // NOLINT
-  Value(List l) : v_(std::make_shared<List>(std::move(l))) {}  // NOLINT
+  Value(List l);                                               // NOLINT
   static Value MakeMap(Map m, bool is_namespace = false);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
@@ -43,7 +54,7 @@ class Value {
   bool is_double() const { return std::holds_alternative<double>(v_); }
   bool is_number() const { return is_int() || is_double(); }
   bool is_string() const { return std::holds_alternative<std::string>(v_); }
-  bool is_list() const { return std::holds_alternative<std::shared_ptr<List>>(v_); }
+  bool is_list() const { return std::holds_alternative<std::shared_ptr<ListBox>>(v_); }
   bool is_map() const { return std::holds_alternative<std::shared_ptr<MapBox>>(v_); }
   bool is_namespace() const {
     return is_map() && std::get<std::shared_ptr<MapBox>>(v_)->is_namespace;
@@ -54,19 +65,27 @@ class Value {
   // Numeric value of an int, double or bool.
   double as_double() const;
   const std::string& as_string() const { return std::get<std::string>(v_); }
-  const List& as_list() const { return *std::get<std::shared_ptr<List>>(v_); }
+  const List& as_list() const { return std::get<std::shared_ptr<ListBox>>(v_)->list; }
   const Map& as_map() const { return std::get<std::shared_ptr<MapBox>>(v_)->map; }
   // The shared map itself, for namespace attribute assignment.
   Map& mutable_map() const { return std::get<std::shared_ptr<MapBox>>(v_)->map; }
 
+  // The size of the value written out in full: a string's bytes; for a list or map, 64 per
+  // element plus its elements' (and keys') weights, counting a shared element each time it
+  // appears; 1 for anything else. O(1) (cached), except a namespace's (O(attributes)).
+  size_t weight() const;
+  // Nesting depth: 0 for a scalar or string, 1 + the deepest element for a list or map.
+  int depth() const;
+
   // Python truthiness (Undefined and None are false).
   bool Truthy() const;
   // str(value) as Jinja prints it: None, True/False, Python float repr, lists as repr.
+  // Printing stops soon after the text passes kMaxValueBytes (callers reject such a result).
   std::string ToString() const;
-  // repr(value) (strings quoted), used inside printed lists and maps.
+  // repr(value) (strings quoted), used inside printed lists and maps. Stops as ToString.
   std::string Repr() const;
   // json.dumps(value, ensure_ascii=False) with Python's default separators; `indent` >= 0
-  // pretty-prints like json.dumps(indent=...). Undefined prints as null.
+  // pretty-prints like json.dumps(indent=...). Undefined prints as null. Stops as ToString.
   std::string ToJson(int indent = -1) const;
   // Python ==.
   bool Equals(const Value& other) const;
@@ -76,12 +95,26 @@ class Value {
   std::string TypeName() const;
 
  private:
+  struct ListBox {
+    List list;
+    size_t weight = 0;
+    int depth = 1;
+  };
+  // A namespace's map changes after creation: its weight and depth are computed when asked.
   struct MapBox {
     Map map;
     bool is_namespace = false;
+    size_t weight = 0;
+    int depth = 1;
   };
+  // Adds this value's weight as an element of a container (kElementWeight more) to *weight
+  // and raises *depth to its depth + 1.
+  void AddAsElement(size_t* weight, int* depth) const;
+  static void Measure(const List& list, size_t* weight, int* depth);
+  static void Measure(const Map& map, size_t* weight, int* depth);
+  void AppendRepr(std::string* out) const;
   void AppendJson(std::string* out, int indent, int depth) const;
-  std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<List>,
+  std::variant<Undefined, None, bool, int64_t, double, std::string, std::shared_ptr<ListBox>,
                std::shared_ptr<MapBox>>
       v_;
 };

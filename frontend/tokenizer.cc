@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "base/json_util.h"
 #include "frontend/tokenizer_unicode.h"
 #include "nlohmann/json.hpp"
 
@@ -25,6 +26,14 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+constexpr char kTooDeep[] = "arrays and objects nest deeper than 128 levels";
+static_assert(base::kMaxJsonDepth == 128);
+
+// Whether `text` nests arrays and objects at most base::kMaxJsonDepth deep (without parsing).
+bool ShallowJson(std::string_view text) {
+  return base::JsonNestingDepth(text, base::kMaxJsonDepth) <= base::kMaxJsonDepth;
 }
 
 bool IsAsciiSpace(char c) {
@@ -58,6 +67,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
                                                                std::string_view config_json) {
+  // The nesting is bounded before parsing: the parsers below recurse once per level of nested
+  // Sequence pre-tokenizers, post-processors and decoders.
+  if (!ShallowJson(tokenizer_json)) return Bad("(root)", kTooDeep);
   const nlohmann::json j =
       nlohmann::json::parse(tokenizer_json, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Bad("(root)", "not a JSON object");
@@ -213,6 +225,9 @@ absl::Status Tokenizer::ParseDecoder(const nlohmann::json& j, const std::string&
 
 absl::Status Tokenizer::ParseConfig(std::string_view config_json) {
   if (config_json.empty()) return absl::OkStatus();
+  if (!ShallowJson(config_json)) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer_config.json: ", kTooDeep));
+  }
   const nlohmann::json c = nlohmann::json::parse(config_json, nullptr, false);
   if (c.is_discarded() || !c.is_object()) {
     return absl::InvalidArgumentError("tokenizer_config.json: not a JSON object");

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/json_util.h"
 #include "ipc/status_macros.h"
 
 namespace vllm::worker {
@@ -33,6 +34,12 @@ absl::Status FieldError(absl::string_view file, absl::string_view field, absl::s
 }
 
 absl::StatusOr<json> ParseObject(std::string_view text, absl::string_view file) {
+  // Bounded before parsing: copying or printing a value (an error message quotes it) recurses
+  // once per level.
+  if (base::JsonNestingDepth(text, base::kMaxJsonDepth) > base::kMaxJsonDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(file, ": arrays and objects nest deeper than ",
+                                                   base::kMaxJsonDepth, " levels"));
+  }
   json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (value.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(file, ": invalid JSON"));
   if (!value.is_object()) {

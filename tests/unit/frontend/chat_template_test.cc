@@ -140,5 +140,66 @@ TEST(ChatTemplateTest, FuzzNeverCrashes) {
   }
 }
 
+std::string Repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// Templates that once crashed or ran away (stack overflow, signed overflow, gigabytes); each
+// must now fail with InvalidArgument naming the limit, quickly.
+TEST(ChatTemplateTest, HostileTemplatesHitALimit) {
+  const std::string doubling =
+      "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}";
+  const struct {
+    std::string source;
+    std::string error;
+  } kCases[] = {
+      // Left-deep chains (filters, operators, attributes) are bounded like bracket nesting.
+      {"{{ 1" + Repeat("|string", 200) + " }}", "nested too deeply"},
+      {"{{ 1" + Repeat(" + 1", 200) + " }}", "nested too deeply"},
+      {"{{ messages" + Repeat(".x", 200) + " }}", "nested too deeply"},
+      {"{{ 'ab' * 9223372036854775807 }}", "string repetition too long"},
+      {"{% for i in range(-9223372036854775807, 9223372036854775807) %}{% endfor %}",
+       "range() too long"},
+      {doubling + "{{ ns.s|length }}", "value larger than 64 MiB"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}"
+       "{% endfor %}",
+       "nested deeper than 128"},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}"
+       "{% endfor %}",
+       "value larger than 64 MiB"},
+      {"{% set ns = namespace(l=[1]) %}{% for i in range(80) %}{% set ns.l = [ns.l, ns.l] %}"
+       "{% endfor %}{{ ns.l }}",
+       "value larger than 64 MiB"},
+      {"{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}", "cannot be stored"},
+      {"{% set ns = namespace(a=1) %}{{ [ns] }}", "cannot be stored in a list"},
+      {"{% set ns = namespace(s='a') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}"
+       "{% endfor %}{{ ns.s.replace('a', ns.s)|length }}",
+       "replace: result larger than 64 MiB"},
+      {"{% set ns = namespace(s='a') %}{% for i in range(23) %}{% set ns.s = ns.s ~ ns.s %}"
+       "{% endfor %}{{ ns.s|list|length }}",
+       "into a list"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}"
+       "{% endfor %}{% for i in range(99990) %}{{ ns.s[5] }}{% endfor %}",
+       "too much work"},
+  };
+  for (const auto& c : kCases) {
+    const std::string result = RenderOrError(c.source);
+    EXPECT_NE(result.find(c.error), std::string::npos)
+        << c.source.substr(0, 120) << "\n=> " << result.substr(0, 200);
+  }
+}
+
+TEST(ChatTemplateTest, StringIndexingAndSlicingByCodePoint) {
+  EXPECT_EQ(RenderOrError("{{ 'h\u00e9llo'[1] }}|{{ 'h\u00e9llo'[-4] }}|{{ 'abc'[5] }}|"
+                          "{{ 'h\u00e9llo'[1:3] }}|{{ 'abc'[-9:2] }}|{{ 'abc'[2:1] }}"),
+            "\xC3\xA9|\xC3\xA9||\xC3\xA9l|ab|");
+  EXPECT_EQ(RenderOrError("{{ 'h\u00e9llo'|reverse }}|{{ 'h\u00e9'|last }}|{{ 'abc'|first }}|"
+                          "{{ 'ab' * -2 }}|{{ 'xax'.replace('a', 'bb') }}"),
+            "oll\xC3\xA9h|\xC3\xA9|a||xbbx");
+}
+
 }  // namespace
 }  // namespace vllm::frontend

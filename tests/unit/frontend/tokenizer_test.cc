@@ -159,6 +159,19 @@ TEST(TokenizerTest, MalformedFilesAreInvalidArgument) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
+// Deeply nested Sequence steps once overflowed the stack (the parsers recurse per level).
+TEST(TokenizerTest, DeepNestingIsInvalidArgument) {
+  std::string decoder = R"({"type":"Fuse"})";
+  for (int i = 0; i < 20000; ++i) decoder = R"({"type":"Sequence","decoders":[)" + decoder + "]}";
+  ExpectInvalid(R"({"model":{"vocab":{"a":0},"merges":[]},"decoder":)" + decoder + "}",
+                "nest deeper than 128");
+  auto config = Tokenizer::FromJson(
+      R"({"model":{"vocab":{"a":0},"merges":[]}})",
+      R"({"bos_token":)" + std::string(20000, '[') + std::string(20000, ']') + "}");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("tokenizer_config.json"), std::string::npos);
+}
+
 TEST(TokenizerTest, FuzzNeverCrashes) {
   auto tok = Tokenizer::Load(kFixtures / "llama3_bpe");
   auto fb = Tokenizer::Load(kFixtures / "fallback_bpe");

@@ -339,6 +339,12 @@ TEST(ModelConfigTest, NotJsonOrNotObject) {
   EXPECT_THAT(std::string(text.status().message()), HasSubstr("config.json"));
   auto list = ParseModelConfig("[1, 2]", "");
   EXPECT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument);
+  // Once a stack overflow: the error message printed the deeply nested value.
+  auto deep = ParseModelConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": )" +
+                                   std::string(100000, '[') + std::string(100000, ']') + "}",
+                               "");
+  EXPECT_EQ(deep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(deep.status().message()), HasSubstr("nest deeper than 128"));
 }
 
 class LoadModelConfigTest : public ::testing::Test {
