@@ -114,6 +114,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
 
 absl::Status Tokenizer::ParseAddedTokens(const nlohmann::json& added) {
   if (!added.is_array()) return Bad("added_tokens", "not an array");
+  // Added tokens follow the vocab's ids; an id far past them would size the id table to it.
+  const int64_t max_id = std::min<int64_t>(
+      1 << 24, static_cast<int64_t>(id_to_token_.size() + 2 * added.size()) + 1024);
   for (size_t i = 0; i < added.size(); ++i) {
     const nlohmann::json& a = added[i];
     const std::string where = absl::StrCat("added_tokens[", i, "]");
@@ -123,7 +126,9 @@ absl::Status Tokenizer::ParseAddedTokens(const nlohmann::json& added) {
     }
     AddedToken tok;
     const auto id = a["id"].get<int64_t>();
-    if (id < 0 || id > (1 << 24)) return Bad(where + ".id", "out of range");
+    if (id < 0 || id > max_id) {
+      return Bad(where + ".id", absl::StrCat(id, " is outside [0, ", max_id, "]"));
+    }
     tok.id = static_cast<int32_t>(id);
     tok.content = a["content"].get<std::string>();
     if (tok.content.empty()) return Bad(where + ".content", "empty");

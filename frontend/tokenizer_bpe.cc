@@ -1,5 +1,6 @@
 #include "frontend/tokenizer_bpe.h"
 
+#include <algorithm>
 #include <queue>
 #include <utility>
 
@@ -42,9 +43,15 @@ absl::StatusOr<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
   if (!model.contains("vocab") || !model["vocab"].is_object()) {
     return Bad("vocab", "missing or not an object");
   }
+  // Ids index a dense table; a few gaps are fine, but an id far past the number of tokens
+  // (a 100-byte file naming id 2^24) would make it allocate gigabytes.
+  const int64_t max_id =
+      std::min<int64_t>(1 << 24, 2 * static_cast<int64_t>(model["vocab"].size()) + 1024);
   for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (1 << 24)) {
-      return Bad("vocab", absl::StrCat("id of \"", token, "\" is not an integer in [0, 2^24]"));
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > max_id) {
+      return Bad("vocab", absl::StrCat("id of \"", token, "\" is not an integer in [0, ", max_id,
+                                       "] (ids must be about dense: the vocab has ",
+                                       model["vocab"].size(), " tokens)"));
     }
     const auto i = id.get<int32_t>();
     bpe.vocab_[token] = i;

@@ -172,6 +172,27 @@ TEST(TokenizerTest, DeepNestingIsInvalidArgument) {
   EXPECT_NE(config.status().message().find("tokenizer_config.json"), std::string::npos);
 }
 
+// Found by the tokenizer fuzzer: a 100-byte tokenizer.json naming one id of 2^24 sized the id
+// table to it (over 1 GB). Ids must be about dense.
+TEST(TokenizerTest, SparseIdsAreRefusedBeforeAllocating) {
+  auto vocab_id = Tokenizer::FromJson(
+      R"({"model": {"type": "BPE", "vocab": {"a": 16777216}, "merges": []}})", "");
+  ASSERT_FALSE(vocab_id.ok());
+  EXPECT_NE(vocab_id.status().message().find("dense"), std::string::npos) << vocab_id.status();
+  auto added_id = Tokenizer::FromJson(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+          "added_tokens": [{"id": 9000000, "content": "<x>", "special": true}]})",
+      "");
+  ASSERT_FALSE(added_id.ok());
+  EXPECT_NE(added_id.status().message().find("outside"), std::string::npos) << added_id.status();
+  // Small gaps stay fine.
+  EXPECT_TRUE(Tokenizer::FromJson(
+                  R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 5}, "merges": []},
+                      "added_tokens": [{"id": 40, "content": "<x>", "special": true}]})",
+                  "")
+                  .ok());
+}
+
 TEST(TokenizerTest, FuzzNeverCrashes) {
   auto tok = Tokenizer::Load(kFixtures / "llama3_bpe");
   auto fb = Tokenizer::Load(kFixtures / "fallback_bpe");
