@@ -355,6 +355,19 @@ absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* 
   return absl::OkStatus();
 }
 
+// ipc::UnpackBounded under `limits` (no maps, no bin: no message of ours has them).
+absl::StatusOr<msgpack::object_handle> Unpack(std::string_view bytes, const DecodeLimits& limits) {
+  ipc::UnpackLimits unpack_limits;
+  unpack_limits.max_array = limits.max_array_elements;
+  unpack_limits.max_map = 0;
+  unpack_limits.max_str = limits.max_string_bytes;
+  unpack_limits.max_bin = 0;
+  unpack_limits.max_depth = limits.max_depth;
+  return ipc::UnpackBounded(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      unpack_limits);
+}
+
 // Unpacks `bytes` under `limits`, checks the envelope, and hands the body to `read_body`.
 // Every msgpack-c exception from reading fields is caught here.
 template <typename T, typename ReadBody>
@@ -368,16 +381,8 @@ absl::StatusOr<T> DecodeEnvelope(std::string_view bytes, const DecodeLimits& lim
   if (bytes.empty()) {
     return absl::DataLossError(absl::StrFormat("%s: empty message", what));
   }
-  ipc::UnpackLimits unpack_limits;
-  unpack_limits.max_array = limits.max_array_elements;
-  unpack_limits.max_map = 0;
-  unpack_limits.max_str = limits.max_string_bytes;
-  unpack_limits.max_bin = 0;
-  unpack_limits.max_depth = limits.max_depth;
   // The handle references `bytes`, which outlives it; every field is copied out into T.
-  auto handle = ipc::UnpackBounded(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-      unpack_limits);
+  auto handle = Unpack(bytes, limits);
   if (!handle.ok()) {
     return absl::Status(handle.status().code(),
                         absl::StrFormat("%s: %s", what, handle.status().message()));
@@ -508,15 +513,7 @@ namespace {
 std::optional<msgpack::object_handle> UnpackLeniently(std::string_view bytes,
                                                       const DecodeLimits& limits) {
   if (bytes.empty() || bytes.size() > limits.max_message_bytes) return std::nullopt;
-  ipc::UnpackLimits unpack_limits;
-  unpack_limits.max_array = limits.max_array_elements;
-  unpack_limits.max_map = 0;
-  unpack_limits.max_str = limits.max_string_bytes;
-  unpack_limits.max_bin = 0;
-  unpack_limits.max_depth = limits.max_depth;
-  auto handle = ipc::UnpackBounded(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-      unpack_limits);
+  auto handle = Unpack(bytes, limits);
   if (!handle.ok()) return std::nullopt;
   return std::move(*handle);
 }

@@ -37,27 +37,25 @@ std::string_view TypeName(msgpack::type::object_type type) {
 namespace {
 // Appends raw bytes to the packer's stream (pack_bin_body writes its argument verbatim; the
 // bin header is pack_bin's job, which we do not call).
-template <size_t N>
-void AppendRaw(Packer& pk, const std::array<char, N>& bytes) {
-  pk.pack_bin_body(bytes.data(), static_cast<uint32_t>(N));
+// Appends msgpack's float `marker` (0xca float32, 0xcb float64) and `value`'s IEEE-754 bits,
+// big-endian. pack_bin_body writes its argument verbatim (the bin header is pack_bin's job,
+// which we do not call).
+template <typename Bits, typename T>
+void PackIeee(Packer& pk, unsigned char marker, T value) {
+  static_assert(sizeof(Bits) == sizeof(T));
+  Bits bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  std::array<char, 1 + sizeof(T)> buf{static_cast<char>(marker)};
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    buf[1 + i] = static_cast<char>(bits >> (8 * (sizeof(T) - 1 - i)));
+  }
+  pk.pack_bin_body(buf.data(), static_cast<uint32_t>(buf.size()));
 }
 }  // namespace
 
-void PackFloat(Packer& pk, float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  std::array<char, 5> buf{static_cast<char>(0xca)};  // float 32, big-endian
-  for (int i = 0; i < 4; ++i) buf[1 + i] = static_cast<char>(bits >> (24 - 8 * i));
-  AppendRaw(pk, buf);
-}
+void PackFloat(Packer& pk, float value) { PackIeee<uint32_t>(pk, 0xca, value); }
 
-void PackDouble(Packer& pk, double value) {
-  uint64_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  std::array<char, 9> buf{static_cast<char>(0xcb)};  // float 64, big-endian
-  for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>(bits >> (56 - 8 * i));
-  AppendRaw(pk, buf);
-}
+void PackDouble(Packer& pk, double value) { PackIeee<uint64_t>(pk, 0xcb, value); }
 
 absl::StatusOr<FieldReader> FieldReader::Open(const msgpack::object& object, std::string_view what,
                                               uint32_t num_fields) {

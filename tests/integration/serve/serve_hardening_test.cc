@@ -153,6 +153,36 @@ class ServeHardeningTest : public testing::ServeTest {
         << r->body.substr(0, 300);
   }
 
+  // Opens a stream of `body`, SIGTERMs the server after its first event, and reads the rest:
+  // every event (parsed, [DONE] excluded) into *events, whether [DONE] came into *done. Then
+  // expects the server to exit 0. Use with ASSERT_NO_FATAL_FAILURE.
+  void SigtermMidStream(const json& body, std::vector<json>* events, bool* done) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    auto stream = vllm::testing::SseStream::Open(port_, kCompletions, body, deadline);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    ASSERT_EQ(stream->status(), 200) << stream->error_body();
+    *done = false;
+    bool signalled = false;
+    while (true) {
+      auto next = stream->Next(deadline);
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (!next->has_value()) break;
+      if (**next == "[DONE]") {
+        *done = true;
+        break;
+      }
+      events->push_back(json::parse(**next));
+      if (!signalled) {
+        ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
+        signalled = true;
+      }
+    }
+    auto status = server_->Wait(absl::Seconds(15));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << vllm::testing::DescribeWaitStatus(*status);
+  }
+
   // Greedy completions and chat with logprobs on the confident model: every request succeeds
   // and at least one sampled token has a logprob of exactly 0.0 (else the test proves nothing).
   void ExpectZeroLogprobsServed(const std::string& model);
@@ -250,40 +280,21 @@ TEST_F(ServeHardeningTest, LogprobOfExactlyZeroTp2) {
 
 // SIGTERM drains: a stream in flight runs to its end (no error), then the server exits 0.
 TEST_F(ServeHardeningTest, SigtermLetsStreamsFinish) {
-  ASSERT_NO_FATAL_FAILURE(StartServer());
+  // A drain long enough for a loaded machine (the default is 25 s).
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--shutdown-timeout", "120"}));
   const json body = {{"prompt", "In the beginning"},
                      {"max_tokens", 300},
                      {"ignore_eos", true},
                      {"stream", true},
                      {"stream_options", {{"include_usage", true}}}};
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  auto stream = vllm::testing::SseStream::Open(port_, kCompletions, body, deadline);
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  ASSERT_EQ(stream->status(), 200) << stream->error_body();
-  auto first = stream->Next(deadline);
-  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
-  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
-  std::vector<json> events = {json::parse(**first)};
+  std::vector<json> events;
   bool done = false;
-  while (true) {
-    auto next = stream->Next(deadline);
-    ASSERT_TRUE(next.ok()) << next.status();
-    if (!next->has_value()) break;
-    if (**next == "[DONE]") {
-      done = true;
-      break;
-    }
-    events.push_back(json::parse(**next));
-  }
+  ASSERT_NO_FATAL_FAILURE(SigtermMidStream(body, &events, &done));
   EXPECT_TRUE(done);
   ASSERT_GE(events.size(), 2u);
   for (const json& e : events) EXPECT_FALSE(e.contains("error")) << e.dump();
   EXPECT_EQ(events.back()["usage"]["completion_tokens"], 300) << events.back().dump();
   EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
-  auto status = server_->Wait(absl::Seconds(15));
-  ASSERT_TRUE(status.ok()) << status.status();
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-      << vllm::testing::DescribeWaitStatus(*status);
 }
 
 // Past --shutdown-timeout the stream ends with vLLM's error event (which SDKs raise), not as
@@ -293,33 +304,15 @@ TEST_F(ServeHardeningTest, SigtermPastShutdownTimeoutEndsStreamsWithAnError) {
   // Over a second of decoding on this model; the timeout is 50 ms.
   const json body = {
       {"prompt", "In the beginning"}, {"max_tokens", 1000}, {"ignore_eos", true}, {"stream", true}};
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  auto stream = vllm::testing::SseStream::Open(port_, kCompletions, body, deadline);
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  auto first = stream->Next(deadline);
-  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
-  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
-  std::optional<json> last;
+  std::vector<json> events;
   bool done = false;
-  while (true) {
-    auto next = stream->Next(deadline);
-    ASSERT_TRUE(next.ok()) << next.status();
-    if (!next->has_value()) break;
-    if (**next == "[DONE]") {
-      done = true;
-      break;
-    }
-    last = json::parse(**next);
-  }
+  ASSERT_NO_FATAL_FAILURE(SigtermMidStream(body, &events, &done));
   EXPECT_TRUE(done);
-  ASSERT_TRUE(last.has_value());
-  ASSERT_TRUE(last->contains("error")) << last->dump();
-  EXPECT_EQ((*last)["error"]["code"], 503) << last->dump();
-  EXPECT_TRUE(absl::StrContains((*last)["error"].value("message", ""), "shutting down"));
-  auto status = server_->Wait(absl::Seconds(15));
-  ASSERT_TRUE(status.ok()) << status.status();
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
-      << vllm::testing::DescribeWaitStatus(*status);
+  ASSERT_FALSE(events.empty());
+  const json& last = events.back();
+  ASSERT_TRUE(last.contains("error")) << last.dump();
+  EXPECT_EQ(last["error"]["code"], 503) << last.dump();
+  EXPECT_TRUE(absl::StrContains(last["error"].value("message", ""), "shutting down"));
 }
 
 // --host localhost is served (it used to be refused, and only after the engine had started);
