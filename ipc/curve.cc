@@ -163,6 +163,7 @@ void StopZapAtExit() {
   } else {
     thread->detach();
   }
+  delete thread;  // joined or detached: the object itself is no longer needed
 }
 
 absl::Status EnsureZapHandler() {
