@@ -1,4 +1,4 @@
-# Executor round trip (issue 5): empty step and 256-request decode step, uni vs mp.
+# Executor round trip: empty step and 256-request decode step, uni vs mp.
 if(TARGET frontend)
   add_executable(executor_bench executor_bench.cc)
   target_link_libraries(executor_bench PRIVATE frontend)

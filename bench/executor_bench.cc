@@ -1,4 +1,4 @@
-// Executor round trip (issue 5): what it costs the engine to hand a step to its workers and
+// Executor round trip: what it costs the engine to hand a step to its workers and
 // get the answer back, printed as a Markdown table.
 //
 //   empty step      MultiprocExecutor::ExecuteModel(SchedulerOutput{}) with TP = 1, 2, 4:

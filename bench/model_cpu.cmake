@@ -1,4 +1,4 @@
-# CPU model throughput through the in-process engine (issue 4): prefill and decode tokens/s.
+# CPU model throughput through the in-process engine: prefill and decode tokens/s.
 if(TARGET frontend)
   add_executable(model_cpu_bench model_cpu_bench.cc)
   target_link_libraries(model_cpu_bench PRIVATE frontend)

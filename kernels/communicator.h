@@ -1,5 +1,5 @@
 // Communicator: the tensor-parallel collective a model calls after each row-parallel layer.
-// The CPU backend (issue 5) implements it over gloo or shared memory, the CUDA backend over
+// The CPU backend implements it over gloo or shared memory, the CUDA backend over
 // NCCL; a single-rank group is the identity.
 //
 // Thread-safety: one thread per rank calls it; every rank of the group must make the same

@@ -9,7 +9,7 @@
 // a dummy run at max_num_batched_tokens, then total × gpu_memory_utilization minus everything
 // in use — see worker/cuda/cuda_model_backend.h).
 //
-// Thread-safety: none; UniProcExecutor calls it from the engine thread, WorkerProc (issue 5)
+// Thread-safety: none; UniProcExecutor calls it from the engine thread, WorkerProc
 // from the worker process's main thread.
 #ifndef VLLM_WORKER_WORKER_H_
 #define VLLM_WORKER_WORKER_H_

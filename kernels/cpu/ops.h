@@ -1,6 +1,6 @@
 // CPU reference backend: the model's compute, one function per op (vLLM's csrc/cpu/ and the
 // PyTorch ops its CPU path calls). Framework-free: raw pointers, row-major float32 buffers,
-// sizes as arguments; the caller owns every buffer. The CUDA backend (issue 7) implements the
+// sizes as arguments; the caller owns every buffer. The CUDA backend implements the
 // same ops and is checked against these.
 //
 // Conventions:

@@ -1,4 +1,4 @@
-// Paged attention on the GPU (issue 7): the CUDA twin of kernels::cpu::PagedAttention, for
+// Paged attention on the GPU: the CUDA twin of kernels::cpu::PagedAttention, for
 // prefill (a flattened varlen batch, causal) and decode (split-K over long contexts) alike.
 #ifndef VLLM_KERNELS_CUDA_ATTENTION_H_
 #define VLLM_KERNELS_CUDA_ATTENTION_H_

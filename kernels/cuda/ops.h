@@ -1,4 +1,4 @@
-// CUDA backend, part 1: the elementwise and memory ops of the model (issue 7). Each op
+// CUDA backend, part 1: the elementwise and memory ops of the model. Each op
 // mirrors one of kernels/cpu/ops.h (same layouts, same semantics) and is checked against it
 // by tests/gpu/cuda_ops_test.cc. Paged attention and the GEMM live elsewhere (gemm.h).
 //

@@ -1,6 +1,6 @@
 // Tensor-parallel sharding at load time: two (or more) ranks, each a thread holding its shard
 // of the fixture models, joined by an in-process all-reduce (a test double for the gloo /
-// shared-memory collective of issue 5), must produce Hugging Face's logits as TP = 1 does.
+// shared-memory collective of kernels/comm), must produce Hugging Face's logits as TP = 1 does.
 #include <barrier>
 #include <cmath>
 #include <filesystem>
