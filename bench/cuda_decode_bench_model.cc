@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cuda/device_communicator.h"
 #include "worker/cuda/cuda_llama_model.h"
 #include "worker/cuda/device_buffer.h"

@@ -31,8 +31,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
 #include "bench/bench_util.h"
-#include "ipc/status_macros.h"
 
 namespace vllm::bench {
 namespace {

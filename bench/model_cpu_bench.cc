@@ -26,8 +26,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "frontend/llm_engine.h"
-#include "ipc/status_macros.h"
 #include "kernels/cpu/ops.h"
 
 namespace vllm::bench {

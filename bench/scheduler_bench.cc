@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "benchmark/benchmark.h"
 #include "core/scheduler.h"
-#include "ipc/status_macros.h"
 
 namespace vllm::core {
 namespace {

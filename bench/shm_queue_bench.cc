@@ -13,8 +13,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ipc/message_queue.h"
-#include "ipc/status_macros.h"
 
 namespace vllm::bench {
 namespace {

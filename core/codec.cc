@@ -4,9 +4,9 @@
 #include <exception>
 #include <new>
 
+#include "base/status_macros.h"
 #include "core/msgpack_fields.h"
 #include "ipc/msgpack_util.h"
-#include "ipc/status_macros.h"
 
 namespace vllm::core {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vllm::core {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vllm::core {
 

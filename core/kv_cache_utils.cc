@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "xxhash.h"
 
 namespace vllm::core {

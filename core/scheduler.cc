@@ -4,7 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vllm::core {
 namespace {

@@ -1,6 +1,6 @@
 #include "executor/uniproc_executor.h"
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vllm::executor {
 

@@ -24,12 +24,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "frontend/api_server_response.h"
 #include "frontend/openai_protocol.h"
-#include "ipc/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace vllm::frontend {

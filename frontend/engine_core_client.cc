@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "core/codec.h"
 #include "core/engine_core_proc.h"
 #include "ipc/msgpack_util.h"
-#include "ipc/status_macros.h"
 #include "ipc/wait_strategy.h"
 #include "spdlog/spdlog.h"
 

@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "executor/multiproc_executor.h"
 #include "executor/uniproc_executor.h"
-#include "ipc/status_macros.h"
 
 namespace vllm::frontend {
 

@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "ipc/zmq_util.h"
 #include "spdlog/spdlog.h"
 

@@ -5,9 +5,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/shm_layout.h"
-#include "ipc/status_macros.h"
 
 namespace vllm::ipc {
 namespace {

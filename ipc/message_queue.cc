@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "ipc/shm_segment.h"
-#include "ipc/status_macros.h"
 #include "ipc/zmq_util.h"
 
 namespace vllm::ipc {

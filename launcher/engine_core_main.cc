@@ -8,10 +8,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "core/engine_core_proc.h"
 #include "frontend/llm_engine.h"
 #include "ipc/signal_watcher.h"
-#include "ipc/status_macros.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 

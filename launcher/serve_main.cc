@@ -21,11 +21,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "base/status_macros.h"
 #include "frontend/api_server.h"
 #include "frontend/async_llm.h"
 #include "frontend/engine_core_client.h"
 #include "ipc/signal_watcher.h"
-#include "ipc/status_macros.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_args.h"
 #include "spdlog/sinks/stdout_color_sinks.h"

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vllm::worker {
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/sampling.h"
 #include "xxhash.h"
 

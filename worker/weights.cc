@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "worker/safetensors.h"
 
 namespace vllm::worker {

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "worker/weights.h"
 #if VLLM_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"

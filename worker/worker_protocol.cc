@@ -3,9 +3,9 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "core/msgpack_fields.h"
 #include "ipc/msgpack_util.h"
-#include "ipc/status_macros.h"
 
 namespace vllm::worker {
 namespace {

@@ -14,8 +14,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "ipc/shm_segment.h"
-#include "ipc/status_macros.h"
 #include "kernels/comm/gloo_communicator.h"
 #include "kernels/comm/shm_communicator.h"
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/comm/shm_reduce.h"
 
 namespace vllm::kernels::comm {

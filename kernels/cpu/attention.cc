@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vec.h"
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
 
 namespace vllm::kernels::cpu {

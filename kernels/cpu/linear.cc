@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
 
 namespace vllm::kernels::cpu {

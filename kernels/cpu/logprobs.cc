@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "kernels/cpu/sampling.h"
 
 namespace vllm::kernels::cpu {

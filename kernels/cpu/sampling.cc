@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 
 namespace vllm::kernels::cpu {
 namespace {

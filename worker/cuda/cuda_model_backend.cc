@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "ipc/status_macros.h"
+#include "base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/cuda/dtype_dispatch.h"
 

@@ -1,4 +1,4 @@
-// Status plumbing shared by every layer (ipc/ is the lowest one, so it lives here).
+// Status plumbing shared by every folder (base/ is header-only and depends on no other folder).
 //
 //   VLLM_RETURN_IF_ERROR(expr);            returns expr's Status from the enclosing function
 //                                          when it is not OK.
@@ -7,8 +7,8 @@
 //                                          (lhs may be a declaration: `auto x`).
 //   VLLM_CHECK(cond) << "message";         aborts with file:line when a broken invariant (a bug,
 //   VLLM_CHECK_OK(status);                 never bad input) is detected.
-#ifndef VLLM_IPC_STATUS_MACROS_H_
-#define VLLM_IPC_STATUS_MACROS_H_
+#ifndef VLLM_BASE_STATUS_MACROS_H_
+#define VLLM_BASE_STATUS_MACROS_H_
 
 #include <cstdlib>
 #include <iostream>
@@ -62,4 +62,4 @@ class CheckFailure {
     ::vllm::internal::CheckFailure(__FILE__, __LINE__, #expr).stream()       \
         << vllm_check_status_.ToString()
 
-#endif  // VLLM_IPC_STATUS_MACROS_H_
+#endif  // VLLM_BASE_STATUS_MACROS_H_
