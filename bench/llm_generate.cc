@@ -24,10 +24,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "frontend/chat_template.h"
+#include "frontend/jinja/chat_template.h"
 #include "frontend/detokenizer.h"
 #include "frontend/llm_engine.h"
-#include "frontend/tokenizer.h"
+#include "frontend/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "frontend/tokenizer_unicode.h"
+#include "base/utf8.h"
 
 namespace vllm::frontend {
 namespace {
@@ -23,7 +23,7 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
   prefix_offset_ = read_offset_ > kInitialPrefixIds ? read_offset_ - kInitialPrefixIds : 0;
   if (!options_.include_stop_str_in_output) {
     for (const std::string& s : options_.stop) {
-      const size_t n = CountCodePoints(s);
+      const size_t n = base::CountCodePoints(s);
       if (n > 0) hold_back_code_points_ = std::max(hold_back_code_points_, n - 1);
     }
   }
@@ -37,7 +37,7 @@ size_t IncrementalDetokenizer::DecodeNew() {
       tokenizer_.Decode(all.subspan(prefix_offset_), options_.skip_special_tokens);
   // Wait while the newest bytes are an incomplete character (decoded as U+FFFD) or nothing
   // new decoded; the next id may complete it.
-  if (full.size() <= prefix.size() || full.ends_with(kReplacementChar)) return 0;
+  if (full.size() <= prefix.size() || full.ends_with(base::kReplacementChar)) return 0;
   // Byte-level decoding is prefix-stable, so `full` extends `prefix`; compare anyway.
   const size_t common = full.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0;
   text_.append(full, common, std::string::npos);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/tokenizer.h"
+#include "frontend/tokenizer/tokenizer.h"
 
 namespace vllm::frontend {
 

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "core/engine_core_types.h"
 #include "core/sampling_params.h"
-#include "frontend/chat_template.h"  // ChatMessage
+#include "frontend/jinja/chat_template.h"  // ChatMessage
 
 namespace vllm::frontend {
 

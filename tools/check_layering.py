@@ -6,7 +6,8 @@
 
 The rules are docs/ARCHITECTURE.md's "Folders and dependencies" (from ../shared/DESIGN.md):
 each source file belongs to the module of the longest prefix in MODULES below, and may include
-headers of its own module and of the modules ALLOWED lists for it, nothing else of ours.
+headers of its own module and of the modules ALLOWED lists for it, nothing else of ours, and
+never a header of INTERNAL_HEADERS from outside its module.
 Third-party headers (absl/, boost/, nlohmann/, ...) are not checked. bench/ (except
 bench/serve/), tests/ and tools/ may include anything.
 
@@ -47,6 +48,12 @@ ALLOWED = {
 KNOWN_EXCEPTIONS = {
     # BuildEngineCore builds a Worker for UniProcExecutor; it moves to executor/.
     ("frontend/llm_engine.h", "worker/worker.h"),
+}
+
+# Headers internal to their module: included only by files of that module (and by tests).
+INTERNAL_HEADERS = {
+    "frontend/jinja/ast.h", "frontend/jinja/builtins.h", "frontend/jinja/parser.h",
+    "frontend/jinja/value.h", "frontend/tokenizer/bpe.h", "frontend/tokenizer/pretokenizer.h",
 }
 
 SOURCE_SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")
@@ -110,7 +117,13 @@ def check(root):
                     continue
                 header = m.group(1)
                 dst = target_module(header)
-                if dst is None or dst == src:
+                if dst is None:
+                    continue
+                if header in INTERNAL_HEADERS and dst != src:
+                    violations.append(f"{rel}:{lineno}: {src}/ includes {header}, which is "
+                                      f"internal to {dst}/")
+                    continue
+                if dst == src:
                     continue
                 if allowed is None:  # launcher: anything but tests and tools
                     ok = dst not in ("tests", "tools")
@@ -137,6 +150,8 @@ def self_test():
         "frontend/tokenizer/e.cc": '#include "core/request.h"\n',  # forbidden
         "frontend/f.cc": '#include "frontend/tokenizer/e.h"\n#include "worker/w.h"\n',
         "launcher/g.cc": '#include "worker/w.h"\n#include "tests/support/x.h"\n',
+        "frontend/jinja/i.cc": '#include "frontend/jinja/ast.h"\n',  # internal, same module
+        "frontend/j.cc": '#include "frontend/jinja/parser.h"\n',  # internal: forbidden
         "tests/unit/h.cc": '#include "launcher/g.h"\n',  # unchecked
     }
     with tempfile.TemporaryDirectory() as root:
@@ -147,12 +162,13 @@ def self_test():
                 f.write(text)
         violations, stale, checked = check(root)
     flagged = sorted(v.split(":")[0] for v in violations)
-    expected = ["frontend/f.cc", "frontend/tokenizer/e.cc", "kernels/cpu/c.cc", "launcher/g.cc"]
+    expected = ["frontend/f.cc", "frontend/j.cc", "frontend/tokenizer/e.cc", "kernels/cpu/c.cc",
+                "launcher/g.cc"]
     problems = []
     if flagged != expected:
         problems.append(f"flagged {flagged}, expected {expected}: {violations}")
-    if checked != 7:
-        problems.append(f"checked {checked} files, expected 7")
+    if checked != 9:
+        problems.append(f"checked {checked} files, expected 9")
     if stale != sorted(KNOWN_EXCEPTIONS):
         problems.append(f"stale exceptions {stale}, expected every known exception")
     for p in problems:

@@ -1,4 +1,4 @@
-// Fuzzes the chat-template engine (frontend::ChatTemplate, frontend/jinja_*): the input is a
+// Fuzzes the chat-template engine (frontend::ChatTemplate, frontend/jinja/): the input is a
 // template source, optionally followed by a NUL byte and text used as the user message's
 // content. A template that parses is rendered with a small fixed conversation (system, user,
 // assistant, user), with and without add_generation_prompt. Invariants: no crash, throw,
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/chat_template.h"
+#include "frontend/jinja/chat_template.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

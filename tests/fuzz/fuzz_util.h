@@ -37,7 +37,7 @@ inline std::pair<std::string_view, std::string_view> SplitAtNul(std::string_view
 }
 
 // Whether `s` is well-formed UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
-// Written independently of frontend/tokenizer_unicode so it can check that code.
+// Written independently of base/utf8.h so it can check that code.
 inline bool IsWellFormedUtf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {

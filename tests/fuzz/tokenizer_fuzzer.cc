@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "frontend/detokenizer.h"
-#include "frontend/tokenizer.h"
+#include "frontend/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace vllm::fuzz {

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "frontend/detokenizer.h"
-#include "frontend/tokenizer.h"
-#include "frontend/tokenizer_unicode.h"
+#include "frontend/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace vllm::fuzz {
@@ -84,7 +84,7 @@ void CheckDetokenizer(const Loaded& t, std::span<const int32_t> prompt,
   FUZZ_CHECK(IsWellFormedUtf8(detok.text()), "detokenizer text is ill-formed UTF-8");
   if (t.byte_level && prompt.empty() && !with_stop) {
     const std::string full = t.tokenizer->Decode(ids, skip_special);
-    if (!full.ends_with(frontend::kReplacementChar)) {
+    if (!full.ends_with(base::kReplacementChar)) {
       FUZZ_CHECK(detok.text() == full, "detokenizer text differs from Decode of all ids");
     }
   }

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/tokenizer_unicode.h"
+#include "base/utf8.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/fixtures.h"
@@ -48,10 +48,10 @@ TEST_P(DetokenizerGoldenTest, OneIdAtATimeEqualsFullDecode) {
     for (bool skip : {false, true}) {
       const std::string full = (*tok)->Decode(ids, skip);
       // A trailing incomplete character is held back, as in vLLM; compare the rest.
-      if (full.ends_with(kReplacementChar)) continue;
+      if (full.ends_with(base::kReplacementChar)) continue;
       // HF's ByteFallback turns a run of <0xNN> tokens that is not UTF-8 as a whole into one
       // U+FFFD per byte, so a valid prefix of the run streams differently (vLLM too).
-      if (GetParam() == "fallback_bpe" && full.find(kReplacementChar) != std::string::npos)
+      if (GetParam() == "fallback_bpe" && full.find(base::kReplacementChar) != std::string::npos)
         continue;
       // With the prompt being the first few ids, the rest streams in their context.
       const size_t split = std::min<size_t>(ids.size(), 3);
@@ -61,7 +61,7 @@ TEST_P(DetokenizerGoldenTest, OneIdAtATimeEqualsFullDecode) {
       opts.skip_special_tokens = skip;
       EXPECT_EQ(Stream(**tok, {}, ids, opts), full);
       const std::string prompt_text = (*tok)->Decode(prompt, skip);
-      if (full.starts_with(prompt_text) && !prompt_text.ends_with(kReplacementChar)) {
+      if (full.starts_with(prompt_text) && !prompt_text.ends_with(base::kReplacementChar)) {
         EXPECT_EQ(Stream(**tok, prompt, output, opts), full.substr(prompt_text.size()));
       }
     }
@@ -142,7 +142,7 @@ TEST_F(DetokenizerTest, FuzzRandomIdsNeverCrash) {
     }
     streamed += d.Flush();
     EXPECT_EQ(streamed, d.text());
-    EXPECT_TRUE(IsValidUtf8(streamed));
+    EXPECT_TRUE(base::IsValidUtf8(streamed));
   }
 }
 

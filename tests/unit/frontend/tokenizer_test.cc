@@ -1,7 +1,7 @@
 // Tokenizer against Hugging Face: goldens recorded by tools/make_tokenizer_reference.py
 // (the bundled model) and tools/make_tokenizer_goldens.py (Llama-3 / Qwen2 regex BPEs and
 // a byte_fallback BPE); malformed files; a fuzz loop.
-#include "frontend/tokenizer.h"
+#include "frontend/tokenizer/tokenizer.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // Tokenizer: Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3, Qwen2) in C++.
-#ifndef VLLM_FRONTEND_TOKENIZER_H_
-#define VLLM_FRONTEND_TOKENIZER_H_
+#ifndef VLLM_FRONTEND_TOKENIZER_TOKENIZER_H_
+#define VLLM_FRONTEND_TOKENIZER_TOKENIZER_H_
 
 #include <cstdint>
 #include <filesystem>
@@ -13,8 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "frontend/tokenizer_bpe.h"
-#include "frontend/tokenizer_pretokenizer.h"
+#include "frontend/tokenizer/bpe.h"
+#include "frontend/tokenizer/pretokenizer.h"
 
 namespace vllm::frontend {
 
@@ -116,4 +116,4 @@ class Tokenizer {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_TOKENIZER_H_
+#endif  // VLLM_FRONTEND_TOKENIZER_TOKENIZER_H_

@@ -1,4 +1,4 @@
-#include "frontend/tokenizer.h"
+#include "frontend/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <fstream>
@@ -10,7 +10,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "base/json_util.h"
-#include "frontend/tokenizer_unicode.h"
+#include "base/utf8.h"
+#include "frontend/tokenizer/byte_level.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
@@ -325,8 +326,8 @@ void Tokenizer::SplitAddedTokens(bool normalized, std::vector<Segment>* segments
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
                                                        bool add_special_tokens) const {
   std::string repaired;
-  if (!IsValidUtf8(text)) {
-    repaired = Utf8Lossy(text);
+  if (!base::IsValidUtf8(text)) {
+    repaired = base::Utf8Lossy(text);
     text = repaired;
   }
   std::vector<Segment> segments{Segment{text, -1}};
@@ -369,7 +370,7 @@ std::vector<std::string> Tokenizer::DecodeSteps(std::vector<std::string> tokens)
           std::string mapped;
           bool all = true;
           for (size_t pos = 0; pos < tok.size();) {
-            size_t len = ValidUtf8SequenceLength(tok, pos);
+            size_t len = base::ValidUtf8SequenceLength(tok, pos);
             if (len == 0) len = 1;
             std::optional<uint8_t> b = UnicodeToByte(tok, pos, len);
             if (!b.has_value()) {
@@ -381,7 +382,7 @@ std::vector<std::string> Tokenizer::DecodeSteps(std::vector<std::string> tokens)
           }
           bytes += all ? mapped : tok;
         }
-        next.push_back(Utf8Lossy(bytes));
+        next.push_back(base::Utf8Lossy(bytes));
         break;
       }
       case DecoderStep::kByteFallback: {
@@ -391,10 +392,10 @@ std::vector<std::string> Tokenizer::DecodeSteps(std::vector<std::string> tokens)
         size_t run_tokens = 0;
         auto flush = [&] {
           if (run_tokens == 0) return;
-          if (IsValidUtf8(run)) {
+          if (base::IsValidUtf8(run)) {
             next.push_back(run);
           } else {
-            for (size_t i = 0; i < run_tokens; ++i) next.emplace_back(kReplacementChar);
+            for (size_t i = 0; i < run_tokens; ++i) next.emplace_back(base::kReplacementChar);
           }
           run.clear();
           run_tokens = 0;

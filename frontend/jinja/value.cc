@@ -1,4 +1,4 @@
-#include "frontend/jinja_value.h"
+#include "frontend/jinja/value.h"
 
 #include <string.h>  // memmem (GNU)
 

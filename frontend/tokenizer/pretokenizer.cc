@@ -1,4 +1,4 @@
-#include "frontend/tokenizer_pretokenizer.h"
+#include "frontend/tokenizer/pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -6,7 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "frontend/tokenizer_unicode.h"
+#include "base/utf8.h"
+#include "frontend/tokenizer/byte_level.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
@@ -80,7 +81,7 @@ absl::Status TokenizerRegex::Split(std::string_view text, bool drop_matches,
     if (end == start) {
       // An empty match splits nothing; step one code point past it (as HF's find_iter).
       if (start >= text.size()) break;
-      const size_t len = ValidUtf8SequenceLength(text, start);
+      const size_t len = base::ValidUtf8SequenceLength(text, start);
       offset = start + (len == 0 ? 1 : len);
       continue;
     }

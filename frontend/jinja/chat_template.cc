@@ -1,4 +1,4 @@
-#include "frontend/chat_template.h"
+#include "frontend/jinja/chat_template.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,10 +7,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "frontend/jinja_ast.h"
-#include "frontend/jinja_builtins.h"
-#include "frontend/jinja_parser.h"
-#include "frontend/tokenizer_unicode.h"
+#include "base/utf8.h"
+#include "frontend/jinja/ast.h"
+#include "frontend/jinja/builtins.h"
+#include "frontend/jinja/parser.h"
 
 namespace vllm::frontend {
 namespace {
@@ -203,7 +203,7 @@ class Renderer {
   static size_t CodePointOffset(std::string_view s, int64_t index) {
     size_t pos = 0;
     for (int64_t i = 0; i < index && pos < s.size(); ++i) {
-      const size_t len = ValidUtf8SequenceLength(s, pos);
+      const size_t len = base::ValidUtf8SequenceLength(s, pos);
       pos += len == 0 ? 1 : len;
     }
     return pos;
@@ -211,7 +211,7 @@ class Renderer {
 
   // The code point of `s` at byte `pos` (< s.size()), a stray byte alone.
   static std::string CodePointAt(const std::string& s, size_t pos) {
-    const size_t len = ValidUtf8SequenceLength(s, pos);
+    const size_t len = base::ValidUtf8SequenceLength(s, pos);
     return s.substr(pos, len == 0 ? 1 : len);
   }
 
@@ -228,7 +228,7 @@ class Renderer {
       // Strings index by code point, without splitting them into a list; a non-negative
       // index only walks as far as it needs.
       const std::string& str = obj.as_string();
-      if (i < 0) i += static_cast<int64_t>(CountCodePoints(str));
+      if (i < 0) i += static_cast<int64_t>(base::CountCodePoints(str));
       if (i < 0) return Value();
       const size_t at = CodePointOffset(str, i);
       if (at >= str.size()) return Value();
@@ -242,7 +242,7 @@ class Renderer {
     if (!obj.is_list() && !obj.is_string())
       return Error(e, absl::StrCat("cannot slice ", obj.TypeName()));
     const auto n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size()
-                                                      : CountCodePoints(obj.as_string()));
+                                                      : base::CountCodePoints(obj.as_string()));
     auto bound = [&](const jinja::ExprPtr& x, int64_t dflt) -> absl::StatusOr<int64_t> {
       if (x == nullptr) return dflt;
       absl::StatusOr<Value> v = Eval(*x);

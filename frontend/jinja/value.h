@@ -1,5 +1,7 @@
-// Values of the chat-template interpreter (frontend/chat_template.h): a small dynamic type
+// Values of the chat-template interpreter (frontend/jinja/chat_template.h): a small dynamic type
 // with Python/Jinja semantics for truthiness, printing, equality and JSON.
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_VALUE_H_
 #define VLLM_FRONTEND_JINJA_VALUE_H_
 
@@ -37,14 +39,14 @@ struct None {};
 class Value {
  public:
   Value() : v_(Undefined{}) {}
-  Value(None) : v_(None{}) {}                                  // NOLINT: implicit by design
-  Value(bool b) : v_(b) {}                                     // NOLINT
-  Value(int64_t i) : v_(i) {}                                  // NOLINT
-  Value(int i) : v_(static_cast<int64_t>(i)) {}                // NOLINT
-  Value(double d) : v_(d) {}                                   // NOLINT
-  Value(std::string s) : v_(std::move(s)) {}                   // NOLINT
-  Value(const char* s) : v_(std::string(s)) {}                 // NOLINT
-  Value(List l);                                               // NOLINT
+  Value(None) : v_(None{}) {}                    // NOLINT: implicit by design
+  Value(bool b) : v_(b) {}                       // NOLINT
+  Value(int64_t i) : v_(i) {}                    // NOLINT
+  Value(int i) : v_(static_cast<int64_t>(i)) {}  // NOLINT
+  Value(double d) : v_(d) {}                     // NOLINT
+  Value(std::string s) : v_(std::move(s)) {}     // NOLINT
+  Value(const char* s) : v_(std::string(s)) {}   // NOLINT
+  Value(List l);                                 // NOLINT
   static Value MakeMap(Map m, bool is_namespace = false);
 
   bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }

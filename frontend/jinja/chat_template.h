@@ -1,6 +1,6 @@
 // ChatTemplate: renders tokenizer_config.json's Jinja chat_template for a conversation.
-#ifndef VLLM_FRONTEND_CHAT_TEMPLATE_H_
-#define VLLM_FRONTEND_CHAT_TEMPLATE_H_
+#ifndef VLLM_FRONTEND_JINJA_CHAT_TEMPLATE_H_
+#define VLLM_FRONTEND_JINJA_CHAT_TEMPLATE_H_
 
 #include <memory>
 #include <string>
@@ -59,4 +59,4 @@ class ChatTemplate {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_CHAT_TEMPLATE_H_
+#endif  // VLLM_FRONTEND_JINJA_CHAT_TEMPLATE_H_

@@ -1,4 +1,6 @@
-// Lexer and parser of the chat-template Jinja subset (see frontend/chat_template.h).
+// Lexer and parser of the chat-template Jinja subset (see frontend/jinja/chat_template.h).
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_PARSER_H_
 #define VLLM_FRONTEND_JINJA_PARSER_H_
 
@@ -7,7 +9,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "frontend/jinja_ast.h"
+#include "frontend/jinja/ast.h"
 
 namespace vllm::frontend::jinja {
 

@@ -1,4 +1,4 @@
-#include "frontend/tokenizer_bpe.h"
+#include "frontend/tokenizer/bpe.h"
 
 #include <algorithm>
 #include <queue>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "frontend/tokenizer_unicode.h"
+#include "base/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
@@ -111,7 +111,7 @@ std::optional<int32_t> BpeModel::TokenToId(std::string_view token) const {
 void BpeModel::InitialSymbols(std::string_view word, std::vector<int32_t>* ids) const {
   bool last_was_unk = false;
   for (size_t pos = 0; pos < word.size();) {
-    size_t len = ValidUtf8SequenceLength(word, pos);
+    size_t len = base::ValidUtf8SequenceLength(word, pos);
     if (len == 0) len = 1;  // callers pass valid UTF-8; stay in bounds regardless
     auto it = vocab_.find(absl::string_view(word.data() + pos, len));
     if (it != vocab_.end()) {

@@ -1,4 +1,6 @@
 // Filters, tests and methods of the chat-template Jinja subset.
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_BUILTINS_H_
 #define VLLM_FRONTEND_JINJA_BUILTINS_H_
 
@@ -7,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "frontend/jinja_value.h"
+#include "frontend/jinja/value.h"
 
 namespace vllm::frontend::jinja {
 

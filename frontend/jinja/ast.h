@@ -1,5 +1,7 @@
-// Syntax tree of the chat-template Jinja subset (frontend/chat_template.h), produced by
-// jinja_parser and walked by chat_template.cc.
+// Syntax tree of the chat-template Jinja subset (frontend/jinja/chat_template.h), produced by
+// parser.h and walked by chat_template.cc.
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_AST_H_
 #define VLLM_FRONTEND_JINJA_AST_H_
 
@@ -9,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "frontend/jinja_value.h"
+#include "frontend/jinja/value.h"
 
 namespace vllm::frontend::jinja {
 

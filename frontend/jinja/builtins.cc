@@ -1,11 +1,11 @@
-#include "frontend/jinja_builtins.h"
+#include "frontend/jinja/builtins.h"
 
 #include <algorithm>
 #include <cctype>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "frontend/tokenizer_unicode.h"
+#include "base/utf8.h"
 
 namespace vllm::frontend::jinja {
 namespace {
@@ -48,13 +48,13 @@ absl::Status TooLarge(const std::string& what) {
 
 // UTF-8 code points of a string as one-character strings (Python iterates str by char).
 absl::StatusOr<List> Chars(const std::string& s) {
-  if (CountCodePoints(s) > kMaxChars) {
+  if (base::CountCodePoints(s) > kMaxChars) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot split a string of more than ", kMaxChars, " characters into a list"));
   }
   List out;
   for (size_t pos = 0; pos < s.size();) {
-    size_t len = ValidUtf8SequenceLength(s, pos);
+    size_t len = base::ValidUtf8SequenceLength(s, pos);
     if (len == 0) len = 1;
     out.emplace_back(s.substr(pos, len));
     pos += len;
@@ -74,7 +74,7 @@ absl::StatusOr<List> Items(const Value& v) {
 }
 
 absl::StatusOr<Value> Length(const Value& v) {
-  if (v.is_string()) return Value(static_cast<int64_t>(CountCodePoints(v.as_string())));
+  if (v.is_string()) return Value(static_cast<int64_t>(base::CountCodePoints(v.as_string())));
   if (v.is_list()) return Value(static_cast<int64_t>(v.as_list().size()));
   if (v.is_map()) return Value(static_cast<int64_t>(v.as_map().size()));
   return TypeError("length", v);
@@ -117,7 +117,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
       at = s.size() - 1;
       while (at > 0 && (static_cast<uint8_t>(s[at]) & 0xC0) == 0x80) --at;
     }
-    size_t len = ValidUtf8SequenceLength(s, at);
+    size_t len = base::ValidUtf8SequenceLength(s, at);
     if (len == 0) len = 1;
     return Value(s.substr(at, len));
   }
@@ -164,7 +164,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
         while (start > 0 && end - start < 4 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) {
           --start;
         }
-        if (ValidUtf8SequenceLength(s, start) != end - start) start = end - 1;
+        if (base::ValidUtf8SequenceLength(s, start) != end - start) start = end - 1;
         out.append(s, start, end - start);
         end = start;
       }

@@ -1,4 +1,4 @@
-#include "frontend/jinja_parser.h"
+#include "frontend/jinja/parser.h"
 
 #include <algorithm>
 #include <cctype>
