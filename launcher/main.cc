@@ -1,13 +1,13 @@
 // vllm-launch: the command-line entry point.
 //   vllm-launch [serve] [MODEL] [flags]   the OpenAI-compatible server (launcher/serve_main.h)
-//   vllm-launch bench serve [flags]       the serving load generator (launcher/bench_serve.h)
+//   vllm-launch bench serve [flags]       the serving load generator (bench/serve/bench_serve.h)
 //   vllm-launch engine-core / worker-proc internal: started by the server / the executor
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "launcher/bench_serve.h"
+#include "bench/serve/bench_serve.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_main.h"
 #include "worker/worker_proc.h"
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     return vllm::launcher::RunEngineCore(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "serve") == 0) {
-    return vllm::launcher::RunBenchServe(std::vector<std::string>(argv + 3, argv + argc));
+    return vllm::bench_serve::RunBenchServe(std::vector<std::string>(argv + 3, argv + argc));
   }
   // `vllm-launch [serve] ...`: the server (the default subcommand, as `vllm serve`).
   int first = 1;

@@ -1,17 +1,17 @@
 // The OpenAI wire format as `vllm bench serve` speaks it: the streaming request body for
 // /v1/completions and /v1/chat/completions, and the parser that turns the server-sent-event
 // stream of one response into a RequestOutput (TTFT, ITL, usage). No I/O; thread-compatible.
-#ifndef VLLM_LAUNCHER_BENCH_SERVE_PROTOCOL_H_
-#define VLLM_LAUNCHER_BENCH_SERVE_PROTOCOL_H_
+#ifndef VLLM_BENCH_SERVE_PROTOCOL_H_
+#define VLLM_BENCH_SERVE_PROTOCOL_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "launcher/bench_serve_dataset.h"
-#include "launcher/bench_serve_metrics.h"
+#include "bench/serve/dataset.h"
+#include "bench/serve/metrics.h"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 
 // The two request formats of vLLM's benchmark.
 enum class BenchBackend {
@@ -68,6 +68,6 @@ class SseResponseParser {
   double last_token_s_ = 0.0;
 };
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve
 
-#endif  // VLLM_LAUNCHER_BENCH_SERVE_PROTOCOL_H_
+#endif  // VLLM_BENCH_SERVE_PROTOCOL_H_

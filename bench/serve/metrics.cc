@@ -1,4 +1,4 @@
-#include "launcher/bench_serve_metrics.h"
+#include "bench/serve/metrics.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 namespace {
 
 // Python's "{s:{c}^{n}}".format(...): `text` centred in `width`, the odd fill char on the right.
@@ -227,4 +227,4 @@ std::string DefaultResultFilename(const BenchmarkRunInfo& info) {
                       parts.back(), "-", info.date, ".json");
 }
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve

@@ -1,4 +1,4 @@
-#include "launcher/bench_serve_protocol.h"
+#include "bench/serve/protocol.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -6,7 +6,7 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 namespace {
 
 constexpr size_t kMaxQuotedBytes = 200;
@@ -128,4 +128,4 @@ RequestOutput SseResponseParser::Finish(double now_s) {
   return std::move(output_);
 }
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve

@@ -1,4 +1,4 @@
-#include "launcher/bench_serve_dataset.h"
+#include "bench/serve/dataset.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 namespace {
 
 // Uniform integer in [lo, hi]. Written out instead of std::uniform_int_distribution so the
@@ -94,4 +94,4 @@ absl::StatusOr<std::vector<SampleRequest>> LoadPromptsFile(const std::string& pa
   return requests;
 }
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve

@@ -1,19 +1,19 @@
 // `vllm-launch bench serve`: the serving load generator. Sends a dataset of prompts to any
 // OpenAI-compatible endpoint (ours or vLLM's) with the request format, arrival process, metrics,
 // printed table and result JSON of vLLM's `vllm bench serve`, so the two compare directly.
-// See launcher/README.md for the flags.
-#ifndef VLLM_LAUNCHER_BENCH_SERVE_H_
-#define VLLM_LAUNCHER_BENCH_SERVE_H_
+// See bench/serve/README.md for the flags.
+#ifndef VLLM_BENCH_SERVE_BENCH_SERVE_H_
+#define VLLM_BENCH_SERVE_BENCH_SERVE_H_
 
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "launcher/bench_serve_client.h"
-#include "launcher/bench_serve_dataset.h"
+#include "bench/serve/client.h"
+#include "bench/serve/dataset.h"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 
 // Everything the flags of `bench serve` say.
 struct BenchServeFlags {
@@ -55,6 +55,6 @@ struct BenchServeFlags {
 // (vLLM exits 0 when requests fail; we exit 1 so scripts notice.)
 int RunBenchServe(const std::vector<std::string>& args);
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve
 
-#endif  // VLLM_LAUNCHER_BENCH_SERVE_H_
+#endif  // VLLM_BENCH_SERVE_BENCH_SERVE_H_

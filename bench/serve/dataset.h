@@ -1,8 +1,8 @@
 // Prompt sources for `vllm-launch bench serve`: vLLM's `random` dataset (prompts of random token
 // ids, sent as the OpenAI `prompt` token array) and a `prompts` file (JSON lines or plain text).
 // Pure functions of their inputs and a seed; thread-compatible.
-#ifndef VLLM_LAUNCHER_BENCH_SERVE_DATASET_H_
-#define VLLM_LAUNCHER_BENCH_SERVE_DATASET_H_
+#ifndef VLLM_BENCH_SERVE_DATASET_H_
+#define VLLM_BENCH_SERVE_DATASET_H_
 
 #include <cstdint>
 #include <string>
@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 
 // One request of the benchmark, as vLLM's SampleRequest.
 struct SampleRequest {
@@ -54,6 +54,6 @@ struct RandomDatasetOptions {
                                                                          int num_prompts,
                                                                          int default_output_len);
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve
 
-#endif  // VLLM_LAUNCHER_BENCH_SERVE_DATASET_H_
+#endif  // VLLM_BENCH_SERVE_DATASET_H_

@@ -1,4 +1,4 @@
-#include "launcher/bench_serve.h"
+#include "bench/serve/bench_serve.h"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -17,9 +17,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "launcher/bench_serve_metrics.h"
+#include "bench/serve/metrics.h"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 namespace {
 
 // Errors printed to stderr after the table, so a failed run says why.
@@ -313,4 +313,4 @@ int RunBenchServe(const std::vector<std::string>& args) {
   return exit_code;
 }
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve

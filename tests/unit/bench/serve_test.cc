@@ -1,7 +1,5 @@
 // Tests of `vllm-launch bench serve`: dataset, percentile math, SSE parsing, the result table
 // and JSON, and whole runs against a fake OpenAI streaming server that lives in this file.
-#include "launcher/bench_serve.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,15 +20,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/serve/bench_serve.h"
+#include "bench/serve/client.h"
+#include "bench/serve/dataset.h"
+#include "bench/serve/metrics.h"
+#include "bench/serve/protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "launcher/bench_serve_client.h"
-#include "launcher/bench_serve_dataset.h"
-#include "launcher/bench_serve_metrics.h"
-#include "launcher/bench_serve_protocol.h"
 #include "nlohmann/json.hpp"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 namespace {
 
 namespace asio = boost::asio;
@@ -793,4 +792,4 @@ TEST(BenchServeProtocolTest, RequestBodiesCarryVllmFields) {
 }
 
 }  // namespace
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve

@@ -1,5 +1,5 @@
 // The one translation unit of the benchmark that includes Boost.Beast (it is slow to compile).
-#include "launcher/bench_serve_client.h"
+#include "bench/serve/client.h"
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 namespace {
 
 namespace asio = boost::asio;
@@ -417,4 +417,4 @@ absl::StatusOr<std::string> FetchFirstModelId(const std::string& host, const std
   return models["data"][0]["id"].get<std::string>();
 }
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve

@@ -1,8 +1,8 @@
 // Metrics of `vllm-launch bench serve`, computed as vLLM's calculate_metrics() does (numpy mean,
 // median, population std and linearly interpolated percentiles), the result table it prints and
 // the result JSON it saves. Pure functions; thread-compatible.
-#ifndef VLLM_LAUNCHER_BENCH_SERVE_METRICS_H_
-#define VLLM_LAUNCHER_BENCH_SERVE_METRICS_H_
+#ifndef VLLM_BENCH_SERVE_METRICS_H_
+#define VLLM_BENCH_SERVE_METRICS_H_
 
 #include <cstdint>
 #include <optional>
@@ -12,7 +12,7 @@
 
 #include "nlohmann/json.hpp"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 
 // What one request produced, as vLLM's RequestFuncOutput. Times in seconds.
 struct RequestOutput {
@@ -100,6 +100,6 @@ nlohmann::json BuildResultJson(const BenchmarkRunInfo& info, const BenchmarkMetr
 // with rate printed as Python prints a float ("inf", "50.0") and model the last path part.
 std::string DefaultResultFilename(const BenchmarkRunInfo& info);
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve
 
-#endif  // VLLM_LAUNCHER_BENCH_SERVE_METRICS_H_
+#endif  // VLLM_BENCH_SERVE_METRICS_H_

@@ -2,8 +2,8 @@
 // OpenAI-compatible HTTP/1.1 server on one Boost.Asio io_context (callbacks, no thread per
 // request, keep-alive connections reused), at vLLM's arrival process (Poisson or gamma
 // intervals) under an optional concurrency limit, and records what each request produced.
-#ifndef VLLM_LAUNCHER_BENCH_SERVE_CLIENT_H_
-#define VLLM_LAUNCHER_BENCH_SERVE_CLIENT_H_
+#ifndef VLLM_BENCH_SERVE_CLIENT_H_
+#define VLLM_BENCH_SERVE_CLIENT_H_
 
 #include <chrono>
 #include <cstdint>
@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "launcher/bench_serve_dataset.h"
-#include "launcher/bench_serve_metrics.h"
-#include "launcher/bench_serve_protocol.h"
+#include "bench/serve/dataset.h"
+#include "bench/serve/metrics.h"
+#include "bench/serve/protocol.h"
 
-namespace vllm::launcher {
+namespace vllm::bench_serve {
 
 // Where and how to send the requests.
 struct LoadOptions {
@@ -64,6 +64,6 @@ LoadResult RunLoad(const LoadOptions& options, const std::vector<SampleRequest>&
                                                             const std::string& port,
                                                             std::chrono::milliseconds timeout);
 
-}  // namespace vllm::launcher
+}  // namespace vllm::bench_serve
 
-#endif  // VLLM_LAUNCHER_BENCH_SERVE_CLIENT_H_
+#endif  // VLLM_BENCH_SERVE_CLIENT_H_
