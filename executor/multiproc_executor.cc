@@ -21,7 +21,6 @@
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "ipc/ipc_address.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/zmq_util.h"
 #include "kernels/comm/group_spec.h"
 #include "worker/worker_proc.h"
@@ -398,46 +397,41 @@ absl::StatusOr<std::vector<std::string>> MultiprocExecutor::CollectiveRpc(
 
 absl::StatusOr<core::KVCacheSpec> MultiprocExecutor::GetKVCacheSpec() {
   VLLM_ASSIGN_OR_RETURN(auto replies,
-                        CollectiveRpc("get_kv_cache_spec", "", options_.execute_timeout));
+                        CollectiveRpc(worker::kGetKVCacheSpecMethod, "", options_.execute_timeout));
   core::KVCacheSpec spec;
   for (const std::string& r : replies) {
-    VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded(Bytes(r)));
-    VLLM_ASSIGN_OR_RETURN(auto v, ipc::ConvertAs<std::vector<int64_t>>(oh.get(), "kv cache spec"));
-    if (v.size() != 4) return absl::InvalidArgumentError("kv cache spec: expected 4 fields");
-    const core::KVCacheSpec s{static_cast<int32_t>(v[0]), static_cast<int32_t>(v[1]),
-                              static_cast<int32_t>(v[2]), static_cast<int32_t>(v[3])};
+    VLLM_ASSIGN_OR_RETURN(const core::KVCacheSpec s, worker::DecodeKVCacheSpec(Bytes(r)));
     if (s.BytesPerToken() > spec.BytesPerToken()) spec = s;  // the most loaded rank
   }
   return spec;
 }
 
 absl::StatusOr<int64_t> MultiprocExecutor::DetermineAvailableMemory() {
-  VLLM_ASSIGN_OR_RETURN(auto replies,
-                        CollectiveRpc("determine_available_memory", "", options_.execute_timeout));
+  VLLM_ASSIGN_OR_RETURN(auto replies, CollectiveRpc(worker::kDetermineAvailableMemoryMethod, "",
+                                                    options_.execute_timeout));
   int64_t available = std::numeric_limits<int64_t>::max();
   for (const std::string& r : replies) {
-    VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded(Bytes(r)));
-    VLLM_ASSIGN_OR_RETURN(int64_t v, ipc::ConvertAs<int64_t>(oh.get(), "available memory"));
+    VLLM_ASSIGN_OR_RETURN(const int64_t v, worker::DecodeAvailableMemory(Bytes(r)));
     available = std::min(available, v);
   }
   return available;
 }
 
 absl::Status MultiprocExecutor::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
-  msgpack::sbuffer b;
-  msgpack::pack(b, std::vector<int32_t>{num_blocks, block_size});
-  return CollectiveRpc("initialize_kv_cache", std::string(b.data(), b.size()),
+  return CollectiveRpc(worker::kInitializeKVCacheMethod,
+                       worker::EncodeInitializeKVCacheArgs({num_blocks, block_size}),
                        options_.execute_timeout)
       .status();
 }
 
 core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::SchedulerOutput& so) {
   const std::string payload = core::Encode(so);
-  absl::StatusOr<uint64_t> id = Broadcast("execute_model", Bytes(payload), /*reply_rank=*/0);
+  absl::StatusOr<uint64_t> id =
+      Broadcast(worker::kExecuteModelMethod, Bytes(payload), /*reply_rank=*/0);
   // The reply is read when the future is waited on; futures are waited on in order.
   return std::async(std::launch::deferred, [this, id]() -> absl::StatusOr<core::ModelRunnerOutput> {
     VLLM_RETURN_IF_ERROR(id.status());
-    VLLM_ASSIGN_OR_RETURN(std::string reply, AwaitReply(0, *id, "execute_model",
+    VLLM_ASSIGN_OR_RETURN(std::string reply, AwaitReply(0, *id, worker::kExecuteModelMethod,
                                                         absl::Now() + options_.execute_timeout));
     absl::StatusOr<core::ModelRunnerOutput> out = core::DecodeModelRunnerOutput(reply);
     if (!out.ok()) Fail(out.status());

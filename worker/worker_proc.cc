@@ -17,7 +17,6 @@
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "ipc/message_queue.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/signal_watcher.h"
 #include "ipc/zmq_util.h"
 #include "kernels/comm/group_spec.h"
@@ -223,7 +222,7 @@ class WorkerProc {
             {reinterpret_cast<const uint8_t*>(result.data()), result.size()}};
         VLLM_RETURN_IF_ERROR(response_->EnqueueParts(parts));
       }
-      if (status.ok() && call.header.method == "shutdown") return absl::OkStatus();
+      if (status.ok() && call.header.method == kShutdownMethod) return absl::OkStatus();
     }
   }
 
@@ -237,7 +236,7 @@ class WorkerProc {
     }
     call.header = framed->header;
     const auto& p = framed->payload;
-    if (call.header.method == "execute_model") {
+    if (call.header.method == kExecuteModelMethod) {
       auto step = core::DecodeSchedulerOutput(
           std::string_view(reinterpret_cast<const char*>(p.data()), p.size()));
       if (step.ok()) {
@@ -253,42 +252,33 @@ class WorkerProc {
 
   absl::Status Dispatch(const Call& call, std::string* result) {
     const std::string& method = call.header.method;
-    if (method == "execute_model") {
+    const ipc::ByteSpan payload(reinterpret_cast<const uint8_t*>(call.payload.data()),
+                                call.payload.size());
+    if (method == kExecuteModelMethod) {
       VLLM_ASSIGN_OR_RETURN(core::ModelRunnerOutput out, worker_->ExecuteModel(*call.step));
       *result = core::Encode(out);
       return absl::OkStatus();
     }
-    if (method == "get_kv_cache_spec") {
-      const core::KVCacheSpec spec = worker_->GetKVCacheSpec();
-      msgpack::sbuffer b;
-      msgpack::pack(b, std::vector<int64_t>{spec.num_layers, spec.num_kv_heads, spec.head_dim,
-                                            spec.dtype_bytes});
-      result->assign(b.data(), b.size());
+    if (method == kGetKVCacheSpecMethod) {
+      VLLM_RETURN_IF_ERROR(CheckEmptyPayload(payload, method));
+      *result = EncodeKVCacheSpec(worker_->GetKVCacheSpec());
       return absl::OkStatus();
     }
-    if (method == "determine_available_memory") {
+    if (method == kDetermineAvailableMemoryMethod) {
+      VLLM_RETURN_IF_ERROR(CheckEmptyPayload(payload, method));
       VLLM_ASSIGN_OR_RETURN(const int64_t available, worker_->DetermineAvailableMemory());
-      msgpack::sbuffer b;
-      msgpack::pack(b, available);
-      result->assign(b.data(), b.size());
+      *result = EncodeAvailableMemory(available);
       return absl::OkStatus();
     }
-    if (method == "initialize_kv_cache") {
-      auto oh = ipc::UnpackBounded(
-          {reinterpret_cast<const uint8_t*>(call.payload.data()), call.payload.size()});
-      if (!oh.ok()) return oh.status();
-      VLLM_ASSIGN_OR_RETURN(auto args, ipc::ConvertAs<std::vector<int32_t>>(
-                                           oh->get(), "initialize_kv_cache arguments"));
-      if (args.size() != 2) {
-        return absl::InvalidArgumentError("initialize_kv_cache takes [num_blocks, block_size]");
-      }
-      return worker_->InitializeKVCache(args[0], args[1]);
+    if (method == kInitializeKVCacheMethod) {
+      VLLM_ASSIGN_OR_RETURN(const InitializeKVCacheArgs args, DecodeInitializeKVCacheArgs(payload));
+      return worker_->InitializeKVCache(args.num_blocks, args.block_size);
     }
-    if (method == "echo") {
+    if (method == kEchoMethod) {
       *result = call.payload;
       return absl::OkStatus();
     }
-    if (method == "shutdown") return absl::OkStatus();
+    if (method == kShutdownMethod) return CheckEmptyPayload(payload, method);
     return absl::InvalidArgumentError(absl::StrCat("unknown worker method '", method, "'"));
   }
 

@@ -174,4 +174,114 @@ absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes) {
   }
 }
 
+namespace {
+
+// A payload of a few integers: no maps, strings or bins, one level of array.
+absl::StatusOr<msgpack::object_handle> UnpackSmall(absl::Span<const uint8_t> bytes,
+                                                   std::string_view what) {
+  ipc::UnpackLimits limits;
+  limits.max_array = 8;
+  limits.max_map = 0;
+  limits.max_str = 0;
+  limits.max_bin = 0;
+  limits.max_depth = 2;
+  auto handle = ipc::UnpackBounded(bytes, limits);
+  if (!handle.ok()) {
+    return absl::Status(handle.status().code(),
+                        absl::StrFormat("%s: %s", what, handle.status().message()));
+  }
+  return handle;
+}
+
+absl::Status CheckRange(std::string_view what, std::string_view field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s is %d, outside %d..%d", what, field, value, lo, hi));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(4);
+  pk.pack(spec.num_layers);
+  pk.pack(spec.num_kv_heads);
+  pk.pack(spec.head_dim);
+  pk.pack(spec.dtype_bytes);
+  return std::string(buffer.data(), buffer.size());
+}
+
+absl::StatusOr<core::KVCacheSpec> DecodeKVCacheSpec(absl::Span<const uint8_t> bytes) {
+  constexpr std::string_view kWhat = "KV cache spec";
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackSmall(bytes, kWhat));
+  try {
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 4));
+    core::KVCacheSpec spec;
+    VLLM_RETURN_IF_ERROR(r.Int("num_layers", &spec.num_layers));
+    VLLM_RETURN_IF_ERROR(r.Int("num_kv_heads", &spec.num_kv_heads));
+    VLLM_RETURN_IF_ERROR(r.Int("head_dim", &spec.head_dim));
+    VLLM_RETURN_IF_ERROR(r.Int("dtype_bytes", &spec.dtype_bytes));
+    constexpr int64_t kMax = int64_t{1} << 20;
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_layers", spec.num_layers, 1, kMax));
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_kv_heads", spec.num_kv_heads, 1, kMax));
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "head_dim", spec.head_dim, 1, kMax));
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "dtype_bytes", spec.dtype_bytes, 1, 8));
+    return spec;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: malformed (%s)", kWhat, e.what()));
+  }
+}
+
+std::string EncodeAvailableMemory(int64_t bytes) {
+  msgpack::sbuffer buffer;
+  msgpack::pack(buffer, bytes);
+  return std::string(buffer.data(), buffer.size());
+}
+
+absl::StatusOr<int64_t> DecodeAvailableMemory(absl::Span<const uint8_t> bytes) {
+  constexpr std::string_view kWhat = "available memory";
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackSmall(bytes, kWhat));
+  const msgpack::object& o = handle.get();
+  if (o.type != msgpack::type::POSITIVE_INTEGER && o.type != msgpack::type::NEGATIVE_INTEGER) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: expected an integer, got %s", kWhat, core::wire::TypeName(o.type)));
+  }
+  return ipc::ConvertAs<int64_t>(o, kWhat);
+}
+
+std::string EncodeInitializeKVCacheArgs(const InitializeKVCacheArgs& args) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(2);
+  pk.pack(args.num_blocks);
+  pk.pack(args.block_size);
+  return std::string(buffer.data(), buffer.size());
+}
+
+absl::StatusOr<InitializeKVCacheArgs> DecodeInitializeKVCacheArgs(absl::Span<const uint8_t> bytes) {
+  constexpr std::string_view kWhat = "initialize_kv_cache arguments";
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackSmall(bytes, kWhat));
+  try {
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 2));
+    InitializeKVCacheArgs args;
+    VLLM_RETURN_IF_ERROR(r.Int("num_blocks", &args.num_blocks));
+    VLLM_RETURN_IF_ERROR(r.Int("block_size", &args.block_size));
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_blocks", args.num_blocks, 1, INT32_MAX));
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "block_size", args.block_size, 1, INT32_MAX));
+    return args;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: malformed (%s)", kWhat, e.what()));
+  }
+}
+
+absl::Status CheckEmptyPayload(absl::Span<const uint8_t> bytes, std::string_view what) {
+  if (bytes.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: expected no payload, got %d bytes", what, bytes.size()));
+}
+
 }  // namespace vllm::worker

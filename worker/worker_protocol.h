@@ -16,18 +16,23 @@
 // so that a SchedulerOutput's bytes are gathered into the ring without a copy into a msgpack
 // bin. Decoding is bounded (ipc::UnpackBounded) and never throws.
 //
-// Methods (payload → reply payload):
-//   execute_model               core::Encode(SchedulerOutput) → core::Encode(ModelRunnerOutput)
-//   get_kv_cache_spec           empty → msgpack [num_layers, num_kv_heads, head_dim, dtype_bytes]
-//   determine_available_memory  empty → msgpack int64
-//   initialize_kv_cache         msgpack [num_blocks, block_size] → empty
-//   echo                        any → the same bytes (tests, round-trip benchmarks)
-//   shutdown                    empty → empty; the worker exits after replying
-//   init_device                 the ncclUniqueId's raw bytes (kernels::cuda::kNcclUniqueIdBytes)
-//                               → no reply on the response queue. Sent once, as the first call,
-//                               when the device is cuda and TP > 1: each worker reads it during
-//                               start-up (before loading the model), forms the NCCL group and
-//                               reports the outcome in its ReadyMessage.
+// Methods (constant: payload → reply payload; every payload has one Encode/Decode below, or
+// core/codec.h's for the step):
+//   kExecuteModelMethod         core::Encode(SchedulerOutput) → core::Encode(ModelRunnerOutput)
+//   kGetKVCacheSpecMethod       empty → EncodeKVCacheSpec: msgpack [num_layers, num_kv_heads,
+//                               head_dim, dtype_bytes]
+//   kDetermineAvailableMemoryMethod  empty → EncodeAvailableMemory: msgpack int64 (bytes)
+//   kInitializeKVCacheMethod    EncodeInitializeKVCacheArgs: msgpack [num_blocks, block_size]
+//                               → empty
+//   kEchoMethod                 any → the same bytes (tests, round-trip benchmarks)
+//   kShutdownMethod             empty → empty; the worker exits after replying
+//   kInitDeviceMethod           the ncclUniqueId's raw bytes (kernels::cuda::kNcclUniqueIdBytes,
+//                               checked by NcclCommunicator::Create) → no reply on the response
+//                               queue. Sent once, as the first call, when the device is cuda and
+//                               TP > 1: each worker reads it during start-up (before loading the
+//                               model), forms the NCCL group and reports the outcome in its
+//                               ReadyMessage.
+// "Empty" payloads are checked (CheckEmptyPayload): a non-empty one is InvalidArgument.
 #ifndef VLLM_WORKER_WORKER_PROTOCOL_H_
 #define VLLM_WORKER_WORKER_PROTOCOL_H_
 
@@ -38,11 +43,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/engine_core.h"
 
 namespace vllm::worker {
 
 inline constexpr uint8_t kWorkerProtocolVersion = 1;
-// The method that hands the NCCL unique id to the workers (see above).
+// The methods (CallHeader::method), described above.
+inline constexpr char kExecuteModelMethod[] = "execute_model";
+inline constexpr char kGetKVCacheSpecMethod[] = "get_kv_cache_spec";
+inline constexpr char kDetermineAvailableMemoryMethod[] = "determine_available_memory";
+inline constexpr char kInitializeKVCacheMethod[] = "initialize_kv_cache";
+inline constexpr char kEchoMethod[] = "echo";
+inline constexpr char kShutdownMethod[] = "shutdown";
 inline constexpr char kInitDeviceMethod[] = "init_device";
 inline constexpr uint32_t kMaxHeaderBytes = 4096;
 
@@ -91,6 +103,31 @@ std::string EncodeReplyPrefix(const ReplyHeader& header);
 // field, ResourceExhausted for a header over kMaxHeaderBytes.
 [[nodiscard]] absl::StatusOr<Framed<CallHeader>> DecodeCall(absl::Span<const uint8_t> bytes);
 [[nodiscard]] absl::StatusOr<Framed<ReplyHeader>> DecodeReply(absl::Span<const uint8_t> bytes);
+
+// Payloads. Each Decode bounds what it reads, never throws, and answers InvalidArgument (wrong
+// type, count or range) or DataLoss (truncated or malformed msgpack, trailing bytes).
+
+// get_kv_cache_spec's reply. Every field must be in 1..2^20 (dtype_bytes in 1..8).
+std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec);
+[[nodiscard]] absl::StatusOr<core::KVCacheSpec> DecodeKVCacheSpec(absl::Span<const uint8_t> bytes);
+
+// determine_available_memory's reply: bytes the KV cache may use on this worker (may be negative
+// when the model alone exceeds the budget; the executor reports that).
+std::string EncodeAvailableMemory(int64_t bytes);
+[[nodiscard]] absl::StatusOr<int64_t> DecodeAvailableMemory(absl::Span<const uint8_t> bytes);
+
+// initialize_kv_cache's argument. Both fields must be positive.
+struct InitializeKVCacheArgs {
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+};
+std::string EncodeInitializeKVCacheArgs(const InitializeKVCacheArgs& args);
+[[nodiscard]] absl::StatusOr<InitializeKVCacheArgs> DecodeInitializeKVCacheArgs(
+    absl::Span<const uint8_t> bytes);
+
+// OK for an empty payload, InvalidArgument naming `what` otherwise.
+[[nodiscard]] absl::Status CheckEmptyPayload(absl::Span<const uint8_t> bytes,
+                                             std::string_view what);
 
 }  // namespace vllm::worker
 
