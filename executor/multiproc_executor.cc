@@ -2,9 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,8 +26,6 @@
 #if VLLM_HAVE_CUDA
 #include "kernels/cuda/nccl_communicator.h"
 #endif
-
-extern char** environ;
 
 namespace vllm::executor {
 namespace {
@@ -56,7 +52,9 @@ absl::Span<const uint8_t> Bytes(const std::string& s) {
 
 }  // namespace
 
-MultiprocExecutor::MultiprocExecutor(const MultiprocExecutorOptions& options) : options_(options) {}
+MultiprocExecutor::MultiprocExecutor(const MultiprocExecutorOptions& options)
+    : options_(options),
+      launcher_(options.launcher != nullptr ? *options.launcher : RealProcessLauncher()) {}
 
 absl::StatusOr<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::Create(
     const MultiprocExecutorOptions& options) {
@@ -150,7 +148,7 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
   if (binary.empty()) {
     VLLM_ASSIGN_OR_RETURN(binary, DefaultWorkerBinary());
   }
-  if (access(binary.c_str(), X_OK) != 0) {
+  if (!launcher_.IsExecutable(binary)) {
     return absl::NotFoundError(absl::StrCat("worker binary ", binary, " is not executable"));
   }
   const int32_t tp = options_.tensor_parallel_size;
@@ -166,21 +164,13 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
     w.startup_timeout = options_.startup_timeout;
     std::vector<std::string> args = {binary, worker::kWorkerProcSubcommand};
     for (std::string& f : worker::ToWorkerProcFlags(w)) args.push_back(std::move(f));
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = -1;
-    if (int err = posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ);
-        err != 0) {
-      return absl::InternalError(
-          absl::StrCat("cannot start worker rank ", rank, ": posix_spawn: ", strerror(err)));
+    absl::StatusOr<ProcessLauncher::Child> child = launcher_.Spawn(args);
+    if (!child.ok()) {
+      return absl::Status(child.status().code(), absl::StrCat("cannot start worker rank ", rank,
+                                                              ": ", child.status().message()));
     }
-    pids_.push_back(pid);
-    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-    if (pidfd < 0) {
-      return absl::InternalError(absl::StrCat("pidfd_open(", pid, "): ", strerror(errno)));
-    }
-    pidfds_.push_back(pidfd);
+    pids_.push_back(child->pid);
+    pidfds_.push_back(child->exit_fd);
   }
   return absl::OkStatus();
 }
@@ -264,8 +254,9 @@ void MultiprocExecutor::MonitorLoop() {
     if (fds[n].revents != 0) return;  // shutting down; KillAndReap reaps the rest
     for (size_t i = 0; i < n; ++i) {
       if (done[i] || fds[i].revents == 0) continue;
-      int status = 0;
-      if (waitpid(pids_[i], &status, 0) != pids_[i]) continue;
+      // Readable exit_fd: the process has ended. A failed reap still counts as an end (never
+      // poll the same readable descriptor again).
+      absl::StatusOr<int> reaped = launcher_.Reap(pids_[i]);
       done[i] = true;
       --remaining;
       bool expected;
@@ -275,8 +266,10 @@ void MultiprocExecutor::MonitorLoop() {
         expected = stopping_;
       }
       if (!expected) {
-        Fail(absl::UnavailableError(
-            absl::StrFormat("worker rank %d (pid %d) %s", i, pids_[i], DescribeExit(status))));
+        Fail(absl::UnavailableError(absl::StrFormat(
+            "worker rank %d (pid %d) %s", i, pids_[i],
+            reaped.ok() ? DescribeExit(*reaped)
+                        : absl::StrCat("ended (", reaped.status().message(), ")"))));
       }
     }
   }
@@ -486,8 +479,8 @@ void MultiprocExecutor::KillAndReap() {
       exited = i < exited_.size() && exited_[i];
     }
     if (exited) continue;
-    kill(pids_[i], SIGKILL);
-    waitpid(pids_[i], nullptr, 0);
+    launcher_.Kill(pids_[i], SIGKILL);
+    (void)launcher_.Reap(pids_[i]);
     absl::MutexLock lock(&mu_);
     if (i < exited_.size()) exited_[i] = true;
   }

@@ -2,10 +2,10 @@
 // (vLLM's vllm/v1/executor/multiproc_executor.py).
 //
 // Create() spawns `vllm-launch worker-proc ...` once per rank (posix_spawn of our own
-// binary), handing each the broadcast queue's handle, a ZMQ address to report readiness on
-// and the tensor-parallel group's spec. Each worker loads its shard and answers with its
-// response queue's handle (worker/worker_protocol.h); start-up fails with an error naming the
-// rank — its start-up error, its exit status, or the deadline — and leaves no process behind.
+// binary, through a ProcessLauncher), handing each the broadcast queue's handle, a ZMQ address to
+// report readiness on and the tensor-parallel group's spec. Each worker loads its shard and answers
+// with its response queue's handle (worker/worker_protocol.h); start-up fails with an error naming
+// the rank — its start-up error, its exit status, or the deadline — and leaves no process behind.
 //
 // ExecuteModel enqueues the step once on the broadcast queue and waits only for the output
 // rank's reply (rank 0); ExecuteModelAsync returns at once with a future that reads the reply.
@@ -38,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/engine_core.h"
+#include "executor/process_launcher.h"
 #include "ipc/message_queue.h"
 #include "kernels/comm/group_spec.h"
 #include "worker/worker.h"
@@ -58,6 +59,10 @@ struct MultiprocExecutorOptions {
   // Broadcast ring geometry; larger steps travel over ZMQ.
   uint64_t broadcast_chunks = 8;
   uint64_t broadcast_chunk_bytes = 4 << 20;
+  // How worker processes are started, watched, signalled and reaped; null: the real system
+  // calls (RealProcessLauncher). Unit tests pass a fake to exercise the failure paths. Must
+  // outlive the executor.
+  ProcessLauncher* launcher = nullptr;
 };
 
 class MultiprocExecutor final : public core::Executor {
@@ -119,6 +124,7 @@ class MultiprocExecutor final : public core::Executor {
   void KillAndReap();
 
   const MultiprocExecutorOptions options_;
+  ProcessLauncher& launcher_;
   // Set during start-up, cleared by KillAndReap; elements are assigned under mu_ (the monitor
   // cancels them from its thread). The engine thread uses them without the lock.
   std::unique_ptr<ipc::MessageQueueWriter> broadcast_;

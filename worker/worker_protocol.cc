@@ -250,7 +250,7 @@ absl::StatusOr<int64_t> DecodeAvailableMemory(absl::Span<const uint8_t> bytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: expected an integer, got %s", kWhat, core::wire::TypeName(o.type)));
   }
-  return ipc::ConvertAs<int64_t>(o, kWhat);
+  return ipc::ConvertAs<int64_t>(o, "available memory");
 }
 
 std::string EncodeInitializeKVCacheArgs(const InitializeKVCacheArgs& args) {
