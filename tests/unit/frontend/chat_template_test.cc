@@ -184,12 +184,51 @@ TEST(ChatTemplateTest, HostileTemplatesHitALimit) {
       {"{% set ns = namespace(s='ab') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}"
        "{% endfor %}{% for i in range(99990) %}{{ ns.s[5] }}{% endfor %}",
        "too much work"},
+      // Small values, many evaluations: nested loops over a 400-character string (found by
+      // chat_template_fuzzer as loops over `messages|tojson`: 10 s per input under ASan before
+      // the evaluation budget, ~0.3 s per render without sanitizers).
+      {"{% set s = 'x' * 400 %}{% for a in s %}{% for b in s %}{{ a ~ b ~ a ~ b }}"
+       "{{ a is string }}{{ b is defined }}{{ (a ~ b)|length }}{% endfor %}{% endfor %}",
+       "over 1000000 expression evaluations"},
   };
   for (const auto& c : kCases) {
     const std::string result = RenderOrError(c.source);
     EXPECT_NE(result.find(c.error), std::string::npos)
         << c.source.substr(0, 120) << "\n=> " << result.substr(0, 200);
   }
+}
+
+TEST(ChatTemplateTest, LongConversationsStayWithinTheBudgets) {
+  // 20000 messages through every real template of the fixtures and the bundled model's: the
+  // work budgets must leave room for conversations far longer than any context window.
+  const nlohmann::json g = ReadJson(kFixtures / "chat_templates.json");
+  std::vector<std::string> sources;
+  for (const auto& [name, src] : g["templates"].items()) sources.push_back(src);
+  sources.push_back(
+      ReadJson(kRoot / "models" / "kjv-llama-tiny" / "tokenizer_config.json")["chat_template"]
+          .get<std::string>());
+  std::vector<ChatMessage> messages;
+  for (int i = 0; i < 20000; ++i) {
+    messages.push_back({i % 2 == 0 ? "user" : "assistant", "message " + std::to_string(i)});
+  }
+  int rendered = 0;
+  for (const std::string& source : sources) {
+    auto t = ChatTemplate::Parse(source);
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto text = t->Render(messages, true, "<s>", "</s>");
+    // Some templates refuse the conversation's shape (e.g. no system message); none may run
+    // out of budget on it.
+    if (!text.ok()) {
+      EXPECT_EQ(text.status().message().find("too much work"), std::string_view::npos)
+          << source.substr(0, 80) << ": " << text.status();
+      EXPECT_EQ(text.status().message().find("loop iterations"), std::string_view::npos)
+          << source.substr(0, 80) << ": " << text.status();
+      continue;
+    }
+    EXPECT_NE(text->find("message 19999"), std::string::npos);
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 2);
 }
 
 TEST(ChatTemplateTest, StringIndexingAndSlicingByCodePoint) {
