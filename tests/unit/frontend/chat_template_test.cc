@@ -199,11 +199,16 @@ TEST(ChatTemplateTest, HostileTemplatesHitALimit) {
 }
 
 TEST(ChatTemplateTest, LongConversationsStayWithinTheBudgets) {
-  // 20000 messages through every real template of the fixtures and the bundled model's: the
-  // work budgets must leave room for conversations far longer than any context window.
+  // 20000 messages through every real template of the fixtures (Llama 3, Qwen 2 / 2.5,
+  // Mistral v1 / v3) and the bundled model's: the work budgets must leave room for
+  // conversations far longer than any context window. ("subset", a synthetic template that
+  // exercises every feature per message, is not a real one: it stops near 18000 messages.)
   const nlohmann::json g = ReadJson(kFixtures / "chat_templates.json");
   std::vector<std::string> sources;
-  for (const auto& [name, src] : g["templates"].items()) sources.push_back(src);
+  for (const auto& [name, src] : g["templates"].items()) {
+    if (name != "subset") sources.push_back(src);
+  }
+  ASSERT_GE(sources.size(), 5u);
   sources.push_back(
       ReadJson(kRoot / "models" / "kjv-llama-tiny" / "tokenizer_config.json")["chat_template"]
           .get<std::string>());
@@ -228,7 +233,7 @@ TEST(ChatTemplateTest, LongConversationsStayWithinTheBudgets) {
     EXPECT_NE(text->find("message 19999"), std::string::npos);
     ++rendered;
   }
-  EXPECT_GE(rendered, 2);
+  EXPECT_GE(rendered, 3);
 }
 
 TEST(ChatTemplateTest, StringIndexingAndSlicingByCodePoint) {
