@@ -202,7 +202,7 @@ TEST(ChatTemplateTest, LongConversationsStayWithinTheBudgets) {
   // 20000 messages through every real template of the fixtures (Llama 3, Qwen 2 / 2.5,
   // Mistral v1 / v3) and the bundled model's: the work budgets must leave room for
   // conversations far longer than any context window. ("subset", a synthetic template that
-  // exercises every feature per message, is not a real one: it stops near 18000 messages.)
+  // exercises every feature per message, is not a real one: it exceeds the budget at 20000.)
   const nlohmann::json g = ReadJson(kFixtures / "chat_templates.json");
   std::vector<std::string> sources;
   for (const auto& [name, src] : g["templates"].items()) {
