@@ -39,7 +39,8 @@ class ChatTemplate {
   // raise_exception('...'), on a type error (e.g. string + int, attribute of undefined), an
   // unknown filter/test/function, or past a limit: output over 64 MiB, more than 100000 loop
   // iterations, a value over 64 MiB (lists and dicts counted as ~64 bytes per element) or
-  // nested deeper than 128, more than 512 MiB of values produced in all, a namespace() stored
+  // nested deeper than 128, more than 512 MiB of values produced in all, more than 1000000
+  // expression evaluations (a loop iteration counting 4), a namespace() stored
   // in a list, dict or namespace, a string of over 2^20 characters split into a list. So a
   // render's time and memory are bounded whatever the template and the messages.
   [[nodiscard]] absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
