@@ -3,8 +3,9 @@
 // content. A template that parses is rendered with a small fixed conversation (system, user,
 // assistant, user), with and without add_generation_prompt. Invariants: no crash, throw,
 // leak or stack overflow, and no runaway time or memory (the engine bounds nesting, output at
-// 64 MiB and loops at 100000 iterations; -timeout and -rss_limit_mb catch the rest); Parse
-// and Render fail only with InvalidArgument (what the server answers with 400).
+// 64 MiB, loops at 100000 iterations and evaluations at 1000000; -timeout and -rss_limit_mb
+// catch the rest); Parse and Render fail only with InvalidArgument (what the server answers
+// with 400).
 #include <cstddef>
 #include <cstdint>
 #include <string>
