@@ -23,10 +23,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "frontend/jinja/chat_template.h"
 #include "frontend/detokenizer.h"
 #include "frontend/engine_client.h"
 #include "frontend/engine_core_client.h"
+#include "frontend/jinja/chat_template.h"
 #include "frontend/tokenizer/tokenizer.h"
 
 namespace vllm::frontend {

@@ -24,7 +24,6 @@ MODULES = [
     "base/", "config/", "ipc/", "core/", "kernels/", "kernels/comm/", "worker/", "executor/",
     "frontend/", "frontend/tokenizer/", "frontend/jinja/", "launcher/", "bench/serve/",
 ]
-UNCHECKED = ["bench/", "tests/", "tools/"]
 
 _BELOW_FRONTEND = ["base", "config", "ipc", "core"]
 ALLOWED = {
@@ -61,32 +60,18 @@ INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 
 
 def module_of(path):
-    """The module a repository-relative path belongs to, or None (unchecked or not ours)."""
+    """The module of a repository-relative path, or None (not one of MODULES: unchecked)."""
     best = None
     for prefix in MODULES:
         if path.startswith(prefix) and (best is None or len(prefix) > len(best)):
             best = prefix
-    if best is None:
-        return None
-    for prefix in UNCHECKED:
-        if path.startswith(prefix) and len(prefix) >= len(best):
-            return None
-    return best.rstrip("/")
+    return None if best is None else best.rstrip("/")
 
 
 def target_module(header):
     """The module of an included path when it names one of ours; None for third-party."""
-    for prefix in MODULES + UNCHECKED:
-        if header.startswith(prefix):
-            break
-    else:
-        return None
-    if header.startswith("tests/"):
-        return "tests"
-    if header.startswith("tools/"):
-        return "tools"
-    if header.startswith("bench/") and not header.startswith("bench/serve/"):
-        return "bench"
+    if header.startswith(("tests/", "tools/", "bench/")) and not header.startswith("bench/serve/"):
+        return header.split("/")[0]
     return module_of(header)
 
 

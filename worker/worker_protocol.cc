@@ -22,6 +22,24 @@ std::string Frame(const msgpack::sbuffer& header) {
   return out;
 }
 
+// Unpacks one flat msgpack array (at most 8 elements, no maps or bins, strings up to
+// `max_str` bytes) — the shape of every header and small payload here — naming `what` in errors.
+absl::StatusOr<msgpack::object_handle> UnpackFlat(absl::Span<const uint8_t> bytes,
+                                                  std::string_view what, size_t max_str) {
+  ipc::UnpackLimits limits;
+  limits.max_array = 8;
+  limits.max_map = 0;
+  limits.max_str = max_str;
+  limits.max_bin = 0;
+  limits.max_depth = 2;
+  auto handle = ipc::UnpackBounded(bytes, limits);
+  if (!handle.ok()) {
+    return absl::Status(handle.status().code(),
+                        absl::StrFormat("%s: %s", what, handle.status().message()));
+  }
+  return handle;
+}
+
 // Splits bytes into the unpacked header object and the payload.
 absl::StatusOr<std::pair<msgpack::object_handle, absl::Span<const uint8_t>>> Split(
     absl::Span<const uint8_t> bytes, std::string_view what) {
@@ -39,18 +57,10 @@ absl::StatusOr<std::pair<msgpack::object_handle, absl::Span<const uint8_t>>> Spl
     return absl::DataLossError(
         absl::StrFormat("%s: header of %d bytes but only %d follow", what, n, bytes.size() - 4));
   }
-  ipc::UnpackLimits limits;
-  limits.max_array = 8;
-  limits.max_map = 0;
-  limits.max_str = kMaxMessageBytes;
-  limits.max_bin = 0;
-  limits.max_depth = 2;
-  auto handle = ipc::UnpackBounded(bytes.subspan(4, n), limits);
-  if (!handle.ok()) {
-    return absl::Status(handle.status().code(),
-                        absl::StrFormat("%s header: %s", what, handle.status().message()));
-  }
-  return std::make_pair(std::move(*handle), bytes.subspan(4 + n));
+  VLLM_ASSIGN_OR_RETURN(
+      auto handle,
+      UnpackFlat(bytes.subspan(4, n), absl::StrFormat("%s header", what), kMaxMessageBytes));
+  return std::make_pair(std::move(handle), bytes.subspan(4 + n));
 }
 
 absl::Status CheckVersion(FieldReader& r, std::string_view what) {
@@ -59,6 +69,15 @@ absl::Status CheckVersion(FieldReader& r, std::string_view what) {
   if (version != kWorkerProtocolVersion) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: protocol version %d, this build speaks %d", what, version, kWorkerProtocolVersion));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRange(std::string_view what, std::string_view field, int64_t value, int64_t lo,
+                        int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s is %d, outside %d..%d", what, field, value, lo, hi));
   }
   return absl::OkStatus();
 }
@@ -143,19 +162,9 @@ std::string EncodeReady(const ReadyMessage& ready) {
 }
 
 absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes) {
-  ipc::UnpackLimits limits;
-  limits.max_array = 8;
-  limits.max_map = 0;
-  limits.max_str = 64 << 10;
-  limits.max_bin = 0;
-  limits.max_depth = 2;
-  auto handle = ipc::UnpackBounded(bytes, limits);
-  if (!handle.ok()) {
-    return absl::Status(handle.status().code(),
-                        absl::StrFormat("worker ready message: %s", handle.status().message()));
-  }
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, "worker ready message", 64 << 10));
   try {
-    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle->get(), "worker ready", 6));
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), "worker ready", 6));
     VLLM_RETURN_IF_ERROR(CheckVersion(r, "worker ready"));
     ReadyMessage out;
     int32_t code = 0;
@@ -174,36 +183,6 @@ absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes) {
   }
 }
 
-namespace {
-
-// A payload of a few integers: no maps, strings or bins, one level of array.
-absl::StatusOr<msgpack::object_handle> UnpackSmall(absl::Span<const uint8_t> bytes,
-                                                   std::string_view what) {
-  ipc::UnpackLimits limits;
-  limits.max_array = 8;
-  limits.max_map = 0;
-  limits.max_str = 0;
-  limits.max_bin = 0;
-  limits.max_depth = 2;
-  auto handle = ipc::UnpackBounded(bytes, limits);
-  if (!handle.ok()) {
-    return absl::Status(handle.status().code(),
-                        absl::StrFormat("%s: %s", what, handle.status().message()));
-  }
-  return handle;
-}
-
-absl::Status CheckRange(std::string_view what, std::string_view field, int64_t value, int64_t lo,
-                        int64_t hi) {
-  if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %s is %d, outside %d..%d", what, field, value, lo, hi));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec) {
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> pk(buffer);
@@ -217,7 +196,7 @@ std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec) {
 
 absl::StatusOr<core::KVCacheSpec> DecodeKVCacheSpec(absl::Span<const uint8_t> bytes) {
   constexpr std::string_view kWhat = "KV cache spec";
-  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackSmall(bytes, kWhat));
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, kWhat, 0));
   try {
     VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 4));
     core::KVCacheSpec spec;
@@ -244,7 +223,7 @@ std::string EncodeAvailableMemory(int64_t bytes) {
 
 absl::StatusOr<int64_t> DecodeAvailableMemory(absl::Span<const uint8_t> bytes) {
   constexpr std::string_view kWhat = "available memory";
-  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackSmall(bytes, kWhat));
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, kWhat, 0));
   const msgpack::object& o = handle.get();
   if (o.type != msgpack::type::POSITIVE_INTEGER && o.type != msgpack::type::NEGATIVE_INTEGER) {
     return absl::InvalidArgumentError(
@@ -264,7 +243,7 @@ std::string EncodeInitializeKVCacheArgs(const InitializeKVCacheArgs& args) {
 
 absl::StatusOr<InitializeKVCacheArgs> DecodeInitializeKVCacheArgs(absl::Span<const uint8_t> bytes) {
   constexpr std::string_view kWhat = "initialize_kv_cache arguments";
-  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackSmall(bytes, kWhat));
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, kWhat, 0));
   try {
     VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 2));
     InitializeKVCacheArgs args;
