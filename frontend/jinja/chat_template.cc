@@ -22,16 +22,8 @@ using jinja::Map;
 using jinja::Node;
 using jinja::Value;
 
-constexpr size_t kMaxOutputBytes = size_t{64} << 20;
-constexpr int64_t kMaxIterations = 100'000;
-// Work of one render, in bytes of values produced (strings: their bytes; lists and maps: one
-// per element) plus bytes compared: bounds the time (and the memory) of a render whatever the
-// template. 8x the output limit: a template copies each message a few times.
-constexpr size_t kMaxWork = size_t{512} << 20;
-// Expressions evaluated per render, each loop iteration counting as kIterationCost more: bounds
-// the time of templates whose values stay small (nested loops over a string, say) to ~0.1 s
-// (2 s under ASan). Real templates evaluate tens of expressions per message.
-constexpr int64_t kMaxEvaluations = 1'000'000;
+// The defaults of ChatTemplate::Limits are in chat_template.h. Each loop iteration counts as
+// kIterationCost evaluations.
 constexpr int64_t kIterationCost = 4;
 
 // Python's floor division and modulo (the sign follows the divisor).
@@ -44,7 +36,8 @@ int64_t FloorMod(int64_t a, int64_t b) { return a - FloorDiv(a, b) * b; }
 // One render: variables, scopes and the output buffer.
 class Renderer {
  public:
-  Renderer(std::string_view source, Map globals) : source_(source) {
+  Renderer(std::string_view source, Map globals, const ChatTemplate::Limits& limits)
+      : source_(source), limits_(limits) {
     scopes_.emplace_back();
     for (auto& [k, v] : globals) scopes_.back()[k] = std::move(v);
   }
@@ -58,20 +51,22 @@ class Renderer {
         absl::StrCat("chat template: ", jinja::LocationOf(source_, e.offset), ": ", what));
   }
 
-  // Counts `units` of work (see kMaxWork); an error once the render has done too much.
+  // Counts `units` of work (Limits::max_work); an error once the render has done too much.
   absl::Status Charge(const Expr& e, size_t units) {
     work_ += units;
-    if (work_ > kMaxWork) {
-      return Error(e, "the template does too much work (over 512 MiB of values)");
+    if (work_ > limits_.max_work) {
+      return Error(e, absl::StrCat("the template does too much work (over ", limits_.max_work >> 20,
+                                   " MiB of values)"));
     }
     return absl::OkStatus();
   }
 
-  // Counts `n` evaluations (see kMaxEvaluations); an error past the budget.
+  // Counts `n` evaluations (Limits::max_evaluations); an error past the budget.
   absl::Status Count(const Expr& e, int64_t n) {
     evaluations_ += n;
-    if (evaluations_ > kMaxEvaluations) {
-      return Error(e, "the template does too much work (over 1000000 expression evaluations)");
+    if (evaluations_ > limits_.max_evaluations) {
+      return Error(e, absl::StrCat("the template does too much work (over ",
+                                   limits_.max_evaluations, " expression evaluations)"));
     }
     return absl::OkStatus();
   }
@@ -85,8 +80,9 @@ class Renderer {
   }
 
   absl::Status Emit(const std::string& s) {
-    if (out_.size() + s.size() > kMaxOutputBytes) {
-      return absl::InvalidArgumentError("chat template: output larger than 64 MiB");
+    if (out_.size() + s.size() > limits_.max_output_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("chat template: output larger than ",
+                                                     limits_.max_output_bytes >> 20, " MiB"));
     }
     out_ += s;
     return absl::OkStatus();
@@ -167,7 +163,10 @@ class Renderer {
     if (items.empty()) return Exec(n.else_body);
     const auto length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
-      if (++iterations_ > kMaxIterations) return Error(*n.expr, "more than 100000 loop iterations");
+      if (++iterations_ > limits_.max_iterations) {
+        return Error(*n.expr,
+                     absl::StrCat("more than ", limits_.max_iterations, " loop iterations"));
+      }
       if (absl::Status s = Count(*n.expr, kIterationCost); !s.ok()) return s;
       scopes_.emplace_back();
       auto& scope = scopes_.back();
@@ -317,7 +316,7 @@ class Renderer {
         hi = (*args)[1].as_int();
       }
       int64_t span = 0;
-      if (hi > lo && (__builtin_sub_overflow(hi, lo, &span) || span > kMaxIterations)) {
+      if (hi > lo && (__builtin_sub_overflow(hi, lo, &span) || span > limits_.max_iterations)) {
         return Error(e, "range() too long");
       }
       List out;
@@ -551,6 +550,7 @@ class Renderer {
   }
 
   std::string_view source_;
+  const ChatTemplate::Limits limits_;
   std::vector<absl::flat_hash_map<std::string, Value>> scopes_;
   std::string out_;
   int64_t iterations_ = 0;
@@ -577,15 +577,18 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt,
                                                  const std::string& bos_token,
-                                                 const std::string& eos_token) const {
+                                                 const std::string& eos_token,
+                                                 const Limits& limits) const {
   List msgs;
   for (const ChatMessage& m : messages) {
     msgs.push_back(Value::MakeMap(Map{{"role", Value(m.role)}, {"content", Value(m.content)}}));
   }
-  Renderer r(source_, Map{{"messages", Value(std::move(msgs))},
-                          {"add_generation_prompt", Value(add_generation_prompt)},
-                          {"bos_token", Value(bos_token)},
-                          {"eos_token", Value(eos_token)}});
+  Renderer r(source_,
+             Map{{"messages", Value(std::move(msgs))},
+                 {"add_generation_prompt", Value(add_generation_prompt)},
+                 {"bos_token", Value(bos_token)},
+                 {"eos_token", Value(eos_token)}},
+             limits);
   absl::Status s = r.Run(*body_);
   if (!s.ok()) return s;
   return r.TakeOutput();

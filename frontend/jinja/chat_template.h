@@ -2,6 +2,8 @@
 #ifndef VLLM_FRONTEND_JINJA_CHAT_TEMPLATE_H_
 #define VLLM_FRONTEND_JINJA_CHAT_TEMPLATE_H_
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +25,21 @@ struct ChatMessage {
   friend bool operator==(const ChatMessage&, const ChatMessage&) = default;
 };
 
+// What one render may do (the defaults hold for the server; fuzzers lower them to keep
+// every input fast, since the time bound scales with them).
+struct ChatTemplateLimits {
+  size_t max_output_bytes = size_t{64} << 20;
+  int64_t max_iterations = 100'000;
+  // Work in bytes of values produced (strings: their bytes; lists and maps: one per element)
+  // plus bytes compared: bounds a render's time and memory whatever the template. 8x the
+  // output limit: a template copies each message a few times.
+  size_t max_work = size_t{512} << 20;
+  // Expressions evaluated, each loop iteration counting 4: bounds the time of templates
+  // whose values stay small (nested loops over a string, say) to ~0.1 s (2 s under ASan).
+  // Real templates evaluate tens of expressions per message.
+  int64_t max_evaluations = 1'000'000;
+};
+
 // A parsed chat template. The interpreter covers a documented Jinja subset (see
 // frontend/README.md) with transformers' settings (trim_blocks, lstrip_blocks, no trailing
 // newline) and renders byte for byte what transformers' apply_chat_template renders for
@@ -30,6 +47,8 @@ struct ChatMessage {
 // Immutable after Parse; Render is const and thread-safe. Cheap to move.
 class ChatTemplate {
  public:
+  using Limits = ChatTemplateLimits;
+
   // Parses `source` once. InvalidArgument "chat template: line L, column C: ..." for any
   // syntax outside the subset; never crashes, whatever the input.
   [[nodiscard]] static absl::StatusOr<ChatTemplate> Parse(std::string_view source);
@@ -37,16 +56,17 @@ class ChatTemplate {
   // Renders the template with the variables messages (list of {role, content} maps),
   // add_generation_prompt, bos_token and eos_token. InvalidArgument with the message of
   // raise_exception('...'), on a type error (e.g. string + int, attribute of undefined), an
-  // unknown filter/test/function, or past a limit: output over 64 MiB, more than 100000 loop
-  // iterations, a value over 64 MiB (lists and dicts counted as ~64 bytes per element) or
-  // nested deeper than 128, more than 512 MiB of values produced in all, more than 1000000
-  // expression evaluations (a loop iteration counting 4), a namespace() stored
+  // unknown filter/test/function, or past a limit: `limits` (by default output over 64 MiB,
+  // more than 100000 loop iterations, more than 512 MiB of values produced in all, more than
+  // 1000000 expression evaluations), a value over 64 MiB (lists and dicts counted as ~64 bytes
+  // per element) or nested deeper than 128, a namespace() stored
   // in a list, dict or namespace, a string of over 2^20 characters split into a list. So a
   // render's time and memory are bounded whatever the template and the messages.
   [[nodiscard]] absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                                    bool add_generation_prompt,
                                                    const std::string& bos_token,
-                                                   const std::string& eos_token) const;
+                                                   const std::string& eos_token,
+                                                   const Limits& limits = Limits()) const;
 
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;

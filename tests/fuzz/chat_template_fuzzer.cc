@@ -2,10 +2,11 @@
 // template source, optionally followed by a NUL byte and text used as the user message's
 // content. A template that parses is rendered with a small fixed conversation (system, user,
 // assistant, user), with and without add_generation_prompt. Invariants: no crash, throw,
-// leak or stack overflow, and no runaway time or memory (the engine bounds nesting, output at
-// 64 MiB, loops at 100000 iterations and evaluations at 1000000; -timeout and -rss_limit_mb
-// catch the rest); Parse and Render fail only with InvalidArgument (what the server answers
-// with 400).
+// leak or stack overflow, and no runaway time or memory (the engine bounds nesting, and the
+// render limits: this harness lowers them — output 1 MiB, 5000 loop iterations, 32 MiB of
+// work, 20000 evaluations — so that every input stays fast and the same limit paths are hit
+// thousands of times more often; -timeout and -rss_limit_mb catch the rest); Parse and Render
+// fail only with InvalidArgument (what the server answers with 400).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,14 +29,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {"user", content.empty() ? std::string("Hello!") : std::string(content)},
       {"assistant", "Hi! How can I help?"},
       {"user", "  Tell me a story.\n"}};
+  frontend::ChatTemplate::Limits limits;
+  limits.max_output_bytes = size_t{1} << 20;
+  limits.max_iterations = 5'000;
+  limits.max_work = size_t{32} << 20;
+  limits.max_evaluations = 20'000;
   for (bool add_generation_prompt : {true, false}) {
-    auto rendered = parsed->Render(messages, add_generation_prompt, "<s>", "</s>");
+    auto rendered = parsed->Render(messages, add_generation_prompt, "<s>", "</s>", limits);
     if (!rendered.ok()) {
       FUZZ_CHECK(rendered.status().code() == absl::StatusCode::kInvalidArgument,
                  "Render failed with " + rendered.status().ToString());
       continue;
     }
-    FUZZ_CHECK(rendered->size() <= (size_t{64} << 20), "output over 64 MiB");
+    FUZZ_CHECK(rendered->size() <= limits.max_output_bytes, "output over the limit");
   }
   return 0;
 }
