@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "executor/multiproc_executor.h"
 #include "frontend/llm_engine.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::bench {
 namespace {
@@ -44,9 +46,9 @@ std::string WorkerBinary(const char* argv0) {
 
 absl::StatusOr<Stats> EmptyStep(int32_t tp, int iterations, const std::string& binary) {
   executor::MultiprocExecutorOptions o;
-  o.worker.model = kModel;
-  o.worker.kv_cache_memory_bytes = 8 << 20;
-  o.tensor_parallel_size = tp;
+  o.config.model.model = kModel;
+  o.config.cache.kv_cache_memory_bytes = 8 << 20;
+  o.config.parallel.tensor_parallel_size = tp;
   o.worker_binary = binary;
   auto executor = executor::MultiprocExecutor::Create(o);
   if (!executor.ok()) return executor.status();
@@ -66,9 +68,11 @@ absl::StatusOr<Stats> EmptyStep(int32_t tp, int iterations, const std::string& b
 
 absl::StatusOr<Stats> DecodeStep(const std::string& backend, int32_t tp, int steps,
                                  const std::string& binary) {
-  frontend::EngineArgs args;
+  config::EngineArgs args;
   args.model = kModel;
-  args.distributed_executor_backend = backend;
+  absl::StatusOr<config::ExecutorBackend> parsed = config::ParseExecutorBackend(backend);
+  if (!parsed.ok()) return parsed.status();
+  args.distributed_executor_backend = *parsed;
   args.tensor_parallel_size = tp;
   args.worker_binary = binary;
   args.max_num_seqs = 256;
@@ -142,4 +146,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace vllm::bench
 
-int main(int argc, char** argv) { return vllm::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // stdout carries the results; the engine's log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("engine"));
+  return vllm::bench::Main(argc, argv);
+}

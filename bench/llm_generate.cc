@@ -29,6 +29,8 @@
 #include "frontend/llm_engine.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace {
 
@@ -78,7 +80,9 @@ absl::StatusOr<std::vector<int32_t>> Tokenize(const PromptArg& p,
 }  // namespace
 
 int main(int argc, char** argv) {
-  frontend::EngineArgs args;
+  // stdout carries the results; the engine's log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("engine"));
+  config::EngineArgs args;
   args.model = std::string(VLLM_SOURCE_DIR) + "/models/kjv-llama-tiny";
   int32_t max_tokens = 32;
   double temperature = 0.0;

@@ -29,6 +29,8 @@
 #include "base/status_macros.h"
 #include "frontend/llm_engine.h"
 #include "kernels/cpu/ops.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::bench {
 namespace {
@@ -110,7 +112,7 @@ struct Row {
   double gflops = 0;   // prefill: 2 × layer parameters × tokens/s
 };
 
-absl::Status Measure(const std::string& name, const frontend::EngineArgs& args, bool quick,
+absl::Status Measure(const std::string& name, const config::EngineArgs& args, bool quick,
                      double bandwidth, std::vector<Row>* rows) {
   VLLM_ASSIGN_OR_RETURN(auto engine, frontend::LLMEngine::Create(args));
   const int32_t vocab = engine->model_config().vocab_size;
@@ -175,19 +177,19 @@ int Main(int argc, char** argv) {
   std::vector<Row> rows;
   struct Model {
     std::string name;
-    frontend::EngineArgs args;
+    config::EngineArgs args;
   };
   std::vector<Model> models;
   const std::filesystem::path bundled =
       std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
   if (std::filesystem::exists(bundled / "config.json")) {
-    frontend::EngineArgs a;
+    config::EngineArgs a;
     a.model = bundled;
     models.push_back({"kjv-llama-tiny", a});
   }
-  frontend::EngineArgs big;
+  config::EngineArgs big;
   big.model = WriteLlama8BConfig(layers);
-  big.load_format = worker::LoadFormat::kDummy;
+  big.load_format = config::LoadFormat::kDummy;
   big.max_model_len = 2048;
   big.kv_cache_memory_bytes = int64_t{1} << 30;
   models.push_back({absl::StrCat("llama-3-8b shape, ", layers, " layers (dummy)"), big});
@@ -217,4 +219,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace vllm::bench
 
-int main(int argc, char** argv) { return vllm::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // stdout carries the results; the engine's log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("engine"));
+  return vllm::bench::Main(argc, argv);
+}

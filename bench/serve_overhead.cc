@@ -61,6 +61,8 @@
 #include "frontend/llm_engine.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::bench {
 namespace {
@@ -439,8 +441,8 @@ absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
   return o;
 }
 
-absl::StatusOr<frontend::EngineArgs> EngineArgsFor(const Options& o) {
-  frontend::EngineArgs args;
+absl::StatusOr<config::EngineArgs> EngineArgsFor(const Options& o) {
+  config::EngineArgs args;
   args.model = o.model;
   absl::StatusOr<int64_t> kv = ParseBytes(o.kv_cache_memory);
   if (!kv.ok()) return kv.status();
@@ -449,7 +451,7 @@ absl::StatusOr<frontend::EngineArgs> EngineArgsFor(const Options& o) {
   args.enable_prefix_caching = false;
   args.tensor_parallel_size = o.tp;
   args.worker_binary = o.launch;
-  absl::StatusOr<worker::Device> device = worker::ParseDevice(o.device);
+  absl::StatusOr<config::Device> device = config::ParseDevice(o.device);
   if (!device.ok()) return device.status();
   args.device = *device;
   return args;
@@ -526,7 +528,7 @@ absl::Status WriteJson(const Options& o, const std::vector<ModeResult>& modes,
 
 // One round: a fresh in-process engine, then (after it is gone, so the two never share the
 // CPU) a fresh server for both HTTP modes; the same prompts everywhere.
-absl::Status RunRound(const Options& o, const frontend::EngineArgs& args, int round,
+absl::Status RunRound(const Options& o, const config::EngineArgs& args, int round,
                       std::vector<ModeResult>& modes) {
   std::vector<std::vector<int32_t>> prompts;
   {
@@ -556,7 +558,7 @@ absl::Status RunRound(const Options& o, const frontend::EngineArgs& args, int ro
 }
 
 absl::Status Run(const Options& o) {
-  absl::StatusOr<frontend::EngineArgs> args = EngineArgsFor(o);
+  absl::StatusOr<config::EngineArgs> args = EngineArgsFor(o);
   if (!args.ok()) return args.status();
   const std::string load = LoadAverage();
   std::vector<ModeResult> modes(3);
@@ -576,6 +578,8 @@ absl::Status Run(const Options& o) {
 }  // namespace vllm::bench
 
 int main(int argc, char** argv) {
+  // stdout carries the results; the engine's log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("engine"));
   absl::StatusOr<vllm::bench::Options> o = vllm::bench::ParseArgs(argc, argv);
   if (!o.ok()) {
     std::fprintf(

@@ -5,11 +5,13 @@
 #include <new>
 
 #include "base/status_macros.h"
-#include "core/msgpack_fields.h"
+#include "ipc/msgpack_fields.h"
 #include "ipc/msgpack_util.h"
 
 namespace vllm::core {
 namespace {
+
+namespace wire = ipc::wire;
 
 using wire::FieldReader;
 using wire::Packer;

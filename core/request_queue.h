@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "config/vllm_config.h"
 #include "core/request.h"
 
 namespace vllm::core {
 
-enum class SchedulingPolicy { kFcfs, kPriority };
+// --scheduling-policy (defined with the rest of the configuration).
+using config::SchedulingPolicy;
 
 // True when `a` should be scheduled before `b` under the priority policy.
 bool PriorityBefore(const Request& a, const Request& b);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "config/config_codec.h"
 #include "core/codec.h"
 #include "ipc/ipc_address.h"
 #include "ipc/zmq_util.h"
@@ -58,10 +59,7 @@ MultiprocExecutor::MultiprocExecutor(const MultiprocExecutorOptions& options)
 
 absl::StatusOr<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::Create(
     const MultiprocExecutorOptions& options) {
-  if (options.tensor_parallel_size < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--tensor-parallel-size must be at least 1, got %d", options.tensor_parallel_size));
-  }
+  VLLM_RETURN_IF_ERROR(options.config.Validate());
   std::unique_ptr<MultiprocExecutor> executor(new MultiprocExecutor(options));
   if (absl::Status s = executor->Start(); !s.ok()) {
     executor->KillAndReap();
@@ -73,7 +71,7 @@ absl::StatusOr<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::Create(
 MultiprocExecutor::~MultiprocExecutor() { Shutdown(); }
 
 absl::Status MultiprocExecutor::Start() {
-  const int32_t tp = options_.tensor_parallel_size;
+  const int32_t tp = options_.config.parallel.world_size();
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   zmq::socket_t pull(ipc::ZmqContext(), zmq::socket_type::pull);
   pull.set(zmq::sockopt::linger, 0);
@@ -97,13 +95,9 @@ absl::Status MultiprocExecutor::Start() {
   std::string comm_spec;
   if (tp > 1) {
     using Backend = kernels::comm::CommGroupSpec::Backend;
-    if (options_.comm_backend != "shm" && options_.comm_backend != "gloo") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown collective backend '", options_.comm_backend, "' (choose shm or gloo)"));
-    }
+    const bool gloo = options_.config.parallel.comm_backend == config::CommBackend::kGloo;
     VLLM_ASSIGN_OR_RETURN(
-        group_, kernels::comm::CommGroup::Create(
-                    options_.comm_backend == "gloo" ? Backend::kGloo : Backend::kShm, tp));
+        group_, kernels::comm::CommGroup::Create(gloo ? Backend::kGloo : Backend::kShm, tp));
     comm_spec = group_->spec().Encode();
   }
   // GPUs with TP > 1: the NCCL id, made before any process exists (a failure leaves none).
@@ -111,7 +105,7 @@ absl::Status MultiprocExecutor::Start() {
   bool device_init = false;
   if (tp > 1) {
     VLLM_ASSIGN_OR_RETURN(const worker::Device device,
-                          worker::ResolveDevice(options_.worker.device));
+                          worker::ResolveDevice(options_.config.device.device));
     device_init = device == worker::Device::kCuda;
   }
   if (device_init) {
@@ -151,20 +145,21 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
   if (!launcher_.IsExecutable(binary)) {
     return absl::NotFoundError(absl::StrCat("worker binary ", binary, " is not executable"));
   }
-  const int32_t tp = options_.tensor_parallel_size;
+  const int32_t tp = options_.config.parallel.world_size();
   for (int32_t rank = 0; rank < tp; ++rank) {
     worker::WorkerProcOptions w;
     w.rank = rank;
-    w.world_size = tp;
     w.broadcast_handle = broadcast_->handle().ToText();
     w.ready_address = ready_address;
     w.comm_spec = comm_spec;
     w.parent_pid = getpid();
-    w.worker = options_.worker;
     w.startup_timeout = options_.startup_timeout;
     std::vector<std::string> args = {binary, worker::kWorkerProcSubcommand};
     for (std::string& f : worker::ToWorkerProcFlags(w)) args.push_back(std::move(f));
-    absl::StatusOr<ProcessLauncher::Child> child = launcher_.Spawn(args);
+    // The config travels whole on a pipe the worker inherits as descriptor 3.
+    VLLM_ASSIGN_OR_RETURN(const int config_fd, config::MakeConfigPipe(options_.config));
+    absl::StatusOr<ProcessLauncher::Child> child = launcher_.Spawn(args, config_fd);
+    close(config_fd);
     if (!child.ok()) {
       return absl::Status(child.status().code(), absl::StrCat("cannot start worker rank ", rank,
                                                               ": ", child.status().message()));
@@ -202,7 +197,7 @@ absl::Status MultiprocExecutor::StartupErrorOr(zmq::socket_t& pull, absl::Status
 }
 
 absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadline) {
-  const int32_t tp = options_.tensor_parallel_size;
+  const int32_t tp = options_.config.parallel.world_size();
   const int64_t deadline_ns = ipc::MonoNowNs() + absl::ToInt64Nanoseconds(deadline - absl::Now());
   int32_t ready = 0;
   std::vector<zmq::message_t> parts;
@@ -364,7 +359,7 @@ absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t
 absl::StatusOr<std::vector<std::string>> MultiprocExecutor::CollectiveRpc(
     const std::string& method, const std::string& payload, absl::Duration timeout,
     std::optional<int32_t> unique_reply_rank) {
-  const int32_t tp = options_.tensor_parallel_size;
+  const int32_t tp = options_.config.parallel.world_size();
   if (unique_reply_rank.has_value() && (*unique_reply_rank < 0 || *unique_reply_rank >= tp)) {
     return absl::InvalidArgumentError(absl::StrCat("no worker rank ", *unique_reply_rank));
   }

@@ -9,7 +9,7 @@
 //
 // ExecuteModel enqueues the step once on the broadcast queue and waits only for the output
 // rank's reply (rank 0); ExecuteModelAsync returns at once with a future that reads the reply.
-// With `worker.device` cuda (or auto on a node with a GPU) and TP > 1, Create also makes an
+// With `config.device` cuda (or auto on a node with a GPU) and TP > 1, Create also makes an
 // ncclUniqueId (this process hosts NCCL's bootstrap root) and sends it on the broadcast queue as
 // the first call (init_device) before the workers load their shards; each rank drives GPU `rank`
 // (of the devices CUDA_VISIBLE_DEVICES leaves visible) and all-reduces over NCCL. CollectiveRpc
@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "config/vllm_config.h"
 #include "core/engine_core.h"
 #include "executor/process_launcher.h"
 #include "ipc/message_queue.h"
@@ -46,12 +47,12 @@
 namespace vllm::executor {
 
 struct MultiprocExecutorOptions {
-  worker::WorkerConfig worker;
-  int32_t tensor_parallel_size = 1;
+  // The engine's resolved config (executor/engine_factory.h): one worker per rank of
+  // parallel.world_size(), collectives over parallel.comm_backend; every worker receives it
+  // whole on an inherited pipe (config/config_codec.h).
+  config::VllmConfig config;
   // The vllm-launch binary; empty: the one next to the running executable.
   std::string worker_binary;
-  // Collective backend for tensor parallelism: "shm" (ours) or "gloo".
-  std::string comm_backend = "shm";
   absl::Duration startup_timeout = absl::Minutes(10);
   // A step or call not answered by then fails (a hung worker), and the executor with it.
   absl::Duration execute_timeout = absl::Minutes(5);

@@ -1,11 +1,12 @@
-// Helpers for core/codec.cc: typed, bounds-checked access to the fields of an unpacked
-// msgpack array. Internal to core/ (include only from codec code).
+// Typed, bounds-checked access to the fields of an unpacked msgpack array, and float packing
+// that never changes the wire type with the value: the building blocks of every codec of ours
+// (core/codec.cc, worker/worker_protocol.cc, config/config_codec.cc). Knows no LLM types.
 //
 // Every reader returns InvalidArgument naming the struct and field ("SamplingParams.top_k:
 // expected an integer, got STR") instead of throwing, so malformed frames from another
 // process become a Status.
-#ifndef VLLM_CORE_MSGPACK_FIELDS_H_
-#define VLLM_CORE_MSGPACK_FIELDS_H_
+#ifndef VLLM_IPC_MSGPACK_FIELDS_H_
+#define VLLM_IPC_MSGPACK_FIELDS_H_
 
 #include <cstdint>
 #include <limits>
@@ -21,7 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "msgpack.hpp"
 
-namespace vllm::core::wire {
+namespace vllm::ipc::wire {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
@@ -144,6 +145,6 @@ class FieldReader {
   uint32_t index_ = 0;
 };
 
-}  // namespace vllm::core::wire
+}  // namespace vllm::ipc::wire
 
-#endif  // VLLM_CORE_MSGPACK_FIELDS_H_
+#endif  // VLLM_IPC_MSGPACK_FIELDS_H_

@@ -3,10 +3,9 @@
 // frontend. It dies with its parent (PR_SET_PDEATHSIG), stops in order on SIGTERM (SIGINT is
 // left to the parent), and exits 0 on an orderly stop, 1 on a failure, 2 on bad flags.
 //
-// Flags: --handshake-address ADDR --parent-pid PID --model DIR [--engine-index I]
-//   [--tensor-parallel-size N] [--load-format F] [--max-model-len N] [--max-num-seqs N]
-//   [--max-num-batched-tokens N] [--block-size N] [--kv-cache-memory BYTES] [--seed S]
-//   [--no-enable-prefix-caching] [--comm-backend shm|gloo]
+// Flags: --handshake-address ADDR --parent-pid PID --config-fd FD. Everything else — model,
+// parallelism, cache, scheduler, device, and this replica's index (data_parallel_rank) — is
+// the VllmConfig the parent wrote to descriptor FD (config/config_codec.h).
 #ifndef VLLM_LAUNCHER_ENGINE_CORE_MAIN_H_
 #define VLLM_LAUNCHER_ENGINE_CORE_MAIN_H_
 

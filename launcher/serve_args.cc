@@ -10,6 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "worker/worker.h"
 
 namespace vllm::launcher {
 namespace {
@@ -73,7 +75,7 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
 absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& argv,
                                                const std::string& default_model) {
   ServeArgs a;
-  frontend::EngineArgs& e = a.engine;
+  config::EngineArgs& e = a.engine;
   std::string model, positional_model, load_format = "auto", kv_cache_memory = "4GiB";
   std::string scheduling_policy = "fcfs", backend;
   bool enable_prefix_caching = true, enable_chunked_prefill = true;
@@ -258,18 +260,31 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   e.enable_chunked_prefill = enable_chunked_prefill;
   e.scheduling_policy = scheduling_policy == "priority" ? core::SchedulingPolicy::kPriority
                                                         : core::SchedulingPolicy::kFcfs;
-  e.distributed_executor_backend = backend;
+  if (!backend.empty()) {
+    VLLM_ASSIGN_OR_RETURN(e.distributed_executor_backend, config::ParseExecutorBackend(backend));
+  }
+  e.pipeline_parallel_size = a.pipeline_parallel_size;
+  e.data_parallel_size = a.data_parallel_size;
+  e.data_parallel_size_local = dp_local;
+  e.data_parallel_start_rank = dp_start_rank;
+  e.data_parallel_address = dp_address;
+  e.data_parallel_rpc_port = dp_rpc_port;
   if (a.pipeline_parallel_size != 1) {
     return absl::InvalidArgumentError(
         "--pipeline-parallel-size: only 1 is supported (pipeline parallelism is not built yet)");
   }
-  if (a.data_parallel_size != 1 || a.headless) {
+  // Parsed into the config, but nothing runs a replica set yet: refused rather than ignored.
+  if (a.data_parallel_size != 1) {
     return absl::InvalidArgumentError(
         "--data-parallel-size: only 1 is supported until the data-parallel coordinator exists");
   }
-  (void)dp_local;
-  (void)dp_start_rank;
-  (void)dp_rpc_port;
+  for (const char* flag : {"--data-parallel-size-local", "--data-parallel-start-rank",
+                           "--data-parallel-address", "--data-parallel-rpc-port", "--headless"}) {
+    if (app.count(flag) > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": data parallelism is not built yet (only --data-parallel-size 1 runs)"));
+    }
+  }
   // auto is cuda when a GPU is visible; cuda without one is an error naming the flag.
   auto device = worker::ParseDevice(a.device);
   if (!device.ok()) return device.status();
@@ -285,6 +300,8 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   }
   e.gpu_memory_utilization = a.gpu_memory_utilization;
   e.enforce_eager = a.enforce_eager;
+  // The one VllmConfig every process of the engine receives.
+  VLLM_ASSIGN_OR_RETURN(a.config, e.CreateEngineConfig());
   parsed.args = std::move(a);
   return parsed;
 }

@@ -13,12 +13,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "frontend/llm_engine.h"
+#include "config/engine_args.h"
+#include "config/vllm_config.h"
 
 namespace vllm::launcher {
 
 struct ServeArgs {
-  frontend::EngineArgs engine;  // model, parallelism, scheduler and cache settings
+  // The engine's flags as parsed (vLLM's EngineArgs) and the VllmConfig made from them once
+  // (CreateEngineConfig): what the engine-core process receives.
+  config::EngineArgs engine;
+  config::VllmConfig config;
   std::string host = "127.0.0.1";
   int32_t port = 8000;
   std::optional<std::string> api_key;

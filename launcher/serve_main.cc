@@ -3,9 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
+#include "config/config_codec.h"
+#include "executor/process_launcher.h"
 #include "frontend/api_server.h"
 #include "frontend/async_llm.h"
 #include "frontend/engine_core_client.h"
@@ -31,8 +31,6 @@
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/model_config.h"
-
-extern char** environ;
 
 namespace vllm::launcher {
 namespace {
@@ -52,50 +50,25 @@ class EngineProcess {
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) return absl::InternalError("cannot read /proc/self/exe: " + ec.message());
-    const frontend::EngineArgs& e = args.engine;
     std::vector<std::string> argv = {self,
                                      kEngineCoreSubcommand,
                                      "--handshake-address",
                                      handshake_address,
                                      "--parent-pid",
                                      absl::StrCat(getpid()),
-                                     "--model",
-                                     e.model.string(),
-                                     "--tensor-parallel-size",
-                                     absl::StrCat(e.tensor_parallel_size),
-                                     "--max-num-seqs",
-                                     absl::StrCat(e.max_num_seqs),
-                                     "--block-size",
-                                     absl::StrCat(e.block_size),
-                                     "--kv-cache-memory",
-                                     absl::StrCat(e.kv_cache_memory_bytes),
-                                     "--seed",
-                                     absl::StrCat(e.seed),
-                                     "--load-format",
-                                     e.load_format == worker::LoadFormat::kDummy ? "dummy"
-                                     : e.load_format == worker::LoadFormat::kSafetensors
-                                         ? "safetensors"
-                                         : "auto"};
-    if (e.max_model_len > 0) {
-      argv.insert(argv.end(), {"--max-model-len", absl::StrCat(e.max_model_len)});
+                                     "--config-fd",
+                                     absl::StrCat(config::kConfigFd)};
+    // The config travels whole on a pipe the engine core inherits as descriptor 3.
+    VLLM_ASSIGN_OR_RETURN(const int config_fd, config::MakeConfigPipe(args.config));
+    absl::StatusOr<executor::ProcessLauncher::Child> child =
+        executor::RealProcessLauncher().Spawn(argv, config_fd);
+    close(config_fd);
+    if (!child.ok()) {
+      return absl::Status(child.status().code(),
+                          absl::StrCat("cannot start the engine core: ", child.status().message()));
     }
-    if (e.max_num_batched_tokens > 0) {
-      argv.insert(argv.end(), {"--max-num-batched-tokens", absl::StrCat(e.max_num_batched_tokens)});
-    }
-    if (!e.enable_prefix_caching) argv.push_back("--no-enable-prefix-caching");
-    argv.insert(argv.end(), {"--device", std::string(worker::DeviceName(e.device)), "--dtype",
-                             std::string(worker::ModelDTypeName(e.dtype)),
-                             "--gpu-memory-utilization", absl::StrCat(e.gpu_memory_utilization)});
-    if (e.enforce_eager) argv.push_back("--enforce-eager");
-    std::vector<char*> cargv;
-    for (std::string& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    if (int err = posix_spawn(&pid_, self.c_str(), nullptr, nullptr, cargv.data(), environ);
-        err != 0) {
-      return absl::InternalError(absl::StrCat("cannot start the engine core: ", strerror(err)));
-    }
-    pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
-    if (pidfd_ < 0) return absl::InternalError(absl::StrCat("pidfd_open: ", strerror(errno)));
+    pid_ = child->pid;
+    pidfd_ = child->exit_fd;
     return absl::OkStatus();
   }
 
@@ -183,9 +156,9 @@ absl::Status Serve(const ServeArgs& args) {
   VLLM_RETURN_IF_ERROR(frontend::CheckListenAddress(args.host, static_cast<uint16_t>(args.port)));
   // Bad model files fail here, before any process starts.
   VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config,
-                        worker::LoadModelConfig(args.engine.model));
+                        worker::LoadModelConfig(args.config.model.model));
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::Tokenizer> tokenizer,
-                        frontend::Tokenizer::Load(args.engine.model));
+                        frontend::Tokenizer::Load(args.config.model.model));
   VLLM_ASSIGN_OR_RETURN(std::optional<frontend::ChatTemplate> chat_template,
                         LoadChatTemplate(args, *tokenizer));
 
@@ -209,7 +182,7 @@ absl::Status Serve(const ServeArgs& args) {
                                        immediate.load() ? "shutting down" : "draining");
                           if (!stop.HasBeenNotified()) stop.Notify();
                         }));
-  spdlog::info("starting the engine core for {} (pid {})", args.engine.model.string(),
+  spdlog::info("starting the engine core for {} (pid {})", args.config.model.model.string(),
                engine.pid());
   VLLM_RETURN_IF_ERROR(client->WaitForEngines(absl::Now() + absl::Minutes(10), [&]() {
     if (stop.HasBeenNotified()) return absl::CancelledError("interrupted during start-up");

@@ -15,36 +15,6 @@
 
 namespace vllm::worker {
 
-absl::StatusOr<LoadFormat> ParseLoadFormat(std::string_view name) {
-  if (name == "auto") return LoadFormat::kAuto;
-  if (name == "safetensors") return LoadFormat::kSafetensors;
-  if (name == "dummy") return LoadFormat::kDummy;
-  return absl::InvalidArgumentError(absl::StrCat("--load-format: unknown format '",
-                                                 absl::string_view(name.data(), name.size()),
-                                                 "' (choose from auto, safetensors, dummy)"));
-}
-
-absl::StatusOr<Device> ParseDevice(std::string_view name) {
-  if (name == "auto") return Device::kAuto;
-  if (name == "cpu") return Device::kCpu;
-  if (name == "cuda") return Device::kCuda;
-  return absl::InvalidArgumentError(absl::StrCat("--device: unknown device '",
-                                                 absl::string_view(name.data(), name.size()),
-                                                 "' (choose from auto, cpu, cuda)"));
-}
-
-std::string_view DeviceName(Device device) {
-  switch (device) {
-    case Device::kCpu:
-      return "cpu";
-    case Device::kCuda:
-      return "cuda";
-    case Device::kAuto:
-      break;
-  }
-  return "auto";
-}
-
 int VisibleCudaDevices() {
 #if VLLM_HAVE_CUDA
   return kernels::CudaDeviceCount();
@@ -72,28 +42,20 @@ absl::StatusOr<Device> ResolveDevice(Device device) {
 #endif
 }
 
-absl::StatusOr<ModelDType> ParseModelDType(std::string_view name) {
-  if (name == "auto") return ModelDType::kAuto;
-  if (name == "float32" || name == "float") return ModelDType::kFloat32;
-  if (name == "bfloat16") return ModelDType::kBFloat16;
-  if (name == "float16" || name == "half") return ModelDType::kFloat16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--dtype: unknown dtype '", absl::string_view(name.data(), name.size()),
-                   "' (choose from auto, half, float16, bfloat16, float, float32)"));
-}
-
-std::string_view ModelDTypeName(ModelDType dtype) {
-  switch (dtype) {
-    case ModelDType::kFloat32:
-      return "float32";
-    case ModelDType::kBFloat16:
-      return "bfloat16";
-    case ModelDType::kFloat16:
-      return "float16";
-    case ModelDType::kAuto:
-      break;
-  }
-  return "auto";
+WorkerConfig WorkerConfigFrom(const config::VllmConfig& config) {
+  WorkerConfig w;
+  w.model = config.model.model;
+  w.load_format = config.load.load_format;
+  w.seed = config.model.seed;
+  w.kv_cache_memory_bytes = config.cache.kv_cache_memory_bytes;
+  w.device = config.device.device;
+  w.dtype = config.model.dtype;
+  w.gpu_memory_utilization = config.cache.gpu_memory_utilization;
+  w.enforce_eager = config.model.enforce_eager;
+  w.max_model_len = config.model.max_model_len;
+  w.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
+  w.max_num_seqs = config.scheduler.max_num_seqs;
+  return w;
 }
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "config/vllm_config.h"
 #include "core/engine_core.h"
 #include "core/scheduler_output.h"
 #include "kernels/communicator.h"
@@ -34,30 +35,21 @@ class DeviceCommunicator;  // kernels/cuda/device_communicator.h (CUDA builds on
 
 namespace vllm::worker {
 
-enum class LoadFormat { kAuto, kSafetensors, kDummy };
+// --load-format, --device and --dtype are defined with the rest of the configuration.
+using config::Device;
+using config::DeviceName;
+using config::LoadFormat;
+using config::ModelDType;
+using config::ModelDTypeName;
+using config::ParseDevice;
+using config::ParseLoadFormat;
+using config::ParseModelDType;
 
-// Parses "auto", "safetensors" or "dummy"; InvalidArgument listing them otherwise.
-[[nodiscard]] absl::StatusOr<LoadFormat> ParseLoadFormat(std::string_view name);
-
-// vLLM's --device. kAuto resolves to kCuda when a GPU is visible (ResolveDevice).
-enum class Device { kAuto, kCpu, kCuda };
-// Parses "auto", "cpu" or "cuda"; InvalidArgument naming --device and the choices otherwise.
-[[nodiscard]] absl::StatusOr<Device> ParseDevice(std::string_view name);
-std::string_view DeviceName(Device device);
 // Number of visible CUDA devices (0 in a build without CUDA, or with no GPU or driver).
 int VisibleCudaDevices();
 // kAuto -> kCuda when VisibleCudaDevices() > 0, else kCpu. kCuda with no GPU (or a build
 // without CUDA) is InvalidArgument naming --device; kCpu stays.
 [[nodiscard]] absl::StatusOr<Device> ResolveDevice(Device device);
-
-// vLLM's --dtype for weights and activations on CUDA (the CPU always computes in float32).
-// kAuto: the checkpoint's torch_dtype, except float32 checkpoints run in float16 (vLLM: "FP16
-// precision for FP32 and FP16 models, and BF16 precision for BF16 models").
-enum class ModelDType { kAuto, kFloat32, kBFloat16, kFloat16 };
-// Parses vLLM's names: auto, float32 / float, bfloat16, float16 / half; InvalidArgument
-// naming --dtype otherwise.
-[[nodiscard]] absl::StatusOr<ModelDType> ParseModelDType(std::string_view name);
-std::string_view ModelDTypeName(ModelDType dtype);
 
 struct WorkerConfig {
   // A Hugging Face model directory (config.json, *.safetensors).
@@ -80,6 +72,9 @@ struct WorkerConfig {
   int32_t max_num_batched_tokens = 0;
   int32_t max_num_seqs = 0;
 };
+// A rank's view of the engine's (resolved) config: what WorkerProc builds from the config it
+// receives, and UniProcExecutor from its own.
+WorkerConfig WorkerConfigFrom(const config::VllmConfig& config);
 
 class Worker {
  public:

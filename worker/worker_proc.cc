@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "config/config_codec.h"
 #include "core/codec.h"
 #include "ipc/message_queue.h"
 #include "ipc/signal_watcher.h"
@@ -103,7 +104,7 @@ class WorkerProc {
     response.max_chunk_bytes = 1 << 20;
     VLLM_ASSIGN_OR_RETURN(response_, ipc::MessageQueueWriter::Create(response));
     kernels::Communicator* comm = &single_rank_;
-    if (options_.world_size > 1) {
+    if (options_.world_size() > 1) {
       VLLM_ASSIGN_OR_RETURN(kernels::comm::CommGroupSpec spec,
                             kernels::comm::CommGroupSpec::Decode(options_.comm_spec));
       VLLM_ASSIGN_OR_RETURN(group_,
@@ -111,7 +112,8 @@ class WorkerProc {
       comm = group_.get();
     }
     VLLM_RETURN_IF_ERROR(InitDevice(deadline));
-    VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.worker, comm, DeviceComm()));
+    VLLM_ASSIGN_OR_RETURN(worker_,
+                          Worker::Create(WorkerConfigFrom(options_.config), comm, DeviceComm()));
     if (terminated_.load()) return absl::CancelledError("SIGTERM during start-up");
     return absl::OkStatus();
   }
@@ -129,7 +131,7 @@ class WorkerProc {
   // TP > 1, reads the NCCL id from the executor's first broadcast call (init_device) and joins
   // the NCCL group before the model loads. Nothing on the CPU.
   absl::Status InitDevice(absl::Time deadline) {
-    VLLM_ASSIGN_OR_RETURN(const Device device, ResolveDevice(options_.worker.device));
+    VLLM_ASSIGN_OR_RETURN(const Device device, ResolveDevice(options_.config.device.device));
     if (device != Device::kCuda) return absl::OkStatus();
 #if VLLM_HAVE_CUDA
     int count = 0;
@@ -148,7 +150,7 @@ class WorkerProc {
       return absl::InternalError(
           absl::StrCat("cudaSetDevice(", options_.rank, "): ", cudaGetErrorString(e)));
     }
-    if (options_.world_size == 1) return absl::OkStatus();  // Worker uses a single-rank group
+    if (options_.world_size() == 1) return absl::OkStatus();  // Worker uses a single-rank group
     VLLM_RETURN_IF_ERROR(broadcast_->WaitUntilReady(deadline));
     broadcast_ready_ = true;
     std::string nccl_id;
@@ -166,10 +168,10 @@ class WorkerProc {
         },
         deadline));
     VLLM_ASSIGN_OR_RETURN(
-        nccl_, kernels::cuda::NcclCommunicator::Create(nccl_id, options_.rank, options_.world_size,
-                                                       deadline - absl::Now()));
+        nccl_, kernels::cuda::NcclCommunicator::Create(
+                   nccl_id, options_.rank, options_.world_size(), deadline - absl::Now()));
     spdlog::info("worker rank {}: NCCL group of {} formed on GPU {}", options_.rank,
-                 options_.world_size, options_.rank);
+                 options_.world_size(), options_.rank);
     return absl::OkStatus();
 #else
     (void)deadline;
@@ -302,40 +304,16 @@ class WorkerProc {
 std::vector<std::string> ToWorkerProcFlags(const WorkerProcOptions& o) {
   std::vector<std::string> f = {"--rank",
                                 absl::StrCat(o.rank),
-                                "--world-size",
-                                absl::StrCat(o.world_size),
                                 "--broadcast-handle",
                                 o.broadcast_handle,
                                 "--ready-address",
                                 o.ready_address,
                                 "--parent-pid",
                                 absl::StrCat(o.parent_pid),
-                                "--model",
-                                o.worker.model.string(),
-                                "--load-format",
-                                o.worker.load_format == LoadFormat::kDummy         ? "dummy"
-                                : o.worker.load_format == LoadFormat::kSafetensors ? "safetensors"
-                                                                                   : "auto",
-                                "--seed",
-                                absl::StrCat(o.worker.seed),
-                                "--kv-cache-memory",
-                                absl::StrCat(o.worker.kv_cache_memory_bytes),
-                                "--device",
-                                std::string(DeviceName(o.worker.device)),
-                                "--dtype",
-                                std::string(ModelDTypeName(o.worker.dtype)),
-                                "--gpu-memory-utilization",
-                                absl::StrCat(o.worker.gpu_memory_utilization),
-                                "--enforce-eager",
-                                o.worker.enforce_eager ? "1" : "0",
-                                "--max-model-len",
-                                absl::StrCat(o.worker.max_model_len),
-                                "--max-num-batched-tokens",
-                                absl::StrCat(o.worker.max_num_batched_tokens),
-                                "--max-num-seqs",
-                                absl::StrCat(o.worker.max_num_seqs),
                                 "--startup-timeout-s",
-                                absl::StrCat(absl::ToInt64Seconds(o.startup_timeout))};
+                                absl::StrCat(absl::ToInt64Seconds(o.startup_timeout)),
+                                "--config-fd",
+                                absl::StrCat(config::kConfigFd)};
   if (!o.comm_spec.empty()) {
     f.push_back("--comm-spec");
     f.push_back(o.comm_spec);
@@ -345,8 +323,8 @@ std::vector<std::string> ToWorkerProcFlags(const WorkerProcOptions& o) {
 
 absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::string>& flags) {
   WorkerProcOptions o;
-  bool have_rank = false, have_handle = false, have_ready = false, have_model = false;
-  bool have_parent = false;
+  bool have_rank = false, have_handle = false, have_ready = false, have_parent = false;
+  int32_t config_fd = -1;
   for (size_t i = 0; i < flags.size(); i += 2) {
     const std::string& flag = flags[i];
     if (i + 1 >= flags.size()) return absl::InvalidArgumentError(flag + ": missing value");
@@ -354,8 +332,6 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
     if (flag == "--rank") {
       VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 16, &o.rank));
       have_rank = true;
-    } else if (flag == "--world-size") {
-      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 1, 1 << 16, &o.world_size));
     } else if (flag == "--broadcast-handle") {
       o.broadcast_handle = v;
       have_handle = true;
@@ -365,39 +341,8 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
     } else if (flag == "--parent-pid") {
       VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 1, int64_t{1} << 40, &o.parent_pid));
       have_parent = true;
-    } else if (flag == "--model") {
-      o.worker.model = v;
-      have_model = true;
-    } else if (flag == "--load-format") {
-      VLLM_ASSIGN_OR_RETURN(o.worker.load_format, ParseLoadFormat(v));
-    } else if (flag == "--seed") {
-      VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 0, std::numeric_limits<int64_t>::max(),
-                                             reinterpret_cast<int64_t*>(&o.worker.seed)));
-    } else if (flag == "--kv-cache-memory") {
-      VLLM_RETURN_IF_ERROR(
-          ParseInt<int64_t>(flag, v, 1, int64_t{1} << 50, &o.worker.kv_cache_memory_bytes));
-    } else if (flag == "--device") {
-      VLLM_ASSIGN_OR_RETURN(o.worker.device, ParseDevice(v));
-    } else if (flag == "--dtype") {
-      VLLM_ASSIGN_OR_RETURN(o.worker.dtype, ParseModelDType(v));
-    } else if (flag == "--gpu-memory-utilization") {
-      double u = 0;
-      if (!absl::SimpleAtod(v, &u) || !(u > 0.0 && u <= 1.0)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag, ": expected a fraction in (0, 1], got '", v, "'"));
-      }
-      o.worker.gpu_memory_utilization = u;
-    } else if (flag == "--enforce-eager") {
-      int32_t b = 0;
-      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1, &b));
-      o.worker.enforce_eager = b != 0;
-    } else if (flag == "--max-model-len") {
-      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 24, &o.worker.max_model_len));
-    } else if (flag == "--max-num-batched-tokens") {
-      VLLM_RETURN_IF_ERROR(
-          ParseInt<int32_t>(flag, v, 0, 1 << 24, &o.worker.max_num_batched_tokens));
-    } else if (flag == "--max-num-seqs") {
-      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 20, &o.worker.max_num_seqs));
+    } else if (flag == "--config-fd") {
+      VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 20, &config_fd));
     } else if (flag == "--comm-spec") {
       o.comm_spec = v;
     } else if (flag == "--startup-timeout-s") {
@@ -408,16 +353,19 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", View(flag), "'"));
     }
   }
-  if (!have_rank || !have_handle || !have_ready || !have_model || !have_parent) {
+  if (!have_rank || !have_handle || !have_ready || !have_parent || config_fd < 0) {
     return absl::InvalidArgumentError(
-        "worker-proc needs --rank, --broadcast-handle, --ready-address, --parent-pid and --model");
+        "worker-proc needs --rank, --broadcast-handle, --ready-address, --parent-pid and "
+        "--config-fd");
   }
-  if (o.rank >= o.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--rank %d must be below --world-size %d", o.rank, o.world_size));
+  VLLM_ASSIGN_OR_RETURN(o.config, config::ReadVllmConfigFd(config_fd));
+  if (o.rank >= o.world_size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--rank %d must be below the world size %d (the config's tensor × pipeline parallel size)",
+        o.rank, o.world_size()));
   }
-  if (o.world_size > 1 && o.comm_spec.empty()) {
-    return absl::InvalidArgumentError("--comm-spec is required when --world-size > 1");
+  if (o.world_size() > 1 && o.comm_spec.empty()) {
+    return absl::InvalidArgumentError("--comm-spec is required when the world size is above 1");
   }
   return o;
 }

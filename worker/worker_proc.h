@@ -10,12 +10,10 @@
 // closes the queue, or on SIGTERM; 1 when start-up fails or the executor dies.
 //
 // Flags (all required unless a default is given):
-//   --rank R --world-size N --broadcast-handle TEXT --ready-address ADDR --parent-pid PID
-//   --model DIR [--load-format auto|safetensors|dummy] [--seed S] [--kv-cache-memory BYTES]
-//   [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16|float16]
-//   [--gpu-memory-utilization F] [--enforce-eager 0|1] [--max-model-len N]
-//   [--max-num-batched-tokens N] [--max-num-seqs N] (the last three: 0 = default)
-//   [--comm-spec TEXT] (required when N > 1) [--startup-timeout-s SECONDS]
+//   --rank R --broadcast-handle TEXT --ready-address ADDR --parent-pid PID --config-fd FD
+//   [--comm-spec TEXT] (required when the world size is above 1) [--startup-timeout-s SECONDS]
+// The engine's resolved VllmConfig arrives on descriptor FD (config/config_codec.h); the world
+// size is its tensor × pipeline parallel size.
 #ifndef VLLM_WORKER_WORKER_PROC_H_
 #define VLLM_WORKER_WORKER_PROC_H_
 
@@ -25,26 +23,30 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "config/vllm_config.h"
 #include "worker/worker.h"
 
 namespace vllm::worker {
 
 struct WorkerProcOptions {
   int32_t rank = 0;
-  int32_t world_size = 1;
   std::string broadcast_handle;  // ipc::Handle::ToText()
   std::string ready_address;     // ZMQ endpoint the executor PULLs from
   std::string comm_spec;         // CommGroupSpec::Encode(); empty when world_size == 1
   int64_t parent_pid = 0;
-  WorkerConfig worker;
   absl::Duration startup_timeout = absl::Minutes(10);
+  // The engine's resolved config (not a flag: read from --config-fd).
+  config::VllmConfig config;
+
+  int32_t world_size() const { return config.parallel.world_size(); }
 };
 
 // The subcommand's name on the vllm-launch command line.
 inline constexpr char kWorkerProcSubcommand[] = "worker-proc";
 
-// Flags <-> options. Parsing rejects unknown flags, missing values and out-of-range numbers
-// with InvalidArgument naming the flag.
+// Flags <-> options. ToWorkerProcFlags leaves `config` out (the caller passes it on descriptor
+// config::kConfigFd). Parsing reads and decodes the config from --config-fd and rejects unknown
+// flags, missing values and out-of-range numbers with InvalidArgument naming the flag.
 std::vector<std::string> ToWorkerProcFlags(const WorkerProcOptions& options);
 [[nodiscard]] absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(
     const std::vector<std::string>& flags);

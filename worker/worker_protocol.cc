@@ -4,13 +4,13 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "core/msgpack_fields.h"
+#include "ipc/msgpack_fields.h"
 #include "ipc/msgpack_util.h"
 
 namespace vllm::worker {
 namespace {
 
-using core::wire::FieldReader;
+using ipc::wire::FieldReader;
 constexpr size_t kMaxMethodBytes = 64;
 constexpr size_t kMaxMessageBytes = 2048;
 
@@ -227,7 +227,7 @@ absl::StatusOr<int64_t> DecodeAvailableMemory(absl::Span<const uint8_t> bytes) {
   const msgpack::object& o = handle.get();
   if (o.type != msgpack::type::POSITIVE_INTEGER && o.type != msgpack::type::NEGATIVE_INTEGER) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: expected an integer, got %s", kWhat, core::wire::TypeName(o.type)));
+        absl::StrFormat("%s: expected an integer, got %s", kWhat, ipc::wire::TypeName(o.type)));
   }
   return ipc::ConvertAs<int64_t>(o, "available memory");
 }

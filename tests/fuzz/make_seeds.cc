@@ -1,5 +1,6 @@
 // Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
-// into <out>/engine_protocol/ and <out>/worker_protocol/ (normally tests/fuzz/corpus).
+// into <out>/engine_protocol/, <out>/worker_protocol/ and <out>/vllm_config/ (normally
+// tests/fuzz/corpus).
 // Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
 //   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
 // Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config_codec.h"
 #include "core/codec.h"
 #include "ipc/handle.h"
 #include "worker/worker_protocol.h"
@@ -191,6 +193,34 @@ void WorkerSeeds(const fs::path& dir) {
         worker::EncodeReplyPrefix({9, 1, absl::StatusCode::kInternal, "worker 1: out of memory"}));
 }
 
+void ConfigSeeds(const fs::path& dir) {
+  config::VllmConfig c;
+  c.model.model = "/models/kjv-llama-tiny";
+  Write(dir, "default", config::EncodeVllmConfig(c));
+  c.model.max_model_len = 4096;
+  c.model.dtype = config::ModelDType::kBFloat16;
+  c.model.seed = 7;
+  c.model.enforce_eager = true;
+  c.cache.block_size = 32;
+  c.cache.enable_prefix_caching = false;
+  c.cache.gpu_memory_utilization = 0.5;
+  c.cache.num_gpu_blocks_override = 64;
+  c.parallel.tensor_parallel_size = 2;
+  c.parallel.data_parallel_size = 4;
+  c.parallel.data_parallel_size_local = 2;
+  c.parallel.data_parallel_start_rank = 2;
+  c.parallel.data_parallel_rank = 3;
+  c.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
+  c.parallel.comm_backend = config::CommBackend::kGloo;
+  c.scheduler.max_num_batched_tokens = 8192;
+  c.scheduler.enable_chunked_prefill = false;
+  c.scheduler.long_prefill_token_threshold = 64;
+  c.scheduler.policy = config::SchedulingPolicy::kPriority;
+  c.device.device = config::Device::kCuda;
+  c.load.load_format = config::LoadFormat::kDummy;
+  Write(dir, "full", config::EncodeVllmConfig(c));
+}
+
 }  // namespace
 }  // namespace vllm::fuzz
 
@@ -202,5 +232,6 @@ int main(int argc, char** argv) {
   const std::filesystem::path root = argv[1];
   vllm::fuzz::EngineSeeds(root / "engine_protocol");
   vllm::fuzz::WorkerSeeds(root / "worker_protocol");
+  vllm::fuzz::ConfigSeeds(root / "vllm_config");
   return 0;
 }

@@ -36,7 +36,7 @@ namespace vllm::worker {
 namespace {
 
 namespace kc = ::vllm::kernels::cuda;
-using frontend::EngineArgs;
+using config::EngineArgs;
 using frontend::LLMEngine;
 using testing::GreedyRequest;
 using testing::LoadReference;
@@ -263,7 +263,7 @@ TEST_P(CudaFixtureTest, TensorParallelTwoGreedyTokens) {
   {
     EngineArgs args = CudaArgs(Fixture(GetParam()), /*eager=*/false);
     args.tensor_parallel_size = 2;
-    args.distributed_executor_backend = "mp";
+    args.distributed_executor_backend = config::ExecutorBackend::kMp;
     args.worker_binary = testing::BinDir() + "/vllm-launch";
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -527,7 +527,7 @@ TEST(CudaBackendTest, WorkerProcessEngineMatchesTransformers) {
   const Reference ref = LoadReference(Fixture("llama_mha"));
   {
     EngineArgs args = CudaArgs(Fixture("llama_mha"), /*eager=*/false);
-    args.distributed_executor_backend = "mp";
+    args.distributed_executor_backend = config::ExecutorBackend::kMp;
     args.worker_binary = testing::BinDir() + "/vllm-launch";
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();

@@ -22,12 +22,14 @@ extern char** environ;
 
 namespace vllm::testing {
 
-absl::StatusOr<Subprocess> Subprocess::Spawn(const std::vector<std::string>& argv) {
+absl::StatusOr<Subprocess> Subprocess::Spawn(const std::vector<std::string>& argv, int inherit_fd) {
+  if (inherit_fd == 3) return absl::InvalidArgumentError("Spawn: inherit_fd is 3 already");
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  if (inherit_fd >= 0) posix_spawn_file_actions_adddup2(&actions, inherit_fd, 3);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -20,7 +20,9 @@ namespace vllm::testing {
 class Subprocess {
  public:
   // Starts `argv` (argv[0] is a path) with stdout on a pipe; stderr is inherited.
-  static absl::StatusOr<Subprocess> Spawn(const std::vector<std::string>& argv);
+  // `inherit_fd` (>= 0, not 3 itself; the caller closes it) becomes the child's descriptor 3.
+  static absl::StatusOr<Subprocess> Spawn(const std::vector<std::string>& argv,
+                                          int inherit_fd = -1);
   Subprocess(Subprocess&& other) noexcept;
   Subprocess& operator=(Subprocess&&) = delete;
   ~Subprocess();

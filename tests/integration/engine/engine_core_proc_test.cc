@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "config/config_codec.h"
 #include "frontend/engine_core_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -56,11 +57,18 @@ class EngineCoreProcTest : public ::testing::Test {
     auto client = EngineCoreClient::Create(1);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
+    config::VllmConfig config;
+    config.model.model = kModel;
+    config.parallel.tensor_parallel_size = tp;
+    config.cache.kv_cache_memory_bytes = 16 << 20;
+    config.device.device = config::Device::kCpu;
+    absl::StatusOr<int> config_fd = config::MakeConfigPipe(config);
+    ASSERT_TRUE(config_fd.ok()) << config_fd.status();
     auto p = testing::Subprocess::Spawn(
         {testing::BinDir() + "/vllm-launch", "engine-core", "--handshake-address",
-         client_->handshake_address(), "--parent-pid", absl::StrCat(getpid()), "--model",
-         kModel.string(), "--tensor-parallel-size", absl::StrCat(tp), "--kv-cache-memory",
-         absl::StrCat(16 << 20)});
+         client_->handshake_address(), "--parent-pid", absl::StrCat(getpid()), "--config-fd", "3"},
+        *config_fd);
+    close(*config_fd);
     ASSERT_TRUE(p.ok()) << p.status();
     engine_.emplace(std::move(*p));
     absl::Status ready = client_->WaitForEngines(absl::Now() + absl::Seconds(30), [this] {

@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "executor/multiproc_executor.h"
 #include "frontend/llm_engine.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 namespace {
 std::atomic<bool> stop{false};
@@ -23,9 +25,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s MODEL_DIR WORKER_BINARY\n", argv[0]);
     return 2;
   }
+  // stdout carries the protocol lines above; the engine's log goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("engine"));
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
-  vllm::frontend::EngineArgs args;
+  vllm::config::EngineArgs args;
   args.model = argv[1];
   args.worker_binary = argv[2];
   args.tensor_parallel_size = 2;

@@ -29,14 +29,14 @@ std::vector<pid_t> Children() { return testing::ChildrenOf(getpid()); }
 
 MultiprocExecutorOptions CudaOptions(int32_t tp) {
   MultiprocExecutorOptions o;
-  o.worker.model = kFixtures / "llama_gqa";
-  o.worker.device = worker::Device::kCuda;
-  o.worker.dtype = worker::ModelDType::kFloat32;
-  o.worker.max_model_len = 128;
-  o.worker.max_num_batched_tokens = 64;
-  o.worker.max_num_seqs = 8;
-  o.worker.gpu_memory_utilization = 0.3;
-  o.tensor_parallel_size = tp;
+  o.config.model.model = kFixtures / "llama_gqa";
+  o.config.device.device = config::Device::kCuda;
+  o.config.model.dtype = config::ModelDType::kFloat32;
+  o.config.model.max_model_len = 128;
+  o.config.scheduler.max_num_batched_tokens = 64;
+  o.config.scheduler.max_num_seqs = 8;
+  o.config.cache.gpu_memory_utilization = 0.3;
+  o.config.parallel.tensor_parallel_size = tp;
   o.worker_binary = testing::BinDir() + "/vllm-launch";
   o.startup_timeout = absl::Seconds(120);
   return o;

@@ -44,11 +44,11 @@ Reference LoadReference(const std::string& model) {
   return testing::LoadReference(kFixtures / model);
 }
 
-frontend::EngineArgs MpArgs(const std::string& model, int32_t tp) {
-  frontend::EngineArgs args;
+config::EngineArgs MpArgs(const std::string& model, int32_t tp) {
+  config::EngineArgs args;
   args.model = kFixtures / model;
   args.tensor_parallel_size = tp;
-  args.distributed_executor_backend = "mp";
+  args.distributed_executor_backend = config::ExecutorBackend::kMp;
   args.worker_binary = WorkerBinary();
   args.kv_cache_memory_bytes = 32 << 20;
   return args;
@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceThroughWorkersTest,
 
 TEST_F(MultiprocExecutorTest, RandomAddAbortLoadKeepsReferenceTokens) {
   const Reference ref = LoadReference("llama_gqa");
-  frontend::EngineArgs args = MpArgs("llama_gqa", 2);
+  config::EngineArgs args = MpArgs("llama_gqa", 2);
   args.num_gpu_blocks_override = 12;  // tight: preemptions happen
   args.max_model_len = 128;
   args.max_num_batched_tokens = 32;  // chunked prefill
@@ -162,7 +162,7 @@ class KilledWorkerTest : public MultiprocExecutorTest,
 
 TEST_P(KilledWorkerTest, FailsTheEngineWithinOneSecond) {
   const int32_t rank = GetParam();
-  frontend::EngineArgs args = MpArgs("llama_mha", 2);
+  config::EngineArgs args = MpArgs("llama_mha", 2);
   auto engine = frontend::LLMEngine::Create(args);
   ASSERT_TRUE(engine.ok()) << engine.status();
   const Reference ref = LoadReference("llama_mha");
@@ -197,8 +197,9 @@ INSTANTIATE_TEST_SUITE_P(Ranks, KilledWorkerTest, ::testing::Values(0, 1));
 
 TEST_F(MultiprocExecutorTest, HungWorkerIsReportedAfterTheTimeout) {
   MultiprocExecutorOptions options;
-  options.worker.model = kFixtures / "llama_mha";
-  options.worker.kv_cache_memory_bytes = 8 << 20;
+  options.config.device.device = config::Device::kCpu;
+  options.config.model.model = kFixtures / "llama_mha";
+  options.config.cache.kv_cache_memory_bytes = 8 << 20;
   options.worker_binary = WorkerBinary();
   options.execute_timeout = absl::Seconds(1);
   options.shutdown_timeout = absl::Milliseconds(200);
@@ -221,10 +222,11 @@ TEST_F(MultiprocExecutorTest, HungWorkerIsReportedAfterTheTimeout) {
 
 TEST_F(MultiprocExecutorTest, MalformedCallsGetErrorRepliesAndTheWorkersLiveOn) {
   MultiprocExecutorOptions options;
-  options.worker.model = kFixtures / "llama_mha";
-  options.worker.kv_cache_memory_bytes = 8 << 20;
+  options.config.device.device = config::Device::kCpu;
+  options.config.model.model = kFixtures / "llama_mha";
+  options.config.cache.kv_cache_memory_bytes = 8 << 20;
   options.worker_binary = WorkerBinary();
-  options.tensor_parallel_size = 2;
+  options.config.parallel.tensor_parallel_size = 2;
   auto executor = MultiprocExecutor::Create(options);
   ASSERT_TRUE(executor.ok()) << executor.status();
   MultiprocExecutor& e = **executor;
@@ -255,9 +257,10 @@ TEST_F(MultiprocExecutorTest, MalformedCallsGetErrorRepliesAndTheWorkersLiveOn) 
 
 TEST_F(MultiprocExecutorTest, StartupFailuresNameTheRank) {
   MultiprocExecutorOptions options;
-  options.worker.model = kFixtures / "no_such_model";
+  options.config.device.device = config::Device::kCpu;
+  options.config.model.model = kFixtures / "no_such_model";
   options.worker_binary = WorkerBinary();
-  options.tensor_parallel_size = 2;
+  options.config.parallel.tensor_parallel_size = 2;
   auto executor = MultiprocExecutor::Create(options);
   ASSERT_FALSE(executor.ok());
   EXPECT_NE(executor.status().message().find("failed to start"), std::string::npos)
@@ -265,8 +268,8 @@ TEST_F(MultiprocExecutorTest, StartupFailuresNameTheRank) {
   EXPECT_NE(executor.status().message().find("config.json"), std::string::npos)
       << executor.status();
 
-  options.worker.model = kFixtures / "llama_gqa";  // 2 KV heads cannot split 4 ways
-  options.tensor_parallel_size = 4;
+  options.config.model.model = kFixtures / "llama_gqa";  // 2 KV heads cannot split 4 ways
+  options.config.parallel.tensor_parallel_size = 4;
   executor = MultiprocExecutor::Create(options);
   ASSERT_FALSE(executor.ok());
   EXPECT_NE(executor.status().message().find("num_key_value_heads"), std::string::npos)

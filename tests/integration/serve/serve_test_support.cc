@@ -354,7 +354,10 @@ void ServeTest::SetUp() {
 void ServeTest::StartServer(const std::vector<std::string>& args,
                             const std::vector<std::string>& prefix) {
   std::vector<std::string> argv = prefix;
-  argv.insert(argv.end(), {BinDir() + "/vllm-launch", "--port", "0"});
+  argv.push_back(BinDir() + "/vllm-launch");
+  if (std::find(args.begin(), args.end(), "--port") == args.end()) {
+    argv.insert(argv.end(), {"--port", "0"});
+  }
   if (std::find(args.begin(), args.end(), "--kv-cache-memory") == args.end()) {
     argv.insert(argv.end(), {"--kv-cache-memory", "64MiB"});
   }

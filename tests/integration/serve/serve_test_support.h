@@ -116,8 +116,8 @@ class ServeTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
-  // Spawns the server with `--port 0` plus `args` (and `--kv-cache-memory 64MiB` unless
-  // they set it), waits for its ready line; sets port_. `prefix` runs before the binary and
+  // Spawns the server with `args` (plus `--port 0` and `--kv-cache-memory 64MiB` unless
+  // they set them), waits for its ready line; sets port_. `prefix` runs before the binary and
   // must exec it in place (e.g. {"/usr/bin/prlimit", "--nofile=256:256"}), so server_->pid()
   // is the server's. Use with ASSERT_NO_FATAL_FAILURE.
   void StartServer(const std::vector<std::string>& args = {},

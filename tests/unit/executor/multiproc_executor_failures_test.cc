@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "config/config_codec.h"
 #include "executor/multiproc_executor.h"
 #include "executor/process_launcher.h"
 #include "gmock/gmock.h"
@@ -47,10 +48,12 @@ class FakeLauncher final : public ProcessLauncher {
 
   bool IsExecutable(const std::string&) override { return executable; }
 
-  absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv) override {
+  absl::StatusOr<Child> Spawn(const std::vector<std::string>& argv, int inherit_fd) override {
     std::lock_guard<std::mutex> lock(mu_);
     const int index = static_cast<int>(spawned_.size());
     spawned_.push_back(argv);
+    // What a worker would read on descriptor 3 (a copy: the executor closes its own).
+    configs_.push_back(config::ReadVllmConfigFd(dup(inherit_fd), absl::Seconds(5)));
     if (index == fail_spawn_at) return absl::ResourceExhaustedError("fake: fork: EAGAIN");
     const int fd = eventfd(0, EFD_CLOEXEC);
     if (fd < 0) return absl::InternalError("eventfd");
@@ -83,6 +86,11 @@ class FakeLauncher final : public ProcessLauncher {
   std::vector<std::vector<std::string>> spawned() {
     std::lock_guard<std::mutex> lock(mu_);
     return spawned_;
+  }
+  // The config each spawned process found on its descriptor 3.
+  std::vector<absl::StatusOr<config::VllmConfig>> configs() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return configs_;
   }
   std::vector<std::pair<pid_t, int>> kills() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -118,6 +126,7 @@ class FakeLauncher final : public ProcessLauncher {
 
   std::mutex mu_;
   std::vector<std::vector<std::string>> spawned_;
+  std::vector<absl::StatusOr<config::VllmConfig>> configs_;
   std::map<pid_t, Proc> procs_;
   std::vector<std::pair<pid_t, int>> kills_;
   std::set<pid_t> reaped_;
@@ -130,8 +139,9 @@ class MultiprocExecutorFailuresTest : public ::testing::Test {
 
   MultiprocExecutorOptions Options(int32_t tp) {
     MultiprocExecutorOptions o;
-    o.tensor_parallel_size = tp;
-    o.worker.device = worker::Device::kCpu;
+    o.config.model.model = "/models/m";
+    o.config.parallel.tensor_parallel_size = tp;
+    o.config.device.device = config::Device::kCpu;
     o.worker_binary = "/nonexistent/vllm-launch";  // the fake decides what is executable
     o.startup_timeout = absl::Seconds(60);
     o.launcher = &launcher_;
@@ -195,7 +205,18 @@ TEST_F(MultiprocExecutorFailuresTest, WorkerExitingDuringStartupFailsAtOnceNamin
 TEST_F(MultiprocExecutorFailuresTest, WorkersNeverReadyTimeOutNamingThemAndAreKilled) {
   MultiprocExecutorOptions options = Options(2);
   options.startup_timeout = absl::Milliseconds(300);
+  options.config.scheduler.policy = config::SchedulingPolicy::kPriority;
   auto executor = MultiprocExecutor::Create(options);
+  // Each worker was handed the whole config on descriptor 3, and only its own flags in argv.
+  const auto configs = launcher_.configs();
+  ASSERT_EQ(configs.size(), 2u);
+  for (const auto& c : configs) {
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(*c, options.config);
+  }
+  EXPECT_THAT(launcher_.spawned()[1],
+              ::testing::IsSupersetOf({std::string("--config-fd"), std::string("3")}));
+  EXPECT_THAT(launcher_.spawned()[1], ::testing::Not(::testing::Contains("--model")));
   ASSERT_FALSE(executor.ok());
   EXPECT_EQ(executor.status().code(), absl::StatusCode::kDeadlineExceeded) << executor.status();
   EXPECT_THAT(executor.status().message(), HasSubstr("worker rank(s) 0, 1 not ready"));

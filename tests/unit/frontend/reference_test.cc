@@ -63,7 +63,7 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
   ASSERT_EQ(ref.prompts.size(), ref.greedy.size());
   for (const Mode& mode : kModes) {
     SCOPED_TRACE(mode.name);
-    EngineArgs args;
+    config::EngineArgs args;
     args.model = dir();
     args.enable_prefix_caching = mode.prefix_caching;
     args.max_num_batched_tokens = mode.max_num_batched_tokens;
@@ -124,7 +124,7 @@ TEST(BundledModelTest, GreedySamplesMatchTransformers) {
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json log = nlohmann::json::parse(text.str());
-  EngineArgs args;
+  config::EngineArgs args;
   args.model = dir;
   args.kv_cache_memory_bytes = 64 << 20;
   auto engine = LLMEngine::Create(args);

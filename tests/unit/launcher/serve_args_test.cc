@@ -69,14 +69,14 @@ TEST(ServeArgsTest, VllmNamesAndAliases) {
   EXPECT_EQ(a.engine.max_num_batched_tokens, 1024);
   EXPECT_EQ(a.engine.block_size, 32);
   EXPECT_FALSE(a.engine.enable_prefix_caching);
-  EXPECT_EQ(a.engine.load_format, worker::LoadFormat::kDummy);
+  EXPECT_EQ(a.engine.load_format, config::LoadFormat::kDummy);
   EXPECT_EQ(a.engine.kv_cache_memory_bytes, int64_t{512} << 20);
   EXPECT_EQ(a.engine.seed, 7u);
   EXPECT_EQ(a.api_key, "secret");
   EXPECT_EQ(a.served_model_names, std::vector<std::string>{"tiny"});
   EXPECT_EQ(a.host, "0.0.0.0");
   EXPECT_EQ(a.port, 9000);
-  EXPECT_EQ(a.engine.scheduling_policy, core::SchedulingPolicy::kPriority);
+  EXPECT_EQ(a.engine.scheduling_policy, config::SchedulingPolicy::kPriority);
   auto with_model = Parse({"--model", "other", "--tensor-parallel-size", "4"});
   ASSERT_TRUE(with_model.ok()) << with_model.status();
   EXPECT_EQ(with_model->args->engine.model, "other");

@@ -22,10 +22,10 @@ absl::StatusOr<ParsedServeArgs> Parse(std::vector<std::string> argv) {
 TEST(ServeDeviceArgsTest, DefaultsFollowVllmAndTheMachine) {
   auto p = Parse({});
   ASSERT_TRUE(p.ok()) << p.status();
-  const frontend::EngineArgs& e = p->args->engine;
+  const config::EngineArgs& e = p->args->engine;
   EXPECT_EQ(e.device,
-            worker::VisibleCudaDevices() > 0 ? worker::Device::kCuda : worker::Device::kCpu);
-  EXPECT_EQ(e.dtype, worker::ModelDType::kAuto);
+            worker::VisibleCudaDevices() > 0 ? config::Device::kCuda : config::Device::kCpu);
+  EXPECT_EQ(e.dtype, config::ModelDType::kAuto);
   EXPECT_DOUBLE_EQ(e.gpu_memory_utilization, 0.9);
   EXPECT_FALSE(e.enforce_eager);
 }
@@ -34,21 +34,21 @@ TEST(ServeDeviceArgsTest, FlagsReachTheEngineArgs) {
   auto p = Parse(
       {"--device", "cpu", "--dtype", "half", "--gpu-memory-utilization", "0.5", "--enforce-eager"});
   ASSERT_TRUE(p.ok()) << p.status();
-  const frontend::EngineArgs& e = p->args->engine;
-  EXPECT_EQ(e.device, worker::Device::kCpu);
-  EXPECT_EQ(e.dtype, worker::ModelDType::kFloat16);
+  const config::EngineArgs& e = p->args->engine;
+  EXPECT_EQ(e.device, config::Device::kCpu);
+  EXPECT_EQ(e.dtype, config::ModelDType::kFloat16);
   EXPECT_DOUBLE_EQ(e.gpu_memory_utilization, 0.5);
   EXPECT_TRUE(e.enforce_eager);
   p = Parse({"--dtype", "bfloat16"});
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->args->engine.dtype, worker::ModelDType::kBFloat16);
+  EXPECT_EQ(p->args->engine.dtype, config::ModelDType::kBFloat16);
 }
 
 TEST(ServeDeviceArgsTest, CudaWithoutAGpuNamesTheFlag) {
   auto p = Parse({"--device", "cuda"});
   if (worker::VisibleCudaDevices() > 0) {
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_EQ(p->args->engine.device, worker::Device::kCuda);
+    EXPECT_EQ(p->args->engine.device, config::Device::kCuda);
     return;
   }
   ASSERT_FALSE(p.ok());

@@ -1,9 +1,14 @@
 // --device / --dtype / --gpu-memory-utilization / --enforce-eager on the worker side: parsing
-// with vLLM's names, the worker-proc flag round trip, and --device cuda without a GPU failing
-// with an error that names the flag (never an abort). Runs without a GPU.
+// with vLLM's names, worker-proc's flags and the config it reads from its descriptor, and --device
+// cuda without a GPU failing with an error that names the flag (never an abort). Runs without a
+// GPU.
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "config/config_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/communicator.h"
@@ -68,40 +73,60 @@ TEST(DeviceFlagsTest, CudaWorkerWithoutAGpuIsAnErrorNotAnAbort) {
   EXPECT_THAT(std::string(worker.status().message()), HasSubstr("--device"));
 }
 
-TEST(DeviceFlagsTest, WorkerProcFlagsRoundTrip) {
+// ToWorkerProcFlags with --config-fd pointing at a pipe that holds `config`.
+std::vector<std::string> FlagsWithConfig(const WorkerProcOptions& o,
+                                         const config::VllmConfig& config) {
+  std::vector<std::string> flags = ToWorkerProcFlags(o);
+  absl::StatusOr<int> fd = config::MakeConfigPipe(config);
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  for (size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == "--config-fd") flags[i + 1] = absl::StrCat(fd.value_or(-1));
+  }
+  return flags;
+}
+
+TEST(DeviceFlagsTest, WorkerProcGetsItsFlagsAndTheWholeConfig) {
   WorkerProcOptions o;
-  o.rank = 0;
-  o.world_size = 1;
+  o.rank = 1;
   o.broadcast_handle = "handle";
   o.ready_address = "ipc:///tmp/ready";
+  o.comm_spec = "spec";
   o.parent_pid = 42;
-  o.worker.model = "/models/m";
-  o.worker.device = Device::kCuda;
-  o.worker.dtype = ModelDType::kBFloat16;
-  o.worker.gpu_memory_utilization = 0.5;
-  o.worker.enforce_eager = true;
-  o.worker.max_model_len = 4096;
-  o.worker.max_num_batched_tokens = 8192;
-  o.worker.max_num_seqs = 64;
-  auto parsed = ParseWorkerProcFlags(ToWorkerProcFlags(o));
+  o.startup_timeout = absl::Seconds(77);
+  config::VllmConfig c;
+  c.model.model = "/models/m";
+  c.parallel.tensor_parallel_size = 2;
+  c.device.device = Device::kCuda;
+  c.model.dtype = ModelDType::kBFloat16;
+  c.cache.gpu_memory_utilization = 0.5;
+  c.model.enforce_eager = true;
+  c.model.max_model_len = 4096;
+  c.scheduler.max_num_batched_tokens = 8192;
+  c.scheduler.max_num_seqs = 64;
+  const std::vector<std::string> flags = ToWorkerProcFlags(o);
+  // Only this process's own values travel in argv; the config is not spelled out.
+  for (const char* absent : {"--model", "--dtype", "--device", "--enforce-eager", "--world-size"}) {
+    EXPECT_THAT(flags, ::testing::Not(::testing::Contains(absent)));
+  }
+  auto parsed = ParseWorkerProcFlags(FlagsWithConfig(o, c));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->worker.device, Device::kCuda);
-  EXPECT_EQ(parsed->worker.dtype, ModelDType::kBFloat16);
-  EXPECT_DOUBLE_EQ(parsed->worker.gpu_memory_utilization, 0.5);
-  EXPECT_TRUE(parsed->worker.enforce_eager);
-  EXPECT_EQ(parsed->worker.max_model_len, 4096);
-  EXPECT_EQ(parsed->worker.max_num_batched_tokens, 8192);
-  EXPECT_EQ(parsed->worker.max_num_seqs, 64);
-
-  // Defaults survive the trip too.
-  o.worker = WorkerConfig{};
-  o.worker.model = "/models/m";
-  parsed = ParseWorkerProcFlags(ToWorkerProcFlags(o));
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->worker.device, Device::kCpu);
-  EXPECT_EQ(parsed->worker.dtype, ModelDType::kAuto);
-  EXPECT_DOUBLE_EQ(parsed->worker.gpu_memory_utilization, 0.9);
-  EXPECT_FALSE(parsed->worker.enforce_eager);
+  EXPECT_EQ(parsed->rank, 1);
+  EXPECT_EQ(parsed->world_size(), 2);
+  EXPECT_EQ(parsed->broadcast_handle, "handle");
+  EXPECT_EQ(parsed->ready_address, "ipc:///tmp/ready");
+  EXPECT_EQ(parsed->comm_spec, "spec");
+  EXPECT_EQ(parsed->parent_pid, 42);
+  EXPECT_EQ(parsed->startup_timeout, absl::Seconds(77));
+  EXPECT_EQ(parsed->config, c);
+  // The worker's view of it.
+  const WorkerConfig w = WorkerConfigFrom(parsed->config);
+  EXPECT_EQ(w.device, Device::kCuda);
+  EXPECT_EQ(w.dtype, ModelDType::kBFloat16);
+  EXPECT_DOUBLE_EQ(w.gpu_memory_utilization, 0.5);
+  EXPECT_TRUE(w.enforce_eager);
+  EXPECT_EQ(w.max_model_len, 4096);
+  EXPECT_EQ(w.max_num_batched_tokens, 8192);
+  EXPECT_EQ(w.max_num_seqs, 64);
 }
 
 TEST(DeviceFlagsTest, BadWorkerProcValuesNameTheFlag) {
@@ -109,25 +134,38 @@ TEST(DeviceFlagsTest, BadWorkerProcValuesNameTheFlag) {
   o.broadcast_handle = "h";
   o.ready_address = "a";
   o.parent_pid = 1;
-  o.worker.model = "m";
-  const std::vector<std::string> base = ToWorkerProcFlags(o);
+  config::VllmConfig c;
+  c.model.model = "m";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--device", "tpu"},
-      {"--dtype", "int8"},
-      {"--gpu-memory-utilization", "0"},
-      {"--gpu-memory-utilization", "1.5"},
-      {"--gpu-memory-utilization", "most"},
-      {"--enforce-eager", "2"},
-      {"--max-num-seqs", "-1"},
+      {"--rank", "-1"},     {"--parent-pid", "0"},  {"--startup-timeout-s", "0"},
+      {"--config-fd", "x"}, {"--dtype", "float16"},  // the config is not re-spelled in flags any
+                                                     // more
   };
   for (const auto& [flag, value] : cases) {
-    std::vector<std::string> flags = base;
+    std::vector<std::string> flags = FlagsWithConfig(o, c);
     flags.push_back(flag);
     flags.push_back(value);
     auto parsed = ParseWorkerProcFlags(flags);
     ASSERT_FALSE(parsed.ok()) << flag << " " << value;
     EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(flag)) << value;
   }
+  // A rank outside the config's world, and a config that is not one.
+  o.rank = 1;
+  auto parsed = ParseWorkerProcFlags(FlagsWithConfig(o, c));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("world size"));
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "junk", 4), 4);
+  close(fds[1]);
+  o.rank = 0;
+  std::vector<std::string> flags = ToWorkerProcFlags(o);
+  for (size_t i = 0; i + 1 < flags.size(); ++i) {
+    if (flags[i] == "--config-fd") flags[i + 1] = absl::StrCat(fds[0]);
+  }
+  parsed = ParseWorkerProcFlags(flags);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("--config-fd"));
 }
 
 }  // namespace

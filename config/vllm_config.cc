@@ -1,0 +1,205 @@
+#include "config/vllm_config.h"
+
+#include <array>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+
+namespace vllm::config {
+namespace {
+
+// One enum's names, first name canonical: parsing accepts any, printing gives the first.
+absl::string_view A(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+template <typename E, size_t N>
+struct Names {
+  std::string_view flag;
+  std::array<std::pair<std::string_view, E>, N> names;
+
+  absl::StatusOr<E> Parse(std::string_view name) const {
+    for (const auto& [n, e] : names) {
+      if (n == name) return e;
+    }
+    std::string choices;
+    for (const auto& [n, e] : names) absl::StrAppend(&choices, choices.empty() ? "" : ", ", A(n));
+    return absl::InvalidArgumentError(
+        absl::StrCat(A(flag), ": unknown value '", A(name), "' (choose from ", choices, ")"));
+  }
+  std::string_view Name(E e) const {
+    for (const auto& [n, v] : names) {
+      if (v == e) return n;
+    }
+    return "?";
+  }
+};
+
+constexpr Names<LoadFormat, 3> kLoadFormats{"--load-format",
+                                            {{{"auto", LoadFormat::kAuto},
+                                              {"safetensors", LoadFormat::kSafetensors},
+                                              {"dummy", LoadFormat::kDummy}}}};
+constexpr Names<Device, 3> kDevices{
+    "--device", {{{"auto", Device::kAuto}, {"cpu", Device::kCpu}, {"cuda", Device::kCuda}}}};
+constexpr Names<ModelDType, 6> kDTypes{"--dtype",
+                                       {{{"auto", ModelDType::kAuto},
+                                         {"float32", ModelDType::kFloat32},
+                                         {"bfloat16", ModelDType::kBFloat16},
+                                         {"float16", ModelDType::kFloat16},
+                                         {"half", ModelDType::kFloat16},
+                                         {"float", ModelDType::kFloat32}}}};
+constexpr Names<SchedulingPolicy, 2> kPolicies{
+    "--scheduling-policy",
+    {{{"fcfs", SchedulingPolicy::kFcfs}, {"priority", SchedulingPolicy::kPriority}}}};
+constexpr Names<ExecutorBackend, 3> kBackends{"--distributed-executor-backend",
+                                              {{{"auto", ExecutorBackend::kAuto},
+                                                {"uni", ExecutorBackend::kUni},
+                                                {"mp", ExecutorBackend::kMp}}}};
+constexpr Names<CommBackend, 2> kCommBackends{
+    "--comm-backend", {{{"shm", CommBackend::kShm}, {"gloo", CommBackend::kGloo}}}};
+
+absl::Status CheckRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d is outside [%d, %d]", A(flag), value, lo, hi));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LoadFormat> ParseLoadFormat(std::string_view name) {
+  return kLoadFormats.Parse(name);
+}
+std::string_view LoadFormatName(LoadFormat format) { return kLoadFormats.Name(format); }
+absl::StatusOr<Device> ParseDevice(std::string_view name) { return kDevices.Parse(name); }
+std::string_view DeviceName(Device device) { return kDevices.Name(device); }
+absl::StatusOr<ModelDType> ParseModelDType(std::string_view name) { return kDTypes.Parse(name); }
+std::string_view ModelDTypeName(ModelDType dtype) { return kDTypes.Name(dtype); }
+absl::StatusOr<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name) {
+  return kPolicies.Parse(name);
+}
+std::string_view SchedulingPolicyName(SchedulingPolicy policy) { return kPolicies.Name(policy); }
+absl::StatusOr<ExecutorBackend> ParseExecutorBackend(std::string_view name) {
+  return kBackends.Parse(name);
+}
+std::string_view ExecutorBackendName(ExecutorBackend backend) { return kBackends.Name(backend); }
+absl::StatusOr<CommBackend> ParseCommBackend(std::string_view name) {
+  return kCommBackends.Parse(name);
+}
+std::string_view CommBackendName(CommBackend backend) { return kCommBackends.Name(backend); }
+
+absl::Status ModelConfig::Validate() const {
+  const std::string& path = model.native();
+  if (path.empty()) return absl::InvalidArgumentError("--model: no model given");
+  if (path.size() > kMaxPathBytes || path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--model: not a usable path (%d bytes; at most %d, no NUL)", path.size(), kMaxPathBytes));
+  }
+  return CheckRange("--max-model-len", max_model_len, 0, 1 << 24);
+}
+
+absl::Status CacheConfig::Validate() const {
+  if (block_size != 1 && block_size != 8 && block_size != 16 && block_size != 32 &&
+      block_size != 64 && block_size != 128) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--block-size: %d is not one of 1, 8, 16, 32, 64, 128", block_size));
+  }
+  VLLM_RETURN_IF_ERROR(
+      CheckRange("--kv-cache-memory (bytes)", kv_cache_memory_bytes, 1, int64_t{1} << 50));
+  if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--gpu-memory-utilization must be in (0, 1], got %g", gpu_memory_utilization));
+  }
+  if (num_gpu_blocks_override.has_value()) {
+    VLLM_RETURN_IF_ERROR(
+        CheckRange("--num-gpu-blocks-override", *num_gpu_blocks_override, 1, 1 << 30));
+  }
+  return absl::OkStatus();
+}
+
+ExecutorBackend ParallelConfig::executor_backend() const {
+  if (distributed_executor_backend != ExecutorBackend::kAuto) return distributed_executor_backend;
+  return world_size() > 1 ? ExecutorBackend::kMp : ExecutorBackend::kUni;
+}
+
+absl::Status ParallelConfig::Validate() const {
+  VLLM_RETURN_IF_ERROR(CheckRange("--tensor-parallel-size", tensor_parallel_size, 1, 64));
+  if (pipeline_parallel_size != 1) {
+    return absl::InvalidArgumentError(
+        "--pipeline-parallel-size: only 1 is supported (pipeline parallelism is not built yet)");
+  }
+  VLLM_RETURN_IF_ERROR(CheckRange("--data-parallel-size", data_parallel_size, 1, 1024));
+  VLLM_RETURN_IF_ERROR(
+      CheckRange("--data-parallel-size-local", data_parallel_size_local, 0, data_parallel_size));
+  VLLM_RETURN_IF_ERROR(CheckRange("--data-parallel-start-rank", data_parallel_start_rank, 0,
+                                  data_parallel_size - data_parallel_size_local));
+  VLLM_RETURN_IF_ERROR(
+      CheckRange("--data-parallel-rank", data_parallel_rank, 0, data_parallel_size - 1));
+  if (data_parallel_address.empty() || data_parallel_address.size() > 255) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-address: expected a host name or address of 1 to 255 characters");
+  }
+  VLLM_RETURN_IF_ERROR(CheckRange("--data-parallel-rpc-port", data_parallel_rpc_port, 1, 65535));
+  if (distributed_executor_backend == ExecutorBackend::kUni && world_size() != 1) {
+    return absl::InvalidArgumentError(
+        "--distributed-executor-backend uni runs one worker: use mp for tensor parallelism");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerConfig::Validate() const {
+  VLLM_RETURN_IF_ERROR(CheckRange("--max-num-seqs", max_num_seqs, 1, 1 << 20));
+  VLLM_RETURN_IF_ERROR(CheckRange("--max-num-batched-tokens", max_num_batched_tokens, 0, 1 << 24));
+  return CheckRange("--long-prefill-token-threshold", long_prefill_token_threshold, 0, 1 << 24);
+}
+
+absl::Status VllmConfig::Validate() const {
+  VLLM_RETURN_IF_ERROR(model.Validate());
+  VLLM_RETURN_IF_ERROR(cache.Validate());
+  VLLM_RETURN_IF_ERROR(parallel.Validate());
+  VLLM_RETURN_IF_ERROR(scheduler.Validate());
+  VLLM_RETURN_IF_ERROR(device.Validate());
+  VLLM_RETURN_IF_ERROR(load.Validate());
+  // Known only once max_model_len is (resolved or given): vLLM refuses a budget that cannot
+  // hold one whole prompt when prompts are not chunked.
+  if (!scheduler.enable_chunked_prefill && scheduler.max_num_batched_tokens > 0 &&
+      model.max_model_len > 0 && scheduler.max_num_batched_tokens < model.max_model_len) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max-num-batched-tokens %d is smaller than --max-model-len %d: with "
+                        "--no-enable-chunked-prefill every prompt must fit one step",
+                        scheduler.max_num_batched_tokens, model.max_model_len));
+  }
+  return absl::OkStatus();
+}
+
+std::string DescribeVllmConfig(const VllmConfig& c) {
+  const auto optional = [](const std::optional<int32_t>& v) {
+    return v.has_value() ? absl::StrCat(*v) : std::string("None");
+  };
+  const auto b = [](bool v) { return v ? "True" : "False"; };
+  return absl::StrCat(
+      "model='", c.model.model.string(), "', max_model_len=", c.model.max_model_len,
+      ", dtype=", A(ModelDTypeName(c.model.dtype)), ", seed=", c.model.seed,
+      ", enforce_eager=", b(c.model.enforce_eager),
+      ", load_format=", A(LoadFormatName(c.load.load_format)),
+      ", device_config=", A(DeviceName(c.device.device)), ", block_size=", c.cache.block_size,
+      ", enable_prefix_caching=", b(c.cache.enable_prefix_caching),
+      ", kv_cache_memory_bytes=", c.cache.kv_cache_memory_bytes,
+      ", gpu_memory_utilization=", c.cache.gpu_memory_utilization,
+      ", num_gpu_blocks_override=", optional(c.cache.num_gpu_blocks_override),
+      ", tensor_parallel_size=", c.parallel.tensor_parallel_size,
+      ", pipeline_parallel_size=", c.parallel.pipeline_parallel_size,
+      ", data_parallel_size=", c.parallel.data_parallel_size,
+      ", data_parallel_rank=", c.parallel.data_parallel_rank, ", distributed_executor_backend=",
+      A(ExecutorBackendName(c.parallel.distributed_executor_backend)),
+      ", comm_backend=", A(CommBackendName(c.parallel.comm_backend)),
+      ", max_num_seqs=", c.scheduler.max_num_seqs,
+      ", max_num_batched_tokens=", c.scheduler.max_num_batched_tokens,
+      ", enable_chunked_prefill=", b(c.scheduler.enable_chunked_prefill),
+      ", long_prefill_token_threshold=", c.scheduler.long_prefill_token_threshold,
+      ", scheduling_policy=", A(SchedulingPolicyName(c.scheduler.policy)));
+}
+
+}  // namespace vllm::config

@@ -1,0 +1,168 @@
+// VllmConfig: every setting of one engine (vLLM's vllm/config/: ModelConfig, CacheConfig,
+// ParallelConfig, SchedulerConfig, DeviceConfig, LoadConfig and the VllmConfig that holds
+// them), each part with its validation. The CLI parses into it once (config::EngineArgs,
+// launcher/serve_args.h); every process of an engine — engine-core, worker-proc — receives it
+// encoded (config_codec.h) on an inherited file descriptor, never as re-spelled argv.
+//
+// Values as the user gave them, except where a field says "resolved": the engine factory
+// (executor/engine_factory.h) fills those from the model before any worker starts, and the
+// workers receive the resolved config.
+//
+// Plain value types; no I/O except DescribeVllmConfig's string.
+#ifndef VLLM_CONFIG_VLLM_CONFIG_H_
+#define VLLM_CONFIG_VLLM_CONFIG_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace vllm::config {
+
+// --load-format: safetensors from the model directory, or random weights of the right shape.
+enum class LoadFormat { kAuto, kSafetensors, kDummy };
+// "auto", "safetensors", "dummy"; InvalidArgument naming --load-format and the choices.
+[[nodiscard]] absl::StatusOr<LoadFormat> ParseLoadFormat(std::string_view name);
+std::string_view LoadFormatName(LoadFormat format);
+
+// --device. kAuto resolves to kCuda when a GPU is visible (worker::ResolveDevice: it needs the
+// CUDA runtime, which this library does not link).
+enum class Device { kAuto, kCpu, kCuda };
+// "auto", "cpu", "cuda"; InvalidArgument naming --device and the choices.
+[[nodiscard]] absl::StatusOr<Device> ParseDevice(std::string_view name);
+std::string_view DeviceName(Device device);
+
+// --dtype for weights and activations on CUDA (the CPU always computes in float32). kAuto:
+// the checkpoint's torch_dtype, except float32 checkpoints run in float16 (vLLM's rule).
+enum class ModelDType { kAuto, kFloat32, kBFloat16, kFloat16 };
+// vLLM's names: auto, float32 / float, bfloat16, float16 / half; InvalidArgument naming --dtype.
+[[nodiscard]] absl::StatusOr<ModelDType> ParseModelDType(std::string_view name);
+std::string_view ModelDTypeName(ModelDType dtype);
+
+// --scheduling-policy: first come first served, or by the request's priority (lower first,
+// then arrival).
+enum class SchedulingPolicy { kFcfs, kPriority };
+[[nodiscard]] absl::StatusOr<SchedulingPolicy> ParseSchedulingPolicy(std::string_view name);
+std::string_view SchedulingPolicyName(SchedulingPolicy policy);
+
+// --distributed-executor-backend: the worker in the engine's process (uni) or one worker
+// process per rank (mp). kAuto: uni for one rank, mp otherwise.
+enum class ExecutorBackend { kAuto, kUni, kMp };
+[[nodiscard]] absl::StatusOr<ExecutorBackend> ParseExecutorBackend(std::string_view name);
+std::string_view ExecutorBackendName(ExecutorBackend backend);
+
+// The collective between CPU worker processes: our shared-memory all-reduce, or gloo.
+enum class CommBackend { kShm, kGloo };
+[[nodiscard]] absl::StatusOr<CommBackend> ParseCommBackend(std::string_view name);
+std::string_view CommBackendName(CommBackend backend);
+
+// Longest model path accepted (PATH_MAX).
+inline constexpr size_t kMaxPathBytes = 4096;
+
+struct ModelConfig {
+  // A Hugging Face model directory (config.json, tokenizer.json, *.safetensors).
+  std::filesystem::path model;
+  // Context length (prompt plus output). 0: the model's max_position_embeddings (resolved).
+  int32_t max_model_len = 0;
+  ModelDType dtype = ModelDType::kAuto;
+  // Seeds dummy weights and requests that carry no seed.
+  uint64_t seed = 0;
+  // CUDA: no CUDA graphs.
+  bool enforce_eager = false;
+
+  [[nodiscard]] absl::Status Validate() const;
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+};
+
+struct LoadConfig {
+  LoadFormat load_format = LoadFormat::kAuto;
+
+  [[nodiscard]] absl::Status Validate() const { return absl::OkStatus(); }
+  friend bool operator==(const LoadConfig&, const LoadConfig&) = default;
+};
+
+struct CacheConfig {
+  // Tokens per KV-cache block: 1, 8, 16, 32, 64 or 128.
+  int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+  // The CPU: bytes of KV cache per worker (vLLM's VLLM_CPU_KVCACHE_SPACE).
+  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
+  // CUDA: fraction of the GPU's memory for weights, activations and KV cache, in (0, 1].
+  double gpu_memory_utilization = 0.9;
+  // Use this many KV-cache blocks instead of sizing the cache from memory.
+  std::optional<int32_t> num_gpu_blocks_override;
+
+  [[nodiscard]] absl::Status Validate() const;
+  friend bool operator==(const CacheConfig&, const CacheConfig&) = default;
+};
+
+struct ParallelConfig {
+  int32_t tensor_parallel_size = 1;
+  int32_t pipeline_parallel_size = 1;
+  int32_t data_parallel_size = 1;
+  // Replicas on this node and the first of their ranks (--headless nodes start past 0).
+  int32_t data_parallel_size_local = 1;
+  int32_t data_parallel_start_rank = 0;
+  // This engine's replica index: stamped on its outputs. Set per engine process.
+  int32_t data_parallel_rank = 0;
+  std::string data_parallel_address = "127.0.0.1";
+  int32_t data_parallel_rpc_port = 13345;
+  ExecutorBackend distributed_executor_backend = ExecutorBackend::kAuto;
+  CommBackend comm_backend = CommBackend::kShm;
+
+  // Ranks of one engine: tensor × pipeline.
+  int32_t world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
+  // kAuto resolved: uni for one rank, mp otherwise.
+  ExecutorBackend executor_backend() const;
+  [[nodiscard]] absl::Status Validate() const;
+  friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
+};
+
+struct SchedulerConfig {
+  // Most requests running at once.
+  int32_t max_num_seqs = 256;
+  // Token budget of one step. 0: 2048 with chunked prefill, else max(max_model_len, 2048)
+  // (vLLM's defaults; resolved).
+  int32_t max_num_batched_tokens = 0;
+  // When off, a prompt must fit one step's budget whole.
+  bool enable_chunked_prefill = true;
+  // A prefill chunk never exceeds this many tokens (0: no limit beyond the budget).
+  int32_t long_prefill_token_threshold = 0;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+
+  [[nodiscard]] absl::Status Validate() const;
+  friend bool operator==(const SchedulerConfig&, const SchedulerConfig&) = default;
+};
+
+struct DeviceConfig {
+  // kAuto is resolved before the config leaves the process that parsed the flags.
+  Device device = Device::kAuto;
+
+  [[nodiscard]] absl::Status Validate() const { return absl::OkStatus(); }
+  friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
+};
+
+struct VllmConfig {
+  ModelConfig model;
+  CacheConfig cache;
+  ParallelConfig parallel;
+  SchedulerConfig scheduler;
+  DeviceConfig device;
+  LoadConfig load;
+
+  // Every part's checks, then the ones across parts. InvalidArgument naming the flag.
+  [[nodiscard]] absl::Status Validate() const;
+  friend bool operator==(const VllmConfig&, const VllmConfig&) = default;
+};
+
+// One line for the engine's start-up log, as vLLM's "Initializing a V1 LLM engine with config:
+// model=..., ..." (every field, `name=value`, in declaration order).
+std::string DescribeVllmConfig(const VllmConfig& config);
+
+}  // namespace vllm::config
+
+#endif  // VLLM_CONFIG_VLLM_CONFIG_H_

@@ -1,0 +1,418 @@
+// Every serve flag does what it says: for each flag `vllm-launch --help` lists, an effect seen
+// in the running processes — the engine core's "Initializing a V1 LLM engine with config:" line
+// (the config it received on its descriptor), the KV-cache block count the server reports, the
+// processes under the server, HTTP behaviour, metrics — or, for a flag that cannot work yet, a
+// refusal that says why. A flag in --help that no check here covers fails the test, so a new
+// flag needs a row before it lands.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/serve/serve_test_support.h"
+
+namespace vllm::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kModel = std::string(VLLM_SOURCE_DIR) + "/models/kjv-llama-tiny";
+
+// Runs `vllm-launch ARGS` to its end (stdout and stderr together) within `timeout`.
+struct CliResult {
+  int exit_code = -1;
+  std::string output;
+};
+CliResult RunCli(const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(30)) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1",
+                                   BinDir() + "/vllm-launch"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  CliResult r;
+  auto p = Subprocess::Spawn(argv);
+  if (!p.ok()) {
+    r.output = p.status().ToString();
+    return r;
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    auto line = p->ReadLine(deadline - absl::Now());
+    if (!line.ok()) break;  // end of output (or the deadline)
+    absl::StrAppend(&r.output, *line, "\n");
+  }
+  auto status = p->Wait(absl::Seconds(5));
+  if (status.ok() && WIFEXITED(*status)) r.exit_code = WEXITSTATUS(*status);
+  return r;
+}
+
+// The flags --help lists (every spelling: "--enable-prefix-caching,--no-enable-prefix-caching"
+// gives both).
+std::set<std::string> HelpFlags() {
+  const CliResult help = RunCli({"--help"});
+  std::set<std::string> flags;
+  const std::regex option_line(R"(^\s+((?:-[a-z]+,)?--[a-z0-9-]+(?:,--[a-z0-9-]+)*))");
+  const std::regex flag(R"(--[a-z0-9-]+)");
+  std::istringstream in(help.output);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, option_line)) continue;
+    const std::string names = m[1];
+    for (auto it = std::sregex_iterator(names.begin(), names.end(), flag);
+         it != std::sregex_iterator(); ++it) {
+      flags.insert(it->str());
+    }
+  }
+  return flags;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The number in "(N KV-cache blocks" of the server's "serving ..." log line; -1 when absent.
+int64_t ReportedBlocks(const std::string& log) {
+  const std::regex re(R"(\((\d+) KV-cache blocks)");
+  std::smatch m;
+  int64_t n = -1;
+  if (std::regex_search(log, m, re)) (void)absl::SimpleAtoi(m[1].str(), &n);
+  return n;
+}
+
+// The engine core's config line.
+std::string ConfigLine(const std::string& log) {
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "Initializing a V1 LLM engine with config:")) {
+      return std::string(line);
+    }
+  }
+  return "";
+}
+
+class ServeFlagsTest : public ServeTest {
+ protected:
+  void TearDown() override {
+    ServeTest::TearDown();
+    std::remove(log_path_.c_str());
+  }
+
+  // Starts the server with `args`, its stderr (and its engine core's and workers') in a file.
+  void Start(const std::vector<std::string>& args) {
+    log_path_ = absl::StrCat(::testing::TempDir(), "/serve_flags_", getpid(), ".log");
+    std::remove(log_path_.c_str());
+    StartServer(args, {"/bin/sh", "-c", absl::StrCat("exec \"$0\" \"$@\" 2>>", log_path_)});
+    if (HasFatalFailure()) ADD_FAILURE() << "the server's log:\n" << ReadFile(log_path_);
+  }
+  // Waits (by a deadline) until the log holds the line with `marker`, and returns the log.
+  std::string Log(const std::string& marker = "KV-cache blocks") {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    std::string log = ReadFile(log_path_);
+    while (!absl::StrContains(log, marker) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+      log = ReadFile(log_path_);
+    }
+    return log;
+  }
+  // SIGTERM, wait for the exit, and the whole log.
+  std::string Stop() {
+    server_->Kill(SIGTERM);
+    auto status = server_->Wait(absl::Seconds(30));
+    EXPECT_TRUE(status.ok()) << status.status();
+    return ReadFile(log_path_);
+  }
+
+  // Records that `flag` was seen to work (the check itself is an EXPECT at the call site).
+  void Covered(const std::string& flag, bool ok, const std::string& detail = "") {
+    EXPECT_TRUE(ok) << flag << ": no effect seen. " << detail;
+    covered_.insert(flag);
+  }
+  // The config line holds `field=value`.
+  void InConfig(const std::string& flag, const std::string& config, const std::string& expected) {
+    Covered(flag, absl::StrContains(config, expected),
+            absl::StrCat("expected '", expected, "' in: ", config));
+  }
+
+  std::string log_path_;
+  std::set<std::string> covered_;
+};
+
+HttpResponse Request(int port, const std::string& method, const std::string& path,
+                     const std::string& body, const std::string& api_key) {
+  std::string raw = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: localhost\r\n",
+                                 "Connection: close\r\nContent-Type: application/json\r\n",
+                                 "Content-Length: ", body.size(), "\r\n");
+  if (!api_key.empty()) absl::StrAppend(&raw, "Authorization: Bearer ", api_key, "\r\n");
+  absl::StrAppend(&raw, "\r\n", body);
+  absl::StatusOr<HttpResponse> r = HttpRaw(port, raw);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.value_or(HttpResponse{});
+}
+
+int PromptTokensOfChat(int port, const std::string& key) {
+  const nlohmann::json chat = {{"messages", {{{"role", "user"}, {"content", "In the beginning"}}}},
+                               {"max_tokens", 1}};
+  HttpResponse r = Request(port, "POST", "/v1/chat/completions", chat.dump(), key);
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.Json().value("usage", nlohmann::json::object()).value("prompt_tokens", -1);
+}
+
+// Sends the same prompt twice and returns the prefix-cache hits the server counted.
+double PrefixHitsOfARepeat(int port, const std::string& key) {
+  const nlohmann::json body = {{"prompt", std::vector<int>(100, 7)}, {"max_tokens", 1}};
+  for (int i = 0; i < 2; ++i) {
+    HttpResponse r = Request(port, "POST", "/v1/completions", body.dump(), key);
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  return SumOf(ParseMetrics(Request(port, "GET", "/metrics", "", key).body),
+               "vllm:prefix_cache_hits_total");
+}
+
+// Processes under the server (engine core, workers), the server excluded.
+size_t ProcessesUnder(pid_t server) {
+  size_t n = 0;
+  std::vector<pid_t> frontier = {server};
+  while (!frontier.empty()) {
+    const pid_t p = frontier.back();
+    frontier.pop_back();
+    for (pid_t c : ChildrenOf(p)) {
+      ++n;
+      frontier.push_back(c);
+    }
+  }
+  return n;
+}
+
+// True when the server closes `fd` (reads end of file) by `deadline`.
+bool ClosedByServer(int fd, absl::Duration timeout) {
+  pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) <= 0) return false;
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+bool HealthOk(int port) {
+  absl::StatusOr<HttpResponse> r = Http(port, "GET", "/health");
+  return r.ok() && r->status == 200;
+}
+
+int ConnectIdle(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
+  const std::set<std::string> help = HelpFlags();
+  ASSERT_GT(help.size(), 30u) << "could not read the flags from --help";
+
+  // --help and --version answer without starting anything.
+  {
+    const CliResult h = RunCli({"--help"});
+    Covered("--help", h.exit_code == 0 && absl::StrContains(h.output, "--tensor-parallel-size"));
+    const CliResult v = RunCli({"--version"});
+    Covered("--version", v.exit_code == 0 && absl::StrContains(v.output, "vllm-launch "), v.output);
+  }
+
+  // Flags that cannot work yet are refused, naming the flag, before anything starts.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"},
+                                             {"--data-parallel-size", "2"},
+                                             {"--data-parallel-size-local", "1"},
+                                             {"--data-parallel-start-rank", "0"},
+                                             {"--data-parallel-address", "10.0.0.1"},
+                                             {"--data-parallel-rpc-port", "13345"},
+                                             {"--headless"}}) {
+    const CliResult r = RunCli(args);
+    Covered(args[0],
+            r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
+                (absl::StrContains(r.output, "not built yet") ||
+                 absl::StrContains(r.output, "only 1 is supported")),
+            r.output);
+  }
+
+  // 1. Defaults: the baseline the other runs are compared with.
+  ASSERT_NO_FATAL_FAILURE(Start({}));
+  std::string log = Log();
+  const int64_t default_blocks = ReportedBlocks(log);
+  ASSERT_GT(default_blocks, 16) << log;
+  const int default_prompt_tokens = PromptTokensOfChat(port_, "");
+  ASSERT_GT(default_prompt_tokens, 0);
+  Covered("--enable-prefix-caching", PrefixHitsOfARepeat(port_, "") > 0);
+  EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);  // the engine core; its worker in-process
+  {
+    // Far below the default limit, idle connections stay open.
+    std::vector<int> idle;
+    for (int i = 0; i < 6; ++i) idle.push_back(ConnectIdle(port_));
+    EXPECT_TRUE(HealthOk(port_));
+    for (int fd : idle) EXPECT_FALSE(ClosedByServer(fd, absl::Milliseconds(50)));
+    for (int fd : idle) close(fd);
+  }
+  Stop();
+  server_.reset();
+
+  // 2. Everything else away from its default at once (the single-replica flags).
+  const std::string key = "sekrit";
+  const std::string chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+  ASSERT_NO_FATAL_FAILURE(Start({"--model",
+                                 kModel,
+                                 "--served-model-name",
+                                 "fooname",
+                                 "--max-model-len",
+                                 "200",
+                                 "--seed",
+                                 "5",
+                                 "--max-num-seqs",
+                                 "7",
+                                 "--max-num-batched-tokens",
+                                 "300",
+                                 "--long-prefill-token-threshold",
+                                 "40",
+                                 "--scheduling-policy",
+                                 "priority",
+                                 "--no-enable-prefix-caching",
+                                 "--no-enable-chunked-prefill",
+                                 "--block-size",
+                                 "32",
+                                 "--kv-cache-memory",
+                                 "32MiB",
+                                 "--dtype",
+                                 "bfloat16",
+                                 "--gpu-memory-utilization",
+                                 "0.5",
+                                 "--enforce-eager",
+                                 "--load-format",
+                                 "safetensors",
+                                 "--device",
+                                 "cpu",
+                                 "--distributed-executor-backend",
+                                 "mp",
+                                 "--host",
+                                 "127.0.0.1",
+                                 "--api-key",
+                                 key,
+                                 "--max-connections",
+                                 "4",
+                                 "--shutdown-timeout",
+                                 "7",
+                                 "--chat-template",
+                                 chat_template}));
+  log = Log();
+  const std::string config = ConfigLine(log);
+  ASSERT_FALSE(config.empty()) << log;
+  InConfig("--model", config, absl::StrCat("model='", kModel, "'"));
+  InConfig("--seed", config, "seed=5");
+  InConfig("--max-num-seqs", config, "max_num_seqs=7");
+  InConfig("--max-num-batched-tokens", config, "max_num_batched_tokens=300");
+  InConfig("--long-prefill-token-threshold", config, "long_prefill_token_threshold=40");
+  InConfig("--scheduling-policy", config, "scheduling_policy=priority");
+  InConfig("--no-enable-chunked-prefill", config, "enable_chunked_prefill=False");
+  // CUDA-only values reach the engine (the CPU computes in float32 without graphs anyway).
+  InConfig("--dtype", config, "dtype=bfloat16");
+  InConfig("--gpu-memory-utilization", config, "gpu_memory_utilization=0.5");
+  InConfig("--enforce-eager", config, "enforce_eager=True");
+  InConfig("--load-format", config, "load_format=safetensors");
+  InConfig("--device", config, "device_config=cpu");
+  InConfig("--distributed-executor-backend", config, "distributed_executor_backend=mp");
+  // One worker process under the engine core: the mp executor, not the in-process one.
+  Covered("--distributed-executor-backend", ProcessesUnder(server_->pid()) == 2u,
+          absl::StrCat(ProcessesUnder(server_->pid()), " processes under the server"));
+  // Half the memory and blocks twice the size: a quarter of the blocks.
+  const int64_t blocks = ReportedBlocks(log);
+  Covered("--block-size", blocks == default_blocks / 4,
+          absl::StrCat(blocks, " blocks, default ", default_blocks));
+  Covered("--kv-cache-memory", blocks == default_blocks / 4);
+  Covered("--host", absl::StrContains(log, "at http://127.0.0.1:"), log);
+
+  // The API key guards every /v1 route.
+  Covered("--api-key", Request(port_, "GET", "/v1/models", "", "").status == 401 &&
+                           Request(port_, "GET", "/v1/models", "", key).status == 200);
+  const nlohmann::json models = Request(port_, "GET", "/v1/models", "", key).Json();
+  ASSERT_TRUE(models.contains("data")) << models.dump();
+  Covered("--served-model-name", models["data"][0].value("id", "") == "fooname", models.dump());
+  Covered("--max-model-len", models["data"][0].value("max_model_len", 0) == 200, models.dump());
+  {
+    const nlohmann::json too_long = {{"prompt", std::vector<int>(201, 5)}, {"max_tokens", 1}};
+    EXPECT_EQ(Request(port_, "POST", "/v1/completions", too_long.dump(), key).status, 400);
+  }
+  const int template_prompt_tokens = PromptTokensOfChat(port_, key);
+  Covered("--chat-template",
+          template_prompt_tokens > 0 && template_prompt_tokens < default_prompt_tokens,
+          absl::StrCat(template_prompt_tokens, " prompt tokens, default template ",
+                       default_prompt_tokens));
+  Covered("--no-enable-prefix-caching", PrefixHitsOfARepeat(port_, key) == 0);
+  {
+    // Four connections at most: past them a new one evicts the longest-idle one.
+    std::vector<int> idle;
+    for (int i = 0; i < 6; ++i) idle.push_back(ConnectIdle(port_));
+    (void)Http(port_, "GET", "/health", "", "", absl::Seconds(5));
+    bool evicted = false;
+    for (int fd : idle) evicted |= ClosedByServer(fd, absl::Seconds(evicted ? 0 : 2));
+    Covered("--max-connections", evicted, "no idle connection was closed");
+    for (int fd : idle) close(fd);
+  }
+  log = Stop();
+  Covered("--shutdown-timeout", absl::StrContains(log, "for up to 7 s"), log);
+  server_.reset();
+
+  // 3. Tensor parallelism, a fixed block count, a fixed port, the positive spellings.
+  const int port = FreePort();
+  ASSERT_NO_FATAL_FAILURE(
+      Start({kModel, "-tp", "2", "--num-gpu-blocks-override", "64", "--enable-chunked-prefill",
+             "--enable-prefix-caching", "--port", absl::StrCat(port)}));
+  log = Log();
+  InConfig("--tensor-parallel-size", ConfigLine(log), "tensor_parallel_size=2");
+  Covered("--tensor-parallel-size", ProcessesUnder(server_->pid()) == 3u,
+          absl::StrCat(ProcessesUnder(server_->pid()), " processes under the server"));
+  Covered("--num-gpu-blocks-override", ReportedBlocks(log) == 64, log);
+  InConfig("--enable-chunked-prefill", ConfigLine(log), "enable_chunked_prefill=True");
+  Covered("--port", port_ == port && HealthOk(port));
+  Stop();
+  server_.reset();
+
+  // Every flag of --help was checked above, and nothing above checks a flag --help lacks.
+  for (const std::string& flag : help) {
+    EXPECT_TRUE(covered_.count(flag) > 0) << flag << " has no row in serve_flags_test.cc";
+  }
+  for (const std::string& flag : covered_) {
+    EXPECT_TRUE(help.count(flag) > 0) << flag << " is checked but not in --help";
+  }
+}
+
+}  // namespace
+}  // namespace vllm::testing

@@ -1,0 +1,174 @@
+#include "config/vllm_config.h"
+
+#include <string>
+#include <vector>
+
+#include "config/engine_args.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace vllm::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+VllmConfig Valid() {
+  VllmConfig c;
+  c.model.model = "/models/m";
+  return c;
+}
+
+TEST(VllmConfigTest, DefaultsWithAModelAreValid) {
+  EXPECT_TRUE(Valid().Validate().ok()) << Valid().Validate();
+  EXPECT_EQ(Valid().parallel.world_size(), 1);
+  EXPECT_EQ(Valid().parallel.executor_backend(), ExecutorBackend::kUni);
+}
+
+TEST(VllmConfigTest, EnumsParseTheirFlagSpellingsAndPrintTheCanonicalOne) {
+  EXPECT_EQ(*ParseModelDType("half"), ModelDType::kFloat16);
+  EXPECT_EQ(*ParseModelDType("float"), ModelDType::kFloat32);
+  EXPECT_EQ(ModelDTypeName(ModelDType::kFloat16), "float16");
+  EXPECT_EQ(*ParseSchedulingPolicy("priority"), SchedulingPolicy::kPriority);
+  EXPECT_EQ(*ParseExecutorBackend("mp"), ExecutorBackend::kMp);
+  EXPECT_EQ(*ParseCommBackend("gloo"), CommBackend::kGloo);
+  EXPECT_EQ(*ParseDevice("cuda"), Device::kCuda);
+  EXPECT_EQ(*ParseLoadFormat("dummy"), LoadFormat::kDummy);
+  for (ModelDType d :
+       {ModelDType::kAuto, ModelDType::kFloat32, ModelDType::kBFloat16, ModelDType::kFloat16}) {
+    EXPECT_EQ(*ParseModelDType(ModelDTypeName(d)), d);
+  }
+  const absl::StatusOr<Device> bad = ParseDevice("tpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--device"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("auto, cpu, cuda"));
+  EXPECT_FALSE(ParseSchedulingPolicy("lifo").ok());
+  EXPECT_FALSE(ParseModelDType("").ok());
+}
+
+TEST(VllmConfigTest, EachBadValueNamesItsFlag) {
+  struct Case {
+    void (*mutate)(VllmConfig&);
+    std::string flag;
+  };
+  const std::vector<Case> cases = {
+      {[](VllmConfig& c) { c.model.model.clear(); }, "--model"},
+      {[](VllmConfig& c) { c.model.model = std::string(5000, 'm'); }, "--model"},
+      {[](VllmConfig& c) { c.model.model = std::string("a\0b", 3); }, "--model"},
+      {[](VllmConfig& c) { c.model.max_model_len = -1; }, "--max-model-len"},
+      {[](VllmConfig& c) { c.cache.block_size = 24; }, "--block-size"},
+      {[](VllmConfig& c) { c.cache.kv_cache_memory_bytes = 0; }, "--kv-cache-memory"},
+      {[](VllmConfig& c) { c.cache.gpu_memory_utilization = 0; }, "--gpu-memory-utilization"},
+      {[](VllmConfig& c) { c.cache.gpu_memory_utilization = 1.5; }, "--gpu-memory-utilization"},
+      {[](VllmConfig& c) { c.cache.num_gpu_blocks_override = 0; }, "--num-gpu-blocks-override"},
+      {[](VllmConfig& c) { c.parallel.tensor_parallel_size = 0; }, "--tensor-parallel-size"},
+      {[](VllmConfig& c) { c.parallel.tensor_parallel_size = 65; }, "--tensor-parallel-size"},
+      {[](VllmConfig& c) { c.parallel.pipeline_parallel_size = 2; }, "--pipeline-parallel-size"},
+      {[](VllmConfig& c) { c.parallel.data_parallel_size = 0; }, "--data-parallel-size"},
+      {[](VllmConfig& c) { c.parallel.data_parallel_rank = 1; }, "--data-parallel-rank"},
+      {[](VllmConfig& c) { c.parallel.data_parallel_size_local = 2; },
+       "--data-parallel-size-local"},
+      {[](VllmConfig& c) { c.parallel.data_parallel_address.clear(); }, "--data-parallel-address"},
+      {[](VllmConfig& c) { c.parallel.data_parallel_rpc_port = 0; }, "--data-parallel-rpc-port"},
+      {[](VllmConfig& c) {
+         c.parallel.tensor_parallel_size = 2;
+         c.parallel.distributed_executor_backend = ExecutorBackend::kUni;
+       },
+       "--distributed-executor-backend"},
+      {[](VllmConfig& c) { c.scheduler.max_num_seqs = 0; }, "--max-num-seqs"},
+      {[](VllmConfig& c) { c.scheduler.max_num_batched_tokens = -5; }, "--max-num-batched-tokens"},
+      {[](VllmConfig& c) { c.scheduler.long_prefill_token_threshold = -1; },
+       "--long-prefill-token-threshold"},
+      {[](VllmConfig& c) {
+         c.scheduler.enable_chunked_prefill = false;
+         c.model.max_model_len = 4096;
+         c.scheduler.max_num_batched_tokens = 2048;
+       },
+       "--max-num-batched-tokens"},
+  };
+  for (const Case& k : cases) {
+    VllmConfig c = Valid();
+    k.mutate(c);
+    const absl::Status s = c.Validate();
+    ASSERT_FALSE(s.ok()) << k.flag;
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(k.flag)) << s;
+  }
+}
+
+TEST(VllmConfigTest, DataParallelRanksAreChecked) {
+  VllmConfig c = Valid();
+  c.parallel.data_parallel_size = 4;
+  c.parallel.data_parallel_size_local = 2;
+  c.parallel.data_parallel_start_rank = 2;
+  c.parallel.data_parallel_rank = 3;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+  c.parallel.data_parallel_start_rank = 3;  // ranks 3 and 4 of 4
+  EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("--data-parallel-start-rank"));
+}
+
+TEST(VllmConfigTest, DescriptionNamesEveryPart) {
+  VllmConfig c = Valid();
+  c.cache.num_gpu_blocks_override = 64;
+  c.scheduler.policy = SchedulingPolicy::kPriority;
+  c.scheduler.enable_chunked_prefill = false;
+  const std::string d = DescribeVllmConfig(c);
+  for (const char* part :
+       {"model='/models/m'", "num_gpu_blocks_override=64", "scheduling_policy=priority",
+        "enable_chunked_prefill=False", "enable_prefix_caching=True", "dtype=auto",
+        "distributed_executor_backend=auto", "comm_backend=shm", "device_config=auto",
+        "long_prefill_token_threshold=0", "load_format=auto"}) {
+    EXPECT_THAT(d, HasSubstr(part));
+  }
+}
+
+TEST(EngineArgsTest, CreateEngineConfigPlacesEveryArgument) {
+  EngineArgs a;
+  a.model = "/models/m";
+  a.load_format = LoadFormat::kDummy;
+  a.max_model_len = 512;
+  a.max_num_seqs = 8;
+  a.max_num_batched_tokens = 1024;
+  a.block_size = 32;
+  a.enable_prefix_caching = false;
+  a.enable_chunked_prefill = false;
+  a.long_prefill_token_threshold = 64;
+  a.scheduling_policy = SchedulingPolicy::kPriority;
+  a.kv_cache_memory_bytes = 123456;
+  a.num_gpu_blocks_override = 77;
+  a.seed = 9;
+  a.tensor_parallel_size = 2;
+  a.distributed_executor_backend = ExecutorBackend::kMp;
+  a.comm_backend = CommBackend::kGloo;
+  a.device = Device::kCuda;
+  a.dtype = ModelDType::kBFloat16;
+  a.gpu_memory_utilization = 0.5;
+  a.enforce_eager = true;
+  absl::StatusOr<VllmConfig> c = a.CreateEngineConfig();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.model, "/models/m");
+  EXPECT_EQ(c->load.load_format, LoadFormat::kDummy);
+  EXPECT_EQ(c->model.max_model_len, 512);
+  EXPECT_EQ(c->scheduler.max_num_seqs, 8);
+  EXPECT_EQ(c->scheduler.max_num_batched_tokens, 1024);
+  EXPECT_EQ(c->cache.block_size, 32);
+  EXPECT_FALSE(c->cache.enable_prefix_caching);
+  EXPECT_FALSE(c->scheduler.enable_chunked_prefill);
+  EXPECT_EQ(c->scheduler.long_prefill_token_threshold, 64);
+  EXPECT_EQ(c->scheduler.policy, SchedulingPolicy::kPriority);
+  EXPECT_EQ(c->cache.kv_cache_memory_bytes, 123456);
+  EXPECT_EQ(c->cache.num_gpu_blocks_override, 77);
+  EXPECT_EQ(c->model.seed, 9u);
+  EXPECT_EQ(c->parallel.tensor_parallel_size, 2);
+  EXPECT_EQ(c->parallel.distributed_executor_backend, ExecutorBackend::kMp);
+  EXPECT_EQ(c->parallel.comm_backend, CommBackend::kGloo);
+  EXPECT_EQ(c->device.device, Device::kCuda);
+  EXPECT_EQ(c->model.dtype, ModelDType::kBFloat16);
+  EXPECT_DOUBLE_EQ(c->cache.gpu_memory_utilization, 0.5);
+  EXPECT_TRUE(c->model.enforce_eager);
+
+  a.block_size = 3;
+  EXPECT_THAT(std::string(a.CreateEngineConfig().status().message()), HasSubstr("--block-size"));
+}
+
+}  // namespace
+}  // namespace vllm::config
