@@ -1,10 +1,41 @@
 #include "worker/model_backend.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "base/status_macros.h"
 
 namespace vllm::worker {
+
+DummyStep::DummyStep(int32_t num_tokens, int32_t num_seqs, int32_t max_seq_len)
+    : token_ids_(num_tokens, 0),
+      positions_(num_tokens, 0),
+      query_start_loc_(num_seqs + 1, 0),
+      seq_lens_(num_seqs, 0),
+      block_tables_(num_seqs, 0),
+      logits_indices_(num_seqs),
+      slot_mapping_(num_tokens, -1),
+      sampling_(num_seqs) {
+  int32_t max_query_len = 0;
+  for (int32_t r = 0; r < num_seqs; ++r) {
+    const int32_t q = num_tokens / num_seqs + (r < num_tokens % num_seqs ? 1 : 0);
+    query_start_loc_[r + 1] = query_start_loc_[r] + q;
+    for (int32_t j = 0; j < q; ++j) positions_[query_start_loc_[r] + j] = j;
+    logits_indices_[r] = query_start_loc_[r + 1] - 1;
+    max_query_len = std::max(max_query_len, q);
+  }
+  inputs_.token_ids = token_ids_;
+  inputs_.positions = positions_;
+  inputs_.slot_mapping = slot_mapping_;
+  inputs_.query_start_loc = query_start_loc_;
+  inputs_.seq_lens = seq_lens_;
+  inputs_.block_tables = block_tables_;
+  inputs_.max_blocks_per_seq = 1;
+  inputs_.max_query_len = max_query_len;
+  inputs_.max_seq_len = max_seq_len;
+  inputs_.logits_indices = logits_indices_;
+  inputs_.sampling = sampling_;
+}
 
 absl::Status CpuModelBackend::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
   kv_cache_ = model_->AllocateKVCache(num_blocks, block_size);

@@ -50,6 +50,29 @@ struct StepInputs {
   std::span<const RowSampling> sampling;    // [num_logits]
 };
 
+// A step with the largest shapes of a real one that touches no KV cache: `num_seqs` sequences
+// sharing `num_tokens` tokens (the first num_tokens % num_seqs sequences get one more), each
+// sampled at its last token with the default RowSampling, nothing cached or attended to
+// (slots -1, seq_len 0, one block-table entry per sequence). A backend's profile run uses the
+// token budget over min(max_num_seqs, budget) sequences; graph capture, b sequences of one
+// token. Owns its arrays and `inputs` views them, so it is neither copied nor moved.
+// Requires 1 <= num_seqs <= num_tokens.
+class DummyStep {
+ public:
+  DummyStep(int32_t num_tokens, int32_t num_seqs, int32_t max_seq_len);
+  DummyStep(const DummyStep&) = delete;
+  DummyStep& operator=(const DummyStep&) = delete;
+
+  const StepInputs& inputs() const { return inputs_; }
+
+ private:
+  std::vector<int32_t> token_ids_, positions_, query_start_loc_, seq_lens_, block_tables_,
+      logits_indices_;
+  std::vector<int64_t> slot_mapping_;
+  std::vector<RowSampling> sampling_;
+  StepInputs inputs_;
+};
+
 struct StepResult {
   // Per logits row: the sampled token, or -1 for an on_host row.
   std::vector<int32_t> tokens;

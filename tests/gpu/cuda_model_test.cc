@@ -31,6 +31,7 @@
 #include "worker/cuda/cuda_model_backend.h"
 #include "worker/cuda/dtype_dispatch.h"
 #include "worker/weights.h"
+#include "worker/worker.h"
 
 namespace vllm::worker {
 namespace {

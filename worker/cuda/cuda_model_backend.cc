@@ -264,40 +264,16 @@ absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
 
 absl::StatusOr<int64_t> CudaModelBackend::DetermineAvailableMemory() {
   VLLM_RETURN_IF_ERROR(SelectDevice());
-  // A dummy batch at the limits: max_tokens tokens over min(max_seqs, max_tokens) sequences,
-  // every sequence sampled. Slots -1 and seq_len 0: nothing is cached or attended to, but
-  // every buffer and launch has its largest shape.
+  // A dummy batch at the limits (DummyStep): max_tokens tokens over min(max_seqs, max_tokens)
+  // sequences, every sequence sampled, nothing cached or attended to, every buffer and launch
+  // at its largest shape.
   const int32_t t = max_tokens_;
   const int32_t s = std::min(max_seqs_, max_tokens_);
-  std::vector<int32_t> ids(t, 0), positions(t), qsl(s + 1, 0), seq_lens(s, 0), tables(s, 0);
-  std::vector<int32_t> logits_indices(s);
-  std::vector<int64_t> slots(t, -1);
-  std::vector<RowSampling> sampling(s);
-  int32_t max_q = 0;
-  for (int32_t r = 0; r < s; ++r) {
-    const int32_t q = t / s + (r < t % s ? 1 : 0);
-    qsl[r + 1] = qsl[r] + q;
-    for (int32_t j = 0; j < q; ++j) positions[qsl[r] + j] = j;
-    logits_indices[r] = qsl[r + 1] - 1;
-    max_q = std::max(max_q, q);
-    sampling[r].temperature = 1.0f;  // exercise the full sampler
-  }
-  StepInputs in;
-  in.token_ids = ids;
-  in.positions = positions;
-  in.slot_mapping = slots;
-  in.query_start_loc = qsl;
-  in.seq_lens = seq_lens;
-  in.block_tables = tables;
-  in.max_blocks_per_seq = 1;
-  in.max_query_len = max_q;
-  in.max_seq_len = max_model_len_;
-  in.logits_indices = logits_indices;
-  in.sampling = sampling;
+  const DummyStep dummy(t, s, max_model_len_);
   {
     VLLM_ASSIGN_OR_RETURN(CudaKVCache profile_cache, model_->AllocateKVCache(1, block_size_));
     CudaForwardInputs fi;
-    VLLM_RETURN_IF_ERROR(Upload(in, 0, &fi));
+    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), 0, &fi));
     VLLM_RETURN_IF_ERROR(model_->Forward(fi, &profile_cache, stream_));
     const auto* params = reinterpret_cast<const kc::SamplingParams*>(inputs_.as<char>() +
                                                                      MakeLayout(t, s, s, 1).params);
@@ -358,26 +334,9 @@ absl::Status CudaModelBackend::CaptureGraphs() {
   // Largest first (vLLM's order).
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
     const int32_t b = *it;
-    std::vector<int32_t> ids(b, 0), positions(b, 0), qsl(b + 1), seq_lens(b, 0), tables(b, 0);
-    std::vector<int32_t> logits_indices(b);
-    std::vector<int64_t> slots(b, -1);
-    std::vector<RowSampling> sampling(b);
-    for (int32_t i = 0; i <= b; ++i) qsl[i] = i;
-    for (int32_t i = 0; i < b; ++i) logits_indices[i] = i;
-    StepInputs in;
-    in.token_ids = ids;
-    in.positions = positions;
-    in.slot_mapping = slots;
-    in.query_start_loc = qsl;
-    in.seq_lens = seq_lens;
-    in.block_tables = tables;
-    in.max_blocks_per_seq = 1;
-    in.max_query_len = 1;
-    in.max_seq_len = 1;
-    in.logits_indices = logits_indices;
-    in.sampling = sampling;
+    const DummyStep dummy(/*num_tokens=*/b, /*num_seqs=*/b, /*max_seq_len=*/1);
     CudaForwardInputs fi;
-    VLLM_RETURN_IF_ERROR(Upload(in, b, &fi));
+    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), b, &fi));
     // Eager warm-up: makes this shape's cuBLASLt plans before the capture.
     VLLM_RETURN_IF_ERROR(model_->Forward(fi, &cache_, stream_));
     VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "graph warm-up"));

@@ -40,15 +40,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "config/vllm_config.h"
 #include "kernels/cuda/device_communicator.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "worker/cuda/cuda_llama_model.h"
 #include "worker/cuda/device_buffer.h"
 #include "worker/model_backend.h"
-#include "worker/worker.h"
 
 namespace vllm::worker {
+
+using config::ModelDType;
 
 struct CudaBackendOptions {
   ModelDType dtype = ModelDType::kAuto;
