@@ -105,7 +105,8 @@ std::string EncodeReplyPrefix(const ReplyHeader& header);
 [[nodiscard]] absl::StatusOr<Framed<ReplyHeader>> DecodeReply(absl::Span<const uint8_t> bytes);
 
 // Payloads. Each Decode bounds what it reads, never throws, and answers InvalidArgument (wrong
-// type, count or range) or DataLoss (truncated or malformed msgpack, trailing bytes).
+// type, count or range), DataLoss (truncated or malformed msgpack, trailing bytes) or
+// ResourceExhausted (a container or string larger than the payload or its limit).
 
 // get_kv_cache_spec's reply. Every field must be in 1..2^20 (dtype_bytes in 1..8).
 std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec);

@@ -189,6 +189,10 @@ void WorkerSeeds(const fs::path& dir) {
   mro.logprobs = {{}};
   Write(dir, "reply_execute_model",
         worker::EncodeReplyPrefix({9, 0, absl::StatusCode::kOk, ""}) + core::Encode(mro));
+  Write(dir, "payload_kv_cache_spec", worker::EncodeKVCacheSpec({22, 4, 64, 2}));
+  Write(dir, "payload_available_memory", worker::EncodeAvailableMemory(int64_t{3} << 30));
+  Write(dir, "payload_available_memory_negative", worker::EncodeAvailableMemory(-4096));
+  Write(dir, "payload_initialize_kv_cache", worker::EncodeInitializeKVCacheArgs({2730, 16}));
   Write(dir, "reply_error",
         worker::EncodeReplyPrefix({9, 1, absl::StatusCode::kInternal, "worker 1: out of memory"}));
 }

@@ -1,6 +1,8 @@
 // Fuzzes the executor <-> worker protocol (worker/worker_protocol.h: DecodeReady, DecodeCall,
-// DecodeReply) and the MessageQueue handle codec (ipc/handle.h: Handle::Decode and FromText,
-// which workers read from argv and ready messages), all on the same bytes. Invariants:
+// DecodeReply, and the typed payloads DecodeKVCacheSpec, DecodeAvailableMemory,
+// DecodeInitializeKVCacheArgs, CheckEmptyPayload) and the MessageQueue handle codec (ipc/handle.h:
+// Handle::Decode and FromText, which workers read from argv and ready messages), all on the same
+// bytes. Invariants:
 //   - no decoder crashes, throws or leaks, whatever the bytes;
 //   - round trip: a decoded message re-encodes to bytes that decode to an equal message, and
 //     re-encoding that gives the same bytes; a call or reply keeps its payload byte for byte;
@@ -73,6 +75,47 @@ void CheckFramed(absl::Span<const uint8_t> bytes, Decode decode, const char* wha
   FUZZ_CHECK(Reframe(*second) == encoded, std::string(what) + ": re-encoding changed the bytes");
 }
 
+// A typed payload: whatever decodes re-encodes to bytes that decode to the same value, and
+// re-encoding that is stable; failures are InvalidArgument, DataLoss or ResourceExhausted.
+template <typename T, typename Decode, typename Encode, typename Same>
+void CheckPayload(absl::Span<const uint8_t> bytes, Decode decode, Encode encode, Same same,
+                  const char* what) {
+  absl::StatusOr<T> first = decode(bytes);
+  if (!first.ok()) {
+    FUZZ_CHECK(absl::IsInvalidArgument(first.status()) || absl::IsDataLoss(first.status()) ||
+                   absl::IsResourceExhausted(first.status()),
+               std::string(what) + ": failed with " + first.status().ToString());
+    return;
+  }
+  const std::string encoded = encode(*first);
+  absl::StatusOr<T> second = decode(Bytes(encoded));
+  FUZZ_CHECK(second.ok(),
+             std::string(what) + ": re-encoding does not decode: " + second.status().ToString());
+  FUZZ_CHECK(same(*first, *second), std::string(what) + ": round trip changed the value");
+  FUZZ_CHECK(encode(*second) == encoded, std::string(what) + ": re-encoding changed the bytes");
+}
+
+void CheckPayloads(absl::Span<const uint8_t> bytes) {
+  CheckPayload<core::KVCacheSpec>(
+      bytes, worker::DecodeKVCacheSpec, worker::EncodeKVCacheSpec,
+      [](const core::KVCacheSpec& a, const core::KVCacheSpec& b) {
+        return a.num_layers == b.num_layers && a.num_kv_heads == b.num_kv_heads &&
+               a.head_dim == b.head_dim && a.dtype_bytes == b.dtype_bytes;
+      },
+      "KVCacheSpec");
+  CheckPayload<int64_t>(
+      bytes, worker::DecodeAvailableMemory, worker::EncodeAvailableMemory,
+      [](int64_t a, int64_t b) { return a == b; }, "available memory");
+  CheckPayload<worker::InitializeKVCacheArgs>(
+      bytes, worker::DecodeInitializeKVCacheArgs, worker::EncodeInitializeKVCacheArgs,
+      [](const worker::InitializeKVCacheArgs& a, const worker::InitializeKVCacheArgs& b) {
+        return a.num_blocks == b.num_blocks && a.block_size == b.block_size;
+      },
+      "initialize_kv_cache args");
+  const absl::Status empty = worker::CheckEmptyPayload(bytes, "payload");
+  FUZZ_CHECK(empty.ok() == bytes.empty(), "CheckEmptyPayload disagrees with the size");
+}
+
 void CheckHandle(const absl::StatusOr<ipc::Handle>& first, const char* what) {
   if (!first.ok()) return;
   for (size_t i = 0; i < first->local_reader_ranks.size(); ++i) {
@@ -99,6 +142,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::CheckReady(bytes);
   fuzz::CheckFramed(bytes, worker::DecodeCall, "call");
   fuzz::CheckFramed(bytes, worker::DecodeReply, "reply");
+  fuzz::CheckPayloads(bytes);
   // Debian's Abseil has its own string_view type.
   const absl::string_view text(reinterpret_cast<const char*>(data), size);
   fuzz::CheckHandle(ipc::Handle::Decode(text), "handle");
