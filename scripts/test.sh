@@ -65,7 +65,7 @@ install_pydeps() {
 
 install_pydeps
 run_suite release "" -j2
-run_suite asan "" -L unit -j2
+run_suite asan unit_tests -L unit -j2
 run_fuzz_suite
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp" \
   run_suite tsan ipc_unit_tests -L ipc-unit -j2
