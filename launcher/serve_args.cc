@@ -18,9 +18,12 @@ namespace {
 
 // argparse-style multi-letter short aliases that CLI11 does not have.
 constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
-    {"-tp", "--tensor-parallel-size"},   {"-pp", "--pipeline-parallel-size"},
-    {"-dp", "--data-parallel-size"},     {"-dpl", "--data-parallel-size-local"},
-    {"-dpa", "--data-parallel-address"}, {"-dpr", "--data-parallel-rank"},
+    {"-tp", "--tensor-parallel-size"},      {"-pp", "--pipeline-parallel-size"},
+    {"-dp", "--data-parallel-size"},        {"-dpl", "--data-parallel-size-local"},
+    {"-dpr", "--data-parallel-start-rank"}, {"-dpn", "--data-parallel-rank"},
+    {"-dpa", "--data-parallel-address"},    {"-dpp", "--data-parallel-rpc-port"},
+    {"-dph", "--data-parallel-hybrid-lb"},  {"-dpe", "--data-parallel-external-lb"},
+    {"-asc", "--api-server-count"},
 };
 
 std::vector<std::string> ExpandAliases(const std::vector<std::string>& argv) {
@@ -143,6 +146,20 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "The first data-parallel rank on this node (with --headless).")
       ->check(CLI::Range(0, 1024))
       ->group("ParallelConfig");
+  int32_t dp_rank = 0, api_server_count = 1;
+  bool dp_hybrid_lb = false, dp_external_lb = false;
+  app.add_option("--data-parallel-rank", dp_rank,
+                 "Data-parallel rank of this instance; set, it enables external load balancing "
+                 "(alias -dpn).")
+      ->check(CLI::Range(0, 1023))
+      ->group("ParallelConfig");
+  app.add_flag("--data-parallel-hybrid-lb", dp_hybrid_lb,
+               "Each node's API server balances over its local engines only (alias -dph).")
+      ->group("ParallelConfig");
+  app.add_flag("--data-parallel-external-lb", dp_external_lb,
+               "An external load balancer spreads requests over one API server per rank (alias "
+               "-dpe).")
+      ->group("ParallelConfig");
   app.add_option("--data-parallel-address", dp_address, "Address of the data-parallel head node.")
       ->group("ParallelConfig");
   app.add_option("--data-parallel-rpc-port", dp_rpc_port, "RPC port of the data-parallel head.")
@@ -217,6 +234,10 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "Ctrl-C (SIGINT) aborts at once. Default: 25.")
       ->check(CLI::Range(0.0, 86400.0))
       ->group("Frontend");
+  app.add_option("--api-server-count", api_server_count,
+                 "Number of API server processes sharing the port (alias -asc). Default: 1.")
+      ->check(CLI::Range(1, 256))
+      ->group("Frontend");
   app.add_option("--chat-template", chat_template,
                  "The chat template (a file or the template itself). Default: the model's.")
       ->group("Frontend");
@@ -269,6 +290,10 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   e.data_parallel_start_rank = dp_start_rank;
   e.data_parallel_address = dp_address;
   e.data_parallel_rpc_port = dp_rpc_port;
+  if (api_server_count != 1) {
+    return absl::InvalidArgumentError(
+        "--api-server-count: only 1 is supported until several API servers can share the engines");
+  }
   if (a.pipeline_parallel_size != 1) {
     return absl::InvalidArgumentError(
         "--pipeline-parallel-size: only 1 is supported (pipeline parallelism is not built yet)");
@@ -278,8 +303,10 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
     return absl::InvalidArgumentError(
         "--data-parallel-size: only 1 is supported until the data-parallel coordinator exists");
   }
-  for (const char* flag : {"--data-parallel-size-local", "--data-parallel-start-rank",
-                           "--data-parallel-address", "--data-parallel-rpc-port", "--headless"}) {
+  for (const char* flag :
+       {"--data-parallel-size-local", "--data-parallel-start-rank", "--data-parallel-rank",
+        "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-hybrid-lb",
+        "--data-parallel-external-lb", "--headless"}) {
     if (app.count(flag) > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           flag, ": data parallelism is not built yet (only --data-parallel-size 1 runs)"));

@@ -257,6 +257,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                              {"--data-parallel-start-rank", "0"},
                                              {"--data-parallel-address", "10.0.0.1"},
                                              {"--data-parallel-rpc-port", "13345"},
+                                             {"--data-parallel-rank", "0"},
+                                             {"--data-parallel-hybrid-lb"},
+                                             {"--data-parallel-external-lb"},
+                                             {"--api-server-count", "2"},
                                              {"--headless"}}) {
     const CliResult r = RunCli(args);
     Covered(args[0],

@@ -113,6 +113,15 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"--max-num-seqs"}, "--max-num-seqs"},
       {{"-pp", "2"}, "--pipeline-parallel-size"},
       {{"-dp", "2"}, "--data-parallel-size"},
+      // vLLM's aliases reach their flags (refused until data parallelism is built).
+      {{"-dpl", "1"}, "--data-parallel-size-local"},
+      {{"-dpr", "0"}, "--data-parallel-start-rank"},
+      {{"-dpn", "0"}, "--data-parallel-rank"},
+      {{"-dpa", "10.0.0.1"}, "--data-parallel-address"},
+      {{"-dpp", "13345"}, "--data-parallel-rpc-port"},
+      {{"-dph"}, "--data-parallel-hybrid-lb"},
+      {{"-dpe"}, "--data-parallel-external-lb"},
+      {{"-asc", "2"}, "--api-server-count"},
       {{"a", "--model", "b"}, "given twice"},
       {{"--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization"},
   };
