@@ -1,0 +1,50 @@
+#include "frontend/dp_load_balancer.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace vllm::frontend {
+
+DpLoadBalancer::DpLoadBalancer(int32_t num_engines, int32_t client_count, int32_t client_index)
+    : loads_(std::max(num_engines, 1)),
+      own_in_flight_(loads_.size(), 0),
+      client_count_(std::max(client_count, 1)),
+      start_index_(static_cast<int32_t>((int64_t{std::clamp(client_index, 0, client_count_ - 1)} *
+                                         static_cast<int64_t>(loads_.size())) /
+                                        client_count_)) {}
+
+double DpLoadBalancer::Score(int32_t engine) const {
+  const EngineLoad& l = loads_[engine];
+  const double queued = static_cast<double>(l.waiting) + l.running;
+  const double own = static_cast<double>(client_count_) * own_in_flight_[engine];
+  return std::max(own, queued) + l.waiting * 6.0 * std::max(0.0, l.kv_cache_usage - 0.5);
+}
+
+std::optional<int32_t> DpLoadBalancer::Pick() {
+  const int32_t n = num_engines();
+  std::optional<int32_t> best;
+  double best_score = std::numeric_limits<double>::infinity();
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t e = (start_index_ + i) % n;
+    if (!loads_[e].alive) continue;
+    const double s = Score(e);
+    if (s < best_score) {
+      best_score = s;
+      best = e;
+    }
+  }
+  if (best.has_value()) ++own_in_flight_[*best];
+  return best;
+}
+
+void DpLoadBalancer::Publish(std::span<const EngineLoad> loads) {
+  if (loads.size() != loads_.size()) return;
+  loads_.assign(loads.begin(), loads.end());
+  std::fill(own_in_flight_.begin(), own_in_flight_.end(), 0);
+}
+
+void DpLoadBalancer::SetAlive(int32_t engine, bool alive) {
+  if (engine >= 0 && engine < num_engines()) loads_[engine].alive = alive;
+}
+
+}  // namespace vllm::frontend

@@ -1,0 +1,63 @@
+// DpLoadBalancer: which data-parallel engine a new request goes to (vLLM's
+// DPLBAsyncMPClient.get_core_engine_for_request), the policy half of the frontend's DP client.
+//
+// The DP coordinator publishes every engine's waiting and running counts and KV-cache usage
+// (about every 100 ms); between two publications each API-server client also counts what it
+// sent itself. vLLM 0.33's score for engine e, lowest wins:
+//
+//   max(clients × own_in_flight[e], waiting[e] + running[e])
+//     + waiting[e] × 6 × max(0, kv_usage[e] − 0.5)
+//
+// where `clients` is the number of API-server clients feeding the engines (each assumed to
+// send like this one) and own_in_flight counts this client's picks since the last
+// publication. Ties go to the first engine scanned; the scan starts at a per-client index
+// (client_index × engines / clients), so clients do not all favour engine 0. Dead engines are
+// never picked.
+//
+// Thread-safety: none; the client's submitting thread owns it.
+#ifndef VLLM_FRONTEND_DP_LOAD_BALANCER_H_
+#define VLLM_FRONTEND_DP_LOAD_BALANCER_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace vllm::frontend {
+
+// One engine's figures as the coordinator publishes them.
+struct EngineLoad {
+  int32_t waiting = 0;
+  int32_t running = 0;
+  double kv_cache_usage = 0.0;  // 0..1
+  bool alive = true;
+};
+
+class DpLoadBalancer {
+ public:
+  // `num_engines` >= 1; 0 <= client_index < client_count.
+  DpLoadBalancer(int32_t num_engines, int32_t client_count, int32_t client_index);
+
+  // The engine for the next request (counted as this client's in-flight there), or nullopt
+  // when every engine is dead.
+  std::optional<int32_t> Pick();
+  // New published figures (one per engine; a wrong count is ignored): this client's local
+  // counts start again from zero, since the figures now include its requests.
+  void Publish(std::span<const EngineLoad> loads);
+  // An engine died or came back before the next publication.
+  void SetAlive(int32_t engine, bool alive);
+
+  // The score Pick compares (exposed for tests and the benchmark).
+  double Score(int32_t engine) const;
+  int32_t num_engines() const { return static_cast<int32_t>(loads_.size()); }
+
+ private:
+  std::vector<EngineLoad> loads_;
+  std::vector<int32_t> own_in_flight_;
+  const int32_t client_count_;
+  const int32_t start_index_;
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_DP_LOAD_BALANCER_H_

@@ -1,0 +1,79 @@
+#include "frontend/dp_load_balancer.h"
+
+#include <map>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace vllm::frontend {
+namespace {
+
+std::map<int32_t, int> Counts(DpLoadBalancer& lb, int picks) {
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < picks; ++i) ++counts[lb.Pick().value_or(-1)];
+  return counts;
+}
+
+TEST(DpLoadBalancerTest, IdleEnginesShareNewRequestsEvenly) {
+  DpLoadBalancer lb(4, /*client_count=*/1, /*client_index=*/0);
+  EXPECT_EQ(lb.Pick(), 0);
+  EXPECT_EQ(lb.Pick(), 1);
+  EXPECT_EQ(lb.Pick(), 2);
+  EXPECT_EQ(lb.Pick(), 3);
+  EXPECT_EQ(Counts(lb, 400), (std::map<int32_t, int>{{0, 100}, {1, 100}, {2, 100}, {3, 100}}));
+}
+
+TEST(DpLoadBalancerTest, PublishedQueuesSteerRequestsAway) {
+  DpLoadBalancer lb(2, 1, 0);
+  const std::vector<EngineLoad> loads = {{/*waiting=*/6, /*running=*/4}, {0, 0}};
+  lb.Publish(loads);
+  // Engine 1 takes requests until this client's own count there reaches engine 0's queue.
+  EXPECT_EQ(Counts(lb, 10), (std::map<int32_t, int>{{1, 10}}));
+  EXPECT_EQ(lb.Pick(), 0);  // tie at 10: the first engine scanned
+  // New figures include what was sent: the local counts start again.
+  lb.Publish(std::vector<EngineLoad>{{0, 1}, {0, 11}});
+  EXPECT_EQ(lb.Pick(), 0);
+  EXPECT_DOUBLE_EQ(lb.Score(1), 11.0);
+}
+
+TEST(DpLoadBalancerTest, KvCachePressurePenalisesWaitingRequests) {
+  DpLoadBalancer lb(2, 1, 0);
+  // Same queue length; engine 0's cache is 90 % full with 4 waiting: 8 + 4 × 6 × 0.4.
+  lb.Publish(std::vector<EngineLoad>{{4, 4, 0.9}, {2, 6, 0.3}});
+  EXPECT_DOUBLE_EQ(lb.Score(0), 8 + 4 * 6 * 0.4);
+  EXPECT_DOUBLE_EQ(lb.Score(1), 8.0);
+  EXPECT_EQ(lb.Pick(), 1);
+}
+
+TEST(DpLoadBalancerTest, OtherClientsAreAssumedToSendAsMuch) {
+  DpLoadBalancer lb(2, /*client_count=*/3, /*client_index=*/0);
+  lb.Publish(std::vector<EngineLoad>{{0, 2}, {0, 5}});
+  EXPECT_EQ(lb.Pick(), 0);             // 2 < 5
+  EXPECT_DOUBLE_EQ(lb.Score(0), 3.0);  // one own request counts 3
+  EXPECT_EQ(lb.Pick(), 0);             // 3 < 5
+  EXPECT_DOUBLE_EQ(lb.Score(0), 6.0);
+  EXPECT_EQ(lb.Pick(), 1);  // 6 > 5
+}
+
+TEST(DpLoadBalancerTest, ClientsStartTheirScanAtDifferentEngines) {
+  DpLoadBalancer a(4, 2, 0), b(4, 2, 1);
+  EXPECT_EQ(a.Pick(), 0);
+  EXPECT_EQ(b.Pick(), 2);
+}
+
+TEST(DpLoadBalancerTest, DeadEnginesAreNeverPicked) {
+  DpLoadBalancer lb(3, 1, 0);
+  lb.SetAlive(1, false);
+  EXPECT_EQ(Counts(lb, 10), (std::map<int32_t, int>{{0, 5}, {2, 5}}));
+  lb.Publish(std::vector<EngineLoad>{{0, 0, 0, false}, {0, 0, 0, false}, {0, 0, 0, false}});
+  EXPECT_EQ(lb.Pick(), std::nullopt);
+  lb.SetAlive(2, true);
+  EXPECT_EQ(lb.Pick(), 2);
+  lb.SetAlive(7, true);                    // no such engine: ignored
+  lb.Publish(std::vector<EngineLoad>(2));  // wrong size: ignored
+  EXPECT_EQ(lb.Pick(), 2);
+}
+
+}  // namespace
+}  // namespace vllm::frontend
