@@ -143,7 +143,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
       ->check(CLI::Range(0, 1024))
       ->group("ParallelConfig");
   app.add_option("--data-parallel-start-rank", dp_start_rank,
-                 "The first data-parallel rank on this node (with --headless).")
+                 "The first data-parallel rank on this node (with --headless; alias -dpr).")
       ->check(CLI::Range(0, 1024))
       ->group("ParallelConfig");
   int32_t dp_rank = 0, api_server_count = 1;
@@ -160,9 +160,11 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                "An external load balancer spreads requests over one API server per rank (alias "
                "-dpe).")
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-address", dp_address, "Address of the data-parallel head node.")
+  app.add_option("--data-parallel-address", dp_address,
+                 "Address of the data-parallel head node (alias -dpa).")
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-rpc-port", dp_rpc_port, "RPC port of the data-parallel head.")
+  app.add_option("--data-parallel-rpc-port", dp_rpc_port,
+                 "RPC port of the data-parallel head (alias -dpp).")
       ->check(CLI::Range(1, 65535))
       ->group("ParallelConfig");
   app.add_flag("--headless", a.headless, "Run engines only, without the API server.")
