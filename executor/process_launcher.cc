@@ -11,14 +11,12 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "config/config_codec.h"
 
 extern char** environ;
 
 namespace vllm::executor {
 namespace {
-
-// The descriptor number `inherit_fd` gets in the child (config::kConfigFd).
-constexpr int kChildFd = 3;
 
 class SystemProcessLauncher final : public ProcessLauncher {
  public:
@@ -28,13 +26,13 @@ class SystemProcessLauncher final : public ProcessLauncher {
     if (argv.empty()) return absl::InvalidArgumentError("Spawn: empty argv");
     // dup2 onto the same number would keep close-on-exec: move it out of the way first.
     int source_fd = inherit_fd;
-    if (inherit_fd == kChildFd) {
-      source_fd = fcntl(inherit_fd, F_DUPFD_CLOEXEC, kChildFd + 1);
+    if (inherit_fd == config::kConfigFd) {
+      source_fd = fcntl(inherit_fd, F_DUPFD_CLOEXEC, config::kConfigFd + 1);
       if (source_fd < 0) return absl::InternalError(absl::StrCat("fcntl: ", strerror(errno)));
     }
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    if (source_fd >= 0) posix_spawn_file_actions_adddup2(&actions, source_fd, kChildFd);
+    if (source_fd >= 0) posix_spawn_file_actions_adddup2(&actions, source_fd, config::kConfigFd);
     std::vector<std::string> args = argv;
     std::vector<char*> c_argv;
     c_argv.reserve(args.size() + 1);

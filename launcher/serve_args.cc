@@ -281,8 +281,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   if (!chat_template.empty()) a.chat_template = chat_template;
   e.enable_prefix_caching = enable_prefix_caching;
   e.enable_chunked_prefill = enable_chunked_prefill;
-  e.scheduling_policy = scheduling_policy == "priority" ? core::SchedulingPolicy::kPriority
-                                                        : core::SchedulingPolicy::kFcfs;
+  VLLM_ASSIGN_OR_RETURN(e.scheduling_policy, config::ParseSchedulingPolicy(scheduling_policy));
   if (!backend.empty()) {
     VLLM_ASSIGN_OR_RETURN(e.distributed_executor_backend, config::ParseExecutorBackend(backend));
   }
@@ -295,10 +294,6 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   if (api_server_count != 1) {
     return absl::InvalidArgumentError(
         "--api-server-count: only 1 is supported until several API servers can share the engines");
-  }
-  if (a.pipeline_parallel_size != 1) {
-    return absl::InvalidArgumentError(
-        "--pipeline-parallel-size: only 1 is supported (pipeline parallelism is not built yet)");
   }
   // Parsed into the config, but nothing runs a replica set yet: refused rather than ignored.
   if (a.data_parallel_size != 1) {
@@ -323,13 +318,10 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   auto dtype = worker::ParseModelDType(a.dtype);
   if (!dtype.ok()) return dtype.status();
   e.dtype = *dtype;
-  if (!(a.gpu_memory_utilization > 0.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--gpu-memory-utilization must be in (0, 1], got ", a.gpu_memory_utilization));
-  }
   e.gpu_memory_utilization = a.gpu_memory_utilization;
   e.enforce_eager = a.enforce_eager;
-  // The one VllmConfig every process of the engine receives.
+  // The one VllmConfig every process of the engine receives; its Validate() refuses the rest
+  // (--pipeline-parallel-size above 1, --gpu-memory-utilization 0, ...).
   VLLM_ASSIGN_OR_RETURN(a.config, e.CreateEngineConfig());
   parsed.args = std::move(a);
   return parsed;
