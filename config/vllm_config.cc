@@ -136,6 +136,14 @@ absl::Status ParallelConfig::Validate() const {
                                   data_parallel_size - data_parallel_size_local));
   VLLM_RETURN_IF_ERROR(
       CheckRange("--data-parallel-rank", data_parallel_rank, 0, data_parallel_size - 1));
+  if (data_parallel_size_local > 0 &&
+      (data_parallel_rank < data_parallel_start_rank ||
+       data_parallel_rank >= data_parallel_start_rank + data_parallel_size_local)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data-parallel-rank ", data_parallel_rank, " is not one of this node's ranks (",
+        data_parallel_start_rank, " .. ", data_parallel_start_rank + data_parallel_size_local - 1,
+        " from --data-parallel-start-rank and --data-parallel-size-local)"));
+  }
   if (data_parallel_address.empty() || data_parallel_address.size() > 255) {
     return absl::InvalidArgumentError(
         "--data-parallel-address: expected a host name or address of 1 to 255 characters");

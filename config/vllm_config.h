@@ -116,6 +116,14 @@ struct ParallelConfig {
 
   // Ranks of one engine: tensor × pipeline.
   int32_t world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
+  // This engine's replica index among those of its node (0 .. data_parallel_size_local - 1).
+  int32_t data_parallel_rank_local() const { return data_parallel_rank - data_parallel_start_rank; }
+  // The GPU (index among the visible ones) of worker `rank` of this engine: the node's engines
+  // take consecutive blocks of world_size() GPUs, in replica order (vLLM gives each engine
+  // process its slice of CUDA_VISIBLE_DEVICES; the indices are the same).
+  int32_t local_device_index(int32_t rank) const {
+    return data_parallel_rank_local() * world_size() + rank;
+  }
   // kAuto resolved: uni for one rank, mp otherwise.
   ExecutorBackend executor_backend() const;
   [[nodiscard]] absl::Status Validate() const;

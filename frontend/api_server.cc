@@ -94,7 +94,7 @@ struct ServerContext {
       : engine(e),
         options(std::move(o)),
         max_connections(max_conn),
-        metrics(&registry, e->ModelName()),
+        metrics(&registry, e->ModelName(), static_cast<int32_t>(e->Engines().size())),
         created(static_cast<int64_t>(WallSeconds())),
         id_seed(std::random_device{}()) {}
 
@@ -154,6 +154,7 @@ struct SubRequest {
   bool finished = false;
   bool got_first_token = false;
   int32_t num_output_tokens = 0;
+  int32_t engine_index = 0;  // the engine serving it, as its outputs say (metrics)
   Clock::time_point last_token_time;
 };
 
@@ -226,9 +227,17 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Closes the connection if it is waiting for a request (Drain(), eviction).
+  // A connection whose last response is still being written counts as idle: it closes once
+  // the response is out (its client already has, or is about to have, everything it asked
+  // for), so a client that just got its answer never makes an eviction miss.
   void CloseIfIdleAsync() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
-      if (self->idle_since_ns_.load() != 0 && !self->Busy()) return self->CloseSocket();
+      if (self->idle_since_ns_.load() != 0 && !self->gen_.has_value() &&
+          self->preparing_serial_ == 0) {
+        if (!self->writing_) return self->CloseSocket();
+        self->close_after_write_ = true;
+        return;
+      }
       self->evicting_.store(false);  // busy after all: it may be chosen again later
     });
   }
@@ -244,6 +253,7 @@ class Session : public std::enable_shared_from_this<Session> {
   int64_t idle_since_ns() const { return idle_since_ns_.load(); }
   // Claims the session for eviction; false when another accept claimed it already.
   bool ClaimForEviction() { return !evicting_.exchange(true); }
+  bool claimed_for_eviction() const { return evicting_.load(); }
 
   // Delivers an engine output of generation `serial` (any thread: posts to the strand).
   static OutputCallback MakeCallback(PostTarget target, uint64_t serial, int32_t index) {
@@ -260,8 +270,6 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
-  bool Busy() const { return gen_.has_value() || preparing_serial_ != 0 || writing_; }
-
   // ---- reading requests ----
 
   void DoRead() {
@@ -378,22 +386,40 @@ class Session : public std::enable_shared_from_this<Session> {
                                                        {"data", nlohmann::json::array({model})}}));
   }
 
+  // 200 with an empty body while every engine serves (as vLLM). With data parallelism and
+  // some engines dead: still 200 (the server takes requests; they go to the live engines)
+  // with a JSON body naming the live and the dead ranks. 503 once none serves.
   void HandleHealth() {
     absl::Status health = ctx_->engine->Health();
-    if (health.ok()) return SendBody(http::status::ok, "text/plain", "", nullptr);
-    SendJson(http::status::service_unavailable,
-             DumpJson(ErrorBody(absl::UnavailableError(health.message()))));
+    if (!health.ok()) {
+      return SendJson(http::status::service_unavailable,
+                      DumpJson(ErrorBody(absl::UnavailableError(health.message()))));
+    }
+    nlohmann::json live = nlohmann::json::array(), dead = nlohmann::json::array();
+    for (const EngineStatus& e : ctx_->engine->Engines()) {
+      if (e.health.ok()) {
+        live.push_back(e.index);
+      } else {
+        dead.push_back({{"engine", e.index}, {"error", std::string(e.health.message())}});
+      }
+    }
+    if (dead.empty()) return SendBody(http::status::ok, "text/plain", "", nullptr);
+    SendJson(http::status::ok, DumpJson(nlohmann::json{{"status", "degraded"},
+                                                       {"live_engines", std::move(live)},
+                                                       {"dead_engines", std::move(dead)}}));
   }
 
   void HandleMetrics() {
-    EngineStats stats = ctx_->engine->Stats();
-    ServerMetrics& m = ctx_->metrics;
-    m.num_requests_running->Set(stats.num_requests_running);
-    m.num_requests_waiting->Set(stats.num_requests_waiting);
-    m.kv_cache_usage_perc->Set(stats.kv_cache_usage);
-    m.prefix_cache_queries->Set(static_cast<double>(stats.prefix_cache_queries));
-    m.prefix_cache_hits->Set(static_cast<double>(stats.prefix_cache_hits));
-    m.num_preemptions->Set(static_cast<double>(stats.num_preemptions));
+    for (const EngineStatus& e : ctx_->engine->Engines()) {
+      const EngineStats& stats = e.stats;
+      const EngineMetrics& m = ctx_->metrics.engine(e.index);
+      m.num_requests_running->Set(stats.num_requests_running);
+      m.num_requests_waiting->Set(stats.num_requests_waiting);
+      m.kv_cache_usage_perc->Set(stats.kv_cache_usage);
+      m.prefix_cache_queries->Set(static_cast<double>(stats.prefix_cache_queries));
+      m.prefix_cache_hits->Set(static_cast<double>(stats.prefix_cache_hits));
+      m.num_preemptions->Set(static_cast<double>(stats.num_preemptions));
+    }
     SendBody(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", ctx_->registry.Render(),
              nullptr);
   }
@@ -531,7 +557,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void RecordMetrics(SubRequest& sub, const GenerateOutput& out) {
-    ServerMetrics& m = ctx_->metrics;
+    sub.engine_index = out.engine_index;
+    const EngineMetrics& m = ctx_->metrics.engine(sub.engine_index);
     Clock::time_point now = Clock::now();
     int32_t new_tokens = out.num_output_tokens - sub.num_output_tokens;
     if (new_tokens > 0) {
@@ -586,7 +613,9 @@ class Session : public std::enable_shared_from_this<Session> {
     for (SubRequest& sub : gen_->subs) {
       if (!sub.finished) {
         ctx_->engine->Abort(sub.id);
-        if (reason.has_value()) ctx_->metrics.RequestSuccess(*reason)->Add(1);
+        if (reason.has_value()) {
+          ctx_->metrics.engine(sub.engine_index).RequestSuccess(*reason)->Add(1);
+        }
       }
       sub.finished = true;
     }
@@ -679,6 +708,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
     res->prepare_payload();
+    MarkIdleAfterWrite();
     writing_ = true;
     stream_.expires_after(ctx_->options.io_timeout);
     http::async_write(stream_, *res,
@@ -696,6 +726,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void QueueLastChunk() {
     QueueBytes("0\r\n\r\n");
     end_of_message_queued_ = true;
+    MarkIdleAfterWrite();
+  }
+
+  // Called as the last bytes of a response are handed to the socket: when the connection
+  // will wait for another request after them (keep-alive, nothing pipelined), it is idle from
+  // now on for eviction (CloseIfIdleAsync), not only once the write handler has run.
+  void MarkIdleAfterWrite() {
+    if (keep_alive_ && !overflow_ && !shutting_down_ && buffer_.size() == 0 &&
+        !ctx_->draining.load()) {
+      idle_since_ns_.store(MonoNowNs());
+    }
   }
 
   void QueueBytes(std::string bytes) {
@@ -729,7 +770,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void OnMessageWritten(beast::error_code ec) {
     if (closed_) return;
-    if (ec || !keep_alive_ || shutting_down_ || ctx_->draining.load()) return CloseSocket();
+    if (ec || !keep_alive_ || close_after_write_ || shutting_down_ || ctx_->draining.load()) {
+      return CloseSocket();
+    }
     if (watching_) {
       // Cancel the disconnect watch; its handler resumes reading.
       resume_read_after_watch_ = true;
@@ -773,6 +816,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool resume_read_after_watch_ = false;
   std::deque<std::string> write_queue_;
   bool writing_ = false;
+  bool close_after_write_ = false;  // evicted while its last response was being written
   bool end_of_message_queued_ = false;
   std::atomic<int64_t> idle_since_ns_{0};
   std::atomic<bool> evicting_{false};
@@ -872,6 +916,10 @@ class ApiServer::Impl {
     }
     port_ = acceptor_.local_endpoint().port();
     DoAccept();
+    // The io threads run until Stop(), even when no connection is open for a moment: a
+    // preprocessing job may still post its result to a session's strand (its requests are
+    // aborted there), and a run() out of work would return and drop it.
+    io_work_guard_.emplace(ctx_->ioc->get_executor());
     for (int32_t i = 0; i < ctx_->options.num_threads; ++i) {
       // api-io-<i>: runs the io_context (accepting, parsing, writing for all connections).
       threads_.emplace_back([ioc = ctx_->ioc] { ioc->run(); });
@@ -935,6 +983,7 @@ class ApiServer::Impl {
       absl::MutexLock lock(&ctx_->post_mu);
       ctx_->stopped = true;
     }
+    io_work_guard_.reset();
     ctx_->ioc->stop();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
@@ -996,7 +1045,8 @@ class ApiServer::Impl {
   }
 
   // Closes the connection that has waited longest for its next request; false if none is
-  // idle.
+  // idle. One already chosen by an earlier accept (closing, but still counted until its
+  // strand gets to it) is passed over: it frees the slot of that accept.
   bool EvictIdleSession() {
     std::shared_ptr<Session> victim;
     int64_t oldest = 0;
@@ -1004,7 +1054,7 @@ class ApiServer::Impl {
       absl::MutexLock lock(&ctx_->sessions_mu);
       for (auto& [ptr, weak] : ctx_->sessions) {
         const int64_t since = ptr->idle_since_ns();
-        if (since != 0 && (oldest == 0 || since < oldest)) {
+        if (since != 0 && !ptr->claimed_for_eviction() && (oldest == 0 || since < oldest)) {
           if (auto s = weak.lock()) {
             oldest = since;
             victim = std::move(s);
@@ -1049,6 +1099,7 @@ class ApiServer::Impl {
   std::optional<net::io_context> prep_ioc_{std::in_place};
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work_guard_{
       prep_ioc_->get_executor()};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> io_work_guard_;
   std::vector<std::thread> threads_;
   std::vector<std::thread> prep_threads_;
   uint16_t port_ = 0;

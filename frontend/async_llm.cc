@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::frontend {
 
@@ -30,6 +31,7 @@ AsyncLLM::AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tok
       tokenizer_(std::move(tokenizer)),
       chat_template_(std::move(chat_template)),
       config_(std::move(config)) {
+  stats_.resize(client_->num_engines());
   output_thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "vllm-output");  // engine outputs → request callbacks
     OutputLoop();
@@ -100,27 +102,40 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   state->on_output = std::move(on_output);
   state->num_prompt_tokens = prompt_len;
   state->want_logprobs = r.sampling_params.logprobs.has_value();
-  {
-    absl::MutexLock lock(&mu_);
-    if (!requests_.emplace(r.request_id, state).second) {
-      return absl::AlreadyExistsError(absl::StrCat("request id ", r.request_id, " is in use"));
+  // An engine that dies between the pick and the send is not picked again: try the next.
+  absl::Status sent;
+  for (int32_t attempt = 0; attempt < client_->num_engines(); ++attempt) {
+    VLLM_ASSIGN_OR_RETURN(const int32_t engine, client_->PickEngine());
+    r.data_parallel_rank = engine;
+    state->engine_index = engine;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!requests_.emplace(r.request_id, state).second) {
+        return absl::AlreadyExistsError(absl::StrCat("request id ", r.request_id, " is in use"));
+      }
     }
+    sent = client_->AddRequest(r);
+    if (sent.ok()) return sent;
+    {
+      absl::MutexLock lock(&mu_);
+      requests_.erase(r.request_id);
+    }
+    if (client_->EngineFailure(engine).ok()) break;  // the engine lives: not a dead-engine race
   }
-  if (absl::Status s = client_->AddRequest(r); !s.ok()) {
-    absl::MutexLock lock(&mu_);
-    requests_.erase(r.request_id);
-    return s;
-  }
-  return absl::OkStatus();
+  return sent;
 }
 
 void AsyncLLM::Abort(const std::string& request_id) {
+  int32_t engine = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (requests_.erase(request_id) == 0) return;
+    auto it = requests_.find(request_id);
+    if (it == requests_.end()) return;
+    engine = it->second->engine_index;
+    requests_.erase(it);
   }
   const std::string ids[1] = {request_id};
-  (void)client_->AbortRequests(ids);  // a dead engine has nothing left to abort
+  (void)client_->AbortRequests(ids, engine);  // a dead engine has nothing left to abort
 }
 
 absl::Status AsyncLLM::Health() const { return client_->failure(); }
@@ -154,8 +169,35 @@ absl::StatusOr<std::string> AsyncLLM::ApplyChatTemplate(const std::vector<ChatMe
 }
 
 EngineStats AsyncLLM::Stats() const {
-  absl::MutexLock lock(&mu_);
-  return stats_;
+  EngineStats sum;
+  double kv = 0.0;
+  int32_t live = 0;
+  for (const EngineStatus& e : Engines()) {
+    sum.num_requests_running += e.stats.num_requests_running;
+    sum.num_requests_waiting += e.stats.num_requests_waiting;
+    sum.prefix_cache_queries += e.stats.prefix_cache_queries;
+    sum.prefix_cache_hits += e.stats.prefix_cache_hits;
+    sum.num_preemptions += e.stats.num_preemptions;
+    if (e.health.ok()) {
+      kv += e.stats.kv_cache_usage;
+      ++live;
+    }
+  }
+  sum.kv_cache_usage = live > 0 ? kv / live : 0.0;  // the mean over the live engines
+  return sum;
+}
+
+std::vector<EngineStatus> AsyncLLM::Engines() const {
+  std::vector<EngineStatus> engines(client_->num_engines());
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < engines.size(); ++i) engines[i].stats = stats_[i];
+  }
+  for (size_t i = 0; i < engines.size(); ++i) {
+    engines[i].index = static_cast<int32_t>(i);
+    engines[i].health = client_->EngineFailure(static_cast<int32_t>(i));
+  }
+  return engines;
 }
 
 TokenLogprob AsyncLLM::Decoded(int32_t id, float logprob) const {
@@ -199,6 +241,7 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
   delta.num_prompt_tokens = state->num_prompt_tokens;
   delta.num_output_tokens = state->num_output_tokens;
   delta.num_cached_tokens = out.num_cached_tokens;
+  delta.engine_index = state->engine_index;
   if (delta.finished()) {
     absl::MutexLock lock(&mu_);
     requests_.erase(out.request_id);
@@ -216,19 +259,54 @@ void AsyncLLM::FailAll(const absl::Status& status) {
   for (auto& [id, state] : failed) state->on_output(status);
 }
 
-void AsyncLLM::FailRequests(const std::vector<std::string>& request_ids,
-                            const absl::Status& status) {
+std::vector<std::pair<std::string, int32_t>> AsyncLLM::FailRequests(
+    const std::vector<std::string>& request_ids, const absl::Status& status) {
   std::vector<std::shared_ptr<RequestState>> failed;
+  std::vector<std::pair<std::string, int32_t>> ids;
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& id : request_ids) {
       if (auto it = requests_.find(id); it != requests_.end()) {
+        ids.emplace_back(id, it->second->engine_index);
         failed.push_back(std::move(it->second));
         requests_.erase(it);
       }
     }
   }
   for (auto& state : failed) state->on_output(status);
+  return ids;
+}
+
+void AsyncLLM::FailEngine(int32_t engine, const absl::Status& status) {
+  std::vector<std::shared_ptr<RequestState>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = requests_.begin(); it != requests_.end();) {
+      if (it->second->engine_index == engine) {
+        failed.push_back(std::move(it->second));
+        requests_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    if (engine >= 0 && engine < client_->num_engines()) {
+      // A dead engine runs nothing; its cumulative counters stay.
+      stats_[engine].num_requests_running = 0;
+      stats_[engine].num_requests_waiting = 0;
+      stats_[engine].kv_cache_usage = 0.0;
+    }
+  }
+  if (!failed.empty()) {
+    spdlog::error("{}: failing its {} request(s) in flight", std::string(status.message()),
+                  failed.size());
+  }
+  for (auto& state : failed) state->on_output(status);
+}
+
+void AsyncLLM::AbortInEngines(const std::vector<std::pair<std::string, int32_t>>& ids) {
+  absl::flat_hash_map<int32_t, std::vector<std::string>> by_engine;
+  for (const auto& [id, engine] : ids) by_engine[engine].push_back(id);
+  for (const auto& [engine, list] : by_engine) (void)client_->AbortRequests(list, engine);
 }
 
 void AsyncLLM::OutputLoop() {
@@ -239,8 +317,12 @@ void AsyncLLM::OutputLoop() {
     if (!received.ok()) {
       FailAll(received.status());
       if (stop_.load()) return;
-      // The engine is dead; keep failing requests that raced in until shutdown.
+      // Every engine is dead; keep failing requests that raced in until shutdown.
       absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    if (received->dead_engine.has_value()) {
+      FailEngine(*received->dead_engine, received->engine_failure);
       continue;
     }
     if (!received->decode_error.ok()) {
@@ -251,20 +333,21 @@ void AsyncLLM::OutputLoop() {
         absl::MutexLock lock(&mu_);
         for (const auto& [id, state] : requests_) ids.push_back(id);
       }
-      FailRequests(ids, received->decode_error);
-      if (!ids.empty()) (void)client_->AbortRequests(ids);
+      AbortInEngines(FailRequests(ids, received->decode_error));
       continue;
     }
     const core::EngineCoreOutputs& outs = received->outputs;
-    if (outs.scheduler_stats.has_value()) {
+    if (outs.scheduler_stats.has_value() && outs.engine_index >= 0 &&
+        outs.engine_index < client_->num_engines()) {
       absl::MutexLock lock(&mu_);
       const core::SchedulerStats& s = *outs.scheduler_stats;
-      stats_.num_requests_running = s.num_running_reqs;
-      stats_.num_requests_waiting = s.num_waiting_reqs;
-      stats_.kv_cache_usage = s.kv_cache_usage;
-      stats_.prefix_cache_queries += s.prefix_cache_stats.queries;
-      stats_.prefix_cache_hits += s.prefix_cache_stats.hits;
-      stats_.num_preemptions += s.num_preemptions;
+      EngineStats& e = stats_[outs.engine_index];
+      e.num_requests_running = s.num_running_reqs;
+      e.num_requests_waiting = s.num_waiting_reqs;
+      e.kv_cache_usage = s.kv_cache_usage;
+      e.prefix_cache_queries += s.prefix_cache_stats.queries;
+      e.prefix_cache_hits += s.prefix_cache_stats.hits;
+      e.num_preemptions += s.num_preemptions;
     }
     std::vector<std::string> to_abort;
     for (const core::EngineCoreOutput& o : outs.outputs) {
@@ -275,7 +358,7 @@ void AsyncLLM::OutputLoop() {
       if (abort_in_engine) to_abort.push_back(o.request_id);
       cb(std::move(*delta));
     }
-    if (!to_abort.empty()) (void)client_->AbortRequests(to_abort);
+    if (!to_abort.empty()) (void)client_->AbortRequests(to_abort, outs.engine_index);
   }
 }
 

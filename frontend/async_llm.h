@@ -5,8 +5,11 @@
 //
 // Threads: callers (server threads) call Generate/Abort concurrently; one internal thread
 // ("vllm-output") takes EngineCoreOutputs off the client and runs the callbacks. A request
-// that hits a stop string is finished here and aborted in the engine. When the engine fails,
-// every pending request's callback gets the error and Health() reports it. An engine output
+// that hits a stop string is finished here and aborted in the engine. With several
+// (data-parallel) engines, each request goes to the engine the client picks
+// (EngineCoreClient::PickEngine); when an engine fails, the callbacks of its pending requests
+// get the error (naming it) and the other engines go on; Health() fails once every engine
+// has. An engine output
 // that cannot be decoded is never dropped silently: the requests it concerned (every request
 // in flight when none can be told) get an InternalError (HTTP 500) and the log says why.
 #ifndef VLLM_FRONTEND_ASYNC_LLM_H_
@@ -57,6 +60,7 @@ class AsyncLLM final : public EngineClient {
                                                 bool add_generation_prompt,
                                                 bool continue_final_message) const override;
   EngineStats Stats() const override;
+  std::vector<EngineStatus> Engines() const override;
 
   EngineCoreClient& client() { return *client_; }
 
@@ -67,6 +71,7 @@ class AsyncLLM final : public EngineClient {
     int32_t num_prompt_tokens = 0;
     int32_t num_output_tokens = 0;
     bool want_logprobs = false;
+    int32_t engine_index = 0;  // the engine it was sent to
   };
 
   AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,
@@ -77,8 +82,14 @@ class AsyncLLM final : public EngineClient {
   std::optional<GenerateOutput> Process(const core::EngineCoreOutput& out, OutputCallback* cb,
                                         bool* abort_in_engine);
   void FailAll(const absl::Status& status);
-  // Ends the listed requests (those still pending) with `status`.
-  void FailRequests(const std::vector<std::string>& request_ids, const absl::Status& status);
+  // Ends the listed requests (those still pending) with `status`; returns them with the
+  // engine each was on.
+  std::vector<std::pair<std::string, int32_t>> FailRequests(
+      const std::vector<std::string>& request_ids, const absl::Status& status);
+  // Ends every pending request of engine `engine` with `status`.
+  void FailEngine(int32_t engine, const absl::Status& status);
+  // Aborts `ids` in the engines they are on.
+  void AbortInEngines(const std::vector<std::pair<std::string, int32_t>>& ids);
   TokenLogprob Decoded(int32_t id, float logprob) const;
 
   std::unique_ptr<EngineCoreClient> client_;
@@ -90,7 +101,7 @@ class AsyncLLM final : public EngineClient {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<RequestState>> requests_ ABSL_GUARDED_BY(mu_);
-  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+  std::vector<EngineStats> stats_ ABSL_GUARDED_BY(mu_);  // per engine
 };
 
 }  // namespace vllm::frontend

@@ -43,6 +43,14 @@ void DpLoadBalancer::Publish(std::span<const EngineLoad> loads) {
   std::fill(own_in_flight_.begin(), own_in_flight_.end(), 0);
 }
 
+void DpLoadBalancer::Update(int32_t engine, const EngineLoad& load) {
+  if (engine < 0 || engine >= num_engines()) return;
+  const bool alive = loads_[engine].alive;
+  loads_[engine] = load;
+  loads_[engine].alive = alive;
+  own_in_flight_[engine] = 0;
+}
+
 void DpLoadBalancer::SetAlive(int32_t engine, bool alive) {
   if (engine >= 0 && engine < num_engines()) loads_[engine].alive = alive;
 }

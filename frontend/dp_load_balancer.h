@@ -44,6 +44,9 @@ class DpLoadBalancer {
   // New published figures (one per engine; a wrong count is ignored): this client's local
   // counts start again from zero, since the figures now include its requests.
   void Publish(std::span<const EngineLoad> loads);
+  // One engine's own figures (an engine reports them with its outputs when they change):
+  // this client's local count for it starts again from zero. `load.alive` is ignored.
+  void Update(int32_t engine, const EngineLoad& load);
   // An engine died or came back before the next publication.
   void SetAlive(int32_t engine, bool alive);
 

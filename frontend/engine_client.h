@@ -72,6 +72,8 @@ struct GenerateOutput {
   int32_t num_cached_tokens = 0;
   // One entry per token in token_ids_delta when the request asked for logprobs.
   std::vector<PositionLogprobs> logprobs;
+  // The data-parallel engine (rank) serving the request.
+  int32_t engine_index = 0;
 
   bool finished() const { return finish_reason.has_value(); }
 };
@@ -84,6 +86,13 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // tokens looked up since start
   int64_t prefix_cache_hits = 0;     // tokens found since start
   int64_t num_preemptions = 0;       // requests preempted since start
+};
+
+// One data-parallel engine as /health and /metrics report it.
+struct EngineStatus {
+  int32_t index = 0;    // its data-parallel rank
+  absl::Status health;  // OK while it serves; why it died otherwise
+  EngineStats stats;
 };
 
 // Callback receiving a request's deltas; see EngineClient::Generate.
@@ -109,7 +118,8 @@ class EngineClient {
   // Cancels a request (the HTTP client went away). Unknown or finished ids are ignored.
   virtual void Abort(const std::string& request_id) = 0;
 
-  // OK while the engine can serve; otherwise the reason (GET /health answers 503).
+  // OK while the engine (with data parallelism: at least one engine) can serve; otherwise the
+  // reason (GET /health answers 503).
   [[nodiscard]] virtual absl::Status Health() const = 0;
 
   // The served model's name (requests naming another model get 404).
@@ -122,8 +132,11 @@ class EngineClient {
       const std::vector<ChatMessage>& messages, bool add_generation_prompt,
       bool continue_final_message) const = 0;
 
-  // Current engine gauges and cumulative prefix-cache counters.
+  // Current engine gauges and cumulative prefix-cache counters (summed over the engines).
   virtual EngineStats Stats() const = 0;
+
+  // Each data-parallel engine, in rank order (at least one).
+  virtual std::vector<EngineStatus> Engines() const { return {{0, Health(), Stats()}}; }
 };
 
 }  // namespace vllm::frontend

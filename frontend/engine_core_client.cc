@@ -58,6 +58,11 @@ absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(int32
   // that their PUSH sockets are connected.
   VLLM_ASSIGN_OR_RETURN(c->output_accepts_, ipc::AcceptCounter::Start(*c->output_));
   c->engines_.resize(num_engines);
+  c->engine_failures_.resize(num_engines);
+  {
+    absl::MutexLock lock(&c->lb_mu_);
+    c->lb_.emplace(num_engines, /*client_count=*/1, /*client_index=*/0);
+  }
   return c;
 }
 
@@ -183,6 +188,13 @@ void EngineCoreClient::ReceiveLoop() {
       const std::string_view bytes = parts[1].to_string_view();
       absl::StatusOr<core::EngineCoreOutputs> outs = core::DecodeEngineCoreOutputs(bytes);
       if (outs.ok()) {
+        if (outs->scheduler_stats.has_value() && outs->engine_index >= 0 &&
+            outs->engine_index < num_engines_) {
+          const core::SchedulerStats& st = *outs->scheduler_stats;
+          absl::MutexLock lock(&lb_mu_);
+          lb_->Update(outs->engine_index,
+                      EngineLoad{st.num_waiting_reqs, st.num_running_reqs, st.kv_cache_usage});
+        }
         received.outputs = std::move(*outs);
       } else {
         received.failed_request_ids = core::RecoverOutputRequestIds(bytes);
@@ -201,15 +213,23 @@ void EngineCoreClient::ReceiveLoop() {
     } else if (kind == core::kOutputKindUtility) {
       ReceiveUtilityReply(parts[1]);
     } else if (kind == core::kOutputKindFailed) {
+      // Only one engine sends on a connection, but the frame says which: a frame that cannot
+      // be read is attributed to engine 0 when there is only one, and dropped otherwise.
       auto oh = Unpack(parts[1]);
-      std::string message = "engine failed";
+      std::optional<int32_t> engine;
+      std::string message = "failed";
       if (oh.ok() && oh->get().type == msgpack::type::ARRAY && oh->get().via.array.size == 3) {
         auto m = ipc::ConvertAs<std::string>(oh->get().via.array.ptr[2], "message");
         auto e = ipc::ConvertAs<int32_t>(oh->get().via.array.ptr[0], "engine");
-        if (m.ok() && e.ok()) message = absl::StrCat("engine ", *e, " failed: ", *m);
+        if (e.ok() && *e >= 0 && *e < num_engines_) engine = *e;
+        if (m.ok()) message = absl::StrCat("failed: ", *m);
       }
-      absl::MutexLock lock(&mu_);
-      if (failure_.ok()) failure_ = absl::UnavailableError(message);
+      if (!engine.has_value() && num_engines_ == 1) engine = 0;
+      if (!engine.has_value()) {
+        spdlog::error("engine outputs: dropped an EXECUTOR_FAILED frame naming no engine");
+        continue;
+      }
+      EngineDied(*engine, absl::UnavailableError(absl::StrCat("engine ", *engine, " ", message)));
     } else {
       spdlog::error("engine outputs: dropped a frame of unknown kind {:#04x}",
                     static_cast<unsigned char>(kind));
@@ -248,20 +268,56 @@ absl::Status EngineCoreClient::failure() const {
   return failure_;
 }
 
-void EngineCoreClient::MarkEngineDead(int32_t engine_index, const absl::Status& why) {
-  absl::MutexLock lock(&mu_);
-  if (failure_.ok()) {
-    failure_ =
-        absl::UnavailableError(absl::StrCat("engine ", engine_index, " died: ", why.message()));
+absl::Status EngineCoreClient::EngineFailure(int32_t engine_index) const {
+  if (engine_index < 0 || engine_index >= num_engines_) {
+    return absl::InvalidArgumentError(absl::StrCat("no engine ", engine_index));
   }
+  absl::MutexLock lock(&mu_);
+  return engine_failures_[engine_index];
+}
+
+void EngineCoreClient::MarkEngineDead(int32_t engine_index, const absl::Status& why) {
+  EngineDied(engine_index, absl::UnavailableError(
+                               absl::StrCat("engine ", engine_index, " died: ", why.message())));
+}
+
+void EngineCoreClient::EngineDied(int32_t engine_index, absl::Status status) {
+  if (engine_index < 0 || engine_index >= num_engines_) return;
+  // The balancer stops picking the engine before anyone can see the event (lock order:
+  // lb_mu_, then mu_).
+  absl::MutexLock lb_lock(&lb_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!engine_failures_[engine_index].ok()) return;
+    engine_failures_[engine_index] = status;
+    ReceivedOutputs event;
+    event.dead_engine = engine_index;
+    event.engine_failure = status;
+    outputs_.push_back(std::move(event));
+    if (++num_dead_ == num_engines_) {
+      failure_ = num_engines_ == 1
+                     ? status
+                     : absl::UnavailableError(
+                           absl::StrCat("every engine is dead (the last: ", status.message(), ")"));
+    }
+  }
+  lb_->SetAlive(engine_index, false);
+}
+
+absl::StatusOr<int32_t> EngineCoreClient::PickEngine() {
+  std::optional<int32_t> engine;
+  {
+    absl::MutexLock lock(&lb_mu_);
+    engine = lb_->Pick();
+  }
+  if (engine.has_value()) return *engine;
+  absl::Status s = failure();
+  return s.ok() ? absl::UnavailableError("no engine is alive") : s;
 }
 
 absl::Status EngineCoreClient::Send(int32_t engine_index, core::EngineCoreRequestType type,
                                     std::string payload) {
-  VLLM_RETURN_IF_ERROR(failure());
-  if (engine_index < 0 || engine_index >= num_engines_) {
-    return absl::InvalidArgumentError(absl::StrCat("no engine ", engine_index));
-  }
+  VLLM_RETURN_IF_ERROR(EngineFailure(engine_index));
   const std::string identity = absl::StrCat("engine-", engine_index);
   const char type_byte = static_cast<char>(type);
   std::vector<zmq::message_t> parts;
@@ -270,8 +326,8 @@ absl::Status EngineCoreClient::Send(int32_t engine_index, core::EngineCoreReques
   parts.push_back(Msg(payload));
   absl::MutexLock lock(&send_mu_);
   return ipc::SendMultipart(
-      *input_, parts, ipc::MonoNowNs() + 5'000'000'000, kSlice, [this] { return failure(); },
-      "request to the engine");
+      *input_, parts, ipc::MonoNowNs() + 5'000'000'000, kSlice,
+      [this, engine_index] { return EngineFailure(engine_index); }, "request to the engine");
 }
 
 absl::Status EngineCoreClient::AddRequest(const core::EngineCoreRequest& request) {
@@ -298,14 +354,14 @@ absl::StatusOr<std::string> EngineCoreClient::CallUtility(const std::string& met
   VLLM_RETURN_IF_ERROR(
       Send(engine_index, core::EngineCoreRequestType::kUtility, std::string(b.data(), b.size())));
   absl::MutexLock lock(&mu_);
-  auto done = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return utility_results_.contains(id) || !failure_.ok();
+  auto done = [this, id, engine_index]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return utility_results_.contains(id) || !engine_failures_[engine_index].ok();
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
     return absl::DeadlineExceededError(absl::StrCat("utility call ", method, " timed out"));
   }
   auto it = utility_results_.find(id);
-  if (it == utility_results_.end()) return failure_;
+  if (it == utility_results_.end()) return engine_failures_[engine_index];
   absl::StatusOr<std::string> result = std::move(it->second);
   utility_results_.erase(it);
   return result;

@@ -4,9 +4,15 @@
 // process, sends requests, aborts and utility calls, and receives EngineCoreOutputs on an
 // internal thread. The wire format is documented in core/engine_core_proc.h.
 //
-// Failure: when an engine reports EXECUTOR_FAILED ('F'), or its supervisor calls
-// MarkEngineDead() (the process died), every later call and every GetOutputs() returns an
-// error naming the engine — no caller waits forever.
+// Data parallelism (vLLM's DPLBAsyncMPClient): with several engines, PickEngine() chooses the
+// engine for each new request (DpLoadBalancer, fed by the scheduler figures every engine
+// sends with its outputs); aborts and utility calls name the engine.
+//
+// Failure is per engine: when an engine reports EXECUTOR_FAILED ('F'), or its supervisor
+// calls MarkEngineDead() (the process died), calls to that engine fail with an error naming
+// it, GetOutputs() returns one event saying so (its requests must be failed), and it is never
+// picked again; the others go on. Once every engine is dead, failure() and GetOutputs() return
+// the error — no caller waits forever.
 //
 // Thread-safety: all methods are thread-safe. GetOutputs() is meant for one consumer thread
 // (the output processor); several would split the outputs between them.
@@ -30,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/engine_core_types.h"
+#include "frontend/dp_load_balancer.h"
 #include "ipc/zmq_util.h"
 
 namespace vllm::frontend {
@@ -42,9 +49,11 @@ class EngineCoreClient {
   };
 
   // Binds the sockets (private ipc:// socket files, ipc/ipc_address.h). `num_engines` engines
-  // must then connect; WaitForEngines() removes the files once they have.
+  // (data-parallel ranks 0 .. num_engines - 1) must then connect; WaitForEngines() removes
+  // the files once they have.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCoreClient>> Create(
       int32_t num_engines);
+  int32_t num_engines() const { return num_engines_; }
   ~EngineCoreClient();
 
   // Give this to each engine process (--handshake-address).
@@ -60,6 +69,9 @@ class EngineCoreClient {
                                             const std::function<absl::Status()>& check);
   const std::vector<EngineInfo>& engines() const { return engines_; }
 
+  // The engine for a new request (counted as in flight there until its next figures come);
+  // Unavailable when every engine is dead.
+  [[nodiscard]] absl::StatusOr<int32_t> PickEngine();
   // Sends a request to engine `data_parallel_rank` (or engine 0). Errors: the engine is dead.
   [[nodiscard]] absl::Status AddRequest(const core::EngineCoreRequest& request);
   [[nodiscard]] absl::Status AbortRequests(std::span<const std::string> request_ids,
@@ -78,6 +90,10 @@ class EngineCoreClient {
     // request in flight may have lost one. The engine itself stays usable.
     absl::Status decode_error;
     std::vector<std::string> failed_request_ids;
+    // Set when an engine died (then nothing else is): every request sent to `dead_engine`
+    // that has not finished must end with `engine_failure` (it names the engine).
+    std::optional<int32_t> dead_engine;
+    absl::Status engine_failure;
   };
 
   // Waits for the next outputs frame. DeadlineExceeded when none came in time; the engine's
@@ -85,9 +101,12 @@ class EngineCoreClient {
   // dropped silently: an undecodable one is returned with decode_error set.
   [[nodiscard]] absl::StatusOr<ReceivedOutputs> GetOutputs(absl::Time deadline);
 
-  // Records that an engine is gone (its process exited): fails every waiter.
+  // Records that an engine is gone (its process exited); see "Failure" above.
   void MarkEngineDead(int32_t engine_index, const absl::Status& why);
+  // OK while at least one engine lives; the error once every engine is dead.
   absl::Status failure() const;
+  // OK while engine `engine_index` lives; why it died otherwise.
+  absl::Status EngineFailure(int32_t engine_index) const;
 
  private:
   EngineCoreClient() = default;
@@ -95,6 +114,8 @@ class EngineCoreClient {
                                                   const std::function<absl::Status()>& check);
   void ReceiveLoop();
   void ReceiveUtilityReply(const zmq::message_t& payload);
+  // Marks the engine dead with exactly `status` (first report wins).
+  void EngineDied(int32_t engine_index, absl::Status status);
   absl::Status Send(int32_t engine_index, core::EngineCoreRequestType type, std::string payload);
 
   int32_t num_engines_ = 0;
@@ -111,10 +132,15 @@ class EngineCoreClient {
 
   absl::Mutex send_mu_;
 
+  absl::Mutex lb_mu_;
+  std::optional<DpLoadBalancer> lb_ ABSL_GUARDED_BY(lb_mu_);
+
   mutable absl::Mutex mu_;
   std::deque<ReceivedOutputs> outputs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::StatusOr<std::string>> utility_results_ ABSL_GUARDED_BY(mu_);
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // every engine is dead
+  std::vector<absl::Status> engine_failures_ ABSL_GUARDED_BY(mu_);
+  int32_t num_dead_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace vllm::frontend

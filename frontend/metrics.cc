@@ -163,41 +163,77 @@ std::string MetricsRegistry::Render() const {
   return out;
 }
 
-ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name) {
-  MetricLabels l = {{"model_name", model_name}};
-  num_requests_running =
-      r->AddGauge("vllm:num_requests_running", "Number of requests in model execution batches.", l);
-  num_requests_waiting =
-      r->AddGauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", l);
-  kv_cache_usage_perc =
-      r->AddGauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l);
-  prefix_cache_queries =
-      r->AddCounter("vllm:prefix_cache_queries_total",
-                    "Prefix cache queries, in terms of number of queried tokens.", l);
-  prefix_cache_hits = r->AddCounter("vllm:prefix_cache_hits_total",
-                                    "Prefix cache hits, in terms of number of cached tokens.", l);
-  num_preemptions = r->AddCounter("vllm:num_preemptions_total",
-                                  "Cumulative number of preemption from the engine.", l);
-  prompt_tokens =
-      r->AddCounter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", l);
-  generation_tokens =
-      r->AddCounter("vllm:generation_tokens_total", "Number of generation tokens processed.", l);
-  for (core::FinishReason reason : {core::FinishReason::kStop, core::FinishReason::kLength,
-                                    core::FinishReason::kAbort, core::FinishReason::kError}) {
-    MetricLabels with_reason = l;
-    with_reason.emplace_back("finished_reason", std::string(core::FinishReasonName(reason)));
-    request_success[static_cast<size_t>(reason)] = r->AddCounter(
-        "vllm:request_success_total", "Count of successfully processed requests.", with_reason);
+ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name, int32_t num_engines)
+    : engines_(std::max(num_engines, 1)) {
+  const int32_t n = static_cast<int32_t>(engines_.size());
+  auto labels = [&](int32_t e) {
+    return MetricLabels{{"model_name", model_name}, {"engine", std::to_string(e)}};
+  };
+  // One family at a time, one series per engine.
+  auto each = [&](Metric* EngineMetrics::*field, auto make) {
+    for (int32_t e = 0; e < n; ++e) engines_[e].*field = make(labels(e));
+  };
+  each(&EngineMetrics::num_requests_running, [&](MetricLabels l) {
+    return r->AddGauge("vllm:num_requests_running",
+                       "Number of requests in model execution batches.", std::move(l));
+  });
+  each(&EngineMetrics::num_requests_waiting, [&](MetricLabels l) {
+    return r->AddGauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                       std::move(l));
+  });
+  each(&EngineMetrics::kv_cache_usage_perc, [&](MetricLabels l) {
+    return r->AddGauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                       std::move(l));
+  });
+  each(&EngineMetrics::prefix_cache_queries, [&](MetricLabels l) {
+    return r->AddCounter("vllm:prefix_cache_queries_total",
+                         "Prefix cache queries, in terms of number of queried tokens.",
+                         std::move(l));
+  });
+  each(&EngineMetrics::prefix_cache_hits, [&](MetricLabels l) {
+    return r->AddCounter("vllm:prefix_cache_hits_total",
+                         "Prefix cache hits, in terms of number of cached tokens.", std::move(l));
+  });
+  each(&EngineMetrics::num_preemptions, [&](MetricLabels l) {
+    return r->AddCounter("vllm:num_preemptions_total",
+                         "Cumulative number of preemption from the engine.", std::move(l));
+  });
+  each(&EngineMetrics::prompt_tokens, [&](MetricLabels l) {
+    return r->AddCounter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+                         std::move(l));
+  });
+  each(&EngineMetrics::generation_tokens, [&](MetricLabels l) {
+    return r->AddCounter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+                         std::move(l));
+  });
+  for (int32_t e = 0; e < n; ++e) {
+    for (core::FinishReason reason : {core::FinishReason::kStop, core::FinishReason::kLength,
+                                      core::FinishReason::kAbort, core::FinishReason::kError}) {
+      MetricLabels with_reason = labels(e);
+      with_reason.emplace_back("finished_reason", std::string(core::FinishReasonName(reason)));
+      engines_[e].request_success[static_cast<size_t>(reason)] = r->AddCounter(
+          "vllm:request_success_total", "Count of successfully processed requests.", with_reason);
+    }
   }
-  time_to_first_token =
-      r->AddHistogram("vllm:time_to_first_token_seconds",
-                      "Histogram of time to first token in seconds.", l, TtftBuckets());
-  inter_token_latency =
-      r->AddHistogram("vllm:inter_token_latency_seconds",
-                      "Histogram of inter-token latency in seconds.", l, ItlBuckets());
-  e2e_request_latency =
-      r->AddHistogram("vllm:e2e_request_latency_seconds",
-                      "Histogram of e2e request latency in seconds.", l, E2eBuckets());
+  each(&EngineMetrics::time_to_first_token, [&](MetricLabels l) {
+    return r->AddHistogram("vllm:time_to_first_token_seconds",
+                           "Histogram of time to first token in seconds.", std::move(l),
+                           TtftBuckets());
+  });
+  each(&EngineMetrics::inter_token_latency, [&](MetricLabels l) {
+    return r->AddHistogram("vllm:inter_token_latency_seconds",
+                           "Histogram of inter-token latency in seconds.", std::move(l),
+                           ItlBuckets());
+  });
+  each(&EngineMetrics::e2e_request_latency, [&](MetricLabels l) {
+    return r->AddHistogram("vllm:e2e_request_latency_seconds",
+                           "Histogram of e2e request latency in seconds.", std::move(l),
+                           E2eBuckets());
+  });
+}
+
+const EngineMetrics& ServerMetrics::engine(int32_t index) const {
+  return engines_[std::clamp<int32_t>(index, 0, static_cast<int32_t>(engines_.size()) - 1)];
 }
 
 }  // namespace vllm::frontend

@@ -80,11 +80,8 @@ class MetricsRegistry {
   std::vector<std::unique_ptr<Metric>> metrics_ ABSL_GUARDED_BY(mu_);
 };
 
-// The vLLM metrics the server maintains; pointers into `registry`.
-struct ServerMetrics {
-  // Builds the set in `registry` with label model_name=`model_name`.
-  ServerMetrics(MetricsRegistry* registry, const std::string& model_name);
-
+// The vLLM metrics of one data-parallel engine; pointers into the registry.
+struct EngineMetrics {
   // The request_success series for `reason`.
   Metric* RequestSuccess(core::FinishReason reason) const {
     return request_success[static_cast<size_t>(reason)];
@@ -105,6 +102,22 @@ struct ServerMetrics {
   Metric* time_to_first_token;  // vllm:time_to_first_token_seconds
   Metric* inter_token_latency;  // vllm:inter_token_latency_seconds
   Metric* e2e_request_latency;  // vllm:e2e_request_latency_seconds
+};
+
+// The vLLM metrics the server maintains. As vLLM's PrometheusStatLogger, every series is
+// labelled model_name and engine (the data-parallel rank), in that order; the series of one
+// name are registered together so each family renders under one header.
+class ServerMetrics {
+ public:
+  // Builds the set for `num_engines` (>= 1) engines in `registry`.
+  ServerMetrics(MetricsRegistry* registry, const std::string& model_name, int32_t num_engines);
+
+  // Engine `index`'s series (an index out of range is clamped: never a crash on a stray one).
+  const EngineMetrics& engine(int32_t index) const;
+  int32_t num_engines() const { return static_cast<int32_t>(engines_.size()); }
+
+ private:
+  std::vector<EngineMetrics> engines_;
 };
 
 }  // namespace vllm::frontend

@@ -72,6 +72,11 @@ int RunEngineCore(const std::vector<std::string>& args) {
                  std::string(flags.status().message()).c_str());
     return 2;
   }
+  if (flags->config.parallel.data_parallel_size > 1) {
+    // Which replica a line comes from (vLLM names its processes EngineCore_DP<rank>).
+    spdlog::set_default_logger(spdlog::stderr_color_mt(
+        absl::StrCat("engine-core-dp", flags->config.parallel.data_parallel_rank)));
+  }
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != flags->parent_pid) return 1;  // the parent died before we could watch it
   signal(SIGINT, SIG_IGN);  // Ctrl-C reaches the whole group; the parent stops us

@@ -287,6 +287,9 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   }
   e.pipeline_parallel_size = a.pipeline_parallel_size;
   e.data_parallel_size = a.data_parallel_size;
+  // As vLLM: without -dpl, every replica runs on this node (a headless node's count must be
+  // given).
+  if (app.count("--data-parallel-size-local") == 0) dp_local = a.data_parallel_size;
   e.data_parallel_size_local = dp_local;
   e.data_parallel_start_rank = dp_start_rank;
   e.data_parallel_address = dp_address;
@@ -295,18 +298,22 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
     return absl::InvalidArgumentError(
         "--api-server-count: only 1 is supported until several API servers can share the engines");
   }
-  // Parsed into the config, but nothing runs a replica set yet: refused rather than ignored.
-  if (a.data_parallel_size != 1) {
-    return absl::InvalidArgumentError(
-        "--data-parallel-size: only 1 is supported until the data-parallel coordinator exists");
+  // Data parallelism runs on one node (every replica behind this API server). What needs
+  // other nodes is parsed into the config but refused rather than ignored.
+  if (dp_local != a.data_parallel_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--data-parallel-size-local ", dp_local, " of --data-parallel-size ", a.data_parallel_size,
+        ": replicas on other nodes are not supported yet (run every replica on this node)"));
   }
   for (const char* flag :
-       {"--data-parallel-size-local", "--data-parallel-start-rank", "--data-parallel-rank",
-        "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-hybrid-lb",
-        "--data-parallel-external-lb", "--headless"}) {
+       {"--data-parallel-start-rank", "--data-parallel-rank", "--data-parallel-address",
+        "--data-parallel-rpc-port", "--data-parallel-hybrid-lb", "--data-parallel-external-lb",
+        "--headless"}) {
     if (app.count(flag) > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": data parallelism is not built yet (only --data-parallel-size 1 runs)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag,
+                       ": multi-node data parallelism is not supported yet (--data-parallel-size N "
+                       "runs N replicas on this node)"));
     }
   }
   // auto is cuda when a GPU is visible; cuda without one is an error naming the flag.

@@ -39,8 +39,8 @@ struct ServeArgs {
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;
   std::optional<std::string> chat_template;  // a file or the template itself
-  // Data parallelism (parsed; a replica count above 1 is rejected until the DP coordinator
-  // exists).
+  // Data parallelism: replicas of the engine (each with its own tensor-parallel group), all
+  // on this node for now.
   int32_t data_parallel_size = 1;
   int32_t pipeline_parallel_size = 1;
   bool headless = false;

@@ -46,7 +46,9 @@ class EngineProcess {
  public:
   ~EngineProcess() { Stop(absl::Seconds(4)); }
 
-  absl::Status Start(const ServeArgs& args, const std::string& handshake_address) {
+  // Starts the engine core of data-parallel rank `config.parallel.data_parallel_rank`.
+  absl::Status Start(const config::VllmConfig& config, const std::string& handshake_address) {
+    rank_ = config.parallel.data_parallel_rank;
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     if (ec) return absl::InternalError("cannot read /proc/self/exe: " + ec.message());
@@ -59,13 +61,14 @@ class EngineProcess {
                                      "--config-fd",
                                      absl::StrCat(config::kConfigFd)};
     // The config travels whole on a pipe the engine core inherits as descriptor 3.
-    VLLM_ASSIGN_OR_RETURN(const int config_fd, config::MakeConfigPipe(args.config));
+    VLLM_ASSIGN_OR_RETURN(const int config_fd, config::MakeConfigPipe(config));
     absl::StatusOr<executor::ProcessLauncher::Child> child =
         executor::RealProcessLauncher().Spawn(argv, config_fd);
     close(config_fd);
     if (!child.ok()) {
       return absl::Status(child.status().code(),
-                          absl::StrCat("cannot start the engine core: ", child.status().message()));
+                          absl::StrCat("cannot start the engine core of data-parallel rank ", rank_,
+                                       ": ", child.status().message()));
     }
     pid_ = child->pid;
     pidfd_ = child->exit_fd;
@@ -78,18 +81,20 @@ class EngineProcess {
     int status = 0;
     if (!exited_ && waitpid(pid_, &status, WNOHANG) == pid_) {
       exited_ = true;
-      exit_ = absl::UnavailableError(
-          absl::StrCat("the engine core (pid ", pid_, ") ", DescribeWaitStatus(status)));
+      exit_ =
+          absl::UnavailableError(absl::StrCat("the engine core of data-parallel rank ", rank_,
+                                              " (pid ", pid_, ") ", DescribeWaitStatus(status)));
     }
     return exited_ ? exit_ : absl::OkStatus();
   }
 
-  // Blocks until the engine exits or `stop_fd` becomes readable; returns true on exit.
-  bool WaitForExit(int stop_fd) {
-    pollfd fds[2] = {{pidfd_, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    while (poll(fds, 2, -1) < 0 && errno == EINTR) {
-    }
-    return fds[0].revents != 0;
+  // Readable once the process has exited.
+  int exit_fd() const { return pidfd_; }
+  int32_t rank() const { return rank_; }
+
+  // Sends SIGTERM (the engine stops its workers and exits); Stop() waits.
+  void Terminate() {
+    if (pid_ > 0 && Check().ok()) kill(pid_, SIGTERM);
   }
 
   void Stop(absl::Duration grace) {
@@ -110,6 +115,7 @@ class EngineProcess {
   pid_t pid() const { return pid_; }
 
  private:
+  int32_t rank_ = 0;
   pid_t pid_ = -1;
   int pidfd_ = -1;
   bool exited_ = false;
@@ -162,10 +168,23 @@ absl::Status Serve(const ServeArgs& args) {
   VLLM_ASSIGN_OR_RETURN(std::optional<frontend::ChatTemplate> chat_template,
                         LoadChatTemplate(args, *tokenizer));
 
+  // One engine core per data-parallel rank (all on this node), each with its own workers.
+  const config::ParallelConfig& parallel = args.config.parallel;
+  const int32_t num_engines = parallel.data_parallel_size_local;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::EngineCoreClient> client,
-                        frontend::EngineCoreClient::Create(1));
-  EngineProcess engine;
-  VLLM_RETURN_IF_ERROR(engine.Start(args, client->handshake_address()));
+                        frontend::EngineCoreClient::Create(num_engines));
+  std::vector<std::unique_ptr<EngineProcess>> engines;
+  for (int32_t i = 0; i < num_engines; ++i) {
+    config::VllmConfig engine_config = args.config;
+    engine_config.parallel.data_parallel_rank = parallel.data_parallel_start_rank + i;
+    engines.push_back(std::make_unique<EngineProcess>());
+    VLLM_RETURN_IF_ERROR(engines.back()->Start(engine_config, client->handshake_address()));
+  }
+  auto stop_engines = [&engines] {
+    // SIGTERM to all first, so they shut down side by side.
+    for (auto& e : engines) e->Terminate();
+    for (auto& e : engines) e->Stop(absl::Seconds(4));
+  };
 
   // SIGTERM: drain (stop accepting, let requests in flight finish for --shutdown-timeout),
   // then stop. Ctrl-C (SIGINT) or a second signal: stop at once. Stopping ends requests still
@@ -182,13 +201,31 @@ absl::Status Serve(const ServeArgs& args) {
                                        immediate.load() ? "shutting down" : "draining");
                           if (!stop.HasBeenNotified()) stop.Notify();
                         }));
-  spdlog::info("starting the engine core for {} (pid {})", args.config.model.model.string(),
-               engine.pid());
-  VLLM_RETURN_IF_ERROR(client->WaitForEngines(absl::Now() + absl::Minutes(10), [&]() {
-    if (stop.HasBeenNotified()) return absl::CancelledError("interrupted during start-up");
-    return engine.Check();
-  }));
-  const frontend::EngineCoreClient::EngineInfo info = client->engines()[0];
+  for (const auto& e : engines) {
+    spdlog::info("starting the engine core of data-parallel rank {} for {} (pid {})", e->rank(),
+                 args.config.model.model.string(), e->pid());
+  }
+  if (absl::Status started =
+          client->WaitForEngines(absl::Now() + absl::Minutes(10),
+                                 [&]() {
+                                   if (stop.HasBeenNotified()) {
+                                     return absl::CancelledError("interrupted during start-up");
+                                   }
+                                   for (auto& e : engines) {
+                                     VLLM_RETURN_IF_ERROR(e->Check());
+                                   }
+                                   return absl::OkStatus();
+                                 });
+      !started.ok()) {
+    stop_engines();
+    return started;
+  }
+  // Every engine resolved the same config; the frontend uses the smallest limits.
+  frontend::EngineCoreClient::EngineInfo info = client->engines()[0];
+  for (const auto& e : client->engines()) {
+    info.max_model_len = std::min(info.max_model_len, e.max_model_len);
+    info.num_gpu_blocks = std::min(info.num_gpu_blocks, e.num_gpu_blocks);
+  }
 
   frontend::AsyncLLMConfig config;
   config.model_name = args.served_model_names.front();
@@ -206,18 +243,32 @@ absl::Status Serve(const ServeArgs& args) {
   server_options.max_connections = args.max_connections;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::ApiServer> server,
                         frontend::ApiServer::Create(llm.get(), server_options));
-  spdlog::info("serving {} at http://{}:{} ({} KV-cache blocks, max_model_len {})",
+  spdlog::info("serving {} at http://{}:{} ({} KV-cache blocks{}, max_model_len {})",
                config.model_name, args.host, server->port(), info.num_gpu_blocks,
+               num_engines > 1 ? absl::StrCat(" on each of ", num_engines, " engines") : "",
                info.max_model_len);
   std::printf("vllm-launch: ready at http://%s:%d/v1\n", args.host.c_str(), server->port());
   std::fflush(stdout);
 
-  // Watch the engine: if it dies, requests fail and /health says 503 (the server stays up).
+  // Watch the engines: when one dies, its requests fail and the others go on; /health says
+  // 503 once none is left (the server stays up).
   std::thread monitor([&] {
-    if (engine.WaitForExit(stop_pipe[0])) {
-      const absl::Status why = engine.Check();
-      spdlog::error("{}", why.ToString());
-      raw_client->MarkEngineDead(0, why);
+    std::vector<pollfd> fds;
+    for (const auto& e : engines) fds.push_back({e->exit_fd(), POLLIN, 0});
+    fds.push_back({stop_pipe[0], POLLIN, 0});
+    std::vector<bool> dead(engines.size(), false);
+    while (true) {
+      while (poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) {
+      }
+      if (fds.back().revents != 0) return;
+      for (size_t i = 0; i < engines.size(); ++i) {
+        if (dead[i] || fds[i].revents == 0) continue;
+        dead[i] = true;
+        fds[i].fd = -1;  // poll ignores it from now on
+        const absl::Status why = engines[i]->Check();
+        spdlog::error("{}", why.ToString());
+        raw_client->MarkEngineDead(engines[i]->rank(), why);
+      }
     }
   });
   stop.WaitForNotification();
@@ -235,8 +286,8 @@ absl::Status Serve(const ServeArgs& args) {
   }
   server->Stop();
   (void)!write(stop_pipe[1], "x", 1);  // ends the monitor's wait
-  engine.Stop(absl::Seconds(4));
   monitor.join();
+  stop_engines();
   server.reset();
   llm.reset();
   close(stop_pipe[0]);

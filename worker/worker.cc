@@ -55,6 +55,7 @@ WorkerConfig WorkerConfigFrom(const config::VllmConfig& config) {
   w.max_model_len = config.model.max_model_len;
   w.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
   w.max_num_seqs = config.scheduler.max_num_seqs;
+  w.first_device = config.parallel.local_device_index(0);
   return w;
 }
 
@@ -77,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     o.dtype = config.dtype;
     o.dummy_weights = config.load_format == LoadFormat::kDummy;
     o.seed = config.seed;
-    o.device_index = comm->rank();
+    o.device_index = config.first_device + comm->rank();
     o.gpu_memory_utilization = config.gpu_memory_utilization;
     o.enforce_eager = config.enforce_eager;
     o.max_model_len = config.max_model_len;

@@ -71,6 +71,9 @@ struct WorkerConfig {
   int32_t max_model_len = 0;
   int32_t max_num_batched_tokens = 0;
   int32_t max_num_seqs = 0;
+  // CUDA: the GPU of rank 0 among the visible ones; rank r uses first_device + r (the node's
+  // data-parallel engines take consecutive blocks, config::ParallelConfig::local_device_index).
+  int32_t first_device = 0;
 };
 // A rank's view of the engine's (resolved) config: what WorkerProc builds from the config it
 // receives, and UniProcExecutor from its own.

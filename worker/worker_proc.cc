@@ -140,15 +140,18 @@ class WorkerProc {
       return absl::FailedPreconditionError(absl::StrCat(
           "--device cuda: no usable GPU (cudaGetDeviceCount: ", cudaGetErrorString(e), ")"));
     }
-    if (options_.rank >= count) {
+    // Data-parallel engines on one node take consecutive blocks of GPUs.
+    const int32_t gpu = options_.config.parallel.local_device_index(options_.rank);
+    if (gpu >= count) {
       const char* visible = getenv("CUDA_VISIBLE_DEVICES");
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "rank %d needs GPU %d but only %d %s visible (CUDA_VISIBLE_DEVICES=%s)", options_.rank,
-          options_.rank, count, count == 1 ? "is" : "are", visible ? visible : "unset"));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("rank %d of data-parallel engine %d needs GPU %d but only %d %s visible "
+                          "(CUDA_VISIBLE_DEVICES=%s)",
+                          options_.rank, options_.config.parallel.data_parallel_rank, gpu, count,
+                          count == 1 ? "is" : "are", visible ? visible : "unset"));
     }
-    if (cudaError_t e = cudaSetDevice(options_.rank); e != cudaSuccess) {
-      return absl::InternalError(
-          absl::StrCat("cudaSetDevice(", options_.rank, "): ", cudaGetErrorString(e)));
+    if (cudaError_t e = cudaSetDevice(gpu); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaSetDevice(", gpu, "): ", cudaGetErrorString(e)));
     }
     if (options_.world_size() == 1) return absl::OkStatus();  // Worker uses a single-rank group
     VLLM_RETURN_IF_ERROR(broadcast_->WaitUntilReady(deadline));
@@ -171,7 +174,7 @@ class WorkerProc {
         nccl_, kernels::cuda::NcclCommunicator::Create(
                    nccl_id, options_.rank, options_.world_size(), deadline - absl::Now()));
     spdlog::info("worker rank {}: NCCL group of {} formed on GPU {}", options_.rank,
-                 options_.world_size(), options_.rank);
+                 options_.world_size(), options_.config.parallel.local_device_index(options_.rank));
     return absl::OkStatus();
 #else
     (void)deadline;

@@ -124,7 +124,13 @@ absl::StatusOr<std::unique_ptr<CudaModelBackend>> CudaModelBackend::Create(
     return absl::InvalidArgumentError(absl::StrFormat(
         "--gpu-memory-utilization must be in (0, 1], got %g", options.gpu_memory_utilization));
   }
-  const int32_t device = std::max(options.device_index, 0) % count;
+  if (options.device_index < 0 || options.device_index >= count) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this rank needs GPU %d but only %d %s visible (data-parallel engines on a node take "
+        "consecutive blocks of --tensor-parallel-size GPUs)",
+        options.device_index, count, count == 1 ? "is" : "are"));
+  }
+  const int32_t device = options.device_index;
   std::unique_ptr<CudaModelBackend> b(new CudaModelBackend(options, device));
   VLLM_RETURN_IF_ERROR(b->SelectDevice());
   VLLM_RETURN_IF_ERROR(CudaStatus(cudaFree(nullptr), "CUDA context creation"));

@@ -212,7 +212,7 @@ TEST_F(ServeBadRequestTest, EveryBadRequestGetsAFourHundredNamingTheProblem) {
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->status, 200) << chat->body;
   const testing::MetricSamples m = testing::ScrapeMetrics(port_);
-  EXPECT_EQ(m.at("vllm:num_requests_running{model_name=\"kjv-llama-tiny\"}"), 0);
+  EXPECT_EQ(m.at("vllm:num_requests_running{model_name=\"kjv-llama-tiny\",engine=\"0\"}"), 0);
   EXPECT_TRUE(server_->running());
 }
 

@@ -78,7 +78,8 @@ void ServeFailureTest::KillDuringRequests(const std::vector<std::string>& server
     });
   }
   // Kill once the engine runs all four (its stats ride on every step's outputs).
-  const std::string running = "vllm:num_requests_running{model_name=\"kjv-llama-tiny\"}";
+  const std::string running =
+      "vllm:num_requests_running{model_name=\"kjv-llama-tiny\",engine=\"0\"}";
   testing::MetricSamples m;
   do {
     m = testing::ScrapeMetrics(port_);

@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -252,8 +253,6 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   // Flags that cannot work yet are refused, naming the flag, before anything starts.
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"},
-                                             {"--data-parallel-size", "2"},
-                                             {"--data-parallel-size-local", "1"},
                                              {"--data-parallel-start-rank", "0"},
                                              {"--data-parallel-address", "10.0.0.1"},
                                              {"--data-parallel-rpc-port", "13345"},
@@ -266,8 +265,15 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     Covered(args[0],
             r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
                 (absl::StrContains(r.output, "not built yet") ||
+                 absl::StrContains(r.output, "not supported yet") ||
                  absl::StrContains(r.output, "only 1 is supported")),
             r.output);
+  }
+  {
+    // Replicas on other nodes: refused until multi-node data parallelism exists.
+    const CliResult r = RunCli({"-dp", "2", "-dpl", "1"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "--data-parallel-size-local")) << r.output;
   }
 
   // 1. Defaults: the baseline the other runs are compared with.
@@ -406,6 +412,36 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   Covered("--num-gpu-blocks-override", ReportedBlocks(log) == 64, log);
   InConfig("--enable-chunked-prefill", ConfigLine(log), "enable_chunked_prefill=True");
   Covered("--port", port_ == port && HealthOk(port));
+  Stop();
+  server_.reset();
+
+  // 4. Data parallelism on this node: two engine cores (each runs its worker in-process), and
+  //    requests reach both (request_success_total per engine label).
+  ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2", "--data-parallel-size-local", "2"}));
+  log = Log();
+  Covered("--data-parallel-size", ProcessesUnder(server_->pid()) == 2u,
+          absl::StrCat(ProcessesUnder(server_->pid()), " processes under the server"));
+  {
+    // Sent concurrently, so the balancer sees both engines loaded.
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 6; ++i) {
+      clients.emplace_back([this] {
+        const nlohmann::json body = {{"prompt", "In the beginning"}, {"max_tokens", 8}};
+        (void)Request(port_, "POST", "/v1/completions", body.dump(), "");
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  }
+  const std::string metrics = Request(port_, "GET", "/metrics", "", "").body;
+  bool both = true;
+  for (const char* engine : {"0", "1"}) {
+    const std::string series =
+        absl::StrCat("vllm:request_success_total{model_name=\"kjv-llama-tiny\",engine=\"", engine,
+                     "\",finished_reason=\"length\"} ");
+    const size_t at = metrics.find(series);
+    both = both && at != std::string::npos && metrics.compare(at + series.size(), 2, "0\n") != 0;
+  }
+  Covered("--data-parallel-size-local", both, metrics);
   Stop();
   server_.reset();
 

@@ -27,7 +27,7 @@ using testing::MetricSamples;
 using testing::ScrapeMetrics;
 using testing::SumOf;
 
-constexpr char kModelLabel[] = "{model_name=\"kjv-llama-tiny\"}";
+constexpr char kModelLabel[] = "{model_name=\"kjv-llama-tiny\",engine=\"0\"}";
 
 std::string Series(const std::string& name) { return name + kModelLabel; }
 
@@ -153,10 +153,11 @@ void ServeLoadTest::SixtyFourStreams(const std::vector<std::string>& args, int32
   EXPECT_EQ(delta("vllm:time_to_first_token_seconds_count"), kClients);
   // Stop and length are the only ways these requests end.
   const double stop =
-      after[absl::StrCat("vllm:request_success_total{model_name=\"kjv-llama-tiny\","
+      after[absl::StrCat("vllm:request_success_total{model_name=\"kjv-llama-tiny\",engine=\"0\","
                          "finished_reason=\"stop\"}")];
-  const double length = after[absl::StrCat(
-      "vllm:request_success_total{model_name=\"kjv-llama-tiny\",finished_reason=\"length\"}")];
+  const double length =
+      after[absl::StrCat("vllm:request_success_total{model_name=\"kjv-llama-tiny\",engine=\"0\","
+                         "finished_reason=\"length\"}")];
   EXPECT_EQ(stop + length, SumOf(after, "vllm:request_success_total"));
   EXPECT_LT(elapsed, absl::Seconds(60));
   const double preemptions = delta("vllm:num_preemptions_total");
@@ -232,7 +233,8 @@ TEST_F(ServeLoadTest, ClientsThatLeaveMidRequestAreAborted) {
   EXPECT_EQ(after[kv_usage], 0);
   EXPECT_LT(took, absl::Seconds(3));
   const std::string abort_series =
-      "vllm:request_success_total{model_name=\"kjv-llama-tiny\",finished_reason=\"abort\"}";
+      "vllm:request_success_total{model_name=\"kjv-llama-tiny\",engine=\"0\",finished_reason="
+      "\"abort\"}";
   EXPECT_EQ(after[abort_series] - before.at(abort_series), 2 * kN);
   // Nothing ran to completion: only the aborts were counted.
   EXPECT_EQ(

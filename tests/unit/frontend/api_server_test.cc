@@ -429,21 +429,24 @@ TEST_F(ApiServerTest, MetricsAfterRequests) {
   EXPECT_EQ(r.content_type.rfind("text/plain", 0), 0u);
   for (const char* line : {
            "# TYPE vllm:prompt_tokens_total counter",
-           "vllm:prompt_tokens_total{model_name=\"fake-model\"} 4\n",
-           "vllm:generation_tokens_total{model_name=\"fake-model\"} 4\n",
-           "vllm:num_requests_running{model_name=\"fake-model\"} 3\n",
-           "vllm:num_requests_waiting{model_name=\"fake-model\"} 2\n",
-           "vllm:kv_cache_usage_perc{model_name=\"fake-model\"} 0.25\n",
-           "vllm:prefix_cache_queries_total{model_name=\"fake-model\"} 100\n",
-           "vllm:prefix_cache_hits_total{model_name=\"fake-model\"} 40\n",
-           "vllm:num_preemptions_total{model_name=\"fake-model\"} 0\n",
-           "vllm:time_to_first_token_seconds_count{model_name=\"fake-model\"} 1\n",
-           "vllm:inter_token_latency_seconds_count{model_name=\"fake-model\"} 3\n",
-           "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1\n",
-           "vllm:e2e_request_latency_seconds_bucket{model_name=\"fake-model\",le=\"+Inf\"} 1\n",
+           "vllm:prompt_tokens_total{model_name=\"fake-model\",engine=\"0\"} 4\n",
+           "vllm:generation_tokens_total{model_name=\"fake-model\",engine=\"0\"} 4\n",
+           "vllm:num_requests_running{model_name=\"fake-model\",engine=\"0\"} 3\n",
+           "vllm:num_requests_waiting{model_name=\"fake-model\",engine=\"0\"} 2\n",
+           "vllm:kv_cache_usage_perc{model_name=\"fake-model\",engine=\"0\"} 0.25\n",
+           "vllm:prefix_cache_queries_total{model_name=\"fake-model\",engine=\"0\"} 100\n",
+           "vllm:prefix_cache_hits_total{model_name=\"fake-model\",engine=\"0\"} 40\n",
+           "vllm:num_preemptions_total{model_name=\"fake-model\",engine=\"0\"} 0\n",
+           "vllm:time_to_first_token_seconds_count{model_name=\"fake-model\",engine=\"0\"} 1\n",
+           "vllm:inter_token_latency_seconds_count{model_name=\"fake-model\",engine=\"0\"} 3\n",
+           "vllm:e2e_request_latency_seconds_count{model_name=\"fake-model\",engine=\"0\"} 1\n",
+           "vllm:e2e_request_latency_seconds_bucket{model_name=\"fake-model\",engine=\"0\",le=\"+"
+           "Inf\"} 1\n",
            "# TYPE vllm:time_to_first_token_seconds histogram",
-           "vllm:request_success_total{model_name=\"fake-model\",finished_reason=\"length\"} 1\n",
-           "vllm:request_success_total{model_name=\"fake-model\",finished_reason=\"abort\"} 0\n",
+           "vllm:request_success_total{model_name=\"fake-model\",engine=\"0\",finished_reason="
+           "\"length\"} 1\n",
+           "vllm:request_success_total{model_name=\"fake-model\",engine=\"0\",finished_reason="
+           "\"abort\"} 0\n",
        }) {
     EXPECT_NE(r.body.find(line), std::string::npos) << line << "\n" << r.body;
   }
@@ -766,13 +769,19 @@ TEST_F(ApiServerTest, ConnectionLimitKeepsHealthAnswering) {
     idle.push_back(std::make_unique<Client>(server_->port()));
     ASSERT_EQ(idle.back()->Send(http::verb::get, "/health").status, 200);
   }
-  // A fifth: the longest-idle connection is closed for it, and it is served normally.
+  // A fifth and a sixth, back to back: the two longest-idle connections are closed for them
+  // (the second accept passes over the one the first chose, even before it is closed), and
+  // both are served normally.
   Client fifth(server_->port());
+  Client sixth(server_->port());
   EXPECT_EQ(fifth.Send(http::verb::get, "/health").status, 200);
   EXPECT_EQ(fifth.Post("/v1/completions", {{"prompt", "a"}, {"max_tokens", 1}}).status, 200);
+  EXPECT_EQ(sixth.Post("/v1/completions", {{"prompt", "a"}, {"max_tokens", 1}}).status, 200);
   EXPECT_EQ(idle[0]->ReadToEof(), "");
+  EXPECT_EQ(idle[1]->ReadToEof(), "");
   idle.clear();
   fifth.Close();
+  sixth.Close();
 
   // Four connections busy generating: none can be closed.
   std::vector<std::unique_ptr<Client>> busy;

@@ -6,6 +6,7 @@
 
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -30,8 +31,9 @@ std::string Pack(const auto& value) {
 // The engine side of the handshake, then a PUSH socket to the client's output address.
 class ScriptedEngine {
  public:
-  explicit ScriptedEngine(const std::string& handshake_address)
-      : handshake_(ipc::ZmqContext(), zmq::socket_type::dealer),
+  explicit ScriptedEngine(const std::string& handshake_address, int32_t index = 0)
+      : index_(index),
+        handshake_(ipc::ZmqContext(), zmq::socket_type::dealer),
         input_(ipc::ZmqContext(), zmq::socket_type::dealer),
         output_(ipc::ZmqContext(), zmq::socket_type::push) {
     for (zmq::socket_t* s : {&handshake_, &input_, &output_}) s->set(zmq::sockopt::linger, 0);
@@ -43,7 +45,7 @@ class ScriptedEngine {
     const int64_t deadline = ipc::MonoNowNs() + 10'000'000'000;
     std::vector<zmq::message_t> parts;
     parts.push_back(Msg("HELLO"));
-    parts.push_back(Msg(Pack(std::vector<int32_t>{0})));
+    parts.push_back(Msg(Pack(std::vector<int32_t>{index_})));
     if (!ipc::SendMultipart(handshake_, parts, deadline, absl::Milliseconds(10), nullptr, "HELLO")
              .ok()) {
       return false;
@@ -56,7 +58,7 @@ class ScriptedEngine {
     }
     msgpack::object_handle oh = msgpack::unpack(parts[1].data<char>(), parts[1].size());
     const auto addresses = oh.get().as<std::vector<std::string>>();
-    input_.set(zmq::sockopt::routing_id, "engine-0");
+    input_.set(zmq::sockopt::routing_id, "engine-" + std::to_string(index_));
     input_.connect(addresses.at(0));
     output_.connect(addresses.at(1));
     parts.clear();
@@ -67,7 +69,7 @@ class ScriptedEngine {
     }
     parts.clear();
     parts.push_back(Msg("READY"));
-    parts.push_back(Msg(Pack(std::vector<int32_t>{0, 100, 64})));
+    parts.push_back(Msg(Pack(std::vector<int32_t>{index_, 100, 64})));
     return ipc::SendMultipart(handshake_, parts, deadline, absl::Milliseconds(10), nullptr, "READY")
         .ok();
   }
@@ -82,6 +84,7 @@ class ScriptedEngine {
   }
 
  private:
+  const int32_t index_;
   zmq::socket_t handshake_, input_, output_;
 };
 
@@ -160,6 +163,72 @@ TEST(EngineCoreClientTest, UndecodableOutputsAreReportedNotDropped) {
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_TRUE(after->decode_error.ok());
   EXPECT_TRUE((*client)->failure().ok());
+}
+
+// Data parallelism: requests spread over the engines by their load, and one engine's death
+// fails only that engine (an event for its requests) while the other keeps serving.
+TEST(EngineCoreClientTest, DataParallelEnginesFailAlone) {
+  auto client = EngineCoreClient::Create(2);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EngineCoreClient& c = **client;
+  ScriptedEngine e0(c.handshake_address(), 0), e1(c.handshake_address(), 1);
+  bool ok0 = false, ok1 = false;
+  std::thread side0([&] { ok0 = e0.Handshake(); });
+  std::thread side1([&] { ok1 = e1.Handshake(); });
+  absl::Status ready =
+      c.WaitForEngines(absl::Now() + absl::Seconds(10), [] { return absl::OkStatus(); });
+  side0.join();
+  side1.join();
+  ASSERT_TRUE(ok0 && ok1);
+  ASSERT_TRUE(ready.ok()) << ready;
+
+  // Idle engines: picks alternate (each pick counts until the engine reports figures).
+  std::vector<int32_t> picks;
+  for (int i = 0; i < 4; ++i) picks.push_back(*c.PickEngine());
+  EXPECT_EQ(picks, (std::vector<int32_t>{0, 1, 0, 1}));
+
+  // Engine 0 reports a long queue: the next picks go to engine 1.
+  core::EngineCoreOutputs busy;
+  busy.engine_index = 0;
+  busy.scheduler_stats.emplace();
+  busy.scheduler_stats->num_waiting_reqs = 10;
+  busy.scheduler_stats->num_running_reqs = 4;
+  ASSERT_NO_FATAL_FAILURE(e0.SendOutput(core::kOutputKindOutputs, core::Encode(busy)));
+  auto stats = c.GetOutputs(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*c.PickEngine(), 1);
+
+  // Engine 1 fails: one event names it; engine 0 still takes requests.
+  ASSERT_NO_FATAL_FAILURE(
+      e1.SendOutput(core::kOutputKindFailed, Pack(std::make_tuple(1, 13, std::string("boom")))));
+  auto event = c.GetOutputs(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(event.ok()) << event.status();
+  ASSERT_TRUE(event->dead_engine.has_value());
+  EXPECT_EQ(*event->dead_engine, 1);
+  EXPECT_NE(event->engine_failure.message().find("engine 1 failed: boom"), std::string::npos)
+      << event->engine_failure;
+  EXPECT_TRUE(c.failure().ok());
+  EXPECT_FALSE(c.EngineFailure(1).ok());
+  EXPECT_TRUE(c.EngineFailure(0).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*c.PickEngine(), 0);
+  core::EngineCoreRequest to_dead;
+  to_dead.request_id = "x";
+  to_dead.prompt_token_ids = {1};
+  to_dead.data_parallel_rank = 1;
+  EXPECT_TRUE(absl::IsUnavailable(c.AddRequest(to_dead)));
+  // A second report of the same death adds nothing.
+  c.MarkEngineDead(1, absl::InternalError("exited"));
+
+  // The last engine dies: the client as a whole fails.
+  c.MarkEngineDead(0, absl::InternalError("killed by signal 9"));
+  auto last = c.GetOutputs(absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_TRUE(last->dead_engine.has_value());
+  EXPECT_EQ(*last->dead_engine, 0);
+  EXPECT_FALSE(c.failure().ok());
+  EXPECT_FALSE(c.PickEngine().ok());
+  auto after = c.GetOutputs(absl::Now() + absl::Seconds(10));
+  EXPECT_TRUE(absl::IsUnavailable(after.status())) << after.status();
 }
 
 TEST(EngineCoreClientTest, RecoverOutputRequestIdsIsBounded) {

@@ -83,6 +83,25 @@ TEST(ServeArgsTest, VllmNamesAndAliases) {
   EXPECT_EQ(with_model->args->engine.tensor_parallel_size, 4);
 }
 
+TEST(ServeArgsTest, DataParallelOnOneNode) {
+  // Without -dpl every replica is local (vLLM's default for the head node).
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {"-dp", "4", "-tp", "2"}, {"-dp", "4", "-dpl", "4", "-tp", "2"}}) {
+    auto p = Parse(argv);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const config::ParallelConfig& c = p->args->config.parallel;
+    EXPECT_EQ(c.data_parallel_size, 4);
+    EXPECT_EQ(c.data_parallel_size_local, 4);
+    EXPECT_EQ(c.data_parallel_start_rank, 0);
+    // Engine 3's workers take GPUs 6 and 7.
+    config::ParallelConfig rank3 = c;
+    rank3.data_parallel_rank = 3;
+    EXPECT_TRUE(rank3.Validate().ok());
+    EXPECT_EQ(rank3.local_device_index(0), 6);
+    EXPECT_EQ(rank3.local_device_index(1), 7);
+  }
+}
+
 TEST(ServeArgsTest, HelpReadsLikeVllm) {
   auto p = Parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();
@@ -112,9 +131,9 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"--no-such-flag"}, "--no-such-flag"},
       {{"--max-num-seqs"}, "--max-num-seqs"},
       {{"-pp", "2"}, "--pipeline-parallel-size"},
-      {{"-dp", "2"}, "--data-parallel-size"},
-      // vLLM's aliases reach their flags (refused until data parallelism is built).
-      {{"-dpl", "1"}, "--data-parallel-size-local"},
+      // vLLM's aliases reach their flags (refused until multi-node data parallelism exists).
+      {{"-dp", "2", "-dpl", "1"}, "--data-parallel-size-local"},
+      {{"-dpl", "2"}, "--data-parallel-size-local"},
       {{"-dpr", "0"}, "--data-parallel-start-rank"},
       {{"-dpn", "0"}, "--data-parallel-rank"},
       {{"-dpa", "10.0.0.1"}, "--data-parallel-address"},

@@ -1,0 +1,160 @@
+// Data parallelism on one node (`--data-parallel-size 2`): two engine-core processes behind
+// one API server. Greedy answers are those of one engine, every engine serves requests
+// (per-engine /metrics series), and kill -9 of one engine core fails only the requests it was
+// running: the others finish, new requests go to the live engine, /health says "degraded"
+// with the dead rank, nothing is orphaned or left in /dev/shm.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/serve/serve_test_support.h"
+
+namespace vllm {
+namespace {
+
+using nlohmann::json;
+
+std::string Series(const std::string& name, int engine, const std::string& extra = "") {
+  return absl::StrCat(name, "{model_name=\"kjv-llama-tiny\",engine=\"", engine, "\"", extra, "}");
+}
+
+class ServeDpTest : public testing::ServeTest {
+ protected:
+  // Greedy completions of `prompts`, sent all at once.
+  std::vector<std::string> Complete(const std::vector<std::string>& prompts) {
+    std::vector<std::string> texts(prompts.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      clients.emplace_back([&, i] {
+        const json body = {{"prompt", prompts[i]}, {"max_tokens", 12}, {"temperature", 0}};
+        auto r = testing::Http(port_, "POST", "/v1/completions", body.dump());
+        if (r.ok() && r->status == 200) {
+          texts[i] = r->Json()["choices"][0].value("text", "");
+        } else {
+          texts[i] = absl::StrCat("<failed: ", r.ok() ? r->body : r.status().ToString(), ">");
+        }
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    return texts;
+  }
+
+  void StopServer() {
+    server_->Kill(SIGINT);
+    auto status = server_->Wait(absl::Seconds(10));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << testing::DescribeWaitStatus(*status);
+    server_.reset();
+  }
+};
+
+TEST_F(ServeDpTest, TwoEnginesAnswerAsOneAndBothServe) {
+  const std::vector<std::string> prompts = {
+      "In the beginning", "And God said",   "Let there be light", "And the earth was",
+      "The LORD is my",   "Blessed is the", "For God so loved",   "And it came to pass"};
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2"}));
+  EXPECT_EQ(testing::ChildrenOf(server_->pid()).size(), 2u);
+  const std::vector<std::string> dp2 = Complete(prompts);
+  const testing::MetricSamples m = testing::ScrapeMetrics(port_);
+  double total = 0;
+  for (int engine : {0, 1}) {
+    const double served =
+        m.count(Series("vllm:request_success_total", engine, ",finished_reason=\"length\"")) > 0
+            ? m.at(Series("vllm:request_success_total", engine, ",finished_reason=\"length\""))
+            : -1;
+    EXPECT_GT(served, 0) << "engine " << engine << " served nothing";
+    total += served;
+    EXPECT_EQ(m.count(Series("vllm:kv_cache_usage_perc", engine)), 1u) << "engine " << engine;
+  }
+  EXPECT_EQ(total, static_cast<double>(prompts.size()));
+  ASSERT_NO_FATAL_FAILURE(StopServer());
+
+  ASSERT_NO_FATAL_FAILURE(StartServer({}));
+  const std::vector<std::string> dp1 = Complete(prompts);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_FALSE(absl::StartsWith(dp1[i], "<failed")) << dp1[i];
+    EXPECT_EQ(dp2[i], dp1[i]) << "prompt '" << prompts[i] << "'";
+  }
+  ASSERT_NO_FATAL_FAILURE(StopServer());
+}
+
+TEST_F(ServeDpTest, OneDeadEngineFailsOnlyItsRequests) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2"}));
+  std::vector<pid_t> engines = testing::ChildrenOf(server_->pid());
+  ASSERT_EQ(engines.size(), 2u);
+  std::sort(engines.begin(), engines.end());  // spawned in rank order
+  const pid_t rank1 = engines[1];
+
+  // Four long streams: the balancer puts two on each idle engine.
+  const json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 300}, {"ignore_eos", true}, {"stream", true}};
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  testing::StreamResult streams[4];
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back(
+        [&, i] { streams[i] = testing::RunStream(port_, "/v1/completions", body, deadline); });
+  }
+  testing::MetricSamples m;
+  do {
+    m = testing::ScrapeMetrics(port_);
+  } while ((m[Series("vllm:num_requests_running", 0)] != 2 ||
+            m[Series("vllm:num_requests_running", 1)] != 2) &&
+           absl::Now() < deadline);
+  ASSERT_EQ(m[Series("vllm:num_requests_running", 0)], 2);
+  ASSERT_EQ(m[Series("vllm:num_requests_running", 1)], 2);
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+  for (std::thread& t : clients) t.join();
+
+  int failed = 0, finished = 0;
+  for (const testing::StreamResult& s : streams) {
+    ASSERT_EQ(s.status, 200) << s.error;
+    ASSERT_FALSE(s.events.empty()) << s.error;
+    const json& last = s.events.back();
+    if (last.contains("error")) {
+      ++failed;
+      EXPECT_EQ(last["error"].value("code", 0), 503) << last.dump();
+      EXPECT_TRUE(absl::StrContains(last["error"].value("message", ""), "engine 1")) << last.dump();
+    } else {
+      ++finished;
+      EXPECT_TRUE(s.done);
+    }
+  }
+  EXPECT_EQ(failed, 2);
+  EXPECT_EQ(finished, 2);
+
+  // Degraded, not down: /health is 200 and names the dead rank; new requests are served.
+  auto health = testing::Http(port_, "GET", "/health");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(health->status, 200) << health->body;
+  const json h = health->Json();
+  EXPECT_EQ(h.value("status", ""), "degraded") << health->body;
+  EXPECT_EQ(h["live_engines"], json::array({0})) << health->body;
+  ASSERT_EQ(h["dead_engines"].size(), 1u) << health->body;
+  EXPECT_EQ(h["dead_engines"][0].value("engine", -1), 1) << health->body;
+  for (const std::string& text : Complete({"a", "b", "c", "d"})) {
+    EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+  }
+  // The dead engine's gauges read zero; its series are still there.
+  m = testing::ScrapeMetrics(port_);
+  EXPECT_EQ(m.count(Series("vllm:num_requests_running", 1)), 1u);
+  EXPECT_EQ(m[Series("vllm:num_requests_running", 1)], 0);
+
+  // Nothing of the dead engine is left; the live one is still there.
+  EXPECT_EQ(testing::ChildrenOf(server_->pid()), std::vector<pid_t>{engines[0]});
+  ASSERT_NO_FATAL_FAILURE(StopServer());
+  for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
+}
+
+}  // namespace
+}  // namespace vllm
