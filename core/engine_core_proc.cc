@@ -1,7 +1,9 @@
 #include "core/engine_core_proc.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -30,6 +33,13 @@ std::string Pack(const auto&... fields) {
   msgpack::packer<msgpack::sbuffer> pk(b);
   pk.pack_array(sizeof...(fields));
   (pk.pack(fields), ...);
+  return std::string(b.data(), b.size());
+}
+
+// One value, not in an array.
+std::string Pack1(const auto& value) {
+  msgpack::sbuffer b;
+  msgpack::pack(b, value);
   return std::string(b.data(), b.size());
 }
 
@@ -83,29 +93,63 @@ class EngineCoreProc::Impl {
       pthread_setname_np(pthread_self(), "vllm-ec-input");  // frames → input queue
       InputLoop();
     });
-    output_thread_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
-      OutputLoop();
-    });
     return MainLoop();
+  }
+
+  // A socket of ours, CURVE client when the cluster key is set.
+  absl::StatusOr<zmq::socket_t> MakeSocket(zmq::socket_type type, int linger_ms) {
+    zmq::socket_t socket(ipc::ZmqContext(), type);
+    socket.set(zmq::sockopt::linger, linger_ms);
+    if (options_.curve.has_value()) {
+      VLLM_RETURN_IF_ERROR(ipc::MakeCurveClient(socket, *options_.curve));
+    }
+    return socket;
   }
 
   // HELLO → CONFIG → build the engine → READY (or FAILED).
   absl::Status Handshake() {
-    zmq::socket_t hs(ipc::ZmqContext(), zmq::socket_type::dealer);
-    hs.set(zmq::sockopt::linger, 1000);
-    hs.connect(options_.handshake_address);
+    const bool tcp = absl::StartsWith(options_.handshake_address, "tcp://");
+    VLLM_ASSIGN_OR_RETURN(zmq::socket_t hs, MakeSocket(zmq::socket_type::dealer, 1000));
+    try {
+      hs.connect(options_.handshake_address);
+    } catch (const zmq::error_t& e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot connect to the frontend at '", options_.handshake_address, "': ", e.what(),
+          tcp ? " (check --data-parallel-address and --data-parallel-rpc-port)" : ""));
+    }
     const int64_t deadline =
         ipc::MonoNowNs() + absl::ToInt64Nanoseconds(options_.handshake_timeout);
     auto check = [this] {
       return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
     };
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
     std::vector<zmq::message_t> out;
     out.push_back(Msg("HELLO"));
-    out.push_back(Msg(Pack(options_.engine_index)));
-    VLLM_RETURN_IF_ERROR(ipc::SendMultipart(hs, out, deadline, kPollSlice, check, "HELLO"));
+    out.push_back(Msg(Pack(options_.engine_index, options_.data_parallel_size, std::string(host))));
     std::vector<zmq::message_t> parts;
-    VLLM_RETURN_IF_ERROR(ipc::RecvMultipart(hs, parts, 2, deadline, kPollSlice, check, "CONFIG"));
+    absl::Status asked = ipc::SendMultipart(hs, out, deadline, kPollSlice, check, "HELLO");
+    if (asked.ok()) {
+      asked = ipc::RecvMultipart(hs, parts, 2, deadline, kPollSlice, check, "CONFIG");
+    }
+    if (absl::IsDeadlineExceeded(asked)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no answer from the frontend at ", options_.handshake_address, " within ",
+          absl::FormatDuration(options_.handshake_timeout),
+          tcp ? " (check --data-parallel-address and --data-parallel-rpc-port, that the head "
+                "node runs, and --cluster-key-file on both sides)"
+              : ""));
+    }
+    VLLM_RETURN_IF_ERROR(asked);
+    if (parts.size() == 2 && parts[0].to_string_view() == "REJECT") {
+      VLLM_ASSIGN_OR_RETURN(auto why,
+                            ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
+      auto message = ipc::ConvertAs<std::vector<std::string>>(why.get(), "REJECT");
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the frontend at ", options_.handshake_address, " refused data-parallel engine ",
+          options_.engine_index, ": ",
+          message.ok() && !message->empty() ? (*message)[0].substr(0, 1024) : "(no reason)"));
+    }
     if (parts.size() != 2 || parts[0].to_string_view() != "CONFIG") {
       return absl::DataLossError("engine handshake: expected CONFIG from the frontend");
     }
@@ -115,9 +159,9 @@ class EngineCoreProc::Impl {
     if (addresses.size() != 2)
       return absl::DataLossError("engine handshake: CONFIG needs 2 addresses");
 
-    input_.emplace(ipc::ZmqContext(), zmq::socket_type::dealer);
+    VLLM_ASSIGN_OR_RETURN(zmq::socket_t input, MakeSocket(zmq::socket_type::dealer, 0));
+    input_.emplace(std::move(input));
     input_->set(zmq::sockopt::routing_id, absl::StrCat("engine-", options_.engine_index));
-    input_->set(zmq::sockopt::linger, 0);
     input_->connect(addresses[0]);
     // Registers our routing id with the frontend's ROUTER before READY: a ROUTER send to an
     // identity whose connection is still being set up fails with EHOSTUNREACH (it is
@@ -128,9 +172,15 @@ class EngineCoreProc::Impl {
       VLLM_RETURN_IF_ERROR(
           ipc::SendMultipart(*input_, hello, deadline, kPollSlice, check, "input registration"));
     }
-    output_.emplace(ipc::ZmqContext(), zmq::socket_type::push);
-    output_->set(zmq::sockopt::linger, 2000);  // deliver the last outputs (and 'F') on exit
+    // Linger: deliver the last outputs (and 'F') on exit.
+    VLLM_ASSIGN_OR_RETURN(zmq::socket_t output, MakeSocket(zmq::socket_type::push, 2000));
+    output_.emplace(std::move(output));
     output_->connect(addresses[1]);
+    // From here the output thread sends heartbeats, also while the model loads.
+    output_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
+      OutputLoop();
+    });
 
     absl::StatusOr<std::unique_ptr<EngineCore>> engine = options_.make_engine();
     std::vector<zmq::message_t> reply;
@@ -330,7 +380,10 @@ class EngineCoreProc::Impl {
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
           return !outputs_.empty() || output_done_;
         };
-        out_mu_.Await(absl::Condition(&ready));
+        if (!out_mu_.AwaitWithTimeout(absl::Condition(&ready), options_.heartbeat_interval)) {
+          // A second without anything to send: tell the frontend this engine is alive.
+          outputs_.push_back({kOutputKindHeartbeat, Pack1(options_.engine_index)});
+        }
         if (outputs_.empty() && output_done_) return;
         batch.swap(outputs_);
       }

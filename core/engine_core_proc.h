@@ -5,9 +5,13 @@
 // Protocol with the frontend (EngineCoreClient, frontend/engine_core_client.h). The frontend
 // binds three sockets and hands the engine its handshake address:
 //
-//   handshake  frontend ROUTER  ◄── engine DEALER   [ "HELLO",  msgpack [engine_index] ]
+//   handshake  frontend ROUTER  ◄── engine DEALER   [ "HELLO",  msgpack [engine_index,
+//                                                     data_parallel_size, host name] ]
 //                               ──►                 [ "CONFIG", msgpack [input_address,
 //                                                     output_address] ]
+//                                                   or [ "REJECT", msgpack [message] ] (a
+//                                                     wrong --data-parallel-size, a rank out
+//                                                     of range or served by another node)
 //                               ◄──                 [ "READY",  msgpack [engine_index,
 //                                                     num_gpu_blocks, max_model_len] ]
 //                                                   or [ "FAILED", msgpack [message] ]
@@ -19,6 +23,12 @@
 //                 kind 'U': msgpack [call_id, code, message, result: bin]  (utility reply)
 //                 kind 'F': msgpack [engine_index, code, message]  (EXECUTOR_FAILED: the
 //                           engine is going down; every request it held is lost)
+//                 kind 'H': msgpack engine_index  (heartbeat: sent after a second without any
+//                           other frame, from CONFIG on, also while the model loads; a head
+//                           on another node takes silence as the engine's death)
+//
+// Over TCP (data parallelism across nodes) the frontend's sockets are tcp:// endpoints of the
+// head node, optionally CURVE with the cluster key (ipc/curve.h) on every socket.
 //
 // Payloads: kAdd core::Encode(EngineCoreRequest); kAbort core::EncodeAbortRequests;
 // kUtility msgpack [call_id, method, args: bin]; kStartDpWave core::Encode(StartDpWave).
@@ -38,24 +48,33 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/engine_core.h"
+#include "ipc/curve.h"
 
 namespace vllm::core {
 
 inline constexpr char kOutputKindOutputs = 'O';
 inline constexpr char kOutputKindUtility = 'U';
 inline constexpr char kOutputKindFailed = 'F';
+inline constexpr char kOutputKindHeartbeat = 'H';
 
 struct EngineCoreProcOptions {
   int32_t engine_index = 0;
+  int32_t data_parallel_size = 1;  // told to the frontend, which checks it
   std::string handshake_address;
+  // TCP: CURVE with the cluster key on every socket (the head must use the same key).
+  std::optional<ipc::CurveKeys> curve;
   // Builds the engine (loads the model through its executor); called after HELLO/CONFIG.
   std::function<absl::StatusOr<std::unique_ptr<EngineCore>>()> make_engine;
+  // From HELLO to READY (vLLM's VLLM_ENGINE_READY_TIMEOUT_S, default 600 s).
   absl::Duration handshake_timeout = absl::Minutes(10);
+  // Heartbeats ('H') after this long without any other frame.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
 };
 
 // Runs the engine process until Stop() (SIGTERM), a `shutdown` from the frontend, or a fatal

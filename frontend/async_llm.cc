@@ -297,8 +297,7 @@ void AsyncLLM::FailEngine(int32_t engine, const absl::Status& status) {
     }
   }
   if (!failed.empty()) {
-    spdlog::error("{}: failing its {} request(s) in flight", std::string(status.message()),
-                  failed.size());
+    spdlog::warn("failing the {} request(s) in flight on engine {}", failed.size(), engine);
   }
   for (auto& state : failed) state->on_output(status);
 }

@@ -4,11 +4,14 @@
 
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "core/engine_core_proc.h"
+#include "frontend/api_server.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
 #include "spdlog/spdlog.h"
@@ -31,37 +34,87 @@ absl::StatusOr<msgpack::object_handle> Unpack(const zmq::message_t& m) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(int32_t num_engines) {
+  EngineCoreClientOptions options;
+  options.num_engines = num_engines;
+  return Create(options);
+}
+
+absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(
+    const EngineCoreClientOptions& options) {
+  const int32_t num_engines = options.num_engines;
   if (num_engines < 1) return absl::InvalidArgumentError("need at least one engine");
   std::unique_ptr<EngineCoreClient> c(new EngineCoreClient());
+  c->options_ = options;
   c->num_engines_ = num_engines;
-  // Socket files in this process's private (0700) directory: only this user's processes can
-  // connect. WaitForEngines() removes them once every engine is connected; the destructor
-  // does if it never got that far.
-  VLLM_ASSIGN_OR_RETURN(c->handshake_address_, ipc::UniqueIpcAddress("handshake"));
-  VLLM_ASSIGN_OR_RETURN(c->input_address_, ipc::UniqueIpcAddress("input"));
-  VLLM_ASSIGN_OR_RETURN(c->output_address_, ipc::UniqueIpcAddress("output"));
+  const bool tcp = !options.tcp_address.empty();
   try {
     c->handshake_.emplace(ipc::ZmqContext(), zmq::socket_type::router);
     c->handshake_->set(zmq::sockopt::linger, 0);
-    c->handshake_->bind(c->handshake_address_);
     c->input_.emplace(ipc::ZmqContext(), zmq::socket_type::router);
     c->input_->set(zmq::sockopt::linger, 0);
     c->input_->set(zmq::sockopt::router_mandatory, 1);  // a send to a gone engine fails
-    c->input_->bind(c->input_address_);
+    // An engine that joins again (its node restarted) takes its identity over at once.
+    c->input_->set(zmq::sockopt::router_handover, 1);
     c->output_.emplace(ipc::ZmqContext(), zmq::socket_type::pull);
     c->output_->set(zmq::sockopt::linger, 0);
-    c->output_->bind(c->output_address_);
   } catch (const zmq::error_t& e) {
     return absl::InternalError(absl::StrCat("engine client sockets: ", e.what()));
   }
-  // Engines send nothing on the output socket before READY, so only the accept events show
-  // that their PUSH sockets are connected.
-  VLLM_ASSIGN_OR_RETURN(c->output_accepts_, ipc::AcceptCounter::Start(*c->output_));
-  c->engines_.resize(num_engines);
-  c->engine_failures_.resize(num_engines);
+  if (tcp) {
+    // The engines of every node reach the head at --data-parallel-address: handshake at
+    // --data-parallel-rpc-port, input and output at free ports reported in CONFIG.
+    VLLM_ASSIGN_OR_RETURN(const std::string ip, ResolveListenAddress(options.tcp_address));
+    if (options.curve.has_value()) {
+      for (zmq::socket_t* sock : {&*c->handshake_, &*c->input_, &*c->output_}) {
+        VLLM_RETURN_IF_ERROR(ipc::MakeCurveServer(*sock, *options.curve));
+      }
+    }
+    absl::StatusOr<std::string> bound = ipc::BindTcp(*c->handshake_, ip, options.handshake_port);
+    if (!bound.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot bind the data-parallel handshake socket at ", ip, ":", options.handshake_port,
+          " (--data-parallel-address, --data-parallel-rpc-port): ", bound.status().message()));
+    }
+    c->handshake_address_ = *bound;
+    VLLM_ASSIGN_OR_RETURN(c->input_address_, ipc::BindTcp(*c->input_, ip, 0));
+    VLLM_ASSIGN_OR_RETURN(c->output_address_, ipc::BindTcp(*c->output_, ip, 0));
+  } else {
+    // Socket files in this process's private (0700) directory: only this user's processes
+    // can connect. WaitForEngines() removes them once every engine is connected; the
+    // destructor does if it never got that far.
+    VLLM_ASSIGN_OR_RETURN(c->handshake_address_, ipc::UniqueIpcAddress("handshake"));
+    VLLM_ASSIGN_OR_RETURN(c->input_address_, ipc::UniqueIpcAddress("input"));
+    VLLM_ASSIGN_OR_RETURN(c->output_address_, ipc::UniqueIpcAddress("output"));
+    try {
+      c->handshake_->bind(c->handshake_address_);
+      c->input_->bind(c->input_address_);
+      c->output_->bind(c->output_address_);
+    } catch (const zmq::error_t& e) {
+      return absl::InternalError(absl::StrCat("engine client sockets: ", e.what()));
+    }
+    // Engines may send nothing on the output socket before READY, so only the accept events
+    // show that their PUSH sockets are connected.
+    VLLM_ASSIGN_OR_RETURN(c->output_accepts_, ipc::AcceptCounter::Start(*c->output_));
+  }
   {
     absl::MutexLock lock(&c->lb_mu_);
     c->lb_.emplace(num_engines, /*client_count=*/1, /*client_index=*/0);
+    if (tcp) {
+      for (int32_t i = 0; i < num_engines; ++i) c->lb_->SetAlive(i, false);  // until they join
+    }
+  }
+  absl::MutexLock lock(&c->mu_);
+  c->engines_.resize(num_engines);
+  c->engine_failures_.resize(num_engines);
+  c->slots_.resize(num_engines);
+  if (tcp) {
+    // No engine serves before it joined.
+    for (int32_t i = 0; i < num_engines; ++i) {
+      c->engine_failures_[i] =
+          absl::UnavailableError(absl::StrCat("data-parallel engine ", i, " has not joined"));
+    }
+    c->num_dead_ = num_engines;
+    c->failure_ = absl::UnavailableError("no data-parallel engine has joined yet");
   }
   return c;
 }
@@ -77,6 +130,7 @@ EngineCoreClient::~EngineCoreClient() {
 
 absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
                                               const std::function<absl::Status()>& check) {
+  if (tcp()) return WaitForEnginesTcp(deadline, check);
   std::vector<bool> ready(num_engines_, false);
   int32_t num_ready = 0;
   std::vector<zmq::message_t> parts;
@@ -110,7 +164,10 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
         return absl::DataLossError("engine handshake: bad READY");
       }
       ready[v[0]] = true;
-      engines_[v[0]] = {v[1], v[2]};
+      {
+        absl::MutexLock lock(&mu_);
+        engines_[v[0]] = {v[1], v[2], "localhost"};
+      }
       ++num_ready;
     } else if (kind == "FAILED") {
       VLLM_ASSIGN_OR_RETURN(auto v, ipc::ConvertAs<std::vector<std::string>>(oh.get(), "FAILED"));
@@ -140,7 +197,52 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
     pthread_setname_np(pthread_self(), "vllm-ecc-recv");  // engine outputs → queue
     ReceiveLoop();
   });
+  absl::MutexLock lock(&mu_);
+  started_ = true;
   return absl::OkStatus();
+}
+
+absl::Status EngineCoreClient::WaitForEnginesTcp(absl::Time deadline,
+                                                 const std::function<absl::Status()>& check) {
+  // The receive thread runs the handshake from the start: engines join (and join again
+  // later) while it serves outputs.
+  receiver_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "vllm-ecc-recv");  // handshake, outputs → queue
+    ReceiveLoop();
+  });
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (!startup_error_.ok()) return true;
+        for (const EngineSlot& slot : slots_) {
+          if (slot.state != JoinState::kLive) return false;
+        }
+        return true;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&done), std::min(deadline, absl::Now() + kSlice));
+      if (!startup_error_.ok()) return startup_error_;
+      if (done()) {
+        started_ = true;
+        return absl::OkStatus();
+      }
+      if (absl::Now() >= deadline) {
+        std::vector<int32_t> missing;
+        for (int32_t i = 0; i < num_engines_; ++i) {
+          if (slots_[i].state != JoinState::kLive) missing.push_back(i);
+        }
+        return absl::DeadlineExceededError(absl::StrCat(
+            "data-parallel engine(s) ", absl::StrJoin(missing, ", "), " did not join the head at ",
+            handshake_address_, " in time (VLLM_ENGINE_READY_TIMEOUT_S)"));
+      }
+    }
+    if (check) VLLM_RETURN_IF_ERROR(check());
+  }
+}
+
+std::vector<EngineCoreClient::EngineInfo> EngineCoreClient::engines() const {
+  absl::MutexLock lock(&mu_);
+  return engines_;
 }
 
 absl::Status EngineCoreClient::WaitForRegistrations(absl::Time deadline,
@@ -172,67 +274,337 @@ absl::Status EngineCoreClient::WaitForRegistrations(absl::Time deadline,
 
 void EngineCoreClient::ReceiveLoop() {
   std::vector<zmq::message_t> parts;
+  int64_t next_housekeeping_ns = 0;
   while (!stop_.load()) {
-    absl::Status s = ipc::RecvMultipart(*output_, parts, 2, ipc::MonoNowNs() + 50'000'000, kSlice,
-                                        nullptr, "engine outputs");
-    if (absl::IsDeadlineExceeded(s)) continue;
-    if (!s.ok() || parts.size() != 2 || parts[0].size() != 1) {
-      // Not one of ours (a frame of the wrong shape cannot be attributed to a request).
-      spdlog::error("engine outputs: dropped a malformed frame ({})",
-                    s.ok() ? absl::StrCat(parts.size(), " parts") : s.ToString());
+    if (!tcp()) {
+      absl::Status s = ipc::RecvMultipart(*output_, parts, 2, ipc::MonoNowNs() + 50'000'000, kSlice,
+                                          nullptr, "engine outputs");
+      if (absl::IsDeadlineExceeded(s)) continue;
+      if (!s.ok()) {
+        spdlog::error("engine outputs: dropped a malformed frame ({})", s.ToString());
+        continue;
+      }
+      HandleOutputFrame(parts);
       continue;
     }
-    const char kind = *parts[0].data<char>();
-    if (kind == core::kOutputKindOutputs) {
-      ReceivedOutputs received;
-      const std::string_view bytes = parts[1].to_string_view();
-      absl::StatusOr<core::EngineCoreOutputs> outs = core::DecodeEngineCoreOutputs(bytes);
-      if (outs.ok()) {
-        if (outs->scheduler_stats.has_value() && outs->engine_index >= 0 &&
-            outs->engine_index < num_engines_) {
+    zmq::pollitem_t items[2] = {{output_->handle(), 0, ZMQ_POLLIN, 0},
+                                {handshake_->handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(20));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) spdlog::error("engine client poll: {}", e.what());
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      absl::Status s = ipc::RecvMultipart(*handshake_, parts, 3, ipc::MonoNowNs(), kSlice, nullptr,
+                                          "engine handshake");
+      if (s.ok()) {
+        HandleHandshakeFrame(parts);
+      } else if (!absl::IsDeadlineExceeded(s)) {
+        spdlog::warn("engine handshake: dropped a frame: {}", s.ToString());
+      }
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      // Several at a time, but bounded, so the handshake and heartbeats are not starved.
+      for (int i = 0; i < 64; ++i) {
+        absl::Status s = ipc::RecvMultipart(*output_, parts, 2, ipc::MonoNowNs(), kSlice, nullptr,
+                                            "engine outputs");
+        if (absl::IsDeadlineExceeded(s)) break;
+        if (!s.ok()) {
+          spdlog::error("engine outputs: dropped a malformed frame ({})", s.ToString());
+          continue;
+        }
+        HandleOutputFrame(parts);
+      }
+    }
+    if (const int64_t now = ipc::MonoNowNs(); now >= next_housekeeping_ns) {
+      next_housekeeping_ns = now + absl::ToInt64Nanoseconds(kSlice);
+      DrainRegistrations();
+      UpdateEngineStates();
+    }
+  }
+}
+
+void EngineCoreClient::HandleOutputFrame(std::vector<zmq::message_t>& parts) {
+  if (parts.size() != 2 || parts[0].size() != 1) {
+    // Not one of ours (a frame of the wrong shape cannot be attributed to a request).
+    spdlog::error("engine outputs: dropped a malformed frame ({} parts)", parts.size());
+    return;
+  }
+  const char kind = *parts[0].data<char>();
+  if (kind == core::kOutputKindOutputs) {
+    ReceivedOutputs received;
+    const std::string_view bytes = parts[1].to_string_view();
+    absl::StatusOr<core::EngineCoreOutputs> outs = core::DecodeEngineCoreOutputs(bytes);
+    if (outs.ok()) {
+      if (outs->engine_index >= 0 && outs->engine_index < num_engines_) {
+        if (tcp()) {
+          absl::MutexLock lock(&mu_);
+          slots_[outs->engine_index].last_seen_ns = ipc::MonoNowNs();
+        }
+        if (outs->scheduler_stats.has_value()) {
           const core::SchedulerStats& st = *outs->scheduler_stats;
           absl::MutexLock lock(&lb_mu_);
           lb_->Update(outs->engine_index,
                       EngineLoad{st.num_waiting_reqs, st.num_running_reqs, st.kv_cache_usage});
         }
-        received.outputs = std::move(*outs);
-      } else {
-        received.failed_request_ids = core::RecoverOutputRequestIds(bytes);
-        received.decode_error = absl::InternalError(
-            absl::StrCat("the engine sent an output for this request that could not be decoded: ",
-                         outs.status().message()));
-        spdlog::error(
-            "engine outputs: a frame of {} bytes could not be decoded ({}); failing {}",
-            bytes.size(), outs.status().ToString(),
-            received.failed_request_ids.empty()
-                ? std::string("every request in flight (no request id could be read)")
-                : absl::StrCat("requests ", absl::StrJoin(received.failed_request_ids, ", ")));
       }
+      received.outputs = std::move(*outs);
+    } else {
+      received.failed_request_ids = core::RecoverOutputRequestIds(bytes);
+      received.decode_error = absl::InternalError(
+          absl::StrCat("the engine sent an output for this request that could not be decoded: ",
+                       outs.status().message()));
+      spdlog::error(
+          "engine outputs: a frame of {} bytes could not be decoded ({}); failing {}", bytes.size(),
+          outs.status().ToString(),
+          received.failed_request_ids.empty()
+              ? std::string("every request in flight (no request id could be read)")
+              : absl::StrCat("requests ", absl::StrJoin(received.failed_request_ids, ", ")));
+    }
+    absl::MutexLock lock(&mu_);
+    outputs_.push_back(std::move(received));
+  } else if (kind == core::kOutputKindHeartbeat) {
+    auto oh = Unpack(parts[1]);
+    if (!oh.ok()) return;
+    auto engine = ipc::ConvertAs<int32_t>(oh->get(), "engine");
+    if (engine.ok() && *engine >= 0 && *engine < num_engines_ && tcp()) {
       absl::MutexLock lock(&mu_);
-      outputs_.push_back(std::move(received));
-    } else if (kind == core::kOutputKindUtility) {
-      ReceiveUtilityReply(parts[1]);
-    } else if (kind == core::kOutputKindFailed) {
-      // Only one engine sends on a connection, but the frame says which: a frame that cannot
-      // be read is attributed to engine 0 when there is only one, and dropped otherwise.
-      auto oh = Unpack(parts[1]);
-      std::optional<int32_t> engine;
-      std::string message = "failed";
-      if (oh.ok() && oh->get().type == msgpack::type::ARRAY && oh->get().via.array.size == 3) {
-        auto m = ipc::ConvertAs<std::string>(oh->get().via.array.ptr[2], "message");
-        auto e = ipc::ConvertAs<int32_t>(oh->get().via.array.ptr[0], "engine");
-        if (e.ok() && *e >= 0 && *e < num_engines_) engine = *e;
-        if (m.ok()) message = absl::StrCat("failed: ", *m);
+      slots_[*engine].last_seen_ns = ipc::MonoNowNs();
+    }
+  } else if (kind == core::kOutputKindUtility) {
+    ReceiveUtilityReply(parts[1]);
+  } else if (kind == core::kOutputKindFailed) {
+    // Only one engine sends on a connection, but the frame says which: a frame that cannot
+    // be read is attributed to engine 0 when there is only one, and dropped otherwise.
+    auto oh = Unpack(parts[1]);
+    std::optional<int32_t> engine;
+    std::string message = "failed";
+    if (oh.ok() && oh->get().type == msgpack::type::ARRAY && oh->get().via.array.size == 3) {
+      auto m = ipc::ConvertAs<std::string>(oh->get().via.array.ptr[2], "message");
+      auto e = ipc::ConvertAs<int32_t>(oh->get().via.array.ptr[0], "engine");
+      if (e.ok() && *e >= 0 && *e < num_engines_) engine = *e;
+      if (m.ok()) message = absl::StrCat("failed: ", *m);
+    }
+    if (!engine.has_value() && num_engines_ == 1) engine = 0;
+    if (!engine.has_value()) {
+      spdlog::error("engine outputs: dropped an EXECUTOR_FAILED frame naming no engine");
+      return;
+    }
+    EngineDied(*engine, absl::UnavailableError(absl::StrCat("engine ", *engine, " ", message)));
+  } else {
+    spdlog::error("engine outputs: dropped a frame of unknown kind {:#04x}",
+                  static_cast<unsigned char>(kind));
+  }
+}
+
+void EngineCoreClient::SendHandshake(const zmq::message_t& peer, std::string_view kind,
+                                     std::string payload) {
+  std::vector<zmq::message_t> reply;
+  reply.push_back(zmq::message_t(peer.data(), peer.size()));
+  reply.push_back(Msg(kind));
+  reply.push_back(Msg(payload));
+  if (absl::Status s = ipc::SendMultipart(*handshake_, reply, ipc::MonoNowNs() + 1'000'000'000,
+                                          kSlice, nullptr, "handshake reply");
+      !s.ok()) {
+    spdlog::warn("engine handshake: {} not sent: {}", kind, s.ToString());
+  }
+}
+
+void EngineCoreClient::HandleHandshakeFrame(std::vector<zmq::message_t>& parts) {
+  if (parts.size() != 3) {
+    spdlog::warn("engine handshake: dropped a frame of {} parts", parts.size());
+    return;
+  }
+  const std::string peer(parts[0].to_string_view());
+  const std::string kind(parts[1].to_string_view());
+  auto oh = Unpack(parts[2]);
+  if (!oh.ok()) {
+    spdlog::warn("engine handshake: dropped an undecodable {} ({})", kind.substr(0, 16),
+                 oh.status().ToString());
+    return;
+  }
+  // Where the frame came from (the TCP peer), for messages and for telling a restarted engine
+  // from a second node claiming the same rank.
+  const char* peer_address = parts[2].gets("Peer-Address");
+  const std::string from = peer_address != nullptr ? peer_address : "unknown address";
+  auto reject = [&](const std::string& why) {
+    spdlog::error("engine handshake: refused an engine from {}: {}", from, why);
+    msgpack::sbuffer b;
+    msgpack::pack(b, std::vector<std::string>{why});
+    SendHandshake(parts[0], "REJECT", std::string(b.data(), b.size()));
+  };
+  if (kind == "HELLO") {
+    // [engine_index, data_parallel_size, host name]
+    const msgpack::object& o = oh->get();
+    if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) {
+      return reject("malformed HELLO (expected [rank, data_parallel_size, host])");
+    }
+    auto index = ipc::ConvertAs<int32_t>(o.via.array.ptr[0], "rank");
+    auto size = ipc::ConvertAs<int32_t>(o.via.array.ptr[1], "data_parallel_size");
+    auto host = ipc::ConvertAs<std::string>(o.via.array.ptr[2], "host");
+    if (!index.ok() || !size.ok() || !host.ok() || host->size() > 255) {
+      return reject("malformed HELLO (expected [rank, data_parallel_size, host])");
+    }
+    if (*size != num_engines_) {
+      return reject(absl::StrCat("--data-parallel-size ", *size, " on node ", *host, " but ",
+                                 num_engines_, " at the head"));
+    }
+    if (*index < 0 || *index >= num_engines_) {
+      return reject(absl::StrCat("data-parallel rank ", *index, " is not in [0, ", num_engines_,
+                                 ") (check --data-parallel-start-rank and "
+                                 "--data-parallel-size-local)"));
+    }
+    const std::string node = absl::StrCat(*host, " (", from, ")");
+    bool replaced = false;
+    std::string holder;  // set: another node serves the rank
+    {
+      absl::MutexLock lock(&mu_);
+      EngineSlot& slot = slots_[*index];
+      // The same rank again: a restarted engine from the same node takes over (the old one is
+      // gone, or will be); one from another node is a configuration mistake.
+      const bool taken = slot.state == JoinState::kLive || slot.state == JoinState::kJoining;
+      if (taken && engines_[*index].host != node) {
+        holder = engines_[*index].host;
+      } else {
+        replaced = slot.state == JoinState::kLive;
+        if (slot.state == JoinState::kDead) {
+          spdlog::info("data-parallel engine {} on node {} joins again", *index, node);
+        }
+        slot.state = JoinState::kJoining;
+        slot.peer = peer;
+        slot.ready = false;
+        slot.registered = false;
+        slot.last_seen_ns = ipc::MonoNowNs();
+        engines_[*index].host = node;
       }
-      if (!engine.has_value() && num_engines_ == 1) engine = 0;
-      if (!engine.has_value()) {
-        spdlog::error("engine outputs: dropped an EXECUTOR_FAILED frame naming no engine");
+    }
+    if (!holder.empty()) {
+      return reject(absl::StrCat("data-parallel rank ", *index, " is already served by node ",
+                                 holder, " (check --data-parallel-start-rank)"));
+    }
+    if (replaced) {
+      EngineDied(*index,
+                 absl::UnavailableError(absl::StrCat(
+                     "engine ", *index, " was replaced by a new engine process of node ", node)));
+    }
+    msgpack::sbuffer b;
+    msgpack::pack(b, std::vector<std::string>{input_address_, output_address_});
+    SendHandshake(parts[0], "CONFIG", std::string(b.data(), b.size()));
+    return;
+  }
+  // READY / FAILED come from a joining engine's handshake connection.
+  absl::MutexLock lock(&mu_);
+  int32_t index = -1;
+  for (int32_t i = 0; i < num_engines_; ++i) {
+    if (slots_[i].state == JoinState::kJoining && slots_[i].peer == peer) index = i;
+  }
+  if (index < 0) {
+    spdlog::warn("engine handshake: dropped a {} from an engine that is not joining ({})",
+                 kind.substr(0, 16), from);
+    return;
+  }
+  EngineSlot& slot = slots_[index];
+  slot.last_seen_ns = ipc::MonoNowNs();
+  if (kind == "READY") {
+    auto v = ipc::ConvertAs<std::vector<int32_t>>(oh->get(), "READY");
+    if (!v.ok() || v->size() != 3 || (*v)[0] != index || (*v)[1] < 0 || (*v)[2] < 2) {
+      spdlog::error("engine handshake: bad READY from engine {}", index);
+      slot.state = JoinState::kDead;
+      return;
+    }
+    slot.ready = true;
+    engines_[index].num_gpu_blocks = (*v)[1];
+    engines_[index].max_model_len = (*v)[2];
+  } else if (kind == "FAILED") {
+    auto v = ipc::ConvertAs<std::vector<std::string>>(oh->get(), "FAILED");
+    const std::string message = absl::StrCat(
+        "data-parallel engine ", index, " on node ", engines_[index].host,
+        " failed to start: ", v.ok() && !v->empty() ? (*v)[0] : std::string("(no reason given)"));
+    spdlog::error("{}", message);
+    slot.state = JoinState::kDead;
+    if (!started_ && startup_error_.ok()) startup_error_ = absl::UnavailableError(message);
+  } else {
+    spdlog::warn("engine handshake: dropped an unexpected '{}' from engine {}", kind.substr(0, 16),
+                 index);
+  }
+}
+
+void EngineCoreClient::DrainRegistrations() {
+  std::vector<int32_t> registered;
+  {
+    absl::MutexLock lock(&send_mu_);
+    std::vector<zmq::message_t> parts;
+    for (int i = 0; i < 64; ++i) {
+      absl::Status s = ipc::RecvMultipart(*input_, parts, 2, ipc::MonoNowNs(), kSlice, nullptr,
+                                          "engine input registration");
+      if (absl::IsDeadlineExceeded(s)) break;
+      if (!s.ok() || parts.size() != 2 || parts[1].to_string_view() != "REGISTER") {
+        spdlog::warn("engine input: dropped an unexpected frame");
         continue;
       }
-      EngineDied(*engine, absl::UnavailableError(absl::StrCat("engine ", *engine, " ", message)));
-    } else {
-      spdlog::error("engine outputs: dropped a frame of unknown kind {:#04x}",
-                    static_cast<unsigned char>(kind));
+      absl::string_view id(parts[0].data<char>(), parts[0].size());
+      int32_t index = -1;
+      if (absl::ConsumePrefix(&id, "engine-") && absl::SimpleAtoi(id, &index) && index >= 0 &&
+          index < num_engines_) {
+        registered.push_back(index);
+      }
+    }
+  }
+  if (registered.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (int32_t i : registered) {
+    if (slots_[i].state == JoinState::kJoining) slots_[i].registered = true;
+  }
+}
+
+void EngineCoreClient::UpdateEngineStates() {
+  std::vector<int32_t> joined;
+  std::vector<std::pair<int32_t, absl::Status>> silent;
+  {
+    absl::MutexLock lock(&mu_);
+    const int64_t now = ipc::MonoNowNs();
+    const int64_t timeout_ns = absl::ToInt64Nanoseconds(options_.heartbeat_timeout);
+    for (int32_t i = 0; i < num_engines_; ++i) {
+      EngineSlot& slot = slots_[i];
+      if (slot.state == JoinState::kJoining && slot.ready && slot.registered) {
+        slot.state = JoinState::kLive;
+        joined.push_back(i);
+        continue;
+      }
+      if ((slot.state == JoinState::kJoining || slot.state == JoinState::kLive) &&
+          now - slot.last_seen_ns > timeout_ns) {
+        const std::string what =
+            absl::StrCat("data-parallel engine ", i, " on node ", engines_[i].host,
+                         " sent nothing for ", absl::FormatDuration(options_.heartbeat_timeout),
+                         ": its process or node is gone (or the network between them)");
+        if (slot.state == JoinState::kJoining) {
+          spdlog::error("{}", what);
+          if (!started_ && startup_error_.ok()) {
+            startup_error_ = absl::UnavailableError(absl::StrCat(what, ", during start-up"));
+          }
+        } else {
+          silent.emplace_back(i,
+                              absl::UnavailableError(absl::StrCat("engine ", i, " died: ", what)));
+        }
+        slot.state = JoinState::kDead;
+      }
+    }
+    for (int32_t i : joined) {
+      if (!engine_failures_[i].ok()) {
+        engine_failures_[i] = absl::OkStatus();
+        --num_dead_;
+      }
+      failure_ = absl::OkStatus();
+      spdlog::info("data-parallel engine {} on node {} joined ({} KV blocks)", i, engines_[i].host,
+                   engines_[i].num_gpu_blocks);
+    }
+  }
+  for (auto& [i, why] : silent) EngineDied(i, why);
+  if (!joined.empty()) {
+    absl::MutexLock lock(&lb_mu_);
+    for (int32_t i : joined) {
+      lb_->Update(i, EngineLoad{});  // a new engine process: nothing queued (not its old figures)
+      lb_->SetAlive(i, true);
     }
   }
 }
@@ -289,7 +661,11 @@ void EngineCoreClient::EngineDied(int32_t engine_index, absl::Status status) {
   {
     absl::MutexLock lock(&mu_);
     if (!engine_failures_[engine_index].ok()) return;
+    if (slots_[engine_index].state == JoinState::kLive) {
+      slots_[engine_index].state = JoinState::kDead;
+    }
     engine_failures_[engine_index] = status;
+    spdlog::error("{}", std::string(status.message()));
     ReceivedOutputs event;
     event.dead_engine = engine_index;
     event.engine_failure = status;

@@ -37,15 +37,35 @@
 #include "absl/time/time.h"
 #include "core/engine_core_types.h"
 #include "frontend/dp_load_balancer.h"
+#include "ipc/curve.h"
 #include "ipc/zmq_util.h"
 
 namespace vllm::frontend {
+
+// Where the engines reach the client.
+struct EngineCoreClientOptions {
+  int32_t num_engines = 1;
+  // Empty: one node; private ipc:// sockets, released once every engine is connected.
+  // Otherwise the head node's address (an IP or a name that resolves; vLLM's
+  // --data-parallel-address): the handshake socket is bound at tcp://<address>:handshake_port
+  // (--data-parallel-rpc-port), input and output at free ports of that address, reported to
+  // each engine in CONFIG. The handshake socket stays open: an engine whose node restarted
+  // joins again.
+  std::string tcp_address;
+  int32_t handshake_port = 0;
+  // TCP only: CURVE with the cluster key (ipc/curve.h) on every socket; engines must hold it.
+  std::optional<ipc::CurveKeys> curve;
+  // TCP only: an engine from which nothing (outputs, heartbeats: one a second) arrived for
+  // this long is dead — its node or process is gone.
+  absl::Duration heartbeat_timeout = absl::Seconds(10);
+};
 
 class EngineCoreClient {
  public:
   struct EngineInfo {
     int32_t num_gpu_blocks = 0;
     int32_t max_model_len = 0;
+    std::string host;  // the node it reported (HELLO)
   };
 
   // Binds the sockets (private ipc:// socket files, ipc/ipc_address.h). `num_engines` engines
@@ -53,7 +73,12 @@ class EngineCoreClient {
   // the files once they have.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCoreClient>> Create(
       int32_t num_engines);
+  // Either mode (EngineCoreClientOptions). Errors: the address does not resolve, the port
+  // cannot be bound (named in the message).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCoreClient>> Create(
+      const EngineCoreClientOptions& options);
   int32_t num_engines() const { return num_engines_; }
+  bool tcp() const { return !options_.tcp_address.empty(); }
   ~EngineCoreClient();
 
   // Give this to each engine process (--handshake-address).
@@ -61,13 +86,15 @@ class EngineCoreClient {
 
   // Completes the handshake with every engine. `check` is polled while waiting (e.g. to see
   // whether an engine process died) and its error is returned. DeadlineExceeded names the
-  // engines that did not report; an engine's FAILED message is returned as its error.
+  // engines that did not report; an engine's FAILED message is returned as its error (TCP:
+  // naming its rank and node; also when a joining engine goes silent).
   // Also waits for each engine's "REGISTER" frame on the input socket, so that the first
   // request cannot race the engine's connection (EHOSTUNREACH on a router_mandatory ROUTER),
   // and for each engine's output connection; then removes the sockets' files.
   [[nodiscard]] absl::Status WaitForEngines(absl::Time deadline,
                                             const std::function<absl::Status()>& check);
-  const std::vector<EngineInfo>& engines() const { return engines_; }
+  // What each engine reported when it joined (index = data-parallel rank).
+  std::vector<EngineInfo> engines() const;
 
   // The engine for a new request (counted as in flight there until its next figures come);
   // Unavailable when every engine is dead.
@@ -112,12 +139,34 @@ class EngineCoreClient {
   EngineCoreClient() = default;
   [[nodiscard]] absl::Status WaitForRegistrations(absl::Time deadline,
                                                   const std::function<absl::Status()>& check);
+  [[nodiscard]] absl::Status WaitForEnginesTcp(absl::Time deadline,
+                                               const std::function<absl::Status()>& check);
   void ReceiveLoop();
+  // TCP: one output frame (any kind) from the output socket.
+  void HandleOutputFrame(std::vector<zmq::message_t>& parts);
+  // TCP: the handshake of joining engines (HELLO → CONFIG or REJECT, READY, FAILED).
+  void HandleHandshakeFrame(std::vector<zmq::message_t>& parts);
+  // TCP: reads the REGISTER frames engines send on the input socket (under send_mu_).
+  void DrainRegistrations();
+  // TCP: marks engines that went silent dead; a joining engine that registered and is READY
+  // becomes live.
+  void UpdateEngineStates();
+  void SendHandshake(const zmq::message_t& peer, std::string_view kind, std::string payload);
   void ReceiveUtilityReply(const zmq::message_t& payload);
   // Marks the engine dead with exactly `status` (first report wins).
   void EngineDied(int32_t engine_index, absl::Status status);
   absl::Status Send(int32_t engine_index, core::EngineCoreRequestType type, std::string payload);
 
+  // TCP mode: where each engine stands.
+  enum class JoinState { kAbsent, kJoining, kLive, kDead };
+  struct EngineSlot {
+    JoinState state = JoinState::kAbsent;
+    std::string peer;  // its handshake routing id while joining
+    bool ready = false, registered = false;
+    int64_t last_seen_ns = 0;
+  };
+
+  EngineCoreClientOptions options_;
   int32_t num_engines_ = 0;
   std::string handshake_address_, input_address_, output_address_;
   std::optional<zmq::socket_t> handshake_;
@@ -125,7 +174,6 @@ class EngineCoreClient {
   std::optional<zmq::socket_t> output_;  // receive thread only
   // Counts the engines' output connections until all are in (WaitForEngines).
   std::unique_ptr<ipc::AcceptCounter> output_accepts_;
-  std::vector<EngineInfo> engines_;
   std::thread receiver_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> next_call_id_{1};
@@ -138,7 +186,11 @@ class EngineCoreClient {
   mutable absl::Mutex mu_;
   std::deque<ReceivedOutputs> outputs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::StatusOr<std::string>> utility_results_ ABSL_GUARDED_BY(mu_);
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // every engine is dead
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);           // every engine is dead
+  std::vector<EngineSlot> slots_ ABSL_GUARDED_BY(mu_);  // TCP mode
+  std::vector<EngineInfo> engines_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;        // WaitForEngines succeeded
+  absl::Status startup_error_ ABSL_GUARDED_BY(mu_);  // TCP: an engine failed to start
   std::vector<absl::Status> engine_failures_ ABSL_GUARDED_BY(mu_);
   int32_t num_dead_ ABSL_GUARDED_BY(mu_) = 0;
 };

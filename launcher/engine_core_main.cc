@@ -12,7 +12,9 @@
 #include "config/config_codec.h"
 #include "core/engine_core_proc.h"
 #include "executor/engine_factory.h"
+#include "ipc/curve.h"
 #include "ipc/signal_watcher.h"
+#include "launcher/serve_args.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -49,6 +51,8 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
       VLLM_RETURN_IF_ERROR(ParseInt(flag, v, 1, int64_t{1} << 40, &f.parent_pid));
     } else if (flag == "--config-fd") {
       VLLM_RETURN_IF_ERROR(ParseInt(flag, v, 0, 1 << 20, &config_fd));
+    } else if (flag == "--cluster-key-file") {
+      VLLM_ASSIGN_OR_RETURN(f.proc.curve, ipc::LoadCurveKeyFile(v));
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag, "'"));
     }
@@ -59,6 +63,8 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
   }
   VLLM_ASSIGN_OR_RETURN(f.config, config::ReadVllmConfigFd(static_cast<int>(config_fd)));
   f.proc.engine_index = f.config.parallel.data_parallel_rank;
+  f.proc.data_parallel_size = f.config.parallel.data_parallel_size;
+  VLLM_ASSIGN_OR_RETURN(f.proc.handshake_timeout, EngineReadyTimeout());
   return f;
 }
 

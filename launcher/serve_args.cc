@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "ipc/curve.h"
 #include "worker/worker.h"
 
 namespace vllm::launcher {
@@ -43,6 +44,30 @@ std::vector<std::string> ExpandAliases(const std::vector<std::string>& argv) {
 }
 
 }  // namespace
+
+namespace {
+
+absl::StatusOr<absl::Duration> SecondsFromEnv(const char* name, double default_s) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return absl::Seconds(default_s);
+  double s = 0;
+  if (!absl::SimpleAtod(v, &s) || !(s > 0) || s > 86400 * 7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": expected a number of seconds in (0, 604800], got '",
+                     std::string(v).substr(0, 64), "'"));
+  }
+  return absl::Seconds(s);
+}
+
+}  // namespace
+
+absl::StatusOr<absl::Duration> EngineReadyTimeout() {
+  return SecondsFromEnv("VLLM_ENGINE_READY_TIMEOUT_S", 600);
+}
+
+absl::StatusOr<absl::Duration> EngineHeartbeatTimeout() {
+  return SecondsFromEnv("VLLM_ENGINE_HEARTBEAT_TIMEOUT_S", 10);
+}
 
 absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
   static constexpr std::pair<std::string_view, double> kUnits[] = {
@@ -167,7 +192,15 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "RPC port of the data-parallel head (alias -dpp).")
       ->check(CLI::Range(1, 65535))
       ->group("ParallelConfig");
-  app.add_flag("--headless", a.headless, "Run engines only, without the API server.")
+  app.add_flag("--headless", a.headless,
+               "Run engines only, without the API server: this node's replicas "
+               "(--data-parallel-start-rank .. + --data-parallel-size-local - 1) join the head at "
+               "--data-parallel-address:--data-parallel-rpc-port.")
+      ->group("ParallelConfig");
+  std::string cluster_key_file;
+  app.add_option("--cluster-key-file", cluster_key_file,
+                 "A CURVE key file (mode 0600) every node of the cluster has: the data-parallel "
+                 "TCP sockets then admit only peers holding it, and are encrypted. Not in vLLM.")
       ->group("ParallelConfig");
   app.add_option("--distributed-executor-backend", backend,
                  "Backend for the workers: uni (in-process) or mp (worker processes). Default: "
@@ -298,23 +331,49 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
     return absl::InvalidArgumentError(
         "--api-server-count: only 1 is supported until several API servers can share the engines");
   }
-  // Data parallelism runs on one node (every replica behind this API server). What needs
-  // other nodes is parsed into the config but refused rather than ignored.
-  if (dp_local != a.data_parallel_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--data-parallel-size-local ", dp_local, " of --data-parallel-size ", a.data_parallel_size,
-        ": replicas on other nodes are not supported yet (run every replica on this node)"));
-  }
+  // Data parallelism: the head runs the API server and replicas 0 .. -dpl - 1; --headless
+  // nodes run -dpl replicas from -dpr on. Replicas on other nodes talk to the head over TCP.
   for (const char* flag :
-       {"--data-parallel-start-rank", "--data-parallel-rank", "--data-parallel-address",
-        "--data-parallel-rpc-port", "--data-parallel-hybrid-lb", "--data-parallel-external-lb",
-        "--headless"}) {
+       {"--data-parallel-rank", "--data-parallel-hybrid-lb", "--data-parallel-external-lb"}) {
     if (app.count(flag) > 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(flag,
-                       ": multi-node data parallelism is not supported yet (--data-parallel-size N "
-                       "runs N replicas on this node)"));
+                       ": external and hybrid load balancing are not supported yet (the head's API "
+                       "server balances over every replica)"));
     }
+  }
+  a.multi_node = a.headless || dp_local != a.data_parallel_size;
+  if (a.headless) {
+    if (dp_local < 1) {
+      return absl::InvalidArgumentError(
+          "--headless needs --data-parallel-size-local: how many replicas run on this node");
+    }
+    if (app.count("--data-parallel-start-rank") == 0 && dp_local != a.data_parallel_size) {
+      return absl::InvalidArgumentError(
+          "--headless needs --data-parallel-start-rank: the first replica rank of this node");
+    }
+  } else if (dp_start_rank != 0) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-start-rank: the head node (without --headless) runs ranks from 0");
+  }
+  if (!a.multi_node) {
+    for (const char* flag :
+         {"--data-parallel-address", "--data-parallel-rpc-port", "--cluster-key-file"}) {
+      if (app.count(flag) > 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag,
+                         ": only used when replicas run on other nodes (--data-parallel-size-local "
+                         "below --data-parallel-size, or --headless)"));
+      }
+    }
+  }
+  if (!cluster_key_file.empty()) {
+    // Read now, so a bad file fails before anything starts (errors never echo the key).
+    if (auto keys = ipc::LoadCurveKeyFile(cluster_key_file); !keys.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster-key-file: ", keys.status().message()));
+    }
+    a.cluster_key_file = cluster_key_file;
   }
   // auto is cuda when a GPU is visible; cuda without one is an error naming the flag.
   auto device = worker::ParseDevice(a.device);

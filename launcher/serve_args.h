@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "config/engine_args.h"
 #include "config/vllm_config.h"
 
@@ -39,11 +40,14 @@ struct ServeArgs {
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;
   std::optional<std::string> chat_template;  // a file or the template itself
-  // Data parallelism: replicas of the engine (each with its own tensor-parallel group), all
-  // on this node for now.
+  // Data parallelism: replicas of the engine (each with its own tensor-parallel group). The
+  // head node runs the API server and replicas 0 .. -dpl - 1; --headless nodes run engines
+  // only, which join the head over TCP (multi_node: some replica is on another node).
   int32_t data_parallel_size = 1;
   int32_t pipeline_parallel_size = 1;
   bool headless = false;
+  bool multi_node = false;
+  std::string cluster_key_file;  // --cluster-key-file (checked readable at parse time)
 };
 
 // What parsing produced: arguments to run with, or text to print and an exit code
@@ -59,6 +63,15 @@ struct ParsedServeArgs {
 // outside its choices or range).
 [[nodiscard]] absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& argv,
                                                              const std::string& default_model);
+
+// How long the head waits for every engine to join, and an engine for the head's CONFIG:
+// VLLM_ENGINE_READY_TIMEOUT_S (vLLM's variable; default 600 s). InvalidArgument naming the
+// variable when it is not a positive number.
+[[nodiscard]] absl::StatusOr<absl::Duration> EngineReadyTimeout();
+// How long the head waits for a sign of life from an engine on another node before it takes
+// the engine as dead: VLLM_ENGINE_HEARTBEAT_TIMEOUT_S (ours; default 10 s; engines send a
+// heartbeat every second).
+[[nodiscard]] absl::StatusOr<absl::Duration> EngineHeartbeatTimeout();
 
 // Parses "4GiB", "512MiB", "1e9", "123456" (bytes) as --kv-cache-memory accepts.
 [[nodiscard]] absl::StatusOr<int64_t> ParseByteSize(const std::string& text);

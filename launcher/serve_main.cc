@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
@@ -25,6 +26,7 @@
 #include "frontend/api_server.h"
 #include "frontend/async_llm.h"
 #include "frontend/engine_core_client.h"
+#include "ipc/curve.h"
 #include "ipc/signal_watcher.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_args.h"
@@ -47,7 +49,8 @@ class EngineProcess {
   ~EngineProcess() { Stop(absl::Seconds(4)); }
 
   // Starts the engine core of data-parallel rank `config.parallel.data_parallel_rank`.
-  absl::Status Start(const config::VllmConfig& config, const std::string& handshake_address) {
+  absl::Status Start(const config::VllmConfig& config, const std::string& handshake_address,
+                     const std::string& cluster_key_file) {
     rank_ = config.parallel.data_parallel_rank;
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -60,6 +63,10 @@ class EngineProcess {
                                      absl::StrCat(getpid()),
                                      "--config-fd",
                                      absl::StrCat(config::kConfigFd)};
+    if (!cluster_key_file.empty()) {
+      argv.push_back("--cluster-key-file");
+      argv.push_back(cluster_key_file);
+    }
     // The config travels whole on a pipe the engine core inherits as descriptor 3.
     VLLM_ASSIGN_OR_RETURN(const int config_fd, config::MakeConfigPipe(config));
     absl::StatusOr<executor::ProcessLauncher::Child> child =
@@ -157,7 +164,79 @@ void RaiseOpenFileLimit() {
   }
 }
 
+// This node's engine cores: ranks -dpr .. -dpr + -dpl - 1, each with its own workers.
+absl::Status StartLocalEngines(const ServeArgs& args, const std::string& handshake_address,
+                               std::vector<std::unique_ptr<EngineProcess>>* engines) {
+  const config::ParallelConfig& parallel = args.config.parallel;
+  for (int32_t i = 0; i < parallel.data_parallel_size_local; ++i) {
+    config::VllmConfig engine_config = args.config;
+    engine_config.parallel.data_parallel_rank = parallel.data_parallel_start_rank + i;
+    engines->push_back(std::make_unique<EngineProcess>());
+    VLLM_RETURN_IF_ERROR(
+        engines->back()->Start(engine_config, handshake_address, args.cluster_key_file));
+    spdlog::info("starting the engine core of data-parallel rank {} for {} (pid {})",
+                 engines->back()->rank(), args.config.model.model.string(), engines->back()->pid());
+  }
+  return absl::OkStatus();
+}
+
+void StopEngines(std::vector<std::unique_ptr<EngineProcess>>& engines) {
+  // SIGTERM to all first, so they shut down side by side.
+  for (auto& e : engines) e->Terminate();
+  for (auto& e : engines) e->Stop(absl::Seconds(4));
+}
+
+// --headless: this node's engines join the head and serve it; no API server here. Returns
+// when a signal stops the node (OK) or one of its engines ends (its exit, as an error: the
+// head takes the engine as dead; restarting this command makes the engines join again).
+absl::Status ServeHeadless(const ServeArgs& args) {
+  const config::ParallelConfig& parallel = args.config.parallel;
+  const std::string head =
+      absl::StrCat("tcp://", parallel.data_parallel_address, ":", parallel.data_parallel_rpc_port);
+  int stop_pipe[2];
+  if (pipe2(stop_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
+  absl::Cleanup close_pipe = [&] {
+    close(stop_pipe[0]);
+    close(stop_pipe[1]);
+  };
+  std::atomic<bool> stopping{false};
+  VLLM_ASSIGN_OR_RETURN(auto watcher, ipc::SignalWatcher::Start({SIGINT, SIGTERM}, [&](int sig) {
+                          spdlog::info("signal {}: stopping this node's engines", sig);
+                          stopping.store(true);
+                          (void)!write(stop_pipe[1], "x", 1);
+                        }));
+  std::vector<std::unique_ptr<EngineProcess>> engines;
+  absl::Status started = StartLocalEngines(args, head, &engines);
+  if (!started.ok()) {
+    StopEngines(engines);
+    return started;
+  }
+  std::printf("vllm-launch: headless: data-parallel engines %d..%d joining the head at %s\n",
+              parallel.data_parallel_start_rank,
+              parallel.data_parallel_start_rank + parallel.data_parallel_size_local - 1,
+              head.c_str());
+  std::fflush(stdout);
+  std::vector<pollfd> fds;
+  for (const auto& e : engines) fds.push_back({e->exit_fd(), POLLIN, 0});
+  fds.push_back({stop_pipe[0], POLLIN, 0});
+  absl::Status result;
+  while (result.ok() && !stopping.load()) {
+    while (poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) {
+    }
+    for (size_t i = 0; i < engines.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      result = engines[i]->Check();
+      if (result.ok()) result = absl::UnavailableError("an engine core ended");
+      break;
+    }
+  }
+  if (!result.ok() && !stopping.load()) spdlog::error("{}", result.ToString());
+  StopEngines(engines);
+  return stopping.load() ? absl::OkStatus() : result;
+}
+
 absl::Status Serve(const ServeArgs& args) {
+  if (args.headless) return ServeHeadless(args);
   // A --host/--port that cannot be served fails here, before any process starts.
   VLLM_RETURN_IF_ERROR(frontend::CheckListenAddress(args.host, static_cast<uint16_t>(args.port)));
   // Bad model files fail here, before any process starts.
@@ -168,23 +247,38 @@ absl::Status Serve(const ServeArgs& args) {
   VLLM_ASSIGN_OR_RETURN(std::optional<frontend::ChatTemplate> chat_template,
                         LoadChatTemplate(args, *tokenizer));
 
-  // One engine core per data-parallel rank (all on this node), each with its own workers.
+  // One engine core per data-parallel rank: this node's (ranks 0 .. -dpl - 1) are started
+  // here, the others join from their --headless nodes over TCP.
   const config::ParallelConfig& parallel = args.config.parallel;
-  const int32_t num_engines = parallel.data_parallel_size_local;
-  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::EngineCoreClient> client,
-                        frontend::EngineCoreClient::Create(num_engines));
-  std::vector<std::unique_ptr<EngineProcess>> engines;
-  for (int32_t i = 0; i < num_engines; ++i) {
-    config::VllmConfig engine_config = args.config;
-    engine_config.parallel.data_parallel_rank = parallel.data_parallel_start_rank + i;
-    engines.push_back(std::make_unique<EngineProcess>());
-    VLLM_RETURN_IF_ERROR(engines.back()->Start(engine_config, client->handshake_address()));
+  const int32_t num_engines = parallel.data_parallel_size;
+  VLLM_ASSIGN_OR_RETURN(const absl::Duration ready_timeout, EngineReadyTimeout());
+  frontend::EngineCoreClientOptions client_options;
+  client_options.num_engines = num_engines;
+  if (args.multi_node) {
+    client_options.tcp_address = parallel.data_parallel_address;
+    client_options.handshake_port = parallel.data_parallel_rpc_port;
+    VLLM_ASSIGN_OR_RETURN(client_options.heartbeat_timeout, EngineHeartbeatTimeout());
+    if (!args.cluster_key_file.empty()) {
+      VLLM_ASSIGN_OR_RETURN(client_options.curve, ipc::LoadCurveKeyFile(args.cluster_key_file));
+    } else {
+      spdlog::warn(
+          "the data-parallel sockets at {} admit anyone who can reach them: pass "
+          "--cluster-key-file on every node to require the cluster key (CURVE)",
+          parallel.data_parallel_address);
+    }
   }
-  auto stop_engines = [&engines] {
-    // SIGTERM to all first, so they shut down side by side.
-    for (auto& e : engines) e->Terminate();
-    for (auto& e : engines) e->Stop(absl::Seconds(4));
-  };
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::EngineCoreClient> client,
+                        frontend::EngineCoreClient::Create(client_options));
+  std::vector<std::unique_ptr<EngineProcess>> engines;
+  if (absl::Status s = StartLocalEngines(args, client->handshake_address(), &engines); !s.ok()) {
+    StopEngines(engines);
+    return s;
+  }
+  auto stop_engines = [&engines] { StopEngines(engines); };
+  if (args.multi_node) {
+    spdlog::info("waiting for {} data-parallel engine(s) to join at {}", num_engines,
+                 client->handshake_address());
+  }
 
   // SIGTERM: drain (stop accepting, let requests in flight finish for --shutdown-timeout),
   // then stop. Ctrl-C (SIGINT) or a second signal: stop at once. Stopping ends requests still
@@ -201,12 +295,8 @@ absl::Status Serve(const ServeArgs& args) {
                                        immediate.load() ? "shutting down" : "draining");
                           if (!stop.HasBeenNotified()) stop.Notify();
                         }));
-  for (const auto& e : engines) {
-    spdlog::info("starting the engine core of data-parallel rank {} for {} (pid {})", e->rank(),
-                 args.config.model.model.string(), e->pid());
-  }
   if (absl::Status started =
-          client->WaitForEngines(absl::Now() + absl::Minutes(10),
+          client->WaitForEngines(absl::Now() + ready_timeout,
                                  [&]() {
                                    if (stop.HasBeenNotified()) {
                                      return absl::CancelledError("interrupted during start-up");

@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ipc/curve.h"
 #include "tests/integration/serve/serve_test_support.h"
 
 namespace vllm::testing {
@@ -253,14 +254,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   // Flags that cannot work yet are refused, naming the flag, before anything starts.
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"},
-                                             {"--data-parallel-start-rank", "0"},
-                                             {"--data-parallel-address", "10.0.0.1"},
-                                             {"--data-parallel-rpc-port", "13345"},
                                              {"--data-parallel-rank", "0"},
                                              {"--data-parallel-hybrid-lb"},
                                              {"--data-parallel-external-lb"},
-                                             {"--api-server-count", "2"},
-                                             {"--headless"}}) {
+                                             {"--api-server-count", "2"}}) {
     const CliResult r = RunCli(args);
     Covered(args[0],
             r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
@@ -270,10 +267,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
             r.output);
   }
   {
-    // Replicas on other nodes: refused until multi-node data parallelism exists.
-    const CliResult r = RunCli({"-dp", "2", "-dpl", "1"});
+    // The head address only means something with replicas on other nodes.
+    const CliResult r = RunCli({"-dpa", "10.0.0.1"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_TRUE(absl::StrContains(r.output, "--data-parallel-size-local")) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "--data-parallel-address")) << r.output;
   }
 
   // 1. Defaults: the baseline the other runs are compared with.
@@ -444,6 +441,44 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   Covered("--data-parallel-size-local", both, metrics);
   Stop();
   server_.reset();
+
+  // 5. Two "nodes" on this machine: a head with one replica and a --headless node with the
+  //    other, on 127.0.0.1, with a cluster key. The headless node's engine joins the head and
+  //    serves.
+  {
+    const std::string key = absl::StrCat(::testing::TempDir(), "/serve_flags_key_", getpid());
+    std::remove(key.c_str());
+    ASSERT_TRUE(ipc::CreateCurveKeyFile(key).ok());
+    const std::string rpc_port = absl::StrCat(FreePort());
+    auto node = Subprocess::Spawn({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>/dev/null",
+                                   BinDir() + "/vllm-launch", "--headless", "-dp", "2", "-dpl", "1",
+                                   "--data-parallel-start-rank", "1", "--data-parallel-address",
+                                   "127.0.0.1", "--data-parallel-rpc-port", rpc_port,
+                                   "--cluster-key-file", key, "--kv-cache-memory", "64MiB"});
+    ASSERT_TRUE(node.ok()) << node.status();
+    auto line = node->ReadLine(absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << line.status();
+    Covered("--headless", absl::StrContains(*line, "headless: data-parallel engines 1..1"), *line);
+    Covered("--data-parallel-start-rank", absl::StrContains(*line, "engines 1..1"), *line);
+    Covered("--data-parallel-rpc-port",
+            absl::StrContains(*line, absl::StrCat("tcp://127.0.0.1:", rpc_port)), *line);
+    ASSERT_NO_FATAL_FAILURE(Start({"-dp", "2", "-dpl", "1", "--data-parallel-address", "127.0.0.1",
+                                   "-dpp", rpc_port, "--cluster-key-file", key}));
+    log = Log("data-parallel engine 1 on node");
+    Covered("--data-parallel-address",
+            absl::StrContains(log, absl::StrCat("join at tcp://127.0.0.1:", rpc_port)), log);
+    // With the key, no warning that the sockets admit anyone, and the engine got in.
+    Covered("--cluster-key-file",
+            !absl::StrContains(log, "admit anyone") && absl::StrContains(log, "joined"), log);
+    EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);  // only rank 0 runs under the head
+    Stop();
+    server_.reset();
+    node->Kill(SIGTERM);
+    auto status = node->Wait(absl::Seconds(30));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
+    std::remove(key.c_str());
+  }
 
   // Every flag of --help was checked above, and nothing above checks a flag --help lacks.
   for (const std::string& flag : help) {

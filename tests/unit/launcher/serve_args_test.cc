@@ -102,6 +102,27 @@ TEST(ServeArgsTest, DataParallelOnOneNode) {
   }
 }
 
+TEST(ServeArgsTest, DataParallelAcrossNodes) {
+  // The head: ranks 0-1 here, 2-3 elsewhere.
+  auto head = Parse({"-dp", "4", "-dpl", "2", "-dpa", "10.0.0.1", "-dpp", "13400"});
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_TRUE(head->args->multi_node);
+  EXPECT_FALSE(head->args->headless);
+  EXPECT_EQ(head->args->config.parallel.data_parallel_address, "10.0.0.1");
+  EXPECT_EQ(head->args->config.parallel.data_parallel_rpc_port, 13400);
+  // A headless node: ranks 2-3.
+  auto node = Parse({"-dp", "4", "-dpl", "2", "-dpr", "2", "-dpa", "10.0.0.1", "--headless"});
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_TRUE(node->args->multi_node);
+  EXPECT_TRUE(node->args->headless);
+  EXPECT_EQ(node->args->config.parallel.data_parallel_start_rank, 2);
+  EXPECT_EQ(node->args->config.parallel.data_parallel_size_local, 2);
+  // One node: no TCP.
+  auto local = Parse({"-dp", "2"});
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_FALSE(local->args->multi_node);
+}
+
 TEST(ServeArgsTest, HelpReadsLikeVllm) {
   auto p = Parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();
@@ -131,13 +152,15 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"--no-such-flag"}, "--no-such-flag"},
       {{"--max-num-seqs"}, "--max-num-seqs"},
       {{"-pp", "2"}, "--pipeline-parallel-size"},
-      // vLLM's aliases reach their flags (refused until multi-node data parallelism exists).
-      {{"-dp", "2", "-dpl", "1"}, "--data-parallel-size-local"},
+      // vLLM's aliases reach their flags.
       {{"-dpl", "2"}, "--data-parallel-size-local"},
-      {{"-dpr", "0"}, "--data-parallel-start-rank"},
+      {{"-dp", "4", "-dpl", "2", "-dpr", "1"}, "--data-parallel-start-rank"},
+      {{"-dp", "4", "-dpl", "2", "--headless"}, "--data-parallel-start-rank"},
+      {{"-dp", "4", "-dpl", "0", "-dpr", "2", "--headless"}, "--data-parallel-size-local"},
       {{"-dpn", "0"}, "--data-parallel-rank"},
       {{"-dpa", "10.0.0.1"}, "--data-parallel-address"},
       {{"-dpp", "13345"}, "--data-parallel-rpc-port"},
+      {{"-dp", "2", "-dpl", "1", "--cluster-key-file", "/nonexistent/key"}, "--cluster-key-file"},
       {{"-dph"}, "--data-parallel-hybrid-lb"},
       {{"-dpe"}, "--data-parallel-external-lb"},
       {{"-asc", "2"}, "--api-server-count"},

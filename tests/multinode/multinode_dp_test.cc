@@ -1,0 +1,414 @@
+// Data parallelism across two "nodes" (network namespaces joined by a veth link,
+// tests/support/netns.h), as an operator runs it:
+//
+//   node A: vllm-launch -dp 4 -dpl 2 -dpa <A> -dpp P --cluster-key-file K            (head)
+//   node B: vllm-launch -dp 4 -dpl 2 -dpr 2 -dpa <A> -dpp P --cluster-key-file K --headless
+//
+// Greedy answers equal one engine's, every engine serves, kill -9 of node B's whole process
+// tree fails only its engines' requests (the head stays up, /health says which ranks are
+// dead), node B restarted joins again and serves; TP 2 replicas across the nodes; start-up
+// mistakes on node B (wrong address, wrong port, wrong -dp, no key) fail within the deadline
+// naming the flag. Skips, saying why, when not root (namespaces need it).
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "ipc/curve.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/serve/serve_test_support.h"
+#include "tests/support/netns.h"
+#include "tests/support/process.h"
+
+namespace vllm {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kRpcPort = 13345;
+
+std::string Series(const std::string& name, int engine, const std::string& extra = "") {
+  return absl::StrCat(name, "{model_name=\"kjv-llama-tiny\",engine=\"", engine, "\"", extra, "}");
+}
+
+const std::vector<std::string> kPrompts = {
+    "In the beginning", "And God said",   "Let there be light", "And the earth was",
+    "The LORD is my",   "Blessed is the", "For God so loved",   "And it came to pass"};
+
+class MultinodeDpTest : public testing::ServeTest {
+ protected:
+  void SetUp() override {
+    ServeTest::SetUp();
+    auto pair = testing::NetnsPair::Create();
+    if (absl::IsFailedPrecondition(pair.status())) GTEST_SKIP() << pair.status().message();
+    ASSERT_TRUE(pair.ok()) << pair.status();
+    nodes_ = std::move(*pair);
+    key_file_ = absl::StrCat(::testing::TempDir(), "/vllm-cluster-key-", getpid());
+    unlink(key_file_.c_str());
+    auto keys = ipc::CreateCurveKeyFile(key_file_);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+  }
+
+  void TearDown() override {
+    for (auto& node : headless_) {
+      if (node.running()) {
+        node.Kill(SIGKILL);
+        (void)node.Wait(absl::Seconds(5));
+      }
+    }
+    headless_.clear();
+    ServeTest::TearDown();
+    nodes_.reset();  // after every process in the namespaces is gone
+    if (!key_file_.empty()) unlink(key_file_.c_str());
+  }
+
+  // Runs `fn` on a thread inside node A's network namespace (where the head's API server
+  // listens on 127.0.0.1); threads it starts are in that namespace too.
+  void InNodeA(const std::function<void()>& fn) {
+    std::thread t([&] {
+      const int fd = open(absl::StrCat("/var/run/netns/", nodes_->name_a()).c_str(), O_RDONLY);
+      ASSERT_GE(fd, 0);
+      ASSERT_EQ(setns(fd, CLONE_NEWNET), 0);
+      close(fd);
+      fn();
+    });
+    t.join();
+  }
+
+  std::vector<std::string> Common(const std::string& dp) {
+    return {"-dp",
+            dp,
+            "-dpa",
+            nodes_->address_a(),
+            "-dpp",
+            absl::StrCat(kRpcPort),
+            "--kv-cache-memory",
+            "64MiB"};
+  }
+
+  // env for every node: short deadlines, so a dead or missing node shows within seconds.
+  std::vector<std::string> Env(const std::vector<std::string>& in_node) {
+    std::vector<std::string> argv = in_node;
+    argv.insert(argv.end(), {"/usr/bin/env", "VLLM_ENGINE_READY_TIMEOUT_S=60",
+                             "VLLM_ENGINE_HEARTBEAT_TIMEOUT_S=3"});
+    return argv;
+  }
+
+  // Starts node B (--headless) with `args`; returns once it printed its line.
+  void StartNodeB(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = Env(nodes_->InB({}));
+    argv.push_back(testing::BinDir() + "/vllm-launch");
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto p = testing::Subprocess::Spawn(argv);
+    ASSERT_TRUE(p.ok()) << p.status();
+    headless_.push_back(std::move(*p));
+    auto line = headless_.back().ReadLine(absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << line.status();
+    EXPECT_TRUE(absl::StrContains(*line, "headless")) << *line;
+  }
+
+  // Starts the head on node A (returns once every engine joined and it serves).
+  void StartHead(const std::vector<std::string>& args) {
+    ASSERT_NO_FATAL_FAILURE(StartServer(args, Env(nodes_->InA({}))));
+  }
+
+  // Greedy completions of kPrompts, all at once, from inside node A.
+  std::vector<std::string> Complete(int port) {
+    std::vector<std::string> texts(kPrompts.size());
+    InNodeA([&] {
+      std::vector<std::thread> clients;
+      for (size_t i = 0; i < kPrompts.size(); ++i) {
+        clients.emplace_back([&, i] {
+          const json body = {{"prompt", kPrompts[i]}, {"max_tokens", 12}, {"temperature", 0}};
+          auto r = testing::Http(port, "POST", "/v1/completions", body.dump());
+          texts[i] = r.ok() && r->status == 200
+                         ? r->Json()["choices"][0].value("text", "")
+                         : absl::StrCat("<failed: ", r.ok() ? r->body : r.status().ToString(), ">");
+        });
+      }
+      for (std::thread& t : clients) t.join();
+    });
+    return texts;
+  }
+
+  // The answers of one engine on this machine (no data parallelism), for comparison.
+  std::vector<std::string> OneEngineAnswers() {
+    ServeTest::StartServer({});
+    std::vector<std::string> texts(kPrompts.size());
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      const json body = {{"prompt", kPrompts[i]}, {"max_tokens", 12}, {"temperature", 0}};
+      auto r = testing::Http(port_, "POST", "/v1/completions", body.dump());
+      texts[i] =
+          r.ok() && r->status == 200 ? r->Json()["choices"][0].value("text", "") : "<failed>";
+    }
+    StopHead();
+    return texts;
+  }
+
+  testing::MetricSamples Metrics() {
+    testing::MetricSamples m;
+    InNodeA([&] { m = testing::ScrapeMetrics(port_); });
+    return m;
+  }
+
+  double Served(const testing::MetricSamples& m, int engine) {
+    auto it = m.find(Series("vllm:request_success_total", engine, ",finished_reason=\"length\""));
+    return it == m.end() ? -1 : it->second;
+  }
+
+  void StopHead() {
+    server_->Kill(SIGINT);
+    auto status = server_->Wait(absl::Seconds(15));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << testing::DescribeWaitStatus(*status);
+    server_.reset();
+  }
+
+  void StopNodeB() {
+    for (auto& node : headless_) {
+      if (!node.running()) continue;
+      node.Kill(SIGINT);
+      auto status = node.Wait(absl::Seconds(15));
+      ASSERT_TRUE(status.ok()) << status.status();
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+          << testing::DescribeWaitStatus(*status);
+    }
+    headless_.clear();
+  }
+
+  // Every output line of a node-B command that must fail, and how long it took.
+  struct Failure {
+    int exit_code = -1;
+    std::string output;
+    absl::Duration took;
+  };
+  Failure RunNodeBToFailure(const std::vector<std::string>& args, const std::string& ready_s) {
+    std::string cmd = absl::StrCat("exec /usr/bin/env VLLM_ENGINE_READY_TIMEOUT_S=", ready_s, " ",
+                                   testing::BinDir(), "/vllm-launch");
+    for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
+    absl::StrAppend(&cmd, " 2>&1");
+    Failure f;
+    const absl::Time start = absl::Now();
+    auto p = testing::Subprocess::Spawn(nodes_->InB({"/bin/sh", "-c", cmd}));
+    if (!p.ok()) {
+      f.output = p.status().ToString();
+      return f;
+    }
+    while (true) {
+      auto line = p->ReadLine(absl::Seconds(60));
+      if (!line.ok()) break;
+      absl::StrAppend(&f.output, *line, "\n");
+    }
+    auto status = p->Wait(absl::Seconds(30));
+    f.took = absl::Now() - start;
+    if (status.ok() && WIFEXITED(*status)) f.exit_code = WEXITSTATUS(*status);
+    return f;
+  }
+
+  std::unique_ptr<testing::NetnsPair> nodes_;
+  std::vector<testing::Subprocess> headless_;
+  std::string key_file_;
+};
+
+TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
+  const std::vector<std::string> reference = OneEngineAnswers();
+
+  std::vector<std::string> b = Common("4");
+  b.insert(b.end(), {"-dpl", "2", "-dpr", "2", "--headless", "--cluster-key-file", key_file_});
+  ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
+  std::vector<std::string> a = Common("4");
+  a.insert(a.end(), {"-dpl", "2", "--cluster-key-file", key_file_});
+  ASSERT_NO_FATAL_FAILURE(StartHead(a));
+  // Two engine cores under each node's launcher.
+  EXPECT_EQ(testing::ChildrenOf(server_->pid()).size(), 2u);
+  EXPECT_EQ(testing::ChildrenOf(headless_[0].pid()).size(), 2u);
+
+  // Greedy answers as one engine gives them; all four engines served.
+  const std::vector<std::string> answers = Complete(port_);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_EQ(answers[i], reference[i]) << "prompt '" << kPrompts[i] << "'";
+  }
+  testing::MetricSamples m = Metrics();
+  for (int e = 0; e < 4; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
+
+  // kill -9 of node B's whole process tree while every engine runs two long streams.
+  const json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
+  testing::StreamResult streams[8];
+  std::thread load([&] {
+    InNodeA([&] {
+      std::vector<std::thread> clients;
+      for (int i = 0; i < 8; ++i) {
+        clients.emplace_back([&, i] {
+          streams[i] =
+              testing::RunStream(port_, "/v1/completions", body, absl::Now() + absl::Seconds(90));
+        });
+      }
+      for (std::thread& t : clients) t.join();
+    });
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  auto all_running = [&] {
+    m = Metrics();
+    for (int e = 0; e < 4; ++e) {
+      if (m[Series("vllm:num_requests_running", e)] != 2) return false;
+    }
+    return true;
+  };
+  while (!all_running() && absl::Now() < deadline) {
+  }
+  EXPECT_TRUE(all_running()) << "not two streams on every engine";
+  std::vector<pid_t> tree = testing::ChildrenOf(headless_[0].pid());
+  tree.push_back(headless_[0].pid());
+  for (pid_t pid : tree) kill(pid, SIGKILL);
+  (void)headless_[0].Wait(absl::Seconds(5));
+  load.join();
+  int failed = 0, finished = 0;
+  for (const testing::StreamResult& s : streams) {
+    ASSERT_EQ(s.status, 200) << s.error;
+    ASSERT_FALSE(s.events.empty()) << s.error;
+    const json& last = s.events.back();
+    if (last.contains("error")) {
+      ++failed;
+      const std::string message = last["error"].value("message", "");
+      EXPECT_TRUE(absl::StrContains(message, "engine 2") || absl::StrContains(message, "engine 3"))
+          << message;
+    } else {
+      ++finished;
+      EXPECT_TRUE(s.done);
+    }
+  }
+  EXPECT_EQ(failed, 4);
+  EXPECT_EQ(finished, 4);
+  json health;
+  InNodeA([&] {
+    auto h = testing::Http(port_, "GET", "/health");
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->status, 200) << h->body;
+    health = h->Json();
+  });
+  EXPECT_EQ(health.value("status", ""), "degraded") << health.dump();
+  EXPECT_EQ(health["live_engines"], json::array({0, 1})) << health.dump();
+  EXPECT_EQ(health["dead_engines"].size(), 2u) << health.dump();
+  // The head's own engines go on serving meanwhile.
+  for (const std::string& text : Complete(port_)) {
+    EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+  }
+
+  // Node B comes back: its engines join the running head and take traffic again.
+  headless_.clear();
+  ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
+  const absl::Time rejoin_deadline = absl::Now() + absl::Seconds(30);
+  bool healthy = false;
+  while (!healthy && absl::Now() < rejoin_deadline) {
+    InNodeA([&] {
+      auto h = testing::Http(port_, "GET", "/health");
+      healthy = h.ok() && h->status == 200 && h->body.empty();
+    });
+  }
+  ASSERT_TRUE(healthy) << "node B's engines did not join again";
+  const testing::MetricSamples before = Metrics();
+  const std::vector<std::string> again = Complete(port_);
+  for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(again[i], reference[i]);
+  const testing::MetricSamples after = Metrics();
+  for (int e : {2, 3}) {
+    EXPECT_GT(Served(after, e), Served(before, e)) << "engine " << e << " took no traffic";
+  }
+
+  ASSERT_NO_FATAL_FAILURE(StopNodeB());
+  ASSERT_NO_FATAL_FAILURE(StopHead());
+}
+
+TEST_F(MultinodeDpTest, TensorParallelReplicasOnTwoNodes) {
+  const std::vector<std::string> reference = OneEngineAnswers();
+  std::vector<std::string> b = Common("2");
+  b.insert(b.end(), {"-tp", "2", "-dpl", "1", "-dpr", "1", "--headless"});
+  ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
+  std::vector<std::string> a = Common("2");
+  a.insert(a.end(), {"-tp", "2", "-dpl", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartHead(a));
+  // Each engine core runs its two workers.
+  const std::vector<pid_t> head_engines = testing::ChildrenOf(server_->pid());
+  ASSERT_EQ(head_engines.size(), 1u);
+  EXPECT_EQ(testing::ChildrenOf(head_engines[0]).size(), 2u);
+  const std::vector<std::string> answers = Complete(port_);
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EXPECT_EQ(answers[i], reference[i]) << "prompt '" << kPrompts[i] << "'";
+  }
+  const testing::MetricSamples m = Metrics();
+  for (int e = 0; e < 2; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
+  ASSERT_NO_FATAL_FAILURE(StopNodeB());
+  ASSERT_NO_FATAL_FAILURE(StopHead());
+}
+
+TEST_F(MultinodeDpTest, StartupMistakesOnTheHeadlessNodeNameTheFlag) {
+  // Nothing answers at a wrong address or port: node B gives up after its deadline (3 s),
+  // naming the flags to check.
+  for (const auto& [address, port] :
+       std::vector<std::pair<std::string, int>>{{"10.213.254.9", kRpcPort}, {"", kRpcPort + 1}}) {
+    const std::string dpa = address.empty() ? nodes_->address_a() : address;
+    const Failure f =
+        RunNodeBToFailure({"-dp", "2", "-dpl", "1", "-dpr", "1", "-dpa", dpa, "-dpp",
+                           absl::StrCat(port), "--headless", "--kv-cache-memory", "64MiB"},
+                          "3");
+    EXPECT_NE(f.exit_code, 0) << f.output;
+    EXPECT_TRUE(absl::StrContains(f.output, "--data-parallel-address") &&
+                absl::StrContains(f.output, "--data-parallel-rpc-port"))
+        << f.output;
+    EXPECT_LT(f.took, absl::Seconds(20)) << f.output;
+  }
+
+  // A head that waits for 2 engines: a node B that says -dp 4, or has no key, is refused or
+  // unheard, and says so; the head keeps waiting for the right one.
+  std::vector<std::string> a = Common("2");
+  a.insert(a.end(), {"-dpl", "1", "--cluster-key-file", key_file_});
+  std::vector<std::string> argv = Env(nodes_->InA({}));
+  argv.push_back(testing::BinDir() + "/vllm-launch");
+  argv.insert(argv.end(), {"--port", "0"});
+  argv.insert(argv.end(), a.begin(), a.end());
+  auto head = testing::Subprocess::Spawn(argv);
+  ASSERT_TRUE(head.ok()) << head.status();
+  server_.emplace(std::move(*head));
+
+  const Failure wrong_dp =
+      RunNodeBToFailure({"-dp", "4", "-dpl", "1", "-dpr", "1", "-dpa", nodes_->address_a(), "-dpp",
+                         absl::StrCat(kRpcPort), "--headless", "--cluster-key-file", key_file_,
+                         "--kv-cache-memory", "64MiB"},
+                        "20");
+  EXPECT_NE(wrong_dp.exit_code, 0) << wrong_dp.output;
+  EXPECT_TRUE(absl::StrContains(wrong_dp.output, "--data-parallel-size 4")) << wrong_dp.output;
+  EXPECT_LT(wrong_dp.took, absl::Seconds(15)) << wrong_dp.output;
+
+  const Failure no_key =
+      RunNodeBToFailure({"-dp", "2", "-dpl", "1", "-dpr", "1", "-dpa", nodes_->address_a(), "-dpp",
+                         absl::StrCat(kRpcPort), "--headless", "--kv-cache-memory", "64MiB"},
+                        "3");
+  EXPECT_NE(no_key.exit_code, 0) << no_key.output;
+  EXPECT_TRUE(absl::StrContains(no_key.output, "--cluster-key-file")) << no_key.output;
+
+  // The right node B still joins; the head then serves.
+  std::vector<std::string> b = Common("2");
+  b.insert(b.end(), {"-dpl", "1", "-dpr", "1", "--headless", "--cluster-key-file", key_file_});
+  ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
+  auto ready = server_->ReadLine(absl::Seconds(30));
+  ASSERT_TRUE(ready.ok()) << ready.status();
+  EXPECT_TRUE(absl::StrContains(*ready, "ready at")) << *ready;
+  ASSERT_NO_FATAL_FAILURE(StopNodeB());
+  ASSERT_NO_FATAL_FAILURE(StopHead());
+}
+
+}  // namespace
+}  // namespace vllm
