@@ -1,6 +1,7 @@
 // vllm-launch: the command-line entry point.
 //   vllm-launch [serve] [MODEL] [flags]   the OpenAI-compatible server (launcher/serve_main.h)
 //   vllm-launch bench serve [flags]       the serving load generator (bench/serve/bench_serve.h)
+//   vllm-launch make-cluster-key FILE    writes a new cluster key for --cluster-key-file
 //   vllm-launch engine-core / worker-proc internal: started by the server / the executor
 #include <cstdio>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "bench/serve/bench_serve.h"
+#include "ipc/curve.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_main.h"
 #include "worker/worker_proc.h"
@@ -25,6 +27,21 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kEngineCoreSubcommand) == 0) {
     return vllm::launcher::RunEngineCore(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "make-cluster-key") == 0) {
+    // A new CURVE cluster key (mode 0600, never overwriting): copy it to every node.
+    if (argc != 3) {
+      std::fprintf(stderr, "usage: vllm-launch make-cluster-key FILE\n");
+      return 2;
+    }
+    auto keys = vllm::ipc::CreateCurveKeyFile(argv[2]);
+    if (!keys.ok()) {
+      std::fprintf(stderr, "vllm-launch make-cluster-key: %s\n", keys.status().ToString().c_str());
+      return 1;
+    }
+    std::printf("wrote %s (copy it to every node, mode 0600; pass --cluster-key-file %s)\n",
+                argv[2], argv[2]);
+    return 0;
   }
   if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "serve") == 0) {
     return vllm::bench_serve::RunBenchServe(std::vector<std::string>(argv + 3, argv + argc));

@@ -448,7 +448,13 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   {
     const std::string key = absl::StrCat(::testing::TempDir(), "/serve_flags_key_", getpid());
     std::remove(key.c_str());
-    ASSERT_TRUE(ipc::CreateCurveKeyFile(key).ok());
+    // The subcommand that makes the key (and never overwrites one).
+    const CliResult made = RunCli({"make-cluster-key", key});
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    const CliResult again = RunCli({"make-cluster-key", key});
+    EXPECT_EQ(again.exit_code, 1) << again.output;
+    EXPECT_TRUE(absl::StrContains(again.output, "exists")) << again.output;
+    ASSERT_TRUE(ipc::LoadCurveKeyFile(key).ok());
     const std::string rpc_port = absl::StrCat(FreePort());
     auto node = Subprocess::Spawn({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>/dev/null",
                                    BinDir() + "/vllm-launch", "--headless", "-dp", "2", "-dpl", "1",
