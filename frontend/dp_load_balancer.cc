@@ -5,9 +5,12 @@
 
 namespace vllm::frontend {
 
-DpLoadBalancer::DpLoadBalancer(int32_t num_engines, int32_t client_count, int32_t client_index)
+DpLoadBalancer::DpLoadBalancer(int32_t num_engines, int32_t client_count, int32_t client_index,
+                               DpBalancePolicy policy)
     : loads_(std::max(num_engines, 1)),
       own_in_flight_(loads_.size(), 0),
+      own_outstanding_(loads_.size(), 0),
+      policy_(policy),
       client_count_(std::max(client_count, 1)),
       start_index_(static_cast<int32_t>((int64_t{std::clamp(client_index, 0, client_count_ - 1)} *
                                          static_cast<int64_t>(loads_.size())) /
@@ -16,7 +19,9 @@ DpLoadBalancer::DpLoadBalancer(int32_t num_engines, int32_t client_count, int32_
 double DpLoadBalancer::Score(int32_t engine) const {
   const EngineLoad& l = loads_[engine];
   const double queued = static_cast<double>(l.waiting) + l.running;
-  const double own = static_cast<double>(client_count_) * own_in_flight_[engine];
+  const int32_t mine =
+      policy_ == DpBalancePolicy::kOutstanding ? own_outstanding_[engine] : own_in_flight_[engine];
+  const double own = static_cast<double>(client_count_) * mine;
   return std::max(own, queued) + l.waiting * 6.0 * std::max(0.0, l.kv_cache_usage - 0.5);
 }
 
@@ -33,7 +38,10 @@ std::optional<int32_t> DpLoadBalancer::Pick() {
       best = e;
     }
   }
-  if (best.has_value()) ++own_in_flight_[*best];
+  if (best.has_value()) {
+    ++own_in_flight_[*best];
+    ++own_outstanding_[*best];
+  }
   return best;
 }
 
@@ -48,6 +56,17 @@ void DpLoadBalancer::Update(int32_t engine, const EngineLoad& load) {
   const bool alive = loads_[engine].alive;
   loads_[engine] = load;
   loads_[engine].alive = alive;
+  own_in_flight_[engine] = 0;
+}
+
+void DpLoadBalancer::Finished(int32_t engine) {
+  if (engine < 0 || engine >= num_engines()) return;
+  own_outstanding_[engine] = std::max(own_outstanding_[engine] - 1, 0);
+}
+
+void DpLoadBalancer::Reset(int32_t engine) {
+  if (engine < 0 || engine >= num_engines()) return;
+  own_outstanding_[engine] = 0;
   own_in_flight_[engine] = 0;
 }
 

@@ -341,9 +341,16 @@ void EngineCoreClient::HandleOutputFrame(std::vector<zmq::message_t>& parts) {
           absl::MutexLock lock(&mu_);
           slots_[outs->engine_index].last_seen_ns = ipc::MonoNowNs();
         }
+        absl::MutexLock lock(&lb_mu_);
+        for (const core::EngineCoreOutput& o : outs->outputs) {
+          if (!o.finished()) continue;
+          if (auto it = outstanding_.find(o.request_id); it != outstanding_.end()) {
+            lb_->Finished(it->second);
+            outstanding_.erase(it);
+          }
+        }
         if (outs->scheduler_stats.has_value()) {
           const core::SchedulerStats& st = *outs->scheduler_stats;
-          absl::MutexLock lock(&lb_mu_);
           lb_->Update(outs->engine_index,
                       EngineLoad{st.num_waiting_reqs, st.num_running_reqs, st.kv_cache_usage});
         }
@@ -604,6 +611,7 @@ void EngineCoreClient::UpdateEngineStates() {
     absl::MutexLock lock(&lb_mu_);
     for (int32_t i : joined) {
       lb_->Update(i, EngineLoad{});  // a new engine process: nothing queued (not its old figures)
+      lb_->Reset(i);
       lb_->SetAlive(i, true);
     }
   }
@@ -678,6 +686,9 @@ void EngineCoreClient::EngineDied(int32_t engine_index, absl::Status status) {
     }
   }
   lb_->SetAlive(engine_index, false);
+  lb_->Reset(engine_index);
+  absl::erase_if(outstanding_,
+                 [engine_index](const auto& entry) { return entry.second == engine_index; });
 }
 
 absl::StatusOr<int32_t> EngineCoreClient::PickEngine() {
@@ -707,12 +718,28 @@ absl::Status EngineCoreClient::Send(int32_t engine_index, core::EngineCoreReques
 }
 
 absl::Status EngineCoreClient::AddRequest(const core::EngineCoreRequest& request) {
-  return Send(request.data_parallel_rank.value_or(0), core::EngineCoreRequestType::kAdd,
-              core::Encode(request));
+  const int32_t engine = request.data_parallel_rank.value_or(0);
+  absl::Status sent = Send(engine, core::EngineCoreRequestType::kAdd, core::Encode(request));
+  absl::MutexLock lock(&lb_mu_);
+  if (sent.ok()) {
+    outstanding_[request.request_id] = engine;
+  } else {
+    lb_->Finished(engine);  // picked, never sent
+  }
+  return sent;
 }
 
 absl::Status EngineCoreClient::AbortRequests(std::span<const std::string> request_ids,
                                              int32_t engine_index) {
+  {
+    absl::MutexLock lock(&lb_mu_);
+    for (const std::string& id : request_ids) {
+      if (auto it = outstanding_.find(id); it != outstanding_.end()) {
+        lb_->Finished(it->second);
+        outstanding_.erase(it);
+      }
+    }
+  }
   return Send(engine_index, core::EngineCoreRequestType::kAbort,
               core::EncodeAbortRequests(request_ids));
 }

@@ -182,6 +182,8 @@ class EngineCoreClient {
 
   absl::Mutex lb_mu_;
   std::optional<DpLoadBalancer> lb_ ABSL_GUARDED_BY(lb_mu_);
+  // Every request sent and not finished or aborted yet → its engine (the balancer's counts).
+  absl::flat_hash_map<std::string, int32_t> outstanding_ ABSL_GUARDED_BY(lb_mu_);
 
   mutable absl::Mutex mu_;
   std::deque<ReceivedOutputs> outputs_ ABSL_GUARDED_BY(mu_);

@@ -7,12 +7,14 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -85,6 +87,70 @@ TEST_F(ServeDpTest, TwoEnginesAnswerAsOneAndBothServe) {
     EXPECT_FALSE(absl::StartsWith(dp1[i], "<failed")) << dp1[i];
     EXPECT_EQ(dp2[i], dp1[i]) << "prompt '" << prompts[i] << "'";
   }
+  ASSERT_NO_FATAL_FAILURE(StopServer());
+}
+
+// 200 requests of mixed lengths (one in ten a long generation) from 16 closed-loop clients at
+// DP 4: no engine holds more than 1.5x the mean number of requests (waiting + running, as the
+// engines report them on /metrics), sampled every 20 ms (which samples count: below).
+// Measured on 2 cores: worst 1.33-1.45x, mean 1.09x with the outstanding-requests rule; with
+// vLLM 0.33's rule (picks since the engine's last figures) the worst was 2.0x and the mean
+// 1.35x, and the run took twice as long.
+TEST_F(ServeDpTest, LoadStaysBalancedUnderAMixedLoad) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "4"}));
+  constexpr int kRequests = 200, kClients = 16, kEngines = 4;
+  std::atomic<int> next{0}, ok{0};
+  absl::Notification done;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&] {
+      for (int i = next.fetch_add(1); i < kRequests; i = next.fetch_add(1)) {
+        const bool long_one = i % 10 == 3;
+        const json body = {{"prompt", absl::StrCat("And it came to pass ", i)},
+                           {"max_tokens", long_one ? 200 : 8 + (i * 7) % 25},
+                           {"ignore_eos", true}};
+        auto r = testing::Http(port_, "POST", "/v1/completions", body.dump(), "application/json",
+                               absl::Seconds(120));
+        if (r.ok() && r->status == 200) ok.fetch_add(1);
+      }
+    });
+  }
+  double worst = 0, sum_ratio = 0;
+  std::string worst_sample;
+  int samples = 0;
+  std::thread sampler([&] {
+    while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+      const testing::MetricSamples m = testing::ScrapeMetrics(port_);
+      double total = 0, most = 0;
+      for (int e = 0; e < kEngines; ++e) {
+        const double load = m.count(Series("vllm:num_requests_running", e)) > 0
+                                ? m.at(Series("vllm:num_requests_running", e)) +
+                                      m.at(Series("vllm:num_requests_waiting", e))
+                                : 0;
+        total += load;
+        most = std::max(most, load);
+      }
+      // Counted: moments when the engines report at least 3/4 of the 16 requests in flight,
+      // while requests are still being sent. Left out: the drain at the end (the last long
+      // generations finish where they run; nothing new arrives to balance with) and moments
+      // when many requests are between the client and an engine (the engines' figures lag
+      // the API server's, unevenly: 4 of 8 reported on one engine happens then).
+      if (total < 3 * kEngines || next.load() >= kRequests) continue;
+      const double ratio = most / (total / kEngines);
+      if (ratio > worst) worst_sample = absl::StrCat(most, " of ", total);
+      worst = std::max(worst, ratio);
+      sum_ratio += ratio;
+      ++samples;
+    }
+  });
+  for (std::thread& t : clients) t.join();
+  done.Notify();
+  sampler.join();
+  EXPECT_EQ(ok.load(), kRequests);
+  ASSERT_GT(samples, 10) << "too few samples with load";
+  std::printf("max/mean requests per engine over %d samples: worst %.2f (%s), mean %.2f\n", samples,
+              worst, worst_sample.c_str(), sum_ratio / samples);
+  EXPECT_LE(worst, 1.5);
   ASSERT_NO_FATAL_FAILURE(StopServer());
 }
 

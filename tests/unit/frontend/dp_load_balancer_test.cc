@@ -25,7 +25,7 @@ TEST(DpLoadBalancerTest, IdleEnginesShareNewRequestsEvenly) {
 }
 
 TEST(DpLoadBalancerTest, PublishedQueuesSteerRequestsAway) {
-  DpLoadBalancer lb(2, 1, 0);
+  DpLoadBalancer lb(2, 1, 0, DpBalancePolicy::kVllm);
   const std::vector<EngineLoad> loads = {{/*waiting=*/6, /*running=*/4}, {0, 0}};
   lb.Publish(loads);
   // Engine 1 takes requests until this client's own count there reaches engine 0's queue.
@@ -54,6 +54,34 @@ TEST(DpLoadBalancerTest, OtherClientsAreAssumedToSendAsMuch) {
   EXPECT_EQ(lb.Pick(), 0);             // 3 < 5
   EXPECT_DOUBLE_EQ(lb.Score(0), 6.0);
   EXPECT_EQ(lb.Pick(), 1);  // 6 > 5
+}
+
+// vLLM's rule forgets this client's picks at every new figure from the engine, though
+// requests still in transit to it are missing from those figures; ours counts them until
+// they finish.
+TEST(DpLoadBalancerTest, OutstandingRequestsCountUntilTheyFinish) {
+  DpLoadBalancer vllm(2, 1, 0, DpBalancePolicy::kVllm), ours(2, 1, 0);
+  for (DpLoadBalancer* lb : {&vllm, &ours}) {
+    lb->Update(1, EngineLoad{0, 4});                            // engine 1 runs 4
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(lb->Pick(), 0) << i;  // so 4 go to engine 0
+    // Engine 0 reports after a step that saw only 1 of the 4 sent to it.
+    lb->Update(0, EngineLoad{0, 1});
+  }
+  EXPECT_DOUBLE_EQ(vllm.Score(0), 1.0);  // the 3 in transit are forgotten
+  EXPECT_DOUBLE_EQ(ours.Score(0), 4.0);
+  EXPECT_EQ(vllm.Pick(), 0);  // piles onto engine 0
+  EXPECT_EQ(ours.Pick(), 0);  // 4 vs 4: a tie, the first engine scanned
+  EXPECT_EQ(ours.Pick(), 1);
+  // Finished requests leave the count; a restarted engine starts from nothing.
+  for (int i = 0; i < 5; ++i) ours.Finished(0);
+  EXPECT_DOUBLE_EQ(ours.Score(0), 1.0);  // the engine's own figure (1 running) remains
+  ours.Finished(0);                      // never below zero
+  ours.Update(0, EngineLoad{});
+  EXPECT_DOUBLE_EQ(ours.Score(0), 0.0);
+  ours.Reset(1);
+  ours.Update(1, EngineLoad{});
+  EXPECT_DOUBLE_EQ(ours.Score(1), 0.0);
+  ours.Finished(9);  // no such engine: ignored
 }
 
 TEST(DpLoadBalancerTest, ClientsStartTheirScanAtDifferentEngines) {
