@@ -474,8 +474,9 @@ void EngineCoreClient::HandleHandshakeFrame(std::vector<zmq::message_t>& parts) 
         holder = engines_[*index].host;
       } else {
         replaced = slot.state == JoinState::kLive;
-        if (slot.state == JoinState::kDead) {
-          spdlog::info("data-parallel engine {} on node {} joins again", *index, node);
+        if (slot.state == JoinState::kDead || replaced) {
+          spdlog::info("data-parallel engine {} on node {} joins again{}", *index, node,
+                       replaced ? " (a new process: the old one is taken as dead)" : "");
         }
         slot.state = JoinState::kJoining;
         slot.peer = peer;

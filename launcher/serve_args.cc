@@ -197,6 +197,11 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                "(--data-parallel-start-rank .. + --data-parallel-size-local - 1) join the head at "
                "--data-parallel-address:--data-parallel-rpc-port.")
       ->group("ParallelConfig");
+  app.add_flag("--restart-dead-engines", a.restart_dead_engines,
+               "Start a local engine core that died again; it joins the head again and takes "
+               "requests. Needs TCP between the engines and the head (--data-parallel-address). "
+               "Not in vLLM.")
+      ->group("ParallelConfig");
   std::string cluster_key_file;
   app.add_option("--cluster-key-file", cluster_key_file,
                  "A CURVE key file (mode 0600) every node of the cluster has: the data-parallel "
@@ -342,7 +347,10 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                        "server balances over every replica)"));
     }
   }
-  a.multi_node = a.headless || dp_local != a.data_parallel_size;
+  // TCP between the engines and the head: replicas on other nodes, or an address given (so
+  // that engines can join again on one node too, --restart-dead-engines).
+  a.multi_node = a.headless || dp_local != a.data_parallel_size ||
+                 app.count("--data-parallel-address") > 0;
   if (a.headless) {
     if (dp_local < 1) {
       return absl::InvalidArgumentError(
@@ -358,12 +366,11 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   }
   if (!a.multi_node) {
     for (const char* flag :
-         {"--data-parallel-address", "--data-parallel-rpc-port", "--cluster-key-file"}) {
+         {"--data-parallel-rpc-port", "--cluster-key-file", "--restart-dead-engines"}) {
       if (app.count(flag) > 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(flag,
-                         ": only used when replicas run on other nodes (--data-parallel-size-local "
-                         "below --data-parallel-size, or --headless)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            flag, ": only used when the engines reach the head over TCP (replicas on other "
+                  "nodes, or --data-parallel-address given, e.g. 127.0.0.1 on one node)"));
       }
     }
   }

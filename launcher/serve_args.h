@@ -42,12 +42,15 @@ struct ServeArgs {
   std::optional<std::string> chat_template;  // a file or the template itself
   // Data parallelism: replicas of the engine (each with its own tensor-parallel group). The
   // head node runs the API server and replicas 0 .. -dpl - 1; --headless nodes run engines
-  // only, which join the head over TCP (multi_node: some replica is on another node).
+  // only, which join the head over TCP (multi_node: the engines talk TCP — some replica is on
+  // another node, or --data-parallel-address was given).
   int32_t data_parallel_size = 1;
   int32_t pipeline_parallel_size = 1;
   bool headless = false;
   bool multi_node = false;
   std::string cluster_key_file;  // --cluster-key-file (checked readable at parse time)
+  // A local engine core that dies is started again (it joins the head again; TCP only).
+  bool restart_dead_engines = false;
 };
 
 // What parsing produced: arguments to run with, or text to print and an exit code

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -164,18 +165,26 @@ void RaiseOpenFileLimit() {
   }
 }
 
+// Starts the engine core of data-parallel rank `rank` of this node (again).
+absl::Status StartEngine(const ServeArgs& args, const std::string& handshake_address,
+                         int32_t rank, EngineProcess* engine) {
+  config::VllmConfig engine_config = args.config;
+  engine_config.parallel.data_parallel_rank = rank;
+  VLLM_RETURN_IF_ERROR(engine->Start(engine_config, handshake_address, args.cluster_key_file));
+  spdlog::info("starting the engine core of data-parallel rank {} for {} (pid {})", rank,
+               args.config.model.model.string(), engine->pid());
+  return absl::OkStatus();
+}
+
 // This node's engine cores: ranks -dpr .. -dpr + -dpl - 1, each with its own workers.
 absl::Status StartLocalEngines(const ServeArgs& args, const std::string& handshake_address,
                                std::vector<std::unique_ptr<EngineProcess>>* engines) {
   const config::ParallelConfig& parallel = args.config.parallel;
   for (int32_t i = 0; i < parallel.data_parallel_size_local; ++i) {
-    config::VllmConfig engine_config = args.config;
-    engine_config.parallel.data_parallel_rank = parallel.data_parallel_start_rank + i;
     engines->push_back(std::make_unique<EngineProcess>());
-    VLLM_RETURN_IF_ERROR(
-        engines->back()->Start(engine_config, handshake_address, args.cluster_key_file));
-    spdlog::info("starting the engine core of data-parallel rank {} for {} (pid {})",
-                 engines->back()->rank(), args.config.model.model.string(), engines->back()->pid());
+    VLLM_RETURN_IF_ERROR(StartEngine(args, handshake_address,
+                                     parallel.data_parallel_start_rank + i,
+                                     engines->back().get()));
   }
   return absl::OkStatus();
 }
@@ -186,9 +195,83 @@ void StopEngines(std::vector<std::unique_ptr<EngineProcess>>& engines) {
   for (auto& e : engines) e->Stop(absl::Seconds(4));
 }
 
-// --headless: this node's engines join the head and serve it; no API server here. Returns
-// when a signal stops the node (OK) or one of its engines ends (its exit, as an error: the
-// head takes the engine as dead; restarting this command makes the engines join again).
+// Watches this node's engines until `stop_fd` becomes readable (returns true) or, without
+// restarts, every engine has ended (returns false). Each death goes to on_death(rank, why).
+// With `restart` (--restart-dead-engines) a dead engine is started again after a back-off:
+// 1 s, doubled (up to 30 s) each time it dies within a minute of its start; the new process
+// joins the head again.
+bool SuperviseEngines(const ServeArgs& args, const std::string& handshake_address,
+                      std::vector<std::unique_ptr<EngineProcess>>& engines, int stop_fd,
+                      bool restart,
+                      const std::function<void(int32_t, const absl::Status&)>& on_death) {
+  struct State {
+    bool dead = false;
+    absl::Time started = absl::Now();
+    absl::Time restart_at = absl::InfiniteFuture();
+    absl::Duration backoff = absl::ZeroDuration();
+  };
+  std::vector<State> state(engines.size());
+  while (true) {
+    std::vector<pollfd> fds;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      fds.push_back({state[i].dead ? -1 : engines[i]->exit_fd(), POLLIN, 0});
+    }
+    fds.push_back({stop_fd, POLLIN, 0});
+    absl::Time next = absl::InfiniteFuture();
+    for (const State& st : state) {
+      if (st.dead) next = std::min(next, st.restart_at);
+    }
+    const int timeout_ms =
+        next == absl::InfiniteFuture()
+            ? -1
+            : static_cast<int>(std::clamp<int64_t>(
+                  absl::ToInt64Milliseconds(next - absl::Now()) + 1, 0, 60'000));
+    while (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno == EINTR) {
+    }
+    if (fds.back().revents != 0) return true;
+    const absl::Time now = absl::Now();
+    for (size_t i = 0; i < engines.size(); ++i) {
+      State& st = state[i];
+      const int32_t rank = args.config.parallel.data_parallel_start_rank + static_cast<int32_t>(i);
+      if (!st.dead && fds[i].revents != 0) {
+        st.dead = true;
+        absl::Status why = engines[i]->Check();
+        if (why.ok()) why = absl::UnavailableError("the engine core ended");
+        spdlog::error("{}", why.ToString());
+        on_death(rank, why);
+        if (restart) {
+          st.backoff = now - st.started < absl::Minutes(1)
+                           ? std::clamp(st.backoff * 2, absl::Seconds(1), absl::Seconds(30))
+                           : absl::Seconds(1);
+          st.restart_at = now + st.backoff;
+          spdlog::info("restarting the engine core of data-parallel rank {} in {}", rank,
+                       absl::FormatDuration(st.backoff));
+        }
+      } else if (st.dead && now >= st.restart_at) {
+        engines[i] = std::make_unique<EngineProcess>();
+        st.started = now;
+        if (absl::Status s = StartEngine(args, handshake_address, rank, engines[i].get());
+            !s.ok()) {
+          spdlog::error("{}", s.ToString());
+          st.backoff = std::clamp(st.backoff * 2, absl::Seconds(1), absl::Seconds(30));
+          st.restart_at = now + st.backoff;
+          continue;
+        }
+        st.dead = false;
+        st.restart_at = absl::InfiniteFuture();
+      }
+    }
+    if (!restart &&
+        std::all_of(state.begin(), state.end(), [](const State& st) { return st.dead; })) {
+      return false;
+    }
+  }
+}
+
+// --headless: this node's engines join the head and serve it; no API server here. One that
+// ends is reported (the head takes it as dead; its requests fail) and, with
+// --restart-dead-engines, started again (it joins again); the others go on. Returns when a
+// signal stops the node (OK) or every engine has ended without restarts (an error).
 absl::Status ServeHeadless(const ServeArgs& args) {
   const config::ParallelConfig& parallel = args.config.parallel;
   const std::string head =
@@ -216,23 +299,12 @@ absl::Status ServeHeadless(const ServeArgs& args) {
               parallel.data_parallel_start_rank + parallel.data_parallel_size_local - 1,
               head.c_str());
   std::fflush(stdout);
-  std::vector<pollfd> fds;
-  for (const auto& e : engines) fds.push_back({e->exit_fd(), POLLIN, 0});
-  fds.push_back({stop_pipe[0], POLLIN, 0});
-  absl::Status result;
-  while (result.ok() && !stopping.load()) {
-    while (poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) {
-    }
-    for (size_t i = 0; i < engines.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      result = engines[i]->Check();
-      if (result.ok()) result = absl::UnavailableError("an engine core ended");
-      break;
-    }
-  }
-  if (!result.ok() && !stopping.load()) spdlog::error("{}", result.ToString());
+  const bool stopped = SuperviseEngines(args, head, engines, stop_pipe[0],
+                                        args.restart_dead_engines,
+                                        [](int32_t, const absl::Status&) {});
   StopEngines(engines);
-  return stopping.load() ? absl::OkStatus() : result;
+  if (stopped) return absl::OkStatus();
+  return absl::UnavailableError("every engine core of this node ended");
 }
 
 absl::Status Serve(const ServeArgs& args) {
@@ -342,22 +414,16 @@ absl::Status Serve(const ServeArgs& args) {
 
   // Watch the engines: when one dies, its requests fail and the others go on; /health says
   // 503 once none is left (the server stays up).
+  // With --restart-dead-engines (TCP only) a dead local engine is started again and joins.
+  const std::string handshake_address = raw_client->handshake_address();
   std::thread monitor([&] {
-    std::vector<pollfd> fds;
-    for (const auto& e : engines) fds.push_back({e->exit_fd(), POLLIN, 0});
-    fds.push_back({stop_pipe[0], POLLIN, 0});
-    std::vector<bool> dead(engines.size(), false);
-    while (true) {
-      while (poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) {
-      }
-      if (fds.back().revents != 0) return;
-      for (size_t i = 0; i < engines.size(); ++i) {
-        if (dead[i] || fds[i].revents == 0) continue;
-        dead[i] = true;
-        fds[i].fd = -1;  // poll ignores it from now on
-        const absl::Status why = engines[i]->Check();
-        spdlog::error("{}", why.ToString());
-        raw_client->MarkEngineDead(engines[i]->rank(), why);
+    if (!SuperviseEngines(args, handshake_address, engines, stop_pipe[0],
+                          args.restart_dead_engines, [&](int32_t rank, const absl::Status& why) {
+                            raw_client->MarkEngineDead(rank, why);
+                          })) {
+      // Every local engine ended: wait for the stop (remote engines may still serve).
+      pollfd fd = {stop_pipe[0], POLLIN, 0};
+      while (poll(&fd, 1, -1) < 0 && errno == EINTR) {
       }
     }
   });

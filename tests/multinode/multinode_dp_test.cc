@@ -218,6 +218,68 @@ class MultinodeDpTest : public testing::ServeTest {
     return f;
   }
 
+  // Runs two long streams per engine (`engines` engines) from node A, and once every engine
+  // runs its two, kill -9s `victims`. Expects every stream to end: with [DONE], or with an
+  // error event whose message is returned (one per failed stream).
+  std::vector<std::string> KillDuringLoad(int engines, const std::vector<pid_t>& victims) {
+    const json body = {{"prompt", "In the beginning"},
+                       {"max_tokens", 400},
+                       {"ignore_eos", true},
+                       {"stream", true}};
+    std::vector<testing::StreamResult> streams(2 * engines);
+    std::thread load([&] {
+      InNodeA([&] {
+        std::vector<std::thread> clients;
+        for (size_t i = 0; i < streams.size(); ++i) {
+          clients.emplace_back([&, i] {
+            streams[i] =
+                testing::RunStream(port_, "/v1/completions", body, absl::Now() + absl::Seconds(90));
+          });
+        }
+        for (std::thread& t : clients) t.join();
+      });
+    });
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    auto all_running = [&] {
+      const testing::MetricSamples m = Metrics();
+      for (int e = 0; e < engines; ++e) {
+        auto it = m.find(Series("vllm:num_requests_running", e));
+        if (it == m.end() || it->second != 2) return false;
+      }
+      return true;
+    };
+    bool running = all_running();
+    while (!running && absl::Now() < deadline) running = all_running();
+    EXPECT_TRUE(running) << "not two streams on every engine";
+    for (pid_t pid : victims) kill(pid, SIGKILL);
+    load.join();
+    std::vector<std::string> errors;
+    for (const testing::StreamResult& s : streams) {
+      EXPECT_EQ(s.status, 200) << s.error;
+      if (s.events.empty()) {
+        errors.push_back(absl::StrCat("<no events: ", s.error, ">"));
+      } else if (s.events.back().contains("error")) {
+        errors.push_back(s.events.back()["error"].value("message", ""));
+      } else {
+        EXPECT_TRUE(s.done) << s.error;
+      }
+    }
+    return errors;
+  }
+
+  // Waits (30 s at most) until /health says every engine serves (200, empty body).
+  bool WaitUntilAllHealthy() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    bool healthy = false;
+    while (!healthy && absl::Now() < deadline) {
+      InNodeA([&] {
+        auto h = testing::Http(port_, "GET", "/health");
+        healthy = h.ok() && h->status == 200 && h->body.empty();
+      });
+    }
+    return healthy;
+  }
+
   std::unique_ptr<testing::NetnsPair> nodes_;
   std::vector<testing::Subprocess> headless_;
   std::string key_file_;
@@ -227,7 +289,8 @@ TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
   const std::vector<std::string> reference = OneEngineAnswers();
 
   std::vector<std::string> b = Common("4");
-  b.insert(b.end(), {"-dpl", "2", "-dpr", "2", "--headless", "--cluster-key-file", key_file_});
+  b.insert(b.end(), {"-dpl", "2", "-dpr", "2", "--headless", "--cluster-key-file", key_file_,
+                     "--restart-dead-engines"});
   ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
   std::vector<std::string> a = Common("4");
   a.insert(a.end(), {"-dpl", "2", "--cluster-key-file", key_file_});
@@ -244,55 +307,28 @@ TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
   testing::MetricSamples m = Metrics();
   for (int e = 0; e < 4; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
 
-  // kill -9 of node B's whole process tree while every engine runs two long streams.
-  const json body = {
-      {"prompt", "In the beginning"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}};
-  testing::StreamResult streams[8];
-  std::thread load([&] {
-    InNodeA([&] {
-      std::vector<std::thread> clients;
-      for (int i = 0; i < 8; ++i) {
-        clients.emplace_back([&, i] {
-          streams[i] =
-              testing::RunStream(port_, "/v1/completions", body, absl::Now() + absl::Seconds(90));
-        });
-      }
-      for (std::thread& t : clients) t.join();
-    });
-  });
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  auto all_running = [&] {
-    m = Metrics();
-    for (int e = 0; e < 4; ++e) {
-      if (m[Series("vllm:num_requests_running", e)] != 2) return false;
-    }
-    return true;
-  };
-  while (!all_running() && absl::Now() < deadline) {
+  // kill -9 of one engine core of node B (rank 2) while every engine runs two long streams:
+  // only its two fail; node B (--restart-dead-engines) starts it again and it joins again.
+  const std::vector<pid_t> node_b_engines = testing::ChildrenOf(headless_[0].pid());
+  ASSERT_EQ(node_b_engines.size(), 2u);
+  const pid_t rank2 = std::min(node_b_engines[0], node_b_engines[1]);  // spawned in rank order
+  std::vector<std::string> messages = KillDuringLoad(4, {rank2});
+  EXPECT_EQ(messages.size(), 2u);
+  for (const std::string& message : messages) {
+    EXPECT_TRUE(absl::StrContains(message, "engine 2")) << message;
   }
-  EXPECT_TRUE(all_running()) << "not two streams on every engine";
+  ASSERT_TRUE(WaitUntilAllHealthy()) << "rank 2 did not join again";
+
+  // kill -9 of node B's whole process tree: only the requests of engines 2 and 3 fail.
   std::vector<pid_t> tree = testing::ChildrenOf(headless_[0].pid());
   tree.push_back(headless_[0].pid());
-  for (pid_t pid : tree) kill(pid, SIGKILL);
+  messages = KillDuringLoad(4, tree);
   (void)headless_[0].Wait(absl::Seconds(5));
-  load.join();
-  int failed = 0, finished = 0;
-  for (const testing::StreamResult& s : streams) {
-    ASSERT_EQ(s.status, 200) << s.error;
-    ASSERT_FALSE(s.events.empty()) << s.error;
-    const json& last = s.events.back();
-    if (last.contains("error")) {
-      ++failed;
-      const std::string message = last["error"].value("message", "");
-      EXPECT_TRUE(absl::StrContains(message, "engine 2") || absl::StrContains(message, "engine 3"))
-          << message;
-    } else {
-      ++finished;
-      EXPECT_TRUE(s.done);
-    }
+  EXPECT_EQ(messages.size(), 4u);
+  for (const std::string& message : messages) {
+    EXPECT_TRUE(absl::StrContains(message, "engine 2") || absl::StrContains(message, "engine 3"))
+        << message;
   }
-  EXPECT_EQ(failed, 4);
-  EXPECT_EQ(finished, 4);
   json health;
   InNodeA([&] {
     auto h = testing::Http(port_, "GET", "/health");
@@ -311,15 +347,7 @@ TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
   // Node B comes back: its engines join the running head and take traffic again.
   headless_.clear();
   ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
-  const absl::Time rejoin_deadline = absl::Now() + absl::Seconds(30);
-  bool healthy = false;
-  while (!healthy && absl::Now() < rejoin_deadline) {
-    InNodeA([&] {
-      auto h = testing::Http(port_, "GET", "/health");
-      healthy = h.ok() && h->status == 200 && h->body.empty();
-    });
-  }
-  ASSERT_TRUE(healthy) << "node B's engines did not join again";
+  ASSERT_TRUE(WaitUntilAllHealthy()) << "node B's engines did not join again";
   const testing::MetricSamples before = Metrics();
   const std::vector<std::string> again = Complete(port_);
   for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(again[i], reference[i]);
@@ -350,7 +378,23 @@ TEST_F(MultinodeDpTest, TensorParallelReplicasOnTwoNodes) {
   }
   const testing::MetricSamples m = Metrics();
   for (int e = 0; e < 2; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
-  ASSERT_NO_FATAL_FAILURE(StopNodeB());
+
+  // kill -9 of one worker of node B's engine: that engine fails (only its two streams), and
+  // node B, left without engines (no --restart-dead-engines), exits; nothing is orphaned.
+  const std::vector<pid_t> b_engines = testing::ChildrenOf(headless_[0].pid());
+  ASSERT_EQ(b_engines.size(), 1u);
+  const std::vector<pid_t> workers = testing::ChildrenOf(b_engines[0]);
+  ASSERT_EQ(workers.size(), 2u);
+  const std::vector<std::string> messages = KillDuringLoad(2, {workers[1]});
+  EXPECT_EQ(messages.size(), 2u);
+  for (const std::string& message : messages) {
+    EXPECT_TRUE(absl::StrContains(message, "engine 1")) << message;
+  }
+  auto status = headless_[0].Wait(absl::Seconds(15));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1)
+      << testing::DescribeWaitStatus(*status);
+  headless_.clear();
   ASSERT_NO_FATAL_FAILURE(StopHead());
 }
 

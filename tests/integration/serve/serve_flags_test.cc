@@ -267,10 +267,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
             r.output);
   }
   {
-    // The head address only means something with replicas on other nodes.
-    const CliResult r = RunCli({"-dpa", "10.0.0.1"});
+    // The head's port only means something when engines reach it over TCP.
+    const CliResult r = RunCli({"-dpp", "13345"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_TRUE(absl::StrContains(r.output, "--data-parallel-address")) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "--data-parallel-rpc-port")) << r.output;
   }
 
   // 1. Defaults: the baseline the other runs are compared with.
@@ -460,7 +460,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                    BinDir() + "/vllm-launch", "--headless", "-dp", "2", "-dpl", "1",
                                    "--data-parallel-start-rank", "1", "--data-parallel-address",
                                    "127.0.0.1", "--data-parallel-rpc-port", rpc_port,
-                                   "--cluster-key-file", key, "--kv-cache-memory", "64MiB"});
+                                   "--cluster-key-file", key, "--restart-dead-engines",
+                                   "--kv-cache-memory", "64MiB"});
     ASSERT_TRUE(node.ok()) << node.status();
     auto line = node->ReadLine(absl::Seconds(30));
     ASSERT_TRUE(line.ok()) << line.status();
@@ -477,6 +478,14 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     Covered("--cluster-key-file",
             !absl::StrContains(log, "admit anyone") && absl::StrContains(log, "joined"), log);
     EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);  // only rank 0 runs under the head
+    // kill -9 of the node's engine core: its launcher starts it again and it joins again.
+    const std::vector<pid_t> node_engines = ChildrenOf(node->pid());
+    ASSERT_EQ(node_engines.size(), 1u);
+    ASSERT_EQ(kill(node_engines[0], SIGKILL), 0);
+    log = Log("joins again");
+    Covered("--restart-dead-engines", absl::StrContains(log, "data-parallel engine 1 on node") &&
+                                          absl::StrContains(log, "joins again"),
+            log);
     Stop();
     server_.reset();
     node->Kill(SIGTERM);

@@ -117,10 +117,14 @@ TEST(ServeArgsTest, DataParallelAcrossNodes) {
   EXPECT_TRUE(node->args->headless);
   EXPECT_EQ(node->args->config.parallel.data_parallel_start_rank, 2);
   EXPECT_EQ(node->args->config.parallel.data_parallel_size_local, 2);
-  // One node: no TCP.
+  // One node: no TCP, unless an address is given (engines may then join again).
   auto local = Parse({"-dp", "2"});
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_FALSE(local->args->multi_node);
+  auto restartable = Parse({"-dp", "2", "-dpa", "127.0.0.1", "--restart-dead-engines"});
+  ASSERT_TRUE(restartable.ok()) << restartable.status();
+  EXPECT_TRUE(restartable->args->multi_node);
+  EXPECT_TRUE(restartable->args->restart_dead_engines);
 }
 
 TEST(ServeArgsTest, HelpReadsLikeVllm) {
@@ -158,7 +162,7 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"-dp", "4", "-dpl", "2", "--headless"}, "--data-parallel-start-rank"},
       {{"-dp", "4", "-dpl", "0", "-dpr", "2", "--headless"}, "--data-parallel-size-local"},
       {{"-dpn", "0"}, "--data-parallel-rank"},
-      {{"-dpa", "10.0.0.1"}, "--data-parallel-address"},
+      {{"--restart-dead-engines"}, "--restart-dead-engines"},
       {{"-dpp", "13345"}, "--data-parallel-rpc-port"},
       {{"-dp", "2", "-dpl", "1", "--cluster-key-file", "/nonexistent/key"}, "--cluster-key-file"},
       {{"-dph"}, "--data-parallel-hybrid-lb"},
