@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
+#include "core/engine_handshake.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
 #include "ipc/zmq_util.h"
@@ -33,13 +34,6 @@ std::string Pack(const auto&... fields) {
   msgpack::packer<msgpack::sbuffer> pk(b);
   pk.pack_array(sizeof...(fields));
   (pk.pack(fields), ...);
-  return std::string(b.data(), b.size());
-}
-
-// One value, not in an array.
-std::string Pack1(const auto& value) {
-  msgpack::sbuffer b;
-  msgpack::pack(b, value);
   return std::string(b.data(), b.size());
 }
 
@@ -126,7 +120,8 @@ class EngineCoreProc::Impl {
     if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
     std::vector<zmq::message_t> out;
     out.push_back(Msg("HELLO"));
-    out.push_back(Msg(Pack(options_.engine_index, options_.data_parallel_size, std::string(host))));
+    out.push_back(
+        Msg(EncodeHello({options_.engine_index, options_.data_parallel_size, std::string(host)})));
     std::vector<zmq::message_t> parts;
     absl::Status asked = ipc::SendMultipart(hs, out, deadline, kPollSlice, check, "HELLO");
     if (asked.ok()) {
@@ -142,27 +137,22 @@ class EngineCoreProc::Impl {
     }
     VLLM_RETURN_IF_ERROR(asked);
     if (parts.size() == 2 && parts[0].to_string_view() == "REJECT") {
-      VLLM_ASSIGN_OR_RETURN(auto why,
-                            ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
-      auto message = ipc::ConvertAs<std::vector<std::string>>(why.get(), "REJECT");
+      absl::StatusOr<std::string> why = DecodeHandshakeMessage(parts[1].to_string_view());
       return absl::FailedPreconditionError(absl::StrCat(
           "the frontend at ", options_.handshake_address, " refused data-parallel engine ",
           options_.engine_index, ": ",
-          message.ok() && !message->empty() ? (*message)[0].substr(0, 1024) : "(no reason)"));
+          why.ok() ? *why : absl::StrCat("(unreadable: ", why.status().message(), ")")));
     }
     if (parts.size() != 2 || parts[0].to_string_view() != "CONFIG") {
       return absl::DataLossError("engine handshake: expected CONFIG from the frontend");
     }
-    VLLM_ASSIGN_OR_RETURN(auto oh, ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
-    VLLM_ASSIGN_OR_RETURN(auto addresses,
-                          ipc::ConvertAs<std::vector<std::string>>(oh.get(), "CONFIG addresses"));
-    if (addresses.size() != 2)
-      return absl::DataLossError("engine handshake: CONFIG needs 2 addresses");
+    VLLM_ASSIGN_OR_RETURN(const EngineAddresses addresses,
+                          DecodeAddresses(parts[1].to_string_view()));
 
     VLLM_ASSIGN_OR_RETURN(zmq::socket_t input, MakeSocket(zmq::socket_type::dealer, 0));
     input_.emplace(std::move(input));
     input_->set(zmq::sockopt::routing_id, absl::StrCat("engine-", options_.engine_index));
-    input_->connect(addresses[0]);
+    input_->connect(addresses.input);
     // Registers our routing id with the frontend's ROUTER before READY: a ROUTER send to an
     // identity whose connection is still being set up fails with EHOSTUNREACH (it is
     // router_mandatory), so the frontend waits for this frame (vLLM sends b"" likewise).
@@ -175,7 +165,7 @@ class EngineCoreProc::Impl {
     // Linger: deliver the last outputs (and 'F') on exit.
     VLLM_ASSIGN_OR_RETURN(zmq::socket_t output, MakeSocket(zmq::socket_type::push, 2000));
     output_.emplace(std::move(output));
-    output_->connect(addresses[1]);
+    output_->connect(addresses.output);
     // From here the output thread sends heartbeats, also while the model loads.
     output_thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
@@ -187,11 +177,11 @@ class EngineCoreProc::Impl {
     if (engine.ok()) {
       engine_ = std::move(*engine);
       reply.push_back(Msg("READY"));
-      reply.push_back(Msg(Pack(options_.engine_index, engine_->num_gpu_blocks(),
-                               engine_->scheduler().config().max_model_len)));
+      reply.push_back(Msg(EncodeReady({options_.engine_index, engine_->num_gpu_blocks(),
+                                       engine_->scheduler().config().max_model_len})));
     } else {
       reply.push_back(Msg("FAILED"));
-      reply.push_back(Msg(Pack(std::string(engine.status().ToString()))));
+      reply.push_back(Msg(EncodeHandshakeMessage(engine.status().ToString())));
     }
     VLLM_RETURN_IF_ERROR(ipc::SendMultipart(hs, reply, deadline, kPollSlice, check, "READY"));
     return engine.status();
@@ -382,7 +372,7 @@ class EngineCoreProc::Impl {
         };
         if (!out_mu_.AwaitWithTimeout(absl::Condition(&ready), options_.heartbeat_interval)) {
           // A second without anything to send: tell the frontend this engine is alive.
-          outputs_.push_back({kOutputKindHeartbeat, Pack1(options_.engine_index)});
+          outputs_.push_back({kOutputKindHeartbeat, EncodeHeartbeat(options_.engine_index)});
         }
         if (outputs_.empty() && output_done_) return;
         batch.swap(outputs_);

@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "core/engine_core_proc.h"
+#include "core/engine_handshake.h"
 #include "frontend/api_server.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
@@ -148,31 +149,30 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
     VLLM_RETURN_IF_ERROR(s);
     if (parts.size() != 3) return absl::DataLossError("engine handshake: malformed frame");
     const std::string kind(parts[1].to_string_view());
-    VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(parts[2]));
+    const std::string_view payload = parts[2].to_string_view();
     if (kind == "HELLO") {
+      VLLM_RETURN_IF_ERROR(core::DecodeHello(payload).status());
       std::vector<zmq::message_t> reply;
       reply.push_back(zmq::message_t(parts[0].data(), parts[0].size()));
       reply.push_back(Msg("CONFIG"));
-      msgpack::sbuffer b;
-      msgpack::pack(b, std::vector<std::string>{input_address_, output_address_});
-      reply.push_back(Msg(std::string_view(b.data(), b.size())));
+      reply.push_back(Msg(core::EncodeAddresses({input_address_, output_address_})));
       VLLM_RETURN_IF_ERROR(
           ipc::SendMultipart(*handshake_, reply, MonoDeadline(deadline), kSlice, check, "CONFIG"));
     } else if (kind == "READY") {
-      VLLM_ASSIGN_OR_RETURN(auto v, ipc::ConvertAs<std::vector<int32_t>>(oh.get(), "READY"));
-      if (v.size() != 3 || v[0] < 0 || v[0] >= num_engines_ || ready[v[0]]) {
+      VLLM_ASSIGN_OR_RETURN(const core::ReadyMessage r, core::DecodeReady(payload));
+      if (r.engine_index >= num_engines_ || ready[r.engine_index]) {
         return absl::DataLossError("engine handshake: bad READY");
       }
-      ready[v[0]] = true;
+      ready[r.engine_index] = true;
       {
         absl::MutexLock lock(&mu_);
-        engines_[v[0]] = {v[1], v[2], "localhost"};
+        engines_[r.engine_index] = {r.num_gpu_blocks, r.max_model_len, "localhost"};
       }
       ++num_ready;
     } else if (kind == "FAILED") {
-      VLLM_ASSIGN_OR_RETURN(auto v, ipc::ConvertAs<std::vector<std::string>>(oh.get(), "FAILED"));
-      return absl::UnavailableError(
-          absl::StrCat("engine failed to start: ", v.empty() ? "" : v[0]));
+      absl::StatusOr<std::string> why = core::DecodeHandshakeMessage(payload);
+      return absl::UnavailableError(absl::StrCat(
+          "engine failed to start: ", why.ok() ? *why : std::string(why.status().message())));
     } else {
       return absl::DataLossError(absl::StrCat("engine handshake: unexpected '", kind, "'"));
     }
@@ -371,10 +371,8 @@ void EngineCoreClient::HandleOutputFrame(std::vector<zmq::message_t>& parts) {
     absl::MutexLock lock(&mu_);
     outputs_.push_back(std::move(received));
   } else if (kind == core::kOutputKindHeartbeat) {
-    auto oh = Unpack(parts[1]);
-    if (!oh.ok()) return;
-    auto engine = ipc::ConvertAs<int32_t>(oh->get(), "engine");
-    if (engine.ok() && *engine >= 0 && *engine < num_engines_ && tcp()) {
+    absl::StatusOr<int32_t> engine = core::DecodeHeartbeat(parts[1].to_string_view());
+    if (engine.ok() && *engine < num_engines_ && tcp()) {
       absl::MutexLock lock(&mu_);
       slots_[*engine].last_seen_ns = ipc::MonoNowNs();
     }
@@ -424,58 +422,45 @@ void EngineCoreClient::HandleHandshakeFrame(std::vector<zmq::message_t>& parts) 
   }
   const std::string peer(parts[0].to_string_view());
   const std::string kind(parts[1].to_string_view());
-  auto oh = Unpack(parts[2]);
-  if (!oh.ok()) {
-    spdlog::warn("engine handshake: dropped an undecodable {} ({})", kind.substr(0, 16),
-                 oh.status().ToString());
-    return;
-  }
+  const std::string_view payload = parts[2].to_string_view();
   // Where the frame came from (the TCP peer), for messages and for telling a restarted engine
   // from a second node claiming the same rank.
   const char* peer_address = parts[2].gets("Peer-Address");
   const std::string from = peer_address != nullptr ? peer_address : "unknown address";
   auto reject = [&](const std::string& why) {
     spdlog::error("engine handshake: refused an engine from {}: {}", from, why);
-    msgpack::sbuffer b;
-    msgpack::pack(b, std::vector<std::string>{why});
-    SendHandshake(parts[0], "REJECT", std::string(b.data(), b.size()));
+    SendHandshake(parts[0], "REJECT", core::EncodeHandshakeMessage(why));
   };
   if (kind == "HELLO") {
-    // [engine_index, data_parallel_size, host name]
-    const msgpack::object& o = oh->get();
-    if (o.type != msgpack::type::ARRAY || o.via.array.size != 3) {
-      return reject("malformed HELLO (expected [rank, data_parallel_size, host])");
-    }
-    auto index = ipc::ConvertAs<int32_t>(o.via.array.ptr[0], "rank");
-    auto size = ipc::ConvertAs<int32_t>(o.via.array.ptr[1], "data_parallel_size");
-    auto host = ipc::ConvertAs<std::string>(o.via.array.ptr[2], "host");
-    if (!index.ok() || !size.ok() || !host.ok() || host->size() > 255) {
-      return reject("malformed HELLO (expected [rank, data_parallel_size, host])");
-    }
-    if (*size != num_engines_) {
-      return reject(absl::StrCat("--data-parallel-size ", *size, " on node ", *host, " but ",
+    absl::StatusOr<core::HelloMessage> hello = core::DecodeHello(payload);
+    if (!hello.ok()) return reject(std::string(hello.status().message()));
+    const int32_t index = hello->engine_index;
+    const int32_t size = hello->data_parallel_size;
+    const std::string& host = hello->host;
+    if (size != num_engines_) {
+      return reject(absl::StrCat("--data-parallel-size ", size, " on node ", host, " but ",
                                  num_engines_, " at the head"));
     }
-    if (*index < 0 || *index >= num_engines_) {
-      return reject(absl::StrCat("data-parallel rank ", *index, " is not in [0, ", num_engines_,
+    if (index >= num_engines_) {
+      return reject(absl::StrCat("data-parallel rank ", index, " is not in [0, ", num_engines_,
                                  ") (check --data-parallel-start-rank and "
                                  "--data-parallel-size-local)"));
     }
-    const std::string node = absl::StrCat(*host, " (", from, ")");
+    const std::string node = absl::StrCat(host, " (", from, ")");
     bool replaced = false;
     std::string holder;  // set: another node serves the rank
     {
       absl::MutexLock lock(&mu_);
-      EngineSlot& slot = slots_[*index];
+      EngineSlot& slot = slots_[index];
       // The same rank again: a restarted engine from the same node takes over (the old one is
       // gone, or will be); one from another node is a configuration mistake.
       const bool taken = slot.state == JoinState::kLive || slot.state == JoinState::kJoining;
-      if (taken && engines_[*index].host != node) {
-        holder = engines_[*index].host;
+      if (taken && engines_[index].host != node) {
+        holder = engines_[index].host;
       } else {
         replaced = slot.state == JoinState::kLive;
         if (slot.state == JoinState::kDead || replaced) {
-          spdlog::info("data-parallel engine {} on node {} joins again{}", *index, node,
+          spdlog::info("data-parallel engine {} on node {} joins again{}", index, node,
                        replaced ? " (a new process: the old one is taken as dead)" : "");
         }
         slot.state = JoinState::kJoining;
@@ -483,21 +468,19 @@ void EngineCoreClient::HandleHandshakeFrame(std::vector<zmq::message_t>& parts) 
         slot.ready = false;
         slot.registered = false;
         slot.last_seen_ns = ipc::MonoNowNs();
-        engines_[*index].host = node;
+        engines_[index].host = node;
       }
     }
     if (!holder.empty()) {
-      return reject(absl::StrCat("data-parallel rank ", *index, " is already served by node ",
+      return reject(absl::StrCat("data-parallel rank ", index, " is already served by node ",
                                  holder, " (check --data-parallel-start-rank)"));
     }
     if (replaced) {
-      EngineDied(*index,
+      EngineDied(index,
                  absl::UnavailableError(absl::StrCat(
-                     "engine ", *index, " was replaced by a new engine process of node ", node)));
+                     "engine ", index, " was replaced by a new engine process of node ", node)));
     }
-    msgpack::sbuffer b;
-    msgpack::pack(b, std::vector<std::string>{input_address_, output_address_});
-    SendHandshake(parts[0], "CONFIG", std::string(b.data(), b.size()));
+    SendHandshake(parts[0], "CONFIG", core::EncodeAddresses({input_address_, output_address_}));
     return;
   }
   // READY / FAILED come from a joining engine's handshake connection.
@@ -514,20 +497,20 @@ void EngineCoreClient::HandleHandshakeFrame(std::vector<zmq::message_t>& parts) 
   EngineSlot& slot = slots_[index];
   slot.last_seen_ns = ipc::MonoNowNs();
   if (kind == "READY") {
-    auto v = ipc::ConvertAs<std::vector<int32_t>>(oh->get(), "READY");
-    if (!v.ok() || v->size() != 3 || (*v)[0] != index || (*v)[1] < 0 || (*v)[2] < 2) {
+    absl::StatusOr<core::ReadyMessage> r = core::DecodeReady(payload);
+    if (!r.ok() || r->engine_index != index) {
       spdlog::error("engine handshake: bad READY from engine {}", index);
       slot.state = JoinState::kDead;
       return;
     }
     slot.ready = true;
-    engines_[index].num_gpu_blocks = (*v)[1];
-    engines_[index].max_model_len = (*v)[2];
+    engines_[index].num_gpu_blocks = r->num_gpu_blocks;
+    engines_[index].max_model_len = r->max_model_len;
   } else if (kind == "FAILED") {
-    auto v = ipc::ConvertAs<std::vector<std::string>>(oh->get(), "FAILED");
-    const std::string message = absl::StrCat(
-        "data-parallel engine ", index, " on node ", engines_[index].host,
-        " failed to start: ", v.ok() && !v->empty() ? (*v)[0] : std::string("(no reason given)"));
+    absl::StatusOr<std::string> why = core::DecodeHandshakeMessage(payload);
+    const std::string message =
+        absl::StrCat("data-parallel engine ", index, " on node ", engines_[index].host,
+                     " failed to start: ", why.ok() ? *why : std::string("(unreadable reason)"));
     spdlog::error("{}", message);
     slot.state = JoinState::kDead;
     if (!started_ && startup_error_.ok()) startup_error_ = absl::UnavailableError(message);

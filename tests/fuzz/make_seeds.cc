@@ -1,6 +1,6 @@
 // Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
-// into <out>/engine_protocol/, <out>/worker_protocol/ and <out>/vllm_config/ (normally
-// tests/fuzz/corpus).
+// into <out>/engine_protocol/, <out>/worker_protocol/, <out>/vllm_config/ and
+// <out>/engine_handshake/ (normally tests/fuzz/corpus).
 // Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
 //   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
 // Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
@@ -13,6 +13,7 @@
 
 #include "config/config_codec.h"
 #include "core/codec.h"
+#include "core/engine_handshake.h"
 #include "ipc/handle.h"
 #include "worker/worker_protocol.h"
 
@@ -225,6 +226,14 @@ void ConfigSeeds(const fs::path& dir) {
   Write(dir, "full", config::EncodeVllmConfig(c));
 }
 
+void HandshakeSeeds(const fs::path& dir) {
+  Write(dir, "hello", core::EncodeHello({2, 4, "node-b"}));
+  Write(dir, "ready", core::EncodeReady({2, 682, 1024}));
+  Write(dir, "config", core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001"}));
+  Write(dir, "reject", core::EncodeHandshakeMessage("--data-parallel-size 2 on node b but 4"));
+  Write(dir, "heartbeat", core::EncodeHeartbeat(3));
+}
+
 }  // namespace
 }  // namespace vllm::fuzz
 
@@ -237,5 +246,6 @@ int main(int argc, char** argv) {
   vllm::fuzz::EngineSeeds(root / "engine_protocol");
   vllm::fuzz::WorkerSeeds(root / "worker_protocol");
   vllm::fuzz::ConfigSeeds(root / "vllm_config");
+  vllm::fuzz::HandshakeSeeds(root / "engine_handshake");
   return 0;
 }

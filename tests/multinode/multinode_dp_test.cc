@@ -16,6 +16,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -452,6 +456,74 @@ TEST_F(MultinodeDpTest, StartupMistakesOnTheHeadlessNodeNameTheFlag) {
   EXPECT_TRUE(absl::StrContains(*ready, "ready at")) << *ready;
   ASSERT_NO_FATAL_FAILURE(StopNodeB());
   ASSERT_NO_FATAL_FAILURE(StopHead());
+}
+
+// docs/MULTINODE.md: the Slurm and LeaderWorkerSet scripts, run on both nodes with the
+// environment the scheduler would set, bring up a head and a headless node that serve.
+TEST_F(MultinodeDpTest, SchedulerRecipes) {
+  // A stand-in for Slurm's scontrol: the job's nodes, by address.
+  const std::string bin_dir = absl::StrCat(::testing::TempDir(), "/vllm-fake-slurm-", getpid());
+  std::filesystem::create_directories(bin_dir);
+  {
+    std::ofstream scontrol(bin_dir + "/scontrol");
+    scontrol << "#!/bin/sh\n[ \"$1 $2\" = \"show hostnames\" ] || exit 2\necho "
+             << nodes_->address_a() << "\necho " << nodes_->address_b() << "\n";
+  }
+  std::filesystem::permissions(bin_dir + "/scontrol", std::filesystem::perms::owner_all);
+  const std::string recipes = absl::StrCat(VLLM_SOURCE_DIR, "/docs/recipes/");
+  const std::string path = absl::StrCat("PATH=", bin_dir, ":", std::getenv("PATH"));
+  const std::string launch = absl::StrCat("VLLM_LAUNCH=", testing::BinDir(), "/vllm-launch");
+  struct Recipe {
+    std::string script;
+    std::vector<std::string> env_a, env_b;
+  };
+  const std::vector<Recipe> recipes_to_run = {
+      {"slurm_dp_node.sh",
+       {"SLURM_NODEID=0", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=node[0-1]"},
+       {"SLURM_NODEID=1", "SLURM_NNODES=2", "SLURM_JOB_NODELIST=node[0-1]"}},
+      {"lws_dp_node.sh",
+       {"LWS_LEADER_ADDRESS=" + nodes_->address_a(), "LWS_GROUP_SIZE=2", "LWS_WORKER_INDEX=0"},
+       {"LWS_LEADER_ADDRESS=" + nodes_->address_a(), "LWS_GROUP_SIZE=2", "LWS_WORKER_INDEX=1"}},
+  };
+  for (const Recipe& r : recipes_to_run) {
+    SCOPED_TRACE(r.script);
+    // Node B first (it waits for the head), then the head, both through the script.
+    std::vector<std::string> b = Env(nodes_->InB({}));
+    b.insert(b.end(), {path, launch});
+    b.insert(b.end(), r.env_b.begin(), r.env_b.end());
+    b.insert(b.end(), {"/bin/bash", recipes + r.script, "--kv-cache-memory", "64MiB"});
+    auto node_b = testing::Subprocess::Spawn(b);
+    ASSERT_TRUE(node_b.ok()) << node_b.status();
+    headless_.push_back(std::move(*node_b));
+    auto line = headless_.back().ReadLine(absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << line.status();
+    EXPECT_TRUE(
+        absl::StrContains(*line, "engines 1..1 joining the head at tcp://" + nodes_->address_a()))
+        << *line;
+    std::vector<std::string> a = Env(nodes_->InA({}));
+    a.insert(a.end(), {path, launch});
+    a.insert(a.end(), r.env_a.begin(), r.env_a.end());
+    a.insert(a.end(),
+             {"/bin/bash", recipes + r.script, "--port", "0", "--kv-cache-memory", "64MiB"});
+    auto head = testing::Subprocess::Spawn(a);
+    ASSERT_TRUE(head.ok()) << head.status();
+    server_.emplace(std::move(*head));
+    // "vllm-launch: ready at http://127.0.0.1:PORT/v1"
+    auto ready = server_->ReadLine(absl::Seconds(60));
+    ASSERT_TRUE(ready.ok()) << ready.status();
+    const size_t colon = ready->rfind(':');
+    ASSERT_NE(colon, std::string::npos) << *ready;
+    ASSERT_TRUE(absl::SimpleAtoi(ready->substr(colon + 1, ready->rfind("/v1") - colon - 1), &port_))
+        << *ready;
+    for (const std::string& text : Complete(port_)) {
+      EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+    }
+    const testing::MetricSamples m = Metrics();
+    for (int e = 0; e < 2; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
+    ASSERT_NO_FATAL_FAILURE(StopNodeB());
+    ASSERT_NO_FATAL_FAILURE(StopHead());
+  }
+  std::filesystem::remove_all(bin_dir);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "core/codec.h"
 #include "core/engine_core_proc.h"
+#include "core/engine_handshake.h"
 #include "gtest/gtest.h"
 #include "ipc/wait_strategy.h"
 #include "ipc/zmq_util.h"
@@ -31,8 +32,10 @@ std::string Pack(const auto& value) {
 // The engine side of the handshake, then a PUSH socket to the client's output address.
 class ScriptedEngine {
  public:
-  explicit ScriptedEngine(const std::string& handshake_address, int32_t index = 0)
+  explicit ScriptedEngine(const std::string& handshake_address, int32_t index = 0,
+                          int32_t num_engines = 1)
       : index_(index),
+        num_engines_(num_engines),
         handshake_(ipc::ZmqContext(), zmq::socket_type::dealer),
         input_(ipc::ZmqContext(), zmq::socket_type::dealer),
         output_(ipc::ZmqContext(), zmq::socket_type::push) {
@@ -45,7 +48,7 @@ class ScriptedEngine {
     const int64_t deadline = ipc::MonoNowNs() + 10'000'000'000;
     std::vector<zmq::message_t> parts;
     parts.push_back(Msg("HELLO"));
-    parts.push_back(Msg(Pack(std::vector<int32_t>{index_})));
+    parts.push_back(Msg(core::EncodeHello({index_, num_engines_, "test-host"})));
     if (!ipc::SendMultipart(handshake_, parts, deadline, absl::Milliseconds(10), nullptr, "HELLO")
              .ok()) {
       return false;
@@ -85,6 +88,7 @@ class ScriptedEngine {
 
  private:
   const int32_t index_;
+  const int32_t num_engines_;
   zmq::socket_t handshake_, input_, output_;
 };
 
@@ -171,7 +175,7 @@ TEST(EngineCoreClientTest, DataParallelEnginesFailAlone) {
   auto client = EngineCoreClient::Create(2);
   ASSERT_TRUE(client.ok()) << client.status();
   EngineCoreClient& c = **client;
-  ScriptedEngine e0(c.handshake_address(), 0), e1(c.handshake_address(), 1);
+  ScriptedEngine e0(c.handshake_address(), 0, 2), e1(c.handshake_address(), 1, 2);
   bool ok0 = false, ok1 = false;
   std::thread side0([&] { ok0 = e0.Handshake(); });
   std::thread side1([&] { ok1 = e1.Handshake(); });

@@ -1,0 +1,131 @@
+#include "core/engine_handshake.h"
+
+#include <msgpack.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "ipc/msgpack_util.h"
+
+namespace vllm::core {
+namespace {
+
+// A handshake frame is a few hundred bytes: anything bigger, deeper or longer is refused.
+constexpr ipc::UnpackLimits kLimits{
+    .max_array = 4, .max_map = 0, .max_str = kMaxHandshakeString, .max_bin = 0, .max_depth = 2};
+
+std::string_view Cut(std::string_view s) { return s.substr(0, kMaxHandshakeString); }
+
+template <typename... Fields>
+std::string PackArray(const Fields&... fields) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_array(sizeof...(fields));
+  (pk.pack(fields), ...);
+  return std::string(b.data(), b.size());
+}
+
+absl::StatusOr<msgpack::object_handle> Unpack(std::string_view bytes, const char* frame) {
+  auto oh =
+      ipc::UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kLimits);
+  if (!oh.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(frame, ": ", oh.status().message()));
+  }
+  return oh;
+}
+
+// The `n` elements of a top-level array, or InvalidArgument.
+absl::StatusOr<const msgpack::object*> Fields(const msgpack::object& o, uint32_t n,
+                                              const char* frame) {
+  if (o.type != msgpack::type::ARRAY || o.via.array.size != n) {
+    return absl::InvalidArgumentError(absl::StrCat(frame, ": expected an array of ", n));
+  }
+  return o.via.array.ptr;
+}
+
+absl::StatusOr<int32_t> Int(const msgpack::object& o, const char* frame, const char* field,
+                            int32_t min) {
+  auto v = ipc::ConvertAs<int32_t>(o, field);
+  if (!v.ok() || *v < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(frame, ".", field, ": expected an integer >= ", min));
+  }
+  return *v;
+}
+
+absl::StatusOr<std::string> Str(const msgpack::object& o, const char* frame, const char* field,
+                                size_t max_bytes) {
+  if (o.type != msgpack::type::STR || o.via.str.size > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(frame, ".", field, ": expected a string of at most ", max_bytes, " bytes"));
+  }
+  return std::string(o.via.str.ptr, o.via.str.size);
+}
+
+}  // namespace
+
+std::string EncodeHello(const HelloMessage& m) {
+  return PackArray(m.engine_index, m.data_parallel_size, std::string(m.host.substr(0, 255)));
+}
+
+std::string EncodeReady(const ReadyMessage& m) {
+  return PackArray(m.engine_index, m.num_gpu_blocks, m.max_model_len);
+}
+
+std::string EncodeAddresses(const EngineAddresses& m) {
+  return PackArray(std::string(Cut(m.input)), std::string(Cut(m.output)));
+}
+
+std::string EncodeHandshakeMessage(std::string_view message) {
+  return PackArray(std::string(Cut(message)));
+}
+
+std::string EncodeHeartbeat(int32_t engine_index) {
+  msgpack::sbuffer b;
+  msgpack::pack(b, engine_index);
+  return std::string(b.data(), b.size());
+}
+
+absl::StatusOr<HelloMessage> DecodeHello(std::string_view bytes) {
+  VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "HELLO"));
+  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 3, "HELLO"));
+  HelloMessage m;
+  VLLM_ASSIGN_OR_RETURN(m.engine_index, Int(f[0], "HELLO", "engine_index", 0));
+  VLLM_ASSIGN_OR_RETURN(m.data_parallel_size, Int(f[1], "HELLO", "data_parallel_size", 1));
+  VLLM_ASSIGN_OR_RETURN(m.host, Str(f[2], "HELLO", "host", 255));
+  return m;
+}
+
+absl::StatusOr<ReadyMessage> DecodeReady(std::string_view bytes) {
+  VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "READY"));
+  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 3, "READY"));
+  ReadyMessage m;
+  VLLM_ASSIGN_OR_RETURN(m.engine_index, Int(f[0], "READY", "engine_index", 0));
+  VLLM_ASSIGN_OR_RETURN(m.num_gpu_blocks, Int(f[1], "READY", "num_gpu_blocks", 0));
+  VLLM_ASSIGN_OR_RETURN(m.max_model_len, Int(f[2], "READY", "max_model_len", 2));
+  return m;
+}
+
+absl::StatusOr<EngineAddresses> DecodeAddresses(std::string_view bytes) {
+  VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "CONFIG"));
+  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 2, "CONFIG"));
+  EngineAddresses m;
+  VLLM_ASSIGN_OR_RETURN(m.input, Str(f[0], "CONFIG", "input_address", kMaxHandshakeString));
+  VLLM_ASSIGN_OR_RETURN(m.output, Str(f[1], "CONFIG", "output_address", kMaxHandshakeString));
+  if (m.input.empty() || m.output.empty()) {
+    return absl::InvalidArgumentError("CONFIG: empty address");
+  }
+  return m;
+}
+
+absl::StatusOr<std::string> DecodeHandshakeMessage(std::string_view bytes) {
+  VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "message"));
+  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 1, "message"));
+  return Str(f[0], "message", "text", kMaxHandshakeString);
+}
+
+absl::StatusOr<int32_t> DecodeHeartbeat(std::string_view bytes) {
+  VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "heartbeat"));
+  return Int(oh.get(), "heartbeat", "engine_index", 0);
+}
+
+}  // namespace vllm::core

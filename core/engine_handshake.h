@@ -1,0 +1,62 @@
+// The frames of the start-up handshake between an engine core and the frontend (the
+// "handshake" socket of core/engine_core_proc.h) and the engine's heartbeat, each a small
+// msgpack value with a fixed schema. Every decoder is bounded (ipc::UnpackBounded) and checks
+// types and ranges; it never trusts the peer.
+//
+//   HELLO   [engine_index, data_parallel_size, host]      engine → frontend
+//   CONFIG  [input_address, output_address]               frontend → engine
+//   REJECT  [message]                                     frontend → engine
+//   READY   [engine_index, num_gpu_blocks, max_model_len] engine → frontend
+//   FAILED  [message]                                     engine → frontend
+//   'H'     engine_index                                  engine → frontend (output socket)
+#ifndef VLLM_CORE_ENGINE_HANDSHAKE_H_
+#define VLLM_CORE_ENGINE_HANDSHAKE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace vllm::core {
+
+// Host names and addresses are at most this long; messages are cut to it when encoded.
+inline constexpr size_t kMaxHandshakeString = 1024;
+
+struct HelloMessage {
+  int32_t engine_index = 0;        // >= 0
+  int32_t data_parallel_size = 1;  // >= 1
+  std::string host;                // the engine's host name, <= 255 bytes
+  bool operator==(const HelloMessage&) const = default;
+};
+
+struct ReadyMessage {
+  int32_t engine_index = 0;    // >= 0
+  int32_t num_gpu_blocks = 0;  // >= 0
+  int32_t max_model_len = 0;   // >= 2
+  bool operator==(const ReadyMessage&) const = default;
+};
+
+struct EngineAddresses {
+  std::string input;  // ipc:// or tcp://, <= kMaxHandshakeString bytes
+  std::string output;
+  bool operator==(const EngineAddresses&) const = default;
+};
+
+std::string EncodeHello(const HelloMessage& m);
+std::string EncodeReady(const ReadyMessage& m);
+std::string EncodeAddresses(const EngineAddresses& m);
+// REJECT and FAILED: one message (cut to kMaxHandshakeString bytes).
+std::string EncodeHandshakeMessage(std::string_view message);
+std::string EncodeHeartbeat(int32_t engine_index);
+
+// Each returns InvalidArgument naming the frame and the field for anything off-schema.
+[[nodiscard]] absl::StatusOr<HelloMessage> DecodeHello(std::string_view bytes);
+[[nodiscard]] absl::StatusOr<ReadyMessage> DecodeReady(std::string_view bytes);
+[[nodiscard]] absl::StatusOr<EngineAddresses> DecodeAddresses(std::string_view bytes);
+[[nodiscard]] absl::StatusOr<std::string> DecodeHandshakeMessage(std::string_view bytes);
+[[nodiscard]] absl::StatusOr<int32_t> DecodeHeartbeat(std::string_view bytes);
+
+}  // namespace vllm::core
+
+#endif  // VLLM_CORE_ENGINE_HANDSHAKE_H_
