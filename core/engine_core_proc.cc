@@ -189,14 +189,27 @@ class EngineCoreProc::Impl {
 
   void InputLoop() {
     std::vector<zmq::message_t> parts;
+    int64_t last_input_ns = ipc::MonoNowNs();
+    const int64_t frontend_timeout_ns = absl::ToInt64Nanoseconds(options_.frontend_timeout);
     while (!stop_.load()) {
       absl::Status s = ipc::RecvMultipart(*input_, parts, 2,
                                           ipc::MonoNowNs() + absl::ToInt64Nanoseconds(kPollSlice),
                                           kPollSlice, nullptr, "engine input");
-      if (absl::IsDeadlineExceeded(s)) continue;
+      if (absl::IsDeadlineExceeded(s)) {
+        if (frontend_timeout_ns > 0 && ipc::MonoNowNs() - last_input_ns > frontend_timeout_ns) {
+          FrontendLost();
+          return;
+        }
+        continue;
+      }
+      last_input_ns = ipc::MonoNowNs();
       if (!s.ok()) {
         spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index, s.ToString());
         continue;
+      }
+      if (parts.size() == 2 && parts[0].size() == 1 &&
+          *parts[0].data<uint8_t>() == static_cast<uint8_t>(EngineCoreRequestType::kHeartbeat)) {
+        continue;  // the frontend is alive; nothing else to do
       }
       absl::StatusOr<Input> input = Decode(parts);
       if (!input.ok()) {
@@ -255,6 +268,20 @@ class EngineCoreProc::Impl {
         return absl::InvalidArgumentError(
             absl::StrCat("unknown request type ", static_cast<int>(type)));
     }
+  }
+
+  // The frontend sent nothing (not even a heartbeat) for frontend_timeout: the main loop ends
+  // with an error, so the process exits and its launcher can start a fresh engine that joins
+  // the head again.
+  void FrontendLost() {
+    const absl::Status lost = absl::UnavailableError(absl::StrCat(
+        "the frontend at ", options_.handshake_address, " sent nothing for ",
+        absl::FormatDuration(options_.frontend_timeout), ": taking the head node as gone"));
+    spdlog::error("engine {}: {}", options_.engine_index, std::string(lost.message()));
+    absl::MutexLock lock(&mu_);
+    lost_ = lost;
+    stop_.store(true);
+    wake_ = true;
   }
 
   // Applies queued inputs; waits for some when the engine has nothing to do.
@@ -329,7 +356,8 @@ class EngineCoreProc::Impl {
         Send({kOutputKindOutputs, Encode(*step->outputs)});
       }
     }
-    return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    return lost_;  // OK unless the frontend was lost
   }
 
   // EXECUTOR_FAILED: tells every client, then the main loop goes down with `status`.
@@ -411,6 +439,7 @@ class EngineCoreProc::Impl {
 
   absl::Mutex mu_;
   std::deque<Input> inputs_ ABSL_GUARDED_BY(mu_);
+  absl::Status lost_ ABSL_GUARDED_BY(mu_);  // the frontend went silent (FrontendLost)
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
 
   absl::Mutex out_mu_;

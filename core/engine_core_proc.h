@@ -17,7 +17,8 @@
 //                                                   or [ "FAILED", msgpack [message] ]
 //   input      frontend ROUTER  ──► engine DEALER   [ type: 1 byte EngineCoreRequestType,
 //                                                     payload ] (the ROUTER prepends the
-//                                                     engine's identity "engine-<index>")
+//                                                     engine's identity "engine-<index>";
+//                                                     over TCP, kHeartbeat every second)
 //   output     frontend PULL    ◄── engine PUSH     [ kind: 1 byte, payload ]
 //                 kind 'O': core::Encode(EngineCoreOutputs)
 //                 kind 'U': msgpack [call_id, code, message, result: bin]  (utility reply)
@@ -75,6 +76,11 @@ struct EngineCoreProcOptions {
   absl::Duration handshake_timeout = absl::Minutes(10);
   // Heartbeats ('H') after this long without any other frame.
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Over TCP: the frontend sends a heartbeat on the input socket every second; after this
+  // long without any input frame the engine takes the frontend (the head node) as gone and
+  // stops with an error (its launcher may start it again: it then joins the head anew).
+  // Zero: never (ipc://, where the parent-death signal covers it).
+  absl::Duration frontend_timeout = absl::ZeroDuration();
 };
 
 // Runs the engine process until Stop() (SIGTERM), a `shutdown` from the frontend, or a fatal

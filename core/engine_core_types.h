@@ -24,6 +24,7 @@ enum class EngineCoreRequestType : uint8_t {
   kStartDpWave = 2,     // payload: StartDpWave
   kUtility = 3,         // payload: a utility call (method name + msgpack arguments)
   kExecutorFailed = 4,  // sent by the engine itself when its executor died
+  kHeartbeat = 5,       // payload: empty; the frontend is alive (over TCP, once a second)
 };
 
 // Why a request finished (vLLM's FinishReason). Wire values are the enum values.

@@ -274,7 +274,7 @@ absl::Status EngineCoreClient::WaitForRegistrations(absl::Time deadline,
 
 void EngineCoreClient::ReceiveLoop() {
   std::vector<zmq::message_t> parts;
-  int64_t next_housekeeping_ns = 0;
+  int64_t next_housekeeping_ns = 0, next_heartbeat_ns = 0;
   while (!stop_.load()) {
     if (!tcp()) {
       absl::Status s = ipc::RecvMultipart(*output_, parts, 2, ipc::MonoNowNs() + 50'000'000, kSlice,
@@ -320,6 +320,10 @@ void EngineCoreClient::ReceiveLoop() {
       next_housekeeping_ns = now + absl::ToInt64Nanoseconds(kSlice);
       DrainRegistrations();
       UpdateEngineStates();
+      if (now >= next_heartbeat_ns) {
+        next_heartbeat_ns = now + 1'000'000'000;
+        SendHeartbeats();
+      }
     }
   }
 }
@@ -545,6 +549,27 @@ void EngineCoreClient::DrainRegistrations() {
   absl::MutexLock lock(&mu_);
   for (int32_t i : registered) {
     if (slots_[i].state == JoinState::kJoining) slots_[i].registered = true;
+  }
+}
+
+void EngineCoreClient::SendHeartbeats() {
+  std::vector<int32_t> live;
+  {
+    absl::MutexLock lock(&mu_);
+    for (int32_t i = 0; i < num_engines_; ++i) {
+      if (slots_[i].state == JoinState::kLive) live.push_back(i);
+    }
+  }
+  const char type = static_cast<char>(core::EngineCoreRequestType::kHeartbeat);
+  absl::MutexLock lock(&send_mu_);
+  for (int32_t i : live) {
+    std::vector<zmq::message_t> parts;
+    parts.push_back(Msg(absl::StrCat("engine-", i)));
+    parts.push_back(Msg(std::string_view(&type, 1)));
+    parts.push_back(Msg(""));
+    // Never blocks the receive thread: a heartbeat that does not fit now is skipped (an
+    // engine that reads nothing for a while is busy or gone; either way, one less is fine).
+    (void)ipc::SendMultipart(*input_, parts, ipc::MonoNowNs(), kSlice, nullptr, "heartbeat");
   }
 }
 

@@ -151,6 +151,8 @@ class EngineCoreClient {
   // TCP: marks engines that went silent dead; a joining engine that registered and is READY
   // becomes live.
   void UpdateEngineStates();
+  // TCP: one heartbeat to every live engine (they take a silent head as gone).
+  void SendHeartbeats();
   void SendHandshake(const zmq::message_t& peer, std::string_view kind, std::string payload);
   void ReceiveUtilityReply(const zmq::message_t& payload);
   // Marks the engine dead with exactly `status` (first report wins).

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -65,6 +66,10 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
   f.proc.engine_index = f.config.parallel.data_parallel_rank;
   f.proc.data_parallel_size = f.config.parallel.data_parallel_size;
   VLLM_ASSIGN_OR_RETURN(f.proc.handshake_timeout, EngineReadyTimeout());
+  if (absl::StartsWith(f.proc.handshake_address, "tcp://")) {
+    // Another node's head: its silence (heartbeats every second) means it is gone.
+    VLLM_ASSIGN_OR_RETURN(f.proc.frontend_timeout, EngineHeartbeatTimeout());
+  }
   return f;
 }
 

@@ -17,7 +17,9 @@ dpl=${VLLM_DP_LOCAL:-1}
 port=${VLLM_DP_PORT:-13345}
 head=${VLLM_HEAD_ADDRESS:-}
 if [[ -z $head ]]; then
-  first=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?}" | head -n1)
+  # awk, not head: head exits at the first line and scontrol's SIGPIPE would fail the
+  # pipeline (pipefail) on a job with many nodes.
+  first=$(scontrol show hostnames "${SLURM_JOB_NODELIST:?}" | awk 'NR == 1')
   head=$(getent ahostsv4 "$first" | awk 'NR == 1 { print $1 }')
   [[ -n $head ]] || { echo "slurm_dp_node.sh: cannot resolve the head node '$first'" >&2; exit 2; }
 fi

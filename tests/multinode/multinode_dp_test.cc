@@ -106,7 +106,7 @@ class MultinodeDpTest : public testing::ServeTest {
   std::vector<std::string> Env(const std::vector<std::string>& in_node) {
     std::vector<std::string> argv = in_node;
     argv.insert(argv.end(), {"/usr/bin/env", "VLLM_ENGINE_READY_TIMEOUT_S=60",
-                             "VLLM_ENGINE_HEARTBEAT_TIMEOUT_S=3"});
+                             "VLLM_ENGINE_HEARTBEAT_TIMEOUT_S=5"});
     return argv;
   }
 
@@ -360,6 +360,42 @@ TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
     EXPECT_GT(Served(after, e), Served(before, e)) << "engine " << e << " took no traffic";
   }
 
+  ASSERT_NO_FATAL_FAILURE(StopNodeB());
+  ASSERT_NO_FATAL_FAILURE(StopHead());
+}
+
+// The head node dies (kill -9 of its launcher: its own engines follow it) and comes back:
+// node B's engines notice the silence (heartbeats), end, are started again by their launcher
+// (--restart-dead-engines) and join the new head, which then serves with both replicas.
+TEST_F(MultinodeDpTest, HeadlessEnginesJoinARestartedHead) {
+  std::vector<std::string> b = Common("2");
+  b.insert(b.end(), {"-dpl", "1", "-dpr", "1", "--headless", "--restart-dead-engines"});
+  ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
+  std::vector<std::string> a = Common("2");
+  a.insert(a.end(), {"-dpl", "1"});
+  ASSERT_NO_FATAL_FAILURE(StartHead(a));
+  for (const std::string& text : Complete(port_)) {
+    EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+  }
+  const pid_t old_engine = testing::ChildrenOf(headless_[0].pid()).at(0);
+  server_->Kill(SIGKILL);
+  ASSERT_TRUE(server_->Wait(absl::Seconds(5)).ok());
+  server_.reset();
+  // Node B's engine gives up on the silent head and is replaced by a fresh process.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::vector<pid_t> now = testing::ChildrenOf(headless_[0].pid());
+  while ((now.size() != 1 || now[0] == old_engine) && absl::Now() < deadline) {
+    now = testing::ChildrenOf(headless_[0].pid());
+  }
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_NE(now[0], old_engine) << "node B's engine was not restarted";
+  // The head comes back with the same command: both replicas serve again.
+  ASSERT_NO_FATAL_FAILURE(StartHead(a));
+  for (const std::string& text : Complete(port_)) {
+    EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+  }
+  const testing::MetricSamples m = Metrics();
+  for (int e = 0; e < 2; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
   ASSERT_NO_FATAL_FAILURE(StopNodeB());
   ASSERT_NO_FATAL_FAILURE(StopHead());
 }
