@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +27,20 @@
 #include "absl/strings/str_cat.h"
 
 namespace vllm::bench {
+
+std::string MachineLine() {
+  std::string cpu = "unknown CPU";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  utsname u{};
+  uname(&u);
+  return cpu + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores, Linux " + u.release;
+}
 namespace {
 
 // The p-th percentile (0 < p <= 1) of sorted, non-empty `v` by nearest rank.

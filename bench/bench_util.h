@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +22,9 @@
 #include "absl/time/time.h"
 
 namespace vllm::bench {
+
+// "AMD EPYC ..., 2 cores, Linux 6.1.0": the machine line of the benchmark tables.
+std::string MachineLine();
 
 // Summary of a set of latency samples, in microseconds.
 struct LatencyStats {

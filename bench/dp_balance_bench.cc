@@ -32,7 +32,6 @@
 //   --markdown   rewrite the dp-balance section of FILE (docs/BENCHMARKS.md) with this run
 //   --trace-csv  per-engine load every 100 ms of the first trace
 //                (time_s,policy,engine,waiting,running), for tools/plot_dp_balance.py
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -52,6 +51,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "frontend/dp_load_balancer.h"
 
 namespace vllm::bench {
@@ -542,20 +542,6 @@ std::string Format(const char* fmt, double a) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), fmt, a);
   return buf;
-}
-
-std::string MachineLine() {
-  std::string cpu = "unknown CPU";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  utsname u{};
-  uname(&u);
-  return cpu + ", " + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) + " cores, Linux " + u.release;
 }
 
 std::string UtcNow() {

@@ -7,7 +7,6 @@
 //     --markdown   replace the IPC section of FILE (docs/BENCHMARKS.md) with this run's table
 //     --json       write every figure as JSON
 //   ipc_bench shm-reader ...   (internal: a reader process of our queue)
-#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,20 +48,6 @@ int Iterations(size_t payload, bool quick) {
           : payload <= (1 << 20) ? 200
                                  : 20;
   return quick ? std::max(10, n / 10) : n;
-}
-
-std::string MachineLine() {
-  std::string cpu = "unknown CPU";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      cpu = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  utsname u{};
-  uname(&u);
-  return absl::StrFormat("%s, %ld cores, Linux %s", cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release);
 }
 
 // Runs one measurement, turning an error into a note in the table instead of aborting the run.

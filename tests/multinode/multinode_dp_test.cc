@@ -271,6 +271,17 @@ class MultinodeDpTest : public testing::ServeTest {
     return errors;
   }
 
+  // Every completion of kPrompts succeeds, and each of the `engines` engines served some.
+  void ExpectEveryEngineServes(int engines) {
+    for (const std::string& text : Complete(port_)) {
+      EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+    }
+    const testing::MetricSamples m = Metrics();
+    for (int e = 0; e < engines; ++e) {
+      EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
+    }
+  }
+
   // Waits (30 s at most) until /health says every engine serves (200, empty body).
   bool WaitUntilAllHealthy() {
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -391,11 +402,7 @@ TEST_F(MultinodeDpTest, HeadlessEnginesJoinARestartedHead) {
   EXPECT_NE(now[0], old_engine) << "node B's engine was not restarted";
   // The head comes back with the same command: both replicas serve again.
   ASSERT_NO_FATAL_FAILURE(StartHead(a));
-  for (const std::string& text : Complete(port_)) {
-    EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
-  }
-  const testing::MetricSamples m = Metrics();
-  for (int e = 0; e < 2; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
+  ExpectEveryEngineServes(2);
   ASSERT_NO_FATAL_FAILURE(StopNodeB());
   ASSERT_NO_FATAL_FAILURE(StopHead());
 }
@@ -551,11 +558,7 @@ TEST_F(MultinodeDpTest, SchedulerRecipes) {
     ASSERT_NE(colon, std::string::npos) << *ready;
     ASSERT_TRUE(absl::SimpleAtoi(ready->substr(colon + 1, ready->rfind("/v1") - colon - 1), &port_))
         << *ready;
-    for (const std::string& text : Complete(port_)) {
-      EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
-    }
-    const testing::MetricSamples m = Metrics();
-    for (int e = 0; e < 2; ++e) EXPECT_GT(Served(m, e), 0) << "engine " << e << " served nothing";
+    ExpectEveryEngineServes(2);
     ASSERT_NO_FATAL_FAILURE(StopNodeB());
     ASSERT_NO_FATAL_FAILURE(StopHead());
   }
