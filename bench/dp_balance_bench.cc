@@ -286,7 +286,7 @@ std::vector<PolicySpec> AllPolicies() {
       {"outstanding",
        "`frontend::DpLoadBalancer` with `DpBalancePolicy::kOutstanding` (the product's default "
        "now): vLLM's rule with the client's unfinished requests in place of its picks since the "
-       "engine's last figures",
+       "engine's last figures, ties going to the engine after the one picked last",
        [](const Config& c) {
          return std::make_unique<Product>(c.engines, frontend::DpBalancePolicy::kOutstanding);
        }},

@@ -14,7 +14,8 @@ DpLoadBalancer::DpLoadBalancer(int32_t num_engines, int32_t client_count, int32_
       client_count_(std::max(client_count, 1)),
       start_index_(static_cast<int32_t>((int64_t{std::clamp(client_index, 0, client_count_ - 1)} *
                                          static_cast<int64_t>(loads_.size())) /
-                                        client_count_)) {}
+                                        client_count_)),
+      next_start_(start_index_) {}
 
 double DpLoadBalancer::Score(int32_t engine) const {
   const EngineLoad& l = loads_[engine];
@@ -29,8 +30,11 @@ std::optional<int32_t> DpLoadBalancer::Pick() {
   const int32_t n = num_engines();
   std::optional<int32_t> best;
   double best_score = std::numeric_limits<double>::infinity();
+  // vLLM scans from a fixed start, so with sequential requests (each done before the next)
+  // every tie goes to the same engine; ours starts after the engine picked last.
+  const int32_t start = policy_ == DpBalancePolicy::kVllm ? start_index_ : next_start_;
   for (int32_t i = 0; i < n; ++i) {
-    const int32_t e = (start_index_ + i) % n;
+    const int32_t e = (start + i) % n;
     if (!loads_[e].alive) continue;
     const double s = Score(e);
     if (s < best_score) {
@@ -41,6 +45,7 @@ std::optional<int32_t> DpLoadBalancer::Pick() {
   if (best.has_value()) {
     ++own_in_flight_[*best];
     ++own_outstanding_[*best];
+    next_start_ = (*best + 1) % n;
   }
   return best;
 }

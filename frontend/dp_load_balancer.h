@@ -24,6 +24,9 @@
 //   max(clients × own_outstanding[e], waiting[e] + running[e])
 //     + waiting[e] × 6 × max(0, kv_usage[e] − 0.5)
 //
+// and breaks ties from the engine after the one it picked last (vLLM: from a fixed index, so
+// a client whose requests never overlap sends every one of them to the same engine).
+//
 // Thread-safety: none; the client's submitting thread owns it.
 #ifndef VLLM_FRONTEND_DP_LOAD_BALANCER_H_
 #define VLLM_FRONTEND_DP_LOAD_BALANCER_H_
@@ -81,6 +84,7 @@ class DpLoadBalancer {
   const DpBalancePolicy policy_;
   const int32_t client_count_;
   const int32_t start_index_;
+  int32_t next_start_;  // kOutstanding: ties go to the engine after the last one picked
 };
 
 }  // namespace vllm::frontend

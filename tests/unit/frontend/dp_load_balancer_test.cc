@@ -70,8 +70,8 @@ TEST(DpLoadBalancerTest, OutstandingRequestsCountUntilTheyFinish) {
   EXPECT_DOUBLE_EQ(vllm.Score(0), 1.0);  // the 3 in transit are forgotten
   EXPECT_DOUBLE_EQ(ours.Score(0), 4.0);
   EXPECT_EQ(vllm.Pick(), 0);  // piles onto engine 0
-  EXPECT_EQ(ours.Pick(), 0);  // 4 vs 4: a tie, the first engine scanned
-  EXPECT_EQ(ours.Pick(), 1);
+  EXPECT_EQ(ours.Pick(), 1);  // 4 vs 4: a tie, the engine after the last one picked
+  EXPECT_EQ(ours.Pick(), 0);  // 5 vs 4
   // Finished requests leave the count; a restarted engine starts from nothing.
   for (int i = 0; i < 5; ++i) ours.Finished(0);
   EXPECT_DOUBLE_EQ(ours.Score(0), 1.0);  // the engine's own figure (1 running) remains
@@ -82,6 +82,22 @@ TEST(DpLoadBalancerTest, OutstandingRequestsCountUntilTheyFinish) {
   ours.Update(1, EngineLoad{});
   EXPECT_DOUBLE_EQ(ours.Score(1), 0.0);
   ours.Finished(9);  // no such engine: ignored
+}
+
+// A client whose requests never overlap (each finished before the next) spreads them over
+// idle engines; vLLM's rule sends every one to its first engine.
+TEST(DpLoadBalancerTest, SequentialRequestsRotateOverIdleEngines) {
+  DpLoadBalancer vllm(3, 1, 0, DpBalancePolicy::kVllm), ours(3, 1, 0);
+  std::vector<int32_t> vllm_picks, our_picks;
+  for (int i = 0; i < 6; ++i) {
+    vllm_picks.push_back(*vllm.Pick());
+    vllm.Update(vllm_picks.back(), EngineLoad{});  // done: the engine reports an empty queue
+    our_picks.push_back(*ours.Pick());
+    ours.Finished(our_picks.back());
+    ours.Update(our_picks.back(), EngineLoad{});
+  }
+  EXPECT_EQ(vllm_picks, (std::vector<int32_t>{0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(our_picks, (std::vector<int32_t>{0, 1, 2, 0, 1, 2}));
 }
 
 TEST(DpLoadBalancerTest, ClientsStartTheirScanAtDifferentEngines) {
