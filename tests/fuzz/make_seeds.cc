@@ -1,6 +1,6 @@
 // Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
-// into <out>/engine_protocol/, <out>/worker_protocol/, <out>/vllm_config/ and
-// <out>/engine_handshake/ (normally tests/fuzz/corpus).
+// into <out>/engine_protocol/, <out>/worker_protocol/, <out>/vllm_config/,
+// <out>/engine_handshake/ and <out>/dp_coordinator/ (normally tests/fuzz/corpus).
 // Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
 //   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
 // Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
@@ -13,6 +13,7 @@
 
 #include "config/config_codec.h"
 #include "core/codec.h"
+#include "core/dp_coordinator.h"
 #include "core/engine_handshake.h"
 #include "ipc/handle.h"
 #include "worker/worker_protocol.h"
@@ -226,6 +227,15 @@ void ConfigSeeds(const fs::path& dir) {
   Write(dir, "full", config::EncodeVllmConfig(c));
 }
 
+void CoordinatorSeeds(const fs::path& dir) {
+  Write(dir, "report", core::EncodeLoadReport({3, 12, 40, 0.75}));
+  core::LoadPublication p;
+  p.sequence = 42;
+  p.publish_time_ns = 1'000'000'000;
+  p.engines = {{12, 40, 0.75, true}, {0, 0, 0.0, false}, {3, 64, 0.5, true}};
+  Write(dir, "publication", core::EncodeLoadPublication(p));
+}
+
 void HandshakeSeeds(const fs::path& dir) {
   Write(dir, "hello", core::EncodeHello({2, 4, "node-b"}));
   Write(dir, "ready", core::EncodeReady({2, 682, 1024}));
@@ -247,5 +257,6 @@ int main(int argc, char** argv) {
   vllm::fuzz::WorkerSeeds(root / "worker_protocol");
   vllm::fuzz::ConfigSeeds(root / "vllm_config");
   vllm::fuzz::HandshakeSeeds(root / "engine_handshake");
+  vllm::fuzz::CoordinatorSeeds(root / "dp_coordinator");
   return 0;
 }
