@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <new>
@@ -27,6 +28,26 @@
 #include "absl/strings/str_cat.h"
 
 namespace vllm::bench {
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M UTC", &tm);
+  return buf;
+}
+
+void ReplaceMarkdownSection(std::string* doc, const std::string& begin, const std::string& end,
+                            const std::string& section) {
+  const size_t b = doc->find(begin), e = doc->find(end);
+  if (b != std::string::npos && e != std::string::npos && e > b) {
+    doc->replace(b, e + end.size() - b, section);
+  } else {
+    if (!doc->empty() && doc->back() != '\n') *doc += "\n";
+    *doc += "\n" + section + "\n";
+  }
+}
 
 std::string MachineLine() {
   std::string cpu = "unknown CPU";

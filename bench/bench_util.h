@@ -25,6 +25,12 @@ namespace vllm::bench {
 
 // "AMD EPYC ..., 2 cores, Linux 6.1.0": the machine line of the benchmark tables.
 std::string MachineLine();
+// "2026-11-26 08:41 UTC".
+std::string UtcNow();
+// Replaces the text from `begin` through `end` (two marker lines) in `doc` with `section`
+// (which holds the markers itself); appends `section` when the markers are missing.
+void ReplaceMarkdownSection(std::string* doc, const std::string& begin, const std::string& end,
+                            const std::string& section);
 
 // Summary of a set of latency samples, in microseconds.
 struct LatencyStats {

@@ -544,15 +544,6 @@ std::string Format(const char* fmt, double a) {
   return buf;
 }
 
-std::string UtcNow() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M UTC", &tm);
-  return buf;
-}
-
 // `text` re-flowed to lines of at most `width` columns (UTF-8 characters), breaking at spaces;
 // continuation lines start with `indent`.
 std::string Wrap(const std::string& text, size_t width, const std::string& indent = "") {
@@ -748,13 +739,7 @@ int Main(const Config& c, const std::string& command) {
              kWidth)
       << "\n"
       << end;
-    const size_t b = doc.find(begin), e = doc.find(end);
-    if (b != std::string::npos && e != std::string::npos && e > b) {
-      doc.replace(b, e + end.size() - b, s.str());
-    } else {
-      if (!doc.empty() && doc.back() != '\n') doc += "\n";
-      doc += "\n" + s.str() + "\n";
-    }
+    ReplaceMarkdownSection(&doc, begin, end, s.str());
     std::ofstream(c.markdown) << doc;
   }
   return 0;

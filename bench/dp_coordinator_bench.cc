@@ -750,15 +750,6 @@ absl::StatusOr<Trial> RunTrial(const Config& c, int32_t n, Peer peer) {
 // ---------------------------------------------------------------------------------------------
 // Output.
 
-std::string UtcNow() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M UTC", &tm);
-  return buf;
-}
-
 // Greedy word wrap at `width` columns.
 std::string Wrap(const std::string& text, size_t width) {
   // A number and its unit ("5 %", "100 ms", "1.0 s") stay on one line.
@@ -937,13 +928,7 @@ absl::Status WriteMarkdown(const Config& c, const std::string& command,
     << "\n\n"
     << Tables(c, trials) << "\n"
     << end;
-  const size_t b = doc.find(begin), e = doc.find(end);
-  if (b != std::string::npos && e != std::string::npos && e > b) {
-    doc.replace(b, e + end.size() - b, s.str());
-  } else {
-    if (!doc.empty() && doc.back() != '\n') doc += "\n";
-    doc += "\n" + s.str() + "\n";
-  }
+  ReplaceMarkdownSection(&doc, begin, end, s.str());
   std::ofstream out(c.markdown);
   out << doc;
   return out ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", c.markdown));
