@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/status/status.h"
+
 namespace vllm::fuzz {
 
 // An invariant the target checks. On failure prints the condition and a message, then aborts,
@@ -71,6 +73,26 @@ inline bool IsWellFormedUtf8(std::string_view s) {
     i += len;
   }
   return true;
+}
+
+// For a codec of plain values (T with ==; decode: bytes -> absl::StatusOr<T>; encode: T ->
+// bytes): a failure is InvalidArgument, and whatever decodes re-encodes to bytes that decode
+// to an equal value, whose encoding is the same bytes again.
+template <typename T, typename Decode, typename Encode>
+void CheckValueRoundTrip(std::string_view bytes, Decode decode, Encode encode, const char* what) {
+  auto first = decode(bytes);
+  if (!first.ok()) {
+    FUZZ_CHECK(first.status().code() == absl::StatusCode::kInvalidArgument,
+               std::string(what) + " failed with " + first.status().ToString());
+    return;
+  }
+  const std::string encoded = encode(*first);
+  auto second = decode(encoded);
+  FUZZ_CHECK(second.ok(),
+             std::string(what) + ": re-encoding does not decode: " + second.status().ToString());
+  FUZZ_CHECK(static_cast<const T&>(*second) == static_cast<const T&>(*first),
+             std::string(what) + ": value changed in a round trip");
+  FUZZ_CHECK(encode(*second) == encoded, std::string(what) + ": re-encoding is not stable");
 }
 
 }  // namespace vllm::fuzz
