@@ -90,12 +90,23 @@ class EngineCoreProc::Impl {
     return MainLoop();
   }
 
-  // A socket of ours, CURVE client when the cluster key is set.
-  absl::StatusOr<zmq::socket_t> MakeSocket(zmq::socket_type type, int linger_ms) {
+  // A socket of ours connected to `address` (CURVE client when the cluster key is set).
+  // InvalidArgument for an address ZMQ refuses (the frontend's CONFIG is another process's
+  // word).
+  absl::StatusOr<zmq::socket_t> Connect(zmq::socket_type type, int linger_ms,
+                                        const std::string& address,
+                                        const std::string& routing_id = "") {
     zmq::socket_t socket(ipc::ZmqContext(), type);
     socket.set(zmq::sockopt::linger, linger_ms);
+    if (!routing_id.empty()) socket.set(zmq::sockopt::routing_id, routing_id);
     if (options_.curve.has_value()) {
       VLLM_RETURN_IF_ERROR(ipc::MakeCurveClient(socket, *options_.curve));
+    }
+    try {
+      socket.connect(address);
+    } catch (const zmq::error_t& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot connect to '", address.substr(0, 256), "': ", e.what()));
     }
     return socket;
   }
@@ -103,14 +114,14 @@ class EngineCoreProc::Impl {
   // HELLO → CONFIG → build the engine → READY (or FAILED).
   absl::Status Handshake() {
     const bool tcp = absl::StartsWith(options_.handshake_address, "tcp://");
-    VLLM_ASSIGN_OR_RETURN(zmq::socket_t hs, MakeSocket(zmq::socket_type::dealer, 1000));
-    try {
-      hs.connect(options_.handshake_address);
-    } catch (const zmq::error_t& e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot connect to the frontend at '", options_.handshake_address, "': ", e.what(),
-          tcp ? " (check --data-parallel-address and --data-parallel-rpc-port)" : ""));
+    absl::StatusOr<zmq::socket_t> connected =
+        Connect(zmq::socket_type::dealer, 1000, options_.handshake_address);
+    if (!connected.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the frontend: ", connected.status().message(),
+                       tcp ? " (check --data-parallel-address and --data-parallel-rpc-port)" : ""));
     }
+    zmq::socket_t hs = std::move(*connected);
     const int64_t deadline =
         ipc::MonoNowNs() + absl::ToInt64Nanoseconds(options_.handshake_timeout);
     auto check = [this] {
@@ -149,10 +160,10 @@ class EngineCoreProc::Impl {
     VLLM_ASSIGN_OR_RETURN(const EngineAddresses addresses,
                           DecodeAddresses(parts[1].to_string_view()));
 
-    VLLM_ASSIGN_OR_RETURN(zmq::socket_t input, MakeSocket(zmq::socket_type::dealer, 0));
+    VLLM_ASSIGN_OR_RETURN(zmq::socket_t input,
+                          Connect(zmq::socket_type::dealer, 0, addresses.input,
+                                  absl::StrCat("engine-", options_.engine_index)));
     input_.emplace(std::move(input));
-    input_->set(zmq::sockopt::routing_id, absl::StrCat("engine-", options_.engine_index));
-    input_->connect(addresses.input);
     // Registers our routing id with the frontend's ROUTER before READY: a ROUTER send to an
     // identity whose connection is still being set up fails with EHOSTUNREACH (it is
     // router_mandatory), so the frontend waits for this frame (vLLM sends b"" likewise).
@@ -163,9 +174,9 @@ class EngineCoreProc::Impl {
           ipc::SendMultipart(*input_, hello, deadline, kPollSlice, check, "input registration"));
     }
     // Linger: deliver the last outputs (and 'F') on exit.
-    VLLM_ASSIGN_OR_RETURN(zmq::socket_t output, MakeSocket(zmq::socket_type::push, 2000));
+    VLLM_ASSIGN_OR_RETURN(zmq::socket_t output,
+                          Connect(zmq::socket_type::push, 2000, addresses.output));
     output_.emplace(std::move(output));
-    output_->connect(addresses.output);
     // From here the output thread sends heartbeats, also while the model loads.
     output_thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH

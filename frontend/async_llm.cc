@@ -116,10 +116,14 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
     }
     sent = client_->AddRequest(r);
     if (sent.ok()) return sent;
+    bool still_pending;
     {
       absl::MutexLock lock(&mu_);
-      requests_.erase(r.request_id);
+      still_pending = requests_.erase(r.request_id) > 0;
     }
+    // The engine died meanwhile and FailEngine already ended the request through its
+    // callback: it must not be sent again, nor refused a second time.
+    if (!still_pending) return absl::OkStatus();
     if (client_->EngineFailure(engine).ok()) break;  // the engine lives: not a dead-engine race
   }
   return sent;

@@ -197,8 +197,6 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
     pthread_setname_np(pthread_self(), "vllm-ecc-recv");  // engine outputs → queue
     ReceiveLoop();
   });
-  absl::MutexLock lock(&mu_);
-  started_ = true;
   return absl::OkStatus();
 }
 

@@ -193,7 +193,7 @@ class EngineCoreClient {
   absl::Status failure_ ABSL_GUARDED_BY(mu_);           // every engine is dead
   std::vector<EngineSlot> slots_ ABSL_GUARDED_BY(mu_);  // TCP mode
   std::vector<EngineInfo> engines_ ABSL_GUARDED_BY(mu_);
-  bool started_ ABSL_GUARDED_BY(mu_) = false;        // WaitForEngines succeeded
+  bool started_ ABSL_GUARDED_BY(mu_) = false;        // TCP: WaitForEngines succeeded
   absl::Status startup_error_ ABSL_GUARDED_BY(mu_);  // TCP: an engine failed to start
   std::vector<absl::Status> engine_failures_ ABSL_GUARDED_BY(mu_);
   int32_t num_dead_ ABSL_GUARDED_BY(mu_) = 0;

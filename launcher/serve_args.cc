@@ -349,8 +349,8 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   }
   // TCP between the engines and the head: replicas on other nodes, or an address given (so
   // that engines can join again on one node too, --restart-dead-engines).
-  a.multi_node = a.headless || dp_local != a.data_parallel_size ||
-                 app.count("--data-parallel-address") > 0;
+  a.multi_node =
+      a.headless || dp_local != a.data_parallel_size || app.count("--data-parallel-address") > 0;
   if (a.headless) {
     if (dp_local < 1) {
       return absl::InvalidArgumentError(
@@ -368,9 +368,10 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
     for (const char* flag :
          {"--data-parallel-rpc-port", "--cluster-key-file", "--restart-dead-engines"}) {
       if (app.count(flag) > 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            flag, ": only used when the engines reach the head over TCP (replicas on other "
-                  "nodes, or --data-parallel-address given, e.g. 127.0.0.1 on one node)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag,
+                         ": only used when the engines reach the head over TCP (replicas on other "
+                         "nodes, or --data-parallel-address given, e.g. 127.0.0.1 on one node)"));
       }
     }
   }

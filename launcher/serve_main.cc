@@ -102,12 +102,13 @@ class EngineProcess {
 
   // Sends SIGTERM (the engine stops its workers and exits); Stop() waits.
   void Terminate() {
-    if (pid_ > 0 && Check().ok()) kill(pid_, SIGTERM);
+    if (pid_ > 0 && !terminated_ && Check().ok()) kill(pid_, SIGTERM);
+    terminated_ = true;
   }
 
   void Stop(absl::Duration grace) {
     if (pid_ <= 0 || !Check().ok()) return;
-    kill(pid_, SIGTERM);
+    Terminate();
     const absl::Time deadline = absl::Now() + grace;
     while (Check().ok() && absl::Now() < deadline) {
       pollfd fd = {pidfd_, POLLIN, 0};
@@ -127,6 +128,7 @@ class EngineProcess {
   pid_t pid_ = -1;
   int pidfd_ = -1;
   bool exited_ = false;
+  bool terminated_ = false;  // SIGTERM sent
   absl::Status exit_;
 };
 
@@ -166,8 +168,8 @@ void RaiseOpenFileLimit() {
 }
 
 // Starts the engine core of data-parallel rank `rank` of this node (again).
-absl::Status StartEngine(const ServeArgs& args, const std::string& handshake_address,
-                         int32_t rank, EngineProcess* engine) {
+absl::Status StartEngine(const ServeArgs& args, const std::string& handshake_address, int32_t rank,
+                         EngineProcess* engine) {
   config::VllmConfig engine_config = args.config;
   engine_config.parallel.data_parallel_rank = rank;
   VLLM_RETURN_IF_ERROR(engine->Start(engine_config, handshake_address, args.cluster_key_file));
@@ -182,8 +184,7 @@ absl::Status StartLocalEngines(const ServeArgs& args, const std::string& handsha
   const config::ParallelConfig& parallel = args.config.parallel;
   for (int32_t i = 0; i < parallel.data_parallel_size_local; ++i) {
     engines->push_back(std::make_unique<EngineProcess>());
-    VLLM_RETURN_IF_ERROR(StartEngine(args, handshake_address,
-                                     parallel.data_parallel_start_rank + i,
+    VLLM_RETURN_IF_ERROR(StartEngine(args, handshake_address, parallel.data_parallel_start_rank + i,
                                      engines->back().get()));
   }
   return absl::OkStatus();
@@ -221,11 +222,10 @@ bool SuperviseEngines(const ServeArgs& args, const std::string& handshake_addres
     for (const State& st : state) {
       if (st.dead) next = std::min(next, st.restart_at);
     }
-    const int timeout_ms =
-        next == absl::InfiniteFuture()
-            ? -1
-            : static_cast<int>(std::clamp<int64_t>(
-                  absl::ToInt64Milliseconds(next - absl::Now()) + 1, 0, 60'000));
+    const int timeout_ms = next == absl::InfiniteFuture()
+                               ? -1
+                               : static_cast<int>(std::clamp<int64_t>(
+                                     absl::ToInt64Milliseconds(next - absl::Now()) + 1, 0, 60'000));
     while (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno == EINTR) {
     }
     if (fds.back().revents != 0) return true;
@@ -299,9 +299,9 @@ absl::Status ServeHeadless(const ServeArgs& args) {
               parallel.data_parallel_start_rank + parallel.data_parallel_size_local - 1,
               head.c_str());
   std::fflush(stdout);
-  const bool stopped = SuperviseEngines(args, head, engines, stop_pipe[0],
-                                        args.restart_dead_engines,
-                                        [](int32_t, const absl::Status&) {});
+  const bool stopped =
+      SuperviseEngines(args, head, engines, stop_pipe[0], args.restart_dead_engines,
+                       [](int32_t, const absl::Status&) {});
   StopEngines(engines);
   if (stopped) return absl::OkStatus();
   return absl::UnavailableError("every engine core of this node ended");
@@ -346,7 +346,6 @@ absl::Status Serve(const ServeArgs& args) {
     StopEngines(engines);
     return s;
   }
-  auto stop_engines = [&engines] { StopEngines(engines); };
   if (args.multi_node) {
     spdlog::info("waiting for {} data-parallel engine(s) to join at {}", num_engines,
                  client->handshake_address());
@@ -379,7 +378,7 @@ absl::Status Serve(const ServeArgs& args) {
                                    return absl::OkStatus();
                                  });
       !started.ok()) {
-    stop_engines();
+    StopEngines(engines);
     return started;
   }
   // Every engine resolved the same config; the frontend uses the smallest limits.
@@ -417,8 +416,8 @@ absl::Status Serve(const ServeArgs& args) {
   // With --restart-dead-engines (TCP only) a dead local engine is started again and joins.
   const std::string handshake_address = raw_client->handshake_address();
   std::thread monitor([&] {
-    if (!SuperviseEngines(args, handshake_address, engines, stop_pipe[0],
-                          args.restart_dead_engines, [&](int32_t rank, const absl::Status& why) {
+    if (!SuperviseEngines(args, handshake_address, engines, stop_pipe[0], args.restart_dead_engines,
+                          [&](int32_t rank, const absl::Status& why) {
                             raw_client->MarkEngineDead(rank, why);
                           })) {
       // Every local engine ended: wait for the stop (remote engines may still serve).
@@ -443,7 +442,7 @@ absl::Status Serve(const ServeArgs& args) {
   server->Stop();
   (void)!write(stop_pipe[1], "x", 1);  // ends the monitor's wait
   monitor.join();
-  stop_engines();
+  StopEngines(engines);
   server.reset();
   llm.reset();
   close(stop_pipe[0]);

@@ -456,12 +456,26 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     EXPECT_TRUE(absl::StrContains(again.output, "exists")) << again.output;
     ASSERT_TRUE(ipc::LoadCurveKeyFile(key).ok());
     const std::string rpc_port = absl::StrCat(FreePort());
-    auto node = Subprocess::Spawn({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>/dev/null",
-                                   BinDir() + "/vllm-launch", "--headless", "-dp", "2", "-dpl", "1",
-                                   "--data-parallel-start-rank", "1", "--data-parallel-address",
-                                   "127.0.0.1", "--data-parallel-rpc-port", rpc_port,
-                                   "--cluster-key-file", key, "--restart-dead-engines",
-                                   "--kv-cache-memory", "64MiB"});
+    auto node = Subprocess::Spawn({"/bin/sh",
+                                   "-c",
+                                   "exec \"$0\" \"$@\" 2>/dev/null",
+                                   BinDir() + "/vllm-launch",
+                                   "--headless",
+                                   "-dp",
+                                   "2",
+                                   "-dpl",
+                                   "1",
+                                   "--data-parallel-start-rank",
+                                   "1",
+                                   "--data-parallel-address",
+                                   "127.0.0.1",
+                                   "--data-parallel-rpc-port",
+                                   rpc_port,
+                                   "--cluster-key-file",
+                                   key,
+                                   "--restart-dead-engines",
+                                   "--kv-cache-memory",
+                                   "64MiB"});
     ASSERT_TRUE(node.ok()) << node.status();
     auto line = node->ReadLine(absl::Seconds(30));
     ASSERT_TRUE(line.ok()) << line.status();
@@ -483,8 +497,9 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     ASSERT_EQ(node_engines.size(), 1u);
     ASSERT_EQ(kill(node_engines[0], SIGKILL), 0);
     log = Log("joins again");
-    Covered("--restart-dead-engines", absl::StrContains(log, "data-parallel engine 1 on node") &&
-                                          absl::StrContains(log, "joins again"),
+    Covered("--restart-dead-engines",
+            absl::StrContains(log, "data-parallel engine 1 on node") &&
+                absl::StrContains(log, "joins again"),
             log);
     Stop();
     server_.reset();
