@@ -148,6 +148,74 @@ double MeasureGemmPeak(cudaStream_t stream) {
   return peak;
 }
 
+// (b') The decode step's GEMMs alone (m = 1 and 8, bf16) as the worker runs them (same
+// CublasLtGemm, tuned as the worker tunes), weights rotated over a pool far larger than L2 so
+// every run reads its weights from HBM: GB/s of weight read against (a), and the sum over one
+// 8B decode step (32 layers + lm_head), which says how much of the step's time is outside the
+// linear layers.
+void MeasureDecodeGemms(double bandwidth_gbs, int l2_bytes, cudaStream_t stream) {
+  auto gemm = kc::CublasLtGemm::Create();
+  if (!gemm.ok()) {
+    std::fprintf(stderr, "cuda_decode_bench: %s\n", gemm.status().ToString().c_str());
+    std::exit(1);
+  }
+  struct Shape {
+    const char* name;
+    int64_t n, k, per_step;  // per_step: how many times one decode step runs it
+  };
+  const Shape shapes[] = {{"qkv     6144x4096", 6144, 4096, 32},
+                          {"o       4096x4096", 4096, 4096, 32},
+                          {"gate_up 28672x4096", 28672, 4096, 32},
+                          {"down    4096x14336", 4096, 14336, 32},
+                          {"lm_head 128256x4096", 128256, 4096, 1}};
+  const int64_t max_w = int64_t{128256} * 4096;
+  // At least 4 x L2 of copies of the largest weight, rounded to whole copies.
+  const int64_t copies = std::max<int64_t>(2, (int64_t{4} * l2_bytes) / (max_w * 2) + 1);
+  void* pool = Alloc(copies * max_w * 2, "weight pool");
+  void* x = Alloc(8 * 14336 * 2, "x");
+  void* y = Alloc(8 * max_w / 4096 * 2, "y");
+  Check(LaunchFillBf16(pool, copies * max_w, 3, 0.02f, stream), "fill pool");
+  Check(LaunchFillBf16(x, 8 * 14336, 4, 1.0f, stream), "fill x");
+  std::printf("(b') decode GEMMs alone, bf16, weights from HBM (rotated over %lld copies)\n",
+              static_cast<long long>(copies));
+  std::printf("    %-22s %4s %10s %8s %8s\n", "n x k", "m", "median us", "GB/s", "of (a)");
+  for (int64_t m : {1, 8}) {
+    double step_ms = 0, step_bytes = 0;
+    for (const Shape& s : shapes) {
+      // Offsets a whole number of this shape's weights apart, cycling over the pool.
+      const int64_t slots = copies * max_w / (s.n * s.k);
+      int64_t i = 0;
+      const std::vector<double> ms = TimeMs(
+          [&] {
+            const char* w = static_cast<const char*>(pool) + (i++ % slots) * s.n * s.k * 2;
+            absl::Status st =
+                (*gemm)->Linear(kc::GemmDType::kBFloat16, x, w, nullptr, y, m, s.n, s.k, stream);
+            if (!st.ok()) {
+              std::fprintf(stderr, "cuda_decode_bench: %s\n", st.ToString().c_str());
+              std::exit(1);
+            }
+          },
+          stream, 41);
+      const double med = ms[ms.size() / 2];
+      const double bytes = 2.0 * s.n * s.k;
+      const double gbs = bytes / med / 1e6;
+      step_ms += med * s.per_step;
+      step_bytes += bytes * s.per_step;
+      std::printf("    %-22s %4lld %10.1f %8.0f %7.0f%%\n", s.name, static_cast<long long>(m),
+                  med * 1e3, gbs, 100.0 * gbs / bandwidth_gbs);
+    }
+    std::printf(
+        "    one decode step's linear layers at m=%lld: %.3f ms (%.0f GB/s, %.0f%% of (a))\n",
+        static_cast<long long>(m), step_ms, step_bytes / step_ms / 1e6,
+        100.0 * step_bytes / step_ms / 1e6 / bandwidth_gbs);
+  }
+  Check(cudaStreamSynchronize(stream), "decode GEMMs");
+  cudaFree(pool);
+  cudaFree(x);
+  cudaFree(y);
+  std::printf("\n");
+}
+
 }  // namespace
 }  // namespace vllm::bench
 
@@ -169,6 +237,7 @@ int main() {
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   const double bandwidth_gbs = MeasureBandwidth(prop, stream);
   const double gemm_peak_tflops = MeasureGemmPeak(stream);
+  MeasureDecodeGemms(bandwidth_gbs, prop.l2CacheSize, stream);
   const int rc = RunModelBench(bandwidth_gbs, gemm_peak_tflops, stream);
   cudaStreamDestroy(stream);
   return rc;

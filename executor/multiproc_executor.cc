@@ -484,6 +484,8 @@ void MultiprocExecutor::KillAndReap() {
   if (stop_fd_ >= 0) close(stop_fd_);
   stop_fd_ = -1;
   group_.reset();  // the workers are gone: remove what the collective left behind
+  // A worker killed before it was attached leaves its response ring's name behind.
+  ipc::MessageQueueWriter::RemoveSegmentsOfDeadWriters();
   absl::MutexLock lock(&mu_);
   exited_.assign(exited_.size(), true);  // including ranks never spawned
   responses_.clear();

@@ -30,6 +30,10 @@ void SetCommonOptions(zmq::socket_t& s) { s.set(zmq::sockopt::linger, 0); }
 // ---------------------------------------------------------------------------------------------
 // MessageQueueWriter
 
+void MessageQueueWriter::RemoveSegmentsOfDeadWriters() {
+  ShmSegment::RemoveStale(std::string(kShmPrefix));
+}
+
 absl::StatusOr<std::unique_ptr<MessageQueueWriter>> MessageQueueWriter::Create(
     const MessageQueueOptions& options) {
   if (options.n_readers < 1) return absl::InvalidArgumentError("n_readers must be at least 1");
@@ -50,7 +54,7 @@ absl::StatusOr<std::unique_ptr<MessageQueueWriter>> MessageQueueWriter::Create(
   h.max_chunks = options.max_chunks;
   h.max_chunk_bytes = options.max_chunk_bytes;
   if (w->n_local_ > 0) {
-    ShmSegment::RemoveStale(std::string(kShmPrefix));
+    RemoveSegmentsOfDeadWriters();
     h.shm_name = absl::StrCat(kShmPrefix, UniqueToken());
     VLLM_ASSIGN_OR_RETURN(auto ring,
                           ShmRingBuffer::Create(h.shm_name, w->n_local_, options.max_chunks,

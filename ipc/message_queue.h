@@ -74,6 +74,10 @@ class MessageQueueWriter {
       const MessageQueueOptions& options);
   // Closes the queue (readers drain, then see Cancelled) and releases everything.
   ~MessageQueueWriter();
+  // Unlinks the ring segments of writers whose process is gone (killed before every reader
+  // attached, so the name was never unlinked). A parent that has just killed and reaped
+  // writer processes calls it; Create does it too.
+  static void RemoveSegmentsOfDeadWriters();
 
   const Handle& handle() const { return handle_; }
 

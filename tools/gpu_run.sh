@@ -7,7 +7,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 [[ -d "$root/.gpu/bin" ]] || tar -C "$root/.gpu" -xJf "$root/.gpu/bundle.tar.xz"
 src=${VLLM_BUILT_SOURCE_DIR:-/work/main}
 if [[ "$root" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"; fi
-cuda_libs=$(dirname "$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -1)")
-nccl_libs=$(dirname "$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)")
-export LD_LIBRARY_PATH="$root/.gpu/lib:$cuda_libs:$nccl_libs:${LD_LIBRARY_PATH:-}"
+# The directories of cuBLASLt and NCCL, found once (a search of the disk) and kept in .gpu/.
+if [[ ! -s "$root/.gpu/ld_path" ]]; then
+  find_lib() { dirname "$(find /usr/local /usr/lib /opt / -xdev -name "$1" 2>/dev/null | head -1)"; }
+  echo "$(find_lib libcublasLt.so.13):$(find_lib libnccl.so.2)" >"$root/.gpu/ld_path"
+fi
+export LD_LIBRARY_PATH="$root/.gpu/lib:$(cat "$root/.gpu/ld_path"):${LD_LIBRARY_PATH:-}"
 exec "$@"

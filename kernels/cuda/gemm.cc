@@ -5,11 +5,16 @@
 #include "kernels/cuda/gemm.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/cuda/gemv.h"
 
 namespace vllm::kernels::cuda {
 namespace {
@@ -31,6 +36,14 @@ absl::Status CublasError(const char* what, cublasStatus_t s) {
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool TuningEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("VLLM_CUBLASLT_TUNE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
 
 }  // namespace
 
@@ -113,16 +126,23 @@ absl::StatusOr<CublasLtGemm::Plan*> CublasLtGemm::GetPlan(GemmDType dtype, int64
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
       cublasLtMatmulPreferenceSetAttribute(pref, attr, &alignment, sizeof(alignment));
     }
-    cublasLtMatmulHeuristicResult_t result{};
+    const int wanted = m <= kTuneMaxM && TuningEnabled() ? kTuneCandidates : 1;
+    cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
     int found = 0;
-    s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, pref, 1,
-                                       &result, &found);
+    s = cublasLtMatmulAlgoGetHeuristic(handle_, plan.op, plan.a, plan.b, plan.c, plan.c, pref,
+                                       wanted, results, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS) return CublasError("cublasLtMatmulAlgoGetHeuristic", s);
     if (found == 0) {
       return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for ", m, "x", n, "x", k));
     }
-    plan.algo = result.algo;
+    plan.algo = results[0].algo;
+    plan.gemv_candidate = wanted > 1 && SkinnyGemvSupports(dtype, m, n, k);
+    if (found > 1 || plan.gemv_candidate) {
+      for (int i = 0; i < found; ++i) {
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
+      }
+    }
     return absl::OkStatus();
   };
   if (absl::Status st = build(); !st.ok()) {
@@ -151,11 +171,83 @@ absl::Status CublasLtGemm::Linear(GemmDType dtype, const void* x, const void* w,
                                                       &bias, sizeof(bias));
     if (s != CUBLAS_STATUS_SUCCESS) return CublasError("setting the bias pointer", s);
   }
+  if (!p.candidates.empty()) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+        capturing == cudaStreamCaptureStatusNone) {
+      VLLM_RETURN_IF_ERROR(Tune(p, dtype, x, w, bias, y, m, n, k, stream));
+    }
+  }
+  if (p.use_gemv) {
+    if (cudaError_t e = LaunchSkinnyGemv(dtype, x, w, bias, y, m, n, k, stream); e != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("skinny GEMV launch: ", cudaGetErrorString(e)));
+    }
+    return absl::OkStatus();
+  }
   const float alpha = 1.0f;
   const float beta = 0.0f;
   const cublasStatus_t s = cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,
                                           p.c, &p.algo, workspace_, workspace_bytes_, stream);
   if (s != CUBLAS_STATUS_SUCCESS) return CublasError("cublasLtMatmul", s);
+  return absl::OkStatus();
+}
+
+// Each candidate runs once untimed, then kReps times between two events; the smallest time
+// wins (a candidate cuBLASLt refuses at run time is skipped). Runs on the caller's stream and
+// waits for it, so only outside a capture, and once per shape.
+absl::Status CublasLtGemm::Tune(Plan& p, GemmDType dtype, const void* x, const void* w,
+                                const void* bias, void* y, int64_t m, int64_t n, int64_t k,
+                                cudaStream_t stream) {
+  constexpr int kReps = 5;
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  candidates.swap(p.candidates);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    if (start != nullptr) cudaEventDestroy(start);
+    return absl::InternalError("cudaEventCreate failed while tuning a GEMM");
+  }
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  float best_ms = std::numeric_limits<float>::infinity();
+  cudaError_t err = cudaSuccess;
+  for (const cublasLtMatmulAlgo_t& algo : candidates) {
+    auto launch = [&] {
+      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algo,
+                            workspace_, workspace_bytes_, stream);
+    };
+    if (launch() != CUBLAS_STATUS_SUCCESS) continue;
+    err = cudaEventRecord(start, stream);
+    for (int r = 0; r < kReps && err == cudaSuccess; ++r) {
+      if (launch() != CUBLAS_STATUS_SUCCESS) err = cudaErrorLaunchFailure;
+    }
+    if (err == cudaSuccess) err = cudaEventRecord(stop, stream);
+    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+    float ms = 0;
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+    if (err != cudaSuccess) break;
+    if (ms < best_ms) {
+      best_ms = ms;
+      p.algo = algo;
+    }
+  }
+  if (err == cudaSuccess && p.gemv_candidate) {
+    p.gemv_candidate = false;
+    auto launch = [&] { return LaunchSkinnyGemv(dtype, x, w, bias, y, m, n, k, stream); };
+    err = launch();
+    if (err == cudaSuccess) err = cudaEventRecord(start, stream);
+    for (int r = 0; r < kReps && err == cudaSuccess; ++r) err = launch();
+    if (err == cudaSuccess) err = cudaEventRecord(stop, stream);
+    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+    float ms = 0;
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+    if (err == cudaSuccess && ms < best_ms) p.use_gemv = true;
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (err != cudaSuccess) {
+    return absl::InternalError(
+        absl::StrCat("timing cuBLASLt algorithms failed: ", cudaGetErrorString(err)));
+  }
   return absl::OkStatus();
 }
 

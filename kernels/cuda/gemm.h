@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,7 +24,12 @@ enum class GemmDType { kFloat32, kFloat16, kBFloat16 };
 
 // One cuBLASLt handle, one device workspace, and a cache of (descriptors, algorithm) per
 // (m, n, k, dtype, has_bias): the heuristic runs on the first call of a shape only, so later
-// calls (and CUDA graph capture of them) do no host-side search.
+// calls (and CUDA graph capture of them) do no host-side search. For decode-sized shapes
+// (m <= kTuneMaxM) the first call outside a stream capture also times cuBLASLt's top
+// kTuneCandidates algorithms on the call's own buffers and keeps the fastest (the heuristic's
+// first pick is often not the fastest for skinny, bandwidth-bound GEMMs), and, for m <= 8 in
+// half types, our own skinny GEMV (gemv.h) beside them; the environment
+// variable VLLM_CUBLASLT_TUNE=0 turns this off.
 //
 // Thread-safety: not thread-safe (the cache and the workspace are shared); use one instance
 // per stream or serialise. The workspace is reused by every call, so calls on different
@@ -54,6 +60,9 @@ class CublasLtGemm {
   // Number of distinct shapes planned so far (for tests of the cache).
   size_t num_cached_plans() const { return plans_.size(); }
 
+  static constexpr int64_t kTuneMaxM = 256;
+  static constexpr int kTuneCandidates = 8;
+
  private:
   // Descriptors and the chosen algorithm for one shape.
   struct Plan {
@@ -62,7 +71,15 @@ class CublasLtGemm {
     cublasLtMatrixLayout_t b = nullptr;  // x as column-major [k, m]
     cublasLtMatrixLayout_t c = nullptr;  // y as column-major [n, m]
     cublasLtMatmulAlgo_t algo{};
+    // The heuristic's candidates, best first, until the shape has been timed (then empty).
+    std::vector<cublasLtMatmulAlgo_t> candidates;
+    bool gemv_candidate = false;  // the skinny GEMV (gemv.h) is timed too
+    bool use_gemv = false;        // it won: Linear launches it instead of cuBLASLt
   };
+  // Times each candidate of `plan` on the call's buffers and keeps the fastest.
+  absl::Status Tune(Plan& plan, GemmDType dtype, const void* x, const void* w, const void* bias,
+                    void* y, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
   using Key = std::tuple<int64_t, int64_t, int64_t, GemmDType, bool>;
 
   CublasLtGemm(cublasLtHandle_t handle, void* workspace, size_t workspace_bytes);

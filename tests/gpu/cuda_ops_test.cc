@@ -21,6 +21,7 @@
 #include "kernels/cpu/sampling.h"
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/rope_table.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -417,6 +418,44 @@ TYPED_TEST(CudaOpsTest, GemmMatchesCpuLinear) {
   EXPECT_EQ((*gemm)->num_cached_plans(), shapes.size());
   EXPECT_FALSE(
       (*gemm)->Linear(DTypeOf<T>(), nullptr, nullptr, nullptr, nullptr, 2, 2, 0, nullptr).ok());
+}
+
+// The decode GEMV that CublasLtGemm's tuning may pick (m <= 8, half types): against the CPU
+// linear on shapes that exercise the unrolled loop, its remainder, odd n and the bias.
+TYPED_TEST(CudaOpsTest, SkinnyGemvMatchesCpuLinear) {
+  using T = TypeParam;
+  if constexpr (std::is_same_v<T, float>) {
+    EXPECT_FALSE(SkinnyGemvSupports(GemmDType::kFloat32, 1, 8, 8));
+    EXPECT_EQ(
+        LaunchSkinnyGemv(GemmDType::kFloat32, nullptr, nullptr, nullptr, nullptr, 1, 8, 8, nullptr),
+        cudaErrorInvalidValue);
+  } else {
+    EXPECT_FALSE(SkinnyGemvSupports(DTypeOf<T>(), 9, 8, 8));   // m too large
+    EXPECT_FALSE(SkinnyGemvSupports(DTypeOf<T>(), 1, 8, 12));  // rows not 16-byte aligned
+    struct Shape {
+      int64_t m, n, k;
+      bool bias;
+    };
+    const std::vector<Shape> shapes = {
+        {1, 13, 8, false},       {2, 1000, 24, true},   {3, 97, 264, false},
+        {4, 4096, 4096, true},   {5, 77, 1032, false},  {6, 130, 2056, true},
+        {7, 4096, 14336, false}, {8, 6144, 4096, true}, {1, 128256 / 16, 4096, false}};
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k);
+      ASSERT_TRUE(SkinnyGemvSupports(DTypeOf<T>(), s.m, s.n, s.k));
+      const auto x = RandomValues<T>(s.m * s.k, this->rng_);
+      const auto w = RandomValues<T>(s.n * s.k, this->rng_, 0.05f);
+      const auto b = RandomValues<T>(s.n, this->rng_);
+      std::vector<float> ref(s.m * s.n);
+      cpu::Linear(x.f.data(), w.f.data(), s.bias ? b.f.data() : nullptr, ref.data(), s.m, s.n, s.k);
+      DeviceBuffer<T> dx(x.typed), dw(w.typed), db(b.typed), dy(s.m * s.n);
+      ASSERT_CUDA_OK(dy.Poison());
+      ASSERT_CUDA_OK(LaunchSkinnyGemv(DTypeOf<T>(), dx.get(), dw.get(), s.bias ? db.get() : nullptr,
+                                      dy.get(), s.m, s.n, s.k, nullptr));
+      ASSERT_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_LT(RelativeError(ToFloats(dy.Download()), ref), Tolerance<T>());
+    }
+  }
 }
 
 }  // namespace
