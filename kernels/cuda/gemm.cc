@@ -4,6 +4,8 @@
 // epilogue adds bias along Y's rows, i.e. bias[n] per output feature.
 #include "kernels/cuda/gemm.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -192,61 +194,65 @@ absl::Status CublasLtGemm::Linear(GemmDType dtype, const void* x, const void* w,
   return absl::OkStatus();
 }
 
-// Each candidate runs once untimed, then kReps times between two events; the smallest time
-// wins (a candidate cuBLASLt refuses at run time is skipped). Runs on the caller's stream and
-// waits for it, so only outside a capture, and once per shape.
+// Each candidate (cuBLASLt's, then the GEMV when eligible) runs once untimed (one that is
+// refused drops out), then kRounds rounds time kReps runs of every candidate between two
+// events, round-robin, and each keeps its smallest time: interleaving keeps a clock change
+// during the tuning from favouring whichever candidate ran at the faster clock. Runs on the
+// caller's stream and waits for it, so only outside a capture, and once per shape.
 absl::Status CublasLtGemm::Tune(Plan& p, GemmDType dtype, const void* x, const void* w,
                                 const void* bias, void* y, int64_t m, int64_t n, int64_t k,
                                 cudaStream_t stream) {
-  constexpr int kReps = 5;
-  std::vector<cublasLtMatmulAlgo_t> candidates;
-  candidates.swap(p.candidates);
+  constexpr int kRounds = 3;
+  constexpr int kReps = 3;
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  algos.swap(p.candidates);
+  const bool with_gemv = p.gemv_candidate;
+  p.gemv_candidate = false;
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  // Candidate i < algos.size() is cuBLASLt's algos[i]; i == algos.size() is the GEMV.
+  auto launch = [&](size_t i) -> cudaError_t {
+    if (i == algos.size()) return LaunchSkinnyGemv(dtype, x, w, bias, y, m, n, k, stream);
+    const cublasStatus_t s = cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,
+                                            p.c, &algos[i], workspace_, workspace_bytes_, stream);
+    return s == CUBLAS_STATUS_SUCCESS ? cudaSuccess : cudaErrorNotSupported;
+  };
+  const size_t count = algos.size() + (with_gemv ? 1 : 0);
+  std::vector<float> best(count, std::numeric_limits<float>::infinity());
+  std::vector<bool> usable(count, false);
+  for (size_t i = 0; i < count; ++i) usable[i] = launch(i) == cudaSuccess;
+
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
     if (start != nullptr) cudaEventDestroy(start);
     return absl::InternalError("cudaEventCreate failed while tuning a GEMM");
   }
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  float best_ms = std::numeric_limits<float>::infinity();
   cudaError_t err = cudaSuccess;
-  for (const cublasLtMatmulAlgo_t& algo : candidates) {
-    auto launch = [&] {
-      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algo,
-                            workspace_, workspace_bytes_, stream);
-    };
-    if (launch() != CUBLAS_STATUS_SUCCESS) continue;
-    err = cudaEventRecord(start, stream);
-    for (int r = 0; r < kReps && err == cudaSuccess; ++r) {
-      if (launch() != CUBLAS_STATUS_SUCCESS) err = cudaErrorLaunchFailure;
+  for (int round = 0; round < kRounds && err == cudaSuccess; ++round) {
+    for (size_t i = 0; i < count && err == cudaSuccess; ++i) {
+      if (!usable[i]) continue;
+      err = cudaEventRecord(start, stream);
+      for (int r = 0; r < kReps && err == cudaSuccess; ++r) err = launch(i);
+      if (err == cudaSuccess) err = cudaEventRecord(stop, stream);
+      if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+      float ms = 0;
+      if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+      if (err == cudaSuccess) best[i] = std::min(best[i], ms);
     }
-    if (err == cudaSuccess) err = cudaEventRecord(stop, stream);
-    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
-    float ms = 0;
-    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
-    if (err != cudaSuccess) break;
-    if (ms < best_ms) {
-      best_ms = ms;
-      p.algo = algo;
-    }
-  }
-  if (err == cudaSuccess && p.gemv_candidate) {
-    p.gemv_candidate = false;
-    auto launch = [&] { return LaunchSkinnyGemv(dtype, x, w, bias, y, m, n, k, stream); };
-    err = launch();
-    if (err == cudaSuccess) err = cudaEventRecord(start, stream);
-    for (int r = 0; r < kReps && err == cudaSuccess; ++r) err = launch();
-    if (err == cudaSuccess) err = cudaEventRecord(stop, stream);
-    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
-    float ms = 0;
-    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
-    if (err == cudaSuccess && ms < best_ms) p.use_gemv = true;
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   if (err != cudaSuccess) {
     return absl::InternalError(
-        absl::StrCat("timing cuBLASLt algorithms failed: ", cudaGetErrorString(err)));
+        absl::StrCat("timing GEMM algorithms failed: ", cudaGetErrorString(err)));
+  }
+  const size_t winner =
+      static_cast<size_t>(std::min_element(best.begin(), best.end()) - best.begin());
+  if (std::isinf(best[winner])) return absl::OkStatus();  // none ran: keep the heuristic's
+  if (winner == algos.size()) {
+    p.use_gemv = true;
+  } else {
+    p.algo = algos[winner];
   }
   return absl::OkStatus();
 }
