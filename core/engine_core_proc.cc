@@ -3,6 +3,9 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <optional>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -55,10 +59,26 @@ struct UndecodableRequest {
 using Input = std::variant<EngineCoreRequest, std::vector<std::string> /*abort*/, UtilityCall,
                            StartDpWave, UndecodableRequest>;
 
-// What the output thread sends: [kind, payload].
+// A decoded input frame and the frontend (API server) it came from.
+struct FromFrontend {
+  size_t frontend = 0;
+  Input input;
+};
+
+// What the output thread sends: [kind, payload], to one frontend or (kAllFrontends) to each.
+constexpr size_t kAllFrontends = static_cast<size_t>(-1);
 struct Output {
   char kind;
   std::string payload;
+  size_t frontend = kAllFrontends;
+};
+
+// One API server's sockets: the handshake DEALER (kept until READY), the input DEALER and the
+// output PUSH.
+struct Frontend {
+  std::string handshake_address;
+  std::optional<zmq::socket_t> handshake, input, output;
+  int64_t last_input_ns = 0;  // input thread only
 };
 
 }  // namespace
@@ -111,19 +131,71 @@ class EngineCoreProc::Impl {
     return socket;
   }
 
-  // HELLO → CONFIG → build the engine → READY (or FAILED).
+  // HELLO → CONFIG with every frontend (the addresses given, then the peers API server 0's
+  // CONFIG names), build the engine, READY (or FAILED) to each.
   absl::Status Handshake() {
-    const bool tcp = absl::StartsWith(options_.handshake_address, "tcp://");
-    absl::StatusOr<zmq::socket_t> connected =
-        Connect(zmq::socket_type::dealer, 1000, options_.handshake_address);
+    const int64_t deadline =
+        ipc::MonoNowNs() + absl::ToInt64Nanoseconds(options_.handshake_timeout);
+    std::vector<std::string> addresses = {options_.handshake_address};
+    for (const std::string& a : options_.extra_handshake_addresses) {
+      if (std::find(addresses.begin(), addresses.end(), a) == addresses.end()) {
+        addresses.push_back(a);
+      }
+    }
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      VLLM_ASSIGN_OR_RETURN(std::vector<std::string> peers, JoinFrontend(addresses[i], deadline));
+      for (std::string& peer : peers) {
+        if (addresses.size() < kMaxFrontends &&
+            std::find(addresses.begin(), addresses.end(), peer) == addresses.end()) {
+          addresses.push_back(std::move(peer));
+        }
+      }
+    }
+    // From here the output thread sends heartbeats, also while the model loads.
+    output_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
+      OutputLoop();
+    });
+
+    absl::StatusOr<std::unique_ptr<EngineCore>> engine = options_.make_engine();
+    std::string kind, payload;
+    if (engine.ok()) {
+      engine_ = std::move(*engine);
+      kind = "READY";
+      payload = EncodeReady({options_.engine_index, engine_->num_gpu_blocks(),
+                             engine_->scheduler().config().max_model_len});
+    } else {
+      kind = "FAILED";
+      payload = EncodeHandshakeMessage(engine.status().ToString());
+    }
+    auto check = [this] {
+      return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
+    };
+    for (auto& f : frontends_) {
+      std::vector<zmq::message_t> reply;
+      reply.push_back(Msg(kind));
+      reply.push_back(Msg(payload));
+      VLLM_RETURN_IF_ERROR(
+          ipc::SendMultipart(*f->handshake, reply, deadline, kPollSlice, check, "READY"));
+    }
+    return engine.status();
+  }
+
+  // HELLO → CONFIG with the frontend at `address`; connects its input (REGISTER sent) and
+  // output sockets. Returns the other frontends its CONFIG names.
+  absl::StatusOr<std::vector<std::string>> JoinFrontend(const std::string& address,
+                                                        int64_t deadline) {
+    const bool tcp = absl::StartsWith(address, "tcp://");
+    absl::StatusOr<zmq::socket_t> connected = Connect(zmq::socket_type::dealer, 1000, address);
     if (!connected.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the frontend: ", connected.status().message(),
                        tcp ? " (check --data-parallel-address and --data-parallel-rpc-port)" : ""));
     }
-    zmq::socket_t hs = std::move(*connected);
-    const int64_t deadline =
-        ipc::MonoNowNs() + absl::ToInt64Nanoseconds(options_.handshake_timeout);
+    auto f = std::make_unique<Frontend>();
+    f->handshake_address = address;
+    f->handshake.emplace(std::move(*connected));
+    zmq::socket_t& hs = *f->handshake;
     auto check = [this] {
       return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
     };
@@ -140,7 +212,7 @@ class EngineCoreProc::Impl {
     }
     if (absl::IsDeadlineExceeded(asked)) {
       return absl::DeadlineExceededError(absl::StrCat(
-          "no answer from the frontend at ", options_.handshake_address, " within ",
+          "no answer from the frontend at ", address, " within ",
           absl::FormatDuration(options_.handshake_timeout),
           tcp ? " (check --data-parallel-address and --data-parallel-rpc-port, that the head "
                 "node runs, and --cluster-key-file on both sides)"
@@ -150,20 +222,18 @@ class EngineCoreProc::Impl {
     if (parts.size() == 2 && parts[0].to_string_view() == "REJECT") {
       absl::StatusOr<std::string> why = DecodeHandshakeMessage(parts[1].to_string_view());
       return absl::FailedPreconditionError(absl::StrCat(
-          "the frontend at ", options_.handshake_address, " refused data-parallel engine ",
-          options_.engine_index, ": ",
-          why.ok() ? *why : absl::StrCat("(unreadable: ", why.status().message(), ")")));
+          "the frontend at ", address, " refused data-parallel engine ", options_.engine_index,
+          ": ", why.ok() ? *why : absl::StrCat("(unreadable: ", why.status().message(), ")")));
     }
     if (parts.size() != 2 || parts[0].to_string_view() != "CONFIG") {
       return absl::DataLossError("engine handshake: expected CONFIG from the frontend");
     }
-    VLLM_ASSIGN_OR_RETURN(const EngineAddresses addresses,
-                          DecodeAddresses(parts[1].to_string_view()));
+    VLLM_ASSIGN_OR_RETURN(EngineAddresses addresses, DecodeAddresses(parts[1].to_string_view()));
 
     VLLM_ASSIGN_OR_RETURN(zmq::socket_t input,
                           Connect(zmq::socket_type::dealer, 0, addresses.input,
                                   absl::StrCat("engine-", options_.engine_index)));
-    input_.emplace(std::move(input));
+    f->input.emplace(std::move(input));
     // Registers our routing id with the frontend's ROUTER before READY: a ROUTER send to an
     // identity whose connection is still being set up fails with EHOSTUNREACH (it is
     // router_mandatory), so the frontend waits for this frame (vLLM sends b"" likewise).
@@ -171,74 +241,74 @@ class EngineCoreProc::Impl {
       std::vector<zmq::message_t> hello;
       hello.push_back(Msg("REGISTER"));
       VLLM_RETURN_IF_ERROR(
-          ipc::SendMultipart(*input_, hello, deadline, kPollSlice, check, "input registration"));
+          ipc::SendMultipart(*f->input, hello, deadline, kPollSlice, check, "input registration"));
     }
     // Linger: deliver the last outputs (and 'F') on exit.
     VLLM_ASSIGN_OR_RETURN(zmq::socket_t output,
                           Connect(zmq::socket_type::push, 2000, addresses.output));
-    output_.emplace(std::move(output));
-    // From here the output thread sends heartbeats, also while the model loads.
-    output_thread_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
-      OutputLoop();
-    });
-
-    absl::StatusOr<std::unique_ptr<EngineCore>> engine = options_.make_engine();
-    std::vector<zmq::message_t> reply;
-    if (engine.ok()) {
-      engine_ = std::move(*engine);
-      reply.push_back(Msg("READY"));
-      reply.push_back(Msg(EncodeReady({options_.engine_index, engine_->num_gpu_blocks(),
-                                       engine_->scheduler().config().max_model_len})));
-    } else {
-      reply.push_back(Msg("FAILED"));
-      reply.push_back(Msg(EncodeHandshakeMessage(engine.status().ToString())));
-    }
-    VLLM_RETURN_IF_ERROR(ipc::SendMultipart(hs, reply, deadline, kPollSlice, check, "READY"));
-    return engine.status();
+    f->output.emplace(std::move(output));
+    f->last_input_ns = ipc::MonoNowNs();
+    frontends_.push_back(std::move(f));
+    return std::move(addresses.peers);
   }
 
+  // Reads every frontend's input socket; requests remember which frontend sent them.
   void InputLoop() {
+    std::vector<zmq::pollitem_t> items;
+    for (auto& f : frontends_) {
+      items.push_back({static_cast<void*>(*f->input), 0, ZMQ_POLLIN, 0});
+    }
     std::vector<zmq::message_t> parts;
-    int64_t last_input_ns = ipc::MonoNowNs();
     const int64_t frontend_timeout_ns = absl::ToInt64Nanoseconds(options_.frontend_timeout);
     while (!stop_.load()) {
-      absl::Status s = ipc::RecvMultipart(*input_, parts, 2,
-                                          ipc::MonoNowNs() + absl::ToInt64Nanoseconds(kPollSlice),
-                                          kPollSlice, nullptr, "engine input");
-      if (absl::IsDeadlineExceeded(s)) {
-        if (frontend_timeout_ns > 0 && ipc::MonoNowNs() - last_input_ns > frontend_timeout_ns) {
-          FrontendLost();
-          return;
-        }
+      try {
+        zmq::poll(items, std::chrono::milliseconds(absl::ToInt64Milliseconds(kPollSlice)));
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EINTR)
+          spdlog::warn("engine {}: input poll: {}", options_.engine_index, e.what());
         continue;
       }
-      last_input_ns = ipc::MonoNowNs();
-      if (!s.ok()) {
-        spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index, s.ToString());
-        continue;
-      }
-      if (parts.size() == 2 && parts[0].size() == 1 &&
-          *parts[0].data<uint8_t>() == static_cast<uint8_t>(EngineCoreRequestType::kHeartbeat)) {
-        continue;  // the frontend is alive; nothing else to do
-      }
-      absl::StatusOr<Input> input = Decode(parts);
-      if (!input.ok()) {
-        std::optional<std::string> id;
-        if (parts.size() == 2 && parts[0].size() == 1 &&
-            *parts[0].data<uint8_t>() == static_cast<uint8_t>(EngineCoreRequestType::kAdd)) {
-          id = RecoverRequestId(parts[1].to_string_view());
-        }
-        if (!id.has_value()) {
-          spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index,
-                       input.status().ToString());
+      const int64_t now = ipc::MonoNowNs();
+      for (size_t i = 0; i < frontends_.size(); ++i) {
+        Frontend& f = *frontends_[i];
+        if ((items[i].revents & ZMQ_POLLIN) == 0) {
+          if (frontend_timeout_ns > 0 && now - f.last_input_ns > frontend_timeout_ns) {
+            FrontendLost(f.handshake_address);
+            return;
+          }
           continue;
         }
-        input = Input(UndecodableRequest{std::move(*id), input.status()});
+        absl::Status s =
+            ipc::RecvMultipart(*f.input, parts, 2, now, kPollSlice, nullptr, "engine input");
+        if (absl::IsDeadlineExceeded(s)) continue;
+        f.last_input_ns = ipc::MonoNowNs();
+        if (!s.ok()) {
+          spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index,
+                       s.ToString());
+          continue;
+        }
+        if (parts.size() == 2 && parts[0].size() == 1 &&
+            *parts[0].data<uint8_t>() == static_cast<uint8_t>(EngineCoreRequestType::kHeartbeat)) {
+          continue;  // the frontend is alive; nothing else to do
+        }
+        absl::StatusOr<Input> input = Decode(parts);
+        if (!input.ok()) {
+          std::optional<std::string> id;
+          if (parts.size() == 2 && parts[0].size() == 1 &&
+              *parts[0].data<uint8_t>() == static_cast<uint8_t>(EngineCoreRequestType::kAdd)) {
+            id = RecoverRequestId(parts[1].to_string_view());
+          }
+          if (!id.has_value()) {
+            spdlog::warn("engine {}: dropped an input frame: {}", options_.engine_index,
+                         input.status().ToString());
+            continue;
+          }
+          input = Input(UndecodableRequest{std::move(*id), input.status()});
+        }
+        absl::MutexLock lock(&mu_);
+        inputs_.push_back({i, std::move(*input)});
+        wake_ = true;
       }
-      absl::MutexLock lock(&mu_);
-      inputs_.push_back(std::move(*input));
-      wake_ = true;
     }
   }
 
@@ -284,9 +354,9 @@ class EngineCoreProc::Impl {
   // The frontend sent nothing (not even a heartbeat) for frontend_timeout: the main loop ends
   // with an error, so the process exits and its launcher can start a fresh engine that joins
   // the head again.
-  void FrontendLost() {
+  void FrontendLost(const std::string& address) {
     const absl::Status lost = absl::UnavailableError(absl::StrCat(
-        "the frontend at ", options_.handshake_address, " sent nothing for ",
+        "the frontend at ", address, " sent nothing for ",
         absl::FormatDuration(options_.frontend_timeout), ": taking the head node as gone"));
     spdlog::error("engine {}: {}", options_.engine_index, std::string(lost.message()));
     absl::MutexLock lock(&mu_);
@@ -297,7 +367,7 @@ class EngineCoreProc::Impl {
 
   // Applies queued inputs; waits for some when the engine has nothing to do.
   void TakeInputs() {
-    std::deque<Input> inputs;
+    std::deque<FromFrontend> inputs;
     {
       absl::MutexLock lock(&mu_);
       if (!engine_->scheduler().HasRequests()) {
@@ -307,11 +377,11 @@ class EngineCoreProc::Impl {
       wake_ = false;
       inputs.swap(inputs_);
     }
-    for (Input& input : inputs) Apply(input);
+    for (FromFrontend& input : inputs) Apply(input.frontend, input.input);
   }
 
-  // Tells the client that request `id` ended at once with an error.
-  void Reject(const std::string& id, const absl::Status& why) {
+  // Tells frontend `frontend` that request `id` ended at once with an error.
+  void Reject(size_t frontend, const std::string& id, const absl::Status& why) {
     EngineCoreOutputs outs;
     outs.engine_index = options_.engine_index;
     EngineCoreOutput& o = outs.outputs.emplace_back();
@@ -319,17 +389,22 @@ class EngineCoreProc::Impl {
     o.finish_reason = FinishReason::kError;
     outs.finished_requests.push_back(id);
     spdlog::warn("engine {}: request {} rejected: {}", options_.engine_index, id, why.ToString());
-    Send({kOutputKindOutputs, Encode(outs)});
+    Send({kOutputKindOutputs, Encode(outs), frontend});
   }
 
-  void Apply(Input& input) {
+  void Apply(size_t frontend, Input& input) {
     if (auto* r = std::get_if<EngineCoreRequest>(&input)) {
       const std::string id = r->request_id;
-      if (absl::Status s = engine_->AddRequest(std::move(*r)); !s.ok()) Reject(id, s);
+      if (absl::Status s = engine_->AddRequest(std::move(*r)); !s.ok()) {
+        Reject(frontend, id, s);
+      } else if (frontends_.size() > 1) {
+        frontend_of_[id] = frontend;
+      }
     } else if (auto* bad = std::get_if<UndecodableRequest>(&input)) {
-      Reject(bad->request_id, bad->why);
+      Reject(frontend, bad->request_id, bad->why);
     } else if (auto* ids = std::get_if<std::vector<std::string>>(&input)) {
       engine_->AbortRequests(*ids);
+      for (const std::string& id : *ids) frontend_of_.erase(id);
     } else if (auto* call = std::get_if<UtilityCall>(&input)) {
       absl::Status status;
       std::string result;
@@ -343,7 +418,8 @@ class EngineCoreProc::Impl {
       }
       Send({kOutputKindUtility,
             Pack(call->call_id, static_cast<int32_t>(status.code()), std::string(status.message()),
-                 msgpack::type::raw_ref(result.data(), static_cast<uint32_t>(result.size())))});
+                 msgpack::type::raw_ref(result.data(), static_cast<uint32_t>(result.size()))),
+            frontend});
     }
     // StartDpWave: a single engine has no wave to join (the DP coordinator arrives later).
   }
@@ -363,9 +439,7 @@ class EngineCoreProc::Impl {
       }
       absl::StatusOr<EngineCore::StepResult> step = engine_->RunOneStep();
       if (!step.ok()) return ReportExecutorFailure(step.status());
-      if (step->outputs.has_value() && ShouldSend(*step->outputs)) {
-        Send({kOutputKindOutputs, Encode(*step->outputs)});
-      }
+      if (step->outputs.has_value()) SendStepOutputs(*step->outputs);
     }
     absl::MutexLock lock(&mu_);
     return lost_;  // OK unless the frontend was lost
@@ -374,8 +448,10 @@ class EngineCoreProc::Impl {
   // EXECUTOR_FAILED: tells every client, then the main loop goes down with `status`.
   absl::Status ReportExecutorFailure(const absl::Status& status) {
     spdlog::error("engine {}: {}", options_.engine_index, status.ToString());
-    Send({kOutputKindFailed, Pack(options_.engine_index, static_cast<int32_t>(status.code()),
-                                  std::string(status.message()))});
+    Send({kOutputKindFailed,
+          Pack(options_.engine_index, static_cast<int32_t>(status.code()),
+               std::string(status.message())),
+          kAllFrontends});
     return status;
   }
 
@@ -396,6 +472,44 @@ class EngineCoreProc::Impl {
     return send;
   }
 
+  // One frontend: the step's outputs as they are (when ShouldSend). Several: each frontend
+  // gets the outputs of its own requests, with the step's figures (which every frontend's
+  // balancer needs) — a frontend without outputs in this step only when ShouldSend says the
+  // figures are worth sending.
+  void SendStepOutputs(EngineCoreOutputs& outs) {
+    const bool figures = ShouldSend(outs);
+    if (frontends_.size() == 1) {
+      if (figures) Send({kOutputKindOutputs, Encode(outs), 0});
+      return;
+    }
+    std::vector<EngineCoreOutputs> split(frontends_.size());
+    for (EngineCoreOutputs& part : split) {
+      part.engine_index = outs.engine_index;
+      part.scheduler_stats = outs.scheduler_stats;
+      part.timestamp = outs.timestamp;
+      part.wave_complete = outs.wave_complete;
+      part.start_wave = outs.start_wave;
+    }
+    auto owner = [this](const std::string& id) -> size_t {
+      auto it = frontend_of_.find(id);
+      return it == frontend_of_.end() ? 0 : it->second;
+    };
+    for (EngineCoreOutput& o : outs.outputs) {
+      const size_t f = owner(o.request_id);
+      split[f].outputs.push_back(std::move(o));
+    }
+    for (std::string& id : outs.finished_requests) {
+      const size_t f = owner(id);
+      frontend_of_.erase(id);
+      split[f].finished_requests.push_back(std::move(id));
+    }
+    for (size_t f = 0; f < split.size(); ++f) {
+      if (figures || !split[f].outputs.empty() || !split[f].finished_requests.empty()) {
+        Send({kOutputKindOutputs, Encode(split[f]), f});
+      }
+    }
+  }
+
   void Send(Output output) {
     absl::MutexLock lock(&out_mu_);
     outputs_.push_back(std::move(output));
@@ -411,20 +525,27 @@ class EngineCoreProc::Impl {
         };
         if (!out_mu_.AwaitWithTimeout(absl::Condition(&ready), options_.heartbeat_interval)) {
           // A second without anything to send: tell the frontend this engine is alive.
-          outputs_.push_back({kOutputKindHeartbeat, EncodeHeartbeat(options_.engine_index)});
+          outputs_.push_back(
+              {kOutputKindHeartbeat, EncodeHeartbeat(options_.engine_index), kAllFrontends});
         }
         if (outputs_.empty() && output_done_) return;
         batch.swap(outputs_);
       }
       for (Output& o : batch) {
-        std::vector<zmq::message_t> parts;
-        parts.push_back(Msg(std::string_view(&o.kind, 1)));
-        parts.push_back(Msg(o.payload));
-        absl::Status s = ipc::SendMultipart(
-            *output_, parts, ipc::MonoNowNs() + absl::ToInt64Nanoseconds(absl::Seconds(30)),
-            kPollSlice, nullptr, "engine output");
-        if (!s.ok())
-          spdlog::error("engine {}: output lost: {}", options_.engine_index, s.ToString());
+        for (size_t f = 0; f < frontends_.size(); ++f) {
+          if (o.frontend != kAllFrontends && o.frontend != f) continue;
+          std::vector<zmq::message_t> parts;
+          parts.push_back(Msg(std::string_view(&o.kind, 1)));
+          parts.push_back(Msg(o.payload));
+          absl::Status s =
+              ipc::SendMultipart(*frontends_[f]->output, parts,
+                                 ipc::MonoNowNs() + absl::ToInt64Nanoseconds(absl::Seconds(30)),
+                                 kPollSlice, nullptr, "engine output");
+          if (!s.ok()) {
+            spdlog::error("engine {}: output to {} lost: {}", options_.engine_index,
+                          frontends_[f]->handshake_address, s.ToString());
+          }
+        }
       }
     }
   }
@@ -442,14 +563,17 @@ class EngineCoreProc::Impl {
 
   const EngineCoreProcOptions options_;
   std::atomic<bool> stop_{false};
-  std::unique_ptr<EngineCore> engine_;   // main loop only
-  SchedulerStats last_sent_stats_;       // main loop only
-  std::optional<zmq::socket_t> input_;   // input thread only (after the handshake)
-  std::optional<zmq::socket_t> output_;  // output thread only
+  std::unique_ptr<EngineCore> engine_;  // main loop only
+  SchedulerStats last_sent_stats_;      // main loop only
+  // The API servers, fixed after the handshake: input sockets are the input thread's, output
+  // sockets the output thread's.
+  std::vector<std::unique_ptr<Frontend>> frontends_;
+  // With several frontends: the frontend of each request in the engine (main loop only).
+  absl::flat_hash_map<std::string, size_t> frontend_of_;
   std::thread input_thread_, output_thread_;
 
   absl::Mutex mu_;
-  std::deque<Input> inputs_ ABSL_GUARDED_BY(mu_);
+  std::deque<FromFrontend> inputs_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);  // the frontend went silent (FrontendLost)
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -31,6 +31,13 @@
 // Over TCP (data parallelism across nodes) the frontend's sockets are tcp:// endpoints of the
 // head node, optionally CURVE with the cluster key (ipc/curve.h) on every socket.
 //
+// Several frontends (--api-server-count N): the engine runs the handshake with each (the
+// addresses it was given, then the peers a CONFIG names), polls every input socket, remembers
+// which frontend sent each request, and sends each frontend the outputs of its own requests
+// ('O' frames split per frontend, each with the step's scheduler figures; a frontend with no
+// outputs in a step gets the figures when they changed). 'U' replies go to the caller; 'H',
+// 'F' and READY go to all. A silent frontend over TCP stops the engine as a silent head does.
+//
 // Payloads: kAdd core::Encode(EngineCoreRequest); kAbort core::EncodeAbortRequests;
 // kUtility msgpack [call_id, method, args: bin]; kStartDpWave core::Encode(StartDpWave).
 // A request that fails validation is answered with an output finished with
@@ -51,6 +58,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -68,6 +76,11 @@ struct EngineCoreProcOptions {
   int32_t engine_index = 0;
   int32_t data_parallel_size = 1;  // told to the frontend, which checks it
   std::string handshake_address;
+  // --api-server-count N on one node: the other API servers' handshake sockets (API server 0's
+  // CONFIG also names them, for engines that know only the head's address). The engine joins
+  // every API server, takes requests from each and sends each its own requests' outputs; the
+  // scheduler figures, heartbeats and EXECUTOR_FAILED go to all.
+  std::vector<std::string> extra_handshake_addresses;
   // TCP: CURVE with the cluster key on every socket (the head must use the same key).
   std::optional<ipc::CurveKeys> curve;
   // Builds the engine (loads the model through its executor); called after HELLO/CONFIG.

@@ -1,6 +1,7 @@
 #include "core/engine_handshake.h"
 
 #include <msgpack.hpp>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -10,8 +11,11 @@ namespace vllm::core {
 namespace {
 
 // A handshake frame is a few hundred bytes: anything bigger, deeper or longer is refused.
-constexpr ipc::UnpackLimits kLimits{
-    .max_array = 4, .max_map = 0, .max_str = kMaxHandshakeString, .max_bin = 0, .max_depth = 2};
+constexpr ipc::UnpackLimits kLimits{.max_array = kMaxFrontends,
+                                    .max_map = 0,
+                                    .max_str = kMaxHandshakeString,
+                                    .max_bin = 0,
+                                    .max_depth = 3};
 
 std::string_view Cut(std::string_view s) { return s.substr(0, kMaxHandshakeString); }
 
@@ -72,7 +76,11 @@ std::string EncodeReady(const ReadyMessage& m) {
 }
 
 std::string EncodeAddresses(const EngineAddresses& m) {
-  return PackArray(std::string(Cut(m.input)), std::string(Cut(m.output)));
+  std::vector<std::string> peers;
+  for (size_t i = 0; i < m.peers.size() && i + 1 < kMaxFrontends; ++i) {
+    peers.emplace_back(Cut(m.peers[i]));
+  }
+  return PackArray(std::string(Cut(m.input)), std::string(Cut(m.output)), peers);
 }
 
 std::string EncodeHandshakeMessage(std::string_view message) {
@@ -107,12 +115,22 @@ absl::StatusOr<ReadyMessage> DecodeReady(std::string_view bytes) {
 
 absl::StatusOr<EngineAddresses> DecodeAddresses(std::string_view bytes) {
   VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "CONFIG"));
-  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 2, "CONFIG"));
+  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 3, "CONFIG"));
   EngineAddresses m;
   VLLM_ASSIGN_OR_RETURN(m.input, Str(f[0], "CONFIG", "input_address", kMaxHandshakeString));
   VLLM_ASSIGN_OR_RETURN(m.output, Str(f[1], "CONFIG", "output_address", kMaxHandshakeString));
   if (m.input.empty() || m.output.empty()) {
     return absl::InvalidArgumentError("CONFIG: empty address");
+  }
+  if (f[2].type != msgpack::type::ARRAY || f[2].via.array.size >= kMaxFrontends) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CONFIG.peers: expected an array of at most ", kMaxFrontends - 1));
+  }
+  for (uint32_t i = 0; i < f[2].via.array.size; ++i) {
+    VLLM_ASSIGN_OR_RETURN(std::string peer,
+                          Str(f[2].via.array.ptr[i], "CONFIG", "peers", kMaxHandshakeString));
+    if (peer.empty()) return absl::InvalidArgumentError("CONFIG: empty peer address");
+    m.peers.push_back(std::move(peer));
   }
   return m;
 }

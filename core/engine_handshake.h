@@ -4,7 +4,11 @@
 // types and ranges; it never trusts the peer.
 //
 //   HELLO   [engine_index, data_parallel_size, host]      engine → frontend
-//   CONFIG  [input_address, output_address]               frontend → engine
+//   CONFIG  [input_address, output_address, [handshake_address...]]
+//                                                          frontend → engine (the list: the
+//                                                          other API servers' handshake
+//                                                          sockets, which the engine joins too;
+//                                                          sent by API server 0 only)
 //   REJECT  [message]                                     frontend → engine
 //   READY   [engine_index, num_gpu_blocks, max_model_len] engine → frontend
 //   FAILED  [message]                                     engine → frontend
@@ -15,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -37,9 +42,13 @@ struct ReadyMessage {
   bool operator==(const ReadyMessage&) const = default;
 };
 
+// At most this many API servers (--api-server-count) per head.
+inline constexpr size_t kMaxFrontends = 64;
+
 struct EngineAddresses {
   std::string input;  // ipc:// or tcp://, <= kMaxHandshakeString bytes
   std::string output;
+  std::vector<std::string> peers;  // <= kMaxFrontends - 1 handshake addresses
   bool operator==(const EngineAddresses&) const = default;
 };
 

@@ -527,7 +527,8 @@ class Session : public std::enable_shared_from_this<Session> {
     for (std::string& id : prepared.request_ids) gen.subs.emplace_back().id = std::move(id);
     if (gen.stream) {
       QueueBytes(
-          absl::StrCat("HTTP/1.1 200 OK\r\nServer: vllm-launch\r\nContent-Type: text/event-stream; "
+          absl::StrCat("HTTP/1.1 200 OK\r\nServer: ", ctx_->options.server_name,
+                       "\r\nContent-Type: text/event-stream; "
                        "charset=utf-8\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n",
                        keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
       QueueChunk(gen.assembler->Start());
@@ -702,7 +703,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void SendBody(http::status status, const char* content_type, std::string body,
                 const char* allow) {
     auto res = std::make_shared<http::response<http::string_body>>(status, 11);
-    res->set(http::field::server, "vllm-launch");
+    res->set(http::field::server, ctx_->options.server_name);
     res->set(http::field::content_type, content_type);
     if (allow != nullptr) res->set(http::field::allow, allow);
     res->keep_alive(keep_alive_);
@@ -907,7 +908,13 @@ class ApiServer::Impl {
     tcp::endpoint endpoint(net::ip::make_address(resolved), ctx_->options.port);
     if (acceptor_.open(endpoint.protocol(), ec); !ec) {
       acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-      acceptor_.bind(endpoint, ec);
+      if (!ec && ctx_->options.reuse_port) {
+        // --api-server-count N: N processes listen on one port; the kernel spreads the
+        // connections over them.
+        acceptor_.set_option(net::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>(true),
+                             ec);
+      }
+      if (!ec) acceptor_.bind(endpoint, ec);
     }
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
     if (ec) {

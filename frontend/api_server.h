@@ -62,6 +62,12 @@ struct ApiServerOptions {
   std::chrono::milliseconds overflow_read_timeout{std::chrono::seconds(2)};
   // Reported by GET /version.
   std::string version = "0.1.0";
+  // SO_REUSEPORT on the listening socket (--api-server-count N: every API server process
+  // binds the same port).
+  bool reuse_port = false;
+  // The Server header of every answer (with several API servers, "vllm-launch api-server/<i>"
+  // says which process answered).
+  std::string server_name = "vllm-launch";
 };
 
 // Connections answered past max_connections (one request each, /health normally).

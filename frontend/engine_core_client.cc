@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -77,6 +78,9 @@ absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(
           " (--data-parallel-address, --data-parallel-rpc-port): ", bound.status().message()));
     }
     c->handshake_address_ = *bound;
+    for (int32_t port : options.peer_handshake_ports) {
+      c->peer_handshake_addresses_.push_back(absl::StrCat("tcp://", ip, ":", port));
+    }
     VLLM_ASSIGN_OR_RETURN(c->input_address_, ipc::BindTcp(*c->input_, ip, 0));
     VLLM_ASSIGN_OR_RETURN(c->output_address_, ipc::BindTcp(*c->output_, ip, 0));
   } else {
@@ -99,7 +103,8 @@ absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(
   }
   {
     absl::MutexLock lock(&c->lb_mu_);
-    c->lb_.emplace(num_engines, /*client_count=*/1, /*client_index=*/0);
+    c->lb_.emplace(num_engines, std::max(1, options.client_count),
+                   std::clamp(options.client_index, 0, std::max(1, options.client_count) - 1));
     if (tcp) {
       for (int32_t i = 0; i < num_engines; ++i) c->lb_->SetAlive(i, false);  // until they join
     }
@@ -155,7 +160,8 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
       std::vector<zmq::message_t> reply;
       reply.push_back(zmq::message_t(parts[0].data(), parts[0].size()));
       reply.push_back(Msg("CONFIG"));
-      reply.push_back(Msg(core::EncodeAddresses({input_address_, output_address_})));
+      reply.push_back(
+          Msg(core::EncodeAddresses({input_address_, output_address_, peer_handshake_addresses_})));
       VLLM_RETURN_IF_ERROR(
           ipc::SendMultipart(*handshake_, reply, MonoDeadline(deadline), kSlice, check, "CONFIG"));
     } else if (kind == "READY") {
@@ -482,7 +488,9 @@ void EngineCoreClient::HandleHandshakeFrame(std::vector<zmq::message_t>& parts) 
                  absl::UnavailableError(absl::StrCat(
                      "engine ", index, " was replaced by a new engine process of node ", node)));
     }
-    SendHandshake(parts[0], "CONFIG", core::EncodeAddresses({input_address_, output_address_}));
+    SendHandshake(
+        parts[0], "CONFIG",
+        core::EncodeAddresses({input_address_, output_address_, peer_handshake_addresses_}));
     return;
   }
   // READY / FAILED come from a joining engine's handshake connection.

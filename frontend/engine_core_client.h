@@ -55,6 +55,14 @@ struct EngineCoreClientOptions {
   int32_t handshake_port = 0;
   // TCP only: CURVE with the cluster key (ipc/curve.h) on every socket; engines must hold it.
   std::optional<ipc::CurveKeys> curve;
+  // --api-server-count N: this client is API server `client_index` of `client_count` (the
+  // balancer counts the others' load as `client_count` × its own until it has figures).
+  int32_t client_count = 1;
+  int32_t client_index = 0;
+  // TCP, API server 0 of several: the other API servers' handshake ports (at the same
+  // address), named in CONFIG so that an engine that knows only the head's address joins
+  // every API server.
+  std::vector<int32_t> peer_handshake_ports;
   // TCP only: an engine from which nothing (outputs, heartbeats: one a second) arrived for
   // this long is dead — its node or process is gone.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
@@ -171,6 +179,7 @@ class EngineCoreClient {
   EngineCoreClientOptions options_;
   int32_t num_engines_ = 0;
   std::string handshake_address_, input_address_, output_address_;
+  std::vector<std::string> peer_handshake_addresses_;  // sent in CONFIG
   std::optional<zmq::socket_t> handshake_;
   std::optional<zmq::socket_t> input_;   // guarded by send_mu_ after the handshake
   std::optional<zmq::socket_t> output_;  // receive thread only

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "config/config_codec.h"
 #include "core/engine_core_proc.h"
+#include "core/engine_handshake.h"
 #include "executor/engine_factory.h"
 #include "ipc/curve.h"
 #include "ipc/signal_watcher.h"
@@ -46,7 +47,15 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
     if (i + 1 >= args.size()) return absl::InvalidArgumentError(flag + ": missing value");
     const std::string& v = args[++i];
     if (flag == "--handshake-address") {
-      f.proc.handshake_address = v;
+      // Repeated with --api-server-count N: the first is API server 0's.
+      if (!have_address) {
+        f.proc.handshake_address = v;
+      } else if (f.proc.extra_handshake_addresses.size() + 1 < core::kMaxFrontends) {
+        f.proc.extra_handshake_addresses.push_back(v);
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--handshake-address: more than ", core::kMaxFrontends));
+      }
       have_address = true;
     } else if (flag == "--parent-pid") {
       VLLM_RETURN_IF_ERROR(ParseInt(flag, v, 1, int64_t{1} << 40, &f.parent_pid));

@@ -2,7 +2,8 @@
 //   vllm-launch [serve] [MODEL] [flags]   the OpenAI-compatible server (launcher/serve_main.h)
 //   vllm-launch bench serve [flags]       the serving load generator (bench/serve/bench_serve.h)
 //   vllm-launch make-cluster-key FILE    writes a new cluster key for --cluster-key-file
-//   vllm-launch engine-core / worker-proc internal: started by the server / the executor
+//   vllm-launch engine-core / worker-proc / api-server
+//                                         internal: started by the server / the executor
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -27,6 +28,9 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kEngineCoreSubcommand) == 0) {
     return vllm::launcher::RunEngineCore(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kApiServerSubcommand) == 0) {
+    return vllm::launcher::RunApiServer(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (argc >= 2 && std::strcmp(argv[1], "make-cluster-key") == 0) {
     // A new CURVE cluster key (mode 0600, never overwriting): copy it to every node.

@@ -276,7 +276,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
       ->group("Frontend");
   app.add_option("--api-server-count", api_server_count,
                  "Number of API server processes sharing the port (alias -asc). Default: 1.")
-      ->check(CLI::Range(1, 256))
+      ->check(CLI::Range(1, 64))
       ->group("Frontend");
   app.add_option("--chat-template", chat_template,
                  "The chat template (a file or the template itself). Default: the model's.")
@@ -332,10 +332,6 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   e.data_parallel_start_rank = dp_start_rank;
   e.data_parallel_address = dp_address;
   e.data_parallel_rpc_port = dp_rpc_port;
-  if (api_server_count != 1) {
-    return absl::InvalidArgumentError(
-        "--api-server-count: only 1 is supported until several API servers can share the engines");
-  }
   // Data parallelism: the head runs the API server and replicas 0 .. -dpl - 1; --headless
   // nodes run -dpl replicas from -dpr on. Replicas on other nodes talk to the head over TCP.
   for (const char* flag :
@@ -375,6 +371,21 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
       }
     }
   }
+  a.api_server_count = api_server_count;
+  if (api_server_count > 1) {
+    if (a.headless) {
+      return absl::InvalidArgumentError(
+          "--api-server-count: a --headless node runs no API server (give it on the head)");
+    }
+    // Over TCP, API server i takes the handshake port -dpp + i.
+    if (a.multi_node && dp_rpc_port + api_server_count - 1 > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--api-server-count ", api_server_count,
+                       ": API server i listens for engines at "
+                       "--data-parallel-rpc-port + i, past 65535 from ",
+                       dp_rpc_port));
+    }
+  }
   if (!cluster_key_file.empty()) {
     // Read now, so a bad file fails before anything starts (errors never echo the key).
     if (auto keys = ipc::LoadCurveKeyFile(cluster_key_file); !keys.ok()) {
@@ -397,6 +408,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   // The one VllmConfig every process of the engine receives; its Validate() refuses the rest
   // (--pipeline-parallel-size above 1, --gpu-memory-utilization 0, ...).
   VLLM_ASSIGN_OR_RETURN(a.config, e.CreateEngineConfig());
+  a.argv = argv;
   parsed.args = std::move(a);
   return parsed;
 }

@@ -51,6 +51,11 @@ struct ServeArgs {
   std::string cluster_key_file;  // --cluster-key-file (checked readable at parse time)
   // A local engine core that dies is started again (it joins the head again; TCP only).
   bool restart_dead_engines = false;
+  // --api-server-count: API server processes sharing --port (SO_REUSEPORT), each with its
+  // own client of every engine. Over TCP, API server i takes the handshake port -dpp + i.
+  int32_t api_server_count = 1;
+  // The serve flags as given (the launcher starts each API server process with them).
+  std::vector<std::string> argv;
 };
 
 // What parsing produced: arguments to run with, or text to print and an exit code

@@ -14,6 +14,11 @@ namespace vllm::launcher {
 // 2 for bad flags.
 int RunServe(const std::vector<std::string>& argv);
 
+// `vllm-launch api-server` (internal): one of the API server processes that
+// `--api-server-count N` starts; it talks to its launcher on descriptor 3.
+inline constexpr char kApiServerSubcommand[] = "api-server";
+int RunApiServer(const std::vector<std::string>& argv);
+
 }  // namespace vllm::launcher
 
 #endif  // VLLM_LAUNCHER_SERVE_MAIN_H_

@@ -239,7 +239,9 @@ void CoordinatorSeeds(const fs::path& dir) {
 void HandshakeSeeds(const fs::path& dir) {
   Write(dir, "hello", core::EncodeHello({2, 4, "node-b"}));
   Write(dir, "ready", core::EncodeReady({2, 682, 1024}));
-  Write(dir, "config", core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001"}));
+  Write(dir, "config", core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}}));
+  Write(dir, "config_peers",
+        core::EncodeAddresses({"ipc:///tmp/x/in", "ipc:///tmp/x/out", {"tcp://10.0.0.1:13346"}}));
   Write(dir, "reject", core::EncodeHandshakeMessage("--data-parallel-size 2 on node b but 4"));
   Write(dir, "heartbeat", core::EncodeHeartbeat(3));
 }

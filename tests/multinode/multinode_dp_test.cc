@@ -20,7 +20,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -442,6 +444,62 @@ TEST_F(MultinodeDpTest, TensorParallelReplicasOnTwoNodes) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1)
       << testing::DescribeWaitStatus(*status);
   headless_.clear();
+  ASSERT_NO_FATAL_FAILURE(StopHead());
+}
+
+// --api-server-count 2 on the head: API server 0 (at -dpp) names API server 1 (at -dpp + 1)
+// in its CONFIG, so node B's engine, which knows only -dpa:-dpp, joins both. Both API server
+// processes answer on the one port and each sees both engines serve; when node B dies, both
+// say "degraded"; node B restarted joins both again.
+TEST_F(MultinodeDpTest, TwoApiServersOnTheHeadSeeEveryEngine) {
+  std::vector<std::string> b = Common("2");
+  b.insert(b.end(), {"-dpl", "1", "-dpr", "1", "--headless", "--cluster-key-file", key_file_});
+  ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
+  std::vector<std::string> a = Common("2");
+  a.insert(a.end(), {"-dpl", "1", "-asc", "2", "--cluster-key-file", key_file_});
+  ASSERT_NO_FATAL_FAILURE(StartHead(a));
+  EXPECT_EQ(testing::ChildrenOf(server_->pid()).size(), 3u);  // 2 API servers, engine 0
+
+  // Health of each API server process (by its Server header) until both answered `want`.
+  auto both_say = [&](const std::function<bool(const testing::HttpResponse&)>& want) {
+    std::set<std::string> said;
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (said.size() < 2 && absl::Now() < deadline) {
+      InNodeA([&] {
+        auto h = testing::Http(port_, "GET", "/health", "", "");
+        if (h.ok() && want(*h)) said.insert(h->server);
+      });
+    }
+    return said.size() == 2;
+  };
+  for (const std::string& text : Complete(port_)) {
+    EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+  }
+  std::map<std::string, testing::MetricSamples> views;  // Server header → its /metrics
+  const json body = {{"prompt", "In the beginning"}, {"max_tokens", 4}};
+  InNodeA([&] {
+    for (int i = 0; i < 40 && views.size() < 2; ++i) {
+      for (int j = 0; j < 4; ++j)
+        (void)testing::Http(port_, "POST", "/v1/completions", body.dump());
+      auto r = testing::Http(port_, "GET", "/metrics", "", "");
+      if (r.ok()) views[r->server] = testing::ParseMetrics(r->body);
+    }
+  });
+  ASSERT_EQ(views.size(), 2u);
+  for (const auto& [server, m] : views) {
+    for (int e = 0; e < 2; ++e) EXPECT_GT(Served(m, e), 0) << server << ", engine " << e;
+  }
+
+  headless_[0].Kill(SIGKILL);  // node B's launcher; its engine follows (parent-death signal)
+  (void)headless_[0].Wait(absl::Seconds(10));
+  headless_.clear();
+  EXPECT_TRUE(both_say([](const testing::HttpResponse& h) {
+    return h.status == 200 && absl::StrContains(h.body, "degraded");
+  }));
+  ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
+  EXPECT_TRUE(
+      both_say([](const testing::HttpResponse& h) { return h.status == 200 && h.body.empty(); }));
+  ASSERT_NO_FATAL_FAILURE(StopNodeB());
   ASSERT_NO_FATAL_FAILURE(StopHead());
 }
 

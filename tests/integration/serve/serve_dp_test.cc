@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -219,6 +221,84 @@ TEST_F(ServeDpTest, OneDeadEngineFailsOnlyItsRequests) {
   // Nothing of the dead engine is left; the live one is still there.
   EXPECT_EQ(testing::ChildrenOf(server_->pid()), std::vector<pid_t>{engines[0]});
   ASSERT_NO_FATAL_FAILURE(StopServer());
+  for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
+}
+
+// --api-server-count 2: two API server processes share the port (SO_REUSEPORT) and each is
+// a client of both engines. Requests on fresh connections reach both (the Server header
+// names the process), each process's /metrics shows requests served by both engines, an
+// engine's death reaches both (/health degraded on each), and SIGINT stops all cleanly.
+TEST_F(ServeDpTest, TwoApiServersShareThePortAndSeeEveryEngine) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2", "--api-server-count", "2"}));
+  std::vector<pid_t> children = testing::ChildrenOf(server_->pid());
+  ASSERT_EQ(children.size(), 4u);  // two API servers, then two engine cores
+  std::sort(children.begin(), children.end());
+  const json body = {{"prompt", "In the beginning"}, {"max_tokens", 4}, {"temperature", 0}};
+  std::map<std::string, int> answered;  // Server header → requests
+  std::set<std::string> texts;
+  for (int i = 0; i < 32; ++i) {
+    auto r = testing::Http(port_, "POST", "/v1/completions", body.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+    ++answered[r->server];
+    texts.insert(r->Json()["choices"][0].value("text", ""));
+  }
+  EXPECT_EQ(texts.size(), 1u) << "greedy answers differ between processes or engines";
+  ASSERT_EQ(answered.size(), 2u);
+  EXPECT_GT(answered["vllm-launch api-server/0"], 0);
+  EXPECT_GT(answered["vllm-launch api-server/1"], 0);
+
+  // Each process's own /metrics: both engines served its requests.
+  std::set<std::string> scraped;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (scraped.size() < 2 && absl::Now() < deadline) {
+    auto r = testing::Http(port_, "GET", "/metrics", "", "");
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!scraped.insert(r->server).second) continue;
+    const testing::MetricSamples m = testing::ParseMetrics(r->body);
+    for (int engine : {0, 1}) {
+      const std::string series =
+          Series("vllm:request_success_total", engine, ",finished_reason=\"length\"");
+      EXPECT_GT(m.count(series) ? m.at(series) : 0.0, 0) << r->server << ", engine " << engine;
+    }
+  }
+  EXPECT_EQ(scraped.size(), 2u);
+
+  // kill -9 of engine 1: the launcher tells both API servers; each says "degraded".
+  ASSERT_EQ(kill(children[3], SIGKILL), 0);
+  std::set<std::string> degraded;
+  while (degraded.size() < 2 && absl::Now() < deadline + absl::Seconds(10)) {
+    auto health = testing::Http(port_, "GET", "/health", "", "");
+    ASSERT_TRUE(health.ok()) << health.status();
+    const json h = health->Json();  // a healthy server answers 200 with no body
+    if (health->status == 200 && h.is_object() && h.value("status", "") == "degraded") {
+      EXPECT_EQ(h["live_engines"], json::array({0})) << health->body;
+      degraded.insert(health->server);
+    }
+  }
+  EXPECT_EQ(degraded.size(), 2u);
+  for (int i = 0; i < 8; ++i) {
+    auto r = testing::Http(port_, "POST", "/v1/completions", body.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200) << r->server << ": " << r->body;
+  }
+  ASSERT_NO_FATAL_FAILURE(StopServer());
+  for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
+}
+
+// An API server process that dies takes the whole server down (as vLLM): the launcher stops
+// the other API server and the engines and exits with an error naming it.
+TEST_F(ServeDpTest, ADeadApiServerStopsTheServer) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2", "--api-server-count", "2"}));
+  std::vector<pid_t> children = testing::ChildrenOf(server_->pid());
+  ASSERT_EQ(children.size(), 4u);
+  std::sort(children.begin(), children.end());
+  ASSERT_EQ(kill(children[0], SIGKILL), 0);  // API server 0
+  auto status = server_->Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1)
+      << testing::DescribeWaitStatus(*status);
+  server_.reset();
   for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
 }
 

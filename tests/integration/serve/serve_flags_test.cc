@@ -256,8 +256,7 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
        std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"},
                                              {"--data-parallel-rank", "0"},
                                              {"--data-parallel-hybrid-lb"},
-                                             {"--data-parallel-external-lb"},
-                                             {"--api-server-count", "2"}}) {
+                                             {"--data-parallel-external-lb"}}) {
     const CliResult r = RunCli(args);
     Covered(args[0],
             r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
@@ -439,6 +438,25 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     both = both && at != std::string::npos && metrics.compare(at + series.size(), 2, "0\n") != 0;
   }
   Covered("--data-parallel-size-local", both, metrics);
+  Stop();
+  server_.reset();
+
+  // 4b. Two API server processes on one port: fresh connections reach both (the Server
+  //     header names the process); a --headless node runs none, so -asc is refused there.
+  ASSERT_NO_FATAL_FAILURE(Start({"--api-server-count", "2"}));
+  {
+    std::set<std::string> servers;
+    for (int i = 0; i < 24 && servers.size() < 2; ++i) {
+      auto r = testing::Http(port_, "GET", "/health", "", "");
+      if (r.ok() && r->status == 200) servers.insert(r->server);
+    }
+    Covered("--api-server-count", servers.size() == 2 && ProcessesUnder(server_->pid()) == 3u,
+            absl::StrCat(servers.size(), " API servers answered, ", ProcessesUnder(server_->pid()),
+                         " processes under the server"));
+    const CliResult r = RunCli({"-asc", "2", "-dp", "2", "-dpl", "1", "-dpr", "1", "--headless"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "--api-server-count")) << r.output;
+  }
   Stop();
   server_.reset();
 

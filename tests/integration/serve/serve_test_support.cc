@@ -82,6 +82,7 @@ std::string RequestHead(const std::string& method, const std::string& path,
 struct Head {
   int status = 0;
   std::string content_type;
+  std::string server;
   bool chunked = false;
   size_t size = 0;  // bytes of the head, separator included
 };
@@ -101,6 +102,7 @@ std::optional<Head> ParseHead(const std::string& raw) {
     const std::string name = absl::AsciiStrToLower(lines[i].substr(0, colon));
     const std::string value(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
     if (name == "content-type") head.content_type = value;
+    if (name == "server") head.server = value;
     if (name == "transfer-encoding" && absl::StrContains(absl::AsciiStrToLower(value), "chunked")) {
       head.chunked = true;
     }
@@ -152,6 +154,7 @@ absl::StatusOr<HttpResponse> Exchange(int port, const std::string& request,
   HttpResponse r;
   r.status = head->status;
   r.content_type = head->content_type;
+  r.server = head->server;
   std::string body = raw.substr(head->size);
   if (head->chunked) {
     absl::StatusOr<bool> last = DecodeChunks(&body, &r.body);

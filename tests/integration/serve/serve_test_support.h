@@ -27,7 +27,8 @@ namespace vllm::testing {
 struct HttpResponse {
   int status = 0;
   std::string content_type;
-  std::string body;  // de-chunked
+  std::string server;  // the Server header
+  std::string body;    // de-chunked
   // The body as JSON, or a discarded value when it is not JSON.
   nlohmann::json Json() const;
 };

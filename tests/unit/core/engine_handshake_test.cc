@@ -25,8 +25,12 @@ TEST(EngineHandshakeTest, RoundTrips) {
   EXPECT_EQ(*DecodeHello(EncodeHello(hello)), hello);
   const ReadyMessage ready{3, 682, 1024};
   EXPECT_EQ(*DecodeReady(EncodeReady(ready)), ready);
-  const EngineAddresses addresses{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001"};
+  const EngineAddresses addresses{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(addresses)), addresses);
+  // --api-server-count 3: API server 0 names the other two handshake sockets.
+  const EngineAddresses with_peers{
+      "ipc:///tmp/a/in", "ipc:///tmp/a/out", {"tcp://10.0.0.1:13346", "tcp://10.0.0.1:13347"}};
+  EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_peers)), with_peers);
   EXPECT_EQ(*DecodeHandshakeMessage(EncodeHandshakeMessage("--data-parallel-size 2")),
             "--data-parallel-size 2");
   EXPECT_EQ(*DecodeHeartbeat(EncodeHeartbeat(7)), 7);
@@ -37,6 +41,9 @@ TEST(EngineHandshakeTest, EncodersBoundWhatTheySend) {
   EXPECT_EQ(DecodeHello(EncodeHello({0, 1, std::string(1000, 'h')}))->host.size(), 255u);
   EXPECT_EQ(DecodeHandshakeMessage(EncodeHandshakeMessage(std::string(5000, 'm')))->size(),
             kMaxHandshakeString);
+  // More peers than the decoder takes are cut to its limit.
+  EngineAddresses many{"a", "b", std::vector<std::string>(200, "tcp://h:1")};
+  EXPECT_EQ(DecodeAddresses(EncodeAddresses(many))->peers.size(), kMaxFrontends - 1);
 }
 
 TEST(EngineHandshakeTest, OffSchemaFramesAreRefused) {
@@ -68,13 +75,24 @@ TEST(EngineHandshakeTest, OffSchemaFramesAreRefused) {
   EXPECT_FALSE(DecodeReady(Pack(std::make_tuple(0, -1, 64))).ok());
   EXPECT_FALSE(DecodeAddresses(Pack(std::make_tuple(std::string("a"), std::string("")))).ok());
   EXPECT_FALSE(DecodeAddresses(Pack(std::make_tuple(std::string("a")))).ok());
+  EXPECT_FALSE(DecodeAddresses(Pack(std::make_tuple(std::string("a"), std::string("b")))).ok());
+  EXPECT_FALSE(DecodeAddresses(
+                   Pack(std::make_tuple(std::string("a"), std::string("b"), std::vector<int>{1})))
+                   .ok());
+  EXPECT_FALSE(DecodeAddresses(Pack(std::make_tuple(std::string("a"), std::string("b"),
+                                                    std::vector<std::string>{""})))
+                   .ok());
+  EXPECT_FALSE(DecodeAddresses(Pack(std::make_tuple(std::string("a"), std::string("b"),
+                                                    std::vector<std::string>(64, "p"))))
+                   .ok());
   EXPECT_FALSE(
       DecodeAddresses(Pack(std::make_tuple(std::string(2000, 'a'), std::string("b")))).ok());
   EXPECT_FALSE(DecodeHandshakeMessage(Pack(std::vector<std::vector<int>>{{1}})).ok());
   EXPECT_FALSE(DecodeHeartbeat(Pack(-3)).ok());
   EXPECT_FALSE(DecodeHeartbeat(Pack(std::string("7"))).ok());
   // Nesting beyond the frame's depth is refused before any conversion.
-  EXPECT_FALSE(DecodeHello(Pack(std::vector<std::vector<std::vector<int>>>{{{1}}})).ok());
+  EXPECT_FALSE(
+      DecodeHello(Pack(std::vector<std::vector<std::vector<std::vector<int>>>>{{{{1}}}})).ok());
 }
 
 }  // namespace

@@ -59,11 +59,12 @@ class ScriptedEngine {
         parts.size() != 2) {
       return false;
     }
-    msgpack::object_handle oh = msgpack::unpack(parts[1].data<char>(), parts[1].size());
-    const auto addresses = oh.get().as<std::vector<std::string>>();
+    absl::StatusOr<core::EngineAddresses> addresses =
+        core::DecodeAddresses(parts[1].to_string_view());
+    if (!addresses.ok()) return false;
     input_.set(zmq::sockopt::routing_id, "engine-" + std::to_string(index_));
-    input_.connect(addresses.at(0));
-    output_.connect(addresses.at(1));
+    input_.connect(addresses->input);
+    output_.connect(addresses->output);
     parts.clear();
     parts.push_back(Msg("REGISTER"));
     if (!ipc::SendMultipart(input_, parts, deadline, absl::Milliseconds(10), nullptr, "REGISTER")

@@ -167,7 +167,10 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"-dp", "2", "-dpl", "1", "--cluster-key-file", "/nonexistent/key"}, "--cluster-key-file"},
       {{"-dph"}, "--data-parallel-hybrid-lb"},
       {{"-dpe"}, "--data-parallel-external-lb"},
-      {{"-asc", "2"}, "--api-server-count"},
+      {{"-asc", "0"}, "--api-server-count"},
+      {{"-asc", "65"}, "--api-server-count"},
+      {{"-asc", "2", "-dp", "2", "-dpl", "1", "-dpr", "1", "--headless"}, "--api-server-count"},
+      {{"-asc", "3", "-dp", "2", "-dpl", "1", "-dpp", "65534"}, "--api-server-count"},
       {{"a", "--model", "b"}, "given twice"},
       {{"--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization"},
   };
