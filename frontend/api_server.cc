@@ -94,7 +94,8 @@ struct ServerContext {
       : engine(e),
         options(std::move(o)),
         max_connections(max_conn),
-        metrics(&registry, e->ModelName(), static_cast<int32_t>(e->Engines().size())),
+        metrics(&registry, e->ModelName(), static_cast<int32_t>(e->Engines().size()),
+                e->Engines().empty() ? 0 : e->Engines()[0].rank),
         created(static_cast<int64_t>(WallSeconds())),
         id_seed(std::random_device{}()) {}
 
@@ -398,9 +399,9 @@ class Session : public std::enable_shared_from_this<Session> {
     nlohmann::json live = nlohmann::json::array(), dead = nlohmann::json::array();
     for (const EngineStatus& e : ctx_->engine->Engines()) {
       if (e.health.ok()) {
-        live.push_back(e.index);
+        live.push_back(e.rank);
       } else {
-        dead.push_back({{"engine", e.index}, {"error", std::string(e.health.message())}});
+        dead.push_back({{"engine", e.rank}, {"error", std::string(e.health.message())}});
       }
     }
     if (dead.empty()) return SendBody(http::status::ok, "text/plain", "", nullptr);

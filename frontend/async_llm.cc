@@ -199,6 +199,7 @@ std::vector<EngineStatus> AsyncLLM::Engines() const {
   }
   for (size_t i = 0; i < engines.size(); ++i) {
     engines[i].index = static_cast<int32_t>(i);
+    engines[i].rank = config_.first_engine_rank + static_cast<int32_t>(i);
     engines[i].health = client_->EngineFailure(static_cast<int32_t>(i));
   }
   return engines;

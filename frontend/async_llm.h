@@ -41,6 +41,9 @@ struct AsyncLLMConfig {
   // The model's EOS ids (generation_config.json first): the first is the request's EOS, the
   // others stop like stop_token_ids (as vLLM does).
   std::vector<int32_t> eos_token_ids;
+  // The data-parallel rank of engine 0 (hybrid / external load balancing: this frontend
+  // serves ranks first_engine_rank ..; /metrics and /health name them so).
+  int32_t first_engine_rank = 0;
 };
 
 class AsyncLLM final : public EngineClient {

@@ -90,7 +90,8 @@ struct EngineStats {
 
 // One data-parallel engine as /health and /metrics report it.
 struct EngineStatus {
-  int32_t index = 0;    // its data-parallel rank
+  int32_t index = 0;    // its index in this frontend (0 .. engines - 1)
+  int32_t rank = 0;     // its data-parallel rank (index + the frontend's first rank)
   absl::Status health;  // OK while it serves; why it died otherwise
   EngineStats stats;
 };
@@ -136,7 +137,7 @@ class EngineClient {
   virtual EngineStats Stats() const = 0;
 
   // Each data-parallel engine, in rank order (at least one).
-  virtual std::vector<EngineStatus> Engines() const { return {{0, Health(), Stats()}}; }
+  virtual std::vector<EngineStatus> Engines() const { return {{0, 0, Health(), Stats()}}; }
 };
 
 }  // namespace vllm::frontend

@@ -403,7 +403,8 @@ void EngineCoreClient::HandleOutputFrame(std::vector<zmq::message_t>& parts) {
       spdlog::error("engine outputs: dropped an EXECUTOR_FAILED frame naming no engine");
       return;
     }
-    EngineDied(*engine, absl::UnavailableError(absl::StrCat("engine ", *engine, " ", message)));
+    EngineDied(*engine, absl::UnavailableError(
+                            absl::StrCat("engine ", *engine + options_.first_rank, " ", message)));
   } else {
     spdlog::error("engine outputs: dropped a frame of unknown kind {:#04x}",
                   static_cast<unsigned char>(kind));
@@ -605,8 +606,8 @@ void EngineCoreClient::UpdateEngineStates() {
             startup_error_ = absl::UnavailableError(absl::StrCat(what, ", during start-up"));
           }
         } else {
-          silent.emplace_back(i,
-                              absl::UnavailableError(absl::StrCat("engine ", i, " died: ", what)));
+          silent.emplace_back(i, absl::UnavailableError(absl::StrCat(
+                                     "engine ", i + options_.first_rank, " died: ", what)));
         }
         slot.state = JoinState::kDead;
       }
@@ -672,8 +673,9 @@ absl::Status EngineCoreClient::EngineFailure(int32_t engine_index) const {
 }
 
 void EngineCoreClient::MarkEngineDead(int32_t engine_index, const absl::Status& why) {
-  EngineDied(engine_index, absl::UnavailableError(
-                               absl::StrCat("engine ", engine_index, " died: ", why.message())));
+  EngineDied(engine_index,
+             absl::UnavailableError(absl::StrCat("engine ", engine_index + options_.first_rank,
+                                                 " died: ", why.message())));
 }
 
 void EngineCoreClient::EngineDied(int32_t engine_index, absl::Status status) {

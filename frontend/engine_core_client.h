@@ -59,6 +59,9 @@ struct EngineCoreClientOptions {
   // balancer counts the others' load as `client_count` × its own until it has figures).
   int32_t client_count = 1;
   int32_t client_index = 0;
+  // Hybrid / external load balancing: engine i is data-parallel rank first_rank + i (its
+  // messages name that rank; the engines themselves use index i on the wire).
+  int32_t first_rank = 0;
   // TCP, API server 0 of several: the other API servers' handshake ports (at the same
   // address), named in CONFIG so that an engine that knows only the head's address joins
   // every API server.

@@ -163,11 +163,12 @@ std::string MetricsRegistry::Render() const {
   return out;
 }
 
-ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name, int32_t num_engines)
+ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name, int32_t num_engines,
+                             int32_t first_rank)
     : engines_(std::max(num_engines, 1)) {
   const int32_t n = static_cast<int32_t>(engines_.size());
   auto labels = [&](int32_t e) {
-    return MetricLabels{{"model_name", model_name}, {"engine", std::to_string(e)}};
+    return MetricLabels{{"model_name", model_name}, {"engine", std::to_string(first_rank + e)}};
   };
   // One family at a time, one series per engine.
   auto each = [&](Metric* EngineMetrics::*field, auto make) {

@@ -110,7 +110,9 @@ struct EngineMetrics {
 class ServerMetrics {
  public:
   // Builds the set for `num_engines` (>= 1) engines in `registry`.
-  ServerMetrics(MetricsRegistry* registry, const std::string& model_name, int32_t num_engines);
+  // Engine e's series carry engine="<first_rank + e>" (its data-parallel rank).
+  ServerMetrics(MetricsRegistry* registry, const std::string& model_name, int32_t num_engines,
+                int32_t first_rank = 0);
 
   // Engine `index`'s series (an index out of range is clamped: never a crash on a stray one).
   const EngineMetrics& engine(int32_t index) const;

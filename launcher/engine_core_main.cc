@@ -42,6 +42,7 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
   Flags f;
   bool have_address = false;
   int64_t config_fd = -1;
+  int32_t engine_index = -1;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
     if (i + 1 >= args.size()) return absl::InvalidArgumentError(flag + ": missing value");
@@ -57,6 +58,12 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
             absl::StrCat("--handshake-address: more than ", core::kMaxFrontends));
       }
       have_address = true;
+    } else if (flag == "--engine-index") {
+      // Its index at its API servers when that is not its rank (hybrid / external load
+      // balancing: an API server knows only its node's engines, as 0 ..).
+      int64_t index = 0;
+      VLLM_RETURN_IF_ERROR(ParseInt(flag, v, 0, 1023, &index));
+      engine_index = static_cast<int32_t>(index);
     } else if (flag == "--parent-pid") {
       VLLM_RETURN_IF_ERROR(ParseInt(flag, v, 1, int64_t{1} << 40, &f.parent_pid));
     } else if (flag == "--config-fd") {
@@ -72,7 +79,7 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
         "engine-core needs --handshake-address, --parent-pid and --config-fd");
   }
   VLLM_ASSIGN_OR_RETURN(f.config, config::ReadVllmConfigFd(static_cast<int>(config_fd)));
-  f.proc.engine_index = f.config.parallel.data_parallel_rank;
+  f.proc.engine_index = engine_index >= 0 ? engine_index : f.config.parallel.data_parallel_rank;
   f.proc.data_parallel_size = f.config.parallel.data_parallel_size;
   VLLM_ASSIGN_OR_RETURN(f.proc.handshake_timeout, EngineReadyTimeout());
   if (absl::StartsWith(f.proc.handshake_address, "tcp://")) {

@@ -327,26 +327,66 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   e.data_parallel_size = a.data_parallel_size;
   // As vLLM: without -dpl, every replica runs on this node (a headless node's count must be
   // given).
-  if (app.count("--data-parallel-size-local") == 0) dp_local = a.data_parallel_size;
+  const bool dpl_given = app.count("--data-parallel-size-local") > 0;
+  if (!dpl_given) dp_local = a.data_parallel_size;
+  // Load balancing across nodes, as vLLM 0.33 infers it (EngineArgs.create_engine_config):
+  // --data-parallel-rank N: external (this instance serves rank N alone, with its own API
+  // server; a load balancer outside spreads requests over the ranks' servers); -dpl with a
+  // start rank > 0 on a node that is not --headless, or --data-parallel-hybrid-lb: hybrid
+  // (each node's API server balances over its own -dpl replicas only; with -dpl 1 that is
+  // external). Either way no engine talks to another node (no request waves: dense models).
+  const bool dpn_given = app.count("--data-parallel-rank") > 0;
+  if (dp_external_lb && !dpn_given) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-external-lb: needs --data-parallel-rank, the rank this instance serves");
+  }
+  bool external = dpn_given;
+  bool hybrid = false;
+  if (external) {
+    if (a.headless) {
+      return absl::InvalidArgumentError(
+          "--data-parallel-rank: an instance of external load balancing runs its API server; "
+          "not with --headless");
+    }
+    if (dpl_given && dp_local != 1) {
+      return absl::InvalidArgumentError(
+          "--data-parallel-size-local: must be 1 with --data-parallel-rank (one replica per "
+          "instance)");
+    }
+    if (dp_rank >= a.data_parallel_size) {
+      return absl::InvalidArgumentError(absl::StrCat("--data-parallel-rank ", dp_rank,
+                                                     ": not below --data-parallel-size ",
+                                                     a.data_parallel_size));
+    }
+    dp_local = 1;
+    dp_start_rank = dp_rank;
+  } else if (dp_hybrid_lb && a.headless) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-hybrid-lb: every node runs its own API server; not with --headless");
+  } else if (dp_hybrid_lb && !dpl_given) {
+    return absl::InvalidArgumentError(
+        "--data-parallel-hybrid-lb: needs --data-parallel-size-local, this node's replicas");
+  } else if (dpl_given) {
+    hybrid = dp_hybrid_lb || (dp_start_rank > 0 && !a.headless);
+    if (hybrid && dp_local == 1) {
+      external = true;
+      hybrid = false;
+    }
+    if (dp_local == a.data_parallel_size) hybrid = false;
+  }
+  a.dp_load_balancing = external ? DpLoadBalancing::kExternal
+                        : hybrid ? DpLoadBalancing::kHybrid
+                                 : DpLoadBalancing::kInternal;
   e.data_parallel_size_local = dp_local;
   e.data_parallel_start_rank = dp_start_rank;
   e.data_parallel_address = dp_address;
   e.data_parallel_rpc_port = dp_rpc_port;
-  // Data parallelism: the head runs the API server and replicas 0 .. -dpl - 1; --headless
-  // nodes run -dpl replicas from -dpr on. Replicas on other nodes talk to the head over TCP.
-  for (const char* flag :
-       {"--data-parallel-rank", "--data-parallel-hybrid-lb", "--data-parallel-external-lb"}) {
-    if (app.count(flag) > 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag,
-                       ": external and hybrid load balancing are not supported yet (the head's API "
-                       "server balances over every replica)"));
-    }
-  }
+  const bool local_lb = a.dp_load_balancing != DpLoadBalancing::kInternal;
   // TCP between the engines and the head: replicas on other nodes, or an address given (so
-  // that engines can join again on one node too, --restart-dead-engines).
-  a.multi_node =
-      a.headless || dp_local != a.data_parallel_size || app.count("--data-parallel-address") > 0;
+  // that engines can join again on one node too, --restart-dead-engines). With external or
+  // hybrid balancing every engine is on its API server's node.
+  a.multi_node = !local_lb && (a.headless || dp_local != a.data_parallel_size ||
+                               app.count("--data-parallel-address") > 0);
   if (a.headless) {
     if (dp_local < 1) {
       return absl::InvalidArgumentError(
@@ -356,13 +396,16 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
       return absl::InvalidArgumentError(
           "--headless needs --data-parallel-start-rank: the first replica rank of this node");
     }
-  } else if (dp_start_rank != 0) {
+  } else if (dp_start_rank != 0 && !local_lb) {
     return absl::InvalidArgumentError(
         "--data-parallel-start-rank: the head node (without --headless) runs ranks from 0");
   }
   if (!a.multi_node) {
-    for (const char* flag :
-         {"--data-parallel-rpc-port", "--cluster-key-file", "--restart-dead-engines"}) {
+    // vLLM's external/hybrid recipes pass the head's -dpa/-dpp (its coordinator's, for
+    // request waves); no dense replica here needs them.
+    std::vector<const char*> tcp_only = {"--cluster-key-file", "--restart-dead-engines"};
+    if (!local_lb) tcp_only.push_back("--data-parallel-rpc-port");
+    for (const char* flag : tcp_only) {
       if (app.count(flag) > 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(flag,

@@ -19,6 +19,13 @@
 
 namespace vllm::launcher {
 
+// Who spreads requests over the data-parallel replicas (vLLM 0.33's three modes).
+enum class DpLoadBalancing {
+  kInternal,  // the head's API server(s) balance over every replica, on any node
+  kHybrid,    // each node's API server balances over its own -dpl replicas
+  kExternal,  // one replica (--data-parallel-rank) per instance; a balancer outside spreads
+};
+
 struct ServeArgs {
   // The engine's flags as parsed (vLLM's EngineArgs) and the VllmConfig made from them once
   // (CreateEngineConfig): what the engine-core process receives.
@@ -48,6 +55,9 @@ struct ServeArgs {
   int32_t pipeline_parallel_size = 1;
   bool headless = false;
   bool multi_node = false;
+  // kHybrid / kExternal: this instance serves replicas -dpr .. -dpr + -dpl - 1 on this node
+  // alone (its /metrics and /health name them by their global ranks).
+  DpLoadBalancing dp_load_balancing = DpLoadBalancing::kInternal;
   std::string cluster_key_file;  // --cluster-key-file (checked readable at parse time)
   // A local engine core that dies is started again (it joins the head again; TCP only).
   bool restart_dead_engines = false;

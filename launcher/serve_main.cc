@@ -58,9 +58,11 @@ class EngineProcess {
 
   // Starts the engine core of data-parallel rank `config.parallel.data_parallel_rank`.
   // `handshake_addresses`: every API server's (the first: API server 0's).
+  // `engine_index`: its index at the API servers (its rank, unless they serve only this
+  // node's engines).
   absl::Status Start(const config::VllmConfig& config,
                      const std::vector<std::string>& handshake_addresses,
-                     const std::string& cluster_key_file) {
+                     const std::string& cluster_key_file, int32_t engine_index) {
     rank_ = config.parallel.data_parallel_rank;
     std::error_code ec;
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -71,6 +73,10 @@ class EngineProcess {
     for (const std::string& address : handshake_addresses) {
       argv.push_back("--handshake-address");
       argv.push_back(address);
+    }
+    if (engine_index != rank_) {
+      argv.push_back("--engine-index");
+      argv.push_back(absl::StrCat(engine_index));
     }
     if (!cluster_key_file.empty()) {
       argv.push_back("--cluster-key-file");
@@ -180,7 +186,12 @@ absl::Status StartEngine(const ServeArgs& args, const std::vector<std::string>& 
                          int32_t rank, EngineProcess* engine) {
   config::VllmConfig engine_config = args.config;
   engine_config.parallel.data_parallel_rank = rank;
-  VLLM_RETURN_IF_ERROR(engine->Start(engine_config, handshake_addresses, args.cluster_key_file));
+  // Hybrid / external load balancing: this node's API servers know its engines as 0 ..
+  const int32_t engine_index = args.dp_load_balancing == DpLoadBalancing::kInternal
+                                   ? rank
+                                   : rank - args.config.parallel.data_parallel_start_rank;
+  VLLM_RETURN_IF_ERROR(
+      engine->Start(engine_config, handshake_addresses, args.cluster_key_file, engine_index));
   spdlog::info("starting the engine core of data-parallel rank {} for {} (pid {})", rank,
                args.config.model.model.string(), engine->pid());
   return absl::OkStatus();
@@ -393,10 +404,15 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
   // here (or by the launcher, for its API servers), the others join from their --headless
   // nodes over TCP.
   const config::ParallelConfig& parallel = args.config.parallel;
-  const int32_t num_engines = parallel.data_parallel_size;
+  // Hybrid / external load balancing: this node's engines only (ranks -dpr ..).
+  const bool local_lb = args.dp_load_balancing != DpLoadBalancing::kInternal;
+  const int32_t num_engines =
+      local_lb ? parallel.data_parallel_size_local : parallel.data_parallel_size;
+  const int32_t first_rank = local_lb ? parallel.data_parallel_start_rank : 0;
   VLLM_ASSIGN_OR_RETURN(const absl::Duration ready_timeout, EngineReadyTimeout());
   frontend::EngineCoreClientOptions client_options;
   client_options.num_engines = num_engines;
+  client_options.first_rank = first_rank;
   client_options.client_count = role.count;
   client_options.client_index = role.index;
   if (args.multi_node) {
@@ -460,9 +476,9 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
         for (const std::string& line : *lines) {
           std::vector<std::string> f = absl::StrSplit(line, absl::MaxSplits(' ', 2));
           int32_t rank = -1;
-          if (f.size() == 3 && f[0] == "dead" && absl::SimpleAtoi(f[1], &rank) && rank >= 0 &&
-              rank < num_engines) {
-            raw_client->MarkEngineDead(rank, absl::UnavailableError(f[2]));
+          if (f.size() == 3 && f[0] == "dead" && absl::SimpleAtoi(f[1], &rank) &&
+              rank >= first_rank && rank < first_rank + num_engines) {
+            raw_client->MarkEngineDead(rank - first_rank, absl::UnavailableError(f[2]));
           }
         }
       }
@@ -506,6 +522,7 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
   config.max_model_len = info.max_model_len;
   config.vocab_size = model_config.vocab_size;
   config.eos_token_ids = model_config.eos_token_ids;
+  config.first_engine_rank = first_rank;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::AsyncLLM> llm,
                         frontend::AsyncLLM::Create(std::move(client), std::move(tokenizer),
                                                    std::move(chat_template), config));
@@ -540,7 +557,7 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
   std::thread monitor([&] {
     if (!SuperviseEngines(args, {handshake_address}, engines, stop_pipe[0],
                           args.restart_dead_engines, [&](int32_t rank, const absl::Status& why) {
-                            raw_client->MarkEngineDead(rank, why);
+                            raw_client->MarkEngineDead(rank - first_rank, why);
                           })) {
       // Every local engine ended (or there are none here): wait for the stop (remote engines
       // may still serve).

@@ -286,6 +286,43 @@ TEST_F(ServeDpTest, TwoApiServersShareThePortAndSeeEveryEngine) {
   for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
 }
 
+// Hybrid load balancing (vLLM infers it from a start rank on a node that is not headless):
+// this instance serves ranks 2-3 of -dp 4 alone, names them so in /metrics and /health, and
+// an engine's death fails only that rank.
+TEST_F(ServeDpTest, AHybridNodeServesItsOwnRanks) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"-dp", "4", "-dpl", "2", "-dpr", "2"}));
+  std::vector<pid_t> engines = testing::ChildrenOf(server_->pid());
+  ASSERT_EQ(engines.size(), 2u);
+  std::sort(engines.begin(), engines.end());  // ranks 2, 3
+  const std::vector<std::string> texts = Complete({"a", "b", "c", "d", "e", "f"});
+  for (const std::string& text : texts) EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+  testing::MetricSamples m = testing::ScrapeMetrics(port_);
+  for (int rank : {2, 3}) {
+    EXPECT_EQ(m.count(Series("vllm:num_requests_running", rank)), 1u) << "rank " << rank;
+  }
+  EXPECT_EQ(m.count(Series("vllm:num_requests_running", 0)), 0u);
+  EXPECT_EQ(testing::SumOf(m, "vllm:request_success_total"), 6.0);
+
+  ASSERT_EQ(kill(engines[1], SIGKILL), 0);
+  json h;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {
+    auto health = testing::Http(port_, "GET", "/health");
+    ASSERT_TRUE(health.ok()) << health.status();
+    h = health->Json();
+  } while (!(h.is_object() && h.value("status", "") == "degraded") && absl::Now() < deadline);
+  ASSERT_TRUE(h.is_object()) << h.dump();
+  EXPECT_EQ(h["live_engines"], json::array({2})) << h.dump();
+  ASSERT_EQ(h["dead_engines"].size(), 1u) << h.dump();
+  EXPECT_EQ(h["dead_engines"][0].value("engine", -1), 3) << h.dump();
+  EXPECT_TRUE(absl::StrContains(h["dead_engines"][0].value("error", ""), "engine 3")) << h.dump();
+  for (const std::string& text : Complete({"a", "b"})) {
+    EXPECT_FALSE(absl::StartsWith(text, "<failed")) << text;
+  }
+  ASSERT_NO_FATAL_FAILURE(StopServer());
+  for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
+}
+
 // An API server process that dies takes the whole server down (as vLLM): the launcher stops
 // the other API server and the engines and exits with an error naming it.
 TEST_F(ServeDpTest, ADeadApiServerStopsTheServer) {

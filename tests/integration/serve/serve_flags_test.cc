@@ -253,10 +253,7 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
 
   // Flags that cannot work yet are refused, naming the flag, before anything starts.
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"},
-                                             {"--data-parallel-rank", "0"},
-                                             {"--data-parallel-hybrid-lb"},
-                                             {"--data-parallel-external-lb"}}) {
+       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"}}) {
     const CliResult r = RunCli(args);
     Covered(args[0],
             r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
@@ -438,6 +435,37 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     both = both && at != std::string::npos && metrics.compare(at + series.size(), 2, "0\n") != 0;
   }
   Covered("--data-parallel-size-local", both, metrics);
+  Stop();
+  server_.reset();
+
+  // 4a. Hybrid and external load balancing: an instance serves its own node's ranks, and its
+  //     /metrics names them by their global ranks.
+  auto engine_labels = [&]() {
+    const std::string metrics = Request(port_, "GET", "/metrics", "", "").body;
+    std::set<std::string> labels;
+    std::regex re("vllm:num_requests_running\\{model_name=\"[^\"]*\",engine=\"([0-9]+)\"\\}");
+    for (std::sregex_iterator it(metrics.begin(), metrics.end(), re), end; it != end; ++it) {
+      labels.insert((*it)[1].str());
+    }
+    return labels;
+  };
+  ASSERT_NO_FATAL_FAILURE(Start({"-dp", "4", "-dpl", "2", "-dpr", "2", "-dph"}));
+  Covered(
+      "--data-parallel-hybrid-lb",
+      ProcessesUnder(server_->pid()) == 2u && engine_labels() == std::set<std::string>{"2", "3"},
+      absl::StrCat(ProcessesUnder(server_->pid()), " processes under the server"));
+  Stop();
+  server_.reset();
+  ASSERT_NO_FATAL_FAILURE(Start({"-dp", "3", "-dpn", "2", "-dpe"}));
+  {
+    const std::set<std::string> labels = engine_labels();
+    Covered("--data-parallel-rank", labels == std::set<std::string>{"2"});
+    Covered("--data-parallel-external-lb",
+            ProcessesUnder(server_->pid()) == 1u && labels.size() == 1);
+    const CliResult r = RunCli({"-dp", "2", "-dpe"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "--data-parallel-rank")) << r.output;
+  }
   Stop();
   server_.reset();
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -127,6 +128,40 @@ TEST(ServeArgsTest, DataParallelAcrossNodes) {
   EXPECT_TRUE(restartable->args->restart_dead_engines);
 }
 
+// vLLM 0.33's inference of the load-balancing mode (EngineArgs.create_engine_config).
+TEST(ServeArgsTest, DataParallelLoadBalancingModes) {
+  struct Case {
+    std::vector<std::string> argv;
+    DpLoadBalancing mode;
+    int32_t start, local;
+  };
+  const Case cases[] = {
+      {{"-dp", "4"}, DpLoadBalancing::kInternal, 0, 4},
+      {{"-dp", "4", "-dpl", "2"}, DpLoadBalancing::kInternal, 0, 2},  // the head of two nodes
+      {{"-dp", "4", "-dpl", "2", "-dph"}, DpLoadBalancing::kHybrid, 0, 2},
+      {{"-dp", "4", "-dpl", "2", "-dpr", "2"}, DpLoadBalancing::kHybrid, 2, 2},  // inferred
+      {{"-dp", "4", "-dpl", "1", "-dpr", "3"}, DpLoadBalancing::kExternal, 3, 1},
+      {{"-dp", "4", "-dpl", "4", "-dph"}, DpLoadBalancing::kInternal, 0, 4},  // one node
+      {{"-dp", "4", "-dpn", "2"}, DpLoadBalancing::kExternal, 2, 1},
+      {{"-dp", "4", "-dpn", "2", "-dpe", "-dpa", "10.0.0.1", "-dpp", "13400"},
+       DpLoadBalancing::kExternal,
+       2,
+       1},
+      {{"-dp", "4", "-dpl", "2", "-dpr", "2", "--headless"}, DpLoadBalancing::kInternal, 2, 2},
+  };
+  for (const Case& c : cases) {
+    auto p = Parse(c.argv);
+    ASSERT_TRUE(p.ok()) << absl::StrJoin(c.argv, " ") << ": " << p.status();
+    EXPECT_EQ(p->args->dp_load_balancing, c.mode) << absl::StrJoin(c.argv, " ");
+    EXPECT_EQ(p->args->config.parallel.data_parallel_start_rank, c.start);
+    EXPECT_EQ(p->args->config.parallel.data_parallel_size_local, c.local);
+    // Only internal balancing across nodes puts engines on TCP.
+    if (c.mode != DpLoadBalancing::kInternal) {
+      EXPECT_FALSE(p->args->multi_node);
+    }
+  }
+}
+
 TEST(ServeArgsTest, HelpReadsLikeVllm) {
   auto p = Parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();
@@ -158,10 +193,13 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"-pp", "2"}, "--pipeline-parallel-size"},
       // vLLM's aliases reach their flags.
       {{"-dpl", "2"}, "--data-parallel-size-local"},
-      {{"-dp", "4", "-dpl", "2", "-dpr", "1"}, "--data-parallel-start-rank"},
+      {{"-dp", "4", "-dpl", "2", "-dpr", "3"}, "--data-parallel-start-rank"},
       {{"-dp", "4", "-dpl", "2", "--headless"}, "--data-parallel-start-rank"},
       {{"-dp", "4", "-dpl", "0", "-dpr", "2", "--headless"}, "--data-parallel-size-local"},
-      {{"-dpn", "0"}, "--data-parallel-rank"},
+      {{"-dpn", "1"}, "--data-parallel-rank"},  // not below -dp 1
+      {{"-dp", "2", "-dpn", "1", "-dpl", "2"}, "--data-parallel-size-local"},
+      {{"-dp", "2", "-dpn", "1", "--headless"}, "--data-parallel-rank"},
+      {{"-dp", "4", "-dpl", "2", "-dpr", "2", "-dph", "--headless"}, "--data-parallel-hybrid-lb"},
       {{"--restart-dead-engines"}, "--restart-dead-engines"},
       {{"-dpp", "13345"}, "--data-parallel-rpc-port"},
       {{"-dp", "2", "-dpl", "1", "--cluster-key-file", "/nonexistent/key"}, "--cluster-key-file"},
