@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -93,14 +94,20 @@ double MeasureBandwidth(const cudaDeviceProp& prop, cudaStream_t stream) {
   return gbs;
 }
 
-// (b) cuBLASLt bf16 GEMM TFLOP/s over the 8B model's prefill shapes and 8192³; returns the
-// best.
-double MeasureGemmPeak(cudaStream_t stream) {
+// The GEMM runner the worker uses (a benchmark has nothing sensible to do without one).
+std::unique_ptr<kc::CublasLtGemm> MakeGemm() {
   auto gemm = kc::CublasLtGemm::Create();
   if (!gemm.ok()) {
     std::fprintf(stderr, "cuda_decode_bench: %s\n", gemm.status().ToString().c_str());
     std::exit(1);
   }
+  return std::move(*gemm);
+}
+
+// (b) cuBLASLt bf16 GEMM TFLOP/s over the 8B model's prefill shapes and 8192³; returns the
+// best.
+double MeasureGemmPeak(cudaStream_t stream) {
+  const std::unique_ptr<kc::CublasLtGemm> gemm = MakeGemm();
   struct Shape {
     const char* name;
     int64_t m, n, k;
@@ -129,7 +136,7 @@ double MeasureGemmPeak(cudaStream_t stream) {
     const std::vector<double> ms = TimeMs(
         [&] {
           absl::Status st =
-              (*gemm)->Linear(kc::GemmDType::kBFloat16, x, w, nullptr, y, s.m, s.n, s.k, stream);
+              gemm->Linear(kc::GemmDType::kBFloat16, x, w, nullptr, y, s.m, s.n, s.k, stream);
           if (!st.ok()) {
             std::fprintf(stderr, "cuda_decode_bench: %s\n", st.ToString().c_str());
             std::exit(1);
@@ -154,11 +161,7 @@ double MeasureGemmPeak(cudaStream_t stream) {
 // 8B decode step (32 layers + lm_head), which says how much of the step's time is outside the
 // linear layers.
 void MeasureDecodeGemms(double bandwidth_gbs, int l2_bytes, cudaStream_t stream) {
-  auto gemm = kc::CublasLtGemm::Create();
-  if (!gemm.ok()) {
-    std::fprintf(stderr, "cuda_decode_bench: %s\n", gemm.status().ToString().c_str());
-    std::exit(1);
-  }
+  const std::unique_ptr<kc::CublasLtGemm> gemm = MakeGemm();
   struct Shape {
     const char* name;
     int64_t n, k, per_step;  // per_step: how many times one decode step runs it
@@ -189,7 +192,7 @@ void MeasureDecodeGemms(double bandwidth_gbs, int l2_bytes, cudaStream_t stream)
           [&] {
             const char* w = static_cast<const char*>(pool) + (i++ % slots) * s.n * s.k * 2;
             absl::Status st =
-                (*gemm)->Linear(kc::GemmDType::kBFloat16, x, w, nullptr, y, m, s.n, s.k, stream);
+                gemm->Linear(kc::GemmDType::kBFloat16, x, w, nullptr, y, m, s.n, s.k, stream);
             if (!st.ok()) {
               std::fprintf(stderr, "cuda_decode_bench: %s\n", st.ToString().c_str());
               std::exit(1);

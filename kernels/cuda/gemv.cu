@@ -73,26 +73,13 @@ cudaError_t Launch(const void* x, const void* w, const void* bias, void* y, int6
 template <typename T>
 cudaError_t LaunchFor(int64_t m, const void* x, const void* w, const void* bias, void* y, int64_t n,
                       int64_t k, cudaStream_t stream) {
-  switch (m) {
-    case 1:
-      return Launch<T, 1>(x, w, bias, y, n, k, stream);
-    case 2:
-      return Launch<T, 2>(x, w, bias, y, n, k, stream);
-    case 3:
-      return Launch<T, 3>(x, w, bias, y, n, k, stream);
-    case 4:
-      return Launch<T, 4>(x, w, bias, y, n, k, stream);
-    case 5:
-      return Launch<T, 5>(x, w, bias, y, n, k, stream);
-    case 6:
-      return Launch<T, 6>(x, w, bias, y, n, k, stream);
-    case 7:
-      return Launch<T, 7>(x, w, bias, y, n, k, stream);
-    case 8:
-      return Launch<T, 8>(x, w, bias, y, n, k, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  using Fn =
+      cudaError_t (*)(const void*, const void*, const void*, void*, int64_t, int64_t, cudaStream_t);
+  static constexpr Fn kByM[kSkinnyGemvMaxM] = {Launch<T, 1>, Launch<T, 2>, Launch<T, 3>,
+                                               Launch<T, 4>, Launch<T, 5>, Launch<T, 6>,
+                                               Launch<T, 7>, Launch<T, 8>};
+  if (m < 1 || m > kSkinnyGemvMaxM) return cudaErrorInvalidValue;
+  return kByM[m - 1](x, w, bias, y, n, k, stream);
 }
 
 }  // namespace

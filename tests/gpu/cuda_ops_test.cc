@@ -383,6 +383,35 @@ GemmDType DTypeOf() {
   return GemmDType::kBFloat16;
 }
 
+// One linear-layer case: random x [m, k], w [n, k] and bias [n] on the host and the device,
+// the CPU's y = x · wᵀ (+ bias), and a poisoned device y.
+template <typename T>
+struct LinearCase {
+  LinearCase(int64_t m_, int64_t n_, int64_t k_, bool bias_, std::mt19937& rng)
+      : m(m_),
+        n(n_),
+        k(k_),
+        bias(bias_),
+        x(RandomValues<T>(m * k, rng)),
+        w(RandomValues<T>(n * k, rng, 0.05f)),
+        b(RandomValues<T>(n, rng)),
+        ref(m * n),
+        dx(x.typed),
+        dw(w.typed),
+        db(b.typed),
+        dy(m * n) {
+    cpu::Linear(x.f.data(), w.f.data(), bias ? b.f.data() : nullptr, ref.data(), m, n, k);
+  }
+  const void* bias_ptr() const { return bias ? db.get() : nullptr; }
+  double Error() const { return RelativeError(ToFloats(dy.Download()), ref); }
+
+  int64_t m, n, k;
+  bool bias;
+  Values<T> x, w, b;
+  std::vector<float> ref;
+  DeviceBuffer<T> dx, dw, db, dy;
+};
+
 TYPED_TEST(CudaOpsTest, GemmMatchesCpuLinear) {
   using T = TypeParam;
   auto gemm = CublasLtGemm::Create();
@@ -398,21 +427,16 @@ TYPED_TEST(CudaOpsTest, GemmMatchesCpuLinear) {
                                      {3, 40, 24, true},       {128, 512, 64, false}};
   for (const Shape& s : shapes) {
     SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k);
-    const auto x = RandomValues<T>(s.m * s.k, this->rng_);
-    const auto w = RandomValues<T>(s.n * s.k, this->rng_, 0.05f);
-    const auto b = RandomValues<T>(s.n, this->rng_);
-    std::vector<float> ref(s.m * s.n);
-    cpu::Linear(x.f.data(), w.f.data(), s.bias ? b.f.data() : nullptr, ref.data(), s.m, s.n, s.k);
-    DeviceBuffer<T> dx(x.typed), dw(w.typed), db(b.typed), dy(s.m * s.n);
-    ASSERT_CUDA_OK(dy.Poison());
+    LinearCase<T> c(s.m, s.n, s.k, s.bias, this->rng_);
+    ASSERT_CUDA_OK(c.dy.Poison());
     for (int rep = 0; rep < 2; ++rep) {  // the second call reuses the cached plan
       ASSERT_TRUE((*gemm)
-                      ->Linear(DTypeOf<T>(), dx.get(), dw.get(), s.bias ? db.get() : nullptr,
-                               dy.get(), s.m, s.n, s.k, nullptr)
+                      ->Linear(DTypeOf<T>(), c.dx.get(), c.dw.get(), c.bias_ptr(), c.dy.get(), s.m,
+                               s.n, s.k, nullptr)
                       .ok());
       ASSERT_CUDA_OK(cudaDeviceSynchronize());
       const double tol = (std::is_same_v<T, float>) ? 1e-5 : Tolerance<T>();
-      EXPECT_LT(RelativeError(ToFloats(dy.Download()), ref), tol);
+      EXPECT_LT(c.Error(), tol);
     }
   }
   EXPECT_EQ((*gemm)->num_cached_plans(), shapes.size());
@@ -443,17 +467,12 @@ TYPED_TEST(CudaOpsTest, SkinnyGemvMatchesCpuLinear) {
     for (const Shape& s : shapes) {
       SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k);
       ASSERT_TRUE(SkinnyGemvSupports(DTypeOf<T>(), s.m, s.n, s.k));
-      const auto x = RandomValues<T>(s.m * s.k, this->rng_);
-      const auto w = RandomValues<T>(s.n * s.k, this->rng_, 0.05f);
-      const auto b = RandomValues<T>(s.n, this->rng_);
-      std::vector<float> ref(s.m * s.n);
-      cpu::Linear(x.f.data(), w.f.data(), s.bias ? b.f.data() : nullptr, ref.data(), s.m, s.n, s.k);
-      DeviceBuffer<T> dx(x.typed), dw(w.typed), db(b.typed), dy(s.m * s.n);
-      ASSERT_CUDA_OK(dy.Poison());
-      ASSERT_CUDA_OK(LaunchSkinnyGemv(DTypeOf<T>(), dx.get(), dw.get(), s.bias ? db.get() : nullptr,
-                                      dy.get(), s.m, s.n, s.k, nullptr));
+      LinearCase<T> c(s.m, s.n, s.k, s.bias, this->rng_);
+      ASSERT_CUDA_OK(c.dy.Poison());
+      ASSERT_CUDA_OK(LaunchSkinnyGemv(DTypeOf<T>(), c.dx.get(), c.dw.get(), c.bias_ptr(),
+                                      c.dy.get(), s.m, s.n, s.k, nullptr));
       ASSERT_CUDA_OK(cudaDeviceSynchronize());
-      EXPECT_LT(RelativeError(ToFloats(dy.Download()), ref), Tolerance<T>());
+      EXPECT_LT(c.Error(), Tolerance<T>());
     }
   }
 }
