@@ -642,9 +642,16 @@ absl::Status ServeApiServers(const ServeArgs& args) {
     close(stop_pipe[0]);
     close(stop_pipe[1]);
   };
+  // Every signal goes on to the API servers at once (a second SIGTERM stops them without
+  // draining, as it does a single server); their pids, for the signal thread.
   std::atomic<int> last_signal{0};
+  std::vector<std::atomic<pid_t>> server_pids(args.api_server_count);
+  for (auto& pid : server_pids) pid.store(-1);
   VLLM_ASSIGN_OR_RETURN(auto watcher, ipc::SignalWatcher::Start({SIGINT, SIGTERM}, [&](int sig) {
                           last_signal.store(sig);
+                          for (const auto& pid : server_pids) {
+                            if (const pid_t p = pid.load(); p > 0) kill(p, sig);
+                          }
                           (void)!write(stop_pipe[1], "s", 1);
                         }));
 
@@ -659,23 +666,21 @@ absl::Status ServeApiServers(const ServeArgs& args) {
   std::vector<ApiProcess> servers(args.api_server_count);
   std::vector<std::unique_ptr<EngineProcess>> engines;
   absl::Mutex control_mu;  // the control sockets' writers: the engine monitor and this thread
-  auto check_exit = [](ApiProcess& p, int32_t i) {
+  auto check_exit = [&](ApiProcess& p, int32_t i) {
     int status = 0;
     if (!p.exited && waitpid(p.pid, &status, WNOHANG) == p.pid) {
+      server_pids[i].store(-1);  // reaped: the pid may be reused
       p.exited = true;
       p.exit = absl::UnavailableError(
           absl::StrCat("API server ", i, " (pid ", p.pid, ") ", DescribeWaitStatus(status)));
     }
     return p.exited;
   };
-  auto signal_servers = [&](int sig) {
-    for (int32_t i = 0; i < args.api_server_count; ++i) {
+  // Ends every API server: `sig` (0: none, they already have one), then SIGKILL after `grace`.
+  auto stop_servers = [&](int sig, absl::Duration grace) {
+    for (int32_t i = 0; i < args.api_server_count && sig != 0; ++i) {
       if (servers[i].pid > 0 && !check_exit(servers[i], i)) kill(servers[i].pid, sig);
     }
-  };
-  // Ends every API server (SIGTERM: they drain for --shutdown-timeout; SIGKILL after it).
-  auto stop_servers = [&](int sig, absl::Duration grace) {
-    signal_servers(sig);
     const absl::Time deadline = absl::Now() + grace;
     for (int32_t i = 0; i < args.api_server_count; ++i) {
       ApiProcess& p = servers[i];
@@ -687,6 +692,7 @@ absl::Status ServeApiServers(const ServeArgs& args) {
       if (!check_exit(p, i)) {
         kill(p.pid, SIGKILL);
         waitpid(p.pid, nullptr, 0);
+        server_pids[i].store(-1);
         p.exited = true;
       }
     }
@@ -730,6 +736,7 @@ absl::Status ServeApiServers(const ServeArgs& args) {
                                                               child.status().message()));
     }
     servers[i].pid = child->pid;
+    server_pids[i].store(child->pid);
     servers[i].exit_fd = child->exit_fd;
     servers[i].control_fd = pair[0];
     servers[i].reader = std::make_unique<LineReader>(pair[0]);
@@ -851,11 +858,12 @@ absl::Status ServeApiServers(const ServeArgs& args) {
     }
     if (ended) break;
   }
+  // A signal already reached the API servers (SIGTERM: they drain for --shutdown-timeout);
+  // after an API server's death the others stop at once (SIGINT).
   const int sig = last_signal.load();
-  // SIGTERM: the API servers drain for --shutdown-timeout; otherwise they stop at once.
   const absl::Duration grace =
       sig == SIGTERM ? absl::Seconds(args.shutdown_timeout_s) + absl::Seconds(6) : absl::Seconds(6);
-  stop_servers(sig == SIGINT ? SIGINT : SIGTERM, grace);
+  stop_servers(sig == 0 ? SIGINT : 0, grace);
   return result;
 }
 
