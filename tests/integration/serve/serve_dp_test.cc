@@ -323,6 +323,37 @@ TEST_F(ServeDpTest, AHybridNodeServesItsOwnRanks) {
   for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
 }
 
+// SIGTERM to the launcher of two API servers: both drain (streams in flight on either finish
+// with [DONE]), then everything stops and the launcher exits 0.
+TEST_F(ServeDpTest, SigtermDrainsEveryApiServer) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--api-server-count", "2"}));
+  const json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 150}, {"ignore_eos", true}, {"stream", true}};
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  testing::StreamResult streams[6];
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back(
+        [&, i] { streams[i] = testing::RunStream(port_, "/v1/completions", body, deadline); });
+  }
+  testing::MetricSamples m;
+  do {  // until one API server has a stream running (each process shows its own)
+    m = testing::ScrapeMetrics(port_);
+  } while (testing::SumOf(m, "vllm:num_requests_running") == 0 && absl::Now() < deadline);
+  server_->Kill(SIGTERM);
+  for (std::thread& t : clients) t.join();
+  for (const testing::StreamResult& s : streams) {
+    EXPECT_EQ(s.status, 200) << s.error;
+    EXPECT_TRUE(s.done) << s.error;
+  }
+  auto status = server_->Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << testing::DescribeWaitStatus(*status);
+  server_.reset();
+  for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
+}
+
 // An API server process that dies takes the whole server down (as vLLM): the launcher stops
 // the other API server and the engines and exits with an error naming it.
 TEST_F(ServeDpTest, ADeadApiServerStopsTheServer) {
