@@ -1,6 +1,8 @@
 // vllm-launch: the command-line entry point.
 //   vllm-launch [serve] [MODEL] [flags]   the OpenAI-compatible server (launcher/serve_main.h)
 //   vllm-launch bench serve [flags]       the serving load generator (bench/serve/bench_serve.h)
+//   vllm-launch router [flags]            the router in front of several servers
+//                                         (frontend/router/router_main.h)
 //   vllm-launch make-cluster-key FILE    writes a new cluster key for --cluster-key-file
 //   vllm-launch engine-core / worker-proc / api-server
 //                                         internal: started by the server / the executor
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "bench/serve/bench_serve.h"
+#include "frontend/router/router_main.h"
 #include "ipc/curve.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_main.h"
@@ -46,6 +49,9 @@ int main(int argc, char** argv) {
     std::printf("wrote %s (copy it to every node, mode 0600; pass --cluster-key-file %s)\n",
                 argv[2], argv[2]);
     return 0;
+  }
+  if (argc >= 2 && std::strcmp(argv[1], vllm::router::kRouterSubcommand) == 0) {
+    return vllm::router::RunRouter(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "serve") == 0) {
     return vllm::bench_serve::RunBenchServe(std::vector<std::string>(argv + 3, argv + argc));

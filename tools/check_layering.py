@@ -22,7 +22,8 @@ import tempfile
 # Longest prefix wins. A module's files are the files below its folder.
 MODULES = [
     "base/", "config/", "ipc/", "core/", "kernels/", "kernels/comm/", "worker/", "executor/",
-    "frontend/", "frontend/tokenizer/", "frontend/jinja/", "launcher/", "bench/serve/",
+    "frontend/", "frontend/tokenizer/", "frontend/jinja/", "frontend/router/", "launcher/",
+    "bench/serve/",
 ]
 
 _BELOW_FRONTEND = ["base", "config", "ipc", "core"]
@@ -38,6 +39,8 @@ ALLOWED = {
     "executor": ["base", "config", "ipc", "core", "kernels", "kernels/comm", "worker"],
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],
+    # The router speaks HTTP to other servers: no engine types (core/, worker/, executor/).
+    "frontend/router": ["base", "ipc"],
     "frontend": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja"],
     "bench/serve": ["base"],
     "launcher": None,  # anything of ours except tests/

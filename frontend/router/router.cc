@@ -1,0 +1,883 @@
+#include "frontend/router/router.h"
+
+// Boost 1.74's Asio turns co_await support on for clang only with libc++'s
+// <experimental/coroutine>; clang 14+ with libstdc++'s <coroutine> works as well. Only Asio's
+// coroutine headers read these macros, so other files' view of Asio is unchanged.
+#if defined(__clang__) && defined(__cpp_impl_coroutine) && __has_include(<coroutine>)
+#ifndef BOOST_ASIO_HAS_CO_AWAIT
+#define BOOST_ASIO_HAS_CO_AWAIT 1
+#endif
+#ifndef BOOST_ASIO_HAS_STD_COROUTINE
+#define BOOST_ASIO_HAS_STD_COROUTINE 1
+#endif
+#endif
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <limits>
+#include <optional>
+#include <utility>  // before Asio: its awaitable.hpp uses std::exchange without including it
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "boost/asio.hpp"
+#include "boost/beast/core.hpp"
+#include "boost/beast/http.hpp"
+#include "nlohmann/json.hpp"
+
+namespace vllm::router {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using nlohmann::json;
+using Request = http::request<http::string_body>;
+
+namespace {
+
+absl::string_view Sv(beast::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+constexpr auto kUse = net::use_awaitable;
+constexpr std::chrono::seconds kClientIoTimeout{60};
+constexpr size_t kRelayBufferBytes = 16384;
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// The OpenAI error shape, as vLLM renders it.
+std::string ErrorJson(int code, absl::string_view type, absl::string_view message) {
+  json j = {
+      {"error", {{"message", std::string(message)}, {"type", std::string(type)}, {"code", code}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string PercentDecode(absl::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    int hi = 0;
+    int lo = 0;
+    auto hex = [](char c, int* v) {
+      if (c >= '0' && c <= '9')
+        *v = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        *v = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        *v = c - 'A' + 10;
+      else
+        return false;
+      return true;
+    };
+    if (in[i] == '%' && i + 2 < in.size() && hex(in[i + 1], &hi) && hex(in[i + 2], &lo)) {
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else if (in[i] == '+') {
+      out.push_back(' ');
+    } else {
+      out.push_back(in[i]);
+    }
+  }
+  return out;
+}
+
+// The value of query parameter `name` in `target` ("/path?a=b&c=d"), decoded; empty if absent.
+std::string QueryParam(absl::string_view target, absl::string_view name) {
+  const size_t q = target.find('?');
+  if (q == absl::string_view::npos) return "";
+  for (absl::string_view pair : absl::StrSplit(target.substr(q + 1), '&')) {
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name && eq != absl::string_view::npos) {
+      return PercentDecode(pair.substr(eq + 1));
+    }
+  }
+  return "";
+}
+
+// Headers that describe one connection, not the request: never forwarded.
+bool IsHopByHop(absl::string_view name) {
+  static constexpr absl::string_view kHop[] = {"connection",
+                                               "keep-alive",
+                                               "proxy-connection",
+                                               "transfer-encoding",
+                                               "te",
+                                               "trailer",
+                                               "upgrade",
+                                               "host",
+                                               "content-length",
+                                               "expect",
+                                               "proxy-authorization",
+                                               "proxy-authenticate"};
+  for (absl::string_view h : kHop) {
+    if (absl::EqualsIgnoreCase(name, h)) return true;
+  }
+  return false;
+}
+
+void AppendPromptText(const json& prompt, std::string* text) {
+  if (prompt.is_string()) {
+    *text += prompt.get_ref<const std::string&>();
+  } else if (prompt.is_number_integer()) {
+    absl::StrAppend(text, prompt.get<int64_t>(), ",");
+  } else if (prompt.is_array() && !prompt.empty()) {
+    if (prompt.front().is_array() || prompt.front().is_string()) {
+      AppendPromptText(prompt.front(), text);  // a batch: route by its first prompt
+    } else {
+      for (const json& t : prompt) AppendPromptText(t, text);  // token ids
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerAddress> ParseWorkerUrl(absl::string_view url) {
+  absl::string_view rest = url;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker URL '", url, "': expected http://HOST[:PORT]"));
+  }
+  while (absl::ConsumeSuffix(&rest, "/")) {
+  }
+  WorkerAddress a;
+  absl::string_view host = rest;
+  absl::string_view port = "80";
+  if (!rest.empty() && rest.front() == '[') {  // [IPv6]:port
+    const size_t close = rest.find(']');
+    if (close == absl::string_view::npos) return absl::InvalidArgumentError("bad IPv6 address");
+    host = rest.substr(1, close - 1);
+    absl::string_view after = rest.substr(close + 1);
+    if (absl::ConsumePrefix(&after, ":"))
+      port = after;
+    else if (!after.empty())
+      return absl::InvalidArgumentError("bad worker URL");
+  } else if (const size_t colon = rest.rfind(':'); colon != absl::string_view::npos) {
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  int port_number = 0;
+  const bool host_chars_ok = std::all_of(host.begin(), host.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ||
+           c == ':';
+  });
+  if (host.empty() || !host_chars_ok || absl::StrContains(host, "/") ||
+      !absl::SimpleAtoi(port, &port_number) || port_number < 1 || port_number > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker URL '", url, "': expected http://HOST[:PORT] (no path)"));
+  }
+  a.host = std::string(host);
+  a.port = absl::StrCat(port_number);
+  a.url = absl::StrCat(
+      "http://", absl::StrContains(host, ":") ? absl::StrCat("[", host, "]") : std::string(host),
+      ":", port_number);
+  return a;
+}
+
+bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string* user) {
+  text->clear();
+  user->clear();
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  if (auto it = j.find("user"); it != j.end() && it->is_string()) {
+    *user = it->get<std::string>();
+  }
+  if (auto it = j.find("prompt"); it != j.end()) AppendPromptText(*it, text);
+  if (auto it = j.find("messages"); it != j.end() && it->is_array()) {
+    for (const json& m : *it) {
+      if (!m.is_object()) continue;
+      if (auto role = m.find("role"); role != m.end() && role->is_string()) {
+        absl::StrAppend(text, role->get_ref<const std::string&>(), "\n");
+      }
+      auto content = m.find("content");
+      if (content == m.end()) continue;
+      if (content->is_string()) {
+        absl::StrAppend(text, content->get_ref<const std::string&>(), "\n");
+      } else if (content->is_array()) {
+        for (const json& part : *content) {
+          if (!part.is_object()) continue;
+          if (auto t = part.find("text"); t != part.end() && t->is_string()) {
+            absl::StrAppend(text, t->get_ref<const std::string&>(), "\n");
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// One worker as the router sees it. Shared with the requests in flight on it, so a worker
+// removed at run time stays valid until they finish.
+struct Worker {
+  WorkerAddress address;
+  bool healthy = false;   // admitted by a health check
+  bool removed = false;   // DELETE /workers
+  bool checking = false;  // a health check is in flight
+  int consecutive_failures = 0;
+  int64_t outstanding = 0;
+  int64_t requests_total = 0;  // attempts sent to it
+  int64_t failures_total = 0;  // attempts that failed before a response head
+};
+
+// Counts a request in flight on a worker for as long as it lives.
+class OutstandingGuard {
+ public:
+  explicit OutstandingGuard(std::shared_ptr<Worker> w) : w_(std::move(w)) {
+    ++w_->outstanding;
+    ++w_->requests_total;
+  }
+  ~OutstandingGuard() { --w_->outstanding; }
+  OutstandingGuard(const OutstandingGuard&) = delete;
+  OutstandingGuard& operator=(const OutstandingGuard&) = delete;
+
+ private:
+  std::shared_ptr<Worker> w_;
+};
+
+class Router::Impl {
+ public:
+  Impl(const RouterOptions& options, std::unique_ptr<Policy> policy)
+      : options_(options), policy_(std::move(policy)), acceptor_(ioc_), signals_(ioc_) {}
+
+  absl::Status Init() {
+    for (const std::string& url : options_.worker_urls) {
+      auto a = ParseWorkerUrl(url);
+      if (!a.ok()) return a.status();
+      if (FindWorker(a->url) != nullptr) continue;
+      auto w = std::make_shared<Worker>();
+      w->address = std::move(*a);
+      workers_.push_back(std::move(w));
+    }
+    beast::error_code ec;
+    auto address = net::ip::make_address(options_.host, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--host '", options_.host, "': not an IP address"));
+    }
+    tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", ec.message()));
+    }
+    port_ = acceptor_.local_endpoint().port();
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+  absl::Status Run(const std::function<void()>& on_ready) {
+    signals_.add(SIGINT);
+    signals_.add(SIGTERM);
+    signals_.async_wait([this](const beast::error_code& ec, int) {
+      if (!ec) ioc_.stop();
+    });
+    Spawn(Startup(on_ready));
+    ioc_.run();
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    net::post(ioc_, [this] { ioc_.stop(); });
+  }
+
+ private:
+  enum class Outcome { kDone, kDoneClose, kRetry };
+
+  // Runs a coroutine to completion on the I/O thread; an exception (a bug or bad_alloc) ends
+  // only that coroutine and is logged.
+  template <typename Awaitable>
+  void Spawn(Awaitable&& a) {
+    net::co_spawn(ioc_, std::forward<Awaitable>(a), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        std::fprintf(stderr, "vllm-launch router: connection ended by an error: %s\n", ex.what());
+      }
+    });
+  }
+
+  std::shared_ptr<Worker> FindWorker(absl::string_view url) const {
+    for (const auto& w : workers_) {
+      if (w->address.url == url) return w;
+    }
+    return nullptr;
+  }
+
+  int HealthyCount() const {
+    int n = 0;
+    for (const auto& w : workers_) n += w->healthy ? 1 : 0;
+    return n;
+  }
+
+  // ---- health ----
+
+  net::awaitable<void> Startup(std::function<void()> on_ready) {
+    // One round first, so a router reporting ready knows which workers are up.
+    std::vector<std::shared_ptr<Worker>> initial = workers_;
+    for (const auto& w : initial) co_await CheckWorker(w);
+    Spawn(AcceptLoop());
+    Spawn(HealthLoop());
+    if (on_ready) on_ready();
+  }
+
+  net::awaitable<void> HealthLoop() {
+    net::steady_timer timer(ioc_);
+    while (true) {
+      timer.expires_after(Millis(options_.health_check_interval_secs));
+      beast::error_code ec;
+      co_await timer.async_wait(net::redirect_error(kUse, ec));
+      for (const auto& w : workers_) {
+        if (!w->checking) Spawn(CheckWorker(w));
+      }
+    }
+  }
+
+  // GET /health on `w`; updates its health (ejects after health_failure_threshold failures in
+  // a row, re-admits after one success).
+  net::awaitable<void> CheckWorker(std::shared_ptr<Worker> w) {
+    w->checking = true;
+    const bool ok = co_await Probe(w->address);
+    w->checking = false;
+    if (w->removed) co_return;
+    if (ok) {
+      w->consecutive_failures = 0;
+      if (!w->healthy) {
+        w->healthy = true;
+        std::fprintf(stderr, "vllm-launch router: worker %s is healthy\n", w->address.url.c_str());
+      }
+    } else {
+      NoteFailure(*w, "health check failed");
+    }
+  }
+
+  void NoteFailure(Worker& w, absl::string_view why) {
+    ++w.consecutive_failures;
+    if (w.healthy && w.consecutive_failures >= options_.health_failure_threshold) {
+      w.healthy = false;
+      std::fprintf(stderr, "vllm-launch router: worker %s ejected (%.*s)\n", w.address.url.c_str(),
+                   static_cast<int>(why.size()), why.data());
+    }
+  }
+
+  net::awaitable<bool> Probe(WorkerAddress address) {
+    beast::tcp_stream up(ioc_);
+    beast::error_code ec;
+    tcp::resolver resolver(ioc_);
+    auto endpoints =
+        co_await resolver.async_resolve(address.host, address.port, net::redirect_error(kUse, ec));
+    if (ec) co_return false;
+    up.expires_after(Millis(options_.health_check_timeout_secs));
+    co_await up.async_connect(endpoints, net::redirect_error(kUse, ec));
+    if (ec) co_return false;
+    Request req{http::verb::get, "/health", 11};
+    req.set(http::field::host, address.host);
+    req.set(http::field::connection, "close");
+    co_await http::async_write(up, req, net::redirect_error(kUse, ec));
+    if (ec) co_return false;
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(1 << 20);
+    co_await http::async_read(up, buf, parser, net::redirect_error(kUse, ec));
+    co_return !ec && parser.get().result_int() == 200;
+  }
+
+  // ---- server ----
+
+  net::awaitable<void> AcceptLoop() {
+    while (true) {
+      beast::error_code ec;
+      tcp::socket socket = co_await acceptor_.async_accept(net::redirect_error(kUse, ec));
+      if (ec) {
+        // Out of descriptors and the like: back off instead of spinning.
+        net::steady_timer t(ioc_);
+        t.expires_after(std::chrono::milliseconds(50));
+        co_await t.async_wait(net::redirect_error(kUse, ec));
+        continue;
+      }
+      Spawn(Session(std::move(socket)));
+    }
+  }
+
+  net::awaitable<void> Session(tcp::socket socket) {
+    beast::tcp_stream stream(std::move(socket));
+    beast::error_code ec;
+    stream.socket().set_option(tcp::no_delay(true), ec);
+    beast::flat_buffer buffer;
+    while (true) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(options_.max_payload_size);
+      parser.header_limit(64 * 1024);
+      stream.expires_after(kClientIoTimeout);
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
+      if (ec == http::error::body_limit) {
+        co_await WriteSimple(
+            stream, 11, false, 413,
+            ErrorJson(413, "BadRequestError",
+                      absl::StrCat("request body exceeds ", options_.max_payload_size, " bytes")));
+        break;
+      }
+      if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+          ec == net::error::connection_reset || ec == net::error::operation_aborted) {
+        break;
+      }
+      if (ec) {
+        // Malformed HTTP: answer 400 when the client can still hear it, then close.
+        co_await WriteSimple(stream, 11, false, 400,
+                             ErrorJson(400, "BadRequestError",
+                                       absl::StrCat("malformed HTTP request: ", ec.message())));
+        break;
+      }
+      Request req = parser.release();
+      const Outcome outcome = co_await Handle(stream, buffer, req);
+      if (outcome != Outcome::kDone || !req.keep_alive()) break;
+    }
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  }
+
+  // Writes a whole response; false when the client is gone.
+  net::awaitable<bool> WriteSimple(beast::tcp_stream& stream, unsigned version, bool keep_alive,
+                                   int status, std::string body,
+                                   absl::string_view content_type = "application/json") {
+    http::response<http::string_body> res{static_cast<http::status>(status), version};
+    res.set(http::field::server, "vllm-launch router");
+    res.set(http::field::content_type, std::string(content_type));
+    res.keep_alive(keep_alive);
+    res.body() = std::move(body);
+    res.prepare_payload();
+    beast::error_code ec;
+    stream.expires_after(kClientIoTimeout);
+    co_await http::async_write(stream, res, net::redirect_error(kUse, ec));
+    co_return !ec;
+  }
+
+  net::awaitable<Outcome> Reply(beast::tcp_stream& stream, const Request& req, int status,
+                                std::string body,
+                                absl::string_view content_type = "application/json") {
+    const bool ok = co_await WriteSimple(stream, req.version(), req.keep_alive(), status,
+                                         std::move(body), content_type);
+    co_return ok ? Outcome::kDone : Outcome::kDoneClose;
+  }
+
+  net::awaitable<Outcome> Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                 Request& req) {
+    const absl::string_view target(req.target().data(), req.target().size());
+    const absl::string_view path = target.substr(0, target.find('?'));
+    const http::verb method = req.method();
+    if (path == "/v1/completions" || path == "/v1/chat/completions") {
+      if (method != http::verb::post) co_return co_await MethodNotAllowed(stream, req);
+      std::string text;
+      std::string user;
+      if (!ExtractRoutingKeys(req.body(), &text, &user)) {
+        co_return co_await Reply(
+            stream, req, 400,
+            ErrorJson(400, "BadRequestError", "the request body is not a JSON object"));
+      }
+      auto session = req.find("x-session-id");
+      const std::string session_key = session != req.end() ? std::string(session->value()) : user;
+      co_return co_await Proxy(stream, buffer, req, RouteKeys{text, session_key});
+    }
+    if (path == "/v1/models") {
+      if (method != http::verb::get) co_return co_await MethodNotAllowed(stream, req);
+      co_return co_await Proxy(stream, buffer, req, RouteKeys{});
+    }
+    if (path == "/health") {
+      const int healthy = HealthyCount();
+      const json j = {{"status", healthy > 0 ? "ok" : "unhealthy"},
+                      {"healthy_workers", healthy},
+                      {"workers", workers_.size()}};
+      co_return co_await Reply(stream, req, healthy > 0 ? 200 : 503, j.dump());
+    }
+    if (path == "/metrics") {
+      co_return co_await Reply(stream, req, 200, RenderMetrics(),
+                               "text/plain; version=0.0.4; charset=utf-8");
+    }
+    if (path == "/workers") co_return co_await HandleWorkers(stream, req, target);
+    co_return co_await Reply(
+        stream, req, 404,
+        ErrorJson(404, "NotFoundError", absl::StrCat("no route for ", std::string(path))));
+  }
+
+  net::awaitable<Outcome> MethodNotAllowed(beast::tcp_stream& stream, const Request& req) {
+    co_return co_await Reply(stream, req, 405,
+                             ErrorJson(405, "BadRequestError", "method not allowed"));
+  }
+
+  // ---- worker management ----
+
+  json WorkersJson() const {
+    json list = json::array();
+    for (const auto& w : workers_) {
+      list.push_back({{"url", w->address.url},
+                      {"healthy", w->healthy},
+                      {"outstanding", w->outstanding},
+                      {"requests_total", w->requests_total}});
+    }
+    return {{"workers", list}, {"policy", policy_->name()}};
+  }
+
+  net::awaitable<Outcome> HandleWorkers(beast::tcp_stream& stream, const Request& req,
+                                        absl::string_view target) {
+    if (req.method() == http::verb::get)
+      co_return co_await Reply(stream, req, 200, WorkersJson().dump());
+    if (req.method() == http::verb::post) {
+      const json body = json::parse(req.body(), nullptr, false);
+      std::string url = QueryParam(target, "url");
+      if (body.is_object() && body.contains("url") && body["url"].is_string()) {
+        url = body["url"].get<std::string>();
+      }
+      auto address = ParseWorkerUrl(url);
+      if (!address.ok()) {
+        co_return co_await Reply(
+            stream, req, 400,
+            ErrorJson(400, "BadRequestError", std::string(address.status().message())));
+      }
+      if (FindWorker(address->url) != nullptr) {
+        co_return co_await Reply(
+            stream, req, 409,
+            ErrorJson(409, "BadRequestError", absl::StrCat(address->url, " is already a worker")));
+      }
+      auto w = std::make_shared<Worker>();
+      w->address = *address;
+      workers_.push_back(w);
+      std::fprintf(stderr, "vllm-launch router: worker %s added\n", w->address.url.c_str());
+      co_await CheckWorker(w);  // so the reply says whether it is serving
+      const json j = {{"url", w->address.url}, {"healthy", w->healthy}};
+      co_return co_await Reply(stream, req, 200, j.dump());
+    }
+    if (req.method() == http::verb::delete_) {
+      auto address = ParseWorkerUrl(QueryParam(target, "url"));
+      std::shared_ptr<Worker> w = address.ok() ? FindWorker(address->url) : nullptr;
+      if (w == nullptr) {
+        co_return co_await Reply(stream, req, 404,
+                                 ErrorJson(404, "NotFoundError", "no such worker (?url=...)"));
+      }
+      // Requests in flight hold their own reference and finish; new ones no longer see it.
+      w->removed = true;
+      w->healthy = false;
+      workers_.erase(std::find(workers_.begin(), workers_.end(), w));
+      policy_->RemoveWorker(w->address.url);
+      std::fprintf(stderr, "vllm-launch router: worker %s removed\n", w->address.url.c_str());
+      const json j = {{"url", w->address.url}, {"removed", true}};
+      co_return co_await Reply(stream, req, 200, j.dump());
+    }
+    co_return co_await MethodNotAllowed(stream, req);
+  }
+
+  // ---- metrics ----
+
+  std::string RenderMetrics() const {
+    std::string out;
+    auto series = [&](absl::string_view name, absl::string_view type, absl::string_view help,
+                      auto value_of) {
+      absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+      for (const auto& w : workers_) {
+        absl::StrAppend(&out, name, "{worker=\"", w->address.url, "\"} ", value_of(*w), "\n");
+      }
+    };
+    series("vllm_router_requests_total", "counter", "Requests sent to the worker (retries too).",
+           [](const Worker& w) { return w.requests_total; });
+    series("vllm_router_outstanding_requests", "gauge", "Requests in flight on the worker.",
+           [](const Worker& w) { return w.outstanding; });
+    series("vllm_router_worker_healthy", "gauge", "1 when the worker is admitted.",
+           [](const Worker& w) { return w.healthy ? 1 : 0; });
+    series("vllm_router_worker_failures_total", "counter",
+           "Requests that failed on the worker before a response head.",
+           [](const Worker& w) { return w.failures_total; });
+    absl::StrAppend(&out,
+                    "# HELP vllm_router_retries_total Requests retried on another worker.\n"
+                    "# TYPE vllm_router_retries_total counter\nvllm_router_retries_total ",
+                    retries_total_, "\n");
+    absl::StrAppend(&out,
+                    "# HELP vllm_router_client_disconnects_total Clients that left before the "
+                    "end of their response.\n# TYPE vllm_router_client_disconnects_total "
+                    "counter\nvllm_router_client_disconnects_total ",
+                    client_disconnects_total_, "\n");
+    return out;
+  }
+
+  // ---- proxy ----
+
+  // The policy's pick among healthy workers not in `tried`; nullptr when there is none.
+  std::shared_ptr<Worker> PickWorker(const RouteKeys& keys,
+                                     const std::vector<std::shared_ptr<Worker>>& tried,
+                                     size_t* others_left) {
+    std::vector<std::shared_ptr<Worker>> pool;
+    std::vector<Candidate> candidates;
+    for (const auto& w : workers_) {
+      if (!w->healthy || std::find(tried.begin(), tried.end(), w) != tried.end()) continue;
+      pool.push_back(w);
+      candidates.push_back({w->address.url, w->outstanding});
+    }
+    *others_left = pool.empty() ? 0 : pool.size() - 1;
+    if (pool.empty()) return nullptr;
+    const size_t i = policy_->Pick(candidates, keys);
+    return pool[std::min(i, pool.size() - 1)];
+  }
+
+  net::awaitable<Outcome> Proxy(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                const Request& req, const RouteKeys& keys) {
+    std::vector<std::shared_ptr<Worker>> tried;
+    std::string last_error = "no healthy worker";
+    // From here on a client that leaves is noticed, even while a worker is still computing a
+    // non-streamed answer (no byte to write yet).
+    auto watch = std::make_shared<WatchState>(ioc_);
+    Spawn(Watch(stream, buffer, watch));
+    std::optional<Outcome> outcome;
+    for (int attempt = 0; attempt <= options_.max_retries && !watch->client_gone; ++attempt) {
+      size_t others_left = 0;
+      std::shared_ptr<Worker> w = PickWorker(keys, tried, &others_left);
+      if (w == nullptr) break;
+      if (attempt > 0) ++retries_total_;
+      tried.push_back(w);
+      const bool last_chance = attempt == options_.max_retries || others_left == 0;
+      std::string error;
+      const Outcome o = co_await Attempt(stream, req, w, last_chance, *watch, &error);
+      if (o != Outcome::kRetry) {
+        outcome = o;
+        break;
+      }
+      if (watch->client_gone) break;
+      ++w->failures_total;
+      last_error = absl::StrCat(w->address.url, ": ", error);
+    }
+    co_await StopWatching(stream, *watch);
+    if (watch->client_gone) {
+      ++client_disconnects_total_;
+      co_return Outcome::kDoneClose;
+    }
+    if (outcome.has_value()) co_return *outcome;
+    co_return co_await Reply(
+        stream, req, HealthyCount() > 0 ? 502 : 503,
+        ErrorJson(HealthyCount() > 0 ? 502 : 503, "ServiceUnavailableError",
+                  absl::StrCat("no worker could serve the request (", last_error, ")")));
+  }
+
+  // What Watch shares with the proxy it watches.
+  struct WatchState {
+    explicit WatchState(net::io_context& ioc) : done_timer(ioc) {
+      done_timer.expires_at(net::steady_timer::time_point::max());
+    }
+    beast::tcp_stream* upstream = nullptr;  // the attempt's connection, while one is open
+    bool stopping = false;                  // StopWatching cancelled the read
+    bool client_gone = false;
+    bool done = false;
+    net::steady_timer done_timer;  // cancelled when Watch returns
+  };
+
+  // While a request is proxied, reads from the client: EOF or an error means the client left,
+  // so the upstream connection is closed (the worker then aborts the request). Bytes of a next
+  // (pipelined) request are kept in `buffer`, and watching stops.
+  net::awaitable<void> Watch(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                             std::shared_ptr<WatchState> state) {
+    beast::error_code ec;
+    if (state->stopping) {  // the proxy ended before this coroutine began: nothing to cancel
+      state->done = true;
+      state->done_timer.cancel();
+      co_return;
+    }
+    const size_t n = co_await stream.socket().async_read_some(buffer.prepare(4096),
+                                                              net::redirect_error(kUse, ec));
+    if (!ec) {
+      buffer.commit(n);
+    } else if (!state->stopping) {
+      state->client_gone = true;
+      if (state->upstream != nullptr) state->upstream->socket().close(ec);
+    }
+    state->done = true;
+    state->done_timer.cancel();
+  }
+
+  // Ends Watch (cancels its read) and waits until it has returned, so `buffer` and the socket
+  // are the session's again.
+  net::awaitable<void> StopWatching(beast::tcp_stream& stream, WatchState& state) {
+    state.stopping = true;
+    if (state.done) co_return;
+    beast::error_code ec;
+    stream.socket().cancel(ec);
+    co_await state.done_timer.async_wait(net::redirect_error(kUse, ec));
+  }
+
+  // Points the watch at an attempt's upstream connection for the attempt's lifetime.
+  class UpstreamWatched {
+   public:
+    UpstreamWatched(WatchState& state, beast::tcp_stream& up) : state_(state) {
+      state_.upstream = &up;
+    }
+    ~UpstreamWatched() { state_.upstream = nullptr; }
+    UpstreamWatched(const UpstreamWatched&) = delete;
+    UpstreamWatched& operator=(const UpstreamWatched&) = delete;
+
+   private:
+    WatchState& state_;
+  };
+
+  // Sends `req` to `w` and relays the answer. kRetry (with *error) when it failed before any
+  // byte went to the client and another worker may be tried.
+  net::awaitable<Outcome> Attempt(beast::tcp_stream& stream, const Request& req,
+                                  std::shared_ptr<Worker> w, bool last_chance, WatchState& watch,
+                                  std::string* error) {
+    OutstandingGuard guard(w);
+    const auto timeout = Millis(options_.request_timeout_secs);
+    beast::tcp_stream up(ioc_);
+    UpstreamWatched watched(watch, up);
+    beast::error_code ec;
+    tcp::resolver resolver(ioc_);
+    auto endpoints = co_await resolver.async_resolve(w->address.host, w->address.port,
+                                                     net::redirect_error(kUse, ec));
+    if (!ec) {
+      up.expires_after(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10)));
+      co_await up.async_connect(endpoints, net::redirect_error(kUse, ec));
+    }
+    if (ec) {
+      *error = absl::StrCat("connect: ", ec.message());
+      if (!watch.client_gone) NoteFailure(*w, *error);
+      co_return Outcome::kRetry;
+    }
+    Request forward{req.method(), req.target(), 11};
+    for (const auto& field : req.base()) {
+      if (!IsHopByHop(Sv(field.name_string()))) forward.insert(field.name_string(), field.value());
+    }
+    forward.set(http::field::host, absl::StrCat(w->address.host, ":", w->address.port));
+    forward.set(http::field::connection, "close");
+    forward.body() = req.body();
+    forward.prepare_payload();
+    up.expires_after(timeout);
+    co_await http::async_write(up, forward, net::redirect_error(kUse, ec));
+    beast::flat_buffer up_buffer;
+    http::response_parser<http::buffer_body> parser;
+    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (!ec) {
+      up.expires_after(timeout);
+      co_await http::async_read_header(up, up_buffer, parser, net::redirect_error(kUse, ec));
+    }
+    if (ec) {
+      *error = absl::StrCat("no response: ", ec.message());
+      co_return Outcome::kRetry;
+    }
+    const int status = parser.get().result_int();
+    if (status >= 500 && !last_chance) {
+      *error = absl::StrCat("HTTP ", status);
+      co_return Outcome::kRetry;
+    }
+    co_return co_await Relay(stream, req, *w, up, up_buffer, parser);
+  }
+
+  net::awaitable<Outcome> Relay(beast::tcp_stream& stream, const Request& req, const Worker& w,
+                                beast::tcp_stream& up, beast::flat_buffer& up_buffer,
+                                http::response_parser<http::buffer_body>& parser) {
+    const auto& head = parser.get();
+    const bool chunked = req.version() >= 11;  // HTTP/1.0 clients: raw body, then close
+    const bool keep_alive = chunked && req.keep_alive();
+    const std::string content_type(head[http::field::content_type]);
+    const bool sse = absl::StartsWith(content_type, "text/event-stream");
+    std::string head_text = absl::StrCat("HTTP/1.", chunked ? "1" : "0", " ", head.result_int(),
+                                         " ", Sv(head.reason()), "\r\n");
+    for (const auto& field : head.base()) {
+      if (!IsHopByHop(Sv(field.name_string()))) {
+        absl::StrAppend(&head_text, Sv(field.name_string()), ": ", Sv(field.value()), "\r\n");
+      }
+    }
+    absl::StrAppend(&head_text, "X-Router-Worker: ", w.address.url, "\r\n",
+                    chunked ? "Transfer-Encoding: chunked\r\n" : "",
+                    keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n", "\r\n");
+    beast::error_code ec;
+    stream.expires_after(kClientIoTimeout);
+    co_await net::async_write(stream, net::buffer(head_text), net::redirect_error(kUse, ec));
+    if (ec) co_return Outcome::kDoneClose;
+
+    const Outcome outcome = co_await RelayBody(stream, up, up_buffer, parser, chunked, sse);
+    co_return keep_alive ? outcome : Outcome::kDoneClose;
+  }
+
+  net::awaitable<Outcome> RelayBody(beast::tcp_stream& stream, beast::tcp_stream& up,
+                                    beast::flat_buffer& up_buffer,
+                                    http::response_parser<http::buffer_body>& parser, bool chunked,
+                                    bool sse) {
+    const auto timeout = Millis(options_.request_timeout_secs);
+    std::vector<char> buf(kRelayBufferBytes);
+    beast::error_code ec;
+    while (!parser.is_done()) {
+      parser.get().body().data = buf.data();
+      parser.get().body().size = buf.size();
+      up.expires_after(timeout);
+      co_await http::async_read_some(up, up_buffer, parser, net::redirect_error(kUse, ec));
+      if (ec == http::error::need_buffer) ec = {};
+      const size_t n = buf.size() - parser.get().body().size;
+      if (n > 0) {
+        beast::error_code wec;
+        const std::string size_line = absl::StrFormat("%x\r\n", n);
+        stream.expires_after(kClientIoTimeout);
+        if (chunked) {
+          const std::array<net::const_buffer, 3> parts = {
+              net::buffer(size_line), net::buffer(buf.data(), n), net::buffer("\r\n", 2)};
+          co_await net::async_write(stream, parts, net::redirect_error(kUse, wec));
+        } else {
+          co_await net::async_write(stream, net::buffer(buf.data(), n),
+                                    net::redirect_error(kUse, wec));
+        }
+        if (wec) co_return Outcome::kDoneClose;  // the client left: `up` closes on return
+      }
+      if (ec) {
+        // The worker failed after bytes reached the client: no retry. An SSE client gets an
+        // error event and a well-formed end; any other client a truncated body.
+        if (!sse || !chunked) co_return Outcome::kDoneClose;
+        const std::string event =
+            absl::StrCat("data: ",
+                         ErrorJson(502, "ServiceUnavailableError",
+                                   absl::StrCat("the worker failed mid-stream: ", ec.message())),
+                         "\n\n");
+        const std::string chunk = absl::StrFormat("%x\r\n%s\r\n0\r\n\r\n", event.size(), event);
+        stream.expires_after(kClientIoTimeout);
+        co_await net::async_write(stream, net::buffer(chunk), net::redirect_error(kUse, ec));
+        co_return Outcome::kDoneClose;
+      }
+    }
+    if (chunked) {
+      stream.expires_after(kClientIoTimeout);
+      co_await net::async_write(stream, net::buffer("0\r\n\r\n", 5), net::redirect_error(kUse, ec));
+      if (ec) co_return Outcome::kDoneClose;
+    }
+    co_return Outcome::kDone;
+  }
+
+  RouterOptions options_;
+  std::unique_ptr<Policy> policy_;
+  net::io_context ioc_{1};
+  tcp::acceptor acceptor_;
+  net::signal_set signals_;
+  int port_ = 0;
+  std::vector<std::shared_ptr<Worker>> workers_;
+  int64_t retries_total_ = 0;
+  int64_t client_disconnects_total_ = 0;
+};
+
+absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
+  if (options.max_retries < 0) return absl::InvalidArgumentError("--max-retries must be >= 0");
+  if (!(options.health_check_interval_secs > 0) || !(options.health_check_timeout_secs > 0) ||
+      !(options.request_timeout_secs > 0)) {
+    return absl::InvalidArgumentError("intervals and timeouts must be > 0");
+  }
+  auto policy = MakePolicy(options.policy, options.policy_options);
+  if (!policy.ok()) return policy.status();
+  auto impl = std::make_unique<Impl>(options, std::move(*policy));
+  if (absl::Status s = impl->Init(); !s.ok()) return s;
+  return std::unique_ptr<Router>(new Router(std::move(impl)));
+}
+
+Router::Router(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Router::~Router() = default;
+int Router::port() const { return impl_->port(); }
+absl::Status Router::Run(const std::function<void()>& on_ready) { return impl_->Run(on_ready); }
+void Router::Stop() { impl_->Stop(); }
+
+}  // namespace vllm::router

@@ -1,0 +1,79 @@
+// The router: an HTTP server that spreads OpenAI-API requests over several OpenAI-compatible
+// servers ("workers": vllm-launch or vLLM servers) with a routing policy (policy.h), checks
+// their health, retries a request on another worker when one fails before the client got any
+// byte, and streams responses (SSE) through chunk by chunk as they arrive.
+//
+// Threading: one thread runs the io_context (Run) and owns every piece of state: the worker
+// list, the policy, the counters; each client connection is a coroutine on it. Only Stop() may
+// be called from another thread.
+//
+// Upstream connections: one fresh connection per proxied request (Connection: close), so
+// closing it is how a client's disconnect reaches the worker, which aborts the request.
+#ifndef VLLM_FRONTEND_ROUTER_ROUTER_H_
+#define VLLM_FRONTEND_ROUTER_ROUTER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "frontend/router/policy.h"
+
+namespace vllm::router {
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (see Router::port())
+  std::vector<std::string> worker_urls;
+  std::string policy = "cache_aware";
+  PolicyOptions policy_options;
+  double health_check_interval_secs = 5;
+  double health_check_timeout_secs = 5;
+  int health_failure_threshold = 3;    // consecutive failed checks that eject a worker
+  double request_timeout_secs = 1800;  // per upstream wait (connect, head, each body read)
+  int max_retries = 2;                 // further workers tried after a failure before any byte
+  size_t max_payload_size = size_t{32} << 20;  // request bodies above it: 413
+};
+
+// A worker's address, from "http://host[:port][/]". InvalidArgument otherwise.
+struct WorkerAddress {
+  std::string url;  // normalised: "http://host:port"
+  std::string host;
+  std::string port;
+};
+absl::StatusOr<WorkerAddress> ParseWorkerUrl(absl::string_view url);
+
+// The routing text of a request body (see README.md): the prompt of a completion (the first
+// prompt of a batch; token ids as decimal text), the role and content of every chat message.
+// `user` (a string) goes to *user; what is absent is empty. False when `body` is not a JSON
+// object.
+bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string* user);
+
+class Router {
+ public:
+  // Validates `options`, makes the policy and binds the listening socket (so port() is known).
+  static absl::StatusOr<std::unique_ptr<Router>> Create(const RouterOptions& options);
+  ~Router();
+
+  int port() const;
+  // Serves until Stop() or SIGINT/SIGTERM. Runs one round of health checks first, then calls
+  // `on_ready` (on this thread). Returns OK after a stop.
+  absl::Status Run(const std::function<void()>& on_ready);
+  // Stops Run(). Thread-safe.
+  void Stop();
+
+  class Impl;
+
+ private:
+  explicit Router(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace vllm::router
+
+#endif  // VLLM_FRONTEND_ROUTER_ROUTER_H_

@@ -1,0 +1,108 @@
+#include "frontend/router/router_main.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+
+namespace vllm::router {
+
+absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>& argv) {
+  ParsedRouterArgs parsed;
+  RouterOptions& o = parsed.options;
+  PolicyOptions& p = o.policy_options;
+  CLI::App app("Route OpenAI-API requests over several OpenAI-compatible servers.",
+               "vllm-launch router");
+  app.add_option("--worker-urls", o.worker_urls,
+                 "The workers, as http://HOST:PORT (more may be added with POST /workers).");
+  app.add_option("--host", o.host, "The address to listen on.")->capture_default_str();
+  app.add_option("--port", o.port, "The port to listen on (0: any free port).")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--policy", o.policy, "The routing policy.")
+      ->check(CLI::IsMember(
+          {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"}))
+      ->capture_default_str();
+  app.add_option("--cache-threshold", p.cache_threshold,
+                 "cache_aware: the least match length / prompt length that follows a match.")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--balance-abs-threshold", p.balance_abs_threshold,
+                 "cache_aware: load is balanced while max - min outstanding <= this.")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--balance-rel-threshold", p.balance_rel_threshold,
+                 "cache_aware: load is balanced while max <= min * this.")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-tree-size", p.max_tree_size,
+                 "cache_aware: bytes of prompt text kept per worker (LRU eviction beyond).")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--health-check-interval-secs", o.health_check_interval_secs,
+                 "Seconds between GET /health checks of each worker.")
+      ->check(CLI::Range(0.01, 86400.0))
+      ->capture_default_str();
+  app.add_option("--health-check-timeout-secs", o.health_check_timeout_secs,
+                 "Seconds a health check may take.")
+      ->check(CLI::Range(0.01, 86400.0))
+      ->capture_default_str();
+  app.add_option("--health-failure-threshold", o.health_failure_threshold,
+                 "Consecutive failed checks (or connection failures) that eject a worker.")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--request-timeout-secs", o.request_timeout_secs,
+                 "Seconds to wait for a worker (connect, response head, each body read).")
+      ->check(CLI::Range(0.01, 604800.0))
+      ->capture_default_str();
+  app.add_option("--max-retries", o.max_retries,
+                 "Other workers tried when one fails before any byte reached the client.")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  app.add_option("--max-payload-size", o.max_payload_size,
+                 "The largest request body in bytes (larger: 413).")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  std::vector<std::string> args = argv;
+  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    parsed.text = app.help();
+    return parsed;
+  } catch (const CLI::ParseError& err) {
+    return absl::InvalidArgumentError(err.what());
+  }
+  return parsed;
+}
+
+int RunRouter(const std::vector<std::string>& argv) {
+  auto parsed = ParseRouterArgs(argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "vllm-launch router: %s\n",
+                 std::string(parsed.status().message()).c_str());
+    return 2;
+  }
+  if (!parsed->text.empty()) {
+    std::fputs(parsed->text.c_str(), stdout);
+    return 0;
+  }
+  auto router = Router::Create(parsed->options);
+  if (!router.ok()) {
+    std::fprintf(stderr, "vllm-launch router: %s\n", router.status().ToString().c_str());
+    return 1;
+  }
+  Router& r = **router;
+  const std::string host = parsed->options.host;
+  absl::Status status = r.Run([&r, &host] {
+    std::printf("vllm-launch router: ready at http://%s:%d\n", host.c_str(), r.port());
+    std::fflush(stdout);
+  });
+  if (!status.ok()) {
+    std::fprintf(stderr, "vllm-launch router: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace vllm::router

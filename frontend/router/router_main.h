@@ -1,0 +1,31 @@
+// `vllm-launch router [flags]`: flag parsing (sglang-router's flag names) and the entry point.
+#ifndef VLLM_FRONTEND_ROUTER_ROUTER_MAIN_H_
+#define VLLM_FRONTEND_ROUTER_ROUTER_MAIN_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "frontend/router/router.h"
+
+namespace vllm::router {
+
+constexpr char kRouterSubcommand[] = "router";
+
+// What the command line asks for: options to run with, or a text to print (--help).
+struct ParsedRouterArgs {
+  RouterOptions options;
+  std::string text;  // non-empty: print it and exit 0
+};
+
+// Parses the flags after `vllm-launch router`. InvalidArgument with CLI11's message on a bad
+// flag or value.
+absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>& argv);
+
+// Runs the router until SIGINT/SIGTERM. Prints "vllm-launch router: ready at http://HOST:PORT"
+// on stdout once it serves. Returns the process exit code (0, 1 on failure, 2 on bad flags).
+int RunRouter(const std::vector<std::string>& argv);
+
+}  // namespace vllm::router
+
+#endif  // VLLM_FRONTEND_ROUTER_ROUTER_MAIN_H_

@@ -1,0 +1,437 @@
+// `vllm-launch router` in front of three real `vllm-launch` servers (the bundled model, on the
+// CPU): every policy serves completions, chat and streams; kill -9 of a worker fails no
+// request (retried elsewhere), ejects it within a health interval and re-admits it after a
+// restart; cache_aware keeps a repeated long prompt on one worker; workers are added and
+// removed at run time without dropping a stream in flight; a client leaving (mid-stream, or
+// before a non-streamed answer) ends the request on the worker.
+//
+// The three workers are started once for the suite (starting them is most of the test's
+// time); each test starts its own router. Every wait polls a condition with a deadline; every
+// process is a Subprocess (SIGKILLed and reaped by its destructor) and the suite checks that
+// no descendant is left.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/serve/serve_test_support.h"
+#include "tests/support/process.h"
+
+namespace vllm {
+namespace {
+
+using nlohmann::json;
+using testing::Subprocess;
+
+constexpr int kWorkers = 3;
+
+// The port in a "...ready at http://HOST:PORT[/v1]" line; 0 when there is none.
+int PortOf(const std::string& line) {
+  if (!absl::StrContains(line, "ready at")) return 0;
+  std::string rest = line.substr(line.rfind(':') + 1);
+  if (absl::EndsWith(rest, "/v1")) rest.resize(rest.size() - 3);
+  int port = 0;
+  return absl::SimpleAtoi(rest, &port) ? port : 0;
+}
+
+// Spawns `argv` and reads its ready line; *port is the port it reports.
+std::unique_ptr<Subprocess> StartAndWaitReady(const std::vector<std::string>& argv, int* port) {
+  auto p = Subprocess::Spawn(argv);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return nullptr;
+  auto proc = std::make_unique<Subprocess>(std::move(*p));
+  auto line = proc->ReadLine(absl::Seconds(60));
+  EXPECT_TRUE(line.ok()) << line.status();
+  if (!line.ok()) return nullptr;
+  *port = PortOf(*line);
+  EXPECT_GT(*port, 0) << *line;
+  if (*port == 0) return nullptr;
+  return proc;
+}
+
+std::vector<std::string> WorkerArgv(int port) {
+  return {testing::BinDir() + "/vllm-launch", "--port", absl::StrCat(port), "--kv-cache-memory",
+          "64MiB"};
+}
+
+std::string Url(int port) { return absl::StrCat("http://127.0.0.1:", port); }
+
+// The router's per-worker value of a metric.
+double WorkerSeries(const testing::MetricSamples& m, const std::string& name, int port) {
+  auto it = m.find(absl::StrCat(name, "{worker=\"", Url(port), "\"}"));
+  return it == m.end() ? -1 : it->second;
+}
+
+// The worker's count of aborted requests (vllm:request_success_total, finished_reason abort).
+double Aborted(int worker_port) {
+  double sum = 0;
+  for (const auto& [series, value] : testing::ScrapeMetrics(worker_port)) {
+    if (absl::StartsWith(series, "vllm:request_success_total{") &&
+        absl::StrContains(series, "finished_reason=\"abort\"")) {
+      sum += value;
+    }
+  }
+  return sum;
+}
+
+// GET /workers as url -> healthy.
+std::map<std::string, bool> WorkerHealth(int router_port) {
+  std::map<std::string, bool> out;
+  auto r = testing::Http(router_port, "GET", "/workers", "", "", absl::Seconds(10));
+  if (!r.ok() || r->status != 200) return out;
+  const json j = r->Json();
+  if (!j.is_object() || !j.contains("workers")) return out;
+  for (const json& w : j["workers"]) out[w.value("url", "")] = w.value("healthy", false);
+  return out;
+}
+
+class RouterProcessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphans come to us: we can reap them
+    workers_ = new std::vector<std::unique_ptr<Subprocess>>();
+    // Spawn all three first, so they load side by side.
+    std::vector<Subprocess> started;
+    for (int i = 0; i < kWorkers; ++i) {
+      auto p = Subprocess::Spawn(WorkerArgv(0));
+      ASSERT_TRUE(p.ok()) << p.status();
+      started.push_back(std::move(*p));
+    }
+    for (int i = 0; i < kWorkers; ++i) {
+      auto line = started[i].ReadLine(absl::Seconds(60));
+      ASSERT_TRUE(line.ok()) << line.status();
+      ports_[i] = PortOf(*line);
+      ASSERT_GT(ports_[i], 0) << *line;
+      workers_->push_back(std::make_unique<Subprocess>(std::move(started[i])));
+    }
+  }
+
+  static void TearDownTestSuite() {
+    delete workers_;  // SIGKILLs and reaps each worker
+    workers_ = nullptr;
+    // Their engine cores follow (PR_SET_PDEATHSIG) and, orphaned, come to us to be reaped.
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!testing::ServeTest::Descendants().empty() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+    }
+    EXPECT_TRUE(testing::ServeTest::Descendants().empty()) << "processes left behind";
+    for (pid_t pid : testing::ServeTest::Descendants()) kill(pid, SIGKILL);
+  }
+
+  void SetUp() override {
+    ASSERT_NE(workers_, nullptr);
+    ASSERT_EQ(workers_->size(), static_cast<size_t>(kWorkers)) << "the workers did not start";
+  }
+
+  void TearDown() override { StopRouter(); }
+
+  // Starts the router in front of `worker_indexes` (default: all) with `flags`.
+  void StartRouter(const std::vector<std::string>& flags,
+                   std::vector<int> worker_indexes = {0, 1, 2}) {
+    std::vector<std::string> argv = {testing::BinDir() + "/vllm-launch", "router", "--port", "0"};
+    argv.push_back("--worker-urls");
+    for (int i : worker_indexes) argv.push_back(Url(ports_[i]));
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    router_ = StartAndWaitReady(argv, &router_port_);
+    ASSERT_NE(router_, nullptr);
+  }
+
+  void StopRouter() {
+    if (router_ == nullptr) return;
+    router_->Kill(SIGTERM);
+    auto status = router_->Wait(absl::Seconds(10));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << testing::DescribeWaitStatus(*status);
+    router_.reset();
+  }
+
+  // A greedy completion through the router; the response.
+  absl::StatusOr<testing::HttpResponse> Complete(const std::string& prompt, int max_tokens = 8) {
+    const json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+    return testing::Http(router_port_, "POST", "/v1/completions", body.dump());
+  }
+
+  void ExpectCompletionWorks(const std::string& policy) {
+    SCOPED_TRACE(policy);
+    auto r = Complete("In the beginning");
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_FALSE(r->Json()["choices"][0].value("text", "").empty()) << r->body;
+
+    const json chat = {{"messages", {{{"role", "user"}, {"content", "And God said"}}}},
+                       {"max_tokens", 6},
+                       {"user", "alice"}};
+    auto c = testing::Http(router_port_, "POST", "/v1/chat/completions", chat.dump());
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_EQ(c->status, 200) << c->body;
+    EXPECT_EQ(c->Json()["object"], "chat.completion") << c->body;
+
+    const json stream = {{"prompt", "Let there be light"}, {"max_tokens", 10}, {"stream", true}};
+    testing::StreamResult s = testing::RunStream(router_port_, "/v1/completions", stream,
+                                                 absl::Now() + absl::Seconds(30));
+    EXPECT_EQ(s.status, 200) << s.error;
+    EXPECT_TRUE(s.done) << s.error;
+    EXPECT_GE(s.events.size(), 2u);
+  }
+
+  static std::vector<std::unique_ptr<Subprocess>>* workers_;
+  static int ports_[kWorkers];
+  std::unique_ptr<Subprocess> router_;
+  int router_port_ = 0;
+};
+
+std::vector<std::unique_ptr<Subprocess>>* RouterProcessTest::workers_ = nullptr;
+int RouterProcessTest::ports_[kWorkers] = {};
+
+TEST_F(RouterProcessTest, EveryPolicyServesCompletionsChatAndStreams) {
+  for (const char* policy :
+       {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"}) {
+    ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", policy}));
+    ExpectCompletionWorks(policy);
+    if (std::string(policy) == "round_robin") {
+      // The endpoints the router answers itself.
+      auto health = testing::Http(router_port_, "GET", "/health", "", "");
+      ASSERT_TRUE(health.ok());
+      EXPECT_EQ(health->status, 200);
+      auto models = testing::Http(router_port_, "GET", "/v1/models", "", "");
+      ASSERT_TRUE(models.ok());
+      EXPECT_EQ(models->status, 200);
+      EXPECT_EQ(models->Json()["data"][0].value("id", ""), "kjv-llama-tiny") << models->body;
+      auto bad = testing::Http(router_port_, "POST", "/v1/completions", "not json");
+      ASSERT_TRUE(bad.ok());
+      EXPECT_EQ(bad->status, 400);
+      EXPECT_TRUE(bad->Json()["error"].contains("message")) << bad->body;
+      auto missing = testing::Http(router_port_, "GET", "/nowhere", "", "");
+      ASSERT_TRUE(missing.ok());
+      EXPECT_EQ(missing->status, 404);
+      // Round robin: the three requests above went one to each worker.
+      const testing::MetricSamples m = testing::ScrapeMetrics(router_port_);
+      for (int i = 0; i < kWorkers; ++i) {
+        EXPECT_GE(WorkerSeries(m, "vllm_router_requests_total", ports_[i]), 1) << i;
+        EXPECT_EQ(WorkerSeries(m, "vllm_router_worker_healthy", ports_[i]), 1) << i;
+        EXPECT_EQ(WorkerSeries(m, "vllm_router_outstanding_requests", ports_[i]), 0) << i;
+      }
+    }
+    ASSERT_NO_FATAL_FAILURE(StopRouter());
+  }
+}
+
+TEST_F(RouterProcessTest, OversizedBodyIs413) {
+  ASSERT_NO_FATAL_FAILURE(StartRouter({"--max-payload-size", "1000"}));
+  const json body = {{"prompt", std::string(5000, 'a')}, {"max_tokens", 1}};
+  auto r = testing::Http(router_port_, "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 413) << r->body;
+}
+
+TEST_F(RouterProcessTest, CacheAwareSendsARepeatedLongPromptToOneWorker) {
+  ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", "cache_aware"}));
+  const std::string prompt =
+      "And God said, Let there be light: and there was light. And God saw the light, that it "
+      "was good: and God divided the light from the darkness.";
+  constexpr int kRepeats = 6;
+  for (int i = 0; i < kRepeats; ++i) {
+    auto r = Complete(prompt, 4);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  const testing::MetricSamples m = testing::ScrapeMetrics(router_port_);
+  std::multiset<double> counts;
+  for (int i = 0; i < kWorkers; ++i) {
+    counts.insert(WorkerSeries(m, "vllm_router_requests_total", ports_[i]));
+  }
+  EXPECT_EQ(counts, (std::multiset<double>{0, 0, kRepeats}));
+  // Unrelated prompts spread out again (idle workers, smallest tree first).
+  for (const char* other : {"Blessed are the meek", "The LORD is my shepherd"}) {
+    auto r = Complete(other, 2);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200);
+  }
+  const testing::MetricSamples after = testing::ScrapeMetrics(router_port_);
+  int used = 0;
+  for (int i = 0; i < kWorkers; ++i) {
+    used += WorkerSeries(after, "vllm_router_requests_total", ports_[i]) > 0 ? 1 : 0;
+  }
+  EXPECT_EQ(used, 3);
+}
+
+TEST_F(RouterProcessTest, WorkersAddedAndRemovedAtRunTimeWithoutDroppingAStream) {
+  ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", "round_robin"}, {0}));
+  const json body = {{"prompt", "In the beginning"}, {"max_tokens", 60}, {"stream", true}};
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  auto stream = testing::SseStream::Open(router_port_, "/v1/completions", body, deadline);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_EQ(stream->status(), 200) << stream->error_body();
+  auto first = stream->Next(deadline);
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+
+  // Add worker 1, remove worker 0 (the one serving the stream).
+  auto add = testing::Http(router_port_, "POST", "/workers", json{{"url", Url(ports_[1])}}.dump());
+  ASSERT_TRUE(add.ok()) << add.status();
+  EXPECT_EQ(add->status, 200) << add->body;
+  EXPECT_TRUE(add->Json().value("healthy", false)) << add->body;
+  auto dup = testing::Http(router_port_, "POST", "/workers", json{{"url", Url(ports_[1])}}.dump());
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->status, 409);
+  auto del = testing::Http(router_port_, "DELETE", "/workers?url=" + Url(ports_[0]), "", "");
+  ASSERT_TRUE(del.ok()) << del.status();
+  EXPECT_EQ(del->status, 200) << del->body;
+  EXPECT_EQ(WorkerHealth(router_port_), (std::map<std::string, bool>{{Url(ports_[1]), true}}));
+
+  // The stream in flight on the removed worker still ends normally.
+  bool done = false;
+  while (true) {
+    auto next = stream->Next(deadline);
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (!next->has_value()) break;
+    if (**next == "[DONE]") {
+      done = true;
+      break;
+    }
+    EXPECT_FALSE(absl::StrContains(**next, "\"error\"")) << **next;
+  }
+  EXPECT_TRUE(done);
+  // New requests go to the added worker.
+  auto r = Complete("And God said");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200) << r->body;
+  const testing::MetricSamples m = testing::ScrapeMetrics(router_port_);
+  EXPECT_EQ(WorkerSeries(m, "vllm_router_requests_total", ports_[1]), 1);
+}
+
+TEST_F(RouterProcessTest, ClientLeavingEndsTheRequestOnTheWorker) {
+  ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", "round_robin"}, {2}));
+  const int worker = ports_[2];
+  const double aborted_before = Aborted(worker);
+  json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 1000}, {"stream", true}, {"ignore_eos", true}};
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  {
+    auto stream = testing::SseStream::Open(router_port_, "/v1/completions", body, deadline);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    ASSERT_EQ(stream->status(), 200);
+    auto first = stream->Next(deadline);
+    ASSERT_TRUE(first.ok() && first->has_value());
+  }  // closed here, mid-stream
+  // The router notices, closes the upstream connection, and the worker aborts the request.
+  while (Aborted(worker) < aborted_before + 1 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+  }
+  EXPECT_EQ(Aborted(worker), aborted_before + 1);
+
+  // The same for a non-streamed request: the client leaves while the worker computes.
+  body["stream"] = false;
+  auto fd = testing::SendAndKeepOpen(router_port_, "/v1/completions", body.dump());
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  while (WorkerSeries(testing::ScrapeMetrics(router_port_), "vllm_router_outstanding_requests",
+                      worker) < 1 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a condition with a deadline
+  }
+  close(*fd);
+  // The router closes its upstream connection at once (the attempt ends: nothing outstanding).
+  // Whether the worker aborts a non-streamed request then is the worker's business.
+  while (WorkerSeries(testing::ScrapeMetrics(router_port_), "vllm_router_outstanding_requests",
+                      worker) != 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a condition with a deadline
+  }
+  const testing::MetricSamples router = testing::ScrapeMetrics(router_port_);
+  EXPECT_EQ(router.at("vllm_router_client_disconnects_total"), 2);
+  EXPECT_EQ(WorkerSeries(router, "vllm_router_outstanding_requests", worker), 0);
+}
+
+// Last: it kills worker 0 and restarts it on the same port.
+TEST_F(RouterProcessTest, KilledWorkerIsRetriedAroundEjectedAndReadmitted) {
+  ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", "round_robin", "--health-check-interval-secs",
+                                       "1", "--health-check-timeout-secs", "1",
+                                       "--health-failure-threshold", "1", "--max-retries", "2"}));
+  // Round robin starts at worker 0: a long stream goes there, then worker 0 dies mid-stream.
+  // Bytes already reached the client, so no retry: the stream ends with an SSE error event.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const json long_stream = {
+      {"prompt", "In the beginning"}, {"max_tokens", 900}, {"stream", true}, {"ignore_eos", true}};
+  auto stream = testing::SseStream::Open(router_port_, "/v1/completions", long_stream, deadline);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_EQ(stream->status(), 200);
+  auto first = stream->Next(deadline);
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+
+  (*workers_)[0]->Kill(SIGKILL);
+  ASSERT_TRUE((*workers_)[0]->Wait(absl::Seconds(10)).ok());
+  const absl::Time killed = absl::Now();
+
+  bool saw_error = false;
+  bool saw_done = false;
+  while (true) {
+    auto next = stream->Next(deadline);
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (!next->has_value()) break;
+    saw_done |= **next == "[DONE]";
+    saw_error |= absl::StrContains(**next, "\"error\"");
+  }
+  EXPECT_TRUE(saw_error);
+  EXPECT_FALSE(saw_done);
+
+  // Round robin now sends one in three to the dead worker (next: workers 1, 2, then 0), which
+  // fails to connect: retried on another worker, and the worker is ejected at once
+  // (--health-failure-threshold 1). Every request succeeds.
+  for (int i = 0; i < 6; ++i) {
+    auto r = Complete("And the earth was", 4);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  const testing::MetricSamples m = testing::ScrapeMetrics(router_port_);
+  // A retry for each failed attempt on the dead worker (none only if a health check ejected
+  // it before the third request, which the 1 s interval makes unlikely).
+  EXPECT_EQ(m.at("vllm_router_retries_total"),
+            WorkerSeries(m, "vllm_router_worker_failures_total", ports_[0]));
+  // Ejected within a health interval (plus the check's timeout and some slack).
+  const absl::Time eject_deadline = killed + absl::Seconds(1 + 1 + 3);
+  while (WorkerHealth(router_port_)[Url(ports_[0])] && absl::Now() < eject_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // polling a condition with a deadline
+  }
+  EXPECT_FALSE(WorkerHealth(router_port_)[Url(ports_[0])]);
+  auto health = testing::Http(router_port_, "GET", "/health", "", "");
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ(health->status, 200);  // two workers still serve
+
+  // Restart it on its port: re-admitted after a successful check.
+  int port = 0;
+  (*workers_)[0].reset();
+  (*workers_)[0] = StartAndWaitReady(WorkerArgv(ports_[0]), &port);
+  ASSERT_NE((*workers_)[0], nullptr);
+  ASSERT_EQ(port, ports_[0]);
+  const absl::Time admit_deadline = absl::Now() + absl::Seconds(10);
+  while (!WorkerHealth(router_port_)[Url(ports_[0])] && absl::Now() < admit_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // polling a condition with a deadline
+  }
+  EXPECT_TRUE(WorkerHealth(router_port_)[Url(ports_[0])]);
+  const double before =
+      WorkerSeries(testing::ScrapeMetrics(router_port_), "vllm_router_requests_total", ports_[0]);
+  for (int i = 0; i < 3; ++i) {
+    auto r = Complete("And the earth was", 2);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  const double after =
+      WorkerSeries(testing::ScrapeMetrics(router_port_), "vllm_router_requests_total", ports_[0]);
+  EXPECT_GE(after, before + 1);
+}
+
+}  // namespace
+}  // namespace vllm
