@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without including it
 
@@ -220,9 +221,17 @@ struct Worker {
   bool checking = false;  // a health check is in flight
   int consecutive_failures = 0;
   int64_t outstanding = 0;
-  int64_t requests_total = 0;  // attempts sent to it
-  int64_t failures_total = 0;  // attempts that failed before a response head
+  int64_t requests_total = 0;     // attempts sent to it
+  int64_t failures_total = 0;     // attempts that failed before a response head
+  int64_t connections_total = 0;  // connections opened to it (the rest reused pooled ones)
+  // Keep-alive connections whose last response was read to its end, for the next request
+  // (the router's one thread owns them), and the resolved address (resolved once).
+  std::vector<std::unique_ptr<beast::tcp_stream>> idle;
+  std::optional<tcp::resolver::results_type> endpoints;
 };
+
+// Idle keep-alive connections kept per worker.
+constexpr size_t kMaxIdlePerWorker = 64;
 
 // Counts a request in flight on a worker for as long as it lives.
 class OutstandingGuard {
@@ -564,6 +573,7 @@ class Router::Impl {
       // Requests in flight hold their own reference and finish; new ones no longer see it.
       w->removed = true;
       w->healthy = false;
+      w->idle.clear();
       workers_.erase(std::find(workers_.begin(), workers_.end(), w));
       policy_->RemoveWorker(w->address.url);
       std::fprintf(stderr, "vllm-launch router: worker %s removed\n", w->address.url.c_str());
@@ -590,6 +600,9 @@ class Router::Impl {
            [](const Worker& w) { return w.outstanding; });
     series("vllm_router_worker_healthy", "gauge", "1 when the worker is admitted.",
            [](const Worker& w) { return w.healthy ? 1 : 0; });
+    series("vllm_router_upstream_connections_total", "counter",
+           "Connections opened to the worker (requests reuse idle keep-alive ones).",
+           [](const Worker& w) { return w.connections_total; });
     series("vllm_router_worker_failures_total", "counter",
            "Requests that failed on the worker before a response head.",
            [](const Worker& w) { return w.failures_total; });
@@ -728,48 +741,72 @@ class Router::Impl {
                                   std::string* error) {
     OutstandingGuard guard(w);
     const auto timeout = Millis(options_.request_timeout_secs);
-    beast::tcp_stream up(ioc_);
-    UpstreamWatched watched(watch, up);
-    beast::error_code ec;
-    tcp::resolver resolver(ioc_);
-    auto endpoints = co_await resolver.async_resolve(w->address.host, w->address.port,
-                                                     net::redirect_error(kUse, ec));
-    if (!ec) {
-      up.expires_after(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10)));
-      co_await up.async_connect(endpoints, net::redirect_error(kUse, ec));
-    }
-    if (ec) {
-      *error = absl::StrCat("connect: ", ec.message());
-      if (!watch.client_gone) NoteFailure(*w, *error);
-      co_return Outcome::kRetry;
-    }
     Request forward{req.method(), req.target(), 11};
     for (const auto& field : req.base()) {
       if (!IsHopByHop(Sv(field.name_string()))) forward.insert(field.name_string(), field.value());
     }
     forward.set(http::field::host, absl::StrCat(w->address.host, ":", w->address.port));
-    forward.set(http::field::connection, "close");
+    forward.set(http::field::connection, "keep-alive");
     forward.body() = req.body();
     forward.prepare_payload();
-    up.expires_after(timeout);
-    co_await http::async_write(up, forward, net::redirect_error(kUse, ec));
-    beast::flat_buffer up_buffer;
-    http::response_parser<http::buffer_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-    if (!ec) {
-      up.expires_after(timeout);
-      co_await http::async_read_header(up, up_buffer, parser, net::redirect_error(kUse, ec));
+    // A pooled connection first; one the worker closed meanwhile (no response head at all)
+    // is dropped and the request goes once more over a new connection to the same worker.
+    for (bool reused = !w->idle.empty();; reused = false) {
+      std::unique_ptr<beast::tcp_stream> up;
+      beast::error_code ec;
+      if (reused) {
+        up = std::move(w->idle.back());
+        w->idle.pop_back();
+      } else {
+        up = std::make_unique<beast::tcp_stream>(ioc_);
+        if (!w->endpoints.has_value()) {
+          tcp::resolver resolver(ioc_);
+          auto resolved = co_await resolver.async_resolve(w->address.host, w->address.port,
+                                                          net::redirect_error(kUse, ec));
+          if (!ec) w->endpoints = std::move(resolved);
+        }
+        if (!ec) {
+          up->expires_after(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10)));
+          co_await up->async_connect(*w->endpoints, net::redirect_error(kUse, ec));
+        }
+        if (!ec) ++w->connections_total;
+        if (ec) {
+          w->endpoints.reset();  // resolve again next time
+          *error = absl::StrCat("connect: ", ec.message());
+          if (!watch.client_gone) NoteFailure(*w, *error);
+          co_return Outcome::kRetry;
+        }
+      }
+      UpstreamWatched watched(watch, *up);
+      up->expires_after(timeout);
+      co_await http::async_write(*up, forward, net::redirect_error(kUse, ec));
+      beast::flat_buffer up_buffer;
+      http::response_parser<http::buffer_body> parser;
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+      if (!ec) {
+        up->expires_after(timeout);
+        co_await http::async_read_header(*up, up_buffer, parser, net::redirect_error(kUse, ec));
+      }
+      if (ec && reused && !watch.client_gone && up_buffer.size() == 0) continue;
+      if (ec) {
+        *error = absl::StrCat("no response: ", ec.message());
+        co_return Outcome::kRetry;
+      }
+      const int status = parser.get().result_int();
+      if (status >= 500 && !last_chance) {
+        *error = absl::StrCat("HTTP ", status);
+        co_return Outcome::kRetry;
+      }
+      const Outcome outcome = co_await Relay(stream, req, *w, *up, up_buffer, parser);
+      // The response was read to its end and the worker keeps the connection: pool it (a
+      // client that left closed it, so the worker aborted the request).
+      if (parser.is_done() && parser.get().keep_alive() && !watch.client_gone && !w->removed &&
+          up->socket().is_open() && up_buffer.size() == 0 && w->idle.size() < kMaxIdlePerWorker) {
+        up->expires_never();
+        w->idle.push_back(std::move(up));
+      }
+      co_return outcome;
     }
-    if (ec) {
-      *error = absl::StrCat("no response: ", ec.message());
-      co_return Outcome::kRetry;
-    }
-    const int status = parser.get().result_int();
-    if (status >= 500 && !last_chance) {
-      *error = absl::StrCat("HTTP ", status);
-      co_return Outcome::kRetry;
-    }
-    co_return co_await Relay(stream, req, *w, up, up_buffer, parser);
   }
 
   net::awaitable<Outcome> Relay(beast::tcp_stream& stream, const Request& req, const Worker& w,

@@ -230,6 +230,24 @@ TEST_F(RouterProcessTest, EveryPolicyServesCompletionsChatAndStreams) {
   }
 }
 
+// Sequential requests reuse the router's keep-alive connections to the workers: 30 requests
+// round-robin over the workers open about one connection per worker, not one per request.
+TEST_F(RouterProcessTest, SequentialRequestsReuseWorkerConnections) {
+  ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", "round_robin"}));
+  const json body = {{"prompt", "In the beginning"}, {"max_tokens", 1}};
+  for (int i = 0; i < 30; ++i) {
+    auto r = testing::Http(router_port_, "POST", "/v1/completions", body.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  const testing::MetricSamples m = testing::ScrapeMetrics(router_port_);
+  for (int i = 0; i < kWorkers; ++i) {
+    EXPECT_EQ(WorkerSeries(m, "vllm_router_requests_total", ports_[i]), 10) << i;
+    EXPECT_LE(WorkerSeries(m, "vllm_router_upstream_connections_total", ports_[i]), 2) << i;
+  }
+  ASSERT_NO_FATAL_FAILURE(StopRouter());
+}
+
 TEST_F(RouterProcessTest, OversizedBodyIs413) {
   ASSERT_NO_FATAL_FAILURE(StartRouter({"--max-payload-size", "1000"}));
   const json body = {{"prompt", std::string(5000, 'a')}, {"max_tokens", 1}};
