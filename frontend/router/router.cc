@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/json_util.h"
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
@@ -183,7 +184,11 @@ absl::StatusOr<WorkerAddress> ParseWorkerUrl(absl::string_view url) {
 bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string* user) {
   text->clear();
   user->clear();
-  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Bounded: nesting deeper than base::kMaxJsonDepth is refused before parsing (the prompt
+  // walk below recurses once per level), as is a number outside a double's range.
+  absl::StatusOr<json> parsed = base::ParseJson(body, "request body");
+  if (!parsed.ok()) return false;
+  const json& j = *parsed;
   if (!j.is_object()) return false;
   if (auto it = j.find("user"); it != j.end() && it->is_string()) {
     *user = it->get<std::string>();
@@ -539,7 +544,8 @@ class Router::Impl {
     if (req.method() == http::verb::get)
       co_return co_await Reply(stream, req, 200, WorkersJson().dump());
     if (req.method() == http::verb::post) {
-      const json body = json::parse(req.body(), nullptr, false);
+      absl::StatusOr<json> parsed = base::ParseJson(req.body(), "request body");
+      const json body = parsed.ok() ? std::move(*parsed) : json(json::value_t::discarded);
       std::string url = QueryParam(target, "url");
       if (body.is_object() && body.contains("url") && body["url"].is_string()) {
         url = body["url"].get<std::string>();

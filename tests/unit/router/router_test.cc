@@ -69,6 +69,21 @@ TEST(ExtractRoutingKeysTest, NeverFailsOnJunk) {
   EXPECT_FALSE(ExtractRoutingKeys("not json", &text, &user));
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_FALSE(ExtractRoutingKeys(deep, &text, &user));
+  // A prompt nested a million levels deep (token-id and batch forms): refused before parsing,
+  // not a stack overflow in the prompt walk (found by the router_request fuzzer's author with
+  // inputs past the fuzzer's size cap).
+  std::string tokens = "{\"prompt\":";
+  for (int i = 0; i < 1000000; ++i) tokens += "[1,";
+  tokens += "0" + std::string(1000000, ']') + "}";
+  EXPECT_FALSE(ExtractRoutingKeys(tokens, &text, &user));
+  const std::string batch =
+      "{\"prompt\":" + std::string(1000000, '[') + "\"x\"" + std::string(1000000, ']') + "}";
+  EXPECT_FALSE(ExtractRoutingKeys(batch, &text, &user));
+  // Within the limit it still routes.
+  std::string shallow = "{\"prompt\":";
+  for (int i = 0; i < 100; ++i) shallow += "[1,";
+  shallow += "0" + std::string(100, ']') + "}";
+  EXPECT_TRUE(ExtractRoutingKeys(shallow, &text, &user));
 }
 
 TEST(ParseRouterArgsTest, SglangFlagNames) {
