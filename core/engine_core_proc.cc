@@ -131,6 +131,11 @@ class EngineCoreProc::Impl {
     return socket;
   }
 
+  // Polled while the handshake waits: a Stop() ends it.
+  absl::Status HandshakeCheck() const {
+    return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
+  }
+
   // HELLO → CONFIG with every frontend (the addresses given, then the peers API server 0's
   // CONFIG names), build the engine, READY (or FAILED) to each.
   absl::Status Handshake() {
@@ -168,9 +173,7 @@ class EngineCoreProc::Impl {
       kind = "FAILED";
       payload = EncodeHandshakeMessage(engine.status().ToString());
     }
-    auto check = [this] {
-      return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
-    };
+    auto check = [this] { return HandshakeCheck(); };
     for (auto& f : frontends_) {
       std::vector<zmq::message_t> reply;
       reply.push_back(Msg(kind));
@@ -196,9 +199,7 @@ class EngineCoreProc::Impl {
     f->handshake_address = address;
     f->handshake.emplace(std::move(*connected));
     zmq::socket_t& hs = *f->handshake;
-    auto check = [this] {
-      return stop_.load() ? absl::CancelledError("stopped during the handshake") : absl::OkStatus();
-    };
+    auto check = [this] { return HandshakeCheck(); };
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
     std::vector<zmq::message_t> out;
