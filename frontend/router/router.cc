@@ -291,9 +291,7 @@ class Router::Impl {
   absl::Status Run(const std::function<void()>& on_ready) {
     signals_.add(SIGINT);
     signals_.add(SIGTERM);
-    signals_.async_wait([this](const beast::error_code& ec, int) {
-      if (!ec) ioc_.stop();
-    });
+    WaitForSignal();
     Spawn(Startup(on_ready));
     ioc_.run();
     return absl::OkStatus();
@@ -304,6 +302,74 @@ class Router::Impl {
   }
 
  private:
+  // ---- graceful stop ----
+
+  // The first SIGINT/SIGTERM drains (Drain), a second one stops at once.
+  void WaitForSignal() {
+    signals_.async_wait([this](const beast::error_code& ec, int signal) {
+      if (ec) return;
+      if (draining_) {
+        std::fprintf(stderr, "vllm-launch router: signal %d again: stopping now\n", signal);
+        ioc_.stop();
+        return;
+      }
+      Drain(signal);
+      WaitForSignal();
+    });
+  }
+
+  // Stops accepting connections, closes the idle client connections, lets every request in
+  // flight finish (responses say Connection: close) and stops when none is left, or after
+  // --shutdown-grace-period-secs. /health answers 503 meanwhile.
+  void Drain(int signal) {
+    draining_ = true;
+    beast::error_code ec;
+    acceptor_.close(ec);
+    for (ClientConn* c : clients_) {
+      if (!c->busy) c->stream->socket().close(ec);  // its pending read ends the session
+    }
+    std::fprintf(stderr,
+                 "vllm-launch router: signal %d: draining %lld request(s) in flight (at most "
+                 "%.0f s; a second signal stops at once)\n",
+                 signal, static_cast<long long>(requests_in_flight_),
+                 options_.shutdown_grace_period_secs);
+    drain_timer_.expires_after(Millis(options_.shutdown_grace_period_secs));
+    drain_timer_.async_wait([this](const beast::error_code& e) {
+      if (e) return;
+      std::fprintf(stderr, "vllm-launch router: drain timeout: stopping with %lld in flight\n",
+                   static_cast<long long>(requests_in_flight_));
+      ioc_.stop();
+    });
+    MaybeFinishDrain();
+  }
+
+  void MaybeFinishDrain() {
+    if (draining_ && requests_in_flight_ == 0) {
+      std::fprintf(stderr, "vllm-launch router: drained\n");
+      ioc_.stop();
+    }
+  }
+
+  // A client connection, registered while its session runs, so that a drain can close the
+  // idle ones.
+  struct ClientConn {
+    beast::tcp_stream* stream = nullptr;
+    bool busy = false;  // a request is being handled
+  };
+  class ClientRegistration {
+   public:
+    ClientRegistration(std::vector<ClientConn*>& all, ClientConn* c) : all_(all), c_(c) {
+      all_.push_back(c_);
+    }
+    ~ClientRegistration() { all_.erase(std::find(all_.begin(), all_.end(), c_)); }
+    ClientRegistration(const ClientRegistration&) = delete;
+    ClientRegistration& operator=(const ClientRegistration&) = delete;
+
+   private:
+    std::vector<ClientConn*>& all_;
+    ClientConn* c_;
+  };
+
   enum class Outcome { kDone, kDoneClose, kRetry };
 
   // Runs a coroutine to completion on the I/O thread; an exception (a bug or bad_alloc) ends
@@ -426,8 +492,10 @@ class Router::Impl {
     beast::tcp_stream stream(std::move(socket));
     beast::error_code ec;
     stream.socket().set_option(tcp::no_delay(true), ec);
+    ClientConn conn{&stream};
+    ClientRegistration registration(clients_, &conn);
     beast::flat_buffer buffer;
-    while (true) {
+    while (!draining_) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(options_.max_payload_size);
       parser.header_limit(64 * 1024);
@@ -452,8 +520,14 @@ class Router::Impl {
         break;
       }
       Request req = parser.release();
+      if (draining_) req.keep_alive(false);  // read before the drain began: answer, then close
+      conn.busy = true;
+      ++requests_in_flight_;
       const Outcome outcome = co_await Handle(stream, buffer, req);
-      if (outcome != Outcome::kDone || !req.keep_alive()) break;
+      --requests_in_flight_;
+      conn.busy = false;
+      MaybeFinishDrain();
+      if (outcome != Outcome::kDone || !req.keep_alive() || draining_) break;
     }
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   }
@@ -477,8 +551,8 @@ class Router::Impl {
   net::awaitable<Outcome> Reply(beast::tcp_stream& stream, const Request& req, int status,
                                 std::string body,
                                 absl::string_view content_type = "application/json") {
-    const bool ok = co_await WriteSimple(stream, req.version(), req.keep_alive(), status,
-                                         std::move(body), content_type);
+    const bool ok = co_await WriteSimple(stream, req.version(), req.keep_alive() && !draining_,
+                                         status, std::move(body), content_type);
     co_return ok ? Outcome::kDone : Outcome::kDoneClose;
   }
 
@@ -506,10 +580,11 @@ class Router::Impl {
     }
     if (path == "/health") {
       const int healthy = HealthyCount();
-      const json j = {{"status", healthy > 0 ? "ok" : "unhealthy"},
+      const bool ok = healthy > 0 && !draining_;
+      const json j = {{"status", draining_ ? "draining" : (ok ? "ok" : "unhealthy")},
                       {"healthy_workers", healthy},
                       {"workers", workers_.size()}};
-      co_return co_await Reply(stream, req, healthy > 0 ? 200 : 503, j.dump());
+      co_return co_await Reply(stream, req, ok ? 200 : 503, j.dump());
     }
     if (path == "/metrics") {
       co_return co_await Reply(stream, req, 200, RenderMetrics(),
@@ -820,7 +895,7 @@ class Router::Impl {
                                 http::response_parser<http::buffer_body>& parser) {
     const auto& head = parser.get();
     const bool chunked = req.version() >= 11;  // HTTP/1.0 clients: raw body, then close
-    const bool keep_alive = chunked && req.keep_alive();
+    const bool keep_alive = chunked && req.keep_alive() && !draining_;
     const std::string content_type(head[http::field::content_type]);
     const bool sse = absl::StartsWith(content_type, "text/event-stream");
     std::string head_text = absl::StrCat("HTTP/1.", chunked ? "1" : "0", " ", head.result_int(),
@@ -902,6 +977,11 @@ class Router::Impl {
   std::vector<std::shared_ptr<Worker>> workers_;
   int64_t retries_total_ = 0;
   int64_t client_disconnects_total_ = 0;
+  // Graceful stop.
+  bool draining_ = false;
+  int64_t requests_in_flight_ = 0;
+  std::vector<ClientConn*> clients_;
+  net::steady_timer drain_timer_{ioc_};
 };
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
@@ -909,6 +989,9 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   if (!(options.health_check_interval_secs > 0) || !(options.health_check_timeout_secs > 0) ||
       !(options.request_timeout_secs > 0)) {
     return absl::InvalidArgumentError("intervals and timeouts must be > 0");
+  }
+  if (!(options.shutdown_grace_period_secs >= 0)) {
+    return absl::InvalidArgumentError("--shutdown-grace-period-secs must be >= 0");
   }
   auto policy = MakePolicy(options.policy, options.policy_options);
   if (!policy.ok()) return policy.status();

@@ -7,8 +7,8 @@
 // list, the policy, the counters; each client connection is a coroutine on it. Only Stop() may
 // be called from another thread.
 //
-// Upstream connections: one fresh connection per proxied request (Connection: close), so
-// closing it is how a client's disconnect reaches the worker, which aborts the request.
+// Upstream connections: keep-alive, pooled per worker; closing one is how a client's
+// disconnect reaches the worker, which aborts the request.
 #ifndef VLLM_FRONTEND_ROUTER_ROUTER_H_
 #define VLLM_FRONTEND_ROUTER_ROUTER_H_
 
@@ -38,6 +38,8 @@ struct RouterOptions {
   double request_timeout_secs = 1800;  // per upstream wait (connect, head, each body read)
   int max_retries = 2;                 // further workers tried after a failure before any byte
   size_t max_payload_size = size_t{32} << 20;  // request bodies above it: 413
+  // SIGINT/SIGTERM: requests in flight get this long to finish (a second signal: at once).
+  double shutdown_grace_period_secs = 180;
 };
 
 // A worker's address, from "http://host[:port][/]". InvalidArgument otherwise.
@@ -62,9 +64,11 @@ class Router {
 
   int port() const;
   // Serves until Stop() or SIGINT/SIGTERM. Runs one round of health checks first, then calls
-  // `on_ready` (on this thread). Returns OK after a stop.
+  // `on_ready` (on this thread). A first SIGINT/SIGTERM drains: no new connections, idle ones
+  // closed, /health 503, the requests in flight finish (at most shutdown_grace_period_secs);
+  // a second one stops at once. Returns OK after a stop.
   absl::Status Run(const std::function<void()>& on_ready);
-  // Stops Run(). Thread-safe.
+  // Stops Run() at once (no drain). Thread-safe.
   void Stop();
 
   class Impl;

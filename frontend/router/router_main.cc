@@ -63,6 +63,10 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
                  "The largest request body in bytes (larger: 413).")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--shutdown-grace-period-secs", o.shutdown_grace_period_secs,
+                 "On SIGINT/SIGTERM, seconds the requests in flight get to finish.")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   std::vector<std::string> args = argv;
   std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
   try {

@@ -3,17 +3,23 @@
 // request (retried elsewhere), ejects it within a health interval and re-admits it after a
 // restart; cache_aware keeps a repeated long prompt on one worker; workers are added and
 // removed at run time without dropping a stream in flight; a client leaving (mid-stream, or
-// before a non-streamed answer) ends the request on the worker.
+// before a non-streamed answer) ends the request on the worker; SIGTERM drains a stream in
+// flight, then the router exits.
 //
 // The three workers are started once for the suite (starting them is most of the test's
 // time); each test starts its own router. Every wait polls a condition with a deadline; every
 // process is a Subprocess (SIGKILLed and reaped by its destructor) and the suite checks that
 // no descendant is left.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -371,6 +377,84 @@ TEST_F(RouterProcessTest, ClientLeavingEndsTheRequestOnTheWorker) {
   const testing::MetricSamples router = testing::ScrapeMetrics(router_port_);
   EXPECT_EQ(router.at("vllm_router_client_disconnects_total"), 2);
   EXPECT_EQ(WorkerSeries(router, "vllm_router_outstanding_requests", worker), 0);
+}
+
+// Connects to 127.0.0.1:port and sends nothing; -1 on failure.
+int ConnectIdle(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the peer closed `fd` (a read returns 0 or an error) before `deadline`.
+bool ClosedByPeer(int fd, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    const int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
+    if (poll(&p, 1, std::max(ms, 1)) <= 0) continue;
+    char c;
+    const ssize_t n = read(fd, &c, 1);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+TEST_F(RouterProcessTest, SigtermDrainsTheStreamInFlightThenExits) {
+  ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", "round_robin"}, {1}));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const int idle = ConnectIdle(router_port_);
+  ASSERT_GE(idle, 0);
+  const json body = {
+      {"prompt", "In the beginning"}, {"max_tokens", 200}, {"stream", true}, {"ignore_eos", true}};
+  auto stream = testing::SseStream::Open(router_port_, "/v1/completions", body, deadline);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_EQ(stream->status(), 200) << stream->error_body();
+  auto first = stream->Next(deadline);
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+
+  router_->Kill(SIGTERM);
+  // The idle connection is closed, and no new connection is accepted.
+  EXPECT_TRUE(ClosedByPeer(idle, deadline));
+  close(idle);
+  bool refused = false;
+  while (!refused && absl::Now() < deadline) {
+    const int fd = ConnectIdle(router_port_);
+    refused = fd < 0;
+    if (fd >= 0) close(fd);
+    if (!refused) absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+  }
+  EXPECT_TRUE(refused);
+
+  // The stream in flight still ends normally, with every token.
+  int tokens = 1;
+  bool done = false;
+  while (true) {
+    auto next = stream->Next(deadline);
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (!next->has_value()) break;
+    if (**next == "[DONE]") {
+      done = true;
+      break;
+    }
+    EXPECT_FALSE(absl::StrContains(**next, "\"error\"")) << **next;
+    ++tokens;
+  }
+  EXPECT_TRUE(done);
+  EXPECT_GE(tokens, 200);
+  // Then the router exits by itself, with status 0.
+  auto status = router_->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << testing::DescribeWaitStatus(*status);
+  router_.reset();
 }
 
 // Last: it kills worker 0 and restarts it on the same port.
