@@ -40,7 +40,7 @@ ALLOWED = {
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],
     # The router speaks HTTP to other servers: no engine types (core/, worker/, executor/).
-    "frontend/router": ["base", "ipc"],
+    "frontend/router": ["base", "ipc", "frontend/tokenizer", "frontend/jinja"],
     "frontend": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja"],
     "bench/serve": ["base"],
     "launcher": None,  # anything of ours except tests/

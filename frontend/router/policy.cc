@@ -18,6 +18,19 @@ size_t Uniform(std::mt19937_64& rng, size_t n) {
   return std::uniform_int_distribution<size_t>(0, n - 1)(rng);
 }
 
+// cache_aware's and kv_aware's rule: max - min outstanding <= the absolute threshold, or
+// max <= min * the relative one.
+bool Balanced(absl::Span<const Candidate> workers, const PolicyOptions& options) {
+  int64_t lo = std::numeric_limits<int64_t>::max();
+  int64_t hi = std::numeric_limits<int64_t>::min();
+  for (const Candidate& w : workers) {
+    lo = std::min(lo, w.outstanding);
+    hi = std::max(hi, w.outstanding);
+  }
+  return hi - lo <= options.balance_abs_threshold ||
+         static_cast<double>(hi) <= static_cast<double>(lo) * options.balance_rel_threshold;
+}
+
 }  // namespace
 
 uint64_t StableHash(absl::string_view data) {
@@ -42,9 +55,10 @@ absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(absl::string_view name,
   if (name == "power_of_two") return std::make_unique<PowerOfTwoPolicy>(options.seed);
   if (name == "cache_aware") return std::make_unique<CacheAwarePolicy>(options);
   if (name == "consistent_hash") return std::make_unique<ConsistentHashPolicy>(options);
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown policy '", name,
-                   "' (round_robin, random, power_of_two, cache_aware, consistent_hash)"));
+  if (name == "kv_aware") return std::make_unique<KvAwarePolicy>(options);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown policy '", name,
+      "' (round_robin, random, power_of_two, cache_aware, consistent_hash, kv_aware)"));
 }
 
 size_t RoundRobinPolicy::Pick(absl::Span<const Candidate> workers, const RouteKeys&) {
@@ -95,15 +109,7 @@ size_t CacheAwarePolicy::LeastLoaded(absl::Span<const Candidate> workers) {
 }
 
 size_t CacheAwarePolicy::Pick(absl::Span<const Candidate> workers, const RouteKeys& keys) {
-  int64_t lo = std::numeric_limits<int64_t>::max();
-  int64_t hi = std::numeric_limits<int64_t>::min();
-  for (const Candidate& w : workers) {
-    lo = std::min(lo, w.outstanding);
-    hi = std::max(hi, w.outstanding);
-  }
-  const bool balanced =
-      hi - lo <= options_.balance_abs_threshold ||
-      static_cast<double>(hi) <= static_cast<double>(lo) * options_.balance_rel_threshold;
+  const bool balanced = Balanced(workers, options_);
   size_t chosen = 0;
   bool matched = false;
   if (balanced && !keys.text.empty()) {
@@ -121,6 +127,50 @@ size_t CacheAwarePolicy::Pick(absl::Span<const Candidate> workers, const RouteKe
   }
   if (!matched) chosen = LeastLoaded(workers);
   if (!keys.text.empty()) Tree(workers[chosen].url).Insert(keys.text);
+  return chosen;
+}
+
+KvAwarePolicy::KvAwarePolicy(const PolicyOptions& options)
+    : options_(options), index_(options.kv) {}
+
+size_t KvAwarePolicy::LeastLoaded(absl::Span<const Candidate> workers) const {
+  size_t best = 0;
+  size_t best_blocks = index_.StoredBlocks(workers[0].url);
+  for (size_t i = 1; i < workers.size(); ++i) {
+    const size_t blocks = index_.StoredBlocks(workers[i].url);
+    if (workers[i].outstanding < workers[best].outstanding ||
+        (workers[i].outstanding == workers[best].outstanding && blocks < best_blocks)) {
+      best = i;
+      best_blocks = blocks;
+    }
+  }
+  return best;
+}
+
+size_t KvAwarePolicy::Pick(absl::Span<const Candidate> workers, const RouteKeys& keys) {
+  if (!keys.has_tokens) return LeastLoaded(workers);
+  size_t chosen = 0;
+  size_t best_match = 0;
+  if (Balanced(workers, options_)) {
+    size_t best_blocks = 0;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const size_t match = index_.MatchBlocks(workers[i].url, keys.tokens, keys.now);
+      if (match == 0) continue;
+      const size_t blocks = index_.StoredBlocks(workers[i].url);
+      const bool better =
+          match > best_match ||
+          (match == best_match &&
+           (workers[i].outstanding < workers[chosen].outstanding ||
+            (workers[i].outstanding == workers[chosen].outstanding && blocks < best_blocks)));
+      if (better) {
+        chosen = i;
+        best_match = match;
+        best_blocks = blocks;
+      }
+    }
+  }
+  if (best_match == 0) chosen = LeastLoaded(workers);
+  index_.Predict(workers[chosen].url, keys.tokens, keys.now);
   return chosen;
 }
 

@@ -16,7 +16,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "frontend/router/kv_index.h"
 #include "frontend/router/prefix_tree.h"
 
 namespace vllm::router {
@@ -31,6 +33,11 @@ struct Candidate {
 struct RouteKeys {
   absl::string_view text;         // prompt / rendered messages (cache_aware)
   absl::string_view session_key;  // X-Session-Id header, else the JSON `user` (consistent_hash)
+  // kv_aware: the prompt's token ids as the workers will see them (when the policy asked for
+  // them, NeedsTokens(), and the router could tokenize the request), and the current time.
+  bool has_tokens = false;
+  absl::Span<const int32_t> tokens = {};
+  absl::Time now = absl::InfinitePast();
 };
 
 struct PolicyOptions {
@@ -40,6 +47,7 @@ struct PolicyOptions {
   size_t max_tree_size = size_t{1} << 26;  // cache_aware: bytes per worker's prefix tree
   int virtual_nodes = 160;                 // consistent_hash: ring points per worker
   uint64_t seed = 0;                       // random, power_of_two: 0 = from random_device
+  KvIndexOptions kv;                       // kv_aware
 };
 
 class Policy {
@@ -51,10 +59,14 @@ class Policy {
   // The worker left the pool for good (DELETE /workers): drop its state.
   virtual void RemoveWorker(absl::string_view url) {}
   virtual absl::string_view name() const = 0;
+  // Whether Pick wants RouteKeys::tokens (the router then tokenizes every request).
+  virtual bool NeedsTokens() const { return false; }
+  // The KV-event index the router feeds, for policies that have one.
+  virtual KvIndex* kv_index() { return nullptr; }
 };
 
-// "round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"; InvalidArgument
-// for anything else.
+// "round_robin", "random", "power_of_two", "cache_aware", "consistent_hash", "kv_aware";
+// InvalidArgument for anything else.
 absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(absl::string_view name,
                                                    const PolicyOptions& options);
 
@@ -110,6 +122,28 @@ class CacheAwarePolicy : public Policy {
 
   PolicyOptions options_;
   absl::flat_hash_map<std::string, std::unique_ptr<PrefixTree>> trees_;
+};
+
+// Routing on the workers' exact prefix caches, known from their engines' KV-cache events
+// (kv_index.h). While the load is balanced (cache_aware's thresholds), the worker holding the
+// most leading blocks of the prompt's tokens (ties: fewer outstanding, then fewer blocks
+// held); when no worker holds any block, or the load is not balanced, or the request has no
+// tokens, the least-outstanding worker (ties: fewer blocks held, so new prefixes spread).
+// The chosen worker's index then predicts the request's blocks (KvIndex::Predict).
+class KvAwarePolicy : public Policy {
+ public:
+  explicit KvAwarePolicy(const PolicyOptions& options);
+  size_t Pick(absl::Span<const Candidate> workers, const RouteKeys& keys) override;
+  void RemoveWorker(absl::string_view url) override { index_.RemoveWorker(url); }
+  absl::string_view name() const override { return "kv_aware"; }
+  bool NeedsTokens() const override { return true; }
+  KvIndex* kv_index() override { return &index_; }
+
+ private:
+  size_t LeastLoaded(absl::Span<const Candidate> workers) const;
+
+  PolicyOptions options_;
+  KvIndex index_;
 };
 
 // A hash ring with `virtual_nodes` points per worker over the candidates; the session key

@@ -17,21 +17,26 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without including it
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "base/json_util.h"
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
+#include "frontend/router/kv_event_subscriber.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::router {
@@ -217,6 +222,89 @@ bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string*
   return true;
 }
 
+namespace {
+
+// A token-id prompt: every element an integer id in int32 range; nullopt otherwise.
+std::optional<std::vector<int32_t>> TokenIds(const json& prompt) {
+  std::vector<int32_t> ids;
+  ids.reserve(prompt.size());
+  for (const json& t : prompt) {
+    if (!t.is_number_integer()) return std::nullopt;
+    const int64_t v = t.get<int64_t>();
+    if (v < 0 || v > std::numeric_limits<int32_t>::max()) return std::nullopt;
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+// A chat message's text as the API server reads it: a string, or text parts joined by "\n".
+std::string MessageText(const json& m) {
+  auto content = m.find("content");
+  if (content == m.end()) return "";
+  if (content->is_string()) return content->get<std::string>();
+  std::string out;
+  if (!content->is_array()) return out;
+  bool first = true;
+  for (const json& part : *content) {
+    if (!part.is_object()) continue;
+    auto t = part.find("text");
+    if (t == part.end() || !t->is_string()) continue;
+    if (!first) out += "\n";
+    out += t->get_ref<const std::string&>();
+    first = false;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenizer& tokenizer,
+                                                        const frontend::ChatTemplate* chat_template,
+                                                        const std::string& body, bool chat) {
+  absl::StatusOr<json> parsed = base::ParseJson(body, "request body");
+  if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
+  const json& j = *parsed;
+  std::string text;
+  if (!chat) {
+    auto it = j.find("prompt");
+    if (it == j.end()) return std::nullopt;
+    const json* prompt = &*it;
+    if (prompt->is_array() && !prompt->empty() &&
+        (prompt->front().is_string() || prompt->front().is_array())) {
+      prompt = &prompt->front();  // a batch: its first prompt
+    }
+    if (prompt->is_array()) return TokenIds(*prompt);
+    if (!prompt->is_string()) return std::nullopt;
+    text = prompt->get<std::string>();
+  } else {
+    if (chat_template == nullptr) return std::nullopt;
+    auto it = j.find("messages");
+    if (it == j.end() || !it->is_array()) return std::nullopt;
+    std::vector<frontend::ChatMessage> messages;
+    for (const json& m : *it) {
+      if (!m.is_object()) return std::nullopt;
+      auto role = m.find("role");
+      if (role == m.end() || !role->is_string()) return std::nullopt;
+      messages.push_back({role->get<std::string>(), MessageText(m)});
+    }
+    bool add_generation_prompt = true;
+    if (auto a = j.find("add_generation_prompt"); a != j.end() && a->is_boolean()) {
+      add_generation_prompt = a->get<bool>();
+    }
+    absl::StatusOr<std::string> rendered = chat_template->Render(
+        messages, add_generation_prompt, tokenizer.bos_token(), tokenizer.eos_token());
+    if (!rendered.ok()) return std::nullopt;
+    text = std::move(*rendered);
+    // As the API server: the template wrote BOS, which encoding with special tokens adds.
+    if (!tokenizer.bos_token().empty() && absl::StartsWith(text, tokenizer.bos_token())) {
+      text.erase(0, tokenizer.bos_token().size());
+    }
+  }
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text, /*add_special_tokens=*/true);
+  if (!ids.ok()) return std::nullopt;
+  return std::move(*ids);
+}
+
 // One worker as the router sees it. Shared with the requests in flight on it, so a worker
 // removed at run time stays valid until they finish.
 struct Worker {
@@ -267,6 +355,7 @@ class Router::Impl {
       w->address = std::move(*a);
       workers_.push_back(std::move(w));
     }
+    if (absl::Status s = InitKvAware(); !s.ok()) return s;
     beast::error_code ec;
     auto address = net::ip::make_address(options_.host, ec);
     if (ec) {
@@ -287,6 +376,113 @@ class Router::Impl {
   }
 
   int port() const { return port_; }
+
+  // kv_aware: loads the tokenizer and the chat template, and subscribes to the engines' events.
+  absl::Status InitKvAware() {
+    if (!policy_->NeedsTokens()) {
+      if (!options_.kv_event_sources.empty()) {
+        return absl::InvalidArgumentError("--kv-event-source needs --policy kv_aware");
+      }
+      return absl::OkStatus();
+    }
+    const std::string dir =
+        options_.tokenizer_path.empty() ? options_.model_path : options_.tokenizer_path;
+    if (dir.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--policy ", policy_->name(),
+          " tokenizes prompts as the workers do: pass --model-path or --tokenizer-path (the "
+          "workers' model directory)"));
+    }
+    auto tokenizer = frontend::Tokenizer::Load(dir);
+    if (!tokenizer.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokenizer-path/--model-path: ", tokenizer.status().message()));
+    }
+    tokenizer_ = std::move(*tokenizer);
+    std::string source = tokenizer_->chat_template();
+    if (!options_.chat_template.empty()) {
+      std::ifstream in(options_.chat_template, std::ios::binary);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!in) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--chat-template: cannot read ", options_.chat_template));
+      }
+      source = text.str();
+    }
+    if (!source.empty()) {
+      auto parsed = frontend::ChatTemplate::Parse(source);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chat template: ", parsed.status().message()));
+      }
+      chat_template_.emplace(std::move(*parsed));
+    }
+    std::vector<KvEventSource> sources;
+    for (const std::string& spec : options_.kv_event_sources) {
+      auto parsed = ParseKvEventSource(spec);
+      if (!parsed.ok()) return parsed.status();
+      if (FindWorker((*parsed)[0].worker_url) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--kv-event-source: ", (*parsed)[0].worker_url, " is not one of --worker-urls"));
+      }
+      sources.insert(sources.end(), parsed->begin(), parsed->end());
+    }
+    if (sources.empty()) {
+      std::fprintf(stderr,
+                   "vllm-launch router: kv_aware without --kv-event-source: routing on the "
+                   "router's own predictions only\n");
+      return absl::OkStatus();
+    }
+    // The subscriber's thread posts every batch to the I/O thread, which owns the index.
+    auto subscriber = KvEventSubscriber::Start(
+        std::move(sources),
+        [this](const KvEventSource& src, uint64_t, uint64_t missed, ipc::KvEventBatch batch) {
+          net::post(ioc_, [this, src, missed, batch = std::move(batch)] {
+            KvStats& stats = kv_stats_[src.worker_url];
+            ++stats.batches;
+            stats.missed += static_cast<int64_t>(missed);
+            policy_->kv_index()->Apply(src.worker_url, src.rank, batch);
+          });
+        },
+        [this](const KvEventSource& src, const absl::Status& error) {
+          net::post(ioc_, [this, src, error] {
+            if (kv_stats_[src.worker_url].errors++ == 0) {
+              std::fprintf(stderr, "vllm-launch router: KV events from %s (%s): %s\n",
+                           src.worker_url.c_str(), src.endpoint.c_str(),
+                           std::string(error.message()).c_str());
+            }
+          });
+        });
+    if (!subscriber.ok()) return subscriber.status();
+    kv_subscriber_ = std::move(*subscriber);
+    return absl::OkStatus();
+  }
+
+  // The prompt tokens of a request, computed on the tokenizer pool (tokenizing a long prompt
+  // on the I/O thread would stall every stream); nullopt when it cannot be tokenized.
+  net::awaitable<std::optional<std::vector<int32_t>>> Tokenize(const std::string& body, bool chat) {
+    struct State {
+      explicit State(net::io_context& ioc) : done(ioc) {
+        done.expires_at(net::steady_timer::time_point::max());
+      }
+      net::steady_timer done;
+      std::optional<std::vector<int32_t>> ids;
+    };
+    auto state = std::make_shared<State>(ioc_);
+    // The I/O thread runs this coroutine, so the completion below cannot run before the wait.
+    net::post(tokenize_pool_, [this, state, body = std::make_shared<std::string>(body), chat] {
+      auto ids = TokenizeRequestBody(*tokenizer_, chat_template_ ? &*chat_template_ : nullptr,
+                                     *body, chat);
+      net::post(ioc_, [state, ids = std::move(ids)]() mutable {
+        state->ids = std::move(ids);
+        state->done.cancel();
+      });
+    });
+    beast::error_code ec;
+    co_await state->done.async_wait(net::redirect_error(kUse, ec));
+    co_return std::move(state->ids);
+  }
 
   absl::Status Run(const std::function<void()>& on_ready) {
     signals_.add(SIGINT);
@@ -572,11 +768,25 @@ class Router::Impl {
       }
       auto session = req.find("x-session-id");
       const std::string session_key = session != req.end() ? std::string(session->value()) : user;
-      co_return co_await Proxy(stream, buffer, req, RouteKeys{text, session_key});
+      RouteKeys keys;
+      keys.text = text;
+      keys.session_key = session_key;
+      std::optional<std::vector<int32_t>> tokens;
+      if (tokenizer_ != nullptr) {
+        tokens = co_await Tokenize(req.body(), path == "/v1/chat/completions");
+        if (tokens.has_value()) {
+          keys.has_tokens = true;
+          keys.tokens = *tokens;
+        } else {
+          ++untokenized_total_;
+        }
+      }
+      keys.now = absl::Now();
+      co_return co_await Proxy(stream, buffer, req, keys);
     }
     if (path == "/v1/models") {
       if (method != http::verb::get) co_return co_await MethodNotAllowed(stream, req);
-      co_return co_await Proxy(stream, buffer, req, RouteKeys{});
+      co_return co_await Proxy(stream, buffer, req, RouteKeys());
     }
     if (path == "/health") {
       const int healthy = HealthyCount();
@@ -687,6 +897,30 @@ class Router::Impl {
     series("vllm_router_worker_failures_total", "counter",
            "Requests that failed on the worker before a response head.",
            [](const Worker& w) { return w.failures_total; });
+    if (KvIndex* index = policy_->kv_index(); index != nullptr) {
+      series("vllm_router_kv_blocks", "gauge",
+             "KV-cache blocks the worker's engines hold, from their events (kv_aware).",
+             [index](const Worker& w) { return index->StoredBlocks(w.address.url); });
+      auto stat = [this](const Worker& w) {
+        auto it = kv_stats_.find(w.address.url);
+        return it == kv_stats_.end() ? KvStats{} : it->second;
+      };
+      series("vllm_router_kv_event_batches_total", "counter",
+             "KV-event batches received from the worker's engines.",
+             [&stat](const Worker& w) { return stat(w).batches; });
+      series("vllm_router_kv_event_batches_missed_total", "counter",
+             "KV-event batches lost (sequence gaps).",
+             [&stat](const Worker& w) { return stat(w).missed; });
+      series("vllm_router_kv_event_errors_total", "counter",
+             "KV-event messages that could not be decoded.",
+             [&stat](const Worker& w) { return stat(w).errors; });
+      absl::StrAppend(&out,
+                      "# HELP vllm_router_untokenized_requests_total Requests kv_aware routed "
+                      "without tokens (the body could not be tokenized).\n# TYPE "
+                      "vllm_router_untokenized_requests_total counter\n"
+                      "vllm_router_untokenized_requests_total ",
+                      untokenized_total_, "\n");
+    }
     absl::StrAppend(&out,
                     "# HELP vllm_router_retries_total Requests retried on another worker.\n"
                     "# TYPE vllm_router_retries_total counter\nvllm_router_retries_total ",
@@ -982,6 +1216,18 @@ class Router::Impl {
   int64_t requests_in_flight_ = 0;
   std::vector<ClientConn*> clients_;
   net::steady_timer drain_timer_{ioc_};
+  // kv_aware. Declared after ioc_: the pool and the subscriber post to it, so they stop first.
+  struct KvStats {
+    int64_t batches = 0;
+    int64_t missed = 0;
+    int64_t errors = 0;
+  };
+  std::unique_ptr<frontend::Tokenizer> tokenizer_;
+  std::optional<frontend::ChatTemplate> chat_template_;
+  absl::flat_hash_map<std::string, KvStats> kv_stats_;
+  int64_t untokenized_total_ = 0;
+  net::thread_pool tokenize_pool_{2};
+  std::unique_ptr<KvEventSubscriber> kv_subscriber_;
 };
 
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {

@@ -16,13 +16,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "frontend/jinja/chat_template.h"
 #include "frontend/router/policy.h"
+#include "frontend/tokenizer/tokenizer.h"
 
 namespace vllm::router {
 
@@ -40,6 +43,14 @@ struct RouterOptions {
   size_t max_payload_size = size_t{32} << 20;  // request bodies above it: 413
   // SIGINT/SIGTERM: requests in flight get this long to finish (a second signal: at once).
   double shutdown_grace_period_secs = 180;
+  // kv_aware: the workers' engines' KV-event endpoints ("WORKER_URL=ENDPOINT[,ENDPOINT...]",
+  // kv_event_subscriber.h), and the tokenizer the workers use: a directory with tokenizer.json
+  // (and tokenizer_config.json for the chat template), tokenizer_path winning over model_path;
+  // chat_template: a file overriding tokenizer_config.json's template.
+  std::vector<std::string> kv_event_sources;
+  std::string model_path;
+  std::string tokenizer_path;
+  std::string chat_template;
 };
 
 // A worker's address, from "http://host[:port][/]". InvalidArgument otherwise.
@@ -55,6 +66,15 @@ absl::StatusOr<WorkerAddress> ParseWorkerUrl(absl::string_view url);
 // `user` (a string) goes to *user; what is absent is empty. False when `body` is not a JSON
 // object.
 bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string* user);
+
+// The prompt token ids a worker using `tokenizer` computes for a request body: a completion's
+// prompt (text, token ids, or the first of a batch) tokenized with special tokens; a chat
+// request's messages rendered by `chat_template` (nullptr: none) as the API server does, then
+// tokenized. nullopt when the body cannot be tokenized (not JSON, no prompt, no template, a
+// render error): the router then routes it without tokens.
+std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenizer& tokenizer,
+                                                        const frontend::ChatTemplate* chat_template,
+                                                        const std::string& body, bool chat);
 
 class Router {
  public:

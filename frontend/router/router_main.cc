@@ -21,7 +21,7 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
       ->capture_default_str();
   app.add_option("--policy", o.policy, "The routing policy.")
       ->check(CLI::IsMember(
-          {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"}))
+          {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash", "kv_aware"}))
       ->capture_default_str();
   app.add_option("--cache-threshold", p.cache_threshold,
                  "cache_aware: the least match length / prompt length that follows a match.")
@@ -63,6 +63,23 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
                  "The largest request body in bytes (larger: 413).")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--kv-event-source", o.kv_event_sources,
+                 "kv_aware: WORKER_URL=ENDPOINT[,ENDPOINT...], the ZMQ endpoints where the "
+                 "worker's engines (in data-parallel rank order) publish KV-cache events "
+                 "(their --kv-events-config); repeat per worker.")
+      ->take_all();
+  app.add_option("--kv-event-block-size", p.kv.default_block_size,
+                 "kv_aware: the workers' KV block size until their events tell it.")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--model-path", o.model_path,
+                 "kv_aware: the workers' model directory (its tokenizer.json and "
+                 "tokenizer_config.json tokenize prompts as the workers do).");
+  app.add_option("--tokenizer-path", o.tokenizer_path,
+                 "kv_aware: a directory with tokenizer.json (wins over --model-path).");
+  app.add_option("--chat-template", o.chat_template,
+                 "kv_aware: a chat template file, if the workers use one other than "
+                 "tokenizer_config.json's.");
   app.add_option("--shutdown-grace-period-secs", o.shutdown_grace_period_secs,
                  "On SIGINT/SIGTERM, seconds the requests in flight get to finish.")
       ->check(CLI::Range(0.0, 86400.0))

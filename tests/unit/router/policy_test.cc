@@ -16,7 +16,7 @@ std::vector<Candidate> Three(int64_t a = 0, int64_t b = 0, int64_t c = 0) {
 
 TEST(MakePolicyTest, KnowsEveryNameAndRejectsOthers) {
   for (const char* name :
-       {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"}) {
+       {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash", "kv_aware"}) {
     auto p = MakePolicy(name, {});
     ASSERT_TRUE(p.ok()) << name;
     EXPECT_EQ((*p)->name(), name);
