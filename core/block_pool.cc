@@ -14,10 +14,18 @@ std::vector<KVCacheBlock> MakeBlocks(int32_t num_blocks) {
   return blocks;
 }
 
+// vLLM's values for a block of its one full-attention KV-cache group in GPU memory (vLLM
+// says "GPU" whatever its platform, and so do we on the CPU).
+constexpr char kMediumGpu[] = "GPU";
+constexpr char kFullAttention[] = "full_attention";
+
 }  // namespace
 
-BlockPool::BlockPool(int32_t num_blocks, bool enable_caching)
-    : enable_caching_(enable_caching), blocks_(MakeBlocks(num_blocks)), free_queue_(&blocks_) {
+BlockPool::BlockPool(int32_t num_blocks, bool enable_caching, bool enable_kv_cache_events)
+    : enable_caching_(enable_caching),
+      enable_kv_cache_events_(enable_kv_cache_events),
+      blocks_(MakeBlocks(num_blocks)),
+      free_queue_(&blocks_) {
   // Registered hashes never outnumber blocks; sizing the map once avoids rehashing it (and
   // its cache misses) while the cache warms up.
   if (enable_caching_) cached_block_hash_to_block_.reserve(std::min(num_blocks, 1 << 20));
@@ -63,7 +71,8 @@ void BlockPool::FreeBlocks(std::span<const int32_t> block_ids) {
 
 void BlockPool::CacheFullBlocks(std::span<const BlockHash> block_hashes,
                                 std::span<const int32_t> block_ids, int32_t num_cached_blocks,
-                                int32_t num_full_blocks) {
+                                int32_t num_full_blocks, std::span<const int32_t> token_ids,
+                                int32_t block_size) {
   VLLM_CHECK(num_full_blocks <= static_cast<int32_t>(block_hashes.size()) &&
              num_full_blocks <= static_cast<int32_t>(block_ids.size()))
       << "caching " << num_full_blocks << " blocks with " << block_hashes.size() << " hashes";
@@ -80,6 +89,24 @@ void BlockPool::CacheFullBlocks(std::span<const BlockHash> block_hashes,
       block.next_same_hash = first.next_same_hash;
       first.next_same_hash = block.block_id;
     }
+  }
+  if (enable_kv_cache_events_ && num_cached_blocks < num_full_blocks) {
+    VLLM_CHECK(block_size > 0 &&
+               static_cast<int64_t>(token_ids.size()) >= int64_t{num_full_blocks} * block_size)
+        << "BlockStored needs the tokens of " << num_full_blocks << " blocks of " << block_size;
+    ipc::KvBlockStored stored;
+    stored.block_hashes.reserve(num_full_blocks - num_cached_blocks);
+    for (int32_t i = num_cached_blocks; i < num_full_blocks; ++i) {
+      stored.block_hashes.push_back(block_hashes[i].low);
+    }
+    if (num_cached_blocks > 0) stored.parent_block_hash = block_hashes[num_cached_blocks - 1].low;
+    stored.token_ids.assign(token_ids.begin() + int64_t{num_cached_blocks} * block_size,
+                            token_ids.begin() + int64_t{num_full_blocks} * block_size);
+    stored.block_size = block_size;
+    stored.medium = kMediumGpu;
+    stored.group_idx = 0;
+    stored.kv_cache_spec_kind = kFullAttention;
+    kv_event_queue_.emplace_back(std::move(stored));
   }
 }
 
@@ -101,6 +128,13 @@ void BlockPool::MaybeEvictCachedBlock(KVCacheBlock& block) {
     }
     blocks_[prev].next_same_hash = block.next_same_hash;
   }
+  if (enable_kv_cache_events_) {
+    ipc::KvBlockRemoved removed;
+    removed.block_hashes = {block.block_hash.low};
+    removed.medium = kMediumGpu;
+    removed.group_idx = 0;
+    kv_event_queue_.emplace_back(std::move(removed));
+  }
   block.next_same_hash = -1;
   block.has_hash = false;
   block.block_hash = BlockHash{};
@@ -114,7 +148,14 @@ bool BlockPool::ResetPrefixCache() {
     block.has_hash = false;
     block.block_hash = BlockHash{};
   }
+  if (enable_kv_cache_events_) kv_event_queue_.emplace_back(ipc::KvAllBlocksCleared{});
   return true;
+}
+
+std::vector<ipc::KvEvent> BlockPool::TakeEvents() {
+  std::vector<ipc::KvEvent> events;
+  events.swap(kv_event_queue_);
+  return events;
 }
 
 }  // namespace vllm::core

@@ -12,13 +12,18 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_cache_utils.h"
+#include "ipc/kv_events.h"
 
 namespace vllm::core {
 
 class BlockPool {
  public:
-  // All `num_blocks` blocks start free, in id order.
-  BlockPool(int32_t num_blocks, bool enable_caching);
+  // All `num_blocks` blocks start free, in id order. With `enable_kv_cache_events` the pool
+  // records vLLM's KV-cache events (TakeEvents) where vLLM's block_pool.py does: BlockStored
+  // when CacheFullBlocks registers blocks, BlockRemoved when a registered block is evicted,
+  // AllBlocksCleared when ResetPrefixCache succeeds. A block's external hash is the `low` word
+  // of its BlockHash (for the blocks and their parent alike). Without it nothing is recorded.
+  BlockPool(int32_t num_blocks, bool enable_caching, bool enable_kv_cache_events = false);
   BlockPool(const BlockPool&) = delete;
   BlockPool& operator=(const BlockPool&) = delete;
 
@@ -48,18 +53,28 @@ class BlockPool {
 
   // Registers the now-full blocks block_ids[num_cached_blocks, num_full_blocks) under
   // block_hashes[i] (the hashes of the same positions). Blocks already hashed are skipped.
+  // `token_ids` (the request's tokens, at least num_full_blocks * block_size of them) and
+  // `block_size` feed the BlockStored event; unused when events are off.
   void CacheFullBlocks(std::span<const BlockHash> block_hashes, std::span<const int32_t> block_ids,
-                       int32_t num_cached_blocks, int32_t num_full_blocks);
+                       int32_t num_cached_blocks, int32_t num_full_blocks,
+                       std::span<const int32_t> token_ids = {}, int32_t block_size = 0);
 
   // Drops every prefix-cache entry. Only possible when no block is in use (as in vLLM, so
   // that running requests keep consistent hashes); returns whether it happened.
   bool ResetPrefixCache();
+
+  // The events recorded since the last call, oldest first (vLLM's take_events); empty when
+  // events are off.
+  std::vector<ipc::KvEvent> TakeEvents();
+  bool enable_kv_cache_events() const { return enable_kv_cache_events_; }
 
  private:
   // Removes `block`'s prefix-cache entry, if any.
   void MaybeEvictCachedBlock(KVCacheBlock& block);
 
   bool enable_caching_;
+  bool enable_kv_cache_events_;
+  std::vector<ipc::KvEvent> kv_event_queue_;
   std::vector<KVCacheBlock> blocks_;
   FreeKVCacheBlockQueue free_queue_;
   // Hash -> first block registered under it. Several blocks may share a hash when requests

@@ -7,11 +7,11 @@
 namespace vllm::core {
 
 KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t max_model_len,
-                               bool enable_caching)
+                               bool enable_caching, bool enable_kv_cache_events)
     : block_size_(block_size),
       max_model_len_(max_model_len),
       enable_caching_(enable_caching),
-      block_pool_(num_blocks, enable_caching) {
+      block_pool_(num_blocks, enable_caching, enable_kv_cache_events) {
   VLLM_CHECK(block_size > 0) << "block_size must be positive, got " << block_size;
 }
 
@@ -74,7 +74,7 @@ void KVCacheManager::CacheBlocks(Request& request, int32_t num_tokens) {
   if (request.num_cached_blocks >= num_full_blocks) return;
   ExtendBlockHashes(request.all_token_ids, block_size_, request.cache_salt, &request.block_hashes);
   block_pool_.CacheFullBlocks(request.block_hashes, request.block_ids, request.num_cached_blocks,
-                              num_full_blocks);
+                              num_full_blocks, request.all_token_ids, block_size_);
   request.num_cached_blocks = num_full_blocks;
 }
 

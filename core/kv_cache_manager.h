@@ -26,8 +26,9 @@ namespace vllm::core {
 class KVCacheManager {
  public:
   // `num_blocks` blocks of `block_size` tokens each. Both must be positive (checked).
-  KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t max_model_len,
-                 bool enable_caching);
+  // `enable_kv_cache_events`: the block pool records vLLM's KV-cache events (TakeEvents).
+  KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t max_model_len, bool enable_caching,
+                 bool enable_kv_cache_events = false);
   KVCacheManager(const KVCacheManager&) = delete;
   KVCacheManager& operator=(const KVCacheManager&) = delete;
 
@@ -62,6 +63,9 @@ class KVCacheManager {
   PrefixCacheStats MakePrefixCacheStats();
   // Forgets every cached prefix; fails (returns false) while any block is in use.
   bool ResetPrefixCache();
+
+  // The block pool's KV-cache events since the last call (vLLM's take_events).
+  std::vector<ipc::KvEvent> TakeEvents() { return block_pool_.TakeEvents(); }
 
   int32_t block_size() const { return block_size_; }
   bool enable_caching() const { return enable_caching_; }

@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConf
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
       kv_cache_manager_(config.num_gpu_blocks, config.block_size, config.max_model_len,
-                        config.enable_prefix_caching),
+                        config.enable_prefix_caching, config.enable_kv_cache_events),
       waiting_(config.policy) {}
 
 absl::Status Scheduler::AddRequest(EngineCoreRequest request) {

@@ -50,6 +50,8 @@ struct SchedulerConfig {
   int32_t block_size = 16;
   int32_t num_gpu_blocks = 0;
   bool enable_prefix_caching = true;
+  // Record vLLM's KV-cache events in the block pool (--kv-events-config); TakeKvCacheEvents.
+  bool enable_kv_cache_events = false;
 
   // InvalidArgument naming the field when the configuration cannot work (for example a
   // cache too small for one max_model_len request).
@@ -98,6 +100,9 @@ class Scheduler {
   bool HasRequests() const { return HasUnfinishedRequests() || HasFinishedRequests(); }
   // Forgets cached prefixes; false while any block is in use.
   bool ResetPrefixCache() { return kv_cache_manager_.ResetPrefixCache(); }
+  // The KV-cache events since the last call, oldest first (vLLM's scheduler takes them after
+  // each step's update); empty unless enable_kv_cache_events.
+  std::vector<ipc::KvEvent> TakeKvCacheEvents() { return kv_cache_manager_.TakeEvents(); }
 
   // Introspection for tests, benchmarks and stats.
   const SchedulerConfig& config() const { return config_; }
