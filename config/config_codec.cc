@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -94,12 +95,37 @@ absl::Status ReadLoad(const msgpack::object& o, LoadConfig* l) {
   return ReadEnum(r, "load_format", ParseLoadFormat, &l->load_format);
 }
 
+absl::Status ReadKvEvents(const msgpack::object& o, ipc::KvEventsConfig* k) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.kv_events", 8));
+  VLLM_RETURN_IF_ERROR(r.Bool("enable_kv_cache_events", &k->enable));
+  VLLM_RETURN_IF_ERROR(r.String("publisher", kMaxNameBytes, &k->publisher));
+  if (k->publisher != "null" && k->publisher != "zmq") {
+    return r.Error("publisher", "expected \"null\" or \"zmq\"");
+  }
+  VLLM_RETURN_IF_ERROR(r.String("endpoint", ipc::kMaxKvEventsEndpointBytes, &k->endpoint));
+  VLLM_RETURN_IF_ERROR(
+      r.OptionalString("replay_endpoint", ipc::kMaxKvEventsEndpointBytes, &k->replay_endpoint));
+  const auto bounded = [&r](std::string_view field, int64_t lo, int64_t hi,
+                            int64_t* out) -> absl::Status {
+    VLLM_RETURN_IF_ERROR(r.Int(field, out));
+    if (*out < lo || *out > hi) {
+      return r.Error(field, absl::StrFormat("%d outside [%d, %d]", *out, lo, hi));
+    }
+    return absl::OkStatus();
+  };
+  VLLM_RETURN_IF_ERROR(bounded("buffer_steps", 0, ipc::kMaxKvEventsBufferSteps, &k->buffer_steps));
+  VLLM_RETURN_IF_ERROR(bounded("hwm", 0, std::numeric_limits<int32_t>::max(), &k->hwm));
+  VLLM_RETURN_IF_ERROR(
+      bounded("max_queue_size", 1, ipc::kMaxKvEventsQueueSize, &k->max_queue_size));
+  return r.String("topic", ipc::kMaxKvEventsTopicBytes, &k->topic);
+}
+
 }  // namespace
 
 std::string EncodeVllmConfig(const VllmConfig& c) {
   msgpack::sbuffer buf;
   Packer pk(buf);
-  pk.pack_array(8);
+  pk.pack_array(9);
   PackString(pk, kTag);
   pk.pack(kVllmConfigVersion);
   pk.pack_array(5);
@@ -137,6 +163,20 @@ std::string EncodeVllmConfig(const VllmConfig& c) {
   PackString(pk, DeviceName(c.device.device));
   pk.pack_array(1);
   PackString(pk, LoadFormatName(c.load.load_format));
+  const ipc::KvEventsConfig& k = c.kv_events;
+  pk.pack_array(8);
+  pk.pack(k.enable);
+  PackString(pk, k.publisher);
+  PackString(pk, k.endpoint);
+  if (k.replay_endpoint.has_value()) {
+    PackString(pk, *k.replay_endpoint);
+  } else {
+    pk.pack_nil();
+  }
+  pk.pack(k.buffer_steps);
+  pk.pack(k.hwm);
+  pk.pack(k.max_queue_size);
+  PackString(pk, k.topic);
   return std::string(buf.data(), buf.size());
 }
 
@@ -157,7 +197,7 @@ absl::StatusOr<VllmConfig> DecodeVllmConfig(std::string_view bytes) {
   if (!handle.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("VllmConfig: ", handle.status().message()));
   }
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle->get(), "VllmConfig", 8));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle->get(), "VllmConfig", 9));
   std::string tag;
   VLLM_RETURN_IF_ERROR(r.String("tag", kMaxNameBytes, &tag));
   if (tag != kTag) return r.Error("tag", absl::StrCat("expected 'VllmConfig', got '", tag, "'"));
@@ -174,6 +214,7 @@ absl::StatusOr<VllmConfig> DecodeVllmConfig(std::string_view bytes) {
   VLLM_RETURN_IF_ERROR(ReadScheduler(r.Next(), &c.scheduler));
   VLLM_RETURN_IF_ERROR(ReadDevice(r.Next(), &c.device));
   VLLM_RETURN_IF_ERROR(ReadLoad(r.Next(), &c.load));
+  VLLM_RETURN_IF_ERROR(ReadKvEvents(r.Next(), &c.kv_events));
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("VllmConfig: ", s.message()));
   }

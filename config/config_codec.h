@@ -12,7 +12,9 @@
 //    scheduler: [max_num_seqs, max_num_batched_tokens, enable_chunked_prefill,
 //                long_prefill_token_threshold, scheduling_policy],
 //    device:    [device],
-//    load:      [load_format]]
+//    load:      [load_format],
+//    kv_events: [enable_kv_cache_events, publisher, endpoint, replay_endpoint | nil,
+//                buffer_steps, hwm, max_queue_size, topic]]   (version 2)
 // with every enum as its flag spelling ("bfloat16", "priority", ...) and gpu_memory_utilization
 // always a float64. Decoding is bounded (kMaxEncodedConfigBytes, strings ≤ kMaxPathBytes, depth
 // 2, arrays ≤ 16), names the field at fault, and validates the result (VllmConfig::Validate):
@@ -34,7 +36,7 @@
 
 namespace vllm::config {
 
-inline constexpr uint8_t kVllmConfigVersion = 1;
+inline constexpr uint8_t kVllmConfigVersion = 2;
 inline constexpr size_t kMaxEncodedConfigBytes = 16 * 1024;
 // The descriptor number a child process finds its config on.
 inline constexpr int kConfigFd = 3;

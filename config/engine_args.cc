@@ -33,6 +33,7 @@ absl::StatusOr<VllmConfig> EngineArgs::CreateEngineConfig() const {
   c.scheduler.long_prefill_token_threshold = long_prefill_token_threshold;
   c.scheduler.policy = scheduling_policy;
   c.device.device = device;
+  c.kv_events = kv_events;
   VLLM_RETURN_IF_ERROR(c.Validate());
   return c;
 }

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ipc/kv_events.h"
 
 namespace vllm::config {
 
@@ -161,6 +162,9 @@ struct VllmConfig {
   SchedulerConfig scheduler;
   DeviceConfig device;
   LoadConfig load;
+  // --kv-events-config (vLLM's kv_events_config): each engine core publishes its KV-cache
+  // events; its endpoint is offset by the engine's data-parallel rank.
+  ipc::KvEventsConfig kv_events;
 
   // Every part's checks, then the ones across parts. InvalidArgument naming the flag.
   [[nodiscard]] absl::Status Validate() const;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "core/engine_handshake.h"
@@ -163,6 +164,20 @@ class EngineCoreProc::Impl {
     });
 
     absl::StatusOr<std::unique_ptr<EngineCore>> engine = options_.make_engine();
+    if (engine.ok() && options_.kv_events.enable) {
+      absl::StatusOr<std::unique_ptr<ipc::KvEventPublisher>> publisher =
+          ipc::KvEventPublisher::Create(ipc::ZmqContext(), options_.kv_events,
+                                        options_.kv_events_rank);
+      if (publisher.ok()) {
+        kv_publisher_ = std::move(*publisher);
+        if (!kv_publisher_->BoundEndpoint().empty()) {
+          spdlog::info("engine {}: publishing KV-cache events on {}", options_.engine_index,
+                       kv_publisher_->BoundEndpoint());
+        }
+      } else {
+        engine = publisher.status();
+      }
+    }
     std::string kind, payload;
     if (engine.ok()) {
       engine_ = std::move(*engine);
@@ -441,9 +456,22 @@ class EngineCoreProc::Impl {
       absl::StatusOr<EngineCore::StepResult> step = engine_->RunOneStep();
       if (!step.ok()) return ReportExecutorFailure(step.status());
       if (step->outputs.has_value()) SendStepOutputs(*step->outputs);
+      PublishKvEvents();
     }
     absl::MutexLock lock(&mu_);
     return lost_;  // OK unless the frontend was lost
+  }
+
+  // The step's KV-cache events as one batch (vLLM's scheduler does this after each update).
+  void PublishKvEvents() {
+    if (kv_publisher_ == nullptr) return;
+    std::vector<ipc::KvEvent> events = engine_->scheduler().TakeKvCacheEvents();
+    if (events.empty()) return;
+    ipc::KvEventBatch batch;
+    batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    batch.events = std::move(events);
+    batch.data_parallel_rank = options_.kv_events_rank;
+    kv_publisher_->Publish(std::move(batch));
   }
 
   // EXECUTOR_FAILED: tells every client, then the main loop goes down with `status`.
@@ -564,8 +592,9 @@ class EngineCoreProc::Impl {
 
   const EngineCoreProcOptions options_;
   std::atomic<bool> stop_{false};
-  std::unique_ptr<EngineCore> engine_;  // main loop only
-  SchedulerStats last_sent_stats_;      // main loop only
+  std::unique_ptr<EngineCore> engine_;                   // main loop only
+  std::unique_ptr<ipc::KvEventPublisher> kv_publisher_;  // main loop only (null: no events)
+  SchedulerStats last_sent_stats_;                       // main loop only
   // The API servers, fixed after the handshake: input sockets are the input thread's, output
   // sockets the output thread's.
   std::vector<std::unique_ptr<Frontend>> frontends_;

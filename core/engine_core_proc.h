@@ -47,7 +47,9 @@
 // "ping".
 //
 // Threads: "vllm-ec-input" (decodes frames into the input queue), the caller's thread (main
-// loop: owns the EngineCore), "vllm-ec-output" (encodes and sends). The main loop blocks on
+// loop: owns the EngineCore), "vllm-ec-output" (encodes and sends), and with
+// --kv-events-config "vllm-kv-events" (ipc::KvEventPublisher: encodes and publishes the KV
+// events the main loop hands it, never blocking the loop). The main loop blocks on
 // the input queue when there is no work, so an idle engine uses no CPU.
 #ifndef VLLM_CORE_ENGINE_CORE_PROC_H_
 #define VLLM_CORE_ENGINE_CORE_PROC_H_
@@ -64,6 +66,7 @@
 #include "absl/time/time.h"
 #include "core/engine_core.h"
 #include "ipc/curve.h"
+#include "ipc/kv_events.h"
 
 namespace vllm::core {
 
@@ -83,6 +86,14 @@ struct EngineCoreProcOptions {
   std::vector<std::string> extra_handshake_addresses;
   // TCP: CURVE with the cluster key on every socket (the head must use the same key).
   std::optional<ipc::CurveKeys> curve;
+  // --kv-events-config: after each step that recorded KV-cache events, the engine publishes
+  // them as one batch (ts = wall clock, data_parallel_rank = kv_events_rank, as vLLM's
+  // scheduler and publisher do) on a KvEventPublisher whose endpoints are offset by
+  // kv_events_rank (the global data-parallel rank). Created with the engine; a publisher that
+  // cannot bind fails the start-up (FAILED). The engine's scheduler must record events
+  // (SchedulerConfig::enable_kv_cache_events) for anything to be sent.
+  ipc::KvEventsConfig kv_events;
+  int32_t kv_events_rank = 0;
   // Builds the engine (loads the model through its executor); called after HELLO/CONFIG.
   std::function<absl::StatusOr<std::unique_ptr<EngineCore>>()> make_engine;
   // From HELLO to READY (vLLM's VLLM_ENGINE_READY_TIMEOUT_S, default 600 s).

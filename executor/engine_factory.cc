@@ -52,6 +52,7 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
   s.max_num_batched_tokens = c.scheduler.max_num_batched_tokens;
   s.block_size = c.cache.block_size;
   s.enable_prefix_caching = c.cache.enable_prefix_caching;
+  s.enable_kv_cache_events = c.kv_events.enable;
   s.enable_chunked_prefill = c.scheduler.enable_chunked_prefill;
   s.long_prefill_token_threshold = c.scheduler.long_prefill_token_threshold;
   s.policy = c.scheduler.policy;

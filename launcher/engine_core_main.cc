@@ -110,6 +110,14 @@ int RunEngineCore(const std::vector<std::string>& args) {
 
   const config::VllmConfig config = flags->config;
   core::EngineCoreProcOptions options = flags->proc;
+  options.kv_events = config.kv_events;
+  options.kv_events_rank = config.parallel.data_parallel_rank;
+  if (config.kv_events.enable && !config.cache.enable_prefix_caching) {
+    // vLLM's warning; the block pool then registers no blocks, so only resets are published.
+    spdlog::warn(
+        "KV cache events are on, but prefix caching is not enabled. Use --enable-prefix-caching "
+        "to enable.");
+  }
   options.make_engine = [config]() -> absl::StatusOr<std::unique_ptr<core::EngineCore>> {
     VLLM_ASSIGN_OR_RETURN(executor::BuiltEngine built, executor::BuildEngineCore(config));
     return std::move(built.core);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "ipc/curve.h"
+#include "ipc/kv_events.h"
 #include "worker/worker.h"
 
 namespace vllm::launcher {
@@ -110,7 +111,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   int64_t seed = 0;
   int32_t dp_local = 1, dp_start_rank = 0, dp_rpc_port = 13345;
   std::string dp_address = "127.0.0.1";
-  std::string api_key, chat_template;
+  std::string api_key, chat_template, kv_events_config;
   int32_t num_gpu_blocks_override = 0;
 
   CLI::App app("Start the vLLM-compatible OpenAI API server (vllm-launch).", "vllm-launch");
@@ -245,6 +246,12 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "Largest prefill chunk of one request (0: no limit).")
       ->check(CLI::Range(0, 1 << 24))
       ->group("SchedulerConfig");
+  app.add_option("--kv-events-config", kv_events_config,
+                 "KV-cache events as JSON (vLLM's KVEventsConfig), e.g. "
+                 "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://*:5557\"}': each "
+                 "engine core publishes its block stores and removals on ZMQ PUB (port + its "
+                 "data-parallel rank).")
+      ->group("VllmConfig");
   app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", enable_chunked_prefill,
                "Split long prompts across steps (default on).")
       ->group("SchedulerConfig");
@@ -319,6 +326,23 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   if (!chat_template.empty()) a.chat_template = chat_template;
   e.enable_prefix_caching = enable_prefix_caching;
   e.enable_chunked_prefill = enable_chunked_prefill;
+  if (app.count("--kv-events-config") > 0) {
+    VLLM_ASSIGN_OR_RETURN(e.kv_events, ipc::ParseKvEventsConfig(kv_events_config));
+    const ipc::KvEventsConfig& k = e.kv_events;
+    if (k.enable && k.publisher == "zmq" && a.data_parallel_size > 1) {
+      // Each replica offsets the port by its rank (vLLM does the same, and fails at start-up
+      // on anything else); refuse it before anything starts.
+      for (const std::string* ep :
+           {&k.endpoint, k.replay_endpoint ? &*k.replay_endpoint : nullptr}) {
+        if (ep != nullptr && ipc::OffsetEndpointForRank(*ep, 1) == *ep) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--kv-events-config: endpoint '", *ep, "' cannot be offset per data-parallel rank (",
+              "--data-parallel-size ", a.data_parallel_size,
+              "): use tcp://host:port (rank r takes port + r) or inproc://name"));
+        }
+      }
+    }
+  }
   VLLM_ASSIGN_OR_RETURN(e.scheduling_policy, config::ParseSchedulingPolicy(scheduling_policy));
   if (!backend.empty()) {
     VLLM_ASSIGN_OR_RETURN(e.distributed_executor_backend, config::ParseExecutorBackend(backend));

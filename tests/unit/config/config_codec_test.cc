@@ -45,6 +45,14 @@ VllmConfig Everything() {
   c.scheduler.policy = SchedulingPolicy::kPriority;
   c.device.device = Device::kCuda;
   c.load.load_format = LoadFormat::kSafetensors;
+  c.kv_events.enable = true;
+  c.kv_events.publisher = "zmq";
+  c.kv_events.endpoint = "tcp://10.0.0.1:6000";
+  c.kv_events.replay_endpoint = "tcp://*:6100";
+  c.kv_events.buffer_steps = 11;
+  c.kv_events.hwm = 12;
+  c.kv_events.max_queue_size = 13;
+  c.kv_events.topic = "kv@pod";
   return c;
 }
 
@@ -113,7 +121,7 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
   };
   const std::vector<Case> cases = {
       {0, [](auto& pk) { pk.pack(std::string("EngineCoreRequest")); }, "VllmConfig.tag"},
-      {1, [](auto& pk) { pk.pack(2); }, "VllmConfig.version"},
+      {1, [](auto& pk) { pk.pack(1); }, "VllmConfig.version"},
       {2, [](auto& pk) { pk.pack(7); }, "VllmConfig.model"},
       {2,
        [](auto& pk) {
@@ -157,6 +165,29 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
          pk.pack(std::string("tpu"));
        },
        "VllmConfig.device.device"},
+      {8,
+       [](auto& pk) {
+         pk.pack_array(8);
+         pk.pack(true);
+         pk.pack(std::string("kafka"));  // publisher
+         for (int i = 0; i < 2; ++i) pk.pack(std::string("tcp://*:1"));
+         for (int i = 0; i < 3; ++i) pk.pack(1);
+         pk.pack(std::string(""));
+       },
+       "VllmConfig.kv_events.publisher"},
+      {8,
+       [](auto& pk) {
+         pk.pack_array(8);
+         pk.pack(true);
+         pk.pack(std::string("zmq"));
+         pk.pack(std::string("tcp://*:1"));
+         pk.pack_nil();
+         pk.pack(int64_t{1} << 40);  // buffer_steps over the bound
+         pk.pack(1);
+         pk.pack(1);
+         pk.pack(std::string(""));
+       },
+       "VllmConfig.kv_events.buffer_steps"},
   };
   for (const Case& k : cases) {
     absl::StatusOr<VllmConfig> d = DecodeVllmConfig(WithPart(k.index, k.part));

@@ -162,6 +162,31 @@ TEST(ServeArgsTest, DataParallelLoadBalancingModes) {
   }
 }
 
+TEST(ServeArgsTest, KvEventsConfigReachesTheEngineConfig) {
+  auto p = Parse({"--kv-events-config",
+                  R"({"enable_kv_cache_events": true, "endpoint": "tcp://*:6000", "topic": "kv"})",
+                  "-dp", "2"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ipc::KvEventsConfig& k = p->args->config.kv_events;
+  EXPECT_TRUE(k.enable);
+  EXPECT_EQ(k.publisher, "zmq");
+  EXPECT_EQ(k.endpoint, "tcp://*:6000");
+  EXPECT_EQ(k.topic, "kv");
+  EXPECT_FALSE(Parse({})->args->config.kv_events.enable);
+  // Refused before anything starts, naming the flag.
+  for (std::vector<std::string> argv : {
+           std::vector<std::string>{"--kv-events-config", R"({"enable": true})"},
+           std::vector<std::string>{"--kv-events-config", "not json"},
+           std::vector<std::string>{
+               "--kv-events-config",
+               R"({"enable_kv_cache_events": true, "endpoint": "ipc:///tmp/kv"})", "-dp", "2"},
+       }) {
+    auto bad = Parse(argv);
+    ASSERT_FALSE(bad.ok()) << argv[1];
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--kv-events-config"));
+  }
+}
+
 TEST(ServeArgsTest, HelpReadsLikeVllm) {
   auto p = Parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();
