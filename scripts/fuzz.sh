@@ -34,10 +34,10 @@ declare -A MAX_LEN=(
   [http_request]=16384 [json_request]=16384 [engine_protocol]=4096 [worker_protocol]=4096
   [vllm_config]=8192 [engine_handshake]=2048 [dp_coordinator]=8192
   [safetensors]=8192 [model_config]=8192 [tokenizer]=16384 [tokenizer_text]=2048
-  [chat_template]=8192 [router_request]=16384)
+  [chat_template]=8192 [router_request]=16384 [kv_events]=8192)
 declare -A DICT=(
   [http_request]=http [json_request]=json [safetensors]=json [model_config]=json
-  [tokenizer]=json [chat_template]=jinja [router_request]=json)
+  [tokenizer]=json [chat_template]=jinja [router_request]=json [kv_events]=json)
 
 if (($# > 0)); then
   TARGETS=("$@")

@@ -1,6 +1,6 @@
 // Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
 // into <out>/engine_protocol/, <out>/worker_protocol/, <out>/vllm_config/,
-// <out>/engine_handshake/ and <out>/dp_coordinator/ (normally tests/fuzz/corpus).
+// <out>/engine_handshake/, <out>/dp_coordinator/ and <out>/kv_events/ (normally tests/fuzz/corpus).
 // Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
 //   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
 // Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
@@ -16,6 +16,7 @@
 #include "core/dp_coordinator.h"
 #include "core/engine_handshake.h"
 #include "ipc/handle.h"
+#include "ipc/kv_events.h"
 #include "worker/worker_protocol.h"
 
 namespace vllm::fuzz {
@@ -236,6 +237,28 @@ void CoordinatorSeeds(const fs::path& dir) {
   Write(dir, "publication", core::EncodeLoadPublication(p));
 }
 
+void KvEventSeeds(const fs::path& dir) {
+  ipc::KvEventBatch b;
+  b.ts = 1789095808.5;
+  ipc::KvBlockStored stored;
+  stored.block_hashes = {15760518052499183552ULL, 7};
+  stored.token_ids = {1, 200, 70000, 128000};
+  stored.block_size = 2;
+  stored.medium = "GPU";
+  stored.group_idx = 0;
+  stored.kv_cache_spec_kind = "full_attention";
+  ipc::KvBlockRemoved removed;
+  removed.block_hashes = {7};
+  removed.medium = "GPU";
+  b.events = {stored, removed, ipc::KvAllBlocksCleared{}};
+  b.data_parallel_rank = 1;
+  Write(dir, "batch", ipc::EncodeKvEventBatch(b));
+  Write(dir, "config",
+        R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",)"
+        R"( "replay_endpoint": null, "buffer_steps": 10000, "hwm": 100000,)"
+        R"( "max_queue_size": 100000, "topic": "kv"})");
+}
+
 void HandshakeSeeds(const fs::path& dir) {
   Write(dir, "hello", core::EncodeHello({2, 4, "node-b"}));
   Write(dir, "ready", core::EncodeReady({2, 682, 1024}));
@@ -260,5 +283,6 @@ int main(int argc, char** argv) {
   vllm::fuzz::ConfigSeeds(root / "vllm_config");
   vllm::fuzz::HandshakeSeeds(root / "engine_handshake");
   vllm::fuzz::CoordinatorSeeds(root / "dp_coordinator");
+  vllm::fuzz::KvEventSeeds(root / "kv_events");
   return 0;
 }
