@@ -55,6 +55,7 @@ absl::string_view Sv(beast::string_view s) { return absl::string_view(s.data(), 
 constexpr auto kUse = net::use_awaitable;
 constexpr std::chrono::seconds kClientIoTimeout{60};
 constexpr size_t kRelayBufferBytes = 16384;
+constexpr uint64_t kMaxBodyReadBufferBytes = uint64_t{1} << 20;
 
 std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -696,7 +697,17 @@ class Router::Impl {
       parser.body_limit(options_.max_payload_size);
       parser.header_limit(64 * 1024);
       stream.expires_after(kClientIoTimeout);
-      co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
+      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(kUse, ec));
+      if (!ec && !parser.is_done()) {
+        // Beast reads at most the buffer's free capacity (512 bytes at least): make room for
+        // a large body, so it arrives in a few reads instead of one per 512 bytes.
+        const auto length = parser.content_length();
+        if (length.has_value() && *length > buffer.capacity() - buffer.size()) {
+          buffer.reserve(buffer.size() +
+                         static_cast<size_t>(std::min<uint64_t>(*length, kMaxBodyReadBufferBytes)));
+        }
+        co_await http::async_read(stream, buffer, parser, net::redirect_error(kUse, ec));
+      }
       if (ec == http::error::body_limit) {
         co_await WriteSimple(
             stream, 11, false, 413,
@@ -1096,6 +1107,7 @@ class Router::Impl {
       up->expires_after(timeout);
       co_await http::async_write(*up, forward, net::redirect_error(kUse, ec));
       beast::flat_buffer up_buffer;
+      up_buffer.reserve(kRelayBufferBytes);  // read the worker's answer in pieces of this size
       http::response_parser<http::buffer_body> parser;
       parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       if (!ec) {
@@ -1124,82 +1136,87 @@ class Router::Impl {
     }
   }
 
+  // Relays the worker's response: the head (hop-by-hop fields replaced), then the body as it
+  // arrives. A body with a Content-Length (not SSE) keeps it; others are chunked to HTTP/1.1
+  // clients and sent raw, then closed, to HTTP/1.0 ones. Each piece read from the worker is one
+  // gathered write: the head goes out with the first piece, the end of a chunked body with the
+  // last (a small response is one write).
   net::awaitable<Outcome> Relay(beast::tcp_stream& stream, const Request& req, const Worker& w,
                                 beast::tcp_stream& up, beast::flat_buffer& up_buffer,
                                 http::response_parser<http::buffer_body>& parser) {
     const auto& head = parser.get();
-    const bool chunked = req.version() >= 11;  // HTTP/1.0 clients: raw body, then close
-    const bool keep_alive = chunked && req.keep_alive() && !draining_;
-    const std::string content_type(head[http::field::content_type]);
-    const bool sse = absl::StartsWith(content_type, "text/event-stream");
-    std::string head_text = absl::StrCat("HTTP/1.", chunked ? "1" : "0", " ", head.result_int(),
-                                         " ", Sv(head.reason()), "\r\n");
+    const bool http11 = req.version() >= 11;
+    const bool keep_alive = http11 && req.keep_alive() && !draining_;
+    const bool sse = absl::StartsWith(Sv(head[http::field::content_type]), "text/event-stream");
+    const auto length = parser.content_length();
+    const bool chunked = http11 && (sse || !length.has_value());
+    std::string head_text = absl::StrCat("HTTP/1.", http11 ? "1" : "0", " ", head.result_int(), " ",
+                                         Sv(head.reason()), "\r\n");
     for (const auto& field : head.base()) {
       if (!IsHopByHop(Sv(field.name_string()))) {
         absl::StrAppend(&head_text, Sv(field.name_string()), ": ", Sv(field.value()), "\r\n");
       }
     }
-    absl::StrAppend(&head_text, "X-Router-Worker: ", w.address.url, "\r\n",
-                    chunked ? "Transfer-Encoding: chunked\r\n" : "",
-                    keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n", "\r\n");
-    beast::error_code ec;
-    stream.expires_after(kClientIoTimeout);
-    co_await net::async_write(stream, net::buffer(head_text), net::redirect_error(kUse, ec));
-    if (ec) co_return Outcome::kDoneClose;
+    absl::StrAppend(&head_text, "X-Router-Worker: ", w.address.url, "\r\n");
+    if (chunked) {
+      absl::StrAppend(&head_text, "Transfer-Encoding: chunked\r\n");
+    } else if (http11) {
+      absl::StrAppend(&head_text, "Content-Length: ", *length, "\r\n");
+    }
+    absl::StrAppend(&head_text,
+                    keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
 
-    const Outcome outcome = co_await RelayBody(stream, up, up_buffer, parser, chunked, sse);
-    co_return keep_alive ? outcome : Outcome::kDoneClose;
-  }
-
-  net::awaitable<Outcome> RelayBody(beast::tcp_stream& stream, beast::tcp_stream& up,
-                                    beast::flat_buffer& up_buffer,
-                                    http::response_parser<http::buffer_body>& parser, bool chunked,
-                                    bool sse) {
     const auto timeout = Millis(options_.request_timeout_secs);
     std::vector<char> buf(kRelayBufferBytes);
-    beast::error_code ec;
-    while (!parser.is_done()) {
-      parser.get().body().data = buf.data();
-      parser.get().body().size = buf.size();
-      up.expires_after(timeout);
-      co_await http::async_read_some(up, up_buffer, parser, net::redirect_error(kUse, ec));
-      if (ec == http::error::need_buffer) ec = {};
-      const size_t n = buf.size() - parser.get().body().size;
-      if (n > 0) {
-        beast::error_code wec;
-        const std::string size_line = absl::StrFormat("%x\r\n", n);
-        stream.expires_after(kClientIoTimeout);
-        if (chunked) {
-          const std::array<net::const_buffer, 3> parts = {
-              net::buffer(size_line), net::buffer(buf.data(), n), net::buffer("\r\n", 2)};
-          co_await net::async_write(stream, parts, net::redirect_error(kUse, wec));
-        } else {
-          co_await net::async_write(stream, net::buffer(buf.data(), n),
-                                    net::redirect_error(kUse, wec));
-        }
-        if (wec) co_return Outcome::kDoneClose;  // the client left: `up` closes on return
+    std::vector<net::const_buffer> parts;
+    bool head_sent = false;
+    while (true) {
+      beast::error_code ec;
+      size_t n = 0;
+      if (!parser.is_done()) {
+        parser.get().body().data = buf.data();
+        parser.get().body().size = buf.size();
+        up.expires_after(timeout);
+        co_await http::async_read_some(up, up_buffer, parser, net::redirect_error(kUse, ec));
+        if (ec == http::error::need_buffer) ec = {};
+        n = buf.size() - parser.get().body().size;
       }
-      if (ec) {
-        // The worker failed after bytes reached the client: no retry. An SSE client gets an
-        // error event and a well-formed end; any other client a truncated body.
-        if (!sse || !chunked) co_return Outcome::kDoneClose;
+      const bool done = !ec && parser.is_done();
+      parts.clear();
+      if (!head_sent) parts.push_back(net::buffer(head_text));
+      std::string size_line;
+      if (n > 0 && chunked) {
+        size_line = absl::StrFormat("%x\r\n", n);
+        parts.push_back(net::buffer(size_line));
+        parts.push_back(net::buffer(buf.data(), n));
+        parts.push_back(net::buffer("\r\n", 2));
+      } else if (n > 0) {
+        parts.push_back(net::buffer(buf.data(), n));
+      }
+      // The worker failed after the response began: no retry. An SSE client gets an error
+      // event and a well-formed end; any other client a truncated body (connection closed).
+      std::string error_chunk;
+      if (ec && sse && chunked) {
         const std::string event =
             absl::StrCat("data: ",
                          ErrorJson(502, "ServiceUnavailableError",
                                    absl::StrCat("the worker failed mid-stream: ", ec.message())),
                          "\n\n");
-        const std::string chunk = absl::StrFormat("%x\r\n%s\r\n0\r\n\r\n", event.size(), event);
-        stream.expires_after(kClientIoTimeout);
-        co_await net::async_write(stream, net::buffer(chunk), net::redirect_error(kUse, ec));
-        co_return Outcome::kDoneClose;
+        error_chunk = absl::StrFormat("%x\r\n%s\r\n", event.size(), event);
+        parts.push_back(net::buffer(error_chunk));
       }
-    }
-    if (chunked) {
-      stream.expires_after(kClientIoTimeout);
-      co_await net::async_write(stream, net::buffer("0\r\n\r\n", 5), net::redirect_error(kUse, ec));
+      if (chunked && (done || !error_chunk.empty())) parts.push_back(net::buffer("0\r\n\r\n", 5));
+      if (!parts.empty()) {
+        beast::error_code wec;
+        stream.expires_after(kClientIoTimeout);
+        co_await net::async_write(stream, parts, net::redirect_error(kUse, wec));
+        if (wec) co_return Outcome::kDoneClose;  // the client left: `up` closes on return
+        head_sent = true;
+      }
       if (ec) co_return Outcome::kDoneClose;
+      if (done) break;
     }
-    co_return Outcome::kDone;
+    co_return keep_alive ? Outcome::kDone : Outcome::kDoneClose;
   }
 
   RouterOptions options_;

@@ -4,7 +4,8 @@
 // restart; cache_aware keeps a repeated long prompt on one worker; workers are added and
 // removed at run time without dropping a stream in flight; a client leaving (mid-stream, or
 // before a non-streamed answer) ends the request on the worker; SIGTERM drains a stream in
-// flight, then the router exits.
+// flight, then the router exits; kv_aware follows the prefixes the workers' KV-cache events
+// report.
 //
 // The three workers are started once for the suite (starting them is most of the test's
 // time); each test starts its own router. Every wait polls a condition with a deadline; every
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,9 +70,21 @@ std::unique_ptr<Subprocess> StartAndWaitReady(const std::vector<std::string>& ar
   return proc;
 }
 
-std::vector<std::string> WorkerArgv(int port) {
-  return {testing::BinDir() + "/vllm-launch", "--port", absl::StrCat(port), "--kv-cache-memory",
-          "64MiB"};
+// Where worker `i` publishes its KV-cache events (an ipc:// endpoint in the suite's own
+// directory: no port to race for).
+std::string* events_dir = nullptr;
+std::string EventsEndpoint(int i) { return absl::StrCat("ipc://", *events_dir, "/kv-", i); }
+
+std::vector<std::string> WorkerArgv(int i, int port) {
+  return {
+      testing::BinDir() + "/vllm-launch",
+      "--port",
+      absl::StrCat(port),
+      "--kv-cache-memory",
+      "64MiB",
+      "--kv-events-config",
+      json{{"enable_kv_cache_events", true}, {"publisher", "zmq"}, {"endpoint", EventsEndpoint(i)}}
+          .dump()};
 }
 
 std::string Url(int port) { return absl::StrCat("http://127.0.0.1:", port); }
@@ -109,10 +123,13 @@ class RouterProcessTest : public ::testing::Test {
   static void SetUpTestSuite() {
     ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);  // orphans come to us: we can reap them
     workers_ = new std::vector<std::unique_ptr<Subprocess>>();
+    char dir[] = "/tmp/router-kv-events-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    events_dir = new std::string(dir);
     // Spawn all three first, so they load side by side.
     std::vector<Subprocess> started;
     for (int i = 0; i < kWorkers; ++i) {
-      auto p = Subprocess::Spawn(WorkerArgv(0));
+      auto p = Subprocess::Spawn(WorkerArgv(i, 0));
       ASSERT_TRUE(p.ok()) << p.status();
       started.push_back(std::move(*p));
     }
@@ -135,6 +152,12 @@ class RouterProcessTest : public ::testing::Test {
     }
     EXPECT_TRUE(testing::ServeTest::Descendants().empty()) << "processes left behind";
     for (pid_t pid : testing::ServeTest::Descendants()) kill(pid, SIGKILL);
+    if (events_dir != nullptr) {
+      std::error_code ec;
+      std::filesystem::remove_all(*events_dir, ec);  // sockets of killed workers stay behind
+      delete events_dir;
+      events_dir = nullptr;
+    }
   }
 
   void SetUp() override {
@@ -291,6 +314,68 @@ TEST_F(RouterProcessTest, CacheAwareSendsARepeatedLongPromptToOneWorker) {
     used += WorkerSeries(after, "vllm_router_requests_total", ports_[i]) > 0 ? 1 : 0;
   }
   EXPECT_EQ(used, 3);
+}
+
+// kv_aware: the router learns from the workers' KV-cache events which worker holds which
+// prefix, and sends a request sharing a long prefix there.
+TEST_F(RouterProcessTest, KvAwareFollowsTheWorkersCachedBlocks) {
+  std::vector<std::string> flags = {
+      "--policy", "kv_aware", "--model-path",
+      (std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny").string()};
+  for (int i = 0; i < kWorkers; ++i) {
+    flags.push_back("--kv-event-source");
+    flags.push_back(absl::StrCat(Url(ports_[i]), "=", EventsEndpoint(i)));
+  }
+  ASSERT_NO_FATAL_FAILURE(StartRouter(flags));
+  const std::string prompt =
+      "In the beginning God created the heaven and the earth. And the earth was without form, "
+      "and void; and darkness was upon the face of the deep. And the Spirit of God moved upon "
+      "the face of the waters. And God said, Let there be light: and there was light.";
+  auto first = Complete(prompt, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->status, 200) << first->body;
+  int holder = -1;
+  const testing::MetricSamples m = testing::ScrapeMetrics(router_port_);
+  for (int i = 0; i < kWorkers; ++i) {
+    if (WorkerSeries(m, "vllm_router_requests_total", ports_[i]) == 1) holder = i;
+  }
+  ASSERT_GE(holder, 0);
+  // The holder's engine reports the prompt's blocks (the index counts them; before this only
+  // the router's own prediction knew).
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (WorkerSeries(testing::ScrapeMetrics(router_port_), "vllm_router_kv_blocks",
+                      ports_[holder]) < 3 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+  }
+  ASSERT_GE(
+      WorkerSeries(testing::ScrapeMetrics(router_port_), "vllm_router_kv_blocks", ports_[holder]),
+      3);
+  const double hits_before =
+      testing::ScrapeMetrics(ports_[holder])
+          .at("vllm:prefix_cache_hits_total{model_name=\"kjv-llama-tiny\",engine=\"0\"}");
+  // Prompts extending it go to the holder, and hit its prefix cache.
+  for (int i = 0; i < 4; ++i) {
+    auto r = Complete(absl::StrCat(prompt, " And God saw the light ", i), 2);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  const testing::MetricSamples after = testing::ScrapeMetrics(router_port_);
+  EXPECT_EQ(WorkerSeries(after, "vllm_router_requests_total", ports_[holder]), 5);
+  EXPECT_GT(testing::ScrapeMetrics(ports_[holder])
+                .at("vllm:prefix_cache_hits_total{model_name=\"kjv-llama-tiny\",engine=\"0\"}"),
+            hits_before + 4 * 16);
+  // Chat requests are tokenized through the chat template, and routed too.
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "And God said"}}}},
+                     {"max_tokens", 2}};
+  auto c = testing::Http(router_port_, "POST", "/v1/chat/completions", chat.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->status, 200) << c->body;
+  EXPECT_EQ(after.at("vllm_router_untokenized_requests_total"), 0);
+  for (int i = 0; i < kWorkers; ++i) {
+    EXPECT_GT(WorkerSeries(after, "vllm_router_kv_event_batches_total", ports_[i]), -1);
+    EXPECT_EQ(WorkerSeries(after, "vllm_router_kv_event_errors_total", ports_[i]), 0);
+  }
 }
 
 TEST_F(RouterProcessTest, WorkersAddedAndRemovedAtRunTimeWithoutDroppingAStream) {
@@ -515,7 +600,7 @@ TEST_F(RouterProcessTest, KilledWorkerIsRetriedAroundEjectedAndReadmitted) {
   // Restart it on its port: re-admitted after a successful check.
   int port = 0;
   (*workers_)[0].reset();
-  (*workers_)[0] = StartAndWaitReady(WorkerArgv(ports_[0]), &port);
+  (*workers_)[0] = StartAndWaitReady(WorkerArgv(0, ports_[0]), &port);
   ASSERT_NE((*workers_)[0], nullptr);
   ASSERT_EQ(port, ports_[0]);
   const absl::Time admit_deadline = absl::Now() + absl::Seconds(10);
