@@ -38,8 +38,9 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   // q/k/v projections carry a bias (Qwen2: always; Llama: "attention_bias").
   bool attention_bias = false;
-  // Mistral's sliding_window is recorded but not applied (whole-context attention); a
-  // model whose contexts stay within the window behaves identically.
+  // The attention window when the config switches one on (Mistral; Qwen2 with
+  // use_sliding_window). Not implemented: executor::ResolveVllmConfig limits max_model_len to
+  // it, where whole-context attention gives the same result.
   std::optional<int32_t> sliding_window;
   std::optional<int32_t> bos_token_id;
   // From generation_config.json when present (it wins), else config.json; an int or a list.
