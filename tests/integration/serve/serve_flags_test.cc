@@ -251,6 +251,16 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     Covered("--version", v.exit_code == 0 && absl::StrContains(v.output, "vllm-launch "), v.output);
   }
 
+  // --kv-events-config: its effect (the engine publishes KV-cache events) is
+  // serve_kv_events_test's; here, a bad value is refused before anything starts.
+  {
+    const CliResult r = RunCli({"--kv-events-config", R"({"enable_kv_cache_events": "yes"})"});
+    Covered("--kv-events-config",
+            r.exit_code == 2 && absl::StrContains(r.output, "--kv-events-config") &&
+                absl::StrContains(r.output, "enable_kv_cache_events"),
+            r.output);
+  }
+
   // Flags that cannot work yet are refused, naming the flag, before anything starts.
   for (const std::vector<std::string>& args :
        std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"}}) {
