@@ -176,6 +176,7 @@ struct Prepared {
   ResponseMeta meta;
   GenerationOptions options;
   bool logprobs = false;
+  std::vector<std::string> echo_texts;   // per prompt (echo), else empty
   std::vector<std::string> request_ids;  // started in the engine, in choice order
 };
 
@@ -189,6 +190,7 @@ const char* const kRoutes[][2] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
     {"/v1/models", "GET"},       {"/health", "GET"},
     {"/version", "GET"},         {"/metrics", "GET"},
+    {"/tokenize", "POST"},       {"/detokenize", "POST"},
 };
 
 std::string ErrorJson(int code, absl::string_view type, absl::string_view message) {
@@ -357,6 +359,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (path == "/v1/completions") return HandleGenerate(ApiKind::kCompletion);
     if (path == "/v1/chat/completions") return HandleGenerate(ApiKind::kChat);
+    if (path == "/tokenize") return HandleTokenization(&frontend::HandleTokenize);
+    if (path == "/detokenize") return HandleTokenization(&frontend::HandleDetokenize);
     if (path == "/v1/models") return HandleModels();
     if (path == "/health") return HandleHealth();
     if (path == "/version") {
@@ -440,6 +444,29 @@ class Session : public std::enable_shared_from_this<Session> {
         absl::StrCat("Content-Type must be application/json, got '", value.substr(0, 100), "'"));
   }
 
+  // POST /tokenize, /detokenize: `handler` runs on the preprocessing pool (a 10 MB prompt
+  // must not stall the I/O threads); the answer is written from the strand.
+  using TokenizationHandler = absl::StatusOr<nlohmann::json> (*)(std::string_view,
+                                                                 const EngineClient&);
+  void HandleTokenization(TokenizationHandler handler) {
+    if (absl::Status s = CheckContentType(); !s.ok()) return SendError(s);
+    Strand strand = stream_.get_executor();
+    auto job = [self = shared_from_this(), strand, handler, ctx = ctx_,
+                body = std::move(request_.body())]() mutable {
+      absl::StatusOr<nlohmann::json> answer = handler(body, *ctx->engine);
+      net::post(strand, [self = std::move(self), answer = std::move(answer)]() mutable {
+        if (self->closed_) return;
+        if (!answer.ok()) return self->SendError(answer.status());
+        self->SendJson(http::status::ok, DumpJson(*answer));
+      });
+    };
+    absl::MutexLock lock(&ctx_->prep_mu);
+    if (!ctx_->prep.has_value()) {
+      return SendError(absl::UnavailableError("The server is shutting down"));
+    }
+    net::post(*ctx_->prep, std::move(job));
+  }
+
   // Hands the body to the preprocessing pool; OnPrepared continues on the strand. The job
   // holds the session; a read watches for the client leaving meanwhile.
   void HandleGenerate(ApiKind kind) {
@@ -483,6 +510,7 @@ class Session : public std::enable_shared_from_this<Session> {
                             static_cast<int64_t>(WallSeconds()), ctx.engine->ModelName()};
     out.options = std::move(parsed->options);
     out.logprobs = parsed->logprobs;
+    out.echo_texts = std::move(parsed->echo_texts);
     std::vector<GenerateRequest> requests =
         FanOut(parsed->prompts, out.options, out.meta.id, WallSeconds());
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -525,6 +553,8 @@ class Session : public std::enable_shared_from_this<Session> {
         prepared.kind, std::move(prepared.meta), static_cast<int32_t>(prepared.request_ids.size()),
         prepared.options.n, prepared.options.stream, prepared.options.include_usage,
         prepared.logprobs);
+    gen.assembler->SetEcho(std::move(prepared.echo_texts));
+    gen.assembler->SetTokensAsTokenIds(prepared.options.return_tokens_as_token_ids);
     for (std::string& id : prepared.request_ids) gen.subs.emplace_back().id = std::move(id);
     if (gen.stream) {
       QueueBytes(

@@ -2,9 +2,10 @@
 // api_server.py) over an EngineClient.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (JSON or SSE streaming with
-// chunked transfer), GET /v1/models, GET /health (200 / 503), GET /version, GET /metrics
-// (Prometheus text). Unknown paths 404, wrong methods 405, malformed requests 400, bodies
-// over max_body_bytes 413, headers over max_header_bytes 431, an HTTP/1.1 request without a
+// chunked transfer), POST /tokenize, POST /detokenize (vLLM's token-id endpoints; no API key
+// needed, as vLLM guards only /v1/*), GET /v1/models, GET /health (200 / 503), GET /version,
+// GET /metrics (Prometheus text). Unknown paths 404, wrong methods 405, malformed requests 400,
+// bodies over max_body_bytes 413, headers over max_header_bytes 431, an HTTP/1.1 request without a
 // Host header 400; with an API key, /v1/* needs "Authorization: Bearer <key>" (401
 // otherwise; compared in constant time). Errors carry vLLM's JSON error body
 // {"error": {"message", "type", "param", "code"}}, as a body or as an SSE event mid-stream.

@@ -42,16 +42,51 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
     parsed.prompts = std::move(r.prompts);
     parsed.options = std::move(r.options);
     parsed.logprobs = parsed.options.params.logprobs.has_value();
+    if (r.echo) {
+      for (const Prompt& p : parsed.prompts) {
+        if (p.text.has_value()) {
+          parsed.echo_texts.push_back(*p.text);
+        } else {
+          VLLM_ASSIGN_OR_RETURN(std::string text, engine.Detokenize(p.token_ids));
+          parsed.echo_texts.push_back(std::move(text));
+        }
+      }
+    }
     return parsed;
   }
   VLLM_ASSIGN_OR_RETURN(ChatCompletionRequest r, ParseChatCompletionRequest(json, model_name));
-  VLLM_ASSIGN_OR_RETURN(
-      std::string prompt,
-      engine.ApplyChatTemplate(r.messages, r.add_generation_prompt, r.continue_final_message));
-  parsed.prompts.push_back(Prompt{std::move(prompt), {}});
+  // The same ids POST /tokenize returns for these messages.
+  VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                        engine.TokenizeChat(r.messages, r.add_generation_prompt,
+                                            r.continue_final_message, r.add_special_tokens));
+  parsed.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
   parsed.options = std::move(r.options);
   parsed.logprobs = r.logprobs;
   return parsed;
+}
+
+absl::StatusOr<nlohmann::json> HandleTokenize(std::string_view body, const EngineClient& engine) {
+  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonObject(body));
+  VLLM_ASSIGN_OR_RETURN(TokenizeRequest r, ParseTokenizeRequest(json, engine.ModelName()));
+  std::vector<int32_t> ids;
+  if (r.prompt.has_value()) {
+    VLLM_ASSIGN_OR_RETURN(ids, engine.Tokenize(*r.prompt, r.add_special_tokens));
+  } else {
+    VLLM_ASSIGN_OR_RETURN(ids, engine.TokenizeChat(r.messages, r.add_generation_prompt,
+                                                   r.continue_final_message, r.add_special_tokens));
+  }
+  std::optional<std::vector<std::string>> token_strs;
+  if (r.return_token_strs) {
+    VLLM_ASSIGN_OR_RETURN(token_strs, engine.TokenStrings(ids));
+  }
+  return BuildTokenizeResponse(ids, engine.MaxModelLen(), token_strs);
+}
+
+absl::StatusOr<nlohmann::json> HandleDetokenize(std::string_view body, const EngineClient& engine) {
+  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonObject(body));
+  VLLM_ASSIGN_OR_RETURN(DetokenizeRequest r, ParseDetokenizeRequest(json, engine.ModelName()));
+  VLLM_ASSIGN_OR_RETURN(std::string prompt, engine.Detokenize(r.tokens));
+  return BuildDetokenizeResponse(prompt);
 }
 
 ResponseAssembler::ResponseAssembler(ApiKind kind, ResponseMeta meta, int32_t num_choices,
@@ -66,6 +101,13 @@ ResponseAssembler::ResponseAssembler(ApiKind kind, ResponseMeta meta, int32_t nu
   for (int32_t i = 0; i < num_choices; ++i) {
     choices_[i].choice.index = i;
     if (logprobs_) choices_[i].choice.logprobs.emplace();
+  }
+}
+
+void ResponseAssembler::SetEcho(std::vector<std::string> prompt_texts) {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const size_t prompt = i / static_cast<size_t>(n_);
+    if (prompt < prompt_texts.size()) choices_[i].echo = prompt_texts[prompt];
   }
 }
 
@@ -91,26 +133,37 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
     ++num_finished_;
   }
   Choice& acc = state.choice;
+  std::vector<PositionLogprobs> logprobs = output.logprobs;
+  if (tokens_as_ids_) {
+    for (PositionLogprobs& pos : logprobs) {
+      pos.sampled.token = TokenIdString(pos.sampled.token_id);
+      for (TokenLogprob& t : pos.top) t.token = TokenIdString(t.token_id);
+    }
+  }
+  // echo: the prompt's text goes before the choice's first text.
+  std::string text = std::move(state.echo);
+  state.echo.clear();
+  text += output.text_delta;
   if (!stream_) {
-    acc.text += output.text_delta;
+    acc.text += text;
     if (acc.logprobs.has_value()) {
-      acc.logprobs->insert(acc.logprobs->end(), output.logprobs.begin(), output.logprobs.end());
+      acc.logprobs->insert(acc.logprobs->end(), logprobs.begin(), logprobs.end());
     }
     acc.finish_reason = output.finish_reason;
     acc.stop_string = output.stop_string;
     acc.stop_token_id = output.stop_token_id;
     return "";
   }
-  if (output.text_delta.empty() && output.logprobs.empty() && !output.finished()) return "";
+  if (text.empty() && logprobs.empty() && !output.finished()) return "";
   Choice delta;
   delta.index = index;
-  delta.text = output.text_delta;
-  if (logprobs_) delta.logprobs = output.logprobs;
+  delta.text = std::move(text);
+  if (logprobs_) delta.logprobs = std::move(logprobs);
   delta.text_offset = acc.text_offset;
   delta.finish_reason = output.finish_reason;
   delta.stop_string = output.stop_string;
   delta.stop_token_id = output.stop_token_id;
-  acc.text_offset += output.text_delta.size();
+  acc.text_offset += delta.text.size();
   return SseEvent(kind_ == ApiKind::kChat ? BuildChatChunk(meta_, delta, /*first=*/false)
                                           : BuildCompletionChunk(meta_, delta));
 }

@@ -25,12 +25,15 @@ std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
                                     const std::string& response_id, double arrival_time);
 
 // A generation request as the server runs it: the body parsed and validated, the chat template
-// applied (chat: one text prompt).
+// applied and tokenized (chat: one token-id prompt, EngineClient::TokenizeChat's ids).
 struct ParsedGeneration {
   ApiKind kind = ApiKind::kCompletion;
   std::vector<Prompt> prompts;
   GenerationOptions options;
   bool logprobs = false;  // choices carry a logprobs object
+  // echo: per prompt, the text its choices start with (a text prompt as given, a token-id
+  // prompt decoded with its special tokens, as vLLM); empty without echo.
+  std::vector<std::string> echo_texts;
 };
 
 // Parses a /v1/completions or /v1/chat/completions body against `engine`'s model and chat
@@ -40,12 +43,27 @@ struct ParsedGeneration {
 [[nodiscard]] absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view body,
                                                                const EngineClient& engine);
 
+// POST /tokenize and POST /detokenize: the body parsed, tokenized or decoded by `engine`, and
+// vLLM's response body (see openai_protocol.h). Failures are Statuses for the error body
+// (400 for a bad body or an id outside the vocabulary, 404 for another model). CPU-heavy for
+// large bodies: the server runs them off its I/O threads.
+[[nodiscard]] absl::StatusOr<nlohmann::json> HandleTokenize(std::string_view body,
+                                                            const EngineClient& engine);
+[[nodiscard]] absl::StatusOr<nlohmann::json> HandleDetokenize(std::string_view body,
+                                                              const EngineClient& engine);
+
 class ResponseAssembler {
  public:
   // `num_choices` = prompts x `n`; choice i belongs to prompt i / n. `logprobs` says whether
   // choices carry a logprobs object.
   ResponseAssembler(ApiKind kind, ResponseMeta meta, int32_t num_choices, int32_t n, bool stream,
                     bool include_usage, bool logprobs);
+
+  // echo: choice i's text starts with prompt_texts[i / n] (streaming: in its first chunk).
+  // Call before the first OnOutput.
+  void SetEcho(std::vector<std::string> prompt_texts);
+  // Logprobs' tokens become "token_id:<id>" (vLLM's return_tokens_as_token_ids).
+  void SetTokensAsTokenIds(bool value) { tokens_as_ids_ = value; }
 
   // Streaming: the events that open the stream (chat: one role chunk per choice).
   std::string Start();
@@ -67,6 +85,7 @@ class ResponseAssembler {
     int32_t prompt_tokens = 0;
     int32_t output_tokens = 0;
     bool finished = false;
+    std::string echo;  // text still to put before the choice's next text (echo)
   };
 
   Usage TotalUsage() const;
@@ -77,6 +96,7 @@ class ResponseAssembler {
   const bool stream_;
   const bool include_usage_;
   const bool logprobs_;
+  bool tokens_as_ids_ = false;
   std::vector<ChoiceState> choices_;
   int32_t num_finished_ = 0;
 };

@@ -144,9 +144,9 @@ void AsyncLLM::Abort(const std::string& request_id) {
 
 absl::Status AsyncLLM::Health() const { return client_->failure(); }
 
-absl::StatusOr<std::string> AsyncLLM::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                        bool add_generation_prompt,
-                                                        bool continue_final_message) const {
+absl::StatusOr<std::vector<int32_t>> AsyncLLM::TokenizeChat(
+    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+    bool continue_final_message, bool add_special_tokens) const {
   if (!chat_template_.has_value()) {
     return absl::InvalidArgumentError(
         "the model has no chat template (tokenizer_config.json chat_template); pass "
@@ -159,17 +159,46 @@ absl::StatusOr<std::string> AsyncLLM::ApplyChatTemplate(const std::vector<ChatMe
   VLLM_ASSIGN_OR_RETURN(std::string prompt,
                         chat_template_->Render(messages, add_generation_prompt,
                                                tokenizer_->bos_token(), tokenizer_->eos_token()));
-  // The template adds BOS itself; Encode (add_special_tokens) adds it again: strip one.
-  if (!tokenizer_->bos_token().empty() && prompt.rfind(tokenizer_->bos_token(), 0) == 0) {
-    prompt.erase(0, tokenizer_->bos_token().size());
-  }
   if (continue_final_message && !messages.empty()) {
     // Cut what the template appended after the final message's content (end-of-turn tokens).
     const std::string& last = messages.back().content;
     const size_t at = prompt.rfind(last);
     if (at != std::string::npos) prompt.resize(at + last.size());
   }
-  return prompt;
+  // As vLLM: the template writes BOS where the model wants it, so a chat is tokenized
+  // without the tokenizer's special tokens unless the request asks for them.
+  return tokenizer_->Encode(prompt, add_special_tokens);
+}
+
+absl::StatusOr<std::vector<int32_t>> AsyncLLM::Tokenize(std::string_view text,
+                                                        bool add_special_tokens) const {
+  return tokenizer_->Encode(text, add_special_tokens);
+}
+
+absl::Status AsyncLLM::CheckIds(std::span<const int32_t> ids) const {
+  const int32_t vocab = std::max(config_.vocab_size, tokenizer_->vocab_size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token id %d (at index %d) is outside the vocabulary [0, %d)", ids[i], i, vocab));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> AsyncLLM::Detokenize(std::span<const int32_t> ids) const {
+  VLLM_RETURN_IF_ERROR(CheckIds(ids));
+  return tokenizer_->Decode(ids, /*skip_special_tokens=*/false);
+}
+
+absl::StatusOr<std::vector<std::string>> AsyncLLM::TokenStrings(
+    std::span<const int32_t> ids) const {
+  VLLM_RETURN_IF_ERROR(CheckIds(ids));
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  // An id of the model's (padded) vocabulary that the tokenizer lacks has no string: "".
+  for (int32_t id : ids) out.push_back(tokenizer_->IdToToken(id).value_or(""));
+  return out;
 }
 
 EngineStats AsyncLLM::Stats() const {

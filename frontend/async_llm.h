@@ -19,7 +19,9 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -59,9 +61,15 @@ class AsyncLLM final : public EngineClient {
   absl::Status Health() const override;
   std::string ModelName() const override { return config_.model_name; }
   int32_t MaxModelLen() const override { return config_.max_model_len; }
-  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                bool add_generation_prompt,
-                                                bool continue_final_message) const override;
+  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatMessage>& messages,
+                                                    bool add_generation_prompt,
+                                                    bool continue_final_message,
+                                                    bool add_special_tokens) const override;
+  absl::StatusOr<std::vector<int32_t>> Tokenize(std::string_view text,
+                                                bool add_special_tokens) const override;
+  absl::StatusOr<std::string> Detokenize(std::span<const int32_t> ids) const override;
+  absl::StatusOr<std::vector<std::string>> TokenStrings(
+      std::span<const int32_t> ids) const override;
   EngineStats Stats() const override;
   std::vector<EngineStatus> Engines() const override;
 
@@ -94,6 +102,8 @@ class AsyncLLM final : public EngineClient {
   // Aborts `ids` in the engines they are on.
   void AbortInEngines(const std::vector<std::pair<std::string, int32_t>>& ids);
   TokenLogprob Decoded(int32_t id, float logprob) const;
+  // InvalidArgument naming the first id outside [0, vocab_size).
+  absl::Status CheckIds(std::span<const int32_t> ids) const;
 
   std::unique_ptr<EngineCoreClient> client_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -127,11 +129,30 @@ class EngineClient {
   virtual std::string ModelName() const = 0;
   virtual int32_t MaxModelLen() const = 0;
 
-  // Renders chat messages into a prompt with the model's chat template. Returns
-  // InvalidArgument (HTTP 400) for messages the template rejects.
-  [[nodiscard]] virtual absl::StatusOr<std::string> ApplyChatTemplate(
+  // The prompt token ids of a chat: the messages rendered with the model's chat template
+  // (which writes BOS itself where the model wants it), then tokenized, with the tokenizer's
+  // special tokens (BOS) added only when `add_special_tokens` (vLLM's default for chat:
+  // false). A chat completion sends exactly these ids (add_special_tokens as the request
+  // says), and POST /tokenize returns them. InvalidArgument (HTTP 400) for messages the
+  // template rejects or a model without a chat template.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<int32_t>> TokenizeChat(
       const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-      bool continue_final_message) const = 0;
+      bool continue_final_message, bool add_special_tokens) const = 0;
+
+  // The token ids of `text` as a completion with a text prompt sends them
+  // (`add_special_tokens`: true there). Internal only on a tokenizer failure.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<int32_t>> Tokenize(
+      std::string_view text, bool add_special_tokens) const = 0;
+
+  // The text of `ids` (special tokens kept, as vLLM's /detokenize). InvalidArgument naming
+  // the first id outside the vocabulary [0, vocab size).
+  [[nodiscard]] virtual absl::StatusOr<std::string> Detokenize(
+      std::span<const int32_t> ids) const = 0;
+
+  // The vocabulary's string of each id (HF's convert_ids_to_tokens: byte-level form, e.g.
+  // "Ġthe"). InvalidArgument naming the first id outside the vocabulary.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> TokenStrings(
+      std::span<const int32_t> ids) const = 0;
 
   // Current engine gauges and cumulative prefix-cache counters (summed over the engines).
   virtual EngineStats Stats() const = 0;

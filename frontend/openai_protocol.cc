@@ -192,6 +192,15 @@ absl::Status ParseCommon(const json& body, GenerationOptions* options) {
   VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "skip_special_tokens"), &options->skip_special_tokens));
   VLLM_RETURN_IF_ERROR(Assign(GetInt(body, "priority", kInt32Min, kInt32Max), &options->priority));
   VLLM_ASSIGN_OR_RETURN(options->user, GetString(body, "user"));
+  VLLM_RETURN_IF_ERROR(
+      Assign(GetBool(body, "return_tokens_as_token_ids"), &options->return_tokens_as_token_ids));
+  if (const json* v = Find(body, "prompt_logprobs"); v != nullptr) {
+    // vLLM returns the log-softmax of every prompt position; our engine computes logits for
+    // the last scheduled position of each request only.
+    return InvalidParam("prompt_logprobs",
+                        "prompt_logprobs is not supported by this server: the engine computes "
+                        "no logits for prompt positions");
+  }
   return absl::OkStatus();
 }
 
@@ -250,10 +259,6 @@ absl::StatusOr<std::vector<Prompt>> ParsePrompts(const json& body) {
 }
 
 absl::Status RejectUnsupportedCompletionFields(const json& body) {
-  VLLM_ASSIGN_OR_RETURN(std::optional<bool> echo, GetBool(body, "echo"));
-  if (echo.value_or(false)) {
-    return InvalidParam("echo", "echo is not supported by this server");
-  }
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> best_of, GetInt(body, "best_of", 1, kMaxN));
   if (best_of.value_or(1) != 1) {
     return InvalidParam("best_of", absl::StrCat("best_of must be 1, got ", *best_of));
@@ -329,7 +334,21 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& body) {
   return messages;
 }
 
-absl::Status ParseTemplateFlags(const json& body, ChatCompletionRequest* request) {
+// vLLM refuses a request's own chat template unless started with
+// --trust-request-chat-template (which we do not have).
+absl::Status RejectRequestChatTemplate(const json& body) {
+  if (Find(body, "chat_template") == nullptr) return absl::OkStatus();
+  return InvalidParam("chat_template",
+                      "Chat template is passed with request, but this server renders only the "
+                      "model's chat template (vLLM refuses it too without "
+                      "--trust-request-chat-template)");
+}
+
+// add_generation_prompt / continue_final_message, top-level or in chat_template_kwargs, of a
+// chat completion or a chat /tokenize body.
+template <typename Request>
+absl::Status ParseTemplateFlags(const json& body, Request* request) {
+  VLLM_RETURN_IF_ERROR(RejectRequestChatTemplate(body));
   VLLM_RETURN_IF_ERROR(
       Assign(GetBool(body, "add_generation_prompt"), &request->add_generation_prompt));
   VLLM_RETURN_IF_ERROR(
@@ -346,6 +365,12 @@ absl::Status ParseTemplateFlags(const json& body, ChatCompletionRequest* request
                         "continue_final_message and add_generation_prompt cannot both be true");
   }
   return absl::OkStatus();
+}
+
+json TokenIdsJson(const std::vector<int32_t>& ids) {
+  json out = json::array();
+  for (int32_t id : ids) out.push_back(id);
+  return out;
 }
 
 json LogprobEntry(const TokenLogprob& t) {
@@ -505,6 +530,15 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body,
   if (logprobs.has_value()) options.params.logprobs = static_cast<int32_t>(*logprobs);
   VLLM_RETURN_IF_ERROR(ValidateParams(options.params, {}));
   VLLM_RETURN_IF_ERROR(CheckChoiceCount(request.prompts.size(), options.n));
+  VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "echo"), &request.echo));
+  if (request.echo && options.params.logprobs.has_value()) {
+    // vLLM answers echo with logprobs with the prompt tokens' logprobs too (prompt_logprobs
+    // = logprobs), which this engine does not compute.
+    return InvalidParam("echo",
+                        "echo with logprobs is not supported by this server: it needs the "
+                        "prompt tokens' logprobs (prompt_logprobs), which the engine does not "
+                        "compute");
+  }
   return request;
 }
 
@@ -516,6 +550,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const json& bod
   GenerationOptions& options = request.options;
   VLLM_RETURN_IF_ERROR(ParseCommon(body, &options));
   VLLM_RETURN_IF_ERROR(ParseTemplateFlags(body, &request));
+  VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "add_special_tokens"), &request.add_special_tokens));
   // max_completion_tokens supersedes the deprecated max_tokens.
   const char* max_tokens_field =
       Find(body, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
@@ -534,6 +569,50 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const json& bod
   VLLM_RETURN_IF_ERROR(CheckChoiceCount(1, options.n));
   return request;
 }
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body,
+                                                     absl::string_view served_model) {
+  TokenizeRequest request;
+  VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
+  if (body.contains("messages")) {
+    VLLM_ASSIGN_OR_RETURN(request.messages, ParseMessages(body));
+    VLLM_RETURN_IF_ERROR(ParseTemplateFlags(body, &request));
+    request.add_special_tokens = false;
+  } else {
+    const json* prompt = Find(body, "prompt");
+    if (prompt == nullptr) {
+      return InvalidParam("prompt", "prompt (a string) or messages (a chat) is required");
+    }
+    if (!prompt->is_string()) return WrongType("prompt", "a string", *prompt);
+    request.prompt = prompt->get<std::string>();
+  }
+  VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "add_special_tokens"), &request.add_special_tokens));
+  VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "return_token_strs"), &request.return_token_strs));
+  return request;
+}
+
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(const json& body,
+                                                         absl::string_view served_model) {
+  DetokenizeRequest request;
+  VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
+  const json* tokens = Find(body, "tokens");
+  if (tokens == nullptr) return InvalidParam("tokens", "tokens (a list of token ids) is required");
+  if (!tokens->is_array()) return WrongType("tokens", "a list of token ids (integers)", *tokens);
+  VLLM_ASSIGN_OR_RETURN(request.tokens, ParseTokenIds(*tokens, "tokens"));
+  return request;
+}
+
+json BuildTokenizeResponse(const std::vector<int32_t>& tokens, int32_t max_model_len,
+                           const std::optional<std::vector<std::string>>& token_strs) {
+  return json{{"count", tokens.size()},
+              {"max_model_len", max_model_len},
+              {"tokens", TokenIdsJson(tokens)},
+              {"token_strs", token_strs.has_value() ? json(*token_strs) : json(nullptr)}};
+}
+
+json BuildDetokenizeResponse(const std::string& prompt) { return json{{"prompt", prompt}}; }
+
+std::string TokenIdString(int32_t token_id) { return absl::StrCat("token_id:", token_id); }
 
 json BuildCompletionResponse(const ResponseMeta& meta, const std::vector<Choice>& choices,
                              const Usage& usage) {

@@ -69,6 +69,8 @@ struct GenerationOptions {
   bool skip_special_tokens = true;
   int32_t priority = 0;
   std::optional<std::string> user;
+  // Logprobs' tokens are rendered "token_id:<id>" (vLLM's return_tokens_as_token_ids).
+  bool return_tokens_as_token_ids = false;
 };
 
 // One prompt of a completion request: text, or token ids when `text` is unset.
@@ -77,12 +79,15 @@ struct Prompt {
   std::vector<int32_t> token_ids;
 };
 
-// A parsed POST /v1/completions body. `echo` and `best_of` > 1 and `suffix` are rejected
-// (400): the server does not implement them.
+// A parsed POST /v1/completions body. `best_of` > 1, `suffix` and `prompt_logprobs` are
+// rejected (400): the server does not implement them; so is `echo` with `logprobs` (vLLM
+// then returns the prompt tokens' logprobs, which need prompt logprobs).
 struct CompletionRequest {
   std::string model;
   std::vector<Prompt> prompts;  // 1..kMaxPrompts
   GenerationOptions options;
+  // Each choice's text starts with its prompt's text (vLLM's echo).
+  bool echo = false;
 };
 
 // A parsed POST /v1/chat/completions body. The chat `logprobs` (bool) and `top_logprobs`
@@ -95,6 +100,30 @@ struct ChatCompletionRequest {
   // From chat_template_kwargs or the top-level fields of the same names (vLLM accepts both).
   bool add_generation_prompt = true;
   bool continue_final_message = false;
+  // The tokenizer's special tokens added to the rendered chat (vLLM's default: false, the
+  // template writes BOS itself).
+  bool add_special_tokens = false;
+};
+
+// A parsed POST /tokenize body, vLLM's TokenizeCompletionRequest ({"prompt": str}) or, when
+// "messages" is present, TokenizeChatRequest. A "chat_template" of the request is refused
+// (400), as vLLM does without --trust-request-chat-template.
+struct TokenizeRequest {
+  std::string model;
+  std::optional<std::string> prompt;  // the completion form; unset for the chat form
+  std::vector<ChatMessage> messages;  // the chat form: 1..kMaxChatMessages
+  // Default true for the completion form, false for the chat form (as vLLM).
+  bool add_special_tokens = true;
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  bool return_token_strs = false;
+};
+
+// A parsed POST /detokenize body ({"model"?, "tokens": [int]}); ids are range-checked
+// against the vocabulary by the engine client, not here.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
 };
 
 // Parse and validate a request body against the served model's name. A "model" other than
@@ -104,6 +133,10 @@ struct ChatCompletionRequest {
 [[nodiscard]] absl::StatusOr<CompletionRequest> ParseCompletionRequest(
     const nlohmann::json& body, absl::string_view served_model);
 [[nodiscard]] absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(
+    const nlohmann::json& body, absl::string_view served_model);
+[[nodiscard]] absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const nlohmann::json& body,
+                                                                   absl::string_view served_model);
+[[nodiscard]] absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(
     const nlohmann::json& body, absl::string_view served_model);
 
 // ---- Responses ----------------------------------------------------------------------------
@@ -147,6 +180,15 @@ nlohmann::json BuildChatChunk(const ResponseMeta& meta, const Choice& choice, bo
 // "text_completion" or "chat.completion.chunk".
 nlohmann::json BuildUsageChunk(const ResponseMeta& meta, absl::string_view object,
                                const Usage& usage);
+
+// vLLM's TokenizeResponse {"count", "max_model_len", "tokens", "token_strs"} (token_strs
+// null unless given) and DetokenizeResponse {"prompt"}.
+nlohmann::json BuildTokenizeResponse(const std::vector<int32_t>& tokens, int32_t max_model_len,
+                                     const std::optional<std::vector<std::string>>& token_strs);
+nlohmann::json BuildDetokenizeResponse(const std::string& prompt);
+
+// vLLM's rendering of a logprobs token with return_tokens_as_token_ids: "token_id:<id>".
+std::string TokenIdString(int32_t token_id);
 
 // "data: <json>\n\n" and the terminating "data: [DONE]\n\n".
 std::string SseEvent(const nlohmann::json& value);

@@ -126,11 +126,43 @@ class FakeEngine : public EngineClient {
   }
   std::string ModelName() const override { return kModel; }
   int32_t MaxModelLen() const override { return 64; }
-  absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
-                                                bool add_generation_prompt,
-                                                bool continue_final_message) const override {
+  // A chat renders "role: content\n" per message; its ids are the bytes (BOS 1 first when
+  // add_special_tokens).
+  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatMessage>& messages,
+                                                    bool add_generation_prompt,
+                                                    bool continue_final_message,
+                                                    bool add_special_tokens) const override {
     std::string out;
     for (const ChatMessage& m : messages) absl::StrAppend(&out, m.role, ": ", m.content, "\n");
+    return Tokenize(out, add_special_tokens);
+  }
+  // Ids are the text's bytes (BOS 1 first when add_special_tokens); "oops" fails.
+  absl::StatusOr<std::vector<int32_t>> Tokenize(std::string_view text,
+                                                bool add_special_tokens) const override {
+    if (text == "oops") return absl::InternalError("the tokenizer broke");
+    std::vector<int32_t> ids;
+    if (add_special_tokens) ids.push_back(1);
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  // The vocabulary is [0, 256): id 1 is "<s>", others their byte.
+  absl::StatusOr<std::string> Detokenize(std::span<const int32_t> ids) const override {
+    std::string out;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= 256) return absl::InvalidArgumentError(absl::StrCat("bad id ", id));
+      out += id == 1 ? std::string("<s>") : std::string(1, static_cast<char>(id));
+    }
+    return out;
+  }
+  absl::StatusOr<std::vector<std::string>> TokenStrings(
+      std::span<const int32_t> ids) const override {
+    std::vector<std::string> out;
+    for (int32_t id : ids) {
+      const int32_t one[1] = {id};
+      absl::StatusOr<std::string> s = Detokenize(one);
+      if (!s.ok()) return s.status();
+      out.push_back(absl::StrCat("T", *s));
+    }
     return out;
   }
   EngineStats Stats() const override { return {3, 2, 0.25, 100, 40}; }
@@ -385,7 +417,10 @@ TEST_F(ApiServerTest, ChatNonStreamingAndStreaming) {
   EXPECT_EQ(body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
   EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(body["choices"][0]["message"]["content"], " t0 t1");
-  EXPECT_EQ(engine_.requests()[0].prompt_text, "user: hi\n");
+  // The chat goes to the engine as TokenizeChat's ids (no special tokens by default).
+  EXPECT_FALSE(engine_.requests()[0].prompt_text.has_value());
+  EXPECT_EQ(engine_.requests()[0].prompt_token_ids,
+            (std::vector<int32_t>{'u', 's', 'e', 'r', ':', ' ', 'h', 'i', '\n'}));
 
   Reply s = c.Post("/v1/chat/completions",
                    {{"messages", messages}, {"stream", true}, {"logprobs", true}});
@@ -399,6 +434,63 @@ TEST_F(ApiServerTest, ChatNonStreamingAndStreaming) {
   EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], " t0");
   EXPECT_EQ(events[1]["choices"][0]["logprobs"]["content"][0]["token"], " t0");
   EXPECT_EQ(events[3]["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ApiServerTest, TokenizeAndDetokenize) {
+  Client c(server_->port());
+  Reply r = c.Post("/tokenize", {{"model", kModel}, {"prompt", "AB"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json(), json::parse(R"({"count": 3, "max_model_len": 64, "tokens": [1, 65, 66],
+      "token_strs": null})"));
+  r = c.Post("/tokenize",
+             {{"prompt", "AB"}, {"add_special_tokens", false}, {"return_token_strs", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["tokens"], json::parse("[65, 66]"));
+  EXPECT_EQ(r.Json()["token_strs"], json::parse(R"(["TA", "TB"])"));
+  // The chat form: the ids a chat completion of the same messages sends the engine.
+  json messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+  r = c.Post("/tokenize", {{"messages", messages}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(c.Post("/v1/chat/completions", {{"messages", messages}}).status, 200);
+  EXPECT_EQ(r.Json()["tokens"].get<std::vector<int32_t>>(), engine_.requests()[0].prompt_token_ids);
+  EXPECT_EQ(r.Json()["count"], 9);
+  r = c.Post("/tokenize", {{"messages", messages}, {"add_special_tokens", true}});
+  EXPECT_EQ(r.Json()["count"], 10);
+
+  r = c.Post("/detokenize", {{"model", kModel}, {"tokens", {1, 72, 105}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json(), json::parse(R"({"prompt": "<s>Hi"})"));
+  // GET is the wrong method; an API key is not needed (vLLM guards /v1/* only).
+  EXPECT_EQ(c.Send(http::verb::get, "/tokenize").status, 405);
+}
+
+TEST_F(ApiServerTest, EchoAndTokensAsTokenIds) {
+  Client c(server_->port());
+  Reply r = c.Post("/v1/completions",
+                   {{"prompt", json::array({"ab", "cd"})}, {"max_tokens", 1}, {"echo", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["choices"][0]["text"], "ab t0");
+  EXPECT_EQ(r.Json()["choices"][1]["text"], "cd t0");
+  // A token-id prompt echoes its decoded text, special tokens included (as vLLM).
+  r = c.Post("/v1/completions", {{"prompt", {1, 72, 105}}, {"max_tokens", 1}, {"echo", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["choices"][0]["text"], "<s>Hi t0");
+  Reply s = c.Post("/v1/completions",
+                   {{"prompt", "ab"}, {"max_tokens", 2}, {"echo", true}, {"stream", true}});
+  ASSERT_EQ(s.status, 200);
+  bool done = false;
+  std::vector<json> events = SseEvents(s.body, &done);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0]["choices"][0]["text"], "ab t0");
+  EXPECT_EQ(events[1]["choices"][0]["text"], " t1");
+
+  r = c.Post(
+      "/v1/completions",
+      {{"prompt", "ab"}, {"max_tokens", 1}, {"logprobs", 1}, {"return_tokens_as_token_ids", true}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json lp = r.Json()["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json::parse(R"(["token_id:0"])"));
+  EXPECT_EQ(lp["top_logprobs"][0], json::parse(R"({"token_id:0": -0.5})"));
 }
 
 TEST_F(ApiServerTest, ModelsVersionHealth) {
@@ -508,7 +600,15 @@ TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
       {"/v1/completions", R"({"prompt": "a", "stop": )" + long_stop + "}", 400, "at most 64"},
       {"/v1/completions", R"({"prompt": "a", "stop_token_ids": [-1]})", 400, "stop_token_ids"},
       {"/v1/completions", R"({"prompt": "a", "stream": "yes"})", 400, "stream must be a boolean"},
-      {"/v1/completions", R"({"prompt": "a", "echo": true})", 400, "echo"},
+      {"/v1/completions", R"({"prompt": "a", "echo": true, "logprobs": 0})", 400, "echo"},
+      {"/v1/completions", R"({"prompt": "a", "prompt_logprobs": 2})", 400, "prompt_logprobs"},
+      {"/tokenize", R"({"prompt": 1})", 400, "prompt must be a string"},
+      {"/tokenize", R"({"prompt": "oops"})", 500, "the tokenizer broke"},
+      {"/tokenize", R"({"model": "x", "prompt": "a"})", 404, "does not exist"},
+      {"/tokenize", "{", 400, "Invalid JSON"},
+      {"/detokenize", R"({"tokens": [65, 300]})", 400, "bad id 300"},
+      {"/detokenize", R"({"tokens": [-1]})", 400, "tokens must be in"},
+      {"/detokenize", R"({"prompt": "a"})", 400, "tokens (a list of token ids) is required"},
       {"/v1/completions", R"({"prompt": "a", "min_tokens": 9, "max_tokens": 2})", 400,
        "min_tokens"},
       {"/v1/completions", R"({"prompt": "a", "seed": "x"})", 400, "seed must be an integer"},
@@ -537,7 +637,9 @@ TEST_F(ApiServerTest, BadRequestsGetOpenAiErrors) {
     ASSERT_TRUE(r.Json().contains("error")) << r.body;
     json error = r.Json()["error"];
     EXPECT_EQ(error["code"], status);
-    EXPECT_EQ(error["type"], status == 404 ? "NotFoundError" : "BadRequestError");
+    EXPECT_EQ(error["type"], status == 404   ? "NotFoundError"
+                             : status == 500 ? "InternalServerError"
+                                             : "BadRequestError");
     EXPECT_NE(error["message"].get<std::string>().find(message_part), std::string::npos)
         << body << " -> " << r.body;
   }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "frontend/api_server_response.h"
 #include "gtest/gtest.h"
 
@@ -84,7 +85,10 @@ TEST(OpenAiProtocolTest, RangeErrorsNameTheField) {
       {R"({"prompt": "a", "temperature": "hot"})", "temperature", "must be a number"},
       {R"({"prompt": "a", "max_tokens": 1.5})", "max_tokens", "an integer"},
       {R"({"prompt": "a", "stream": 1})", "stream", "a boolean"},
-      {R"({"prompt": "a", "echo": true})", "echo", "not supported"},
+      {R"({"prompt": "a", "echo": true, "logprobs": 1})", "echo", "prompt_logprobs"},
+      {R"({"prompt": "a", "prompt_logprobs": 1})", "prompt_logprobs", "not supported"},
+      {R"({"prompt": "a", "return_tokens_as_token_ids": 1})", "return_tokens_as_token_ids",
+       "a boolean"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options",
        "stream=True"},
       {R"({"prompt": "a", "min_tokens": 5, "max_tokens": 2})", "min_tokens", "min_tokens"},
@@ -138,6 +142,144 @@ TEST(OpenAiProtocolTest, ChatParsing) {
   EXPECT_EQ(ErrorParam(error(R"({"messages": [{"role": "user", "content": "x"}],
       "max_completion_tokens": 0})")),
             "max_completion_tokens");
+}
+
+TEST(OpenAiProtocolTest, EchoAndTokenIdOptions) {
+  absl::StatusOr<CompletionRequest> r = ParseCompletionRequest(
+      json::parse(R"({"prompt": "a", "echo": true, "return_tokens_as_token_ids": true})"), kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->echo);
+  EXPECT_TRUE(r->options.return_tokens_as_token_ids);
+  r = ParseCompletionRequest(json::parse(R"({"prompt": "a", "echo": false, "logprobs": 2,
+      "prompt_logprobs": null})"),
+                             kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->echo);
+  EXPECT_FALSE(r->options.return_tokens_as_token_ids);
+
+  absl::StatusOr<ChatCompletionRequest> chat =
+      ParseChatCompletionRequest(json::parse(R"({"messages": [{"role": "user", "content": "x"}],
+          "return_tokens_as_token_ids": true, "add_special_tokens": true})"),
+                                 kModel);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_TRUE(chat->options.return_tokens_as_token_ids);
+  EXPECT_TRUE(chat->add_special_tokens);
+  chat = ParseChatCompletionRequest(
+      json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), kModel);
+  ASSERT_TRUE(chat.ok());
+  EXPECT_FALSE(chat->add_special_tokens);  // vLLM's default for chat
+  for (const char* extra : {R"("prompt_logprobs": 0)", R"("chat_template": "{{ x }}")"}) {
+    chat = ParseChatCompletionRequest(
+        json::parse(
+            absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], )", extra, "}")),
+        kModel);
+    ASSERT_FALSE(chat.ok()) << extra;
+    EXPECT_EQ(HttpStatusFor(chat.status()), 400);
+    EXPECT_EQ(ErrorParam(chat.status()), extra[1] == 'p' ? "prompt_logprobs" : "chat_template");
+  }
+}
+
+TEST(OpenAiProtocolTest, TokenizeCompletionForm) {
+  absl::StatusOr<TokenizeRequest> r =
+      ParseTokenizeRequest(json::parse(R"({"model": "m", "prompt": "In the beginning"})"), kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, "m");
+  EXPECT_EQ(*r->prompt, "In the beginning");
+  EXPECT_TRUE(r->add_special_tokens);  // vLLM's default for a prompt
+  EXPECT_FALSE(r->return_token_strs);
+  r = ParseTokenizeRequest(json::parse(R"({"prompt": "", "add_special_tokens": false,
+      "return_token_strs": true})"),
+                           kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r->prompt, "");
+  EXPECT_FALSE(r->add_special_tokens);
+  EXPECT_TRUE(r->return_token_strs);
+}
+
+TEST(OpenAiProtocolTest, TokenizeChatForm) {
+  absl::StatusOr<TokenizeRequest> r = ParseTokenizeRequest(
+      json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"), kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->prompt.has_value());
+  ASSERT_EQ(r->messages.size(), 1u);
+  EXPECT_EQ(r->messages[0].content, "hi");
+  EXPECT_FALSE(r->add_special_tokens);  // vLLM's default for chat
+  EXPECT_TRUE(r->add_generation_prompt);
+  EXPECT_FALSE(r->continue_final_message);
+  r = ParseTokenizeRequest(json::parse(R"({"messages": [{"role": "assistant", "content": "a"}],
+      "add_generation_prompt": false, "continue_final_message": true,
+      "add_special_tokens": true, "return_token_strs": true})"),
+                           kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->add_special_tokens && r->continue_final_message && r->return_token_strs);
+  EXPECT_FALSE(r->add_generation_prompt);
+  r = ParseTokenizeRequest(json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+      "chat_template_kwargs": {"add_generation_prompt": false}})"),
+                           kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->add_generation_prompt);
+}
+
+TEST(OpenAiProtocolTest, BadTokenizeAndDetokenizeBodies) {
+  struct Case {
+    const char* body;
+    bool detokenize;
+    int status;
+    const char* param;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {R"({})", false, 400, "prompt", "prompt (a string) or messages"},
+      {R"({"prompt": 5})", false, 400, "prompt", "prompt must be a string"},
+      {R"({"prompt": ["a"]})", false, 400, "prompt", "prompt must be a string"},
+      {R"({"prompt": "a", "add_special_tokens": "yes"})", false, 400, "add_special_tokens",
+       "a boolean"},
+      {R"({"prompt": "a", "return_token_strs": 1})", false, 400, "return_token_strs", "a boolean"},
+      {R"({"model": "x", "prompt": "a"})", false, 404, "model", "does not exist"},
+      {R"({"messages": []})", false, 400, "messages", "must not be empty"},
+      {R"({"messages": "hi"})", false, 400, "messages", "messages must be"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": true,
+          "continue_final_message": true})",
+       false, 400, "continue_final_message", "cannot both be true"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "chat_template": "x"})", false, 400,
+       "chat_template", "--trust-request-chat-template"},
+      {R"({})", true, 400, "tokens", "tokens (a list of token ids) is required"},
+      {R"({"tokens": "1 2"})", true, 400, "tokens", "a list of token ids"},
+      {R"({"tokens": [1, -2]})", true, 400, "tokens", "tokens must be in [0, "},
+      {R"({"tokens": [1, 2.5]})", true, 400, "tokens", "a list of token ids"},
+      {R"({"tokens": [1, 3000000000]})", true, 400, "tokens", "tokens must be in [0, "},
+      {R"({"tokens": [[1]]})", true, 400, "tokens", "a list of token ids"},
+      {R"({"model": "x", "tokens": [1]})", true, 404, "model", "does not exist"},
+  };
+  for (const Case& c : cases) {
+    const json body = json::parse(c.body);
+    absl::Status status = c.detokenize ? ParseDetokenizeRequest(body, kModel).status()
+                                       : ParseTokenizeRequest(body, kModel).status();
+    ASSERT_FALSE(status.ok()) << c.body;
+    EXPECT_EQ(HttpStatusFor(status), c.status) << c.body;
+    EXPECT_EQ(ErrorParam(status), c.param) << c.body << ": " << status;
+    EXPECT_NE(status.message().find(c.message_part), std::string::npos) << status;
+  }
+  absl::StatusOr<DetokenizeRequest> d =
+      ParseDetokenizeRequest(json::parse(R"({"tokens": [0, 5, 7]})"), kModel);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->tokens, (std::vector<int32_t>{0, 5, 7}));
+  d = ParseDetokenizeRequest(json::parse(R"({"tokens": []})"), kModel);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->tokens.empty());
+}
+
+TEST(OpenAiProtocolTest, TokenizeAndDetokenizeResponses) {
+  // vLLM's TokenizeResponse and DetokenizeResponse, field for field.
+  EXPECT_EQ(BuildTokenizeResponse({0, 9, 4}, 1024, std::nullopt),
+            json::parse(R"({"count": 3, "max_model_len": 1024, "tokens": [0, 9, 4],
+                "token_strs": null})"));
+  EXPECT_EQ(BuildTokenizeResponse({0, 9}, 8, std::vector<std::string>{"<s>", "\u0120a"}),
+            json::parse(R"({"count": 2, "max_model_len": 8, "tokens": [0, 9],
+                "token_strs": ["<s>", "\u0120a"]})"));
+  EXPECT_EQ(BuildTokenizeResponse({}, 8, std::nullopt)["tokens"], json::array());
+  EXPECT_EQ(BuildDetokenizeResponse("In the"), json::parse(R"({"prompt": "In the"})"));
+  EXPECT_EQ(TokenIdString(42), "token_id:42");
 }
 
 TEST(OpenAiProtocolTest, ErrorBodyShape) {
@@ -238,6 +380,56 @@ TEST(ResponseAssemblerTest, StreamingChatHasRoleChunkAndUsage) {
   std::string tail = a.Finish();
   EXPECT_NE(tail.find(R"("total_tokens":3)"), std::string::npos);
   EXPECT_EQ(tail.substr(tail.size() - kSseDone.size()), kSseDone);
+}
+
+TEST(ResponseAssemblerTest, EchoPrependsThePromptToEachChoice) {
+  // Two prompts, n = 2: choices 0, 1 echo "A", choices 2, 3 echo "B".
+  ResponseAssembler a(ApiKind::kCompletion, {"cmpl-1", 5, "m"}, 4, 2, false, false, false);
+  a.SetEcho({"A", "B"});
+  GenerateOutput o;
+  o.text_delta = "x";
+  o.num_output_tokens = 1;
+  a.OnOutput(0, o);
+  o.finish_reason = core::FinishReason::kLength;
+  for (int32_t i = 0; i < 4; ++i) a.OnOutput(i, o);
+  json body = json::parse(a.Finish());
+  EXPECT_EQ(body["choices"][0]["text"], "Axx");
+  EXPECT_EQ(body["choices"][1]["text"], "Ax");
+  EXPECT_EQ(body["choices"][3]["text"], "Bx");
+
+  // Streaming: the prompt's text comes in the choice's first chunk, even an empty one.
+  ResponseAssembler s(ApiKind::kCompletion, {"cmpl-2", 5, "m"}, 1, 1, true, false, false);
+  s.SetEcho({"In the"});
+  GenerateOutput first;
+  std::string event = s.OnOutput(0, first);
+  ASSERT_EQ(event.rfind("data: ", 0), 0u);
+  EXPECT_EQ(json::parse(event.substr(6))["choices"][0]["text"], "In the");
+  first.text_delta = " beginning";
+  first.finish_reason = core::FinishReason::kLength;
+  event = s.OnOutput(0, first);
+  EXPECT_EQ(json::parse(event.substr(6))["choices"][0]["text"], " beginning");
+}
+
+TEST(ResponseAssemblerTest, TokensAsTokenIds) {
+  GenerateOutput o;
+  o.text_delta = "x";
+  o.num_output_tokens = 1;
+  o.finish_reason = core::FinishReason::kLength;
+  o.logprobs.push_back({{17, "x", -0.25f}, {{17, "x", -0.25f}, {3, "y", -2.0f}}});
+  ResponseAssembler a(ApiKind::kCompletion, {"cmpl-1", 5, "m"}, 1, 1, false, false, true);
+  a.SetTokensAsTokenIds(true);
+  a.OnOutput(0, o);
+  json lp = json::parse(a.Finish())["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json::parse(R"(["token_id:17"])"));
+  EXPECT_EQ(lp["top_logprobs"][0], json::parse(R"({"token_id:17": -0.25, "token_id:3": -2.0})"));
+
+  ResponseAssembler c(ApiKind::kChat, {"chatcmpl-1", 5, "m"}, 1, 1, false, false, true);
+  c.SetTokensAsTokenIds(true);
+  c.OnOutput(0, o);
+  json content = json::parse(c.Finish())["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(content["token"], "token_id:17");
+  EXPECT_EQ(content["top_logprobs"][1]["token"], "token_id:3");
+  EXPECT_EQ(content["bytes"].size(), std::string("token_id:17").size());
 }
 
 TEST(FanOutTest, SeedsAndIds) {
