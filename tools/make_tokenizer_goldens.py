@@ -12,9 +12,19 @@ Writes under tests/fixtures/tokenizer/:
                 a non-special added token;
   fallback_bpe/ BPE over raw UTF-8 characters (no ByteLevel) with byte_fallback and
                 <0xNN> tokens, decoder Sequence[ByteFallback, Fuse];
+  llama2_sp/    SentencePiece-converted BPE as transformers' LlamaConverter writes Llama-2 /
+                Mistral v0.1 (legacy): <unk> <s> </s>, <0x00>..<0xFF>, byte_fallback,
+                fuse_unk, normalizer Sequence[Prepend("▁"), Replace(" ", "▁")], no
+                pre-tokenizer, decoder Sequence[Replace("▁", " "), ByteFallback, Fuse,
+                Strip(" ", 1, 0)], TemplateProcessing "<s> $A"; normalized added tokens;
+  metaspace_sp/ the same vocab in the non-legacy shape (Mistral v0.3; LlamaConverter with
+                legacy=False): no normalizer, pre_tokenizer Metaspace(prepend_scheme "first",
+                split false), the same decoder;
+  metaspace_split_sp/ pre_tokenizer Metaspace(prepend_scheme "always", split true), decoder
+                Sequence[ByteFallback, Metaspace, Fuse], TemplateProcessing "<s> $A </s>";
 each with tokenizer.json, tokenizer_config.json and golden.json:
-  {"encode": [{"text", "ids", "ids_with_special"}], "decode": [{"ids", "text",
-   "text_skip_special"}]}.
+  {"encode": [{"text", "ids", "ids_with_special"[, "decoded"]}], "decode": [{"ids", "text",
+   "text_skip_special"}]} ("decoded": HF's decode of "ids" where it is not "text").
 And tests/fixtures/tokenizer/chat_templates.json: the Llama-3, Qwen2, Qwen2.5 and Mistral
 chat templates as published in their tokenizer_config.json files, rendered with jinja2 the
 way transformers does (trim_blocks, lstrip_blocks, raise_exception) on several
@@ -113,7 +123,109 @@ def train_fallback(text):
     return Tokenizer.from_str(json.dumps(j))
 
 
-def record(tok, name, out_dir, config, decodes):
+# Texts for the SentencePiece-style fixtures on top of MULTILINGUAL + ADVERSARIAL: spaces at
+# the edges, added tokens next to text (Prepend applies to each piece between them), byte
+# fallback for characters outside the vocab.
+SENTENCEPIECE = [
+    "Hello", " Hello", "  Hello", "Hello ", "Hello  ", " ", "  ", "\n", " \n ", "\n\nx\n",
+    "a b  c   d    e", "\tTab\t", "<s>", "<s>Hello", "<s> Hello", "Hello<s>", "Hello <s> world",
+    "</s></s> <unk>", "<s><s>", "a</s>b", "hallelujah", "say hallelujah!",
+    "Hallelujah hallelujah", "xhallelujah", "[INST] Who? [/INST] Me.</s>", "[INST]x",
+    "<tool_call>{}</tool_call>", "▁ pre-escaped ▁▁ meta", "▁", "café naïve über",
+    "我能 😀😀", "é漢🌍",
+    "In the beginning God created the heaven and the earth.\n\nAnd the earth was void.",
+]
+
+
+def sentencepiece_model(text):
+    """A tiny SentencePiece-like BPE: Metaspace-split training, then Llama-2's id layout."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always",
+                                                 split=True)
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=["<unk>", "<s>", "</s>"],
+                                  limit_alphabet=120, show_progress=False)
+    tok.train_from_iterator([text, "\n".join(MULTILINGUAL[:3])], trainer=trainer)
+    trained = json.loads(tok.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for piece, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
+        vocab.setdefault(piece, len(vocab))
+    return {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+            "continuing_subword_prefix": None, "end_of_word_suffix": None, "fuse_unk": True,
+            "byte_fallback": True, "ignore_merges": False, "vocab": vocab,
+            "merges": trained["merges"]}
+
+
+def sp_added(content, i, special=True, normalized=False):
+    return {"id": i, "content": content, "single_word": False, "lstrip": False,
+            "rstrip": False, "normalized": normalized, "special": special}
+
+
+SP_BOS = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+SP_TEMPLATE = {"type": "TemplateProcessing",
+               "single": [SP_BOS, {"Sequence": {"id": "A", "type_id": 0}}],
+               "pair": [SP_BOS, {"Sequence": {"id": "A", "type_id": 0}},
+                        {"SpecialToken": {"id": "<s>", "type_id": 1}},
+                        {"Sequence": {"id": "B", "type_id": 1}}],
+               "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}
+LLAMA_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"},
+    {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+
+
+def sentencepiece_tokenizers(text):
+    """The three SentencePiece-style tokenizer.json shapes over one vocab (see the docstring)."""
+    model = sentencepiece_model(text)
+    n = len(model["vocab"])
+    specials = [sp_added("<unk>", 0), sp_added("<s>", 1), sp_added("</s>", 2)]
+    llama2 = {"version": "1.0", "truncation": None, "padding": None,
+              "added_tokens": specials + [
+                  sp_added("[INST]", n, special=True, normalized=True),
+                  sp_added("[/INST]", n + 1, special=True, normalized=True),
+                  sp_added("hallelujah", n + 2, special=False, normalized=True)],
+              "normalizer": {"type": "Sequence", "normalizers": [
+                  {"type": "Prepend", "prepend": "▁"},
+                  {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+              "pre_tokenizer": None, "post_processor": SP_TEMPLATE, "decoder": LLAMA_DECODER,
+              "model": model}
+    metaspace = dict(llama2, normalizer=None, added_tokens=specials + [
+        sp_added("[INST]", n), sp_added("[/INST]", n + 1),
+        sp_added("<tool_call>", n + 2, special=False, normalized=False),
+        sp_added(" hallelujah", n + 3, special=False, normalized=True)])
+    metaspace["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁",
+                                  "prepend_scheme": "first", "split": False}
+    split = dict(metaspace, added_tokens=specials + [sp_added("</tool_call>", n, special=False)])
+    split["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁",
+                              "prepend_scheme": "always", "split": True}
+    split["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "ByteFallback"},
+        {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True},
+        {"type": "Fuse"}]}
+    split["post_processor"] = dict(SP_TEMPLATE, single=SP_TEMPLATE["single"] + [
+        {"SpecialToken": {"id": "</s>", "type_id": 0}}], special_tokens=dict(
+            SP_TEMPLATE["special_tokens"], **{"</s>": {"id": "</s>", "ids": [2],
+                                                       "tokens": ["</s>"]}}))
+    return [(name, Tokenizer.from_str(json.dumps(j, ensure_ascii=False)))
+            for name, j in (("llama2_sp", llama2), ("metaspace_sp", metaspace),
+                            ("metaspace_split_sp", split))]
+
+
+def record_sentencepiece(text, out_dir, only):
+    config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+              "tokenizer_class": "LlamaTokenizer", "clean_up_tokenization_spaces": False,
+              "chat_template": TEMPLATES["mistral"]}
+    for name, tok in sentencepiece_tokenizers(text):
+        if only and name not in only:
+            continue
+        ids = tok.encode("\n我 é <s> x", add_special_tokens=False).ids
+        record(tok, name, out_dir, dict(config, legacy=name == "llama2_sp"),
+               [[0, 1, 2, 3, 13, 259, 260], ids, [1] + ids, ids[1:], ids[::-1]],
+               extra_texts=SENTENCEPIECE)
+
+
+def record(tok, name, out_dir, config, decodes, extra_texts=()):
     d = os.path.join(out_dir, name)
     os.makedirs(d, exist_ok=True)
     tok.save(os.path.join(d, "tokenizer.json"))
@@ -122,9 +234,13 @@ def record(tok, name, out_dir, config, decodes):
         f.write("\n")
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))  # what we will load
     g = {"tokenizers_version": tokenizers.__version__, "encode": [], "decode": []}
-    for t in MULTILINGUAL + ADVERSARIAL:
-        g["encode"].append({"text": t, "ids": tok.encode(t, add_special_tokens=False).ids,
-                            "ids_with_special": tok.encode(t, add_special_tokens=True).ids})
+    for t in MULTILINGUAL + ADVERSARIAL + list(extra_texts):
+        e = {"text": t, "ids": tok.encode(t, add_special_tokens=False).ids,
+             "ids_with_special": tok.encode(t, add_special_tokens=True).ids}
+        decoded = tok.decode(e["ids"], skip_special_tokens=False)
+        if decoded != t:  # not a round trip (SentencePiece-style spaces): what HF decodes
+            e["decoded"] = decoded
+        g["encode"].append(e)
     rng = random.Random(1234)
     n = tok.get_vocab_size(with_added_tokens=True)
     decodes = list(decodes) + [[rng.randrange(n) for _ in range(rng.randrange(1, 40))]
@@ -140,7 +256,10 @@ def record(tok, name, out_dir, config, decodes):
     print(f"wrote {d}: vocab {n}, {len(g['encode'])} encodes, {len(g['decode'])} decodes")
 
 
-def build_tokenizers(text, out_dir):
+def build_tokenizers(text, out_dir, only):
+    record_sentencepiece(text, out_dir, only)
+    if only and not only & {"llama3_bpe", "qwen2_bpe", "fallback_bpe"}:
+        return
     llama = train(text, LLAMA3_PATTERN, LLAMA3_SPECIAL, 2000, ignore_merges=True)
     llama.post_processor = processors.Sequence([
         processors.ByteLevel(trim_offsets=False),
@@ -334,9 +453,13 @@ def main():
     ap.add_argument("--text", default="/tmp/kjv.txt", help="training text (public domain)")
     ap.add_argument("--chars", type=int, default=1_500_000, help="characters of it to use")
     ap.add_argument("--out", default="tests/fixtures/tokenizer")
+    ap.add_argument("--only", nargs="*", default=[],
+                    help="rewrite only these fixtures (e.g. llama2_sp metaspace_sp)")
     args = ap.parse_args()
-    render_templates(args.out)
-    build_tokenizers(corpus_lines(args.text, args.chars), args.out)
+    only = set(args.only)
+    if not only:
+        render_templates(args.out)
+    build_tokenizers(corpus_lines(args.text, args.chars), args.out, only)
 
 
 if __name__ == "__main__":

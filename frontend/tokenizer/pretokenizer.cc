@@ -3,11 +3,13 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/utf8.h"
 #include "frontend/tokenizer/byte_level.h"
+#include "frontend/tokenizer/normalizer.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
@@ -94,7 +96,84 @@ absl::Status TokenizerRegex::Split(std::string_view text, bool drop_matches,
   return absl::OkStatus();
 }
 
+absl::StatusOr<PrependScheme> ParsePrependScheme(const nlohmann::json& j,
+                                                 const std::string& where) {
+  PrependScheme scheme = PrependScheme::kAlways;  // HF's default when absent
+  if (j.contains("prepend_scheme")) {
+    const nlohmann::json& v = j["prepend_scheme"];
+    const std::string name = v.is_string() ? v.get<std::string>() : v.dump();
+    if (name == "always") {
+      scheme = PrependScheme::kAlways;
+    } else if (name == "first") {
+      scheme = PrependScheme::kFirst;
+    } else if (name == "never") {
+      scheme = PrependScheme::kNever;
+    } else {
+      return Bad(where + ".prepend_scheme",
+                 absl::StrCat(name, " is not one of \"always\", \"first\", \"never\""));
+    }
+  }
+  if (j.contains("add_prefix_space") && !j["add_prefix_space"].is_null()) {
+    if (!j["add_prefix_space"].is_boolean()) return Bad(where + ".add_prefix_space", "not a bool");
+    // As HF: false means "never", and contradicts any other (declared or default) scheme.
+    if (!j["add_prefix_space"].get<bool>() && scheme != PrependScheme::kNever) {
+      return Bad(where + ".add_prefix_space", "false does not match the prepend_scheme");
+    }
+  }
+  return scheme;
+}
+
+absl::StatusOr<std::string> ParseReplacementChar(const nlohmann::json& j,
+                                                 const std::string& where) {
+  if (!j.contains("replacement") || !j["replacement"].is_string()) {
+    return Bad(where + ".replacement", "missing or not a string");
+  }
+  std::string r = j["replacement"].get<std::string>();
+  if (r.empty() || !base::IsValidUtf8(r) || base::ValidUtf8SequenceLength(r, 0) != r.size()) {
+    return Bad(where + ".replacement", "not exactly one character");
+  }
+  return r;
+}
+
 PreTokenizer::~PreTokenizer() = default;
+
+absl::Status PreTokenizer::AddMetaspace(const nlohmann::json& j, const std::string& where) {
+  Step step;
+  absl::StatusOr<std::string> replacement = ParseReplacementChar(j, where);
+  if (!replacement.ok()) return replacement.status();
+  step.replacement = *std::move(replacement);
+  absl::StatusOr<PrependScheme> scheme = ParsePrependScheme(j, where);
+  if (!scheme.ok()) return scheme.status();
+  step.prepend = *scheme;
+  if (j.contains("split") && !j["split"].is_null()) {
+    if (!j["split"].is_boolean()) return Bad(where + ".split", "not a bool");
+    step.split = j["split"].get<bool>();
+  }
+  steps_.push_back(std::move(step));
+  return absl::OkStatus();
+}
+
+void PreTokenizer::Metaspace(const Step& step, std::string_view piece, bool first,
+                             std::vector<std::string>* out) {
+  const std::string& rep = step.replacement;
+  std::string s = ReplaceAll(piece, " ", rep);
+  const bool prepend =
+      step.prepend == PrependScheme::kAlways || (step.prepend == PrependScheme::kFirst && first);
+  if (prepend && !s.starts_with(rep)) s.insert(0, rep);
+  if (!step.split) {
+    out->push_back(std::move(s));
+    return;
+  }
+  // UTF-8 is self-synchronising: a match of the whole character never starts mid-character.
+  size_t begin = 0;
+  for (size_t pos = s.find(rep); pos != std::string::npos; pos = s.find(rep, pos + rep.size())) {
+    if (pos > begin) {
+      out->push_back(s.substr(begin, pos - begin));
+      begin = pos;
+    }
+  }
+  if (begin < s.size()) out->push_back(s.substr(begin));
+}
 
 absl::Status PreTokenizer::AddStep(const nlohmann::json& j, const std::string& where, bool last) {
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
@@ -114,6 +193,7 @@ absl::Status PreTokenizer::AddStep(const nlohmann::json& j, const std::string& w
     return absl::OkStatus();
   }
   if (byte_level_) return Bad(where, "steps after ByteLevel are not supported");
+  if (type == "Metaspace") return AddMetaspace(j, where);
   if (type == "ByteLevel") {
     byte_level_ = true;
     add_prefix_space_ = j.value("add_prefix_space", false);
@@ -147,7 +227,10 @@ absl::Status PreTokenizer::AddStep(const nlohmann::json& j, const std::string& w
     absl::StatusOr<std::unique_ptr<TokenizerRegex>> re =
         TokenizerRegex::Compile(pattern->get_ref<const std::string&>(), literal);
     if (!re.ok()) return Bad(where + ".pattern", std::string(re.status().message()));
-    splits_.push_back(Step{*std::move(re), behavior == "Removed"});
+    Step step;
+    step.regex = *std::move(re);
+    step.drop_matches = behavior == "Removed";
+    steps_.push_back(std::move(step));
     return absl::OkStatus();
   }
   return Bad(where + ".type", absl::StrCat("\"", type, "\" is not supported"));
@@ -162,15 +245,38 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromJson(
   return p;
 }
 
-absl::Status PreTokenizer::Run(std::string_view text, std::vector<std::string>* words) const {
+absl::Status PreTokenizer::Run(std::string_view text, bool at_start,
+                               std::vector<std::string>* words) const {
+  if (text.empty()) return absl::OkStatus();  // HF drops empty pieces before pre-tokenizing
+  std::deque<std::string> rewritten;          // pieces Metaspace rewrote; `pieces` views them
+  std::vector<std::string> metaspace_out;
   std::vector<std::string_view> pieces{text};
   std::vector<std::string_view> next;
-  for (const Step& step : splits_) {
+  // Where the piece that begins at offset 0 of Encode's input starts (Metaspace "first").
+  const char* first = at_start ? text.data() : nullptr;
+  for (const Step& step : steps_) {
     next.clear();
+    const char* next_first = nullptr;
     for (std::string_view piece : pieces) {
-      absl::Status s = step.regex->Split(piece, step.drop_matches, &next);
-      if (!s.ok()) return s;
+      const bool is_first = first != nullptr && piece.data() == first;
+      const size_t before = next.size();
+      if (step.regex != nullptr) {
+        absl::Status s = step.regex->Split(piece, step.drop_matches, &next);
+        if (!s.ok()) return s;
+        if (is_first && next.size() > before && next[before].data() == piece.data()) {
+          next_first = piece.data();
+        }
+        continue;
+      }
+      metaspace_out.clear();
+      Metaspace(step, piece, is_first, &metaspace_out);
+      for (std::string& m : metaspace_out) {
+        rewritten.push_back(std::move(m));
+        next.push_back(rewritten.back());
+      }
+      if (is_first && next.size() > before) next_first = next[before].data();
     }
+    first = next_first;
     pieces.swap(next);
   }
   if (!byte_level_) {

@@ -40,9 +40,24 @@ class TokenizerRegex {
   std::unique_ptr<Impl> impl_;
 };
 
+// How Metaspace puts the replacement character in front of a piece (HF's PrependScheme).
+enum class PrependScheme { kAlways, kFirst, kNever };
+
+// Parses a Metaspace object's "prepend_scheme" / legacy "add_prefix_space" as HF does:
+// prepend_scheme defaults to "always"; add_prefix_space false means "never" (and contradicts
+// any other declared scheme). Shared by the Metaspace pre-tokenizer and decoder.
+[[nodiscard]] absl::StatusOr<PrependScheme> ParsePrependScheme(const nlohmann::json& j,
+                                                               const std::string& where);
+
+// Reads a Metaspace object's "replacement": exactly one code point; returns its UTF-8.
+[[nodiscard]] absl::StatusOr<std::string> ParseReplacementChar(const nlohmann::json& j,
+                                                               const std::string& where);
+
 // The pre-tokenizer pipeline. Supported: null, Split (Regex or String pattern, behavior
-// Isolated or Removed, invert false), ByteLevel (add_prefix_space, use_regex with GPT-2's
-// pattern), and Sequence of those with ByteLevel last. Immutable; const use is thread-safe.
+// Isolated or Removed, invert false), Metaspace (replacement, prepend_scheme always / first
+// / never or legacy add_prefix_space, split true / false), ByteLevel (add_prefix_space,
+// use_regex with GPT-2's pattern), and Sequence of those with ByteLevel last. Immutable;
+// const use is thread-safe.
 class PreTokenizer {
  public:
   // Parses tokenizer.json's "pre_tokenizer" value. InvalidArgument naming the field for an
@@ -52,20 +67,31 @@ class PreTokenizer {
   ~PreTokenizer();
 
   // Splits `text` (valid UTF-8) into the words the model sees, byte-level mapped when the
-  // pipeline ends with ByteLevel. Fails only if PCRE2 fails (Internal).
-  [[nodiscard]] absl::Status Run(std::string_view text, std::vector<std::string>* words) const;
+  // pipeline ends with ByteLevel. `at_start`: `text` begins at offset 0 of the input given to
+  // Encode (Metaspace's "first" scheme prepends only there). Fails only if PCRE2 fails
+  // (Internal).
+  [[nodiscard]] absl::Status Run(std::string_view text, bool at_start,
+                                 std::vector<std::string>* words) const;
 
   // Whether the pipeline ends with ByteLevel (the model's tokens are byte-level strings).
   [[nodiscard]] bool byte_level() const { return byte_level_; }
 
  private:
   struct Step {
-    std::unique_ptr<TokenizerRegex> regex;
+    std::unique_ptr<TokenizerRegex> regex;  // Split; null for Metaspace
     bool drop_matches = false;
+    std::string replacement;  // Metaspace: the UTF-8 of its replacement character
+    PrependScheme prepend = PrependScheme::kAlways;
+    bool split = true;
   };
   absl::Status AddStep(const nlohmann::json& j, const std::string& where, bool last);
+  absl::Status AddMetaspace(const nlohmann::json& j, const std::string& where);
+  // Metaspace on one piece: spaces -> replacement, the prefix, then (split) pieces that each
+  // begin at a replacement character (HF's MergedWithNext).
+  static void Metaspace(const Step& step, std::string_view piece, bool first,
+                        std::vector<std::string>* out);
 
-  std::vector<Step> splits_;
+  std::vector<Step> steps_;
   bool byte_level_ = false;
   bool add_prefix_space_ = false;
   std::unique_ptr<TokenizerRegex> byte_level_regex_;  // GPT-2's pattern when use_regex

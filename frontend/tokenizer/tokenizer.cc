@@ -1,6 +1,7 @@
 #include "frontend/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <deque>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -35,6 +36,89 @@ static_assert(base::kMaxJsonDepth == 128);
 // Whether `text` nests arrays and objects at most base::kMaxJsonDepth deep (without parsing).
 bool ShallowJson(std::string_view text) {
   return base::JsonNestingDepth(text, base::kMaxJsonDepth) <= base::kMaxJsonDepth;
+}
+
+// HF's ByteLevel decoder over all tokens: a token whose every code point is in the
+// byte-level alphabet contributes those bytes; any other token (e.g. an added token with a
+// space) its own UTF-8.
+std::string DecodeByteLevel(const std::vector<std::string>& tokens) {
+  std::string bytes;
+  for (const std::string& tok : tokens) {
+    std::string mapped;
+    bool all = true;
+    for (size_t pos = 0; pos < tok.size();) {
+      size_t len = base::ValidUtf8SequenceLength(tok, pos);
+      if (len == 0) len = 1;
+      std::optional<uint8_t> b = UnicodeToByte(tok, pos, len);
+      if (!b.has_value()) {
+        all = false;
+        break;
+      }
+      mapped.push_back(static_cast<char>(*b));
+      pos += len;
+    }
+    bytes += all ? mapped : tok;
+  }
+  return base::Utf8Lossy(bytes);
+}
+
+// The byte of a "<0xNN>" token as HF reads it (Rust's u8::from_str_radix on the two
+// characters: either case, or '+' and one digit); nullopt for any other token.
+std::optional<uint8_t> ByteFallbackByte(const std::string& tok) {
+  if (tok.size() != 6 || !tok.starts_with("<0x") || tok[5] != '>') return std::nullopt;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  if (tok[3] == '+' && hex(tok[4]) >= 0) return static_cast<uint8_t>(hex(tok[4]));
+  if (hex(tok[3]) < 0 || hex(tok[4]) < 0) return std::nullopt;
+  return static_cast<uint8_t>(hex(tok[3]) * 16 + hex(tok[4]));
+}
+
+// HF's ByteFallback decoder: runs of <0xNN> tokens become their bytes if they form UTF-8,
+// else one U+FFFD per byte (HF's rule, unlike from_utf8_lossy).
+void DecodeByteFallback(const std::vector<std::string>& tokens, std::vector<std::string>* out) {
+  std::string run;
+  size_t run_tokens = 0;
+  auto flush = [&] {
+    if (run_tokens == 0) return;
+    if (base::IsValidUtf8(run)) {
+      out->push_back(run);
+    } else {
+      for (size_t i = 0; i < run_tokens; ++i) out->emplace_back(base::kReplacementChar);
+    }
+    run.clear();
+    run_tokens = 0;
+  };
+  for (const std::string& tok : tokens) {
+    if (std::optional<uint8_t> b = ByteFallbackByte(tok)) {
+      run.push_back(static_cast<char>(*b));
+      ++run_tokens;
+    } else {
+      flush();
+      out->push_back(tok);
+    }
+  }
+  flush();
+}
+
+// HF's Strip decoder on one token: up to `start` leading and `stop` trailing copies of the
+// character `content` (code points, not bytes) are removed.
+std::string StripToken(const std::string& tok, const std::string& content, size_t start,
+                       size_t stop) {
+  size_t begin = 0;
+  for (size_t n = 0; n < start && tok.compare(begin, content.size(), content) == 0; ++n) {
+    begin += content.size();
+  }
+  size_t end = tok.size();
+  for (size_t n = 0; n < stop && end - begin >= content.size() &&
+                     tok.compare(end - content.size(), content.size(), content) == 0;
+       ++n) {
+    end -= content.size();
+  }
+  return tok.substr(begin, end - begin);
 }
 
 bool IsAsciiSpace(char c) {
@@ -88,7 +172,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
     if (!bpe.ok()) return bpe.status();
     t->model_ = *std::move(bpe);
     if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-      return Bad("normalizer", "normalizers are not supported (only null)");
+      absl::StatusOr<std::unique_ptr<Normalizer>> normalizer =
+          Normalizer::FromJson(j["normalizer"]);
+      if (!normalizer.ok()) return normalizer.status();
+      t->normalizer_ = *std::move(normalizer);
     }
     absl::StatusOr<std::unique_ptr<PreTokenizer>> pre =
         PreTokenizer::FromJson(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json());
@@ -138,19 +225,30 @@ absl::Status Tokenizer::ParseAddedTokens(const nlohmann::json& added) {
     tok.rstrip = a.value("rstrip", false);
     tok.normalized = a.value("normalized", !tok.special);
     if (a.value("single_word", false)) return Bad(where + ".single_word", "true is not supported");
+    // HF matches a normalized token by its normalized content, and decodes that form.
+    tok.match = tok.normalized && normalizer_ != nullptr ? normalizer_->Normalize(tok.content)
+                                                         : tok.content;
+    if (tok.match != tok.content) decode_form_[tok.id] = tok.match;
     if (static_cast<size_t>(tok.id) >= id_to_token_.size()) id_to_token_.resize(tok.id + 1);
     id_to_token_[tok.id] = tok.content;
     added_ids_[tok.content] = tok.id;
     added_tokens_.push_back(std::move(tok));
   }
+  // skip_special_tokens drops a token whose decoded string is a special token's content.
+  absl::flat_hash_map<std::string, bool> special_contents;
+  for (const AddedToken& tok : added_tokens_) {
+    if (tok.special) special_contents[tok.content] = true;
+  }
   special_.assign(id_to_token_.size(), false);
   for (size_t i = 0; i < added_tokens_.size(); ++i) {
-    special_[added_tokens_[i].id] = added_tokens_[i].special;
-    added_by_first_byte_[added_tokens_[i].content[0]].push_back(i);
+    const AddedToken& tok = added_tokens_[i];
+    special_[tok.id] =
+        special_contents.contains(tok.match != tok.content ? tok.match : tok.content);
+    if (!tok.match.empty()) added_by_first_byte_[tok.match[0]].push_back(i);
   }
   for (auto& [byte, indexes] : added_by_first_byte_) {
     std::stable_sort(indexes.begin(), indexes.end(), [&](size_t a, size_t b) {
-      return added_tokens_[a].content.size() > added_tokens_[b].content.size();
+      return added_tokens_[a].match.size() > added_tokens_[b].match.size();
     });
   }
   return absl::OkStatus();
@@ -217,15 +315,56 @@ absl::Status Tokenizer::ParseDecoder(const nlohmann::json& j, const std::string&
     }
     return absl::OkStatus();
   }
+  return ParseDecoderStep(type, j, where);
+}
+
+absl::Status Tokenizer::ParseDecoderStep(const std::string& type, const nlohmann::json& j,
+                                         const std::string& where) {
+  using Kind = DecoderStep::Kind;
+  DecoderStep step;
   if (type == "ByteLevel") {
-    decoder_.push_back(DecoderStep::kByteLevel);
+    step.kind = Kind::kByteLevel;
   } else if (type == "ByteFallback") {
-    decoder_.push_back(DecoderStep::kByteFallback);
+    step.kind = Kind::kByteFallback;
   } else if (type == "Fuse") {
-    decoder_.push_back(DecoderStep::kFuse);
+    step.kind = Kind::kFuse;
+  } else if (type == "Replace") {
+    step.kind = Kind::kReplace;
+    absl::StatusOr<std::string> pattern =
+        LiteralPattern(j.contains("pattern") ? j["pattern"] : nlohmann::json(), where + ".pattern");
+    if (!pattern.ok()) return pattern.status();
+    if (!j.contains("content") || !j["content"].is_string()) {
+      return Bad(where + ".content", "missing or not a string");
+    }
+    step.from = *std::move(pattern);
+    step.to = j["content"].get<std::string>();
+  } else if (type == "Strip") {
+    step.kind = Kind::kStrip;
+    const std::string content = j.value("content", std::string());
+    if (content.empty() || !base::IsValidUtf8(content) ||
+        base::ValidUtf8SequenceLength(content, 0) != content.size()) {
+      return Bad(where + ".content", "not exactly one character");
+    }
+    for (const char* field : {"start", "stop"}) {
+      if (!j.contains(field) || !j[field].is_number_unsigned()) {
+        return Bad(absl::StrCat(where, ".", field), "missing or not a non-negative integer");
+      }
+    }
+    step.from = content;
+    step.start = j["start"].get<size_t>();
+    step.stop = j["stop"].get<size_t>();
+  } else if (type == "Metaspace") {
+    step.kind = Kind::kMetaspace;
+    absl::StatusOr<std::string> replacement = ParseReplacementChar(j, where);
+    if (!replacement.ok()) return replacement.status();
+    absl::StatusOr<PrependScheme> scheme = ParsePrependScheme(j, where);
+    if (!scheme.ok()) return scheme.status();
+    step.from = *std::move(replacement);
+    step.drop_first = *scheme != PrependScheme::kNever;
   } else {
     return Bad(where + ".type", absl::StrCat("\"", type, "\" is not supported"));
   }
+  decoder_.push_back(std::move(step));
   return absl::OkStatus();
 }
 
@@ -295,7 +434,7 @@ void Tokenizer::SplitAddedTokens(bool normalized, std::vector<Segment>* segments
       if (bucket != added_by_first_byte_.end()) {
         for (size_t index : bucket->second) {  // longest first: leftmost-longest match
           const AddedToken& tok = added_tokens_[index];
-          if (tok.normalized == normalized && text.substr(pos).starts_with(tok.content)) {
+          if (tok.normalized == normalized && text.substr(pos).starts_with(tok.match)) {
             match = &tok;
             break;
           }
@@ -306,7 +445,7 @@ void Tokenizer::SplitAddedTokens(bool normalized, std::vector<Segment>* segments
         continue;
       }
       size_t start = pos;
-      size_t end = pos + match->content.size();
+      size_t end = pos + match->match.size();
       // lstrip/rstrip: the token absorbs the whitespace beside it.
       if (match->lstrip) {
         while (start > emitted && IsAsciiSpace(text[start - 1])) --start;
@@ -314,11 +453,16 @@ void Tokenizer::SplitAddedTokens(bool normalized, std::vector<Segment>* segments
       if (match->rstrip) {
         while (end < text.size() && IsAsciiSpace(text[end])) ++end;
       }
-      if (start > emitted) out.push_back(Segment{text.substr(emitted, start - emitted), -1});
+      if (start > emitted) {
+        out.push_back(
+            Segment{text.substr(emitted, start - emitted), -1, seg.at_start && emitted == 0});
+      }
       out.push_back(Segment{text.substr(start, end - start), match->id});
       emitted = pos = end;
     }
-    if (emitted < text.size()) out.push_back(Segment{text.substr(emitted), -1});
+    if (emitted < text.size()) {
+      out.push_back(Segment{text.substr(emitted), -1, seg.at_start && emitted == 0});
+    }
   }
   segments->swap(out);
 }
@@ -330,8 +474,18 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
     repaired = base::Utf8Lossy(text);
     text = repaired;
   }
-  std::vector<Segment> segments{Segment{text, -1}};
+  std::vector<Segment> segments{Segment{text, -1, true}};
   SplitAddedTokens(/*normalized=*/false, &segments);
+  // As HF: each piece between non-normalized added tokens is normalized on its own (Prepend
+  // applies to every piece), then normalized added tokens are found in the normalized text.
+  std::deque<std::string> normalized;
+  if (normalizer_ != nullptr) {
+    for (Segment& seg : segments) {
+      if (seg.id >= 0) continue;
+      normalized.push_back(normalizer_->Normalize(seg.text));
+      seg.text = normalized.back();
+    }
+  }
   SplitAddedTokens(/*normalized=*/true, &segments);
   std::vector<int32_t> ids;
   std::vector<std::string> words;
@@ -341,7 +495,7 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
       continue;
     }
     words.clear();
-    absl::Status s = pre_tokenizer_->Run(seg.text, &words);
+    absl::Status s = pre_tokenizer_->Run(seg.text, seg.at_start, &words);
     if (!s.ok()) return s;
     for (const std::string& word : words) model_.EncodeWord(word, &ids);
   }
@@ -359,71 +513,38 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
 }
 
 std::vector<std::string> Tokenizer::DecodeSteps(std::vector<std::string> tokens) const {
-  for (DecoderStep step : decoder_) {
+  for (const DecoderStep& step : decoder_) {
     std::vector<std::string> next;
-    switch (step) {
-      case DecoderStep::kByteLevel: {
-        // A token whose every code point is in the byte-level alphabet contributes those
-        // bytes; any other token (e.g. an added token with a space) its own UTF-8, as HF.
-        std::string bytes;
-        for (const std::string& tok : tokens) {
-          std::string mapped;
-          bool all = true;
-          for (size_t pos = 0; pos < tok.size();) {
-            size_t len = base::ValidUtf8SequenceLength(tok, pos);
-            if (len == 0) len = 1;
-            std::optional<uint8_t> b = UnicodeToByte(tok, pos, len);
-            if (!b.has_value()) {
-              all = false;
-              break;
-            }
-            mapped.push_back(static_cast<char>(*b));
-            pos += len;
-          }
-          bytes += all ? mapped : tok;
-        }
-        next.push_back(base::Utf8Lossy(bytes));
+    switch (step.kind) {
+      case DecoderStep::Kind::kByteLevel:
+        next.push_back(DecodeByteLevel(tokens));
         break;
-      }
-      case DecoderStep::kByteFallback: {
-        // Runs of <0xNN> tokens become their bytes if they form UTF-8, else one U+FFFD per
-        // byte (HF's rule, unlike from_utf8_lossy).
-        std::string run;
-        size_t run_tokens = 0;
-        auto flush = [&] {
-          if (run_tokens == 0) return;
-          if (base::IsValidUtf8(run)) {
-            next.push_back(run);
-          } else {
-            for (size_t i = 0; i < run_tokens; ++i) next.emplace_back(base::kReplacementChar);
-          }
-          run.clear();
-          run_tokens = 0;
-        };
-        for (const std::string& tok : tokens) {
-          auto hex = [](char c) -> int {
-            if (c >= '0' && c <= '9') return c - '0';
-            if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-            return -1;
-          };
-          if (tok.size() == 6 && tok.starts_with("<0x") && tok[5] == '>' && hex(tok[3]) >= 0 &&
-              hex(tok[4]) >= 0) {
-            run.push_back(static_cast<char>(hex(tok[3]) * 16 + hex(tok[4])));
-            ++run_tokens;
-          } else {
-            flush();
-            next.push_back(tok);
-          }
-        }
-        flush();
+      case DecoderStep::Kind::kByteFallback:
+        DecodeByteFallback(tokens, &next);
         break;
-      }
-      case DecoderStep::kFuse: {
+      case DecoderStep::Kind::kFuse: {
         std::string all;
         for (const std::string& tok : tokens) all += tok;
         next.push_back(std::move(all));
         break;
       }
+      case DecoderStep::Kind::kReplace:
+        for (const std::string& tok : tokens) {
+          next.push_back(ReplaceAll(tok, step.from, step.to));
+        }
+        break;
+      case DecoderStep::Kind::kStrip:
+        for (const std::string& tok : tokens) {
+          next.push_back(StripToken(tok, step.from, step.start, step.stop));
+        }
+        break;
+      case DecoderStep::Kind::kMetaspace:
+        // Every replacement character becomes a space, except in the first token, which
+        // loses all of them (HF: `i == 0 && prepend_scheme != never`).
+        for (size_t i = 0; i < tokens.size(); ++i) {
+          next.push_back(ReplaceAll(tokens[i], step.from, i == 0 && step.drop_first ? "" : " "));
+        }
+        break;
     }
     tokens.swap(next);
   }
@@ -437,7 +558,8 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_to
     if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) continue;
     if (id_to_token_[id].empty()) continue;  // a hole in the id space: no token
     if (skip_special_tokens && IsSpecial(id)) continue;
-    tokens.push_back(id_to_token_[id]);
+    auto form = decode_form_.find(id);
+    tokens.push_back(form != decode_form_.end() ? form->second : id_to_token_[id]);
   }
   std::string text;
   if (!has_decoder_) {

@@ -14,14 +14,17 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "frontend/tokenizer/bpe.h"
+#include "frontend/tokenizer/normalizer.h"
 #include "frontend/tokenizer/pretokenizer.h"
 
 namespace vllm::frontend {
 
 // Text <-> token ids, matching HF `tokenizers` (and transformers' fast tokenizers) for the
-// subset of tokenizer.json documented in frontend/README.md: BPE model, no normalizer,
-// Split/ByteLevel pre-tokenizers, added tokens, TemplateProcessing/ByteLevel/Sequence
-// post-processors, ByteLevel/ByteFallback/Fuse/Sequence decoders.
+// subset of tokenizer.json documented in frontend/README.md: BPE model (byte_fallback),
+// Prepend/Replace normalizers, Split/Metaspace/ByteLevel pre-tokenizers, added tokens,
+// TemplateProcessing/ByteLevel/Sequence post-processors, ByteLevel/ByteFallback/Fuse/
+// Replace/Strip/Metaspace/Sequence decoders: byte-level BPEs (GPT-2, Llama 3, Qwen2) and
+// SentencePiece-converted ones (Llama 2, Mistral, Gemma).
 // Immutable after Load; every const method is thread-safe.
 class Tokenizer {
  public:
@@ -60,7 +63,9 @@ class Tokenizer {
   [[nodiscard]] std::optional<int32_t> TokenToId(std::string_view token) const;
   // The token string of `id` (byte-level form for vocab tokens); nullopt when out of range.
   [[nodiscard]] std::optional<std::string> IdToToken(int32_t id) const;
-  // Whether `id` is a special added token (dropped by skip_special_tokens).
+  // Whether `id` is dropped by skip_special_tokens: a special added token (as HF, one whose
+  // decoded form, the normalized content for a normalized added token, is a special
+  // token's content).
   [[nodiscard]] bool IsSpecial(int32_t id) const;
   // tokenizer_config.json's chat_template ("" when absent; the "default" one of a list).
   [[nodiscard]] const std::string& chat_template() const { return chat_template_; }
@@ -73,35 +78,52 @@ class Tokenizer {
     bool lstrip = false;
     bool rstrip = false;
     bool normalized = false;
+    // What is matched in the text: `content`, or its normalized form when `normalized`.
+    std::string match;
   };
   // A run of input text: either an added token (id >= 0) or text for the model (id -1).
   struct Segment {
     std::string_view text;
     int32_t id = -1;
+    bool at_start = false;  // text begins at offset 0 of Encode's input
   };
   // One element of TemplateProcessing's "single": the sequence or fixed ids.
   struct TemplatePiece {
     bool is_sequence = false;
     std::vector<int32_t> ids;
   };
-  enum class DecoderStep { kByteLevel, kByteFallback, kFuse };
+  // One decoder of the chain (HF's decode_chain, applied in order).
+  struct DecoderStep {
+    enum class Kind { kByteLevel, kByteFallback, kFuse, kReplace, kStrip, kMetaspace };
+    Kind kind = Kind::kFuse;
+    std::string from;  // Replace: the literal; Strip, Metaspace: the character
+    std::string to;    // Replace: its replacement
+    size_t start = 0;  // Strip: leading / trailing characters to strip at most
+    size_t stop = 0;
+    bool drop_first = false;  // Metaspace: the first token loses its replacement characters
+  };
 
   Tokenizer() = default;
   absl::Status ParseAddedTokens(const nlohmann::json& added);
   absl::Status ParsePostProcessor(const nlohmann::json& j, const std::string& where);
   absl::Status ParseDecoder(const nlohmann::json& j, const std::string& where);
+  absl::Status ParseDecoderStep(const std::string& type, const nlohmann::json& j,
+                                const std::string& where);
   absl::Status ParseConfig(std::string_view config_json);
   // Splits text segments around the added tokens whose `normalized` flag is `normalized`.
   void SplitAddedTokens(bool normalized, std::vector<Segment>* segments) const;
   std::vector<std::string> DecodeSteps(std::vector<std::string> tokens) const;
 
   BpeModel model_;
+  std::unique_ptr<Normalizer> normalizer_;  // null: none
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::vector<AddedToken> added_tokens_;
   // First byte -> indexes into added_tokens_, longest content first.
   absl::flat_hash_map<char, std::vector<size_t>> added_by_first_byte_;
   absl::flat_hash_map<std::string, int32_t> added_ids_;
   std::vector<std::string> id_to_token_;
+  // Normalized added tokens whose normalized form differs: HF decodes that form.
+  absl::flat_hash_map<int32_t, std::string> decode_form_;
   std::vector<bool> special_;
   std::vector<TemplatePiece> template_;  // empty: post-processing adds nothing
   std::vector<DecoderStep> decoder_;

@@ -1,6 +1,7 @@
 // Tokenizer against Hugging Face: goldens recorded by tools/make_tokenizer_reference.py
-// (the bundled model) and tools/make_tokenizer_goldens.py (Llama-3 / Qwen2 regex BPEs and
-// a byte_fallback BPE); malformed files; a fuzz loop.
+// (the bundled model) and tools/make_tokenizer_goldens.py (Llama-3 / Qwen2 regex BPEs, a
+// byte_fallback BPE, and SentencePiece-style BPEs: Llama-2 legacy, Metaspace "first" and
+// "always"/split); malformed files; a fuzz loop.
 #include "frontend/tokenizer/tokenizer.h"
 
 #include <chrono>
@@ -44,7 +45,8 @@ void CheckGoldens(const Tokenizer& tok, const nlohmann::json& g) {
     auto with = tok.Encode(text, true);
     ASSERT_TRUE(with.ok());
     EXPECT_EQ(*with, e["ids_with_special"].get<std::vector<int32_t>>()) << "text: " << text;
-    EXPECT_EQ(tok.Decode(*ids, false), text) << "round trip";
+    // SentencePiece-style decoders do not round-trip leading spaces; then HF's decode is kept.
+    EXPECT_EQ(tok.Decode(*ids, false), e.value("decoded", text)) << "decode of: " << text;
   }
   for (const auto& d : g["decode"]) {
     const auto ids = d["ids"].get<std::vector<int32_t>>();
@@ -78,7 +80,8 @@ TEST_P(GoldenTest, MatchesHfTokenizers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
-                         testing::Values("llama3_bpe", "qwen2_bpe", "fallback_bpe"));
+                         testing::Values("llama3_bpe", "qwen2_bpe", "fallback_bpe", "llama2_sp",
+                                         "metaspace_sp", "metaspace_split_sp"));
 
 TEST(TokenizerTest, MergesAsStringsEqualMergesAsPairs) {
   nlohmann::json j = ReadJson(kFixtures / "llama3_bpe" / "tokenizer.json");
@@ -142,13 +145,16 @@ TEST(TokenizerTest, MalformedFilesAreInvalidArgument) {
   ExpectInvalid(MutateJson([](auto& j) { j["model"]["merges"][4] = {"zzq", "qzz"}; }), "merges[4]");
   ExpectInvalid(MutateJson([](auto& j) { j["model"]["merges"][5] = 7; }), "merges[5]");
   ExpectInvalid(MutateJson([](auto& j) { j["model"]["vocab"]["x"] = "str"; }), "model.vocab");
-  ExpectInvalid(MutateJson([](auto& j) { j["pre_tokenizer"]["type"] = "Metaspace"; }),
+  ExpectInvalid(MutateJson([](auto& j) { j["pre_tokenizer"]["type"] = "Whitespace"; }),
                 "pre_tokenizer.type");
   ExpectInvalid(MutateJson([](auto& j) {
                   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
                 }),
                 "pre_tokenizer.pretokenizers[0].pattern");
-  ExpectInvalid(MutateJson([](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }), "normalizer");
+  ExpectInvalid(MutateJson([](auto& j) {
+                  j["normalizer"] = {{"type", "NFC"}};
+                }),
+                "normalizer.type: \"NFC\" is not supported");
   ExpectInvalid(MutateJson([](auto& j) { j["decoder"]["type"] = "WordPiece"; }), "decoder.type");
   ExpectInvalid(MutateJson([](auto& j) { j["added_tokens"][0]["id"] = "zero"; }),
                 "added_tokens[0]");
@@ -157,6 +163,92 @@ TEST(TokenizerTest, MalformedFilesAreInvalidArgument) {
   ExpectInvalid(MutateJson([](auto& j) { j["model"]["vocab"] = 3; }), "model.vocab");
   auto missing = Tokenizer::Load(kFixtures / "no_such_model");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+std::string MutateSp(const char* fixture, const std::function<void(nlohmann::json&)>& f) {
+  nlohmann::json j = ReadJson(kFixtures / fixture / "tokenizer.json");
+  f(j);
+  return j.dump();
+}
+
+// Whatever of the SentencePiece-style shapes is not supported is refused, naming the field.
+TEST(TokenizerTest, UnsupportedSentencePieceFieldsAreRefused) {
+  ExpectInvalid(MutateSp("llama2_sp",
+                         [](auto& j) {
+                           j["normalizer"]["normalizers"][0] = {{"type", "NFKC"}};
+                         }),
+                "normalizer.normalizers[0].type: \"NFKC\" is not supported");
+  ExpectInvalid(
+      MutateSp("llama2_sp",
+               [](auto& j) {
+                 j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", ""}};
+               }),
+      "normalizer.type");
+  ExpectInvalid(MutateSp("llama2_sp",
+                         [](auto& j) {
+                           j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+                         }),
+                "normalizer.normalizers[1].pattern");
+  ExpectInvalid(
+      MutateSp("llama2_sp", [](auto& j) { j["decoder"]["decoders"][3]["content"] = "ab"; }),
+      "decoder.decoders[3].content");
+  ExpectInvalid(MutateSp("llama2_sp",
+                         [](auto& j) {
+                           j["decoder"]["decoders"][0]["pattern"] = {{"Regex", "\u2581"}};
+                         }),
+                "decoder.decoders[0].pattern");
+  ExpectInvalid(
+      MutateSp("metaspace_sp", [](auto& j) { j["pre_tokenizer"]["prepend_scheme"] = "x"; }),
+      "pre_tokenizer.prepend_scheme");
+  ExpectInvalid(
+      MutateSp("metaspace_sp", [](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = false; }),
+      "pre_tokenizer.add_prefix_space");
+  ExpectInvalid(MutateSp("metaspace_sp", [](auto& j) { j["pre_tokenizer"]["replacement"] = "ab"; }),
+                "pre_tokenizer.replacement");
+  ExpectInvalid(MutateSp("metaspace_split_sp",
+                         [](auto& j) { j["decoder"]["decoders"][1]["prepend_scheme"] = 3; }),
+                "decoder.decoders[1].prepend_scheme");
+  // HF's legacy Metaspace form (add_prefix_space, no prepend_scheme) is "always".
+  auto legacy = Tokenizer::FromJson(MutateSp("metaspace_split_sp",
+                                             [](auto& j) {
+                                               j["pre_tokenizer"].erase("prepend_scheme");
+                                               j["pre_tokenizer"].erase("split");
+                                               j["pre_tokenizer"]["add_prefix_space"] = true;
+                                             }),
+                                    "");
+  auto current = Tokenizer::Load(kFixtures / "metaspace_split_sp");
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  ASSERT_TRUE(current.ok());
+  EXPECT_EQ(*(*legacy)->Encode(" a  b c", true), *(*current)->Encode(" a  b c", true));
+}
+
+// The SentencePiece-specific rules the goldens rely on, spelled out.
+TEST(TokenizerTest, SentencePieceRules) {
+  auto llama2 = Tokenizer::Load(kFixtures / "llama2_sp");
+  auto first = Tokenizer::Load(kFixtures / "metaspace_sp");
+  ASSERT_TRUE(llama2.ok()) << llama2.status();
+  ASSERT_TRUE(first.ok()) << first.status();
+  const Tokenizer& l = **llama2;
+  // Prepend applies to every piece between added tokens; "first" only at offset 0.
+  std::vector<int32_t> expected = *l.Encode(" world", false);  // "▁▁world"
+  expected.insert(expected.begin(), 1);
+  EXPECT_EQ(*l.Encode("<s> world", false), expected);
+  EXPECT_EQ(*(*first)->Encode("<s>x", false), (std::vector<int32_t>{1, *(*first)->TokenToId("x")}));
+  // Characters outside the vocab fall back to <0xNN> bytes, and decode back across tokens.
+  const std::vector<int32_t> wo = *l.Encode("我", false);
+  ASSERT_EQ(wo.size(), 4u);  // ▁ <0xE6> <0x88> <0x91>
+  EXPECT_EQ(l.IdToToken(wo[1]), "<0xE6>");
+  EXPECT_EQ(l.Decode(wo, false), "我");
+  // The decoder strips one leading space: the text's first, or the BOS-less first token's.
+  EXPECT_EQ(l.Decode(*l.Encode("  Hello", true), true), "  Hello");
+  EXPECT_EQ(l.Decode(*l.Encode("Hello", true), false), "<s> Hello");
+  // A normalized special token is matched and decoded in its normalized form ("▁[INST]"),
+  // which is not a special token's content: skip_special_tokens keeps it, as HF.
+  const std::optional<int32_t> inst = l.TokenToId("[INST]");
+  ASSERT_TRUE(inst.has_value());
+  EXPECT_FALSE(l.IsSpecial(*inst));
+  EXPECT_EQ(l.Decode(std::vector<int32_t>{*inst}, true), "[INST]");
+  EXPECT_TRUE(l.IsSpecial(1));
 }
 
 // Deeply nested Sequence steps once overflowed the stack (the parsers recurse per level).
