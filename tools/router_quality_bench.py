@@ -101,7 +101,7 @@ def start_worker(kv_mem, kv_events_port=None):
     if kv_events_port:
         cmd += ["--kv-events-config", json.dumps({
             "enable_kv_cache_events": True, "publisher": "zmq",
-            "endpoint": f"tcp://127.0.0.1:{kv_events_port}"})]
+            "endpoint": f"tcp://*:{kv_events_port}"})]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     line = p.stdout.readline()  # "vllm-launch: ready at http://127.0.0.1:PORT/v1"

@@ -129,20 +129,6 @@ bool IsHopByHop(absl::string_view name) {
   return false;
 }
 
-void AppendPromptText(const json& prompt, std::string* text) {
-  if (prompt.is_string()) {
-    *text += prompt.get_ref<const std::string&>();
-  } else if (prompt.is_number_integer()) {
-    absl::StrAppend(text, prompt.get<int64_t>(), ",");
-  } else if (prompt.is_array() && !prompt.empty()) {
-    if (prompt.front().is_array() || prompt.front().is_string()) {
-      AppendPromptText(prompt.front(), text);  // a batch: route by its first prompt
-    } else {
-      for (const json& t : prompt) AppendPromptText(t, text);  // token ids
-    }
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<WorkerAddress> ParseWorkerUrl(absl::string_view url) {
@@ -185,42 +171,6 @@ absl::StatusOr<WorkerAddress> ParseWorkerUrl(absl::string_view url) {
       "http://", absl::StrContains(host, ":") ? absl::StrCat("[", host, "]") : std::string(host),
       ":", port_number);
   return a;
-}
-
-bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string* user) {
-  text->clear();
-  user->clear();
-  // Bounded: nesting deeper than base::kMaxJsonDepth is refused before parsing (the prompt
-  // walk below recurses once per level), as is a number outside a double's range.
-  absl::StatusOr<json> parsed = base::ParseJson(body, "request body");
-  if (!parsed.ok()) return false;
-  const json& j = *parsed;
-  if (!j.is_object()) return false;
-  if (auto it = j.find("user"); it != j.end() && it->is_string()) {
-    *user = it->get<std::string>();
-  }
-  if (auto it = j.find("prompt"); it != j.end()) AppendPromptText(*it, text);
-  if (auto it = j.find("messages"); it != j.end() && it->is_array()) {
-    for (const json& m : *it) {
-      if (!m.is_object()) continue;
-      if (auto role = m.find("role"); role != m.end() && role->is_string()) {
-        absl::StrAppend(text, role->get_ref<const std::string&>(), "\n");
-      }
-      auto content = m.find("content");
-      if (content == m.end()) continue;
-      if (content->is_string()) {
-        absl::StrAppend(text, content->get_ref<const std::string&>(), "\n");
-      } else if (content->is_array()) {
-        for (const json& part : *content) {
-          if (!part.is_object()) continue;
-          if (auto t = part.find("text"); t != part.end() && t->is_string()) {
-            absl::StrAppend(text, t->get_ref<const std::string&>(), "\n");
-          }
-        }
-      }
-    }
-  }
-  return true;
 }
 
 namespace {
@@ -1221,6 +1171,11 @@ class Router::Impl {
 
   RouterOptions options_;
   std::unique_ptr<Policy> policy_;
+  // Graceful stop. Declared before ioc_: the sessions' coroutine frames, destroyed with ioc_
+  // when it stops with connections open, unregister from clients_.
+  bool draining_ = false;
+  int64_t requests_in_flight_ = 0;
+  std::vector<ClientConn*> clients_;
   net::io_context ioc_{1};
   tcp::acceptor acceptor_;
   net::signal_set signals_;
@@ -1228,10 +1183,6 @@ class Router::Impl {
   std::vector<std::shared_ptr<Worker>> workers_;
   int64_t retries_total_ = 0;
   int64_t client_disconnects_total_ = 0;
-  // Graceful stop.
-  bool draining_ = false;
-  int64_t requests_in_flight_ = 0;
-  std::vector<ClientConn*> clients_;
   net::steady_timer drain_timer_{ioc_};
   // kv_aware. Declared after ioc_: the pool and the subscriber post to it, so they stop first.
   struct KvStats {

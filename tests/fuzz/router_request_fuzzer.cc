@@ -11,7 +11,8 @@
 // Invariants beyond "no crash, throw, leak, timeout or unbounded allocation":
 // - ExtractRoutingKeys: false leaves text and user empty; text and user are valid UTF-8 (they
 //   are made of JSON strings, roles, decimal integers, ',' and '\n'); text is at most twice
-//   the body.
+//   the body. Differential: whenever base::ParseJson accepts the body, the scanner gives what
+//   a walk of nlohmann's document gives (ReferenceKeys: the implementation it replaced).
 // - ParseWorkerUrl: errors are InvalidArgument; an accepted URL is "http://HOST:PORT" with a
 //   port in [1, 65535] equal to `port`, a non-empty host, and parsing `url` again gives the
 //   same address (the normal form is a fixed point).
@@ -37,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "base/json_util.h"
 #include "frontend/router/policy.h"
 #include "frontend/router/prefix_tree.h"
 #include "frontend/router/router.h"
@@ -47,6 +49,51 @@ namespace vllm::fuzz {
 namespace {
 
 using router::Candidate;
+
+void ReferencePrompt(const nlohmann::json& prompt, std::string* text) {
+  if (prompt.is_string()) {
+    *text += prompt.get_ref<const std::string&>();
+  } else if (prompt.is_number_integer()) {
+    absl::StrAppend(text, prompt.get<int64_t>(), ",");
+  } else if (prompt.is_array() && !prompt.empty()) {
+    if (prompt.front().is_array() || prompt.front().is_string()) {
+      ReferencePrompt(prompt.front(), text);
+    } else {
+      for (const nlohmann::json& t : prompt) ReferencePrompt(t, text);
+    }
+  }
+}
+
+// The routing keys of a body the DOM parser accepts, by walking its document; false when it
+// does not accept it (or it is not an object).
+bool ReferenceKeys(const std::string& body, std::string* text, std::string* user) {
+  auto parsed = base::ParseJson(body, "body");
+  if (!parsed.ok() || !parsed->is_object()) return false;
+  const nlohmann::json& j = *parsed;
+  if (auto it = j.find("user"); it != j.end() && it->is_string()) *user = it->get<std::string>();
+  if (auto it = j.find("prompt"); it != j.end()) ReferencePrompt(*it, text);
+  if (auto it = j.find("messages"); it != j.end() && it->is_array()) {
+    for (const nlohmann::json& m : *it) {
+      if (!m.is_object()) continue;
+      if (auto role = m.find("role"); role != m.end() && role->is_string()) {
+        absl::StrAppend(text, role->get_ref<const std::string&>(), "\n");
+      }
+      auto content = m.find("content");
+      if (content == m.end()) continue;
+      if (content->is_string()) {
+        absl::StrAppend(text, content->get_ref<const std::string&>(), "\n");
+      } else if (content->is_array()) {
+        for (const nlohmann::json& part : *content) {
+          if (!part.is_object()) continue;
+          if (auto t = part.find("text"); t != part.end() && t->is_string()) {
+            absl::StrAppend(text, t->get_ref<const std::string&>(), "\n");
+          }
+        }
+      }
+    }
+  }
+  return true;
+}
 using router::PrefixTree;
 using router::RouteKeys;
 
@@ -215,6 +262,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(IsWellFormedUtf8(user), "user is not UTF-8");
   FUZZ_CHECK(text.size() <= 2 * body.size(),
              absl::StrCat("routing text of ", text.size(), " from a body of ", body.size()));
+  {
+    std::string ref_text, ref_user;
+    if (ReferenceKeys(body_copy, &ref_text, &ref_user)) {
+      FUZZ_CHECK(is_object, "the scanner rejected a body the DOM parser accepts");
+      FUZZ_CHECK(text == ref_text,
+                 "routing text differs from the DOM walk's: '" + text + "' vs '" + ref_text + "'");
+      FUZZ_CHECK(user == ref_user, "user differs from the DOM walk's");
+    }
+  }
 
   std::string worker_url = CheckWorkerUrl(url);
   // POST /workers with a JSON body {"url": "..."}.
