@@ -17,6 +17,8 @@ using nlohmann::json;
 
 constexpr char kCompletions[] = "/v1/completions";
 constexpr char kChat[] = "/v1/chat/completions";
+constexpr char kTokenize[] = "/tokenize";
+constexpr char kDetokenize[] = "/detokenize";
 
 struct BadRequest {
   const char* name;
@@ -97,7 +99,36 @@ std::vector<BadRequest> Table() {
       {"stream_options without stream", kCompletions,
        Completion("stream_options", {{"include_usage", true}}), 400,
        "stream_options can only be defined", "stream_options"},
-      {"echo", kCompletions, Completion("echo", true), 400, "echo is not supported", "echo"},
+      {"echo with logprobs", kCompletions,
+       json{{"prompt", "In the beginning"}, {"echo", true}, {"logprobs", 1}}.dump(), 400,
+       "echo with logprobs is not supported", "echo"},
+      {"prompt_logprobs", kCompletions, Completion("prompt_logprobs", 1), 400,
+       "prompt_logprobs is not supported", "prompt_logprobs"},
+      {"chat: prompt_logprobs", kChat, Chat("prompt_logprobs", 0), 400,
+       "prompt_logprobs is not supported", "prompt_logprobs"},
+      {"chat: request chat_template", kChat, Chat("chat_template", "{{ 1 }}"), 400,
+       "--trust-request-chat-template", "chat_template"},
+      {"tokenize: prompt missing", kTokenize, "{}", 400, "prompt (a string) or messages", "prompt"},
+      {"tokenize: prompt not a string", kTokenize, R"({"prompt": [1, 2]})", 400,
+       "prompt must be a string", "prompt"},
+      {"tokenize: unknown model", kTokenize, R"({"model": "gpt-4", "prompt": "a"})", 404,
+       "The model `gpt-4` does not exist", "model"},
+      {"tokenize: bad role", kTokenize, R"({"messages": [{"role": "wizard", "content": "a"}]})",
+       400, "unknown message role", "messages"},
+      {"tokenize: both template flags", kTokenize,
+       R"({"messages": [{"role": "user", "content": "a"}], "continue_final_message": true})", 400,
+       "cannot both be true", "continue_final_message"},
+      {"tokenize: GET", kTokenize, "", 405, "Method GET is not allowed", nullptr, "GET"},
+      {"detokenize: id outside the vocabulary", kDetokenize, R"({"tokens": [5, 4096]})", 400,
+       "token id 4096 (at index 1) is outside the vocabulary [0, 4096)", nullptr},
+      {"detokenize: negative id", kDetokenize, R"({"tokens": [-5]})", 400, "tokens must be in",
+       "tokens"},
+      {"detokenize: tokens not a list", kDetokenize, R"({"tokens": "5 6"})", 400,
+       "tokens must be a list of token ids", "tokens"},
+      {"detokenize: tokens missing", kDetokenize, R"({"prompt": "a"})", 400,
+       "tokens (a list of token ids) is required", "tokens"},
+      {"detokenize: malformed JSON", kDetokenize, R"({"tokens": [1,)", 400, "Invalid JSON",
+       nullptr},
       {"best_of", kCompletions, Completion("best_of", 2), 400, "best_of must be 1", "best_of"},
       {"prompt longer than max_model_len", kCompletions, Completion("prompt", long_prompt), 400,
        "maximum context length is 1024 tokens. However, your prompt has 1100", nullptr},
