@@ -8,7 +8,8 @@ Run by hand (not in CI), from the repository root, after tools/make_reference.py
 Writes nothing. It reads config.json (the classic keys rope_theta / rope_scaling /
 tie_word_embeddings / attention bias by architecture), the safetensors file(s) (through
 model.safetensors.index.json when present; F32/F16/BF16 upcast to float32), runs a plain
-float32 Llama/Qwen2 forward (RMSNorm, rotate-half RoPE with llama3 scaling, GQA causal
+float32 Llama/Qwen2/Qwen3/Phi-3 forward (RMSNorm, Qwen3's per-head q/k RMSNorm, Phi-3's
+fused qkv_proj / gate_up_proj, rotate-half RoPE with llama3 scaling, GQA causal
 attention, SiLU MLP) without a KV cache, greedily decodes reference.json's prompts, and
 compares tokens and logits with reference.json. It is an independent check of the
 fixtures and a compact statement of the arithmetic the C++ runtime must match.
@@ -110,9 +111,16 @@ def forward(cfg, w, ids):
     for l in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rms(x, w[p + "input_layernorm.weight"])
-        q = lin(h, p + "self_attn.q_proj").reshape(T, nh, hd).transpose(1, 0, 2)
-        k = lin(h, p + "self_attn.k_proj").reshape(T, nkv, hd).transpose(1, 0, 2)
-        v = lin(h, p + "self_attn.v_proj").reshape(T, nkv, hd).transpose(1, 0, 2)
+        if p + "self_attn.qkv_proj.weight" in w:  # Phi-3: fused rows [q | k | v]
+            q, k, v = np.split(lin(h, p + "self_attn.qkv_proj"), [nh * hd, (nh + nkv) * hd], -1)
+        else:
+            q, k, v = (lin(h, p + "self_attn." + n) for n in ("q_proj", "k_proj", "v_proj"))
+        q = q.reshape(T, nh, hd).transpose(1, 0, 2)
+        k = k.reshape(T, nkv, hd).transpose(1, 0, 2)
+        v = v.reshape(T, nkv, hd).transpose(1, 0, 2)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: each head normalised, before RoPE
+            q = rms(q, w[p + "self_attn.q_norm.weight"])
+            k = rms(k, w[p + "self_attn.k_norm.weight"])
         q, k = rope(q), rope(k)
         k = np.repeat(k, nh // nkv, axis=0)
         v = np.repeat(v, nh // nkv, axis=0)
@@ -122,8 +130,11 @@ def forward(cfg, w, ids):
         o = (s @ v).transpose(1, 0, 2).reshape(T, nh * hd)
         x = x + lin(o, p + "self_attn.o_proj")
         h = rms(x, w[p + "post_attention_layernorm.weight"])
-        g = lin(h, p + "mlp.gate_proj")
-        x = x + lin(g / (1 + np.exp(-g)) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        if p + "mlp.gate_up_proj.weight" in w:  # Phi-3: fused rows [gate | up]
+            g, u = np.split(lin(h, p + "mlp.gate_up_proj"), 2, -1)
+        else:
+            g, u = lin(h, p + "mlp.gate_proj"), lin(h, p + "mlp.up_proj")
+        x = x + lin(g / (1 + np.exp(-g)) * u, p + "mlp.down_proj")
     x = rms(x, w["model.norm.weight"])
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.T

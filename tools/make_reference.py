@@ -6,11 +6,11 @@ Run by hand (not in CI), from the repository root:
     pip install torch transformers safetensors
     nice python3 tools/make_reference.py --out tests/fixtures/models
 
-It writes, for each fixture NAME in {llama_mha, llama_gqa, qwen2}:
+It writes, for each fixture NAME in {llama_mha, llama_gqa, qwen2, qwen3, phi3, llama_mqa}:
 
     tests/fixtures/models/NAME/config.json
     tests/fixtures/models/NAME/generation_config.json
-    tests/fixtures/models/NAME/model.safetensors                      (llama_mha, qwen2)
+    tests/fixtures/models/NAME/model.safetensors                      (all but llama_gqa)
     tests/fixtures/models/NAME/model-0000{1,2}-of-00002.safetensors   (llama_gqa: 2 shards)
     tests/fixtures/models/NAME/model.safetensors.index.json           (llama_gqa)
     tests/fixtures/models/NAME/reference.json
@@ -18,7 +18,9 @@ It writes, for each fixture NAME in {llama_mha, llama_gqa, qwen2}:
 The checkpoints are built with transformers' own classes: torch.manual_seed, random init
 with a larger initializer_range than the default (so greedy output is not one token
 repeated), RMSNorm weights and (Qwen2) q/k/v biases perturbed away from their trivial
-init so the loader's handling of them is exercised, then save_pretrained(
+init so the loader's handling of them is exercised (Qwen3's per-head q_norm / k_norm
+too), q and k projections scaled by QK_SCALE (Phi-3: the q and k rows of its fused
+qkv_proj), then save_pretrained(
 safe_serialization=True) in the on-disk dtype of the fixture.
 
 The references are computed from the checkpoint *as loaded back from disk* with
@@ -60,7 +62,8 @@ import sys
 
 import torch
 import transformers
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 MAX_NEW_TOKENS = 24
 QK_SCALE = 0.5
@@ -70,7 +73,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 
 
 def fixture_specs():
-    """The three fixtures: name -> (config class, model class, config kwargs, extras)."""
+    """The fixtures: name -> (config class, model class, config kwargs, extras)."""
     return {
         "llama_mha": dict(
             config_cls=LlamaConfig,
@@ -110,6 +113,46 @@ def fixture_specs():
             dtype="float16",
             shards=1,
             seed=3003,
+        ),
+        # Qwen3: per-head q/k RMSNorm, no q/k/v bias, head_dim (32) != hidden / heads (16).
+        "qwen3": dict(
+            config_cls=Qwen3Config,
+            model_cls=Qwen3ForCausalLM,
+            config=dict(
+                vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32, intermediate_size=128,
+                max_position_embeddings=512, rope_theta=1000000.0, rope_scaling=None,
+                tie_word_embeddings=True, rms_norm_eps=1e-6, attention_bias=False,
+                use_sliding_window=False),
+            dtype="bfloat16",
+            shards=1,
+            seed=4004,
+        ),
+        # Phi-3: fused qkv_proj (GQA 4/2) and gate_up_proj, untied lm_head.
+        "phi3": dict(
+            config_cls=Phi3Config,
+            model_cls=Phi3ForCausalLM,
+            config=dict(
+                vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512,
+                original_max_position_embeddings=512, rope_theta=10000.0, rope_scaling=None,
+                tie_word_embeddings=False, rms_norm_eps=1e-5, sliding_window=None),
+            dtype="float16",
+            shards=1,
+            seed=5005,
+        ),
+        # One KV head (multi-query): tensor parallelism beyond it replicates the KV head.
+        "llama_mqa": dict(
+            config_cls=LlamaConfig,
+            model_cls=LlamaForCausalLM,
+            config=dict(
+                vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=1, intermediate_size=128, max_position_embeddings=256,
+                rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
+                rms_norm_eps=1e-5),
+            dtype="float32",
+            shards=1,
+            seed=6007,
         ),
     }
 
@@ -160,6 +203,10 @@ def build_model(spec, init_std, eos, bos):
             # Keep attention soft (large random q/k make it nearly one-hot).
             if "q_proj" in name or "k_proj" in name:
                 p.mul_(QK_SCALE)
+            elif "qkv_proj" in name:  # Phi-3: rows [q | k | v]
+                head_dim = cfg.hidden_size // cfg.num_attention_heads
+                qk_rows = (cfg.num_attention_heads + cfg.num_key_value_heads) * head_dim
+                p[:qk_rows].mul_(QK_SCALE)
         # Shrink eos's output row (the embedding row when tied) so eos is never the
         # argmax: the references then do not depend on min_new_tokens / eos handling.
         model.get_output_embeddings().weight[eos].mul_(0.05)

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 
 namespace vllm::worker {
@@ -25,47 +24,36 @@ void Append(std::vector<float>& to, const std::vector<float>& from) {
   to.insert(to.end(), from.begin(), from.end());
 }
 
-absl::Status CheckDivides(int64_t value, int32_t world_size, const char* what) {
-  if (value % world_size != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s (%d) is not divisible by the tensor-parallel size %d", what, value, world_size));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& config,
                                                              WeightSource& weights,
                                                              kernels::Communicator* comm) {
   VLLM_CHECK(comm != nullptr) << "LlamaModel needs a communicator (SingleRankCommunicator)";
-  const int32_t tp = comm->world_size();
-  VLLM_RETURN_IF_ERROR(CheckDivides(config.num_attention_heads, tp, "num_attention_heads"));
-  VLLM_RETURN_IF_ERROR(CheckDivides(config.num_key_value_heads, tp, "num_key_value_heads"));
-  VLLM_RETURN_IF_ERROR(CheckDivides(config.intermediate_size, tp, "intermediate_size"));
+  VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
   VLLM_ASSIGN_OR_RETURN(
       cpu::RotaryEmbedding rope,
       cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
                                    config.max_position_embeddings, config.rope_scaling));
-  std::unique_ptr<LlamaModel> model(new LlamaModel(config, comm, std::move(rope)));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, tp, comm, std::move(rope)));
   VLLM_RETURN_IF_ERROR(model->LoadWeights(weights));
   return model;
 }
 
-LlamaModel::LlamaModel(const ModelConfig& config, kernels::Communicator* comm,
+LlamaModel::LlamaModel(const ModelConfig& config, const TpLayout& tp, kernels::Communicator* comm,
                        cpu::RotaryEmbedding rope)
     : config_(config),
       comm_(comm),
       rope_(std::move(rope)),
-      num_heads_(config.num_attention_heads / comm->world_size()),
-      num_kv_heads_(config.num_key_value_heads / comm->world_size()),
-      intermediate_(config.intermediate_size / comm->world_size()) {}
+      tp_(tp),
+      num_heads_(tp.num_heads),
+      num_kv_heads_(tp.num_kv_heads),
+      intermediate_(tp.intermediate) {}
 
 absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
   const int64_t hidden = config_.hidden_size;
   const int64_t d = config_.head_dim;
   const int64_t vocab = config_.vocab_size;
-  const Shard col{0, comm_->rank(), comm_->world_size()};
   const Shard row{1, comm_->rank(), comm_->world_size()};
   auto load = [&](const std::string& name, std::vector<int64_t> shape,
                   const Shard& shard) -> absl::StatusOr<std::vector<float>> {
@@ -78,22 +66,25 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
     VLLM_ASSIGN_OR_RETURN(lm_head_, load("lm_head.weight", {vocab, hidden}, {}));
   }
   const int64_t q_rows = int64_t{config_.num_attention_heads} * d;
-  const int64_t kv_rows = int64_t{config_.num_key_value_heads} * d;
   layers_.resize(config_.num_hidden_layers);
   for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
     Layer& l = layers_[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
     VLLM_ASSIGN_OR_RETURN(l.input_norm, load(p + "input_layernorm.weight", {hidden}, {}));
     VLLM_ASSIGN_OR_RETURN(l.post_norm, load(p + "post_attention_layernorm.weight", {hidden}, {}));
-    for (const auto& [proj, rows] : {std::pair{"q_proj", q_rows}, std::pair{"k_proj", kv_rows},
-                                     std::pair{"v_proj", kv_rows}}) {
-      const std::string name = absl::StrCat(p, "self_attn.", proj);
-      VLLM_ASSIGN_OR_RETURN(auto w, load(name + ".weight", {rows, hidden}, col));
+    for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/false)) {
+      VLLM_ASSIGN_OR_RETURN(auto w, load(piece.name, piece.shape, piece.shard));
       Append(l.qkv, w);
-      if (config_.attention_bias) {
-        VLLM_ASSIGN_OR_RETURN(auto b, load(name + ".bias", {rows}, col));
+    }
+    if (config_.attention_bias) {
+      for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/true)) {
+        VLLM_ASSIGN_OR_RETURN(auto b, load(piece.name, piece.shape, piece.shard));
         Append(l.qkv_bias, b);
       }
+    }
+    if (config_.qk_norm) {
+      VLLM_ASSIGN_OR_RETURN(l.q_norm, load(p + "self_attn.q_norm.weight", {d}, {}));
+      VLLM_ASSIGN_OR_RETURN(l.k_norm, load(p + "self_attn.k_norm.weight", {d}, {}));
     }
     VLLM_ASSIGN_OR_RETURN(l.o_proj, load(p + "self_attn.o_proj.weight", {hidden, q_rows}, row));
     // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
@@ -102,9 +93,10 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, load(p + "self_attn.o_proj.bias", {hidden}, {}));
     }
     const int64_t inter = config_.intermediate_size;
-    VLLM_ASSIGN_OR_RETURN(l.gate_up, load(p + "mlp.gate_proj.weight", {inter, hidden}, col));
-    VLLM_ASSIGN_OR_RETURN(auto up, load(p + "mlp.up_proj.weight", {inter, hidden}, col));
-    Append(l.gate_up, up);
+    for (const WeightPiece& piece : GateUpPieces(config_, tp_, i)) {
+      VLLM_ASSIGN_OR_RETURN(auto w, load(piece.name, piece.shape, piece.shard));
+      Append(l.gate_up, w);
+    }
     VLLM_ASSIGN_OR_RETURN(l.down, load(p + "mlp.down_proj.weight", {hidden, inter}, row));
   }
   return absl::OkStatus();
@@ -113,8 +105,9 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
 int64_t LlamaModel::weight_bytes() const {
   size_t n = embed_tokens_.size() + lm_head_.size() + final_norm_.size();
   for (const Layer& l : layers_) {
-    n += l.input_norm.size() + l.qkv.size() + l.qkv_bias.size() + l.o_proj.size() +
-         l.o_bias.size() + l.post_norm.size() + l.gate_up.size() + l.down.size();
+    n += l.input_norm.size() + l.qkv.size() + l.qkv_bias.size() + l.q_norm.size() +
+         l.k_norm.size() + l.o_proj.size() + l.o_bias.size() + l.post_norm.size() +
+         l.gate_up.size() + l.down.size();
   }
   return static_cast<int64_t>(n * sizeof(float));
 }
@@ -151,6 +144,12 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
     std::memcpy(q + i * q_width, row, q_width * sizeof(float));
     std::memcpy(k + i * kv_width, row + q_width, kv_width * sizeof(float));
     std::memcpy(v + i * kv_width, row + q_width + kv_width, kv_width * sizeof(float));
+  }
+  if (!layer.q_norm.empty()) {
+    // Qwen3: each head of q and of k normalised on its own, before RoPE.
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    cpu::RmsNorm(q, layer.q_norm.data(), q, t * num_heads_, d, eps);
+    cpu::RmsNorm(k, layer.k_norm.data(), k, t * num_kv_heads_, d, eps);
   }
   rope_.Apply(batch.positions.data(), t, q, num_heads_, k, num_kv_heads_);
   float* k_cache = cache.k[layer_index].get();

@@ -1,14 +1,18 @@
-// LlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2) on the CPU backend, one
-// tensor-parallel rank of it (vLLM's vllm/model_executor/models/llama.py).
+// LlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3) on the CPU backend,
+// one tensor-parallel rank of it (vLLM's vllm/model_executor/models/llama.py, qwen3.py,
+// phi3.py).
 //
-// Per layer: RMSNorm → QKV projection (one merged GEMM, q/k/v biases for Qwen2) → RoPE →
+// Per layer: RMSNorm → QKV projection (one merged GEMM, q/k/v biases for Qwen2) → per-head
+// q/k RMSNorm (Qwen3) → RoPE →
 // KV-cache write → paged attention → o_proj (row-parallel, all-reduce) → fused
 // residual-add RMSNorm → gate_up projection (merged) → SiLU-and-mul → down_proj
 // (row-parallel, all-reduce). The final norm and lm_head run only on the rows that sample.
 //
 // Tensor parallelism: attention heads, KV heads and MLP columns are split evenly over the
 // ranks at load time (q/k/v and gate/up column-parallel: dim 0; o_proj and down_proj
-// row-parallel: dim 1). Embeddings and lm_head are replicated on every rank (vLLM shards
+// row-parallel: dim 1), as worker/tp_layout.h says: with more ranks than KV heads each rank
+// holds one KV head, replicated. Phi-3's fused qkv_proj / gate_up_proj are cut into the
+// same per-rank pieces. Embeddings and lm_head are replicated on every rank (vLLM shards
 // the vocabulary; a CPU rank has the memory, and it saves a gather per step).
 //
 // Thread-safety: none; one worker thread owns a model and its scratch buffers.
@@ -26,6 +30,7 @@
 #include "kernels/communicator.h"
 #include "kernels/cpu/ops.h"
 #include "worker/model_config.h"
+#include "worker/tp_layout.h"
 #include "worker/weights.h"
 
 namespace vllm::worker {
@@ -54,8 +59,9 @@ struct ForwardBatch {
 class LlamaModel {
  public:
   // Loads this rank's shard of every weight from `weights`. `comm` (not owned, outlives the
-  // model) is the tensor-parallel group; its world size must divide the head counts and
-  // intermediate size (InvalidArgument otherwise). Weight errors name the tensor.
+  // model) is the tensor-parallel group; its world size must split the model as MakeTpLayout
+  // (worker/tp_layout.h) allows (InvalidArgument naming the config key otherwise). Weight
+  // errors name the tensor.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
       const ModelConfig& config, WeightSource& weights, kernels::Communicator* comm);
 
@@ -81,6 +87,8 @@ class LlamaModel {
     std::vector<float> input_norm;
     std::vector<float> qkv;       // [(heads + 2 kv_heads) × head_dim, hidden]
     std::vector<float> qkv_bias;  // empty without attention bias
+    std::vector<float> q_norm;    // [head_dim]; empty without qk_norm
+    std::vector<float> k_norm;    // [head_dim]; empty without qk_norm
     std::vector<float> o_proj;    // [hidden, heads × head_dim]
     std::vector<float> o_bias;    // empty unless the checkpoint has one (added on rank 0)
     std::vector<float> post_norm;
@@ -88,7 +96,7 @@ class LlamaModel {
     std::vector<float> down;     // [hidden, intermediate]
   };
 
-  LlamaModel(const ModelConfig& config, kernels::Communicator* comm,
+  LlamaModel(const ModelConfig& config, const TpLayout& tp, kernels::Communicator* comm,
              kernels::cpu::RotaryEmbedding rope);
   [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
   [[nodiscard]] absl::Status Attention(const Layer& layer, int32_t layer_index,
@@ -98,6 +106,7 @@ class LlamaModel {
   const ModelConfig config_;
   kernels::Communicator* const comm_;
   const kernels::cpu::RotaryEmbedding rope_;
+  const TpLayout tp_;
   const int32_t num_heads_;
   const int32_t num_kv_heads_;
   const int32_t intermediate_;  // this rank

@@ -26,8 +26,9 @@ using kernels::cpu::RopeScaling;
 // absl::string_view, not std::string_view: helpers here take the former.
 constexpr char kConfigFile[] = "config.json";
 constexpr char kGenerationConfigFile[] = "generation_config.json";
-constexpr std::array<absl::string_view, 3> kArchitectures = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+constexpr std::array<absl::string_view, 5> kArchitectures = {
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+    "Phi3ForCausalLM"};
 
 absl::Status FieldError(absl::string_view file, absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(file, ": ", field, " ", what));
@@ -271,14 +272,19 @@ absl::Status ParseFlags(const json& config, ModelConfig& out) {
   VLLM_ASSIGN_OR_RETURN(out.tie_word_embeddings,
                         OptionalBool(config, "tie_word_embeddings", kConfigFile, false));
   const bool qwen2 = out.architecture == "Qwen2ForCausalLM";
+  const bool qwen = qwen2 || out.architecture == "Qwen3ForCausalLM";
+  const bool phi3 = out.architecture == "Phi3ForCausalLM";
   VLLM_ASSIGN_OR_RETURN(out.attention_bias,
                         OptionalBool(config, "attention_bias", kConfigFile, false));
   if (qwen2) out.attention_bias = true;  // Qwen2's q/k/v always carry a bias
+  if (phi3) out.attention_bias = false;  // Phi-3's qkv_proj and o_proj never do
+  out.qk_norm = out.architecture == "Qwen3ForCausalLM";
+  out.fused_projections = phi3;
 
-  // Qwen2 configs carry a sliding_window even when use_sliding_window is false; as in HF,
+  // Qwen configs carry a sliding_window even when use_sliding_window is false; as in HF,
   // the window exists only when it is switched on.
   VLLM_ASSIGN_OR_RETURN(bool use_window,
-                        OptionalBool(config, "use_sliding_window", kConfigFile, !qwen2));
+                        OptionalBool(config, "use_sliding_window", kConfigFile, !qwen));
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> window,
                         OptionalInt(config, "sliding_window", kConfigFile));
   if (window && use_window) {
@@ -296,6 +302,62 @@ absl::Status ParseFlags(const json& config, ModelConfig& out) {
     out.torch_dtype = dtype->get<std::string>();
   }
   return absl::OkStatus();
+}
+
+// layer_types (transformers >= 4.56: one entry per layer, "full_attention" or
+// "sliding_attention"). Sliding layers need the window to be in effect; it then limits
+// max_model_len as a global window does. Any other kind is refused.
+absl::Status ParseLayerTypes(const json& config, const ModelConfig& out) {
+  const json* types = Find(config, "layer_types");
+  if (types == nullptr) return absl::OkStatus();
+  if (!types->is_array() || types->size() != static_cast<size_t>(out.num_hidden_layers)) {
+    return FieldError(kConfigFile, "layer_types",
+                      absl::StrCat("must list one attention type for each of the ",
+                                   out.num_hidden_layers, " layers"));
+  }
+  for (const json& type : *types) {
+    if (type == "full_attention") continue;
+    if (type == "sliding_attention") {
+      if (out.sliding_window) continue;
+      return FieldError(kConfigFile, "layer_types",
+                        "names sliding_attention layers but no sliding_window is in effect "
+                        "(sliding_window, use_sliding_window)");
+    }
+    return FieldError(kConfigFile, "layer_types",
+                      absl::StrCat(type.dump(),
+                                   " is not supported (full_attention, "
+                                   "sliding_attention)"));
+  }
+  return absl::OkStatus();
+}
+
+// Keys that would change the computation in ways the model does not implement: refused by
+// name rather than served wrong.
+absl::Status RefuseUnsupportedFeatures(const json& config, const ModelConfig& out) {
+  for (absl::string_view key : {"hidden_act", "hidden_activation"}) {
+    const json* act = Find(config, key);
+    if (act != nullptr && *act != "silu") {
+      return FieldError(kConfigFile, key, absl::StrCat(act->dump(), " is not supported (silu)"));
+    }
+  }
+  VLLM_ASSIGN_OR_RETURN(bool mlp_bias, OptionalBool(config, "mlp_bias", kConfigFile, false));
+  if (mlp_bias) return FieldError(kConfigFile, "mlp_bias", "(true) is not supported");
+  // Phi-3 (and transformers >= 5 inside rope_parameters): rotary over part of each head.
+  const json* params = Find(config, "rope_parameters");
+  for (const json* object : {&config, params}) {
+    if (object == nullptr || !object->is_object()) continue;
+    const absl::string_view field =
+        object == &config ? "partial_rotary_factor" : "rope_parameters.partial_rotary_factor";
+    VLLM_ASSIGN_OR_RETURN(std::optional<double> factor,
+                          OptionalNumber(*object, "partial_rotary_factor", kConfigFile));
+    if (factor && *factor != 1.0) {
+      return FieldError(kConfigFile, field,
+                        absl::StrCat("(", *factor,
+                                     ") is not supported (1.0: rotary over the "
+                                     "whole head)"));
+    }
+  }
+  return ParseLayerTypes(config, out);
 }
 
 absl::Status ParseTokenIds(const json& config, std::string_view generation_config_json,
@@ -324,6 +386,7 @@ absl::StatusOr<ModelConfig> Parse(std::string_view config_json,
   VLLM_RETURN_IF_ERROR(ParseSizes(config, out));
   VLLM_RETURN_IF_ERROR(ParseNumbers(config, out));
   VLLM_RETURN_IF_ERROR(ParseFlags(config, out));
+  VLLM_RETURN_IF_ERROR(RefuseUnsupportedFeatures(config, out));
   VLLM_RETURN_IF_ERROR(ParseTokenIds(config, generation_config_json, out));
   return out;
 }

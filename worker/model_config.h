@@ -1,9 +1,12 @@
 // ModelConfig: the parts of a Hugging Face config.json (and generation_config.json) that the
-// Llama family needs — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM.
+// Llama family needs — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM, Phi3ForCausalLM.
 //
 // A plain value type. Parsing validates every field a model would trust (positive sizes,
 // heads dividing hidden size, kv heads dividing heads, known rope scaling) and names the
-// field in its InvalidArgument; it never throws or aborts on a bad file.
+// field in its InvalidArgument; it never throws or aborts on a bad file. A key that asks for
+// something the model does not do (another activation, MLP biases, partial rotary, LongRoPE,
+// an attention kind other than full or sliding) is refused the same way, never ignored.
 #ifndef VLLM_WORKER_MODEL_CONFIG_H_
 #define VLLM_WORKER_MODEL_CONFIG_H_
 
@@ -20,7 +23,8 @@
 namespace vllm::worker {
 
 struct ModelConfig {
-  // architectures[0]: "LlamaForCausalLM", "MistralForCausalLM" or "Qwen2ForCausalLM".
+  // architectures[0]: "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+  // "Qwen3ForCausalLM" or "Phi3ForCausalLM".
   std::string architecture;
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
@@ -36,11 +40,19 @@ struct ModelConfig {
   kernels::cpu::RopeScaling rope_scaling;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
-  // q/k/v projections carry a bias (Qwen2: always; Llama: "attention_bias").
+  // q/k/v projections carry a bias (Qwen2: always; Llama, Qwen3: "attention_bias"; Phi-3:
+  // never).
   bool attention_bias = false;
-  // The attention window when the config switches one on (Mistral; Qwen2 with
-  // use_sliding_window). Not implemented: executor::ResolveVllmConfig limits max_model_len to
-  // it, where whole-context attention gives the same result.
+  // Qwen3: an RMSNorm over each head of q and of k (self_attn.q_norm / k_norm, [head_dim],
+  // eps rms_norm_eps) after the projections, before RoPE (HF's modeling_qwen3.py).
+  bool qk_norm = false;
+  // Phi-3: the checkpoint stores q/k/v as one self_attn.qkv_proj ([q | k | v] rows) and
+  // gate/up as one mlp.gate_up_proj ([gate | up] rows); the loaders split them.
+  bool fused_projections = false;
+  // The attention window when the config switches one on (Mistral, Phi-3; Qwen2/Qwen3 with
+  // use_sliding_window; layer_types naming sliding_attention layers). Not implemented:
+  // executor::ResolveVllmConfig limits max_model_len to it, where whole-context attention
+  // gives the same result.
   std::optional<int32_t> sliding_window;
   std::optional<int32_t> bos_token_id;
   // From generation_config.json when present (it wins), else config.json; an int or a list.

@@ -51,17 +51,26 @@ absl::StatusOr<SliceLayout> PlanSlice(absl::string_view name, std::span<const in
                      shard.dim, ", rank ", shard.rank, ", world_size ", shard.world_size, ")"));
   }
   const int64_t dim_size = shape[shard.dim];
-  if (dim_size % shard.world_size != 0) {
+  const int64_t range_size = shard.range_size < 0 ? dim_size : shard.range_size;
+  if (shard.range_size >= 0 &&
+      (shard.range_begin < 0 || shard.range_begin > dim_size - range_size)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' of shape ", ShapeString(shape), ": dim ", shard.dim, " (", dim_size,
-        ") does not divide by tensor-parallel world_size ", shard.world_size));
+        "tensor '", name, "' of shape ", ShapeString(shape), ": rows [", shard.range_begin, ", ",
+        shard.range_begin + range_size, ") of dim ", shard.dim, " are outside it"));
+  }
+  if (range_size % shard.world_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' of shape ", ShapeString(shape), ": dim ", shard.dim, " (",
+                     range_size, shard.range_size >= 0 ? " in the range taken" : "",
+                     ") does not divide by tensor-parallel world_size ", shard.world_size));
   }
   int64_t outer = 1;
   for (int32_t i = 0; i < shard.dim; ++i) outer *= shape[i];
   int64_t inner = 1;
   for (int64_t i = shard.dim + 1; i < rank_count; ++i) inner *= shape[i];
-  const int64_t part = dim_size / shard.world_size;
-  return SliceLayout{outer, part * inner, dim_size * inner, shard.rank * part * inner};
+  const int64_t begin = shard.range_size >= 0 ? shard.range_begin : 0;
+  const int64_t part = range_size / shard.world_size;
+  return SliceLayout{outer, part * inner, dim_size * inner, (begin + shard.rank * part) * inner};
 }
 
 absl::Status CheckShape(absl::string_view name, std::span<const int64_t> actual,

@@ -30,10 +30,17 @@ namespace vllm::worker {
 // along `dim` and this rank takes part `rank`. dim = -1: the whole tensor.
 // Column-parallel layers (q/k/v, gate/up, lm_head rows) split dim 0 of the [out, in] weight;
 // row-parallel layers (o_proj, down_proj) split dim 1.
+// `range_begin` / `range_size` (range_size >= 0, dim >= 0 only) first narrow `dim` to
+// [range_begin, range_begin + range_size), and that range is split instead: one part of a
+// fused checkpoint tensor (Phi-3's qkv_proj: the k rows of a rank are part `rank` of the k
+// range). A KV head replicated over r ranks is loaded with world_size / r parts and part
+// rank / r (vLLM's num_kv_head_replicas).
 struct Shard {
   int32_t dim = -1;
   int32_t rank = 0;
   int32_t world_size = 1;
+  int64_t range_begin = 0;
+  int64_t range_size = -1;  // -1: the whole of `dim`
 };
 
 class WeightSource {
@@ -43,8 +50,9 @@ class WeightSource {
   // Loads tensor `name` as float32 (converted from F16/BF16/F32), checking that its full
   // shape equals `full_shape`, and returns this rank's `shard` of it (row-major).
   // NotFound naming the tensor when absent; InvalidArgument naming the tensor, the expected
-  // and the actual shape on a mismatch, or when the sharded dimension does not divide by
-  // world_size; InvalidArgument for a dtype other than F32/F16/BF16.
+  // and the actual shape on a mismatch, when the sharded dimension (or range) does not divide
+  // by world_size, or when the range leaves the dimension; InvalidArgument for a dtype other
+  // than F32/F16/BF16.
   [[nodiscard]] virtual absl::StatusOr<std::vector<float>> Load(std::string_view name,
                                                                 std::span<const int64_t> full_shape,
                                                                 const Shard& shard = {}) = 0;

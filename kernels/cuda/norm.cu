@@ -25,12 +25,17 @@ __device__ __forceinline__ T Normalize(float x, T w, float inv_rms) {
   return FromFloat<T>(ToFloat(w) * ToFloat(FromFloat<T>(x * inv_rms)));
 }
 
+// One block per row of `hidden` elements. Row b starts at (b / rows_per_group) ·
+// group_stride + (b % rows_per_group) · hidden in both x and out: packed rows when
+// rows_per_group is 1 and group_stride is hidden, heads of strided token rows otherwise.
 template <typename T, int N>
 __global__ void RmsNormKernel(const T* x, const T* __restrict__ weight, T* out, int64_t hidden,
-                              float eps) {
+                              int64_t rows_per_group, int64_t group_stride, float eps) {
   using V = Vec<T, N>;
   const int64_t num_vec = hidden / N;
-  const V* row = reinterpret_cast<const V*>(x + blockIdx.x * hidden);
+  const int64_t b = blockIdx.x;
+  const int64_t start = (b / rows_per_group) * group_stride + (b % rows_per_group) * hidden;
+  const V* row = reinterpret_cast<const V*>(x + start);
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < num_vec; i += blockDim.x) {
     const V v = row[i];
@@ -42,7 +47,7 @@ __global__ void RmsNormKernel(const T* x, const T* __restrict__ weight, T* out, 
   }
   const float inv_rms = InverseRms(detail::BlockReduceSum(sum_sq), hidden, eps);
   const V* w = reinterpret_cast<const V*>(weight);
-  V* dst = reinterpret_cast<V*>(out + blockIdx.x * hidden);
+  V* dst = reinterpret_cast<V*>(out + start);
   for (int64_t i = threadIdx.x; i < num_vec; i += blockDim.x) {
     const V v = row[i];
     const V wv = w[i];
@@ -94,10 +99,29 @@ cudaError_t RmsNorm(const T* x, const T* weight, T* out, int64_t num_tokens, int
   constexpr int kN = detail::kVec16<T>;
   if (detail::CanVectorize<T>(hidden, {x, weight, out})) {
     const int threads = detail::ThreadsFor(hidden / kN, kMaxThreads);
-    RmsNormKernel<T, kN><<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, eps);
+    RmsNormKernel<T, kN>
+        <<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, 1, hidden, eps);
   } else {
     const int threads = detail::ThreadsFor(hidden, kMaxThreads);
-    RmsNormKernel<T, 1><<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, eps);
+    RmsNormKernel<T, 1><<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, 1, hidden, eps);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t HeadRmsNorm(T* x, int64_t num_tokens, int64_t row_stride, int32_t num_heads,
+                        int32_t head_dim, const T* weight, float eps, cudaStream_t stream) {
+  if (num_tokens <= 0 || num_heads <= 0 || head_dim <= 0) return cudaSuccess;
+  constexpr int kN = detail::kVec16<T>;
+  const int64_t rows = num_tokens * num_heads;
+  if (detail::CanVectorize<T>(head_dim, {x, weight}) && row_stride % kN == 0) {
+    const int threads = detail::ThreadsFor(head_dim / kN, kMaxThreads);
+    RmsNormKernel<T, kN>
+        <<<rows, threads, 0, stream>>>(x, weight, x, head_dim, num_heads, row_stride, eps);
+  } else {
+    const int threads = detail::ThreadsFor(head_dim, kMaxThreads);
+    RmsNormKernel<T, 1>
+        <<<rows, threads, 0, stream>>>(x, weight, x, head_dim, num_heads, row_stride, eps);
   }
   return cudaGetLastError();
 }
@@ -121,6 +145,8 @@ cudaError_t FusedAddRmsNorm(T* x, T* residual, const T* weight, int64_t num_toke
 
 #define VLLM_INSTANTIATE_NORM(T)                                                                  \
   template cudaError_t RmsNorm<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t); \
+  template cudaError_t HeadRmsNorm<T>(T*, int64_t, int64_t, int32_t, int32_t, const T*, float,    \
+                                      cudaStream_t);                                              \
   template cudaError_t FusedAddRmsNorm<T>(T*, T*, const T*, int64_t, int64_t, float, cudaStream_t);
 VLLM_CUDA_INSTANTIATE_FOR_TYPES(VLLM_INSTANTIATE_NORM)
 

@@ -34,6 +34,13 @@ template <typename T>
 cudaError_t RmsNorm(const T* x, const T* weight, T* out, int64_t num_tokens, int64_t hidden,
                     float eps, cudaStream_t stream);
 
+// RmsNorm in place over each head of a [num_tokens, num_heads, head_dim] block whose token
+// rows are `row_stride` elements apart (Qwen3's q_norm / k_norm on q or k inside the fused
+// qkv buffer): x[t, h] = weight · RmsNorm(x[t, h]), weight [head_dim], as RmsNorm rounds.
+template <typename T>
+cudaError_t HeadRmsNorm(T* x, int64_t num_tokens, int64_t row_stride, int32_t num_heads,
+                        int32_t head_dim, const T* weight, float eps, cudaStream_t stream);
+
 // vLLM's fused_add_rms_norm, in place: residual = T(x + residual); x = RmsNorm(residual).
 template <typename T>
 cudaError_t FusedAddRmsNorm(T* x, T* residual, const T* weight, int64_t num_tokens, int64_t hidden,

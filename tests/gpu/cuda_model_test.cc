@@ -287,7 +287,8 @@ TEST_P(CudaFixtureTest, TensorParallelTwoGreedyTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
-                         ::testing::Values("llama_mha", "llama_gqa", "qwen2"));
+                         ::testing::Values("llama_mha", "llama_gqa", "qwen2", "qwen3", "phi3",
+                                           "llama_mqa"));
 
 // The graph path is taken for decode steps, and sampling with penalties / logprobs (host
 // rows) and seeded random sampling (device rows) give the same tokens eager and in graphs.

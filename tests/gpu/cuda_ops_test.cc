@@ -140,6 +140,45 @@ TYPED_TEST(CudaOpsTest, FusedAddRmsNormMatchesCpu) {
   }
 }
 
+// Qwen3's q/k norm: each head of a strided [tokens, heads, head_dim] block (q or k inside the
+// fused qkv rows) normalised in place; the rest of each row is left alone.
+TYPED_TEST(CudaOpsTest, HeadRmsNormMatchesCpuAndKeepsTheRestOfTheRow) {
+  using T = TypeParam;
+  struct Shape {
+    int64_t tokens, stride, offset;
+    int32_t heads, head_dim;
+  };
+  // Fixture qwen3 (q: 4 heads of 32 in rows of 256; k at offset 128), Qwen3-8B's k,
+  // head_dim without a 16-byte vector, an odd stride.
+  const Shape shapes[] = {{7, 256, 0, 4, 32},
+                          {7, 256, 128, 2, 32},
+                          {5, 6144, 4096, 8, 128},
+                          {3, 40, 4, 3, 12},
+                          {2, 33, 1, 2, 16}};
+  for (const Shape& s : shapes) {
+    SCOPED_TRACE(testing::Message() << s.tokens << " tokens, stride " << s.stride << ", " << s.heads
+                                    << "x" << s.head_dim);
+    const auto x = RandomValues<T>(s.tokens * s.stride, this->rng_, 2.0f);
+    const auto w = RandomValues<T>(s.head_dim, this->rng_, 0.5f, 1.0f);
+    std::vector<float> ref = x.f;
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      float* heads = ref.data() + t * s.stride + s.offset;
+      cpu::RmsNorm(heads, w.f.data(), heads, s.heads, s.head_dim, 1e-6f);
+    }
+    DeviceBuffer<T> dx(x.typed), dw(w.typed);
+    ASSERT_CUDA_OK(HeadRmsNorm(dx.get() + s.offset, s.tokens, s.stride, s.heads, s.head_dim,
+                               dw.get(), 1e-6f, nullptr));
+    const std::vector<float> got = ToFloats(dx.Download());
+    EXPECT_LT(RelativeError(got, ref), Tolerance<T>());
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      for (int64_t i = 0; i < s.stride; ++i) {
+        if (i >= s.offset && i < s.offset + int64_t{s.heads} * s.head_dim) continue;
+        ASSERT_EQ(got[t * s.stride + i], x.f[t * s.stride + i]) << "token " << t << ", " << i;
+      }
+    }
+  }
+}
+
 TYPED_TEST(CudaOpsTest, SiluAndMulMatchesCpu) {
   using T = TypeParam;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {

@@ -26,14 +26,6 @@ namespace {
 namespace kc = ::vllm::kernels::cuda;
 namespace cpu = ::vllm::kernels::cpu;
 
-absl::Status CheckDivides(int64_t value, int32_t world_size, const char* what) {
-  if (value % world_size != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s (%d) is not divisible by the tensor-parallel size %d", what, value, world_size));
-  }
-  return absl::OkStatus();
-}
-
 // Copies `bytes` of pageable host memory to `dst` on `stream` and waits for the copy, so the
 // caller may free `src` and work later enqueued on `stream` (blocking or not) sees the data.
 absl::Status UploadAndWait(void* dst, const void* src, size_t bytes, cudaStream_t stream,
@@ -51,14 +43,15 @@ int32_t CudaLlamaModel::dtype_bytes() const {
   return options_.dtype == kc::GemmDType::kFloat32 ? 4 : 2;
 }
 
-CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, kc::DeviceCommunicator* comm,
-                               const CudaModelOptions& options)
+CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
+                               kc::DeviceCommunicator* comm, const CudaModelOptions& options)
     : config_(config),
       comm_(comm),
       options_(options),
-      num_heads_(config.num_attention_heads / comm->world_size()),
-      num_kv_heads_(config.num_key_value_heads / comm->world_size()),
-      intermediate_(config.intermediate_size / comm->world_size()) {}
+      tp_(tp),
+      num_heads_(tp.num_heads),
+      num_kv_heads_(tp.num_kv_heads),
+      intermediate_(tp.intermediate) {}
 
 CudaLlamaModel::~CudaLlamaModel() = default;
 
@@ -82,13 +75,10 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
         "the CUDA backend needs head_dim a multiple of 8 and at most 256, the model has %d",
         config.head_dim));
   }
-  const int32_t tp = comm->world_size();
-  VLLM_RETURN_IF_ERROR(CheckDivides(config.num_attention_heads, tp, "num_attention_heads"));
-  VLLM_RETURN_IF_ERROR(CheckDivides(config.num_key_value_heads, tp, "num_key_value_heads"));
-  VLLM_RETURN_IF_ERROR(CheckDivides(config.intermediate_size, tp, "intermediate_size"));
+  VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
   CudaModelOptions o = options;
   if (o.max_model_len == 0) o.max_model_len = static_cast<int32_t>(config.max_position_embeddings);
-  std::unique_ptr<CudaLlamaModel> model(new CudaLlamaModel(config, comm, o));
+  std::unique_ptr<CudaLlamaModel> model(new CudaLlamaModel(config, tp, comm, o));
   VLLM_ASSIGN_OR_RETURN(model->gemm_, kc::CublasLtGemm::Create());
 
   // The rotary table, computed by the CPU reference and uploaded once.
@@ -125,7 +115,6 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
   const int64_t vocab = config_.vocab_size;
   const int32_t rank = comm_->rank();
   const int32_t ws = comm_->world_size();
-  const Shard col{0, rank, ws};
   const Shard row{1, rank, ws};
   const kc::GemmDType dtype = options_.dtype;
   const int64_t es = dtype_bytes();
@@ -138,8 +127,10 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     const int64_t full_cols = shape.size() > 1 ? shape[1] : 1;
     int64_t rows = full_rows, cols = full_cols, row_off = 0, col_off = 0;
     if (shard.dim == 0) {
-      rows = full_rows / shard.world_size;
-      row_off = rows * shard.rank;
+      // A range of a fused tensor (Shard::range_size >= 0) is split instead of the whole.
+      const bool ranged = shard.range_size >= 0;
+      rows = (ranged ? shard.range_size : full_rows) / shard.world_size;
+      row_off = (ranged ? shard.range_begin : 0) + rows * shard.rank;
     } else if (shard.dim == 1) {
       cols = full_cols / shard.world_size;
       col_off = cols * shard.rank;
@@ -189,9 +180,8 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     VLLM_RETURN_IF_ERROR(put("lm_head.weight", {vocab, hidden}, {}, lm_head_, 0));
   }
   const int64_t q_rows = int64_t{config_.num_attention_heads} * d;
-  const int64_t kv_rows = int64_t{config_.num_key_value_heads} * d;
-  const int64_t q_local = q_rows / ws, kv_local = kv_rows / ws;
-  const int64_t qkv_local = q_local + 2 * kv_local;
+  const int64_t q_local = int64_t{num_heads_} * d;
+  const int64_t qkv_local = q_local + 2 * int64_t{num_kv_heads_} * d;
   const int64_t inter = config_.intermediate_size;
   const int64_t inter_local = intermediate_;
   layers_.resize(config_.num_hidden_layers);
@@ -206,20 +196,23 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     if (config_.attention_bias) {
       VLLM_ASSIGN_OR_RETURN(l.qkv_bias, NewTensor(qkv_local, "qkv_proj bias"));
     }
-    const struct {
-      const char* name;
-      int64_t rows;
-      int64_t offset;  // rows before this projection in the merged weight
-    } projs[] = {{"q_proj", q_rows, 0},
-                 {"k_proj", kv_rows, q_local},
-                 {"v_proj", kv_rows, q_local + kv_local}};
-    for (const auto& proj : projs) {
-      const std::string name = absl::StrCat(p, "self_attn.", proj.name);
-      VLLM_RETURN_IF_ERROR(
-          put(name + ".weight", {proj.rows, hidden}, col, l.qkv, proj.offset * hidden));
-      if (config_.attention_bias) {
-        VLLM_RETURN_IF_ERROR(put(name + ".bias", {proj.rows}, col, l.qkv_bias, proj.offset));
+    int64_t offset = 0;  // rows before this piece in the merged weight
+    for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/false)) {
+      VLLM_RETURN_IF_ERROR(put(piece.name, piece.shape, piece.shard, l.qkv, offset * hidden));
+      offset += piece.rows;
+    }
+    if (config_.attention_bias) {
+      offset = 0;
+      for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/true)) {
+        VLLM_RETURN_IF_ERROR(put(piece.name, piece.shape, piece.shard, l.qkv_bias, offset));
+        offset += piece.rows;
       }
+    }
+    if (config_.qk_norm) {
+      VLLM_ASSIGN_OR_RETURN(l.q_norm, NewTensor(d, "q_norm"));
+      VLLM_RETURN_IF_ERROR(put(p + "self_attn.q_norm.weight", {d}, {}, l.q_norm, 0));
+      VLLM_ASSIGN_OR_RETURN(l.k_norm, NewTensor(d, "k_norm"));
+      VLLM_RETURN_IF_ERROR(put(p + "self_attn.k_norm.weight", {d}, {}, l.k_norm, 0));
     }
     VLLM_ASSIGN_OR_RETURN(l.o_proj, NewTensor(hidden * q_local, "o_proj"));
     VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.weight", {hidden, q_rows}, row, l.o_proj, 0));
@@ -230,9 +223,11 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
       VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.bias", {hidden}, {}, l.o_bias, 0));
     }
     VLLM_ASSIGN_OR_RETURN(l.gate_up, NewTensor(2 * inter_local * hidden, "gate_up_proj"));
-    VLLM_RETURN_IF_ERROR(put(p + "mlp.gate_proj.weight", {inter, hidden}, col, l.gate_up, 0));
-    VLLM_RETURN_IF_ERROR(
-        put(p + "mlp.up_proj.weight", {inter, hidden}, col, l.gate_up, inter_local * hidden));
+    offset = 0;
+    for (const WeightPiece& piece : GateUpPieces(config_, tp_, i)) {
+      VLLM_RETURN_IF_ERROR(put(piece.name, piece.shape, piece.shard, l.gate_up, offset * hidden));
+      offset += piece.rows;
+    }
     VLLM_ASSIGN_OR_RETURN(l.down, NewTensor(hidden * inter_local, "down_proj"));
     VLLM_RETURN_IF_ERROR(put(p + "mlp.down_proj.weight", {hidden, inter}, row, l.down, 0));
   }
@@ -356,6 +351,15 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
                      "input norm"));
     }
     VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, hidden, l.qkv, l.qkv_bias, big, t, qkv_w, h, stream));
+    if (l.q_norm != nullptr) {
+      // Qwen3: each head of q and of k normalised on its own, in place, before RoPE.
+      VLLM_RETURN_IF_ERROR(CudaStatus(
+          kc::HeadRmsNorm<T>(big, t, qkv_w, num_heads_, d, static_cast<T*>(l.q_norm), eps, stream),
+          "q norm"));
+      VLLM_RETURN_IF_ERROR(CudaStatus(kc::HeadRmsNorm<T>(big + q_w, t, qkv_w, num_kv_heads_, d,
+                                                         static_cast<T*>(l.k_norm), eps, stream),
+                                      "k norm"));
+    }
     VLLM_RETURN_IF_ERROR(CudaStatus(
         kc::RotaryEmbedding<T>(in.positions, t, big, qkv_w, num_heads_, big + q_w, qkv_w,
                                num_kv_heads_, d, cos_sin, config_.max_position_embeddings, stream),

@@ -1,13 +1,16 @@
-// CudaLlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2) on one GPU, one
+// CudaLlamaModel: the Llama family (Llama 2/3, Mistral, Qwen2, Qwen3, Phi-3) on one GPU, one
 // tensor-parallel rank of it — LlamaModel's twin (worker/llama_model.h) with the same layer
 // order, in the model dtype (float32, float16 or bfloat16; GEMMs accumulate in float32).
 //
-// Per layer: fused-add RMSNorm → merged qkv GEMM (+ Qwen2 biases) → RoPE in place in the qkv
-// buffer → k/v packed (2-D copies) and written to the paged cache by slot → paged attention
-// (reads q inside the qkv buffer) → o_proj GEMM → all-reduce → fused-add RMSNorm → merged
-// gate_up GEMM → SiLU-and-mul → down GEMM → all-reduce. The final norm and lm_head run on the
-// logits rows only (gathered first). GEMMs go through one CublasLtGemm (plans cached per
-// shape), the rest through kernels/cuda (ops.h, attention.h) and model_kernels.h.
+// Per layer: fused-add RMSNorm → merged qkv GEMM (+ Qwen2 biases) → per-head q/k RMSNorm in
+// place (Qwen3) → RoPE in place in the qkv buffer → k/v packed (2-D copies) and written to the
+// paged cache by slot → paged attention (reads q inside the qkv buffer) → o_proj GEMM → all-reduce
+// → fused-add RMSNorm → merged gate_up GEMM → SiLU-and-mul → down GEMM → all-reduce. The final norm
+// and lm_head run on the logits rows only (gathered first). GEMMs go through one CublasLtGemm
+// (plans cached per shape), the rest through kernels/cuda (ops.h, attention.h) and model_kernels.h.
+//
+// Tensor parallelism and Phi-3's fused checkpoint tensors: cut as worker/tp_layout.h says
+// (the CPU model's cut; KV heads replicated when the ranks outnumber them).
 //
 // Memory: weights are uploaded once (one cudaMalloc per tensor; merged qkv and gate_up);
 // scratch is preallocated at Load for `max_num_tokens` rows and `max_num_logits` logits rows,
@@ -44,6 +47,7 @@
 #include "kernels/cuda/gemm.h"
 #include "worker/cuda/device_buffer.h"
 #include "worker/model_config.h"
+#include "worker/tp_layout.h"
 #include "worker/weights.h"
 
 namespace vllm::worker {
@@ -91,7 +95,7 @@ class CudaLlamaModel {
   // Builds this rank's model on the current device: uploads `weights` (or, with
   // options.dummy_weights, fills them on the device; `weights` may then be null) and
   // allocates the scratch. `comm` (not owned, outlives the model) is the tensor-parallel
-  // group, whose size must divide the head counts and intermediate size. Uploads run on
+  // group, whose size must split the model as MakeTpLayout allows. Uploads run on
   // `stream`, which Load synchronises before returning. InvalidArgument for an unsupported
   // config or options (head_dim not a multiple of 8 or above 256, non-positive limits),
   // weight errors naming the tensor, ResourceExhausted when device memory runs out.
@@ -134,6 +138,8 @@ class CudaLlamaModel {
     void* input_norm = nullptr;
     void* qkv = nullptr;       // [(heads + 2 kv_heads) × head_dim, hidden]
     void* qkv_bias = nullptr;  // null without attention bias
+    void* q_norm = nullptr;    // [head_dim]; null without qk_norm
+    void* k_norm = nullptr;    // [head_dim]; null without qk_norm
     void* o_proj = nullptr;    // [hidden, heads × head_dim]
     void* o_bias = nullptr;    // null unless the checkpoint has one (added on rank 0)
     void* post_norm = nullptr;
@@ -141,8 +147,8 @@ class CudaLlamaModel {
     void* down = nullptr;     // [hidden, intermediate]
   };
 
-  CudaLlamaModel(const ModelConfig& config, kernels::cuda::DeviceCommunicator* comm,
-                 const CudaModelOptions& options);
+  CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
+                 kernels::cuda::DeviceCommunicator* comm, const CudaModelOptions& options);
   // A device tensor of `elems` elements of the model dtype, owned by the model.
   [[nodiscard]] absl::StatusOr<void*> NewTensor(int64_t elems, const char* what);
   [[nodiscard]] absl::Status LoadWeights(WeightSource* weights, cudaStream_t stream);
@@ -153,6 +159,7 @@ class CudaLlamaModel {
   const ModelConfig config_;
   kernels::cuda::DeviceCommunicator* const comm_;
   const CudaModelOptions options_;
+  const TpLayout tp_;
   const int32_t num_heads_;
   const int32_t num_kv_heads_;
   const int32_t intermediate_;  // this rank

@@ -1,8 +1,9 @@
 // The model against Hugging Face transformers: tests/fixtures/models/<name>/ holds a tiny
 // seeded checkpoint and reference.json (greedy tokens and logits recorded by
 // tools/make_reference.py). Greedy tokens must match exactly in every engine mode — batch
-// 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — and the
-// logits within tolerance.
+// 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — at
+// tensor-parallel sizes 1 (in-process worker) and 2 or 4 (vllm-launch worker processes, the
+// shared-memory all-reduce), and the logits within tolerance.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/support/engine_greedy.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/process.h"
 #include "worker/llama_model.h"
 #include "worker/weights.h"
 
@@ -53,9 +55,16 @@ const Mode kModes[] = {
     {"preemption", 8, true, 0, 0, 14, 128, 1},
 };
 
-class ReferenceTest : public ::testing::TestWithParam<std::string> {
+struct Case {
+  const char* model;
+  int32_t tp;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "_tp" << c.tp; }
+
+class ReferenceTest : public ::testing::TestWithParam<Case> {
  protected:
-  std::filesystem::path dir() const { return kFixtures / GetParam(); }
+  std::filesystem::path dir() const { return kFixtures / GetParam().model; }
 };
 
 TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
@@ -65,6 +74,11 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
     SCOPED_TRACE(mode.name);
     config::EngineArgs args;
     args.model = dir();
+    args.tensor_parallel_size = GetParam().tp;
+    if (GetParam().tp > 1) {
+      args.distributed_executor_backend = config::ExecutorBackend::kMp;
+      args.worker_binary = testing::BinDir() + "/vllm-launch";
+    }
     args.enable_prefix_caching = mode.prefix_caching;
     args.max_num_batched_tokens = mode.max_num_batched_tokens;
     args.long_prefill_token_threshold = mode.long_prefill_token_threshold;
@@ -97,7 +111,12 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
                                   absl::StrFormat("%.3g of scale %.3g", max_diff, scale));
 }
 
-TEST_P(ReferenceTest, LogitsMatchWithinTolerance) {
+class LogitsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::filesystem::path dir() const { return kFixtures / GetParam(); }
+};
+
+TEST_P(LogitsTest, LogitsMatchWithinTolerance) {
   const Reference ref = LoadReference(dir());
   auto config = worker::LoadModelConfig(dir());
   ASSERT_TRUE(config.ok()) << config.status();
@@ -148,8 +167,21 @@ TEST(BundledModelTest, GreedySamplesMatchTransformers) {
   }
 }
 
+// qwen3: per-head q/k norm; phi3: fused qkv_proj / gate_up_proj cut per rank; llama_mqa: one
+// KV head, replicated on every rank at TP 2 and 4.
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
-                         ::testing::Values("llama_mha", "llama_gqa", "qwen2"));
+                         ::testing::Values(Case{"llama_mha", 1}, Case{"llama_gqa", 1},
+                                           Case{"llama_gqa", 2}, Case{"qwen2", 1}, Case{"qwen2", 2},
+                                           Case{"qwen3", 1}, Case{"qwen3", 2}, Case{"phi3", 1},
+                                           Case{"phi3", 2}, Case{"llama_mqa", 1},
+                                           Case{"llama_mqa", 2}, Case{"llama_mqa", 4}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return absl::StrCat(info.param.model, "_tp", info.param.tp);
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LogitsTest,
+                         ::testing::Values("llama_mha", "llama_gqa", "qwen2", "qwen3", "phi3",
+                                           "llama_mqa"));
 
 }  // namespace
 }  // namespace vllm::frontend

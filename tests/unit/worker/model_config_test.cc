@@ -1,4 +1,5 @@
-// ModelConfig: real Hugging Face configs of each supported family, defaults, and bad fields.
+// ModelConfig: real Hugging Face configs of each supported family, defaults, and bad fields
+// (every key asking for something the model does not do is refused by name).
 #include "worker/model_config.h"
 
 #include <stdlib.h>
@@ -110,6 +111,122 @@ constexpr char kMistralConfig[] = R"({
   "use_cache": true,
   "vocab_size": 32000
 })";
+
+// Qwen3-8B (transformers 4.51).
+constexpr char kQwen3Config[] = R"({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 12288,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 36,
+  "model_type": "qwen3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 36,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// Phi-3-mini-4k-instruct.
+constexpr char kPhi3Config[] = R"({
+  "architectures": ["Phi3ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "embd_pdrop": 0.0,
+  "eos_token_id": 32000,
+  "hidden_act": "silu",
+  "hidden_size": 3072,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 4096,
+  "model_type": "phi3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "original_max_position_embeddings": 4096,
+  "pad_token_id": 32000,
+  "resid_pdrop": 0.0,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 10000.0,
+  "sliding_window": 2047,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.2",
+  "use_cache": true,
+  "vocab_size": 32064
+})";
+
+TEST(ModelConfigTest, Qwen3HasQkNormAndItsOwnHeadDim) {
+  auto config = ParseModelConfig(kQwen3Config, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(config->qk_norm);
+  EXPECT_FALSE(config->attention_bias);
+  EXPECT_FALSE(config->fused_projections);
+  EXPECT_EQ(config->head_dim, 128);
+  EXPECT_EQ(config->num_key_value_heads, 8);
+  EXPECT_EQ(config->rope_theta, 1e6);
+  EXPECT_FALSE(config->sliding_window.has_value());
+  // Qwen3's attention_bias comes from the config (unlike Qwen2's); head_dim need not be
+  // hidden / heads (Qwen3-0.6B: 1024 / 16 heads, head_dim 128).
+  nlohmann::json j = nlohmann::json::parse(kQwen3Config);
+  j["attention_bias"] = true;
+  j["hidden_size"] = 1024;
+  j["num_attention_heads"] = 16;
+  auto small = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_TRUE(small->attention_bias);
+  EXPECT_EQ(small->head_dim, 128);
+  // transformers >= 4.56 writes layer_types; full attention everywhere is the plain model.
+  j["layer_types"] = std::vector<std::string>(36, "full_attention");
+  auto typed = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(typed.ok()) << typed.status();
+  EXPECT_FALSE(typed->sliding_window.has_value());
+  // Sliding layers with the window switched on: the window is recorded (max_model_len is
+  // limited to it, where whole-context attention is exact).
+  j["layer_types"][35] = "sliding_attention";
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  auto sliding = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(sliding.ok()) << sliding.status();
+  EXPECT_EQ(sliding->sliding_window, 4096);
+}
+
+TEST(ModelConfigTest, Phi3HasFusedProjectionsAndNoBias) {
+  auto config = ParseModelConfig(kPhi3Config, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "Phi3ForCausalLM");
+  EXPECT_TRUE(config->fused_projections);
+  EXPECT_FALSE(config->qk_norm);
+  EXPECT_FALSE(config->attention_bias);
+  EXPECT_EQ(config->head_dim, 96);
+  EXPECT_EQ(config->sliding_window, 2047);
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{32000}));
+  // transformers >= 5 writes partial_rotary_factor 1.0 into rope_parameters: whole heads.
+  nlohmann::json j = nlohmann::json::parse(kPhi3Config);
+  j["rope_parameters"] = {
+      {"partial_rotary_factor", 1.0}, {"rope_theta", 10000.0}, {"rope_type", "default"}};
+  j["attention_bias"] = true;  // not a Phi-3 key; its projections never have a bias
+  auto v5 = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_FALSE(v5->attention_bias);
+}
 
 TEST(ModelConfigTest, Llama31WithLlama3RopeScaling) {
   auto config = ParseModelConfig(kLlama31Config, "");
@@ -270,11 +387,20 @@ TEST_P(BadConfigTest, IsInvalidArgumentNamingTheField) {
 INSTANTIATE_TEST_SUITE_P(
     Fields, BadConfigTest,
     ::testing::Values(
-        BadConfig{"UnknownArchitecture",
-                  {{"architectures", {"GPT2LMHeadModel"}}},
+        BadConfig{
+            "UnknownArchitecture",
+            {{"architectures", {"GPT2LMHeadModel"}}},
+            "",
+            {"config.json: architectures", "GPT2LMHeadModel", "LlamaForCausalLM",
+             "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM"}},
+        BadConfig{"Gemma2Refused",
+                  {{"architectures", {"Gemma2ForCausalLM"}}},
                   "",
-                  {"config.json: architectures", "GPT2LMHeadModel", "LlamaForCausalLM",
-                   "MistralForCausalLM", "Qwen2ForCausalLM"}},
+                  {"config.json: architectures", "Gemma2ForCausalLM", "is not supported"}},
+        BadConfig{"MoeRefused",
+                  {{"architectures", {"Qwen3MoeForCausalLM"}}},
+                  "",
+                  {"config.json: architectures", "Qwen3MoeForCausalLM"}},
         BadConfig{"NoArchitectures", {{"architectures", nullptr}}, "", {"architectures"}},
         BadConfig{"ZeroHidden", {{"hidden_size", 0}}, "", {"config.json: hidden_size (0)"}},
         BadConfig{"NegativeVocab", {{"vocab_size", -5}}, "", {"vocab_size (-5) must be positive"}},
@@ -326,6 +452,52 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"num_attention_heads", 4294967296}},
                   "",
                   {"num_attention_heads", "too large"}},
+        BadConfig{"GeluActivation",
+                  {{"hidden_act", "gelu_pytorch_tanh"}},
+                  "",
+                  {"config.json: hidden_act", "gelu_pytorch_tanh", "silu"}},
+        BadConfig{"MlpBias", {{"mlp_bias", true}}, "", {"config.json: mlp_bias"}},
+        BadConfig{"PartialRotary",
+                  {{"partial_rotary_factor", 0.5}},
+                  "",
+                  {"config.json: partial_rotary_factor (0.5)"}},
+        BadConfig{"PartialRotaryInRopeParameters",
+                  {{"rope_scaling", nullptr},
+                   {"rope_parameters",
+                    {{"rope_type", "default"},
+                     {"rope_theta", 10000.0},
+                     {"partial_rotary_factor", 0.75}}}},
+                  "",
+                  {"config.json: rope_parameters.partial_rotary_factor (0.75)"}},
+        // Phi-3-mini-128k's LongRoPE (and its older name, su).
+        BadConfig{"Phi3LongRope",
+                  {{"architectures", {"Phi3ForCausalLM"}},
+                   {"rope_scaling",
+                    {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {2.0}}}}},
+                  "",
+                  {"config.json: rope_scaling.rope_type", "'longrope'"}},
+        BadConfig{"Phi3SuRope",
+                  {{"architectures", {"Phi3ForCausalLM"}},
+                   {"rope_scaling", {{"type", "su"}, {"short_factor", {1.0}}}}},
+                  "",
+                  {"config.json: rope_scaling.rope_type", "'su'"}},
+        BadConfig{"UnknownLayerType",
+                  {{"layer_types", std::vector<std::string>(32, "chunked_attention")}},
+                  "",
+                  {"config.json: layer_types", "chunked_attention"}},
+        BadConfig{"LayerTypesWrongLength",
+                  {{"layer_types", {"full_attention"}}},
+                  "",
+                  {"config.json: layer_types", "32 layers"}},
+        // Qwen3 with sliding layers but use_sliding_window false: HF would build a window of
+        // nothing; refused rather than guessed.
+        BadConfig{"SlidingLayersWithoutWindow",
+                  {{"architectures", {"Qwen3ForCausalLM"}},
+                   {"sliding_window", 4096},
+                   {"use_sliding_window", false},
+                   {"layer_types", std::vector<std::string>(32, "sliding_attention")}},
+                  "",
+                  {"config.json: layer_types", "sliding_window"}},
         BadConfig{"GenerationEosOutsideVocab",
                   {},
                   R"({"eos_token_id": [128001, -1]})",

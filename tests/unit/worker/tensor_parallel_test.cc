@@ -1,6 +1,7 @@
 // Tensor-parallel sharding at load time: two (or more) ranks, each a thread holding its shard
 // of the fixture models, joined by an in-process all-reduce (a test double for the gloo /
 // shared-memory collective of kernels/comm), must produce Hugging Face's logits as TP = 1 does.
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "tests/support/fixtures.h"
 #include "worker/llama_model.h"
 #include "worker/model_config.h"
+#include "worker/tp_layout.h"
 #include "worker/weights.h"
 
 namespace vllm::worker {
@@ -93,7 +95,8 @@ TEST_P(TensorParallelTest, ShardedRanksReproduceTheReferenceLogits) {
     auto model = LlamaModel::Load(*config, **weights, members[r].get());
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_EQ((*model)->num_heads(), config->num_attention_heads / tp);
-    EXPECT_EQ((*model)->num_kv_heads(), config->num_key_value_heads / tp);
+    // More ranks than KV heads: one KV head each, replicated (vLLM's num_kv_head_replicas).
+    EXPECT_EQ((*model)->num_kv_heads(), std::max(1, config->num_key_value_heads / tp));
     models[r] = std::move(*model);
   }
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -115,20 +118,108 @@ TEST_P(TensorParallelTest, ShardedRanksReproduceTheReferenceLogits) {
   }
 }
 
+// llama_gqa at 4, qwen3 and phi3 at 4 (2 KV heads) and llama_mqa (1 KV head) replicate KV
+// heads; phi3 cuts its fused qkv_proj / gate_up_proj per rank; qwen3 norms each head.
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
                          ::testing::Values(Case{"llama_mha", 2}, Case{"llama_mha", 4},
-                                           Case{"llama_gqa", 2}, Case{"qwen2", 2}));
+                                           Case{"llama_gqa", 2}, Case{"llama_gqa", 4},
+                                           Case{"qwen2", 2}, Case{"qwen3", 2}, Case{"qwen3", 4},
+                                           Case{"phi3", 2}, Case{"phi3", 4}, Case{"llama_mqa", 2},
+                                           Case{"llama_mqa", 4}));
 
 TEST(TensorParallelConfigTest, IndivisibleHeadsAreAClearError) {
-  auto config = LoadModelConfig(kFixtures / "llama_gqa");  // 2 KV heads
+  auto config = LoadModelConfig(kFixtures / "llama_gqa");  // 8 heads, 2 KV heads
   ASSERT_TRUE(config.ok()) << config.status();
-  ThreadGroup group(4);
-  ThreadGroup::Member member(&group, 0);
   auto weights = OpenSafetensors(kFixtures / "llama_gqa");
   ASSERT_TRUE(weights.ok()) << weights.status();
+  {
+    ThreadGroup group(3);
+    ThreadGroup::Member member(&group, 0);
+    auto model = LlamaModel::Load(*config, **weights, &member);
+    ASSERT_TRUE(absl::IsInvalidArgument(model.status())) << model.status();
+    EXPECT_NE(model.status().message().find("num_attention_heads (8)"), std::string::npos);
+  }
+  // 6 KV heads over 4 ranks: neither splits nor replicates evenly (vLLM refuses it too).
+  config->num_attention_heads = 12;
+  config->num_key_value_heads = 6;
+  ThreadGroup group(4);
+  ThreadGroup::Member member(&group, 0);
   auto model = LlamaModel::Load(*config, **weights, &member);
   ASSERT_TRUE(absl::IsInvalidArgument(model.status())) << model.status();
-  EXPECT_NE(model.status().message().find("num_key_value_heads"), std::string::npos);
+  EXPECT_NE(model.status().message().find("num_key_value_heads (6)"), std::string::npos)
+      << model.status();
+}
+
+struct LayoutCase {
+  int32_t heads, kv_heads, tp;
+  int32_t want_kv_heads, want_replicas;  // 0: refused
+};
+
+TEST(TpLayoutTest, SplitsOrReplicatesKvHeadsAsVllm) {
+  const LayoutCase cases[] = {
+      {32, 8, 1, 8, 1},  {32, 8, 4, 2, 1}, {32, 8, 8, 1, 1}, {32, 8, 16, 1, 2},
+      {32, 8, 32, 1, 4}, {8, 1, 4, 1, 4},  {8, 2, 8, 1, 4},  {12, 6, 4, 0, 0},
+      {12, 3, 2, 0, 0},  {12, 4, 3, 0, 0},  // 4 KV heads over 3 ranks: neither divides
+  };
+  for (const LayoutCase& c : cases) {
+    SCOPED_TRACE(::testing::Message()
+                 << c.heads << " heads, " << c.kv_heads << " KV heads, tp " << c.tp);
+    ModelConfig config;
+    config.num_attention_heads = c.heads;
+    config.num_key_value_heads = c.kv_heads;
+    config.intermediate_size = 96;
+    config.hidden_size = 64;
+    config.head_dim = 8;
+    for (int32_t rank = 0; rank < c.tp; ++rank) {
+      auto layout = MakeTpLayout(config, rank, c.tp);
+      if (c.want_kv_heads == 0) {
+        EXPECT_TRUE(absl::IsInvalidArgument(layout.status())) << layout.status();
+        break;
+      }
+      ASSERT_TRUE(layout.ok()) << layout.status();
+      EXPECT_EQ(layout->num_heads, c.heads / c.tp);
+      EXPECT_EQ(layout->num_kv_heads, c.want_kv_heads);
+      EXPECT_EQ(layout->num_kv_head_replicas, c.want_replicas);
+      // Rank r reads KV head(s) starting at (r / replicas) * kv_heads_per_rank.
+      const std::vector<WeightPiece> pieces = QkvPieces(config, *layout, 0, /*bias=*/false);
+      ASSERT_EQ(pieces.size(), 3u);
+      EXPECT_EQ(pieces[1].name, "model.layers.0.self_attn.k_proj.weight");
+      EXPECT_EQ(pieces[1].shard.rank, rank / c.want_replicas);
+      EXPECT_EQ(pieces[1].shard.world_size, c.tp / c.want_replicas);
+      EXPECT_EQ(pieces[1].rows, int64_t{c.want_kv_heads} * config.head_dim);
+    }
+  }
+}
+
+TEST(TpLayoutTest, FusedPiecesAreRangesOfOneTensor) {
+  ModelConfig config;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.intermediate_size = 96;
+  config.hidden_size = 64;
+  config.head_dim = 16;
+  config.fused_projections = true;
+  auto layout = MakeTpLayout(config, 1, 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  const std::vector<WeightPiece> qkv = QkvPieces(config, *layout, 3, /*bias=*/false);
+  ASSERT_EQ(qkv.size(), 3u);
+  for (const WeightPiece& piece : qkv) {
+    EXPECT_EQ(piece.name, "model.layers.3.self_attn.qkv_proj.weight");
+    EXPECT_EQ(piece.shape, (std::vector<int64_t>{64 + 2 * 32, 64}));
+    EXPECT_EQ(piece.shard.rank, 1);
+  }
+  EXPECT_EQ(qkv[0].shard.range_begin, 0);
+  EXPECT_EQ(qkv[0].shard.range_size, 64);
+  EXPECT_EQ(qkv[1].shard.range_begin, 64);
+  EXPECT_EQ(qkv[2].shard.range_begin, 96);
+  EXPECT_EQ(qkv[2].shard.range_size, 32);
+  EXPECT_EQ(qkv[2].rows, 16);
+  const std::vector<WeightPiece> gate_up = GateUpPieces(config, *layout, 3);
+  ASSERT_EQ(gate_up.size(), 2u);
+  EXPECT_EQ(gate_up[1].name, "model.layers.3.mlp.gate_up_proj.weight");
+  EXPECT_EQ(gate_up[1].shape, (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(gate_up[1].shard.range_begin, 96);
+  EXPECT_EQ(gate_up[1].rows, 48);
 }
 
 }  // namespace

@@ -345,6 +345,37 @@ TEST_F(WeightsTest, TensorParallelSlicesMatchTheFullTensor) {
   EXPECT_EQ(*bias, (std::vector<float>{6, 7}));
 }
 
+// A range of a fused tensor (Phi-3's qkv_proj) split over the ranks: rows [2, 6) of an
+// [8, 3] tensor in two parts are rows 2-3 and 4-5; the dummy source cuts identically.
+TEST_F(WeightsTest, RangeShardsSplitOnlyTheirRows) {
+  const std::vector<float> full = Iota(24);
+  Write("model.safetensors", BuildFile({{"fused", "F32", {8, 3}, RawBytes(full)}}));
+  auto source = OpenOrDie();
+  ASSERT_NE(source, nullptr);
+  const int64_t shape[] = {8, 3};
+  auto first = source->Load("fused", shape, Shard{0, 0, 2, /*range_begin=*/2, /*range_size=*/4});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, (std::vector<float>{6, 7, 8, 9, 10, 11}));
+  auto second = source->Load("fused", shape, Shard{0, 1, 2, 2, 4});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*second, (std::vector<float>{12, 13, 14, 15, 16, 17}));
+  auto whole_range = source->Load("fused", shape, Shard{0, 0, 1, 7, 1});
+  ASSERT_TRUE(whole_range.ok()) << whole_range.status();
+  EXPECT_EQ(*whole_range, (std::vector<float>{21, 22, 23}));
+  // Outside the dimension, or a range that does not divide.
+  auto outside = source->Load("fused", shape, Shard{0, 0, 1, 6, 4}).status();
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(outside), HasSubstr("rows [6, 10) of dim 0 are outside it"));
+  auto odd = source->Load("fused", shape, Shard{0, 0, 2, 0, 3}).status();
+  EXPECT_THAT(Message(odd), HasSubstr("(3 in the range taken) does not divide"));
+
+  auto dummy = MakeDummyWeights(7);
+  auto dummy_full = dummy->Load("fused", shape);
+  auto dummy_part = dummy->Load("fused", shape, Shard{0, 1, 2, 2, 4});
+  ASSERT_TRUE(dummy_full.ok() && dummy_part.ok());
+  EXPECT_EQ(*dummy_part, std::vector<float>(dummy_full->begin() + 12, dummy_full->begin() + 18));
+}
+
 TEST_F(WeightsTest, BadShardsAreRejected) {
   Write("model.safetensors", BuildFile({{"w", "F32", {4, 6}, RawBytes(Iota(24))}}));
   auto source = OpenOrDie();
