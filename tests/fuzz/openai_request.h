@@ -122,6 +122,50 @@ inline void CheckChat(const nlohmann::json& body) {
   Tokenize(*prompt);
 }
 
+// POST /tokenize: the completion form through the tokenizer, the chat form through the chat
+// template (as AsyncLLM::TokenizeChat: the same template, then Encode).
+inline void CheckTokenize(const nlohmann::json& body) {
+  auto request = frontend::ParseTokenizeRequest(body, kServedModel);
+  if (!request.ok()) return CheckErrorBody(request.status());
+  FUZZ_CHECK(request->model == kServedModel, "accepted another model");
+  if (request->prompt.has_value()) {
+    FUZZ_CHECK(request->messages.empty(), "a tokenize request with a prompt and messages");
+    return Tokenize(*request->prompt);
+  }
+  FUZZ_CHECK(!request->messages.empty() &&
+                 request->messages.size() <= static_cast<size_t>(frontend::kMaxChatMessages),
+             "message count out of range");
+  FUZZ_CHECK(!(request->add_generation_prompt && request->continue_final_message),
+             "accepted add_generation_prompt with continue_final_message");
+  const ServedModel& served = Served();
+  auto prompt =
+      served.chat_template->Render(request->messages, request->add_generation_prompt,
+                                   served.tokenizer->bos_token(), served.tokenizer->eos_token());
+  if (!prompt.ok()) return CheckErrorBody(prompt.status());
+  Tokenize(*prompt);
+}
+
+// POST /detokenize: accepted ids are non-negative; those inside the vocabulary decode to
+// valid UTF-8 and have token strings.
+inline void CheckDetokenize(const nlohmann::json& body) {
+  auto request = frontend::ParseDetokenizeRequest(body, kServedModel);
+  if (!request.ok()) return CheckErrorBody(request.status());
+  const frontend::Tokenizer& tokenizer = *Served().tokenizer;
+  std::vector<int32_t> in_vocab;
+  for (int32_t id : request->tokens) {
+    FUZZ_CHECK(id >= 0, "accepted a negative token id");
+    if (id < tokenizer.vocab_size()) {
+      in_vocab.push_back(id);
+      FUZZ_CHECK(tokenizer.IdToToken(id).has_value(), "an id in the vocabulary without a string");
+    }
+  }
+  const std::string text = tokenizer.Decode(in_vocab, /*skip_special_tokens=*/false);
+  FUZZ_CHECK(IsWellFormedUtf8(text), "Decode returned invalid UTF-8");
+  const std::string response = frontend::DumpJson(frontend::BuildDetokenizeResponse(text));
+  FUZZ_CHECK(!nlohmann::json::parse(response, nullptr, false).is_discarded(),
+             "the detokenize response is not JSON");
+}
+
 // The whole body path. Returns whether the body was a JSON object.
 inline bool CheckGenerationBody(std::string_view body) {
   absl::StatusOr<nlohmann::json> json = frontend::ParseJsonObject(body);
@@ -131,6 +175,8 @@ inline bool CheckGenerationBody(std::string_view body) {
   }
   CheckCompletion(*json);
   CheckChat(*json);
+  CheckTokenize(*json);
+  CheckDetokenize(*json);
   return true;
 }
 
