@@ -1,9 +1,10 @@
 // Fuzzes the text path every prompt and every generated token takes, on real tokenizers
-// loaded once: the bundled model's (models/kjv-llama-tiny) and the Llama 3, Qwen2 and
-// byte-fallback fixtures (tests/fixtures/tokenizer/). The first input byte holds the flags
-// (bits 0-1 tokenizer, 2 add_special_tokens, 3 skip_special_tokens, 4 a prompt for the
-// detokenizer, 5 stop strings, 6-7 prompt length - 1); the rest is the text, and ids for
-// Decode and the detokenizer are read from the same bytes.
+// loaded once: the bundled model's (models/kjv-llama-tiny) and the Llama 3, Qwen2,
+// byte-fallback and SentencePiece-style (Llama 2, Metaspace) fixtures
+// (tests/fixtures/tokenizer/). The first input byte holds the flags (the byte modulo the
+// number of tokenizers picks one; bit 2 add_special_tokens, 3 skip_special_tokens, 4 a
+// prompt for the detokenizer, 5 stop strings, 6-7 prompt length - 1); the rest is the text,
+// and ids for Decode and the detokenizer are read from the same bytes.
 // Invariants:
 //   - Encode succeeds and returns ids inside the vocabulary;
 //   - Decode of any ids (in or out of range) is valid UTF-8;
@@ -46,7 +47,10 @@ void LoadAll() {
   } kDirs[] = {{"/models/kjv-llama-tiny", true},
                {"/tests/fixtures/tokenizer/llama3_bpe", true},
                {"/tests/fixtures/tokenizer/qwen2_bpe", true},
-               {"/tests/fixtures/tokenizer/fallback_bpe", false}};
+               {"/tests/fixtures/tokenizer/fallback_bpe", false},
+               {"/tests/fixtures/tokenizer/llama2_sp", false},
+               {"/tests/fixtures/tokenizer/metaspace_sp", false},
+               {"/tests/fixtures/tokenizer/metaspace_split_sp", false}};
   for (const auto& d : kDirs) {
     auto t = frontend::Tokenizer::Load(root + d.dir);
     FUZZ_CHECK(t.ok(), std::string("cannot load ") + d.dir + ": " + t.status().ToString());

@@ -74,6 +74,43 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DetokenizerGoldenTest,
                          ::testing::Values("kjv", "llama3_bpe", "qwen2_bpe", "fallback_bpe",
                                            "llama2_sp", "metaspace_sp", "metaspace_split_sp"));
 
+// SentencePiece-style decoders (Strip / Metaspace drop the first token's leading space;
+// <0xNN> byte tokens form one character across tokens): streaming equals HF's full decode.
+TEST(DetokenizerSentencePieceTest, LeadingSpaceAndByteFallbackStream) {
+  for (const char* fixture : {"llama2_sp", "metaspace_sp", "metaspace_split_sp"}) {
+    auto tok = Tokenizer::Load(kFixtures / fixture);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const Tokenizer& t = **tok;
+    const std::vector<int32_t> wo = *t.Encode("我", false);  // ▁ <0xE6> <0x88> <0x91>
+    ASSERT_EQ(wo.size(), 4u) << fixture;
+    IncrementalDetokenizer d(t, {}, {});
+    std::vector<std::string> deltas;
+    for (int32_t id : wo) deltas.push_back(d.Append(std::span<const int32_t>(&id, 1)));
+    // The first token's space is stripped; the character appears once its last byte does.
+    EXPECT_EQ(deltas, (std::vector<std::string>{"", "", "", "我"})) << fixture;
+    for (const std::string text : {"Hello world", "  two leading", "a\n\n b  c ", "é 我 x",
+                                   "In the beginning God created the heaven"}) {
+      for (bool bos : {false, true}) {
+        const std::vector<int32_t> ids = *t.Encode(text, bos);
+        for (bool skip : {false, true}) {
+          DetokenizerOptions opts;
+          opts.skip_special_tokens = skip;
+          EXPECT_EQ(Stream(t, {}, ids, opts), t.Decode(ids, skip)) << fixture << ": " << text;
+          // With the first two ids as the prompt, the rest streams as the difference.
+          const std::vector<int32_t> prompt(ids.begin(), ids.begin() + 2);
+          const std::vector<int32_t> output(ids.begin() + 2, ids.end());
+          const std::string full = t.Decode(ids, skip);
+          const std::string head = t.Decode(prompt, skip);
+          if (head.ends_with(base::kReplacementChar)) continue;  // a character cut in two
+          ASSERT_TRUE(full.starts_with(head)) << fixture << ": " << text;
+          EXPECT_EQ(Stream(t, prompt, output, opts), full.substr(head.size()))
+              << fixture << ": " << text;
+        }
+      }
+    }
+  }
+}
+
 class DetokenizerTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -83,6 +83,22 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
                          testing::Values("llama3_bpe", "qwen2_bpe", "fallback_bpe", "llama2_sp",
                                          "metaspace_sp", "metaspace_split_sp"));
 
+// Larger goldens made by hand (not committed): VLLM_TOKENIZER_EXTRA_GOLDENS=DIR with
+// DIR/<fixture>.json in golden.json's format, e.g. HF's encodes of KJV passages.
+TEST_P(GoldenTest, ExtraGoldensWhenPresent) {
+  const char* dir = std::getenv("VLLM_TOKENIZER_EXTRA_GOLDENS");
+  if (dir == nullptr ||
+      !std::filesystem::exists(std::filesystem::path(dir) / (GetParam() + ".json"))) {
+    GTEST_SKIP() << "set VLLM_TOKENIZER_EXTRA_GOLDENS=DIR with DIR/" << GetParam() << ".json";
+  }
+  auto tok = Tokenizer::Load(kFixtures / GetParam());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  const nlohmann::json g = ReadJson(std::filesystem::path(dir) / (GetParam() + ".json"));
+  CheckGoldens(**tok, g);
+  std::printf("%s: %zu extra encodes, %zu decodes checked\n", GetParam().c_str(),
+              g["encode"].size(), g["decode"].size());
+}
+
 TEST(TokenizerTest, MergesAsStringsEqualMergesAsPairs) {
   nlohmann::json j = ReadJson(kFixtures / "llama3_bpe" / "tokenizer.json");
   for (auto& m : j["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
