@@ -216,6 +216,7 @@ std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenize
   if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
   const json& j = *parsed;
   std::string text;
+  bool add_special_tokens = true;  // completions: as vLLM, unless the request says otherwise
   if (!chat) {
     auto it = j.find("prompt");
     if (it == j.end()) return std::nullopt;
@@ -227,6 +228,9 @@ std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenize
     if (prompt->is_array()) return TokenIds(*prompt);
     if (!prompt->is_string()) return std::nullopt;
     text = prompt->get<std::string>();
+    if (auto a = j.find("add_special_tokens"); a != j.end() && a->is_boolean()) {
+      add_special_tokens = a->get<bool>();
+    }
   } else {
     if (chat_template == nullptr) return std::nullopt;
     auto it = j.find("messages");
@@ -246,12 +250,14 @@ std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenize
         messages, add_generation_prompt, tokenizer.bos_token(), tokenizer.eos_token());
     if (!rendered.ok()) return std::nullopt;
     text = std::move(*rendered);
-    // As the API server: the template wrote BOS, which encoding with special tokens adds.
-    if (!tokenizer.bos_token().empty() && absl::StartsWith(text, tokenizer.bos_token())) {
-      text.erase(0, tokenizer.bos_token().size());
+    // As the API server (and vLLM): the rendered text is tokenized with special tokens only
+    // when the request asks (the template writes BOS itself).
+    add_special_tokens = false;
+    if (auto a = j.find("add_special_tokens"); a != j.end() && a->is_boolean()) {
+      add_special_tokens = a->get<bool>();
     }
   }
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text, /*add_special_tokens=*/true);
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text, add_special_tokens);
   if (!ids.ok()) return std::nullopt;
   return std::move(*ids);
 }
@@ -259,10 +265,12 @@ std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenize
 // One worker as the router sees it. Shared with the requests in flight on it, so a worker
 // removed at run time stays valid until they finish.
 struct Worker {
+  explicit Worker(const CircuitBreakerOptions& cb) : breaker(cb) {}
   WorkerAddress address;
-  bool healthy = false;   // admitted by a health check
-  bool removed = false;   // DELETE /workers
-  bool checking = false;  // a health check is in flight
+  CircuitBreaker breaker;  // requests' outcomes (health checks are separate)
+  bool healthy = false;    // admitted by a health check
+  bool removed = false;    // DELETE /workers
+  bool checking = false;   // a health check is in flight
   int consecutive_failures = 0;
   int64_t outstanding = 0;
   int64_t requests_total = 0;     // attempts sent to it
@@ -302,7 +310,7 @@ class Router::Impl {
       auto a = ParseWorkerUrl(url);
       if (!a.ok()) return a.status();
       if (FindWorker(a->url) != nullptr) continue;
-      auto w = std::make_shared<Worker>();
+      auto w = std::make_shared<Worker>(options_.circuit_breaker);
       w->address = std::move(*a);
       workers_.push_back(std::move(w));
     }
@@ -587,6 +595,24 @@ class Router::Impl {
     }
   }
 
+  // A request's outcome on `w`, for its circuit breaker.
+  void NoteOutcome(Worker& w, bool ok) {
+    const auto now = std::chrono::steady_clock::now();
+    if (ok) {
+      if (w.breaker.RecordSuccess(now)) {
+        std::fprintf(stderr, "vllm-launch router: worker %s: circuit closed\n",
+                     w.address.url.c_str());
+      }
+      return;
+    }
+    const int64_t opens = w.breaker.opens();
+    w.breaker.RecordFailure(now);
+    if (w.breaker.opens() != opens) {
+      std::fprintf(stderr, "vllm-launch router: worker %s: circuit open for %lld ms\n",
+                   w.address.url.c_str(), static_cast<long long>(w.breaker.open_period().count()));
+    }
+  }
+
   void NoteFailure(Worker& w, absl::string_view why) {
     ++w.consecutive_failures;
     if (w.healthy && w.consecutive_failures >= options_.health_failure_threshold) {
@@ -749,6 +775,11 @@ class Router::Impl {
       if (method != http::verb::get) co_return co_await MethodNotAllowed(stream, req);
       co_return co_await Proxy(stream, buffer, req, RouteKeys());
     }
+    // vLLM's token-id endpoints: any worker answers them the same (the policy picks by load).
+    if (path == "/tokenize" || path == "/detokenize") {
+      if (method != http::verb::post) co_return co_await MethodNotAllowed(stream, req);
+      co_return co_await Proxy(stream, buffer, req, RouteKeys());
+    }
     if (path == "/health") {
       const int healthy = HealthyCount();
       const bool ok = healthy > 0 && !draining_;
@@ -779,6 +810,8 @@ class Router::Impl {
     for (const auto& w : workers_) {
       list.push_back({{"url", w->address.url},
                       {"healthy", w->healthy},
+                      {"circuit", std::string(CircuitStateName(
+                                      w->breaker.state(std::chrono::steady_clock::now())))},
                       {"outstanding", w->outstanding},
                       {"requests_total", w->requests_total}});
     }
@@ -807,7 +840,7 @@ class Router::Impl {
             stream, req, 409,
             ErrorJson(409, "BadRequestError", absl::StrCat(address->url, " is already a worker")));
       }
-      auto w = std::make_shared<Worker>();
+      auto w = std::make_shared<Worker>(options_.circuit_breaker);
       w->address = *address;
       workers_.push_back(w);
       std::fprintf(stderr, "vllm-launch router: worker %s added\n", w->address.url.c_str());
@@ -855,6 +888,13 @@ class Router::Impl {
     series("vllm_router_upstream_connections_total", "counter",
            "Connections opened to the worker (requests reuse idle keep-alive ones).",
            [](const Worker& w) { return w.connections_total; });
+    series(
+        "vllm_router_worker_circuit_open", "gauge",
+        "1 while the worker's circuit breaker keeps requests away from it.",
+        [](const Worker& w) { return w.breaker.Allows(std::chrono::steady_clock::now()) ? 0 : 1; });
+    series("vllm_router_worker_circuit_opens_total", "counter",
+           "Times the worker's circuit breaker opened.",
+           [](const Worker& w) { return w.breaker.opens(); });
     series("vllm_router_worker_failures_total", "counter",
            "Requests that failed on the worker before a response head.",
            [](const Worker& w) { return w.failures_total; });
@@ -902,8 +942,10 @@ class Router::Impl {
                                      size_t* others_left) {
     std::vector<std::shared_ptr<Worker>> pool;
     std::vector<Candidate> candidates;
+    const auto now = std::chrono::steady_clock::now();
     for (const auto& w : workers_) {
       if (!w->healthy || std::find(tried.begin(), tried.end(), w) != tried.end()) continue;
+      if (!w->breaker.Allows(now)) continue;
       pool.push_back(w);
       candidates.push_back({w->address.url, w->outstanding});
     }
@@ -1049,7 +1091,10 @@ class Router::Impl {
         if (ec) {
           w->endpoints.reset();  // resolve again next time
           *error = absl::StrCat("connect: ", ec.message());
-          if (!watch.client_gone) NoteFailure(*w, *error);
+          if (!watch.client_gone) {
+            NoteFailure(*w, *error);
+            NoteOutcome(*w, false);
+          }
           co_return Outcome::kRetry;
         }
       }
@@ -1067,9 +1112,11 @@ class Router::Impl {
       if (ec && reused && !watch.client_gone && up_buffer.size() == 0) continue;
       if (ec) {
         *error = absl::StrCat("no response: ", ec.message());
+        if (!watch.client_gone) NoteOutcome(*w, false);
         co_return Outcome::kRetry;
       }
       const int status = parser.get().result_int();
+      NoteOutcome(*w, status < 500);
       if (status >= 500 && !last_chance) {
         *error = absl::StrCat("HTTP ", status);
         co_return Outcome::kRetry;

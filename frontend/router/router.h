@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "frontend/jinja/chat_template.h"
+#include "frontend/router/circuit_breaker.h"
 #include "frontend/router/policy.h"
 #include "frontend/tokenizer/tokenizer.h"
 
@@ -41,6 +42,7 @@ struct RouterOptions {
   double request_timeout_secs = 1800;  // per upstream wait (connect, head, each body read)
   int max_retries = 2;                 // further workers tried after a failure before any byte
   size_t max_payload_size = size_t{32} << 20;  // request bodies above it: 413
+  CircuitBreakerOptions circuit_breaker;       // per worker, on requests' outcomes
   // SIGINT/SIGTERM: requests in flight get this long to finish (a second signal: at once).
   double shutdown_grace_period_secs = 180;
   // kv_aware: the workers' engines' KV-event endpoints ("WORKER_URL=ENDPOINT[,ENDPOINT...]",
@@ -70,7 +72,7 @@ bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string*
 // The prompt token ids a worker using `tokenizer` computes for a request body: a completion's
 // prompt (text, token ids, or the first of a batch) tokenized with special tokens; a chat
 // request's messages rendered by `chat_template` (nullptr: none) as the API server does, then
-// tokenized. nullopt when the body cannot be tokenized (not JSON, no prompt, no template, a
+// tokenized without special tokens (both unless the body's add_special_tokens says otherwise). nullopt when the body cannot be tokenized (not JSON, no prompt, no template, a
 // render error): the router then routes it without tokens.
 std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenizer& tokenizer,
                                                         const frontend::ChatTemplate* chat_template,

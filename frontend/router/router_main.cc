@@ -1,6 +1,7 @@
 #include "frontend/router/router_main.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
@@ -63,6 +64,32 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
                  "The largest request body in bytes (larger: 413).")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  CircuitBreakerOptions& cb = o.circuit_breaker;
+  double cb_timeout = 60, cb_window = 120, cb_max_timeout = 600;
+  bool cb_disabled = false;
+  app.add_option("--cb-failure-threshold", cb.failure_threshold,
+                 "Failed requests (connection errors, no answer, 5xx) within the window that "
+                 "open a worker's circuit breaker (no requests to it for a while).")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--cb-success-threshold", cb.success_threshold,
+                 "Successful requests in half-open state that close the circuit.")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--cb-timeout-duration-secs", cb_timeout,
+                 "Seconds an opened circuit keeps requests away (doubled after each failure in "
+                 "half-open state, up to --cb-max-timeout-duration-secs).")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--cb-window-duration-secs", cb_window,
+                 "The window in seconds over which failures are counted.")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_option("--cb-max-timeout-duration-secs", cb_max_timeout,
+                 "The longest open period the backoff reaches.")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  app.add_flag("--disable-circuit-breaker", cb_disabled, "No circuit breakers.");
   app.add_option("--kv-event-source", o.kv_event_sources,
                  "kv_aware: WORKER_URL=ENDPOINT[,ENDPOINT...], the ZMQ endpoints where the "
                  "worker's engines (in data-parallel rank order) publish KV-cache events "
@@ -94,6 +121,13 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
   } catch (const CLI::ParseError& err) {
     return absl::InvalidArgumentError(err.what());
   }
+  auto millis = [](double secs) {
+    return std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+  };
+  cb.enabled = !cb_disabled;
+  cb.timeout = millis(cb_timeout);
+  cb.window = millis(cb_window);
+  cb.max_timeout = millis(cb_max_timeout);
   return parsed;
 }
 

@@ -240,6 +240,18 @@ TEST_F(RouterProcessTest, EveryPolicyServesCompletionsChatAndStreams) {
       ASSERT_TRUE(models.ok());
       EXPECT_EQ(models->status, 200);
       EXPECT_EQ(models->Json()["data"][0].value("id", ""), "kjv-llama-tiny") << models->body;
+      // The workers' token-id endpoints, passed through.
+      auto tok = testing::Http(router_port_, "POST", "/tokenize",
+                               json{{"prompt", "In the beginning"}}.dump());
+      ASSERT_TRUE(tok.ok());
+      EXPECT_EQ(tok->status, 200) << tok->body;
+      const json ids = tok->Json()["tokens"];
+      EXPECT_GE(ids.size(), 3u) << tok->body;
+      auto detok = testing::Http(router_port_, "POST", "/detokenize", json{{"tokens", ids}}.dump());
+      ASSERT_TRUE(detok.ok());
+      EXPECT_EQ(detok->status, 200) << detok->body;
+      EXPECT_TRUE(absl::EndsWith(detok->Json().value("prompt", ""), "In the beginning"))
+          << detok->body;
       auto bad = testing::Http(router_port_, "POST", "/v1/completions", "not json");
       ASSERT_TRUE(bad.ok());
       EXPECT_EQ(bad->status, 400);

@@ -1,9 +1,14 @@
-// The router's request parsing: worker URLs, routing keys, flags.
+// The router's request parsing: worker URLs, routing keys, flags; an in-process router with
+// no live worker, and with fake upstreams (the circuit breaker).
 #include "frontend/router/router.h"
 
+#include <sys/socket.h>
+
+#include <chrono>
 #include <string>
 #include <thread>
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without including it
+#include <vector>
 
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
@@ -196,6 +201,113 @@ TEST(RouterTest, NoHealthyWorker) {
             R"({"policy":"cache_aware","workers":[]})");
   r.Stop();
   serving.join();
+}
+
+}  // namespace
+}  // namespace vllm::router
+
+namespace vllm::router {
+namespace {
+
+// A minimal HTTP/1.1 upstream on 127.0.0.1: GET /health → 200; anything else → `status`
+// with a small JSON body; keep-alive; one thread per connection. Destroy it after the router
+// (the router closing its connections ends the connection threads).
+class FakeUpstream {
+ public:
+  explicit FakeUpstream(int status)
+      : status_(status),
+        acceptor_(ioc_,
+                  boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)) {
+    accepting_ = std::thread([this] { Accept(); });
+  }
+  ~FakeUpstream() {
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);  // unblocks accept()
+    accepting_.join();
+    for (std::thread& t : connections_) t.join();
+  }
+  int port() const { return acceptor_.local_endpoint().port(); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+
+ private:
+  void Accept() {
+    while (true) {
+      boost::asio::ip::tcp::socket socket(ioc_);
+      boost::beast::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec) return;
+      connections_.emplace_back([this, s = std::move(socket)]() mutable { Serve(std::move(s)); });
+    }
+  }
+  void Serve(boost::asio::ip::tcp::socket socket) {
+    namespace http = boost::beast::http;
+    boost::beast::flat_buffer buffer;
+    while (true) {
+      http::request<http::string_body> req;
+      boost::beast::error_code ec;
+      http::read(socket, buffer, req, ec);
+      if (ec) return;
+      const bool health = req.target() == "/health";
+      http::response<http::string_body> res{static_cast<http::status>(health ? 200 : status_), 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = health ? "{}" : R"({"object": "text_completion"})";
+      res.keep_alive(req.keep_alive());
+      res.prepare_payload();
+      http::write(socket, res, ec);
+      if (ec || !req.keep_alive()) return;
+    }
+  }
+
+  int status_;
+  boost::asio::io_context ioc_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::thread accepting_;
+  std::vector<std::thread> connections_;
+};
+
+// A worker that answers every request with 500 while its /health says OK: health checks keep
+// it in the pool, its circuit breaker takes it out.
+TEST(RouterTest, CircuitBreakerKeepsRequestsAwayFromAFailingWorker) {
+  FakeUpstream bad(500);
+  FakeUpstream good(200);
+  RouterOptions o;
+  o.port = 0;
+  o.worker_urls = {bad.url(), good.url()};
+  o.policy = "round_robin";
+  o.max_retries = 0;  // a 500 is passed through: the test sees every attempt
+  o.circuit_breaker.failure_threshold = 2;
+  o.circuit_breaker.timeout = std::chrono::seconds(60);
+  auto router = Router::Create(o);
+  ASSERT_TRUE(router.ok()) << router.status();
+  Router& r = **router;
+  std::thread serving([&r] { EXPECT_TRUE(r.Run(nullptr).ok()); });
+
+  using boost::beast::http::verb;
+  // Wait (deadline) for the first round of health checks: both workers admitted.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Fetch(r.port(), verb::get, "/health").first != 200 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling with a deadline
+  }
+  std::vector<int> statuses;
+  for (int i = 0; i < 8; ++i) {
+    statuses.push_back(Fetch(r.port(), verb::post, "/v1/completions", R"({"prompt": "x"})").first);
+  }
+  // Round robin: bad, good, bad (the 2nd failure opens its circuit), then only good.
+  EXPECT_EQ(statuses, (std::vector<int>{500, 200, 500, 200, 200, 200, 200, 200}));
+  const auto [wstatus, workers] = Fetch(r.port(), verb::get, "/workers");
+  EXPECT_EQ(wstatus, 200);
+  const nlohmann::json j = nlohmann::json::parse(workers, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << workers;
+  EXPECT_EQ(j["workers"][0]["circuit"], "open") << workers;
+  EXPECT_EQ(j["workers"][0]["healthy"], true) << workers;
+  EXPECT_EQ(j["workers"][1]["circuit"], "closed") << workers;
+  const std::string metrics = Fetch(r.port(), verb::get, "/metrics").second;
+  EXPECT_NE(metrics.find("vllm_router_worker_circuit_open{worker=\"" + bad.url() + "\"} 1"),
+            std::string::npos)
+      << metrics;
+  r.Stop();
+  serving.join();
+  router->reset();  // closes its connections to the fakes
 }
 
 }  // namespace
