@@ -52,7 +52,8 @@ KNOWN_EXCEPTIONS = set()
 # Headers internal to their module: included only by files of that module (and by tests).
 INTERNAL_HEADERS = {
     "frontend/jinja/ast.h", "frontend/jinja/builtins.h", "frontend/jinja/parser.h",
-    "frontend/jinja/value.h", "frontend/tokenizer/bpe.h", "frontend/tokenizer/pretokenizer.h",
+    "frontend/jinja/value.h", "frontend/tokenizer/bpe.h", "frontend/tokenizer/normalizer.h",
+    "frontend/tokenizer/pretokenizer.h",
 }
 
 SOURCE_SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")
