@@ -268,11 +268,11 @@ TEST_F(MultiprocExecutorTest, StartupFailuresNameTheRank) {
   EXPECT_NE(executor.status().message().find("config.json"), std::string::npos)
       << executor.status();
 
-  options.config.model.model = kFixtures / "llama_gqa";  // 2 KV heads cannot split 4 ways
-  options.config.parallel.tensor_parallel_size = 4;
+  options.config.model.model = kFixtures / "llama_gqa";  // 8 heads cannot split 3 ways
+  options.config.parallel.tensor_parallel_size = 3;
   executor = MultiprocExecutor::Create(options);
   ASSERT_FALSE(executor.ok());
-  EXPECT_NE(executor.status().message().find("num_key_value_heads"), std::string::npos)
+  EXPECT_NE(executor.status().message().find("num_attention_heads (8)"), std::string::npos)
       << executor.status();
 
   options.worker_binary = "/nonexistent/vllm-launch";
