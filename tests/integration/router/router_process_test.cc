@@ -107,6 +107,13 @@ double Aborted(int worker_port) {
   return sum;
 }
 
+// The worker's prefix-cache hits (tokens), from its /metrics.
+double PrefixCacheHits(int worker_port) {
+  const testing::MetricSamples m = testing::ScrapeMetrics(worker_port);
+  auto it = m.find("vllm:prefix_cache_hits_total{model_name=\"kjv-llama-tiny\",engine=\"0\"}");
+  return it == m.end() ? -1 : it->second;
+}
+
 // GET /workers as url -> healthy.
 std::map<std::string, bool> WorkerHealth(int router_port) {
   std::map<std::string, bool> out;
@@ -303,6 +310,8 @@ TEST_F(RouterProcessTest, CacheAwareSendsARepeatedLongPromptToOneWorker) {
       "And God said, Let there be light: and there was light. And God saw the light, that it "
       "was good: and God divided the light from the darkness.";
   constexpr int kRepeats = 6;
+  double hits_before[kWorkers];
+  for (int i = 0; i < kWorkers; ++i) hits_before[i] = PrefixCacheHits(ports_[i]);
   for (int i = 0; i < kRepeats; ++i) {
     auto r = Complete(prompt, 4);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -314,6 +323,16 @@ TEST_F(RouterProcessTest, CacheAwareSendsARepeatedLongPromptToOneWorker) {
     counts.insert(WorkerSeries(m, "vllm_router_requests_total", ports_[i]));
   }
   EXPECT_EQ(counts, (std::multiset<double>{0, 0, kRepeats}));
+  // The workers' own prefix caches agree: the repeats hit on the worker that got them (the
+  // prompt's full block, at least 5 times), and nowhere else.
+  for (int i = 0; i < kWorkers; ++i) {
+    const double gained = PrefixCacheHits(ports_[i]) - hits_before[i];
+    if (WorkerSeries(m, "vllm_router_requests_total", ports_[i]) == kRepeats) {
+      EXPECT_GE(gained, (kRepeats - 1) * 16) << "worker " << i;
+    } else {
+      EXPECT_EQ(gained, 0) << "worker " << i;
+    }
+  }
   // Unrelated prompts spread out again (idle workers, smallest tree first).
   for (const char* other : {"Blessed are the meek", "The LORD is my shepherd"}) {
     auto r = Complete(other, 2);
@@ -363,9 +382,7 @@ TEST_F(RouterProcessTest, KvAwareFollowsTheWorkersCachedBlocks) {
   ASSERT_GE(
       WorkerSeries(testing::ScrapeMetrics(router_port_), "vllm_router_kv_blocks", ports_[holder]),
       3);
-  const double hits_before =
-      testing::ScrapeMetrics(ports_[holder])
-          .at("vllm:prefix_cache_hits_total{model_name=\"kjv-llama-tiny\",engine=\"0\"}");
+  const double hits_before = PrefixCacheHits(ports_[holder]);
   // Prompts extending it go to the holder, and hit its prefix cache.
   for (int i = 0; i < 4; ++i) {
     auto r = Complete(absl::StrCat(prompt, " And God saw the light ", i), 2);
@@ -374,9 +391,7 @@ TEST_F(RouterProcessTest, KvAwareFollowsTheWorkersCachedBlocks) {
   }
   const testing::MetricSamples after = testing::ScrapeMetrics(router_port_);
   EXPECT_EQ(WorkerSeries(after, "vllm_router_requests_total", ports_[holder]), 5);
-  EXPECT_GT(testing::ScrapeMetrics(ports_[holder])
-                .at("vllm:prefix_cache_hits_total{model_name=\"kjv-llama-tiny\",engine=\"0\"}"),
-            hits_before + 4 * 16);
+  EXPECT_GT(PrefixCacheHits(ports_[holder]), hits_before + 4 * 16);
   // Chat requests are tokenized through the chat template, and routed too.
   const json chat = {{"messages", {{{"role", "user"}, {"content", "And God said"}}}},
                      {"max_tokens", 2}};
