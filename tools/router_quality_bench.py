@@ -34,12 +34,14 @@ import json
 import os
 import random
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from router_bench import free_port, wait_http  # noqa: E402  (the same helpers)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(ROOT, "build", "release", "bin", "vllm-launch")
@@ -53,26 +55,6 @@ WORDS = ("and the of that he shall unto lord his in they him them not is for be 
          "priest altar covenant judgment mercy spirit glory law prophet egypt jerusalem david "
          "moses david temple sheep field river wilderness gold silver offering wisdom "
          "truth").split()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(port, path, deadline_s=60.0):
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", path)
-            if c.getresponse().status == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.1)  # polling a condition with a deadline
-    return False
 
 
 def sentence(rng, n):

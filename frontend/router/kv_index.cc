@@ -3,28 +3,16 @@
 #include <algorithm>
 #include <variant>
 
+#include "frontend/router/hash.h"
+
 namespace vllm::router {
 
-namespace {
-
-// A 64-bit finaliser (splitmix64's): every input bit affects every output bit.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
-
 uint64_t ChainHash(uint64_t parent, std::span<const int32_t> tokens) {
-  uint64_t h = Mix(parent ^ (0x9e3779b97f4a7c15ULL * (tokens.size() + 1)));
+  uint64_t h = Mix64(parent ^ (0x9e3779b97f4a7c15ULL * (tokens.size() + 1)));
   for (const int32_t t : tokens) {
-    h = Mix(h ^ static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ULL;
+    h = Mix64(h ^ static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ULL;
   }
-  return Mix(h);
+  return Mix64(h);
 }
 
 std::vector<uint64_t> ChainHashes(std::span<const int32_t> tokens, int block_size) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "frontend/router/hash.h"
 
 namespace vllm::router {
 namespace {
@@ -39,13 +40,7 @@ uint64_t StableHash(absl::string_view data) {
     h ^= c;
     h *= 1099511628211ull;
   }
-  // splitmix64 finaliser: FNV's low bits alone cluster for similar keys.
-  h ^= h >> 30;
-  h *= 0xbf58476d1ce4e5b9ull;
-  h ^= h >> 27;
-  h *= 0x94d049bb133111ebull;
-  h ^= h >> 31;
-  return h;
+  return Mix64(h);  // FNV's low bits alone cluster for similar keys
 }
 
 absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(absl::string_view name,

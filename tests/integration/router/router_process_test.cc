@@ -114,6 +114,30 @@ double PrefixCacheHits(int worker_port) {
   return it == m.end() ? -1 : it->second;
 }
 
+// Reads `stream` to its end: the number of events, and whether it ended with [DONE] (no
+// error event on the way, checked).
+struct StreamEnd {
+  int events = 0;
+  bool done = false;
+  std::string last;  // the last event before [DONE]
+};
+StreamEnd ReadToEnd(testing::SseStream& stream, absl::Time deadline) {
+  StreamEnd end;
+  while (true) {
+    auto next = stream.Next(deadline);
+    EXPECT_TRUE(next.ok()) << next.status();
+    if (!next.ok() || !next->has_value()) break;
+    if (**next == "[DONE]") {
+      end.done = true;
+      break;
+    }
+    EXPECT_FALSE(absl::StrContains(**next, "\"error\"")) << **next;
+    ++end.events;
+    end.last = **next;
+  }
+  return end;
+}
+
 // GET /workers as url -> healthy.
 std::map<std::string, bool> WorkerHealth(int router_port) {
   std::map<std::string, bool> out;
@@ -429,18 +453,7 @@ TEST_F(RouterProcessTest, WorkersAddedAndRemovedAtRunTimeWithoutDroppingAStream)
   EXPECT_EQ(WorkerHealth(router_port_), (std::map<std::string, bool>{{Url(ports_[1]), true}}));
 
   // The stream in flight on the removed worker still ends normally.
-  bool done = false;
-  while (true) {
-    auto next = stream->Next(deadline);
-    ASSERT_TRUE(next.ok()) << next.status();
-    if (!next->has_value()) break;
-    if (**next == "[DONE]") {
-      done = true;
-      break;
-    }
-    EXPECT_FALSE(absl::StrContains(**next, "\"error\"")) << **next;
-  }
-  EXPECT_TRUE(done);
+  EXPECT_TRUE(ReadToEnd(*stream, deadline).done);
   // New requests go to the added worker.
   auto r = Complete("And God said");
   ASSERT_TRUE(r.ok()) << r.status();
@@ -521,11 +534,14 @@ bool ClosedByPeer(int fd, absl::Time deadline) {
 
 TEST_F(RouterProcessTest, SigtermDrainsTheStreamInFlightThenExits) {
   ASSERT_NO_FATAL_FAILURE(StartRouter({"--policy", "round_robin"}, {1}));
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
   const int idle = ConnectIdle(router_port_);
   ASSERT_GE(idle, 0);
-  const json body = {
-      {"prompt", "In the beginning"}, {"max_tokens", 200}, {"stream", true}, {"ignore_eos", true}};
+  const json body = {{"prompt", "In the beginning"},
+                     {"max_tokens", 200},
+                     {"stream", true},
+                     {"stream_options", {{"include_usage", true}}},
+                     {"ignore_eos", true}};
   auto stream = testing::SseStream::Open(router_port_, "/v1/completions", body, deadline);
   ASSERT_TRUE(stream.ok()) << stream.status();
   ASSERT_EQ(stream->status(), 200) << stream->error_body();
@@ -545,22 +561,13 @@ TEST_F(RouterProcessTest, SigtermDrainsTheStreamInFlightThenExits) {
   }
   EXPECT_TRUE(refused);
 
-  // The stream in flight still ends normally, with every token.
-  int tokens = 1;
-  bool done = false;
-  while (true) {
-    auto next = stream->Next(deadline);
-    ASSERT_TRUE(next.ok()) << next.status();
-    if (!next->has_value()) break;
-    if (**next == "[DONE]") {
-      done = true;
-      break;
-    }
-    EXPECT_FALSE(absl::StrContains(**next, "\"error\"")) << **next;
-    ++tokens;
-  }
-  EXPECT_TRUE(done);
-  EXPECT_GE(tokens, 200);
+  // The stream in flight still ends normally, with every token (an event may carry several:
+  // the usage chunk counts them).
+  const StreamEnd end = ReadToEnd(*stream, deadline);
+  EXPECT_TRUE(end.done);
+  const json usage = json::parse(end.last, nullptr, false);
+  ASSERT_TRUE(usage.is_object()) << end.last;
+  EXPECT_EQ(usage["usage"].value("completion_tokens", 0), 200) << end.last;
   // Then the router exits by itself, with status 0.
   auto status = router_->Wait(absl::Seconds(10));
   ASSERT_TRUE(status.ok()) << status.status();
