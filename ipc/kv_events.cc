@@ -3,8 +3,10 @@
 #include <pthread.h>
 
 #include <charconv>
+#include <condition_variable>
 #include <deque>
 #include <limits>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -13,7 +15,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/json_util.h"
 #include "base/status_macros.h"
@@ -538,9 +539,10 @@ class KvEventPublisher::Impl {
 
   ~Impl() {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
+    cv_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -587,21 +589,24 @@ class KvEventPublisher::Impl {
   void Publish(KvEventBatch batch) {
     if (!pub_.has_value()) return;
     if (!batch.data_parallel_rank.has_value()) batch.data_parallel_rank = dp_rank_;
-    absl::MutexLock lock(&mu_);
-    if (static_cast<int64_t>(queue_.size()) >= config_.max_queue_size) {
-      if (dropped_++ % 1000 == 0) {
-        spdlog::warn("KV events: queue full ({} batches), dropped {} batch(es) so far",
-                     queue_.size(), dropped_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<int64_t>(queue_.size()) >= config_.max_queue_size) {
+        if (dropped_++ % 1000 == 0) {
+          spdlog::warn("KV events: queue full ({} batches), dropped {} batch(es) so far",
+                       queue_.size(), dropped_);
+        }
+        return;
       }
-      return;
+      queue_.push_back(std::move(batch));
     }
-    queue_.push_back(std::move(batch));
+    cv_.notify_one();
   }
 
   const std::string& endpoint() const { return endpoint_; }
   const std::string& replay_endpoint() const { return replay_endpoint_; }
   int64_t dropped() const {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return dropped_;
   }
 
@@ -625,18 +630,18 @@ class KvEventPublisher::Impl {
     }
   }
 
-  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); }
+  bool HasWork() const { return stop_ || !queue_.empty(); }  // under mu_
 
   void Loop() {
     std::deque<KvEventBatch> batches;
     for (;;) {
       {
-        absl::MutexLock lock(&mu_);
-        const absl::Condition cond(this, &Impl::HasWork);
+        // std::mutex, not absl::Mutex: the TSan build sees pthread's, not Debian's absl's.
+        std::unique_lock<std::mutex> lock(mu_);
         if (replay_.has_value()) {
-          mu_.AwaitWithTimeout(cond, kReplayPoll);
+          cv_.wait_for(lock, absl::ToChronoMilliseconds(kReplayPoll), [this] { return HasWork(); });
         } else {
-          mu_.Await(cond);
+          cv_.wait(lock, [this] { return HasWork(); });
         }
         if (stop_) return;
         batches.swap(queue_);
@@ -731,10 +736,11 @@ class KvEventPublisher::Impl {
   std::deque<std::pair<uint64_t, std::string>> buffer_;  // publisher thread only
   std::thread thread_;
 
-  mutable absl::Mutex mu_;
-  std::deque<KvEventBatch> queue_ ABSL_GUARDED_BY(mu_);
-  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<KvEventBatch> queue_;  // under mu_
+  int64_t dropped_ = 0;             // under mu_
+  bool stop_ = false;               // under mu_
 };
 
 KvEventPublisher::KvEventPublisher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -27,7 +27,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const worker::ModelConfig& c = *parsed;
   FUZZ_CHECK(c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ||
-                 c.architecture == "Qwen2ForCausalLM",
+                 c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM" ||
+                 c.architecture == "Phi3ForCausalLM",
              "unknown architecture " + c.architecture);
   FUZZ_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 &&
                  c.num_hidden_layers > 0 && c.max_position_embeddings > 0,

@@ -426,8 +426,9 @@ TEST_F(KvEventsConfigTest, OffsetsTheEndpointPerRankAsVllm) {
 class KvEventPublisherTest : public ::testing::Test {
  protected:
   // Receives one [topic, seq, payload] message within 5 s.
-  static bool Receive(zmq::socket_t& sub, std::string* topic, uint64_t* seq, KvEventBatch* out) {
-    sub.set(zmq::sockopt::rcvtimeo, 5000);
+  static bool Receive(zmq::socket_t& sub, std::string* topic, uint64_t* seq, KvEventBatch* out,
+                      int timeout_ms = 5000) {
+    sub.set(zmq::sockopt::rcvtimeo, timeout_ms);
     zmq::message_t parts[3];
     for (int i = 0; i < 3; ++i) {
       if (!sub.recv(parts[i])) return false;
@@ -450,6 +451,33 @@ class KvEventPublisherTest : public ::testing::Test {
     return b;
   }
 
+  // Publishes probe batches (ts -1) until `sub` receives one, i.e. the subscription reached
+  // the publisher (a PUB drops what it sends before): a condition with a deadline, not a
+  // sleep. Returns how many probes were published: the next batch's sequence number.
+  static uint64_t AwaitSubscription(KvEventPublisher& pub, zmq::socket_t& sub) {
+    uint64_t probes = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pub.Publish(Cleared(-1));
+      ++probes;
+      std::string topic;
+      uint64_t seq = 0;
+      KvEventBatch b;
+      if (Receive(sub, &topic, &seq, &b, 20)) return probes;
+    }
+    ADD_FAILURE() << "the subscription never reached the publisher";
+    return probes;
+  }
+
+  // Receives the next batch that is not a probe.
+  static bool ReceiveData(zmq::socket_t& sub, std::string* topic, uint64_t* seq,
+                          KvEventBatch* out) {
+    while (Receive(sub, topic, seq, out)) {
+      if (out->ts != -1) return true;
+    }
+    return false;
+  }
+
   zmq::context_t context_;
 };
 
@@ -465,15 +493,15 @@ TEST_F(KvEventPublisherTest, PublishesTopicSequenceAndPayloadWithItsRank) {
   zmq::socket_t sub(context_, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "kv@");
   sub.connect("inproc://kv-events_dp2");
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the subscription lands
+  const uint64_t first = AwaitSubscription(**pub, sub);
   for (int i = 0; i < 3; ++i) (*pub)->Publish(Cleared(i));
   for (uint64_t i = 0; i < 3; ++i) {
     std::string topic;
     uint64_t seq = 99;
     KvEventBatch b;
-    ASSERT_TRUE(Receive(sub, &topic, &seq, &b)) << i;
+    ASSERT_TRUE(ReceiveData(sub, &topic, &seq, &b)) << i;
     EXPECT_EQ(topic, "kv@test");
-    EXPECT_EQ(seq, i);
+    EXPECT_EQ(seq, first + i);
     EXPECT_EQ(b.ts, static_cast<double>(i));
     EXPECT_EQ(b.data_parallel_rank, 2);  // stamped by the publisher
   }
@@ -519,19 +547,20 @@ TEST_F(KvEventPublisherTest, ReplaysBufferedBatchesFromASequenceNumber) {
   zmq::socket_t sub(context_, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "");
   sub.connect("inproc://kv-live");
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  for (int i = 0; i < 6; ++i) (*pub)->Publish(Cleared(i));
+  const uint64_t first = AwaitSubscription(**pub, sub);  // probes take sequence numbers
+  for (int i = 0; i < 6; ++i) (*pub)->Publish(Cleared(static_cast<double>(first + i)));
   for (int i = 0; i < 6; ++i) {
     std::string topic;
     uint64_t seq = 0;
     KvEventBatch b;
-    ASSERT_TRUE(Receive(sub, &topic, &seq, &b)) << i;
+    ASSERT_TRUE(ReceiveData(sub, &topic, &seq, &b)) << i;
   }
   // A DEALER that sends the REQ envelope itself, so that it receives every reply.
   zmq::socket_t dealer(context_, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::rcvtimeo, 5000);
   dealer.connect("inproc://kv-replay");
-  const char start[8] = {0, 0, 0, 0, 0, 0, 0, 1};
+  char start[8];
+  for (int i = 0; i < 8; ++i) start[i] = static_cast<char>((first + 1) >> (8 * (7 - i)));
   dealer.send(zmq::message_t(), zmq::send_flags::sndmore);
   dealer.send(zmq::buffer(start, 8));
   std::vector<uint64_t> seqs;
@@ -556,8 +585,8 @@ TEST_F(KvEventPublisherTest, ReplaysBufferedBatchesFromASequenceNumber) {
     EXPECT_EQ(b->ts, static_cast<double>(s));
     seqs.push_back(s);
   }
-  // The last 4 of 0..5, from 1 on.
-  EXPECT_EQ(seqs, (std::vector<uint64_t>{2, 3, 4, 5}));
+  // The last 4 of first..first+5, from first+1 on.
+  EXPECT_EQ(seqs, (std::vector<uint64_t>{first + 2, first + 3, first + 4, first + 5}));
 }
 
 TEST_F(KvEventPublisherTest, NullPublisherHasNoSocket) {
