@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/hash.h"
 #include "base/status_macros.h"
 #include "worker/safetensors.h"
 
@@ -254,16 +255,6 @@ absl::StatusOr<std::unique_ptr<WeightSource>> OpenSharded(const std::filesystem:
   return std::make_unique<SafetensorsSource>(std::move(files), std::move(index));
 }
 
-// splitmix64's finalizer: a bijection that scrambles every input bit into every output bit.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 // FNV-1a: stable across platforms and runs, unlike std::hash.
 uint64_t HashName(std::string_view name) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -296,7 +287,7 @@ class DummySource final : public WeightSource {
       std::fill(out.begin(), out.end(), 1.0f);
       return out;
     }
-    const uint64_t key = Mix(seed_ ^ Mix(HashName(name)));
+    const uint64_t key = base::Mix64(seed_ ^ base::Mix64(HashName(name)));
     float* dst = out.data();
     for (int64_t o = 0; o < slice.outer; ++o) {
       const int64_t first = slice.first + o * slice.stride;
@@ -310,7 +301,7 @@ class DummySource final : public WeightSource {
 
  private:
   float Value(uint64_t key, int64_t index) const {
-    const uint64_t bits = Mix(key + static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull);
+    const uint64_t bits = base::Mix64(key + static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ull);
     // Top 24 bits → a uniform float in [0, 1) with every value exact.
     const float unit = static_cast<float>(bits >> 40) * 0x1p-24f;
     const float v = scale_ * (2.0f * unit - 1.0f);

@@ -3,16 +3,16 @@
 #include <algorithm>
 #include <variant>
 
-#include "frontend/router/hash.h"
+#include "base/hash.h"
 
 namespace vllm::router {
 
 uint64_t ChainHash(uint64_t parent, std::span<const int32_t> tokens) {
-  uint64_t h = Mix64(parent ^ (0x9e3779b97f4a7c15ULL * (tokens.size() + 1)));
+  uint64_t h = base::Mix64(parent ^ (0x9e3779b97f4a7c15ULL * (tokens.size() + 1)));
   for (const int32_t t : tokens) {
-    h = Mix64(h ^ static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ULL;
+    h = base::Mix64(h ^ static_cast<uint32_t>(t)) + 0x9e3779b97f4a7c15ULL;
   }
-  return Mix64(h);
+  return base::Mix64(h);
 }
 
 std::vector<uint64_t> ChainHashes(std::span<const int32_t> tokens, int block_size) {

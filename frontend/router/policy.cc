@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "frontend/router/hash.h"
+#include "base/hash.h"
 
 namespace vllm::router {
 namespace {
@@ -40,7 +40,7 @@ uint64_t StableHash(absl::string_view data) {
     h ^= c;
     h *= 1099511628211ull;
   }
-  return Mix64(h);  // FNV's low bits alone cluster for similar keys
+  return base::Mix64(h);  // FNV's low bits alone cluster for similar keys
 }
 
 absl::StatusOr<std::unique_ptr<Policy>> MakePolicy(absl::string_view name,

@@ -1,10 +1,10 @@
-// The router's 64-bit hashing pieces, stable across processes and runs.
-#ifndef VLLM_FRONTEND_ROUTER_HASH_H_
-#define VLLM_FRONTEND_ROUTER_HASH_H_
+// 64-bit hashing pieces, stable across processes and runs.
+#ifndef VLLM_BASE_HASH_H_
+#define VLLM_BASE_HASH_H_
 
 #include <cstdint>
 
-namespace vllm::router {
+namespace vllm::base {
 
 // splitmix64's finaliser: every input bit affects every output bit.
 inline uint64_t Mix64(uint64_t x) {
@@ -16,6 +16,6 @@ inline uint64_t Mix64(uint64_t x) {
   return x;
 }
 
-}  // namespace vllm::router
+}  // namespace vllm::base
 
-#endif  // VLLM_FRONTEND_ROUTER_HASH_H_
+#endif  // VLLM_BASE_HASH_H_
