@@ -4,21 +4,35 @@
 //   Linear/<shape>  m ∈ {1, 4, 16, 64} (decode batches) and 512 (a prefill chunk) against
 //                   Llama-3-8B's projections (hidden 4096, intermediate 14336) and a
 //                   hidden-512 model's. Counter GFLOP/s (2·m·n·k per call).
-//   PagedAttention  decode: 32 sequences × 1024 cached tokens, 32 query / 8 KV heads,
+//   Memcpy/floor    memcpy of 256 MiB (past any cache): the copy rate that sets the
+//                   weight-streaming floor of the LinearPath rows in the same run.
+//   LinearPath      the small-m kernel (path 0, gemm_small.h) against OpenBLAS (path 1,
+//                   LinearBlas: sgemv for m <= 2, sgemm above), adjacent for each (shape, m),
+//                   m ∈ {1, 4, 8, 16, 32, 64, 128}, at the bundled kjv-llama-tiny's
+//                   projections and Llama-3-8B's. Counters: weight GB/s, the copy rate (best
+//                   of 5 memcpy of 256 MiB, once per run) and floor_share = weight GB/s ÷ it
+//                   (1 at the weight-streaming floor; time ÷ floor = 1 / floor_share).
+//   LinearMixed     an sgemm (m = 128) and a small-m call (m = 8) alone and alternating: the
+//                   cost of our pool and OpenBLAS's taking turns.
+//   PagedAttention  decode: 32 (and 2) sequences × 1024 cached tokens, 32 query / 8 KV heads,
 //                   head_dim 128, block 16; time per call and GB/s of K+V read (every cached
-//                   byte once). prefill: one 512-token sequence from scratch, GFLOP/s.
+//                   byte once). prefill: one 512-token sequence from scratch, GFLOP/s. Each
+//                   with threads = 1 (the serial kernel) and 2 (the rank pool on 2 cores).
 //   SampleRow       one 128K-vocab row: top-k 50, top-p 0.9, unfiltered.
 //
 // All times are wall-clock (UseRealTime): OpenBLAS runs its own threads.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sampling.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace vllm::kernels::cpu {
 namespace {
@@ -79,6 +93,111 @@ BENCHMARK(BM_Linear)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// The best memcpy rate (bytes copied per second) seen so far in this run: Memcpy/floor runs
+// before the LinearPath rows (registration order).
+double g_copy_bytes_per_second = 0.0;
+
+void BM_Memcpy(benchmark::State& state) {
+  const int64_t bytes = state.range(0);
+  std::vector<char> src(bytes, 1), dst(bytes, 2);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+}
+BENCHMARK(BM_Memcpy)
+    ->Name("Memcpy/floor")
+    ->Arg(int64_t{256} << 20)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The floor's copy rate for the LinearPath rows: the best of 5 copies of 256 MiB, timed once
+// per run just before the first row (Memcpy/floor's counter is not visible to other rows).
+void MeasureCopyRateOnce() {
+  if (g_copy_bytes_per_second > 0.0) return;
+  const int64_t bytes = int64_t{256} << 20;
+  std::vector<char> src(bytes, 1), dst(bytes, 2);
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::DoNotOptimize(dst.data());
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    g_copy_bytes_per_second = std::max(g_copy_bytes_per_second, bytes / s);
+  }
+}
+
+// Args: path (0 ours, 1 OpenBLAS), m, n, k.
+void BM_LinearPath(benchmark::State& state) {
+  const int64_t path = state.range(0), m = state.range(1), n = state.range(2), k = state.range(3);
+  MeasureCopyRateOnce();
+  const std::vector<float> x = Filled(m * k, 1);
+  const std::vector<float> w = Filled(n * k, 2);
+  std::vector<float> y(m * n);
+  const GemmIsa isa = BestGemmIsa();
+  for (auto _ : state) {
+    if (path == 0) {
+      LinearSmallM(x.data(), w.data(), nullptr, y.data(), m, n, k, isa);
+    } else {
+      LinearBlas(x.data(), w.data(), nullptr, y.data(), m, n, k);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double weight_bytes = 4.0 * n * k;
+  state.counters["wGB/s"] =
+      benchmark::Counter(weight_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  // floor_share = weight GB/s ÷ copy GB/s: 1 at the streaming floor; time ÷ floor = 1 / it.
+  state.counters["floor_share"] = benchmark::Counter(weight_bytes / g_copy_bytes_per_second,
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["copyGB/s"] = g_copy_bytes_per_second * 1e-9;
+  SetGflops(state, 2.0 * m * n * k);
+  state.SetLabel(path == 0 ? GemmIsaName(isa) : "openblas");
+}
+
+void LinearPathArgs(benchmark::internal::Benchmark* b) {
+  // (n, k): kjv-llama-tiny (hidden 256, 8 + 2·4 heads of 32, intermediate 688, vocab 4096):
+  // qkv, o, gate_up, down, lm_head; Llama-3-8B: qkv, o, gate_up, down.
+  const int64_t shapes[][2] = {{512, 256},   {256, 256},   {1376, 256},   {256, 688},   {4096, 256},
+                               {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+  for (const auto& s : shapes) {
+    for (int64_t m : {1, 4, 8, 16, 32, 64, 128}) {
+      for (int64_t path : {0, 1}) b->Args({path, m, s[0], s[1]});
+    }
+  }
+}
+BENCHMARK(BM_LinearPath)
+    ->Name("LinearPath")
+    ->Apply(LinearPathArgs)
+    ->ArgNames({"path", "m", "n", "k"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// Arg: 0 sgemm m = 128 only, 1 small-m m = 8 only, 2 both in turn; weights 4096 × 4096.
+void BM_LinearMixed(benchmark::State& state) {
+  constexpr int64_t n = 4096, k = 4096;
+  const std::vector<float> x = Filled(128 * k, 1);
+  const std::vector<float> w = Filled(n * k, 2);
+  std::vector<float> y(128 * n);
+  const int64_t mode = state.range(0);
+  for (auto _ : state) {
+    if (mode != 1) LinearBlas(x.data(), w.data(), nullptr, y.data(), 128, n, k);
+    if (mode != 0) LinearSmallM(x.data(), w.data(), nullptr, y.data(), 8, n, k, BestGemmIsa());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_LinearMixed)
+    ->Name("LinearMixed")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->ArgName("mode")
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 struct AttentionSetup {
   int32_t num_seqs, context, q_len, q_heads, kv_heads, head_dim, block_size;
 };
@@ -114,12 +233,17 @@ void BM_PagedAttention(benchmark::State& state) {
   meta.max_blocks_per_seq = blocks_per_seq;
   meta.block_size = a.block_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  // The kernel's threads (the rank's pool, as SetBlasNumThreads sizes it): 1 is the serial
+  // kernel the pool replaced.
+  const int threads_before = KernelThreadPool().num_threads();
+  SetBlasNumThreads(static_cast<int>(state.range(3)));
   for (auto _ : state) {
     PagedAttention(q.data(), k_cache.data(), v_cache.data(), out.data(), meta, a.q_heads,
                    a.kv_heads, a.head_dim, scale);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
+  SetBlasNumThreads(threads_before);
   // K and V of every cached token once (what a decode step must stream from memory).
   state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(a.num_seqs) * seq_len *
                           row * static_cast<int64_t>(sizeof(float)));
@@ -131,15 +255,18 @@ void BM_PagedAttention(benchmark::State& state) {
 
 BENCHMARK(BM_PagedAttention)
     ->Name("PagedAttention/decode")
-    ->Args({32, 1023, 1})
-    ->Args({2, 1023, 1})
-    ->ArgNames({"seqs", "context", "q_len"})
+    ->Args({32, 1023, 1, 1})
+    ->Args({32, 1023, 1, 2})
+    ->Args({2, 1023, 1, 1})
+    ->Args({2, 1023, 1, 2})
+    ->ArgNames({"seqs", "context", "q_len", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_PagedAttention)
     ->Name("PagedAttention/prefill")
-    ->Args({1, 0, 512})
-    ->ArgNames({"seqs", "context", "q_len"})
+    ->Args({1, 0, 512, 1})
+    ->Args({1, 0, 512, 2})
+    ->ArgNames({"seqs", "context", "q_len", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -21,7 +21,7 @@ constexpr size_t kMaxIdBytes = kMaxRequestIdBytes;
 // ---- Encoding --------------------------------------------------------------------------
 
 void PackSamplingParams(Packer& pk, const SamplingParams& p) {
-  pk.pack_array(14);
+  pk.pack_array(15);
   pk.pack(p.n);
   wire::PackDouble(pk, p.temperature);
   wire::PackDouble(pk, p.top_p);
@@ -36,6 +36,7 @@ void PackSamplingParams(Packer& pk, const SamplingParams& p) {
   wire::PackList<int32_t>(pk, p.stop_token_ids);
   pk.pack(p.ignore_eos);
   wire::PackOptional(pk, p.logprobs);
+  wire::PackOptional(pk, p.prompt_logprobs);
 }
 
 void PackRequest(Packer& pk, const EngineCoreRequest& r) {
@@ -64,7 +65,7 @@ void PackLogprobsList(Packer& pk, const std::vector<TokenLogprobs>& list) {
 }
 
 void PackOutput(Packer& pk, const EngineCoreOutput& o) {
-  pk.pack_array(6);
+  pk.pack_array(7);
   pk.pack(o.request_id);
   wire::PackList<int32_t>(pk,
                           std::span<const int32_t>(o.new_token_ids.data(), o.new_token_ids.size()));
@@ -76,6 +77,7 @@ void PackOutput(Packer& pk, const EngineCoreOutput& o) {
   wire::PackOptional(pk, o.stop_reason);
   pk.pack(o.num_cached_tokens);
   PackLogprobsList(pk, o.logprobs);
+  PackLogprobsList(pk, o.prompt_logprobs);
 }
 
 void PackStats(Packer& pk, const SchedulerStats& s) {
@@ -136,12 +138,14 @@ void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
 }
 
 void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
-  pk.pack_array(3);
+  pk.pack_array(4);
   wire::PackList<std::string>(pk, o.req_ids);
   pk.pack_array(static_cast<uint32_t>(o.sampled_token_ids.size()));
   for (const auto& tokens : o.sampled_token_ids) wire::PackList<int32_t>(pk, tokens);
   pk.pack_array(static_cast<uint32_t>(o.logprobs.size()));
   for (const auto& list : o.logprobs) PackLogprobsList(pk, list);
+  pk.pack_array(static_cast<uint32_t>(o.prompt_logprobs.size()));
+  for (const auto& list : o.prompt_logprobs) PackLogprobsList(pk, list);
 }
 
 template <typename PackBody>
@@ -158,7 +162,7 @@ std::string EncodeEnvelope(WireTag tag, PackBody&& pack_body) {
 // ---- Decoding --------------------------------------------------------------------------
 
 absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SamplingParams", 14));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SamplingParams", 15));
   VLLM_RETURN_IF_ERROR(r.Int("n", &p->n));
   VLLM_RETURN_IF_ERROR(r.Double("temperature", &p->temperature));
   VLLM_RETURN_IF_ERROR(r.Double("top_p", &p->top_p));
@@ -172,7 +176,8 @@ absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
   VLLM_RETURN_IF_ERROR(r.Int("min_tokens", &p->min_tokens));
   VLLM_RETURN_IF_ERROR(r.IntList("stop_token_ids", &p->stop_token_ids));
   VLLM_RETURN_IF_ERROR(r.Bool("ignore_eos", &p->ignore_eos));
-  return r.OptionalInt("logprobs", &p->logprobs);
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("logprobs", &p->logprobs));
+  return r.OptionalInt("prompt_logprobs", &p->prompt_logprobs);
 }
 
 absl::Status ReadRequest(const msgpack::object& o, EngineCoreRequest* q) {
@@ -195,6 +200,11 @@ absl::Status ReadTokenLogprobs(const msgpack::object& o, TokenLogprobs* t) {
   if (t->token_ids.size() != t->logprobs.size()) {
     return r.Error("logprobs", "must have as many entries as token_ids");
   }
+  // The sampled (or prompt) token and at most kMaxLogprobs alternatives.
+  if (t->token_ids.size() > static_cast<size_t>(kMaxLogprobs) + 1) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "TokenLogprobs: %d entries exceed the limit of %d", t->token_ids.size(), kMaxLogprobs + 1));
+  }
   return absl::OkStatus();
 }
 
@@ -209,7 +219,7 @@ absl::Status ReadLogprobsList(const FieldReader& r, std::string_view field,
 }
 
 absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 6));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 7));
   VLLM_RETURN_IF_ERROR(r.String("request_id", kMaxIdBytes, &out->request_id));
   VLLM_RETURN_IF_ERROR(r.IntList("new_token_ids", &out->new_token_ids));
   std::optional<uint8_t> reason;
@@ -224,7 +234,8 @@ absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
   }
   VLLM_RETURN_IF_ERROR(r.OptionalInt("stop_reason", &out->stop_reason));
   VLLM_RETURN_IF_ERROR(r.Int("num_cached_tokens", &out->num_cached_tokens));
-  return ReadLogprobsList(r, "logprobs", r.Next(), &out->logprobs);
+  VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "logprobs", r.Next(), &out->logprobs));
+  return ReadLogprobsList(r, "prompt_logprobs", r.Next(), &out->prompt_logprobs);
 }
 
 absl::Status ReadStats(const msgpack::object& o, SchedulerStats* s) {
@@ -335,7 +346,7 @@ absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out)
 }
 
 absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ModelRunnerOutput", 3));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ModelRunnerOutput", 4));
   VLLM_RETURN_IF_ERROR(r.StringList("req_ids", kMaxIdBytes, &out->req_ids));
   VLLM_ASSIGN_OR_RETURN(auto sampled, r.List("sampled_token_ids", r.Next()));
   if (sampled.size() != out->req_ids.size()) {
@@ -353,6 +364,15 @@ absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* 
   out->logprobs.resize(logprobs.size());
   for (size_t i = 0; i < logprobs.size(); ++i) {
     VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "logprobs", logprobs[i], &out->logprobs[i]));
+  }
+  VLLM_ASSIGN_OR_RETURN(auto prompt_logprobs, r.List("prompt_logprobs", r.Next()));
+  if (!prompt_logprobs.empty() && prompt_logprobs.size() != out->req_ids.size()) {
+    return r.Error("prompt_logprobs", "must be empty or hold one list per request");
+  }
+  out->prompt_logprobs.resize(prompt_logprobs.size());
+  for (size_t i = 0; i < prompt_logprobs.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(
+        ReadLogprobsList(r, "prompt_logprobs", prompt_logprobs[i], &out->prompt_logprobs[i]));
   }
   return absl::OkStatus();
 }

@@ -7,14 +7,16 @@
 //   SamplingParams    [n, temperature: float, top_p: float, top_k, min_p: float,
 //                      presence_penalty: float, frequency_penalty: float,
 //                      repetition_penalty: float, seed: int?, max_tokens: int?, min_tokens,
-//                      stop_token_ids: [int], ignore_eos: bool, logprobs: int?]
+//                      stop_token_ids: [int], ignore_eos: bool, logprobs: int?,
+//                      prompt_logprobs: int?]
 //   EngineCoreRequest [request_id: str, prompt_token_ids: [int], sampling_params,
 //                      eos_token_id: int?, arrival_time: float, priority: int,
 //                      cache_salt: str?, data_parallel_rank: int?]
 //   TokenLogprobs     [token_ids: [int], logprobs: [float], sampled_token_rank: int]
+//                     (equal lengths, at most kMaxLogprobs + 1 entries: ResourceExhausted)
 //   EngineCoreOutput  [request_id: str, new_token_ids: [int], finish_reason: uint?
 //                      (FinishReason), stop_reason: int?, num_cached_tokens: int,
-//                      logprobs: [TokenLogprobs]]
+//                      logprobs: [TokenLogprobs], prompt_logprobs: [TokenLogprobs]]
 //   PrefixCacheStats  [reset: bool, requests, queries, hits]
 //   SchedulerStats    [num_running_reqs, num_waiting_reqs, kv_cache_usage: float,
 //                      prefix_cache_stats, num_preemptions]
@@ -30,7 +32,8 @@
 //                      num_scheduled_tokens: [int], total_num_scheduled_tokens,
 //                      finished_req_ids: [str], preempted_req_ids: [str]]
 //   ModelRunnerOutput [req_ids: [str], sampled_token_ids: [[int]],
-//                      logprobs: [[TokenLogprobs]]]
+//                      logprobs: [[TokenLogprobs]], prompt_logprobs: [[TokenLogprobs]]]
+//                     (each of the last two empty or one list per request)
 //   AbortRequests     [request_id: str, ...]
 //   StartDpWave       [wave, exclude_engine_index]
 // Integers are range-checked against the C++ field type. Floats are always written as msgpack
@@ -59,7 +62,8 @@
 
 namespace vllm::core {
 
-inline constexpr uint32_t kWireVersion = 1;
+// 2: SamplingParams.prompt_logprobs, EngineCoreOutput / ModelRunnerOutput prompt_logprobs.
+inline constexpr uint32_t kWireVersion = 2;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

@@ -71,6 +71,15 @@ class Executor {
   // How many steps may be in flight at once (pipeline-parallel size); 1 = no batch queue.
   virtual int32_t max_concurrent_batches() const { return 1; }
 
+  // One forward pass of a dummy batch on every worker — one token, no KV cache read or
+  // written, nothing sampled for anyone (vLLM's execute_dummy_batch). A lockstep engine
+  // (data parallelism with --data-parallel-lockstep) runs it when it has no work while another
+  // engine has, so the model's collectives run as often on every rank. An error means the
+  // executor is unusable, as for ExecuteModel. Unimplemented unless overridden.
+  [[nodiscard]] virtual absl::Status ExecuteDummyBatch() {
+    return absl::UnimplementedError("this executor has no dummy batch");
+  }
+
   // OK while the executor can run steps; its fatal error (e.g. a worker died) otherwise
   // (vLLM's check_health). Cheap; the engine-core process polls it while idle.
   [[nodiscard]] virtual absl::Status CheckHealth() const { return absl::OkStatus(); }

@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
+#include "core/dp_coordinator.h"
 #include "core/engine_handshake.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
@@ -58,7 +59,7 @@ struct UndecodableRequest {
 
 // One decoded input frame.
 using Input = std::variant<EngineCoreRequest, std::vector<std::string> /*abort*/, UtilityCall,
-                           StartDpWave, UndecodableRequest>;
+                           StartDpWave, UndecodableRequest, DpWave>;
 
 // A decoded input frame and the frontend (API server) it came from.
 struct FromFrontend {
@@ -68,6 +69,14 @@ struct FromFrontend {
 
 // What the output thread sends: [kind, payload], to one frontend or (kAllFrontends) to each.
 constexpr size_t kAllFrontends = static_cast<size_t>(-1);
+// The DP coordinator's report socket: one frame, the payload (EncodeLoadReport).
+constexpr size_t kCoordinator = kAllFrontends - 1;
+// Load reports to the coordinator: at most one per interval, except the first of a busy
+// period (it may start a wave). vLLM's engines send on every change; the coordinator
+// publishes at most every 100 ms anyway.
+constexpr int64_t kReportIntervalNs = 100'000'000;
+// Lockstep: at least one report a second (DpCoordinatorOptions::engine_timeout).
+constexpr int64_t kLockstepKeepaliveNs = 1'000'000'000;
 struct Output {
   char kind;
   std::string payload;
@@ -157,6 +166,7 @@ class EngineCoreProc::Impl {
         }
       }
     }
+    VLLM_RETURN_IF_ERROR(ConnectCoordinator());
     // From here the output thread sends heartbeats, also while the model loads.
     output_thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
@@ -245,6 +255,10 @@ class EngineCoreProc::Impl {
       return absl::DataLossError("engine handshake: expected CONFIG from the frontend");
     }
     VLLM_ASSIGN_OR_RETURN(EngineAddresses addresses, DecodeAddresses(parts[1].to_string_view()));
+    if (coordinator_stats_.empty()) {  // every API server names the same one
+      coordinator_stats_ = addresses.coordinator_stats;
+      coordinator_waves_ = addresses.coordinator_waves;
+    }
 
     VLLM_ASSIGN_OR_RETURN(zmq::socket_t input,
                           Connect(zmq::socket_type::dealer, 0, addresses.input,
@@ -268,12 +282,58 @@ class EngineCoreProc::Impl {
     return std::move(addresses.peers);
   }
 
+  // The DP coordinator its CONFIG named (if any): a PUSH for the load reports (the output
+  // thread's) and, in lockstep mode, a SUB for the request waves (the input thread's).
+  absl::Status ConnectCoordinator() {
+    if (coordinator_stats_.empty()) return absl::OkStatus();
+    absl::StatusOr<zmq::socket_t> push = Connect(zmq::socket_type::push, 0, coordinator_stats_);
+    if (!push.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the DP coordinator: ", push.status().message()));
+    }
+    coordinator_.emplace(std::move(*push));
+    if (!coordinator_waves_.empty()) {
+      absl::StatusOr<zmq::socket_t> sub = Connect(zmq::socket_type::sub, 0, coordinator_waves_);
+      if (!sub.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the DP coordinator's waves: ", sub.status().message()));
+      }
+      sub->set(zmq::sockopt::subscribe, "");
+      waves_.emplace(std::move(*sub));
+      spdlog::info("engine {}: lockstep: dummy steps while another engine has work",
+                   options_.engine_index);
+    }
+    return absl::OkStatus();
+  }
+
+  // The coordinator's wave messages (lockstep): decoded into the input queue.
+  void ReceiveWave() {
+    zmq::message_t msg;
+    zmq::recv_result_t got;
+    try {
+      got = waves_->recv(msg, zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      return;
+    }
+    if (!got) return;
+    absl::StatusOr<DpWave> wave = DecodeDpWave(msg.to_string_view());
+    if (!wave.ok() || msg.more()) {
+      spdlog::warn("engine {}: dropped a wave message: {}", options_.engine_index,
+                   wave.ok() ? std::string("multipart") : wave.status().ToString());
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    inputs_.push_back({0, Input(*wave)});
+    wake_ = true;
+  }
+
   // Reads every frontend's input socket; requests remember which frontend sent them.
   void InputLoop() {
     std::vector<zmq::pollitem_t> items;
     for (auto& f : frontends_) {
       items.push_back({static_cast<void*>(*f->input), 0, ZMQ_POLLIN, 0});
     }
+    if (waves_.has_value()) items.push_back({static_cast<void*>(*waves_), 0, ZMQ_POLLIN, 0});
     std::vector<zmq::message_t> parts;
     const int64_t frontend_timeout_ns = absl::ToInt64Nanoseconds(options_.frontend_timeout);
     while (!stop_.load()) {
@@ -285,6 +345,7 @@ class EngineCoreProc::Impl {
         continue;
       }
       const int64_t now = ipc::MonoNowNs();
+      if (waves_.has_value() && (items.back().revents & ZMQ_POLLIN)) ReceiveWave();
       for (size_t i = 0; i < frontends_.size(); ++i) {
         Frontend& f = *frontends_[i];
         if ((items[i].revents & ZMQ_POLLIN) == 0) {
@@ -386,7 +447,7 @@ class EngineCoreProc::Impl {
     std::deque<FromFrontend> inputs;
     {
       absl::MutexLock lock(&mu_);
-      if (!engine_->scheduler().HasRequests()) {
+      if (!engine_->scheduler().HasRequests() && !InWave()) {
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_; };
         mu_.AwaitWithTimeout(absl::Condition(&ready), kPollSlice);
       }
@@ -436,8 +497,73 @@ class EngineCoreProc::Impl {
             Pack(call->call_id, static_cast<int32_t>(status.code()), std::string(status.message()),
                  msgpack::type::raw_ref(result.data(), static_cast<uint32_t>(result.size()))),
             frontend});
+    } else if (auto* wave = std::get_if<DpWave>(&input)) {
+      ApplyWave(*wave);
     }
-    // StartDpWave: a single engine has no wave to join (the DP coordinator arrives later).
+    // StartDpWave on the input socket: our engines take waves from the coordinator only.
+  }
+
+  // Lockstep: START_DP_WAVE makes an idle engine step (dummy steps) until the wave completes;
+  // messages about older waves are stale (vLLM's current_wave rule).
+  void ApplyWave(const DpWave& wave) {
+    if (wave.wave < current_wave_) return;
+    if (wave.running) {
+      current_wave_ = wave.wave;
+      if (!wave_running_) {
+        wave_running_ = true;
+        dummy_steps_in_wave_ = 0;
+        spdlog::info("engine {}: wave {} running", options_.engine_index, current_wave_);
+      }
+      return;
+    }
+    if (wave_running_) {
+      spdlog::info("engine {}: wave {} complete after {} dummy step(s)", options_.engine_index,
+                   wave.wave, dummy_steps_in_wave_);
+    }
+    wave_running_ = false;
+    dummy_steps_in_wave_ = 0;
+    current_wave_ = wave.wave + 1;
+  }
+
+  // Lockstep and some engine has work: this engine steps even without work of its own.
+  bool InWave() const { return waves_.has_value() && wave_running_; }
+
+  // vLLM's execute_dummy_batch: a forward pass of one token that touches no KV cache, so the
+  // model's collectives run as often on an idle rank as on a busy one.
+  absl::Status DummyStep() {
+    ++dummy_steps_in_wave_;
+    return engine_->executor().ExecuteDummyBatch();
+  }
+
+  // The engine's figures to the coordinator when they changed: at once when the engine goes
+  // from idle to busy (that may start a wave), otherwise at most every kReportIntervalNs (a
+  // change held back goes out from a later loop turn: the loop turns at least every
+  // kPollSlice). The first report also proves the connection (the coordinator then removes
+  // its socket files).
+  void MaybeReport() {
+    if (!coordinator_.has_value()) return;
+    const Scheduler& sched = engine_->scheduler();
+    EngineLoadReport report{options_.engine_index, static_cast<int32_t>(sched.num_waiting()),
+                            static_cast<int32_t>(sched.running().size()),
+                            std::clamp(sched.kv_cache_manager().GetUsage(), 0.0, 1.0), 0.0};
+    const int64_t now = ipc::MonoNowNs();
+    // Lockstep: a report at least every second, so the coordinator can tell a dead engine
+    // from a busy one whose figures do not change.
+    const bool keepalive = waves_.has_value() && now - last_report_ns_ >= kLockstepKeepaliveNs;
+    if (reported_ && !keepalive && report.waiting == last_report_.waiting &&
+        report.running == last_report_.running &&
+        report.kv_cache_usage == last_report_.kv_cache_usage) {
+      return;
+    }
+    // The clock of EngineCoreOutputs' timestamp: an API server keeps the newer figures.
+    report.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    const bool became_busy = last_report_.waiting + last_report_.running == 0 &&
+                             report.waiting + report.running > 0;
+    if (reported_ && !became_busy && now - last_report_ns_ < kReportIntervalNs) return;
+    Send({kOutputKindOutputs, EncodeLoadReport(report), kCoordinator});
+    last_report_ = report;
+    last_report_ns_ = now;
+    reported_ = true;
   }
 
   absl::Status MainLoop() {
@@ -445,7 +571,13 @@ class EngineCoreProc::Impl {
                  engine_->num_gpu_blocks());
     while (!stop_.load()) {
       TakeInputs();
+      MaybeReport();
       if (!engine_->scheduler().HasRequests()) {
+        if (InWave()) {
+          // Lockstep: another engine has work, so this one steps too.
+          if (absl::Status s = DummyStep(); !s.ok()) return ReportExecutorFailure(s);
+          continue;
+        }
         // Idle: a worker that dies now must still take the engine down at once, or the
         // server would look healthy until the next request fails.
         if (absl::Status health = engine_->executor().CheckHealth(); !health.ok()) {
@@ -457,6 +589,12 @@ class EngineCoreProc::Impl {
       if (!step.ok()) return ReportExecutorFailure(step.status());
       if (step->outputs.has_value()) SendStepOutputs(*step->outputs);
       PublishKvEvents();
+      MaybeReport();
+      // Lockstep: a step that ran nothing (requests waiting for KV space) still steps the
+      // model, as vLLM's busy loop does.
+      if (!step->model_executed && InWave()) {
+        if (absl::Status s = DummyStep(); !s.ok()) return ReportExecutorFailure(s);
+      }
     }
     absl::MutexLock lock(&mu_);
     return lost_;  // OK unless the frontend was lost
@@ -561,6 +699,10 @@ class EngineCoreProc::Impl {
         batch.swap(outputs_);
       }
       for (Output& o : batch) {
+        if (o.frontend == kCoordinator) {
+          SendReport(o.payload);
+          continue;
+        }
         for (size_t f = 0; f < frontends_.size(); ++f) {
           if (o.frontend != kAllFrontends && o.frontend != f) continue;
           std::vector<zmq::message_t> parts;
@@ -576,6 +718,22 @@ class EngineCoreProc::Impl {
           }
         }
       }
+    }
+  }
+
+  // One load report to the coordinator. Never blocks: a report is a snapshot, the next one
+  // replaces a lost one.
+  void SendReport(const std::string& payload) {
+    try {
+      if (!coordinator_->send(zmq::buffer(payload), zmq::send_flags::dontwait)) {
+        if (!report_dropped_logged_) {
+          spdlog::warn("engine {}: the DP coordinator does not take reports (queue full)",
+                       options_.engine_index);
+          report_dropped_logged_ = true;
+        }
+      }
+    } catch (const zmq::error_t& e) {
+      spdlog::warn("engine {}: load report: {}", options_.engine_index, e.what());
     }
   }
 
@@ -600,6 +758,19 @@ class EngineCoreProc::Impl {
   std::vector<std::unique_ptr<Frontend>> frontends_;
   // With several frontends: the frontend of each request in the engine (main loop only).
   absl::flat_hash_map<std::string, size_t> frontend_of_;
+  // The DP coordinator, from CONFIG (empty: none; waves empty: no lockstep). The report PUSH
+  // is the output thread's, the wave SUB the input thread's.
+  std::string coordinator_stats_, coordinator_waves_;
+  std::optional<zmq::socket_t> coordinator_, waves_;
+  bool report_dropped_logged_ = false;  // output thread only
+  // Main loop only: the last report sent, and the wave state (vLLM's current_wave,
+  // engines_running).
+  EngineLoadReport last_report_;
+  int64_t last_report_ns_ = 0;
+  bool reported_ = false;
+  int32_t current_wave_ = 0;
+  bool wave_running_ = false;
+  int64_t dummy_steps_in_wave_ = 0;
   std::thread input_thread_, output_thread_;
 
   absl::Mutex mu_;

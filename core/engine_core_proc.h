@@ -31,6 +31,14 @@
 // Over TCP (data parallelism across nodes) the frontend's sockets are tcp:// endpoints of the
 // head node, optionally CURVE with the cluster key (ipc/curve.h) on every socket.
 //
+// The DP coordinator (core/dp_coordinator.h), when CONFIG names one: the engine PUSHes a load
+// report (EncodeLoadReport) when its figures change, at most every 100 ms but at once when it
+// goes from idle to busy (sent by the output thread, never blocking: a report is a snapshot).
+// When CONFIG also names a wave address (--data-parallel-lockstep) the engine SUBscribes to
+// the coordinator's waves (vLLM's DPEngineCoreProc): while a wave runs and it has no work of
+// its own, the main loop runs Executor::ExecuteDummyBatch back to back instead of waiting, and
+// logs "engine <i>: wave <w> complete after <n> dummy step(s)" when the wave completes.
+//
 // Several frontends (--api-server-count N): the engine runs the handshake with each (the
 // addresses it was given, then the peers a CONFIG names), polls every input socket, remembers
 // which frontend sent each request, and sends each frontend the outputs of its own requests

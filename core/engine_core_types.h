@@ -69,7 +69,8 @@ inline constexpr size_t kMaxCacheSaltBytes = 1024;
 [[nodiscard]] absl::Status ValidateEngineCoreRequest(const EngineCoreRequest& request,
                                                      int32_t max_model_len);
 
-// Log-probabilities for one generated position: the sampled token first, then the top-k.
+// Log-probabilities for one position: the sampled token (for a prompt position: the actual
+// prompt token) first, then the top-k.
 struct TokenLogprobs {
   std::vector<int32_t> token_ids;
   std::vector<float> logprobs;
@@ -92,6 +93,11 @@ struct EngineCoreOutput {
   int32_t num_cached_tokens = 0;
   // One entry per new token when the request asked for logprobs, else empty.
   std::vector<TokenLogprobs> logprobs;
+  // Prompt logprobs (the request asked for prompt_logprobs): set on the output carrying the
+  // request's first generated token, one entry per prompt position 1 .. P-1 (the logprob of
+  // prompt token p given tokens 0 .. p-1 first, as `sampled`, then the top-k); else empty.
+  // Position 0 has none (the frontend shows it as null, as vLLM does).
+  std::vector<TokenLogprobs> prompt_logprobs;
 
   bool finished() const { return finish_reason.has_value(); }
   friend bool operator==(const EngineCoreOutput&, const EngineCoreOutput&) = default;

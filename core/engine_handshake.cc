@@ -80,7 +80,8 @@ std::string EncodeAddresses(const EngineAddresses& m) {
   for (size_t i = 0; i < m.peers.size() && i + 1 < kMaxFrontends; ++i) {
     peers.emplace_back(Cut(m.peers[i]));
   }
-  return PackArray(std::string(Cut(m.input)), std::string(Cut(m.output)), peers);
+  return PackArray(std::string(Cut(m.input)), std::string(Cut(m.output)), peers,
+                   std::string(Cut(m.coordinator_stats)), std::string(Cut(m.coordinator_waves)));
 }
 
 std::string EncodeHandshakeMessage(std::string_view message) {
@@ -115,7 +116,7 @@ absl::StatusOr<ReadyMessage> DecodeReady(std::string_view bytes) {
 
 absl::StatusOr<EngineAddresses> DecodeAddresses(std::string_view bytes) {
   VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "CONFIG"));
-  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 3, "CONFIG"));
+  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 5, "CONFIG"));
   EngineAddresses m;
   VLLM_ASSIGN_OR_RETURN(m.input, Str(f[0], "CONFIG", "input_address", kMaxHandshakeString));
   VLLM_ASSIGN_OR_RETURN(m.output, Str(f[1], "CONFIG", "output_address", kMaxHandshakeString));
@@ -131,6 +132,13 @@ absl::StatusOr<EngineAddresses> DecodeAddresses(std::string_view bytes) {
                           Str(f[2].via.array.ptr[i], "CONFIG", "peers", kMaxHandshakeString));
     if (peer.empty()) return absl::InvalidArgumentError("CONFIG: empty peer address");
     m.peers.push_back(std::move(peer));
+  }
+  VLLM_ASSIGN_OR_RETURN(m.coordinator_stats,
+                        Str(f[3], "CONFIG", "coordinator_stats", kMaxHandshakeString));
+  VLLM_ASSIGN_OR_RETURN(m.coordinator_waves,
+                        Str(f[4], "CONFIG", "coordinator_waves", kMaxHandshakeString));
+  if (m.coordinator_stats.empty() && !m.coordinator_waves.empty()) {
+    return absl::InvalidArgumentError("CONFIG: a wave address without a coordinator");
   }
   return m;
 }

@@ -4,11 +4,14 @@
 // types and ranges; it never trusts the peer.
 //
 //   HELLO   [engine_index, data_parallel_size, host]      engine → frontend
-//   CONFIG  [input_address, output_address, [handshake_address...]]
-//                                                          frontend → engine (the list: the
+//   CONFIG  [input_address, output_address, [handshake_address...], coordinator_stats,
+//            coordinator_waves]                          frontend → engine (the list: the
 //                                                          other API servers' handshake
 //                                                          sockets, which the engine joins too;
-//                                                          sent by API server 0 only)
+//                                                          sent by API server 0 only; then the
+//                                                          DP coordinator's report address and,
+//                                                          in lockstep mode, its wave address:
+//                                                          "" when there is none)
 //   REJECT  [message]                                     frontend → engine
 //   READY   [engine_index, num_gpu_blocks, max_model_len] engine → frontend
 //   FAILED  [message]                                     engine → frontend
@@ -49,6 +52,11 @@ struct EngineAddresses {
   std::string input;  // ipc:// or tcp://, <= kMaxHandshakeString bytes
   std::string output;
   std::vector<std::string> peers;  // <= kMaxFrontends - 1 handshake addresses
+  // The DP coordinator (core/dp_coordinator.h): where the engine pushes its load reports, and
+  // (lockstep mode) where it subscribes to the request waves. Empty: no coordinator / no
+  // lockstep. A wave address needs a report address.
+  std::string coordinator_stats;
+  std::string coordinator_waves;
   bool operator==(const EngineAddresses&) const = default;
 };
 

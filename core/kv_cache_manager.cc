@@ -7,17 +7,23 @@
 namespace vllm::core {
 
 KVCacheManager::KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t max_model_len,
-                               bool enable_caching, bool enable_kv_cache_events)
+                               bool enable_caching, bool enable_kv_cache_events,
+                               int32_t sliding_window)
     : block_size_(block_size),
       max_model_len_(max_model_len),
       enable_caching_(enable_caching),
+      sliding_window_(sliding_window),
       block_pool_(num_blocks, enable_caching, enable_kv_cache_events) {
   VLLM_CHECK(block_size > 0) << "block_size must be positive, got " << block_size;
+  VLLM_CHECK(sliding_window >= 0) << "sliding_window must be >= 0, got " << sliding_window;
 }
 
 KVCacheManager::ComputedBlocks KVCacheManager::GetComputedBlocks(Request& request) {
   ComputedBlocks result;
-  if (!enable_caching_) return result;
+  // A request asking for prompt logprobs needs every prompt position's logits, which cached
+  // blocks no longer have: it never reads the cache (vLLM's skip_reading_prefix_cache). Its
+  // blocks are still registered for others.
+  if (!enable_caching_ || request.sampling_params.prompt_logprobs.has_value()) return result;
   ExtendBlockHashes(request.all_token_ids, block_size_, request.cache_salt, &request.block_hashes);
   // A full hit would leave nothing to compute; the last token must be recomputed to get
   // logits, so the hit may cover at most num_tokens - 1 tokens.
@@ -40,6 +46,7 @@ std::optional<std::span<const int32_t>> KVCacheManager::AllocateSlots(
   VLLM_CHECK(num_new_tokens > 0) << "AllocateSlots needs num_new_tokens > 0";
   VLLM_CHECK(new_computed_blocks.empty() || request.block_ids.empty())
       << "cache hits can only be adopted by a request without blocks";
+  if (sliding_window_ > 0) RemoveSkippedBlocks(request);
   const int32_t num_computed_tokens = request.num_computed_tokens + num_new_computed_tokens;
   const int32_t num_tokens_need_slot =
       std::min(num_computed_tokens + num_new_tokens + num_lookahead_tokens, max_model_len_);
@@ -78,10 +85,29 @@ void KVCacheManager::CacheBlocks(Request& request, int32_t num_tokens) {
   request.num_cached_blocks = num_full_blocks;
 }
 
+void KVCacheManager::RemoveSkippedBlocks(Request& request) {
+  // The earliest position any later query sees is num_computed_tokens - window + 1; blocks
+  // wholly before it are dead. Walk back from the last dead block to the first already freed
+  // (they are freed front to back), newest first as vLLM's free order.
+  const int64_t skipped_tokens =
+      std::max<int64_t>(0, int64_t{request.num_computed_tokens} - sliding_window_ + 1);
+  const auto dead = static_cast<int32_t>(std::min<int64_t>(
+      skipped_tokens / block_size_, static_cast<int64_t>(request.block_ids.size())));
+  // Freed blocks were full and computed in earlier steps, so they are already registered
+  // in the prefix cache (index < num_cached_blocks) when caching is on.
+  std::vector<int32_t> removed;
+  for (int32_t i = dead - 1; i >= 0 && request.block_ids[i] != kNullBlock; --i) {
+    removed.push_back(request.block_ids[i]);
+    request.block_ids[i] = kNullBlock;
+  }
+  if (!removed.empty()) block_pool_.FreeBlocks(removed);
+}
+
 void KVCacheManager::Free(Request& request) {
   // Tail first: the request's last blocks become the first eviction candidates, and the
   // leading (most shareable) blocks the last.
   std::reverse(request.block_ids.begin(), request.block_ids.end());
+  std::erase(request.block_ids, kNullBlock);
   block_pool_.FreeBlocks(request.block_ids);
   request.block_ids.clear();
   request.num_cached_blocks = 0;

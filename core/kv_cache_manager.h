@@ -8,6 +8,13 @@
 // evicted (taken for other tokens). Requests free their blocks tail first, so the blocks
 // of a shared prefix stay cached longest.
 //
+// Sliding window (every layer sees only the last `sliding_window` positions): at each
+// allocation the blocks wholly before the window of the request's computed tokens are freed
+// and their entries in Request::block_ids become kNullBlock (vLLM's SlidingWindowManager with
+// its null block). Workers keep the old ids in their block tables; attention never reads
+// them. Cache hits still need the whole prefix (vLLM's sliding-window lookup can hit on the
+// window alone: a missed hit here costs compute, never correctness).
+//
 // Not thread-safe: owned and used by the scheduler thread.
 #ifndef VLLM_CORE_KV_CACHE_MANAGER_H_
 #define VLLM_CORE_KV_CACHE_MANAGER_H_
@@ -25,16 +32,21 @@ namespace vllm::core {
 
 class KVCacheManager {
  public:
+  // A block-table entry whose block was freed because it fell out of the sliding window.
+  static constexpr int32_t kNullBlock = -1;
+
   // `num_blocks` blocks of `block_size` tokens each. Both must be positive (checked).
   // `enable_kv_cache_events`: the block pool records vLLM's KV-cache events (TakeEvents).
+  // `sliding_window` > 0: every layer's window (blocks outside it are freed); 0: none.
   KVCacheManager(int32_t num_blocks, int32_t block_size, int32_t max_model_len, bool enable_caching,
-                 bool enable_kv_cache_events = false);
+                 bool enable_kv_cache_events = false, int32_t sliding_window = 0);
   KVCacheManager(const KVCacheManager&) = delete;
   KVCacheManager& operator=(const KVCacheManager&) = delete;
 
   // The longest prefix of `request` found in the cache, in whole blocks, never covering the
   // last token (at least one token must be computed to sample from). Counts one lookup in
-  // the prefix-cache stats. Empty when caching is off. Does not take references: pass the
+  // the prefix-cache stats. Empty (and no lookup counted) when caching is off or the request
+  // asks for prompt_logprobs. Does not take references: pass the
   // result to AllocateSlots before anything else allocates.
   struct ComputedBlocks {
     std::vector<int32_t> block_ids;
@@ -47,14 +59,18 @@ class KVCacheManager {
   // blocks yet) that hold `num_new_computed_tokens` tokens. Registers the blocks that
   // become full in the prefix cache.
   //
+  // With a sliding window, first frees the request's blocks that fell out of the window of
+  // its computed tokens (always, whether or not the allocation then succeeds).
+  //
   // Returns the blocks newly taken from the free queue (a view into request.block_ids, valid
-  // until the request's table changes), or nullopt — leaving everything unchanged — when
-  // there are not enough free blocks. Requires num_new_tokens > 0.
+  // until the request's table changes), or nullopt — leaving everything else unchanged —
+  // when there are not enough free blocks. Requires num_new_tokens > 0.
   std::optional<std::span<const int32_t>> AllocateSlots(
       Request& request, int32_t num_new_tokens, int32_t num_new_computed_tokens = 0,
       std::span<const int32_t> new_computed_blocks = {}, int32_t num_lookahead_tokens = 0);
 
-  // Releases the request's blocks, last block first; blocks keep their hashes.
+  // Releases the request's blocks (kNullBlock entries skipped), last block first; blocks keep
+  // their hashes.
   void Free(Request& request);
 
   // Fraction of blocks in use.
@@ -68,16 +84,20 @@ class KVCacheManager {
   std::vector<ipc::KvEvent> TakeEvents() { return block_pool_.TakeEvents(); }
 
   int32_t block_size() const { return block_size_; }
+  int32_t sliding_window() const { return sliding_window_; }
   bool enable_caching() const { return enable_caching_; }
   const BlockPool& block_pool() const { return block_pool_; }
 
  private:
   // Registers the request's blocks that are full once it has `num_tokens` tokens computed.
   void CacheBlocks(Request& request, int32_t num_tokens);
+  // Sliding window: frees the blocks no position from num_computed_tokens on can see.
+  void RemoveSkippedBlocks(Request& request);
 
   const int32_t block_size_;
   const int32_t max_model_len_;
   const bool enable_caching_;
+  const int32_t sliding_window_;
   BlockPool block_pool_;
   PrefixCacheStats prefix_cache_stats_;
 };

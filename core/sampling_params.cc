@@ -69,6 +69,11 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return absl::InvalidArgumentError(
         absl::StrFormat("logprobs must be in [0, %d], got %d", kMaxLogprobs, *p.logprobs));
   }
+  if (p.prompt_logprobs.has_value() &&
+      (*p.prompt_logprobs < 0 || *p.prompt_logprobs > kMaxLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrFormat("prompt_logprobs must be in [0, %d], got %d",
+                                                      kMaxLogprobs, *p.prompt_logprobs));
+  }
   return absl::OkStatus();
 }
 

@@ -42,12 +42,18 @@ struct SamplingParams {
   bool ignore_eos = false;
   // Number of log-probabilities to return per generated token; unset returns none.
   std::optional<int32_t> logprobs;
+  // Number of log-probabilities to return per prompt position (vLLM's prompt_logprobs): for
+  // every prompt token after the first, its logprob given the tokens before it, its rank and
+  // the top `prompt_logprobs` alternatives, from the raw logits. Unset returns none. A request
+  // asking for them never reads the prefix cache (the cached positions' logits are gone).
+  std::optional<int32_t> prompt_logprobs;
 
   friend bool operator==(const SamplingParams&, const SamplingParams&) = default;
 };
 
 // Upper bounds on user-facing sizes (a request beyond them is rejected, not truncated).
 inline constexpr int32_t kMaxStopTokenIds = 1024;
+// Bounds logprobs and prompt_logprobs alike (vLLM's default max_logprobs).
 inline constexpr int32_t kMaxLogprobs = 20;
 
 // Returns OK when every field is in range, otherwise InvalidArgument naming the field, the

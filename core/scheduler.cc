@@ -59,7 +59,29 @@ absl::Status SchedulerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("num_gpu_blocks must be at least 1, got %d", num_gpu_blocks));
   }
+  if (sliding_window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sliding_window must be >= 0, got %d", sliding_window));
+  }
   const int64_t max_tokens_cached = int64_t{num_gpu_blocks} * block_size;
+  if (sliding_window > 0) {
+    // One request holds at most the window behind its computed tokens plus one step's new
+    // tokens, and one block more where the window starts mid-block (vLLM's
+    // SlidingWindowSpec.max_memory_usage_bytes).
+    const int64_t tokens =
+        std::min<int64_t>(int64_t{sliding_window} - 1 + max_num_batched_tokens, max_model_len);
+    const int64_t blocks = std::min<int64_t>((tokens + block_size - 1) / block_size + 1,
+                                             (int64_t{max_model_len} + block_size - 1) / block_size);
+    if (num_gpu_blocks < blocks) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the KV cache has %d blocks of %d tokens, fewer than the %d one request may hold "
+          "(sliding window %d, max_num_batched_tokens %d, max_model_len %d); give the cache "
+          "more memory",
+          num_gpu_blocks, block_size, blocks, sliding_window, max_num_batched_tokens,
+          max_model_len));
+    }
+    return absl::OkStatus();
+  }
   if (max_tokens_cached < max_model_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the KV cache holds %d tokens (%d blocks of %d), fewer than max_model_len (%d); "
@@ -77,7 +99,8 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConf
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
       kv_cache_manager_(config.num_gpu_blocks, config.block_size, config.max_model_len,
-                        config.enable_prefix_caching, config.enable_kv_cache_events),
+                        config.enable_prefix_caching, config.enable_kv_cache_events,
+                        config.sliding_window),
       waiting_(config.policy) {}
 
 absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
@@ -398,9 +421,11 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
         scheduler_output.step_id, inflight_steps_.empty() ? 0 : inflight_steps_.front().step_id));
   }
   if (model_output.sampled_token_ids.size() != num_model ||
-      (!model_output.logprobs.empty() && model_output.logprobs.size() != num_model)) {
+      (!model_output.logprobs.empty() && model_output.logprobs.size() != num_model) ||
+      (!model_output.prompt_logprobs.empty() && model_output.prompt_logprobs.size() != num_model)) {
     return absl::InvalidArgumentError(
-        "ModelRunnerOutput: sampled_token_ids and logprobs must have one entry per req_id");
+        "ModelRunnerOutput: sampled_token_ids, logprobs and prompt_logprobs must have one entry "
+        "per req_id");
   }
   // Pass 1: find every scheduled request's entry (workers usually keep our order) and
   // validate, so that a bad output changes nothing.
@@ -460,6 +485,9 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
     }
     const std::vector<int32_t>& sampled = model_output.sampled_token_ids[output_index_[i]];
     if (sampled.empty() || request.status != RequestStatus::kRunning) continue;
+    // Prompt logprobs go with the request's first generated token only (a request recomputed
+    // after a preemption gets them from the worker again).
+    const bool first_output = request.num_output_tokens() == 0;
     size_t num_appended = 0;
     bool stopped = false;
     for (int32_t token : sampled) {
@@ -478,6 +506,10 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
       const auto& logprobs = model_output.logprobs[output_index_[i]];
       out.logprobs.assign(logprobs.begin(),
                           logprobs.begin() + std::min(num_appended, logprobs.size()));
+    }
+    if (first_output && !model_output.prompt_logprobs.empty() &&
+        request.sampling_params.prompt_logprobs.has_value()) {
+      out.prompt_logprobs = model_output.prompt_logprobs[output_index_[i]];
     }
     if (stopped) {
       out.finish_reason = GetFinishReason(request.status);

@@ -52,6 +52,11 @@ struct SchedulerConfig {
   bool enable_prefix_caching = true;
   // Record vLLM's KV-cache events in the block pool (--kv-events-config); TakeKvCacheEvents.
   bool enable_kv_cache_events = false;
+  // > 0 when every attention layer sees only the last `sliding_window` positions: blocks
+  // that fall out of the window are freed while the request runs (vLLM's
+  // SlidingWindowManager), and the cache only needs to hold a window per request. 0 when
+  // any layer attends to the whole context (those keep every block).
+  int32_t sliding_window = 0;
 
   // InvalidArgument naming the field when the configuration cannot work (for example a
   // cache too small for one max_model_len request).

@@ -101,6 +101,11 @@ struct ModelRunnerOutput {
   std::vector<std::vector<int32_t>> sampled_token_ids;
   // Empty, or one list per request (one TokenLogprobs per sampled token).
   std::vector<std::vector<TokenLogprobs>> logprobs;
+  // Empty, or one list per request: a request asking for prompt_logprobs gets its whole
+  // prompt's (one TokenLogprobs per prompt position 1 .. P-1, in order) in the step that
+  // samples its first token after the prompt was computed; every other entry is empty. The
+  // worker assembles the chunks of a chunked prefill (vLLM's in-progress prompt logprobs).
+  std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
 
   friend bool operator==(const ModelRunnerOutput&, const ModelRunnerOutput&) = default;
 };

@@ -18,25 +18,6 @@ absl::StatusOr<config::VllmConfig> ResolveVllmConfig(const config::VllmConfig& c
   // Resolved once here so every rank runs on the same kind of device.
   VLLM_ASSIGN_OR_RETURN(c.device.device, worker::ResolveDevice(config.device.device));
   int64_t model_len = model_config.max_position_embeddings;
-  // Sliding-window attention is not implemented: within the window it equals attention over
-  // the whole context, so contexts are limited to the window (as vLLM's
-  // --disable-sliding-window does) and a longer --max-model-len is refused, never served wrong.
-  if (model_config.sliding_window.has_value() && *model_config.sliding_window < model_len) {
-    const int64_t window = *model_config.sliding_window;
-    if (c.model.max_model_len > window) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--max-model-len %d exceeds the model's sliding_window (%d, config.json): "
-          "sliding-window attention is not implemented, so contexts are limited to the window",
-          c.model.max_model_len, window));
-    }
-    if (c.model.max_model_len == 0) {
-      spdlog::warn(
-          "config.json sliding_window {}: sliding-window attention is not implemented; "
-          "max_model_len is limited to the window (the model allows {})",
-          window, model_len);
-    }
-    model_len = window;
-  }
   if (c.model.max_model_len < 0 || c.model.max_model_len > model_len) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--max-model-len %d is outside [1, %d] (the model's max_position_embeddings)",
@@ -72,6 +53,8 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
   s.block_size = c.cache.block_size;
   s.enable_prefix_caching = c.cache.enable_prefix_caching;
   s.enable_kv_cache_events = c.kv_events.enable;
+  s.sliding_window =
+      built.model_config.AllLayersSliding() ? built.model_config.layer_windows.front() : 0;
   s.enable_chunked_prefill = c.scheduler.enable_chunked_prefill;
   s.long_prefill_token_threshold = c.scheduler.long_prefill_token_threshold;
   s.policy = c.scheduler.policy;

@@ -427,6 +427,12 @@ core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::Schedul
   });
 }
 
+absl::Status MultiprocExecutor::ExecuteDummyBatch() {
+  return CollectiveRpc(worker::kExecuteDummyBatchMethod, "", options_.execute_timeout,
+                       /*unique_reply_rank=*/0)
+      .status();
+}
+
 absl::StatusOr<core::ModelRunnerOutput> MultiprocExecutor::ExecuteModel(
     const core::SchedulerOutput& so) {
   return ExecuteModelAsync(so).get();

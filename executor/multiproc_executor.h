@@ -78,6 +78,8 @@ class MultiprocExecutor final : public core::Executor {
   absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
       const core::SchedulerOutput& scheduler_output) override;
   core::ModelOutputFuture ExecuteModelAsync(const core::SchedulerOutput& scheduler_output) override;
+  // Every rank runs it (their collectives must match); rank 0 replies.
+  absl::Status ExecuteDummyBatch() override;
   absl::Status CheckHealth() const override { return failure(); }
   void Shutdown() override;
 

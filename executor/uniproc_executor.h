@@ -29,6 +29,7 @@ class UniProcExecutor final : public core::Executor {
   }
   absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
       const core::SchedulerOutput& scheduler_output) override;
+  absl::Status ExecuteDummyBatch() override { return worker_->ExecuteDummyBatch(); }
   void Shutdown() override { shut_down_ = true; }
 
   worker::Worker& worker() { return *worker_; }

@@ -177,6 +177,7 @@ struct Prepared {
   GenerationOptions options;
   bool logprobs = false;
   std::vector<std::string> echo_texts;   // per prompt (echo), else empty
+  bool echo_logprobs = false;            // echo with logprobs
   std::vector<std::string> request_ids;  // started in the engine, in choice order
 };
 
@@ -511,6 +512,7 @@ class Session : public std::enable_shared_from_this<Session> {
     out.options = std::move(parsed->options);
     out.logprobs = parsed->logprobs;
     out.echo_texts = std::move(parsed->echo_texts);
+    out.echo_logprobs = parsed->echo_logprobs;
     std::vector<GenerateRequest> requests =
         FanOut(parsed->prompts, out.options, out.meta.id, WallSeconds());
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -555,6 +557,9 @@ class Session : public std::enable_shared_from_this<Session> {
         prepared.logprobs);
     gen.assembler->SetEcho(std::move(prepared.echo_texts));
     gen.assembler->SetTokensAsTokenIds(prepared.options.return_tokens_as_token_ids);
+    if (prepared.echo_logprobs) {
+      gen.assembler->SetEchoLogprobs(prepared.options.params.logprobs.value_or(0));
+    }
     for (std::string& id : prepared.request_ids) gen.subs.emplace_back().id = std::move(id);
     if (gen.stream) {
       QueueBytes(

@@ -42,6 +42,7 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
     parsed.prompts = std::move(r.prompts);
     parsed.options = std::move(r.options);
     parsed.logprobs = parsed.options.params.logprobs.has_value();
+    parsed.echo_logprobs = r.echo && parsed.logprobs;
     if (r.echo) {
       for (const Prompt& p : parsed.prompts) {
         if (p.text.has_value()) {
@@ -133,7 +134,16 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
     ++num_finished_;
   }
   Choice& acc = state.choice;
-  std::vector<PositionLogprobs> logprobs = output.logprobs;
+  std::vector<PositionLogprobs> logprobs;
+  if (echo_logprobs_top_ >= 0 && output.prompt_logprobs.has_value()) {
+    // echo: the prompt tokens' logprobs come first (vLLM shows `logprobs` alternatives).
+    logprobs = *output.prompt_logprobs;
+    for (PositionLogprobs& pos : logprobs) {
+      if (pos.top.size() > static_cast<size_t>(echo_logprobs_top_))
+        pos.top.resize(echo_logprobs_top_);
+    }
+  }
+  logprobs.insert(logprobs.end(), output.logprobs.begin(), output.logprobs.end());
   if (tokens_as_ids_) {
     for (PositionLogprobs& pos : logprobs) {
       pos.sampled.token = TokenIdString(pos.sampled.token_id);
@@ -145,6 +155,7 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
   state.echo.clear();
   text += output.text_delta;
   if (!stream_) {
+    if (output.prompt_logprobs.has_value()) acc.prompt_logprobs = output.prompt_logprobs;
     acc.text += text;
     if (acc.logprobs.has_value()) {
       acc.logprobs->insert(acc.logprobs->end(), logprobs.begin(), logprobs.end());
@@ -154,9 +165,13 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
     acc.stop_token_id = output.stop_token_id;
     return "";
   }
-  if (text.empty() && logprobs.empty() && !output.finished()) return "";
+  if (text.empty() && logprobs.empty() && !output.finished() &&
+      !output.prompt_logprobs.has_value()) {
+    return "";
+  }
   Choice delta;
   delta.index = index;
+  delta.prompt_logprobs = output.prompt_logprobs;
   delta.text = std::move(text);
   if (logprobs_) delta.logprobs = std::move(logprobs);
   delta.text_offset = acc.text_offset;

@@ -34,6 +34,8 @@ struct ParsedGeneration {
   // echo: per prompt, the text its choices start with (a text prompt as given, a token-id
   // prompt decoded with its special tokens, as vLLM); empty without echo.
   std::vector<std::string> echo_texts;
+  // echo with logprobs: each choice's logprobs start with its prompt's (vLLM's echo).
+  bool echo_logprobs = false;
 };
 
 // Parses a /v1/completions or /v1/chat/completions body against `engine`'s model and chat
@@ -64,6 +66,10 @@ class ResponseAssembler {
   void SetEcho(std::vector<std::string> prompt_texts);
   // Logprobs' tokens become "token_id:<id>" (vLLM's return_tokens_as_token_ids).
   void SetTokensAsTokenIds(bool value) { tokens_as_ids_ = value; }
+  // echo with logprobs: a choice's logprobs start with its prompt_logprobs (the first prompt
+  // token with null logprobs, then at most `num_top` alternatives each). Call before the
+  // first OnOutput.
+  void SetEchoLogprobs(int32_t num_top) { echo_logprobs_top_ = num_top; }
 
   // Streaming: the events that open the stream (chat: one role chunk per choice).
   std::string Start();
@@ -97,6 +103,7 @@ class ResponseAssembler {
   const bool include_usage_;
   const bool logprobs_;
   bool tokens_as_ids_ = false;
+  int32_t echo_logprobs_top_ = -1;  // -1: no echo logprobs
   std::vector<ChoiceState> choices_;
   int32_t num_finished_ = 0;
 };

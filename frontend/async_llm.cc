@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "frontend/openai_protocol.h"
 #include "spdlog/spdlog.h"
 
 namespace vllm::frontend {
@@ -77,6 +78,12 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
         config_.max_model_len, prompt_len + *request.params.max_tokens, prompt_len,
         *request.params.max_tokens));
   }
+  if (request.params.prompt_logprobs.has_value() && !config_.supports_prompt_logprobs) {
+    return InvalidParam("prompt_logprobs",
+                        "prompt_logprobs (and echo with logprobs) is not supported on --device "
+                        "cuda: the CUDA backend computes logits for sampled positions only; "
+                        "serve with --device cpu for prompt logprobs");
+  }
   r.sampling_params = std::move(request.params);
   if (!config_.eos_token_ids.empty()) {
     r.eos_token_id = config_.eos_token_ids.front();
@@ -102,6 +109,8 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   state->on_output = std::move(on_output);
   state->num_prompt_tokens = prompt_len;
   state->want_logprobs = r.sampling_params.logprobs.has_value();
+  state->want_prompt_logprobs = r.sampling_params.prompt_logprobs.has_value();
+  state->first_prompt_token = r.prompt_token_ids.front();
   // An engine that dies between the pick and the send is not picked again: try the next.
   absl::Status sent;
   for (int32_t attempt = 0; attempt < client_->num_engines(); ++attempt) {
@@ -234,9 +243,20 @@ std::vector<EngineStatus> AsyncLLM::Engines() const {
   return engines;
 }
 
-TokenLogprob AsyncLLM::Decoded(int32_t id, float logprob) const {
+TokenLogprob AsyncLLM::Decoded(int32_t id, float logprob, int32_t rank) const {
   const int32_t ids[1] = {id};
-  return TokenLogprob{id, tokenizer_->Decode(ids, /*skip_special_tokens=*/false), logprob};
+  return TokenLogprob{id, tokenizer_->Decode(ids, /*skip_special_tokens=*/false), logprob, rank};
+}
+
+PositionLogprobs AsyncLLM::DecodedPosition(const core::TokenLogprobs& lp) const {
+  PositionLogprobs p;
+  if (!lp.token_ids.empty()) {
+    p.sampled = Decoded(lp.token_ids[0], lp.logprobs[0], lp.sampled_token_rank);
+  }
+  for (size_t i = 1; i < lp.token_ids.size() && i < lp.logprobs.size(); ++i) {
+    p.top.push_back(Decoded(lp.token_ids[i], lp.logprobs[i], static_cast<int32_t>(i)));
+  }
+  return p;
 }
 
 std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& out,
@@ -253,13 +273,19 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
   state->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
   delta.text_delta = state->detokenizer->Append(delta.token_ids_delta);
   if (state->want_logprobs) {
-    for (const core::TokenLogprobs& lp : out.logprobs) {
-      PositionLogprobs p;
-      if (!lp.token_ids.empty()) p.sampled = Decoded(lp.token_ids[0], lp.logprobs[0]);
-      for (size_t i = 1; i < lp.token_ids.size() && i < lp.logprobs.size(); ++i) {
-        p.top.push_back(Decoded(lp.token_ids[i], lp.logprobs[i]));
-      }
-      delta.logprobs.push_back(std::move(p));
+    for (const core::TokenLogprobs& lp : out.logprobs)
+      delta.logprobs.push_back(DecodedPosition(lp));
+  }
+  if (state->want_prompt_logprobs) {
+    // The engine sends them with the first token; position 0 has none (vLLM's None).
+    state->want_prompt_logprobs = false;
+    std::vector<PositionLogprobs>& prompt = delta.prompt_logprobs.emplace();
+    prompt.reserve(out.prompt_logprobs.size() + 1);
+    PositionLogprobs& first = prompt.emplace_back();
+    first.sampled = Decoded(state->first_prompt_token, 0.0f);
+    first.no_logprob = true;
+    for (const core::TokenLogprobs& lp : out.prompt_logprobs) {
+      prompt.push_back(DecodedPosition(lp));
     }
   }
   if (state->detokenizer->stopped()) {

@@ -46,6 +46,9 @@ struct AsyncLLMConfig {
   // The data-parallel rank of engine 0 (hybrid / external load balancing: this frontend
   // serves ranks first_engine_rank ..; /metrics and /health name them so).
   int32_t first_engine_rank = 0;
+  // Whether the engines compute prompt_logprobs (the CPU backend does; the CUDA one does not,
+  // and such requests are refused with InvalidArgument naming prompt_logprobs).
+  bool supports_prompt_logprobs = true;
 };
 
 class AsyncLLM final : public EngineClient {
@@ -82,6 +85,10 @@ class AsyncLLM final : public EngineClient {
     int32_t num_prompt_tokens = 0;
     int32_t num_output_tokens = 0;
     bool want_logprobs = false;
+    // Until the first delta: the request asked for prompt_logprobs (its first prompt token
+    // leads them, with no logprob).
+    bool want_prompt_logprobs = false;
+    int32_t first_prompt_token = 0;
     int32_t engine_index = 0;  // the engine it was sent to
   };
 
@@ -101,7 +108,9 @@ class AsyncLLM final : public EngineClient {
   void FailEngine(int32_t engine, const absl::Status& status);
   // Aborts `ids` in the engines they are on.
   void AbortInEngines(const std::vector<std::pair<std::string, int32_t>>& ids);
-  TokenLogprob Decoded(int32_t id, float logprob) const;
+  TokenLogprob Decoded(int32_t id, float logprob, int32_t rank = 0) const;
+  // One position's logprobs decoded: the sampled (or prompt) token, then the alternatives.
+  PositionLogprobs DecodedPosition(const core::TokenLogprobs& lp) const;
   // InvalidArgument naming the first id outside [0, vocab_size).
   absl::Status CheckIds(std::span<const int32_t> ids) const;
 

@@ -49,12 +49,19 @@ struct TokenLogprob {
   int32_t token_id = 0;
   std::string token;  // the token's text (may be a partial UTF-8 sequence)
   float logprob = 0.0f;
+  // 1-based rank among the vocabulary (the sampled or prompt token: its rank; the i-th top
+  // alternative: i + 1), as vLLM's Logprob.rank.
+  int32_t rank = 0;
 };
 
-// Log-probabilities at one generated position: the sampled token and the top alternatives.
+// Log-probabilities at one position: the sampled token (for a prompt position: the prompt
+// token) and the top alternatives.
 struct PositionLogprobs {
   TokenLogprob sampled;
   std::vector<TokenLogprob> top;
+  // The prompt's first position, which has no logprob: only `sampled.token_id` and
+  // `sampled.token` are set (vLLM shows it as null).
+  bool no_logprob = false;
 };
 
 // One delta of one request, delivered in order; the last has finish_reason set.
@@ -74,6 +81,9 @@ struct GenerateOutput {
   int32_t num_cached_tokens = 0;
   // One entry per token in token_ids_delta when the request asked for logprobs.
   std::vector<PositionLogprobs> logprobs;
+  // Set on the first delta when the request asked for prompt_logprobs: one entry per prompt
+  // token, the first with no_logprob.
+  std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
   // The data-parallel engine (rank) serving the request.
   int32_t engine_index = 0;
 

@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
+#include "core/dp_coordinator.h"
 #include "core/engine_core_proc.h"
 #include "core/engine_handshake.h"
 #include "frontend/api_server.h"
@@ -101,8 +102,23 @@ absl::StatusOr<std::unique_ptr<EngineCoreClient>> EngineCoreClient::Create(
     // show that their PUSH sockets are connected.
     VLLM_ASSIGN_OR_RETURN(c->output_accepts_, ipc::AcceptCounter::Start(*c->output_));
   }
+  if (!options.coordinator_publish.empty()) {
+    try {
+      c->coordinator_.emplace(ipc::ZmqContext(), zmq::socket_type::sub);
+      c->coordinator_->set(zmq::sockopt::linger, 0);
+      if (options.curve.has_value()) {
+        VLLM_RETURN_IF_ERROR(ipc::MakeCurveClient(*c->coordinator_, *options.curve));
+      }
+      c->coordinator_->set(zmq::sockopt::subscribe, "");
+      c->coordinator_->connect(options.coordinator_publish);
+    } catch (const zmq::error_t& e) {
+      return absl::InvalidArgumentError(absl::StrCat("the DP coordinator's publications at '",
+                                                     options.coordinator_publish, "': ", e.what()));
+    }
+  }
   {
     absl::MutexLock lock(&c->lb_mu_);
+    c->figures_time_.assign(num_engines, 0.0);
     c->lb_.emplace(num_engines, std::max(1, options.client_count),
                    std::clamp(options.client_index, 0, std::max(1, options.client_count) - 1));
     if (tcp) {
@@ -160,8 +176,7 @@ absl::Status EngineCoreClient::WaitForEngines(absl::Time deadline,
       std::vector<zmq::message_t> reply;
       reply.push_back(zmq::message_t(parts[0].data(), parts[0].size()));
       reply.push_back(Msg("CONFIG"));
-      reply.push_back(
-          Msg(core::EncodeAddresses({input_address_, output_address_, peer_handshake_addresses_})));
+      reply.push_back(Msg(ConfigFrame()));
       VLLM_RETURN_IF_ERROR(
           ipc::SendMultipart(*handshake_, reply, MonoDeadline(deadline), kSlice, check, "CONFIG"));
     } else if (kind == "READY") {
@@ -281,6 +296,17 @@ void EngineCoreClient::ReceiveLoop() {
   int64_t next_housekeeping_ns = 0, next_heartbeat_ns = 0;
   while (!stop_.load()) {
     if (!tcp()) {
+      if (coordinator_.has_value()) {
+        zmq::pollitem_t items[2] = {{output_->handle(), 0, ZMQ_POLLIN, 0},
+                                    {coordinator_->handle(), 0, ZMQ_POLLIN, 0}};
+        try {
+          zmq::poll(items, 2, std::chrono::milliseconds(50));
+        } catch (const zmq::error_t& e) {
+          if (e.num() != EINTR) spdlog::error("engine client poll: {}", e.what());
+        }
+        if (items[1].revents & ZMQ_POLLIN) ReceivePublications();
+        if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
+      }
       absl::Status s = ipc::RecvMultipart(*output_, parts, 2, ipc::MonoNowNs() + 50'000'000, kSlice,
                                           nullptr, "engine outputs");
       if (absl::IsDeadlineExceeded(s)) continue;
@@ -291,13 +317,16 @@ void EngineCoreClient::ReceiveLoop() {
       HandleOutputFrame(parts);
       continue;
     }
-    zmq::pollitem_t items[2] = {{output_->handle(), 0, ZMQ_POLLIN, 0},
-                                {handshake_->handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[3] = {
+        {output_->handle(), 0, ZMQ_POLLIN, 0},
+        {handshake_->handle(), 0, ZMQ_POLLIN, 0},
+        {coordinator_.has_value() ? coordinator_->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(20));
+      zmq::poll(items, coordinator_.has_value() ? 3 : 2, std::chrono::milliseconds(20));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) spdlog::error("engine client poll: {}", e.what());
     }
+    if (items[2].revents & ZMQ_POLLIN) ReceivePublications();
     if (items[1].revents & ZMQ_POLLIN) {
       absl::Status s = ipc::RecvMultipart(*handshake_, parts, 3, ipc::MonoNowNs(), kSlice, nullptr,
                                           "engine handshake");
@@ -332,6 +361,47 @@ void EngineCoreClient::ReceiveLoop() {
   }
 }
 
+std::string EngineCoreClient::ConfigFrame() const {
+  core::EngineAddresses a;
+  a.input = input_address_;
+  a.output = output_address_;
+  a.peers = peer_handshake_addresses_;
+  a.coordinator_stats = options_.coordinator_stats;
+  a.coordinator_waves = options_.coordinator_waves;
+  return core::EncodeAddresses(a);
+}
+
+void EngineCoreClient::ReceivePublications() {
+  // Only the newest counts; a bounded number per call so outputs are not starved.
+  std::optional<core::LoadPublication> newest;
+  for (int i = 0; i < 64; ++i) {
+    zmq::message_t msg;
+    zmq::recv_result_t got;
+    try {
+      got = coordinator_->recv(msg, zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t&) {
+      break;
+    }
+    if (!got) break;
+    absl::StatusOr<core::LoadPublication> p = core::DecodeLoadPublication(msg.to_string_view());
+    if (!p.ok() || msg.more() || p->engines.size() != static_cast<size_t>(num_engines_)) {
+      spdlog::warn("DP coordinator: dropped a publication: {}",
+                   p.ok() ? std::string("wrong shape") : p.status().ToString());
+      continue;
+    }
+    newest = std::move(*p);
+  }
+  if (!newest.has_value()) return;
+  absl::MutexLock lock(&lb_mu_);
+  for (int32_t e = 0; e < num_engines_; ++e) {
+    const core::PublishedEngineLoad& load = newest->engines[e];
+    // Newer than what the engine sent this API server itself (the engine's clock on both).
+    if (!load.reported || load.timestamp <= figures_time_[e]) continue;
+    figures_time_[e] = load.timestamp;
+    lb_->Update(e, EngineLoad{load.waiting, load.running, load.kv_cache_usage});
+  }
+}
+
 void EngineCoreClient::HandleOutputFrame(std::vector<zmq::message_t>& parts) {
   if (parts.size() != 2 || parts[0].size() != 1) {
     // Not one of ours (a frame of the wrong shape cannot be attributed to a request).
@@ -357,7 +427,11 @@ void EngineCoreClient::HandleOutputFrame(std::vector<zmq::message_t>& parts) {
             outstanding_.erase(it);
           }
         }
-        if (outs->scheduler_stats.has_value()) {
+        // The engine's own figures (every API server gets them when they change); the
+        // coordinator's publication replaces them only when it carries newer ones.
+        if (outs->scheduler_stats.has_value() &&
+            outs->timestamp >= figures_time_[outs->engine_index]) {
+          figures_time_[outs->engine_index] = outs->timestamp;
           const core::SchedulerStats& st = *outs->scheduler_stats;
           lb_->Update(outs->engine_index,
                       EngineLoad{st.num_waiting_reqs, st.num_running_reqs, st.kv_cache_usage});
@@ -489,9 +563,7 @@ void EngineCoreClient::HandleHandshakeFrame(std::vector<zmq::message_t>& parts) 
                  absl::UnavailableError(absl::StrCat(
                      "engine ", index, " was replaced by a new engine process of node ", node)));
     }
-    SendHandshake(
-        parts[0], "CONFIG",
-        core::EncodeAddresses({input_address_, output_address_, peer_handshake_addresses_}));
+    SendHandshake(parts[0], "CONFIG", ConfigFrame());
     return;
   }
   // READY / FAILED come from a joining engine's handshake connection.

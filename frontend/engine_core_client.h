@@ -5,8 +5,12 @@
 // internal thread. The wire format is documented in core/engine_core_proc.h.
 //
 // Data parallelism (vLLM's DPLBAsyncMPClient): with several engines, PickEngine() chooses the
-// engine for each new request (DpLoadBalancer, fed by the scheduler figures every engine
-// sends with its outputs); aborts and utility calls name the engine.
+// engine for each new request (DpLoadBalancer). Its figures come from two places, the newer
+// (by the engine's own clock) winning per engine: the DP coordinator's publications (vLLM's
+// source; core/dp_coordinator.h, a SUB socket polled by the receive thread) and the
+// scheduler figures every engine sends with its outputs (and alone when they change) — see
+// docs/DECISIONS.md. Aborts and utility calls name the engine. The coordinator's report and
+// wave addresses go to every engine in CONFIG.
 //
 // Failure is per engine: when an engine reports EXECUTOR_FAILED ('F'), or its supervisor
 // calls MarkEngineDead() (the process died), calls to that engine fail with an error naming
@@ -69,6 +73,13 @@ struct EngineCoreClientOptions {
   // TCP only: an engine from which nothing (outputs, heartbeats: one a second) arrived for
   // this long is dead — its node or process is gone.
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // The DP coordinator (empty: none): the balancer subscribes to `coordinator_publish` and
+  // takes an engine's figures from it when they are newer than the engine's own outputs';
+  // CONFIG tells each engine `coordinator_stats`
+  // (its reports) and `coordinator_waves` (lockstep; empty: off). CURVE as above over TCP.
+  std::string coordinator_publish;
+  std::string coordinator_stats;
+  std::string coordinator_waves;
 };
 
 class EngineCoreClient {
@@ -164,6 +175,10 @@ class EngineCoreClient {
   void UpdateEngineStates();
   // TCP: one heartbeat to every live engine (they take a silent head as gone).
   void SendHeartbeats();
+  // The coordinator's publications waiting on its SUB socket: the newest feeds the balancer.
+  void ReceivePublications();
+  // CONFIG for a joining engine.
+  std::string ConfigFrame() const;
   void SendHandshake(const zmq::message_t& peer, std::string_view kind, std::string payload);
   void ReceiveUtilityReply(const zmq::message_t& payload);
   // Marks the engine dead with exactly `status` (first report wins).
@@ -186,6 +201,7 @@ class EngineCoreClient {
   std::optional<zmq::socket_t> handshake_;
   std::optional<zmq::socket_t> input_;   // guarded by send_mu_ after the handshake
   std::optional<zmq::socket_t> output_;  // receive thread only
+  std::optional<zmq::socket_t> coordinator_;  // SUB to the DP coordinator; receive thread only
   // Counts the engines' output connections until all are in (WaitForEngines).
   std::unique_ptr<ipc::AcceptCounter> output_accepts_;
   std::thread receiver_;
@@ -198,6 +214,9 @@ class EngineCoreClient {
   std::optional<DpLoadBalancer> lb_ ABSL_GUARDED_BY(lb_mu_);
   // Every request sent and not finished or aborted yet → its engine (the balancer's counts).
   absl::flat_hash_map<std::string, int32_t> outstanding_ ABSL_GUARDED_BY(lb_mu_);
+  // The engine's time (EngineCoreOutputs::timestamp) of the figures the balancer holds for
+  // each engine, from its outputs or the coordinator's publication, whichever is newer.
+  std::vector<double> figures_time_ ABSL_GUARDED_BY(lb_mu_);
 
   mutable absl::Mutex mu_;
   std::deque<ReceivedOutputs> outputs_ ABSL_GUARDED_BY(mu_);

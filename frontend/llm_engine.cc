@@ -81,6 +81,7 @@ absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
     r.output_token_ids.insert(r.output_token_ids.end(), o.new_token_ids.begin(),
                               o.new_token_ids.end());
     for (core::TokenLogprobs& lp : o.logprobs) r.logprobs.push_back(std::move(lp));
+    if (!o.prompt_logprobs.empty()) r.prompt_logprobs = std::move(o.prompt_logprobs);
     r.num_cached_tokens = o.num_cached_tokens;
     r.finish_reason = o.finish_reason;
     r.stop_reason = o.stop_reason;

@@ -30,6 +30,8 @@ struct RequestOutput {
   std::vector<int32_t> prompt_token_ids;
   std::vector<int32_t> output_token_ids;
   std::vector<core::TokenLogprobs> logprobs;
+  // prompt_logprobs: positions 1 .. P-1 (position 0 has none), from the first output on.
+  std::vector<core::TokenLogprobs> prompt_logprobs;
   std::optional<core::FinishReason> finish_reason;
   std::optional<int32_t> stop_reason;
   int32_t num_cached_tokens = 0;

@@ -194,12 +194,16 @@ absl::Status ParseCommon(const json& body, GenerationOptions* options) {
   VLLM_ASSIGN_OR_RETURN(options->user, GetString(body, "user"));
   VLLM_RETURN_IF_ERROR(
       Assign(GetBool(body, "return_tokens_as_token_ids"), &options->return_tokens_as_token_ids));
-  if (const json* v = Find(body, "prompt_logprobs"); v != nullptr) {
-    // vLLM returns the log-softmax of every prompt position; our engine computes logits for
-    // the last scheduled position of each request only.
-    return InvalidParam("prompt_logprobs",
-                        "prompt_logprobs is not supported by this server: the engine computes "
-                        "no logits for prompt positions");
+  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> prompt_logprobs,
+                        GetInt(body, "prompt_logprobs", kInt32Min, kInt32Max));
+  if (prompt_logprobs.has_value()) {
+    // vLLM's check_logprobs: only prompt_logprobs = 0 may stream (the range is checked by
+    // ValidateSamplingParams later).
+    if (options->stream && (*prompt_logprobs > 0 || *prompt_logprobs == -1)) {
+      return InvalidParam("prompt_logprobs",
+                          "`prompt_logprobs` are not available when `stream=True`.");
+    }
+    p.prompt_logprobs = static_cast<int32_t>(*prompt_logprobs);
   }
   return absl::OkStatus();
 }
@@ -391,11 +395,42 @@ json ChatLogprobs(const std::vector<PositionLogprobs>& positions) {
   return json{{"content", std::move(content)}};
 }
 
+// vLLM's clamp_prompt_logprobs: -inf becomes -9999.0 (JSON has no infinity).
+double ClampLogprob(float logprob) { return std::isinf(logprob) ? -9999.0 : logprob; }
+
+// vLLM's prompt_logprobs list: null for the first position, then {"<token id>": {"logprob",
+// "rank", "decoded_token"}} holding the prompt token and its top alternatives.
+json PromptLogprobsJson(const std::vector<PositionLogprobs>& positions) {
+  json out = json::array();
+  for (const PositionLogprobs& pos : positions) {
+    if (pos.no_logprob) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    auto add = [&entry](const TokenLogprob& t) {
+      entry[std::to_string(t.token_id)] =
+          json{{"logprob", ClampLogprob(t.logprob)}, {"rank", t.rank}, {"decoded_token", t.token}};
+    };
+    add(pos.sampled);
+    for (const TokenLogprob& t : pos.top) add(t);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json CompletionLogprobs(const std::vector<PositionLogprobs>& positions, size_t offset) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
        offsets = json::array();
   for (const PositionLogprobs& pos : positions) {
     tokens.push_back(pos.sampled.token);
+    if (pos.no_logprob) {  // echo: the prompt's first token
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      offsets.push_back(offset);
+      offset += pos.sampled.token.size();
+      continue;
+    }
     token_logprobs.push_back(pos.sampled.logprob);
     json alternatives = json::object();
     for (const TokenLogprob& t : pos.top) alternatives[t.token] = t.logprob;
@@ -528,17 +563,15 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body,
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> logprobs,
                         GetInt(body, "logprobs", kInt32Min, kInt32Max));
   if (logprobs.has_value()) options.params.logprobs = static_cast<int32_t>(*logprobs);
+  VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "echo"), &request.echo));
+  // vLLM answers echo with logprobs with the prompt tokens' logprobs too: prompt_logprobs
+  // defaults to logprobs then.
+  if (request.echo && options.params.logprobs.has_value() &&
+      !options.params.prompt_logprobs.has_value()) {
+    options.params.prompt_logprobs = options.params.logprobs;
+  }
   VLLM_RETURN_IF_ERROR(ValidateParams(options.params, {}));
   VLLM_RETURN_IF_ERROR(CheckChoiceCount(request.prompts.size(), options.n));
-  VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "echo"), &request.echo));
-  if (request.echo && options.params.logprobs.has_value()) {
-    // vLLM answers echo with logprobs with the prompt tokens' logprobs too (prompt_logprobs
-    // = logprobs), which this engine does not compute.
-    return InvalidParam("echo",
-                        "echo with logprobs is not supported by this server: it needs the "
-                        "prompt tokens' logprobs (prompt_logprobs), which the engine does not "
-                        "compute");
-  }
   return request;
 }
 
@@ -638,6 +671,10 @@ json BuildChatCompletionResponse(const ResponseMeta& meta, const std::vector<Cho
                         {"stop_reason", StopReasonJson(c)}});
   }
   out["choices"] = std::move(list);
+  // vLLM returns the (single) prompt's logprobs at the top level of a chat response.
+  if (!choices.empty() && choices.front().prompt_logprobs.has_value()) {
+    out["prompt_logprobs"] = PromptLogprobsJson(*choices.front().prompt_logprobs);
+  }
   out["usage"] = UsageJson(usage);
   return out;
 }
@@ -651,6 +688,9 @@ json BuildCompletionChunk(const ResponseMeta& meta, const Choice& c) {
              c.logprobs.has_value() ? CompletionLogprobs(*c.logprobs, c.text_offset) : json()},
             {"finish_reason", FinishReasonJson(c)},
             {"stop_reason", StopReasonJson(c)}}});
+  if (c.prompt_logprobs.has_value()) {
+    out["choices"][0]["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
+  }
   return out;
 }
 
@@ -665,6 +705,8 @@ json BuildChatChunk(const ResponseMeta& meta, const Choice& c, bool first) {
               {"finish_reason", FinishReasonJson(c)}};
   if (c.finish_reason.has_value()) choice["stop_reason"] = StopReasonJson(c);
   out["choices"] = json::array({std::move(choice)});
+  if (c.prompt_logprobs.has_value())
+    out["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
   return out;
 }
 

@@ -79,9 +79,11 @@ struct Prompt {
   std::vector<int32_t> token_ids;
 };
 
-// A parsed POST /v1/completions body. `best_of` > 1, `suffix` and `prompt_logprobs` are
-// rejected (400): the server does not implement them; so is `echo` with `logprobs` (vLLM
-// then returns the prompt tokens' logprobs, which need prompt logprobs).
+// A parsed POST /v1/completions body. `best_of` > 1 and `suffix` are rejected (400): the
+// server does not implement them. `prompt_logprobs` (both endpoints) is
+// options.params.prompt_logprobs, refused with stream unless 0 (as vLLM); `echo` with
+// `logprobs` sets it to `logprobs` when unset (vLLM then returns the prompt tokens' logprobs
+// first in the choice's logprobs).
 struct CompletionRequest {
   std::string model;
   std::vector<Prompt> prompts;  // 1..kMaxPrompts
@@ -157,6 +159,10 @@ struct Choice {
   std::optional<std::vector<PositionLogprobs>> logprobs;
   // Length of the choice's text before `text` (for completion logprobs' text_offset).
   size_t text_offset = 0;
+  // vLLM's prompt_logprobs (one entry per prompt token, the first no_logprob): in the choice
+  // of a completion, at the top level of a chat response (its first choice's); in a stream,
+  // in the choice's first chunk.
+  std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
 };
 
 // Identity of one response, shared by all its chunks.

@@ -4,7 +4,7 @@
 //   vllm-launch router [flags]            the router in front of several servers
 //                                         (frontend/router/router_main.h)
 //   vllm-launch make-cluster-key FILE    writes a new cluster key for --cluster-key-file
-//   vllm-launch engine-core / worker-proc / api-server
+//   vllm-launch engine-core / worker-proc / api-server / dp-coordinator
 //                                         internal: started by the server / the executor
 #include <cstdio>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include "bench/serve/bench_serve.h"
 #include "frontend/router/router_main.h"
 #include "ipc/curve.h"
+#include "launcher/dp_coordinator_main.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_main.h"
 #include "worker/worker_proc.h"
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kEngineCoreSubcommand) == 0) {
     return vllm::launcher::RunEngineCore(std::vector<std::string>(argv + 2, argv + argc));
+  }
+  if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kDpCoordinatorSubcommand) == 0) {
+    return vllm::launcher::RunDpCoordinator(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (argc >= 2 && std::strcmp(argv[1], vllm::launcher::kApiServerSubcommand) == 0) {
     return vllm::launcher::RunApiServer(std::vector<std::string>(argv + 2, argv + argc));

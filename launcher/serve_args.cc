@@ -203,6 +203,13 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                "requests. Needs TCP between the engines and the head (--data-parallel-address). "
                "Not in vLLM.")
       ->group("ParallelConfig");
+  app.add_flag("--data-parallel-lockstep", a.data_parallel_lockstep,
+               "Request waves across the data-parallel engines: while any engine has work, the "
+               "idle ones run dummy forward steps, so collectives across DP ranks (MoE expert "
+               "parallelism) stay in step. vLLM does this for MoE models with DP > 1; here it "
+               "is a flag, off by default. Give it on the head; needs --data-parallel-size > 1 "
+               "with internal load balancing. Not in vLLM.")
+      ->group("ParallelConfig");
   std::string cluster_key_file;
   app.add_option("--cluster-key-file", cluster_key_file,
                  "A CURVE key file (mode 0600) every node of the cluster has: the data-parallel "
@@ -436,6 +443,17 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                          ": only used when the engines reach the head over TCP (replicas on other "
                          "nodes, or --data-parallel-address given, e.g. 127.0.0.1 on one node)"));
       }
+    }
+  }
+  if (a.data_parallel_lockstep) {
+    if (a.data_parallel_size < 2 || local_lb) {
+      return absl::InvalidArgumentError(
+          "--data-parallel-lockstep: needs --data-parallel-size > 1 with one head balancing "
+          "every replica (not hybrid or external load balancing)");
+    }
+    if (a.headless) {
+      return absl::InvalidArgumentError(
+          "--data-parallel-lockstep: give it on the head (its CONFIG tells every engine)");
     }
   }
   a.api_server_count = api_server_count;

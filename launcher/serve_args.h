@@ -61,6 +61,10 @@ struct ServeArgs {
   std::string cluster_key_file;  // --cluster-key-file (checked readable at parse time)
   // A local engine core that dies is started again (it joins the head again; TCP only).
   bool restart_dead_engines = false;
+  // --data-parallel-lockstep: request waves; an engine with no work runs dummy steps while
+  // another has work (vLLM does this for MoE models with DP > 1; here a flag, off by
+  // default). Needs -dp > 1 with internal load balancing; given on the head only.
+  bool data_parallel_lockstep = false;
   // --api-server-count: API server processes sharing --port (SO_REUSEPORT), each with its
   // own client of every engine. Over TCP, API server i takes the handshake port -dpp + i.
   int32_t api_server_count = 1;

@@ -36,6 +36,7 @@
 #include "frontend/engine_core_client.h"
 #include "ipc/curve.h"
 #include "ipc/signal_watcher.h"
+#include "launcher/dp_coordinator_main.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_args.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -179,6 +180,32 @@ void RaiseOpenFileLimit() {
     spdlog::warn("could not raise the open-file limit from {} to {}: {}", limit.rlim_cur,
                  raised.rlim_cur, strerror(errno));
   }
+}
+
+// The head of -dp > 1 with internal load balancing runs a DP coordinator (vLLM:
+// launch_core_engines starts one whenever the API servers balance over several engines).
+bool NeedsCoordinator(const ServeArgs& args) {
+  return !args.headless && args.config.parallel.data_parallel_size > 1 &&
+         args.dp_load_balancing == DpLoadBalancing::kInternal;
+}
+
+absl::StatusOr<std::unique_ptr<DpCoordinatorProcess>> StartCoordinator(const ServeArgs& args,
+                                                                       int32_t api_servers) {
+  DpCoordinatorProcessOptions o;
+  o.num_engines = args.config.parallel.data_parallel_size;
+  o.api_servers = api_servers;
+  o.waves = args.data_parallel_lockstep;
+  if (args.multi_node) {
+    // Engines of other nodes report to it: the head's address, free ports (told in CONFIG).
+    VLLM_ASSIGN_OR_RETURN(o.tcp_host,
+                          frontend::ResolveListenAddress(args.config.parallel.data_parallel_address));
+    o.cluster_key_file = args.cluster_key_file;
+  }
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<DpCoordinatorProcess> c, DpCoordinatorProcess::Start(o));
+  spdlog::info("started the DP coordinator (pid {}): reports at {}, publications at {}{}", c->pid(),
+               c->addresses().stats, c->addresses().publish,
+               o.waves ? absl::StrCat(", waves at ", c->addresses().waves) : "");
+  return c;
 }
 
 // Starts the engine core of data-parallel rank `rank` of this node (again).
@@ -338,6 +365,7 @@ struct ApiServerRole {
   int32_t index = 0;
   int32_t count = 1;
   int control_fd = -1;  // >= 0: an API server process started by the launcher
+  DpCoordinatorAddresses coordinator;  // the launcher's coordinator (publish empty: none)
 };
 
 // Writes one line (newlines in `text` become spaces); false when the peer is gone.
@@ -433,6 +461,16 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
           parallel.data_parallel_address);
     }
   }
+  // The DP coordinator: this process's own (one API server), or the launcher's.
+  std::unique_ptr<DpCoordinatorProcess> coordinator;
+  DpCoordinatorAddresses coordinator_addresses = role.coordinator;
+  if (!launched && NeedsCoordinator(args)) {
+    VLLM_ASSIGN_OR_RETURN(coordinator, StartCoordinator(args, 1));
+    coordinator_addresses = coordinator->addresses();
+  }
+  client_options.coordinator_publish = coordinator_addresses.publish;
+  client_options.coordinator_stats = coordinator_addresses.stats;
+  client_options.coordinator_waves = coordinator_addresses.waves;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::EngineCoreClient> client,
                         frontend::EngineCoreClient::Create(client_options));
   std::vector<std::unique_ptr<EngineProcess>> engines;
@@ -504,6 +542,9 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
                                    for (auto& e : engines) {
                                      VLLM_RETURN_IF_ERROR(e->Check());
                                    }
+                                   if (coordinator != nullptr) {
+                                     VLLM_RETURN_IF_ERROR(coordinator->Check());
+                                   }
                                    return absl::OkStatus();
                                  });
       !started.ok()) {
@@ -523,6 +564,8 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
   config.vocab_size = model_config.vocab_size;
   config.eos_token_ids = model_config.eos_token_ids;
   config.first_engine_rank = first_rank;
+  // The CUDA backend computes logits for sampled positions only (worker/model_backend.h).
+  config.supports_prompt_logprobs = args.config.device.device == config::Device::kCpu;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::AsyncLLM> llm,
                         frontend::AsyncLLM::Create(std::move(client), std::move(tokenizer),
                                                    std::move(chat_template), config));
@@ -566,6 +609,25 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
       }
     }
   });
+  // The coordinator's death stops the server with an error naming it, as vLLM's does (no
+  // balancing figures, no waves: the head cannot serve as configured).
+  absl::Status coordinator_failure;  // written by the watcher, read after it is joined
+  std::thread coordinator_watch;
+  if (coordinator != nullptr) {
+    coordinator_watch = std::thread([&] {
+      pollfd fds[2] = {{coordinator->exit_fd(), POLLIN, 0}, {stop_pipe[0], POLLIN, 0}};
+      while (poll(fds, 2, -1) < 0 && errno == EINTR) {
+      }
+      if (fds[0].revents == 0) return;
+      coordinator_failure = coordinator->Check();
+      if (coordinator_failure.ok()) {
+        coordinator_failure = absl::UnavailableError("the DP coordinator ended");
+      }
+      spdlog::error("{}: stopping the server", coordinator_failure.ToString());
+      immediate.store(true);
+      if (!stop.HasBeenNotified()) stop.Notify();
+    });
+  }
   stop.WaitForNotification();
   if (!immediate.load() && args.shutdown_timeout_s > 0) {
     server->Drain();
@@ -580,14 +642,16 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
     }
   }
   server->Stop();
-  (void)!write(stop_pipe[1], "x", 1);  // ends the monitor's wait
+  (void)!write(stop_pipe[1], "x", 1);  // ends the monitor's (and the coordinator watch's) wait
   monitor.join();
+  if (coordinator_watch.joinable()) coordinator_watch.join();
   StopEngines(engines);
+  coordinator.reset();
   server.reset();
   llm.reset();
   close(stop_pipe[0]);
   close(stop_pipe[1]);
-  return absl::OkStatus();
+  return coordinator_failure;
 }
 
 // --api-server-count N (N > 1): this process starts the API servers, then the engine cores
@@ -663,6 +727,11 @@ absl::Status ServeApiServers(const ServeArgs& args) {
     bool ready = false, exited = false;
     absl::Status exit;
   };
+  // The DP coordinator first: every API server subscribes to it.
+  std::unique_ptr<DpCoordinatorProcess> coordinator;
+  if (NeedsCoordinator(args)) {
+    VLLM_ASSIGN_OR_RETURN(coordinator, StartCoordinator(args, args.api_server_count));
+  }
   std::vector<ApiProcess> servers(args.api_server_count);
   std::vector<std::unique_ptr<EngineProcess>> engines;
   absl::Mutex control_mu;  // the control sockets' writers: the engine monitor and this thread
@@ -716,8 +785,13 @@ absl::Status ServeApiServers(const ServeArgs& args) {
                                      "--api-server-index",
                                      absl::StrCat(i),
                                      "--parent-pid",
-                                     absl::StrCat(getpid()),
-                                     "--"};
+                                     absl::StrCat(getpid())};
+    if (coordinator != nullptr) {
+      const DpCoordinatorAddresses& a = coordinator->addresses();
+      argv.insert(argv.end(), {"--coordinator-publish", a.publish, "--coordinator-stats",
+                               a.stats, "--coordinator-waves", a.waves});
+    }
+    argv.push_back("--");
     // The serve flags, with --port the one port every API server takes.
     for (size_t j = 0; j < args.argv.size(); ++j) {
       if (args.argv[j] == "--port") {
@@ -751,6 +825,7 @@ absl::Status ServeApiServers(const ServeArgs& args) {
       for (ApiProcess& p : servers) fds.push_back({p.control_fd, POLLIN, 0});
       for (ApiProcess& p : servers) fds.push_back({p.exit_fd, POLLIN, 0});
       for (auto& e : engines) fds.push_back({e->exit_fd(), POLLIN, 0});
+      if (coordinator != nullptr) fds.push_back({coordinator->exit_fd(), POLLIN, 0});
       fds.push_back({stop_pipe[0], POLLIN, 0});
       const int64_t ms =
           std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0, 1000);
@@ -762,6 +837,7 @@ absl::Status ServeApiServers(const ServeArgs& args) {
       }
       if (fds.back().revents != 0) return absl::CancelledError("interrupted during start-up");
       for (auto& e : engines) VLLM_RETURN_IF_ERROR(e->Check());
+      if (coordinator != nullptr) VLLM_RETURN_IF_ERROR(coordinator->Check());
       for (int32_t i = 0; i < args.api_server_count; ++i) {
         ApiProcess& p = servers[i];
         if (fds[i].revents == 0) continue;
@@ -838,15 +914,22 @@ absl::Status ServeApiServers(const ServeArgs& args) {
     close(monitor_stop[1]);
   };
 
-  // Until a signal or an API server's end.
+  // Until a signal, an API server's end or the coordinator's (vLLM stops everything then too).
   absl::Status result;
   while (true) {
     std::vector<pollfd> fds;
     for (ApiProcess& p : servers) fds.push_back({p.exit_fd, POLLIN, 0});
+    fds.push_back({coordinator != nullptr ? coordinator->exit_fd() : -1, POLLIN, 0});
     fds.push_back({stop_pipe[0], POLLIN, 0});
     while (poll(fds.data(), fds.size(), -1) < 0 && errno == EINTR) {
     }
     if (fds.back().revents != 0) break;
+    if (fds[fds.size() - 2].revents != 0) {
+      result = coordinator->Check();
+      if (result.ok()) result = absl::UnavailableError("the DP coordinator ended");
+      spdlog::error("{}: stopping the API servers and the engines", result.ToString());
+      break;
+    }
     bool ended = false;
     for (int32_t i = 0; i < args.api_server_count; ++i) {
       if (fds[i].revents != 0 && check_exit(servers[i], i)) {
@@ -891,13 +974,18 @@ int RunServe(const std::vector<std::string>& argv) {
 }
 
 int RunApiServer(const std::vector<std::string>& argv) {
-  // argv: --api-server-index I --parent-pid P -- <serve flags>
+  // argv: --api-server-index I --parent-pid P [--coordinator-publish A --coordinator-stats B
+  //       --coordinator-waves C] -- <serve flags>
   int32_t index = -1;
   int64_t parent = 0;
+  DpCoordinatorAddresses coordinator;
   size_t i = 0;
   for (; i + 1 < argv.size() && argv[i] != "--"; i += 2) {
     if (argv[i] == "--api-server-index") (void)absl::SimpleAtoi(argv[i + 1], &index);
     if (argv[i] == "--parent-pid") (void)absl::SimpleAtoi(argv[i + 1], &parent);
+    if (argv[i] == "--coordinator-publish") coordinator.publish = argv[i + 1];
+    if (argv[i] == "--coordinator-stats") coordinator.stats = argv[i + 1];
+    if (argv[i] == "--coordinator-waves") coordinator.waves = argv[i + 1];
   }
   if (index < 0 || parent <= 0 || i >= argv.size() || argv[i] != "--") {
     std::fprintf(stderr, "vllm-launch %s: internal: started by vllm-launch --api-server-count N\n",
@@ -920,6 +1008,7 @@ int RunApiServer(const std::vector<std::string>& argv) {
   role.index = index;
   role.count = parsed->args->api_server_count;
   role.control_fd = config::kConfigFd;
+  role.coordinator = coordinator;
   if (absl::Status s = Serve(*parsed->args, role); !s.ok()) {
     std::fprintf(stderr, "vllm-launch api-server %d: error: %s\n", index, s.ToString().c_str());
     return 1;

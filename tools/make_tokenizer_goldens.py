@@ -22,10 +22,14 @@ Writes under tests/fixtures/tokenizer/:
                 split false), the same decoder;
   metaspace_split_sp/ pre_tokenizer Metaspace(prepend_scheme "always", split true), decoder
                 Sequence[ByteFallback, Metaspace, Fuse], TemplateProcessing "<s> $A </s>";
+  qwen2_nfc_bpe/, qwen2_nfkc_bpe/ qwen2_bpe with the NFC normalizer of Qwen2's real
+                tokenizer.json, and with Sequence[NFKC]; their corpus adds texts whose
+                normalization forms differ;
 each with tokenizer.json, tokenizer_config.json and golden.json:
   {"encode": [{"text", "ids", "ids_with_special"[, "decoded"]}], "decode": [{"ids", "text",
    "text_skip_special"}]} ("decoded": HF's decode of "ids" where it is not "text").
-And tests/fixtures/tokenizer/chat_templates.json: the Llama-3, Qwen2, Qwen2.5 and Mistral
+And tests/fixtures/tokenizer/chat_templates.json: the Llama-3, Qwen2, Qwen2.5, Mistral, Gemma-2,
+Gemma-3 and Phi-3
 chat templates as published in their tokenizer_config.json files, rendered with jinja2 the
 way transformers does (trim_blocks, lstrip_blocks, raise_exception) on several
 conversations. Everything is seeded/deterministic.
@@ -39,7 +43,8 @@ import random
 import jinja2
 import tokenizers
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors,
+                        trainers)
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -83,6 +88,21 @@ ADVERSARIAL = [
     "antidisestablishmentarianism" * 20,
     "In the beginning God created the heaven and the earth. " * 5,
     "\u0085next-line\u2028line-sep\u2029para-sep",
+]
+
+
+# Text whose normalization forms differ: decomposed and precomposed accents, singletons
+# (Ångström, Ohm), compatibility characters (ligatures, full-width, circled, superscripts,
+# fractions, squared CJK, Roman numerals), Hangul syllables and jamo, reordered marks.
+UNICODE_NORMALIZATION = [
+    "cafe\u0301 vs caf\u00e9, A\u030a vs \u00c5 vs \u212b, \u2126 ohm, \u1e9b\u0323 long s",
+    "o\u0308\u0301 u\u0308\u0300 a\u0323\u0302 vs a\u0302\u0323 q\u0307\u0323",
+    "\ufb01nance \ufb02ow \ufb00 \ufb03 \ufb04 \u017f",
+    "\uff26\uff55\uff4c\uff4c\uff57\uff49\uff44\uff54\uff48 \uff11\uff12\uff13 \uff01\uff1f \uff76\uff80\uff76\uff85",
+    "\u2460\u2461\u2462 x\u00b2 y\u2083 \u00bd \u2153 \u2167 \u216b \u337f \u3392 \u2122 \u2026",
+    "\ud55c\uad6d\uc5b4 \u1112\u1161\u11ab\u1100\u116e\u11a8 \u3131\u314f",
+    "\u0958 \u0915\u093c \u09dc \u0a33 \u0f43 \u2adc \U0001d400\U0001d401 \U0001f1fa\U0001f1f8",
+    "\u00a0nbsp \u2002en \u3000ideo \u00b5 \u03bc \u0385 \u1fee \u1e9e",
 ]
 
 
@@ -256,9 +276,22 @@ def record(tok, name, out_dir, config, decodes, extra_texts=()):
     print(f"wrote {d}: vocab {n}, {len(g['encode'])} encodes, {len(g['decode'])} decodes")
 
 
+def record_unicode(qwen, out_dir):
+    """qwen2_bpe with the normalizer Qwen2's real tokenizer.json has (NFC), and with NFKC."""
+    for name, normalizer in (("qwen2_nfc_bpe", normalizers.NFC()),
+                             ("qwen2_nfkc_bpe", normalizers.Sequence([normalizers.NFKC()]))):
+        tok = Tokenizer.from_str(qwen.to_str())
+        tok.normalizer = normalizer
+        record(tok, name, out_dir,
+               {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                "tokenizer_class": "Qwen2Tokenizer"},
+               [[0, 1, 2, 3]], extra_texts=UNICODE_NORMALIZATION)
+
+
 def build_tokenizers(text, out_dir, only):
     record_sentencepiece(text, out_dir, only)
-    if only and not only & {"llama3_bpe", "qwen2_bpe", "fallback_bpe"}:
+    if only and not only & {"llama3_bpe", "qwen2_bpe", "fallback_bpe", "qwen2_nfc_bpe",
+                            "qwen2_nfkc_bpe"}:
         return
     llama = train(text, LLAMA3_PATTERN, LLAMA3_SPECIAL, 2000, ignore_merges=True)
     llama.post_processor = processors.Sequence([
@@ -277,6 +310,7 @@ def build_tokenizers(text, out_dir, only):
            {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
             "tokenizer_class": "Qwen2Tokenizer", "chat_template": TEMPLATES["qwen2_5"]},
            [[0, 1, 2, 3]])
+    record_unicode(qwen, out_dir)
     fb = train_fallback(text)
     record(fb, "fallback_bpe", out_dir,
            {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
@@ -384,6 +418,67 @@ TEMPLATES = {
 {%- endfor %}
 """,
     # Exercises the rest of the documented subset (namespace, loop.*, filters, tests).
+    # google/gemma-2-2b-it (the same as gemma-2b-it / gemma-1.1).
+    "gemma2": (
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% for message in messages %}"
+        "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+        "{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+        "{% else %}{% set role = message['role'] %}{% endif %}"
+        "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}"),
+    # google/gemma-3-*-it: the system message is folded into the first user turn.
+    "gemma3": """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+""",
+    # microsoft/Phi-3-mini-4k-instruct.
+    "phi3": (
+        "{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{'<|system|>\\n' + message['content'] + '<|end|>\\n'}}"
+        "{% elif message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
+        "{% elif message['role'] == 'assistant' %}"
+        "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}"),
     "subset": """{%- set ns = namespace(count=0, roles=[]) %}
 {%- for m in messages %}
   {%- set ns.count = ns.count + 1 %}

@@ -24,6 +24,11 @@ void Append(std::vector<float>& to, const std::vector<float>& from) {
   to.insert(to.end(), from.begin(), from.end());
 }
 
+// Gemma's norms multiply by (1 + w), computed in float32 as HF does; held pre-added.
+void AddOne(std::vector<float>& weight) {
+  for (float& w : weight) w = 1.0f + w;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& config,
@@ -36,6 +41,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
       cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
                                    config.max_position_embeddings, config.rope_scaling));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, tp, comm, std::move(rope)));
+  if (config.rope_local_theta) {
+    VLLM_ASSIGN_OR_RETURN(model->rope_local_,
+                          cpu::RotaryEmbedding::Create(config.head_dim, *config.rope_local_theta,
+                                                       config.max_position_embeddings, {}));
+  }
   VLLM_RETURN_IF_ERROR(model->LoadWeights(weights));
   return model;
 }
@@ -89,8 +99,13 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
     VLLM_ASSIGN_OR_RETURN(l.o_proj, load(p + "self_attn.o_proj.weight", {hidden, q_rows}, row));
     // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
     if (config_.attention_bias && config_.architecture != "Qwen2ForCausalLM" &&
+        config_.architecture != "Qwen2MoeForCausalLM" &&
         weights.Has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, load(p + "self_attn.o_proj.bias", {hidden}, {}));
+    }
+    if (config_.IsMoeLayer(i)) {
+      VLLM_RETURN_IF_ERROR(LoadExperts(weights, i, l));
+      continue;
     }
     const int64_t inter = config_.intermediate_size;
     for (const WeightPiece& piece : GateUpPieces(config_, tp_, i)) {
@@ -98,6 +113,49 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       Append(l.gate_up, w);
     }
     VLLM_ASSIGN_OR_RETURN(l.down, load(p + "mlp.down_proj.weight", {hidden, inter}, row));
+  }
+  if (config_.gemma) VLLM_RETURN_IF_ERROR(LoadGemmaNorms(weights));
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::LoadGemmaNorms(WeightSource& weights) {
+  const std::vector<int64_t> shape = {config_.hidden_size};
+  AddOne(final_norm_);
+  for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
+    Layer& l = layers_[i];
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    VLLM_ASSIGN_OR_RETURN(l.pre_ff_norm,
+                          weights.Load(p + "pre_feedforward_layernorm.weight", shape, {}));
+    VLLM_ASSIGN_OR_RETURN(l.post_ff_norm,
+                          weights.Load(p + "post_feedforward_layernorm.weight", shape, {}));
+    for (std::vector<float>* norm :
+         {&l.input_norm, &l.post_norm, &l.pre_ff_norm, &l.post_ff_norm, &l.q_norm, &l.k_norm}) {
+      AddOne(*norm);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::LoadExperts(WeightSource& weights, int32_t layer_index, Layer& layer) {
+  const WeightPiece router = RouterPiece(config_, layer_index);
+  VLLM_ASSIGN_OR_RETURN(layer.router, weights.Load(router.name, router.shape, router.shard));
+  const size_t per_expert = static_cast<size_t>(tp_.moe_intermediate) * config_.hidden_size;
+  layer.experts_gate_up.reserve(2 * per_expert * config_.num_experts);
+  layer.experts_down.reserve(per_expert * config_.num_experts);
+  for (int32_t e = 0; e < config_.num_experts; ++e) {
+    const std::vector<WeightPiece> pieces = ExpertPieces(config_, tp_, layer_index, e);
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      VLLM_ASSIGN_OR_RETURN(auto w, weights.Load(pieces[j].name, pieces[j].shape, pieces[j].shard));
+      Append(j < 2 ? layer.experts_gate_up : layer.experts_down, w);  // gate, up; then down
+    }
+  }
+  if (config_.shared_expert_intermediate_size == 0) return absl::OkStatus();
+  const std::vector<WeightPiece> shared = SharedExpertPieces(config_, tp_, layer_index);
+  std::vector<float>* into[] = {&layer.shared_gate_up, &layer.shared_gate_up, &layer.shared_down,
+                                &layer.shared_gate};
+  for (size_t j = 0; j < shared.size(); ++j) {
+    VLLM_ASSIGN_OR_RETURN(auto w, weights.Load(shared[j].name, shared[j].shape, shared[j].shard));
+    Append(*into[j], w);
   }
   return absl::OkStatus();
 }
@@ -107,7 +165,9 @@ int64_t LlamaModel::weight_bytes() const {
   for (const Layer& l : layers_) {
     n += l.input_norm.size() + l.qkv.size() + l.qkv_bias.size() + l.q_norm.size() +
          l.k_norm.size() + l.o_proj.size() + l.o_bias.size() + l.post_norm.size() +
-         l.gate_up.size() + l.down.size();
+         l.gate_up.size() + l.down.size() + l.router.size() + l.experts_gate_up.size() +
+         l.experts_down.size() + l.pre_ff_norm.size() + l.post_ff_norm.size() +
+         l.shared_gate_up.size() + l.shared_down.size() + l.shared_gate.size();
   }
   return static_cast<int64_t>(n * sizeof(float));
 }
@@ -151,14 +211,19 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
     cpu::RmsNorm(q, layer.q_norm.data(), q, t * num_heads_, d, eps);
     cpu::RmsNorm(k, layer.k_norm.data(), k, t * num_kv_heads_, d, eps);
   }
-  rope_.Apply(batch.positions.data(), t, q, num_heads_, k, num_kv_heads_);
+  const cpu::RotaryEmbedding& rope = config_.UsesLocalRope(layer_index) ? *rope_local_ : rope_;
+  rope.Apply(batch.positions.data(), t, q, num_heads_, k, num_kv_heads_);
   float* k_cache = cache.k[layer_index].get();
   float* v_cache = cache.v[layer_index].get();
   cpu::ReshapeAndCache(k, v, k_cache, v_cache, batch.slot_mapping.data(), t, num_kv_heads_,
                        static_cast<int32_t>(d), cache.block_size);
   float* attn = Scratch(attn_out_, t * q_width);
   cpu::PagedAttention(q, k_cache, v_cache, attn, batch.attention, num_heads_, num_kv_heads_,
-                      static_cast<int32_t>(d), 1.0f / std::sqrt(static_cast<float>(d)));
+                      static_cast<int32_t>(d),
+                      config_.query_pre_attn_scalar ? static_cast<float>(config_.AttentionScale())
+                                                    : 1.0f / std::sqrt(static_cast<float>(d)),
+                      config_.WindowOfLayer(layer_index),
+                      static_cast<float>(config_.attn_logit_softcapping));
   const bool add_bias = !layer.o_bias.empty() && comm_->rank() == 0;
   cpu::Linear(attn, layer.o_proj.data(), add_bias ? layer.o_bias.data() : nullptr, hidden, t,
               config_.hidden_size, q_width);
@@ -166,14 +231,56 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
 }
 
 absl::Status LlamaModel::Mlp(const Layer& layer, int64_t num_tokens, float* hidden) {
+  if (!layer.router.empty()) return Moe(layer, num_tokens, hidden);
   float* gate_up = Scratch(gate_up_, num_tokens * 2 * intermediate_);
   cpu::Linear(hidden, layer.gate_up.data(), nullptr, gate_up, num_tokens, 2 * intermediate_,
               config_.hidden_size);
   float* act = Scratch(act_, num_tokens * intermediate_);
-  cpu::SiluAndMul(gate_up, act, num_tokens, intermediate_);
+  if (config_.gemma) {
+    cpu::GeluTanhAndMul(gate_up, act, num_tokens, intermediate_);
+  } else {
+    cpu::SiluAndMul(gate_up, act, num_tokens, intermediate_);
+  }
   cpu::Linear(act, layer.down.data(), nullptr, hidden, num_tokens, config_.hidden_size,
               intermediate_);
   return comm_->AllReduceSum(hidden, static_cast<size_t>(num_tokens * config_.hidden_size));
+}
+
+absl::Status LlamaModel::Moe(const Layer& layer, int64_t num_tokens, float* hidden) {
+  const int64_t h = config_.hidden_size;
+  const int32_t experts = config_.num_experts;
+  const int32_t k = config_.num_experts_per_tok;
+  float* logits = Scratch(router_logits_, num_tokens * experts);
+  cpu::Linear(hidden, layer.router.data(), nullptr, logits, num_tokens, experts, h);
+  if (topk_ids_.size() < static_cast<size_t>(num_tokens * k)) topk_ids_.resize(num_tokens * k);
+  float* weights = Scratch(topk_weights_, num_tokens * k);
+  cpu::TopKSoftmax(logits, num_tokens, experts, k, config_.norm_topk_prob, topk_ids_.data(),
+                   weights);
+  float* out = Scratch(moe_out_, num_tokens * h);
+  cpu::FusedMoe(hidden, topk_ids_.data(), weights, layer.experts_gate_up.data(),
+                layer.experts_down.data(), out, num_tokens, h, tp_.moe_intermediate, experts, k,
+                &moe_scratch_);
+  if (!layer.shared_gate.empty()) AddSharedExpert(layer, num_tokens, hidden, out);
+  std::memcpy(hidden, out, static_cast<size_t>(num_tokens * h) * sizeof(float));
+  return comm_->AllReduceSum(hidden, static_cast<size_t>(num_tokens * h));
+}
+
+void LlamaModel::AddSharedExpert(const Layer& layer, int64_t num_tokens, const float* x,
+                                 float* out) {
+  const int64_t h = config_.hidden_size;
+  const int64_t inter = tp_.shared_intermediate;
+  float* gate_up = Scratch(gate_up_, num_tokens * 2 * inter);
+  cpu::Linear(x, layer.shared_gate_up.data(), nullptr, gate_up, num_tokens, 2 * inter, h);
+  float* act = Scratch(act_, num_tokens * inter);
+  cpu::SiluAndMul(gate_up, act, num_tokens, inter);
+  float* shared = Scratch(shared_out_, num_tokens * h);
+  cpu::Linear(act, layer.shared_down.data(), nullptr, shared, num_tokens, h, inter);
+  float* logit = Scratch(shared_logit_, num_tokens);
+  cpu::Linear(x, layer.shared_gate.data(), nullptr, logit, num_tokens, 1, h);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float scale = 1.0f / (1.0f + std::exp(-logit[t]));
+    for (int64_t j = 0; j < h; ++j) out[t * h + j] += scale * shared[t * h + j];
+  }
 }
 
 absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
@@ -188,12 +295,24 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
   float* residual = Scratch(residual_, t * h);
   cpu::Embedding(batch.token_ids.data(), t, embed_tokens_.data(), 0, config_.vocab_size, h,
                  residual);
+  if (config_.gemma) {
+    // HF multiplies by sqrt(hidden) rounded to the weights' dtype (float32 here).
+    cpu::Scale(residual, t * h, static_cast<float>(std::sqrt(static_cast<double>(h))));
+  }
   // residual holds the stream; hidden the normalised input of the next sub-layer.
   cpu::RmsNorm(residual, layers_[0].input_norm.data(), hidden, t, h, eps);
   for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
     const Layer& layer = layers_[i];
     if (i > 0) cpu::FusedAddRmsNorm(hidden, residual, layer.input_norm.data(), t, h, eps);
     VLLM_RETURN_IF_ERROR(Attention(layer, i, batch, cache, hidden));
+    if (config_.gemma) {
+      // Gemma: the sub-layer outputs are normed before they join the residual.
+      cpu::RmsNorm(hidden, layer.post_norm.data(), hidden, t, h, eps);
+      cpu::FusedAddRmsNorm(hidden, residual, layer.pre_ff_norm.data(), t, h, eps);
+      VLLM_RETURN_IF_ERROR(Mlp(layer, t, hidden));
+      cpu::RmsNorm(hidden, layer.post_ff_norm.data(), hidden, t, h, eps);
+      continue;
+    }
     cpu::FusedAddRmsNorm(hidden, residual, layer.post_norm.data(), t, h, eps);
     VLLM_RETURN_IF_ERROR(Mlp(layer, t, hidden));
   }
@@ -209,6 +328,10 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
   logits->resize(static_cast<size_t>(n * config_.vocab_size));
   const std::vector<float>& head = lm_head_.empty() ? embed_tokens_ : lm_head_;
   cpu::Linear(rows, head.data(), nullptr, logits->data(), n, config_.vocab_size, h);
+  if (config_.final_logit_softcapping > 0) {
+    cpu::SoftCap(logits->data(), n * config_.vocab_size,
+                 static_cast<float>(config_.final_logit_softcapping));
+  }
   return absl::OkStatus();
 }
 

@@ -6,7 +6,16 @@
 // q/k RMSNorm (Qwen3) → RoPE →
 // KV-cache write → paged attention → o_proj (row-parallel, all-reduce) → fused
 // residual-add RMSNorm → gate_up projection (merged) → SiLU-and-mul → down_proj
-// (row-parallel, all-reduce). The final norm and lm_head run only on the rows that sample.
+// (row-parallel, all-reduce); in an MoE layer (Qwen3-MoE, Mixtral) the router's softmax
+// top-k picks experts instead and their weighted outputs are summed (kernels/cpu/moe.h,
+// one all-reduce). The final norm and lm_head run only on the rows that sample.
+//
+// Gemma-2 / Gemma-3 (vLLM's gemma2.py, gemma3.py; ModelConfig::gemma): embeddings times
+// sqrt(hidden); (1 + w) norms, the attention and MLP outputs normed again
+// (post_attention_layernorm, post_feedforward_layernorm) before they join the residual;
+// attention scaled by query_pre_attn_scalar^-0.5 with Gemma-2's score soft cap, per-layer
+// sliding windows, Gemma-3's (1 + w) q/k norms and local-layer RoPE base; GeGLU; the
+// logits soft-capped.
 //
 // Tensor parallelism: attention heads, KV heads and MLP columns are split evenly over the
 // ranks at load time (q/k/v and gate/up column-parallel: dim 0; o_proj and down_proj
@@ -28,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/communicator.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "worker/model_config.h"
 #include "worker/tp_layout.h"
@@ -92,20 +102,43 @@ class LlamaModel {
     std::vector<float> o_proj;    // [hidden, heads × head_dim]
     std::vector<float> o_bias;    // empty unless the checkpoint has one (added on rank 0)
     std::vector<float> post_norm;
-    std::vector<float> gate_up;  // [2 × intermediate, hidden]
-    std::vector<float> down;     // [hidden, intermediate]
+    // Gemma: pre_feedforward_layernorm and post_feedforward_layernorm (post_norm is then
+    // post_attention_layernorm on the attention output). Every Gemma norm weight is held as
+    // 1 + w (HF's float32 `1.0 + weight`), so the plain RmsNorm computes Gemma's.
+    std::vector<float> pre_ff_norm;
+    std::vector<float> post_ff_norm;
+    std::vector<float> gate_up;  // [2 × intermediate, hidden]; empty in an MoE layer
+    std::vector<float> down;     // [hidden, intermediate]; empty in an MoE layer
+    // MoE layers (ModelConfig::IsMoeLayer), else empty: the router and every expert, each
+    // cut to this rank's moe_intermediate columns.
+    std::vector<float> router;           // [num_experts, hidden]
+    std::vector<float> experts_gate_up;  // [num_experts, 2 × moe_intermediate, hidden]
+    std::vector<float> experts_down;     // [num_experts, hidden, moe_intermediate]
+    // Qwen2-MoE's shared expert (this rank's shared_intermediate columns) and its gate.
+    std::vector<float> shared_gate_up;  // [2 × shared_intermediate, hidden]
+    std::vector<float> shared_down;     // [hidden, shared_intermediate]
+    std::vector<float> shared_gate;     // [1, hidden]
   };
 
   LlamaModel(const ModelConfig& config, const TpLayout& tp, kernels::Communicator* comm,
              kernels::cpu::RotaryEmbedding rope);
   [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
+  // Gemma: the feed-forward norms; every norm weight w becomes 1 + w.
+  [[nodiscard]] absl::Status LoadGemmaNorms(WeightSource& weights);
   [[nodiscard]] absl::Status Attention(const Layer& layer, int32_t layer_index,
                                        const ForwardBatch& batch, KVCache& cache, float* hidden);
   [[nodiscard]] absl::Status Mlp(const Layer& layer, int64_t num_tokens, float* hidden);
+  [[nodiscard]] absl::Status LoadExperts(WeightSource& weights, int32_t layer_index, Layer& layer);
+  // The sparse MoE block in place of the dense MLP (one all-reduce, as Mlp).
+  [[nodiscard]] absl::Status Moe(const Layer& layer, int64_t num_tokens, float* hidden);
+  // out += sigmoid(shared_gate · x) · shared_expert(x) (this rank's partial sum).
+  void AddSharedExpert(const Layer& layer, int64_t num_tokens, const float* x, float* out);
 
   const ModelConfig config_;
   kernels::Communicator* const comm_;
   const kernels::cpu::RotaryEmbedding rope_;
+  // Gemma-3's local (sliding-window) layers' rotary table: rope_local_theta, unscaled.
+  std::optional<kernels::cpu::RotaryEmbedding> rope_local_;
   const TpLayout tp_;
   const int32_t num_heads_;
   const int32_t num_kv_heads_;
@@ -118,6 +151,9 @@ class LlamaModel {
 
   // Scratch, grown on demand and reused across steps.
   std::vector<float> hidden_, residual_, qkv_, q_, k_, v_, attn_out_, gate_up_, act_, rows_;
+  std::vector<float> router_logits_, topk_weights_, moe_out_, shared_out_, shared_logit_;
+  std::vector<int32_t> topk_ids_;
+  kernels::cpu::MoeScratch moe_scratch_;
 };
 
 }  // namespace vllm::worker

@@ -93,6 +93,11 @@ class ModelBackend {
   virtual int64_t weight_bytes() const = 0;
   // Whether Execute samples rows that are not on_host.
   virtual bool samples_on_device() const = 0;
+  // Whether Execute can return host logits for prompt positions (one extra logits row per
+  // prompt position of a request asking for prompt_logprobs, up to a step's whole token
+  // budget). The CUDA backend sizes its logits for max_num_seqs rows and does not: the
+  // runner then computes no prompt logprobs (the API server refuses such requests first).
+  virtual bool supports_prompt_logprobs() const { return false; }
 
   // Bytes this rank can give the KV cache (the CPU: the configured amount; CUDA: profiled).
   [[nodiscard]] virtual absl::StatusOr<int64_t> DetermineAvailableMemory() = 0;
@@ -115,6 +120,7 @@ class CpuModelBackend final : public ModelBackend {
   int32_t kv_dtype_bytes() const override { return sizeof(float); }
   int64_t weight_bytes() const override { return model_->weight_bytes(); }
   bool samples_on_device() const override { return false; }
+  bool supports_prompt_logprobs() const override { return true; }
   absl::StatusOr<int64_t> DetermineAvailableMemory() override { return kv_cache_memory_bytes_; }
   absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) override;
   // Internal error if a row is not on_host (the runner's contract).

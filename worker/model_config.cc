@@ -1,5 +1,6 @@
 #include "worker/model_config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <exception>
@@ -26,9 +27,11 @@ using kernels::cpu::RopeScaling;
 // absl::string_view, not std::string_view: helpers here take the former.
 constexpr char kConfigFile[] = "config.json";
 constexpr char kGenerationConfigFile[] = "generation_config.json";
-constexpr std::array<absl::string_view, 5> kArchitectures = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-    "Phi3ForCausalLM"};
+constexpr std::array<absl::string_view, 10> kArchitectures = {
+    "LlamaForCausalLM",    "MistralForCausalLM", "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",    "Phi3ForCausalLM",    "Qwen3MoeForCausalLM",
+    "MixtralForCausalLM",  "Gemma2ForCausalLM",  "Gemma3ForCausalLM",
+    "Qwen2MoeForCausalLM"};
 
 absl::Status FieldError(absl::string_view file, absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(file, ": ", field, " ", what));
@@ -125,8 +128,8 @@ absl::StatusOr<std::vector<int32_t>> TokenIds(const json& object, absl::string_v
 }
 
 absl::StatusOr<double> ScalingNumber(const json& scaling, absl::string_view key, double fallback,
-                                     bool required) {
-  const std::string field = absl::StrCat("rope_scaling.", key);
+                                     bool required, absl::string_view prefix = "rope_scaling") {
+  const std::string field = absl::StrCat(prefix, ".", key);
   VLLM_ASSIGN_OR_RETURN(std::optional<double> v, OptionalNumber(scaling, key, kConfigFile));
   if (!v) {
     if (required) return FieldError(kConfigFile, field, "is missing");
@@ -136,30 +139,33 @@ absl::StatusOr<double> ScalingNumber(const json& scaling, absl::string_view key,
   return *v;
 }
 
-// rope_scaling: null, {"rope_type": "default"}, linear {factor} or llama3 {factor,
-// low_freq_factor, high_freq_factor, original_max_position_embeddings}. Older configs say
-// "type" instead of "rope_type".
-absl::StatusOr<RopeScaling> ParseRopeScaling(const json& config) {
+// transformers >= 5 writes Gemma-3's rope_parameters keyed by layer type
+// ({"full_attention": {...}, "sliding_attention": {...}}); ParseGemma reads those.
+bool RopeParametersPerLayerType(const json& config) {
+  const json* params = Find(config, "rope_parameters");
+  return params != nullptr && params->is_object() &&
+         (params->contains("full_attention") || params->contains("sliding_attention"));
+}
+
+// One rope_scaling object (`prefix` names it in errors).
+absl::StatusOr<RopeScaling> ParseRopeScalingObject(const json& scaling, absl::string_view prefix) {
   RopeScaling out;
-  const json* scaling = Find(config, "rope_scaling");
-  // transformers >= 5 writes rope_parameters {rope_type, rope_theta, factor, ...} instead.
-  if (scaling == nullptr) scaling = Find(config, "rope_parameters");
-  if (scaling == nullptr) return out;
-  if (!scaling->is_object()) return FieldError(kConfigFile, "rope_scaling", "must be an object");
-  const json* type = Find(*scaling, "rope_type");
-  if (type == nullptr) type = Find(*scaling, "type");
+  if (!scaling.is_object()) return FieldError(kConfigFile, prefix, "must be an object");
+  const json* type = Find(scaling, "rope_type");
+  if (type == nullptr) type = Find(scaling, "type");
   if (type == nullptr || !type->is_string()) {
-    return FieldError(kConfigFile, "rope_scaling.rope_type", "must be a string");
+    return FieldError(kConfigFile, absl::StrCat(prefix, ".rope_type"), "must be a string");
   }
   const auto& name = type->get_ref<const std::string&>();
   if (name == "default") return out;
   if (name != "linear" && name != "llama3") {
-    return FieldError(kConfigFile, "rope_scaling.rope_type",
+    return FieldError(kConfigFile, absl::StrCat(prefix, ".rope_type"),
                       absl::StrCat("'", name, "' is not supported (default, linear, llama3)"));
   }
-  VLLM_ASSIGN_OR_RETURN(out.factor, ScalingNumber(*scaling, "factor", 1.0, /*required=*/true));
+  VLLM_ASSIGN_OR_RETURN(out.factor,
+                        ScalingNumber(scaling, "factor", 1.0, /*required=*/true, prefix));
   if (out.factor < 1.0) {
-    return FieldError(kConfigFile, "rope_scaling.factor",
+    return FieldError(kConfigFile, absl::StrCat(prefix, ".factor"),
                       absl::StrCat("(", out.factor, ") must be >= 1"));
   }
   if (name == "linear") {
@@ -167,19 +173,32 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& config) {
     return out;
   }
   out.type = RopeScaling::Type::kLlama3;
-  VLLM_ASSIGN_OR_RETURN(out.low_freq_factor,
-                        ScalingNumber(*scaling, "low_freq_factor", 1.0, /*required=*/true));
-  VLLM_ASSIGN_OR_RETURN(out.high_freq_factor,
-                        ScalingNumber(*scaling, "high_freq_factor", 4.0, /*required=*/true));
+  VLLM_ASSIGN_OR_RETURN(out.low_freq_factor, ScalingNumber(scaling, "low_freq_factor", 1.0,
+                                                           /*required=*/true, prefix));
+  VLLM_ASSIGN_OR_RETURN(out.high_freq_factor, ScalingNumber(scaling, "high_freq_factor", 4.0,
+                                                            /*required=*/true, prefix));
   if (!(out.low_freq_factor > 0 && out.low_freq_factor < out.high_freq_factor)) {
-    return FieldError(kConfigFile, "rope_scaling.low_freq_factor",
+    return FieldError(kConfigFile, absl::StrCat(prefix, ".low_freq_factor"),
                       absl::StrCat("(", out.low_freq_factor, ") must be positive and below ",
                                    "high_freq_factor (", out.high_freq_factor, ")"));
   }
   VLLM_ASSIGN_OR_RETURN(out.original_max_position_embeddings,
-                        PositiveInt(*scaling, "original_max_position_embeddings", kConfigFile,
+                        PositiveInt(scaling, "original_max_position_embeddings", kConfigFile,
                                     std::numeric_limits<int64_t>::max()));
   return out;
+}
+
+// rope_scaling: null, {"rope_type": "default"}, linear {factor} or llama3 {factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings}. Older configs say
+// "type" instead of "rope_type".
+absl::StatusOr<RopeScaling> ParseRopeScaling(const json& config) {
+  const json* scaling = Find(config, "rope_scaling");
+  // transformers >= 5 writes rope_parameters {rope_type, rope_theta, factor, ...} instead.
+  if (scaling == nullptr && !RopeParametersPerLayerType(config)) {
+    scaling = Find(config, "rope_parameters");
+  }
+  if (scaling == nullptr) return RopeScaling{};
+  return ParseRopeScalingObject(*scaling, "rope_scaling");
 }
 
 absl::StatusOr<std::string> Architecture(const json& config) {
@@ -272,13 +291,18 @@ absl::Status ParseFlags(const json& config, ModelConfig& out) {
   VLLM_ASSIGN_OR_RETURN(out.tie_word_embeddings,
                         OptionalBool(config, "tie_word_embeddings", kConfigFile, false));
   const bool qwen2 = out.architecture == "Qwen2ForCausalLM";
-  const bool qwen = qwen2 || out.architecture == "Qwen3ForCausalLM";
+  const bool qwen3 =
+      out.architecture == "Qwen3ForCausalLM" || out.architecture == "Qwen3MoeForCausalLM";
+  const bool qwen2_moe = out.architecture == "Qwen2MoeForCausalLM";
+  const bool qwen = qwen2 || qwen3 || qwen2_moe;
   const bool phi3 = out.architecture == "Phi3ForCausalLM";
+  // Qwen2-MoE: q/k/v biases unless qkv_bias says otherwise (transformers 5's key); never o_proj.
   VLLM_ASSIGN_OR_RETURN(out.attention_bias,
-                        OptionalBool(config, "attention_bias", kConfigFile, false));
+                        OptionalBool(config, qwen2_moe ? "qkv_bias" : "attention_bias",
+                                     kConfigFile, qwen2_moe));
   if (qwen2) out.attention_bias = true;  // Qwen2's q/k/v always carry a bias
   if (phi3) out.attention_bias = false;  // Phi-3's qkv_proj and o_proj never do
-  out.qk_norm = out.architecture == "Qwen3ForCausalLM";
+  out.qk_norm = qwen3;
   out.fused_projections = phi3;
 
   // Qwen configs carry a sliding_window even when use_sliding_window is false; as in HF,
@@ -305,39 +329,196 @@ absl::Status ParseFlags(const json& config, ModelConfig& out) {
 }
 
 // layer_types (transformers >= 4.56: one entry per layer, "full_attention" or
-// "sliding_attention"). Sliding layers need the window to be in effect; it then limits
-// max_model_len as a global window does. Any other kind is refused.
-absl::Status ParseLayerTypes(const json& config, const ModelConfig& out) {
+// "sliding_attention"), else the family's rule for which layers slide. Sliding layers need
+// the window to be in effect. Any other kind is refused. Fills out.layer_windows.
+absl::Status ParseLayerTypes(const json& config, ModelConfig& out) {
   const json* types = Find(config, "layer_types");
-  if (types == nullptr) return absl::OkStatus();
-  if (!types->is_array() || types->size() != static_cast<size_t>(out.num_hidden_layers)) {
+  const size_t layers = static_cast<size_t>(out.num_hidden_layers);
+  if (types == nullptr || types->is_null()) {
+    if (!out.sliding_window) return absl::OkStatus();
+    int64_t first_sliding = 0;
+    if (out.architecture == "Qwen2ForCausalLM" || out.architecture == "Qwen3ForCausalLM") {
+      // HF's Qwen2/Qwen3 configs: layers from max_window_layers on slide.
+      VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> max_window_layers,
+                            OptionalInt(config, "max_window_layers", kConfigFile));
+      if (max_window_layers) {
+        if (*max_window_layers < 0) {
+          return FieldError(kConfigFile, "max_window_layers", "must not be negative");
+        }
+        first_sliding = *max_window_layers;
+      }
+    }
+    // HF's Gemma configs: layer i slides unless i + 1 is a multiple of the pattern (Gemma-2:
+    // 2, every other layer; Gemma-3: sliding_window_pattern, default 6).
+    int64_t pattern = 0;
+    if (out.architecture == "Gemma2ForCausalLM") pattern = 2;
+    if (out.architecture == "Gemma3ForCausalLM") {
+      pattern = 6;
+      if (Find(config, "sliding_window_pattern") != nullptr) {
+        VLLM_ASSIGN_OR_RETURN(pattern, PositiveInt(config, "sliding_window_pattern", kConfigFile));
+      }
+    }
+    out.layer_windows.assign(layers, 0);
+    for (size_t i = 0; i < layers; ++i) {
+      const int64_t layer = static_cast<int64_t>(i);
+      if (layer >= first_sliding && (pattern == 0 || (layer + 1) % pattern != 0)) {
+        out.layer_windows[i] = *out.sliding_window;
+      }
+    }
+    if (!std::any_of(out.layer_windows.begin(), out.layer_windows.end(),
+                     [](int32_t w) { return w > 0; })) {
+      out.layer_windows.clear();
+    }
+    return absl::OkStatus();
+  }
+  if (!types->is_array() || types->size() != layers) {
     return FieldError(kConfigFile, "layer_types",
                       absl::StrCat("must list one attention type for each of the ",
                                    out.num_hidden_layers, " layers"));
   }
-  for (const json& type : *types) {
+  std::vector<int32_t> windows(layers, 0);
+  bool any_sliding = false;
+  for (size_t i = 0; i < layers; ++i) {
+    const json& type = (*types)[i];
     if (type == "full_attention") continue;
     if (type == "sliding_attention") {
-      if (out.sliding_window) continue;
-      return FieldError(kConfigFile, "layer_types",
-                        "names sliding_attention layers but no sliding_window is in effect "
-                        "(sliding_window, use_sliding_window)");
+      if (!out.sliding_window) {
+        return FieldError(kConfigFile, "layer_types",
+                          "names sliding_attention layers but no sliding_window is in effect "
+                          "(sliding_window, use_sliding_window)");
+      }
+      windows[i] = *out.sliding_window;
+      any_sliding = true;
+      continue;
     }
     return FieldError(kConfigFile, "layer_types",
                       absl::StrCat(type.dump(),
                                    " is not supported (full_attention, "
                                    "sliding_attention)"));
   }
+  if (any_sliding) out.layer_windows = std::move(windows);
   return absl::OkStatus();
+}
+
+// Qwen3-MoE's layer pattern: decoder_sparse_step and mlp_only_layers.
+absl::Status ParseSparseLayers(const json& config, ModelConfig& out) {
+  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> step,
+                        OptionalInt(config, "decoder_sparse_step", kConfigFile));
+  if (step) {
+    VLLM_ASSIGN_OR_RETURN(out.decoder_sparse_step,
+                          PositiveInt(config, "decoder_sparse_step", kConfigFile));
+  }
+  const json* dense = Find(config, "mlp_only_layers");
+  if (dense == nullptr) return absl::OkStatus();
+  if (!dense->is_array()) return FieldError(kConfigFile, "mlp_only_layers", "must be a list");
+  for (const json& item : *dense) {
+    VLLM_ASSIGN_OR_RETURN(int64_t layer, AsInt(item, "mlp_only_layers", kConfigFile));
+    if (layer < 0 || layer >= out.num_hidden_layers) {
+      return FieldError(kConfigFile, "mlp_only_layers",
+                        absl::StrCat("(", layer, ") must name a layer in [0, num_hidden_layers ",
+                                     out.num_hidden_layers, ")"));
+    }
+    out.mlp_only_layers.push_back(static_cast<int32_t>(layer));
+  }
+  return absl::OkStatus();
+}
+
+// MoE keys of other families (DeepSeek's grouped or sigmoid routing, scaled or shared
+// experts) that these architectures do not implement: refused rather than ignored.
+absl::Status RefuseOtherRouting(const json& config, bool shared_expert) {
+  if (const json* scoring = Find(config, "scoring_func");
+      scoring != nullptr && *scoring != "softmax") {
+    return FieldError(kConfigFile, "scoring_func",
+                      absl::StrCat(scoring->dump(), " is not supported (softmax)"));
+  }
+  if (const json* method = Find(config, "topk_method"); method != nullptr && *method != "greedy") {
+    return FieldError(kConfigFile, "topk_method",
+                      absl::StrCat(method->dump(), " is not supported (greedy)"));
+  }
+  for (absl::string_view key :
+       {"n_group", "topk_group", "n_shared_experts", "shared_expert_intermediate_size"}) {
+    if (shared_expert && key == "shared_expert_intermediate_size") continue;
+    VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> v, OptionalInt(config, key, kConfigFile));
+    const int64_t allowed = key == "n_group" || key == "topk_group" ? 1 : 0;
+    if (v && *v > allowed) {
+      return FieldError(kConfigFile, key,
+                        absl::StrCat("(", *v, ") is not supported (at most ", allowed, ")"));
+    }
+  }
+  VLLM_ASSIGN_OR_RETURN(std::optional<double> scale,
+                        OptionalNumber(config, "routed_scaling_factor", kConfigFile));
+  if (scale && *scale != 1.0) {
+    return FieldError(kConfigFile, "routed_scaling_factor",
+                      absl::StrCat("(", *scale, ") is not supported (1.0)"));
+  }
+  return absl::OkStatus();
+}
+
+// Qwen2-MoE's shared expert, and its sliding layers: transformers 5 builds layer_types for
+// Qwen2-MoE by its own rule (odd layers below max_window_layers), which the Qwen2 rule of
+// ParseLayerTypes does not reproduce; a window is served only from an explicit layer_types.
+absl::Status ParseSharedExpert(const json& config, ModelConfig& out) {
+  VLLM_ASSIGN_OR_RETURN(out.shared_expert_intermediate_size,
+                        PositiveInt(config, "shared_expert_intermediate_size", kConfigFile));
+  VLLM_ASSIGN_OR_RETURN(bool use_window,
+                        OptionalBool(config, "use_sliding_window", kConfigFile, false));
+  if (use_window && Find(config, "layer_types") == nullptr) {
+    return FieldError(kConfigFile, "use_sliding_window",
+                      "(true) is not supported for Qwen2MoeForCausalLM without layer_types");
+  }
+  return absl::OkStatus();
+}
+
+// The MoE fields of Qwen3MoeForCausalLM, Qwen2MoeForCausalLM and MixtralForCausalLM (other
+// architectures are dense, whatever MoE keys their config carries: transformers ignores
+// them too).
+absl::Status ParseMoe(const json& config, ModelConfig& out) {
+  const bool mixtral = out.architecture == "MixtralForCausalLM";
+  const bool qwen2_moe = out.architecture == "Qwen2MoeForCausalLM";
+  if (!mixtral && !qwen2_moe && out.architecture != "Qwen3MoeForCausalLM") {
+    return absl::OkStatus();
+  }
+  VLLM_RETURN_IF_ERROR(RefuseOtherRouting(config, /*shared_expert=*/qwen2_moe));
+  // Hub Qwen-MoE configs say num_experts; transformers 5 writes num_local_experts for all.
+  absl::string_view experts_key = "num_local_experts";
+  if (!mixtral &&
+      (Find(config, "num_experts") != nullptr || Find(config, experts_key) == nullptr)) {
+    experts_key = "num_experts";
+  }
+  constexpr int64_t kMaxExperts = 1 << 16;
+  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> experts,
+                        OptionalInt(config, experts_key, kConfigFile));
+  if (!mixtral && experts && *experts == 0) return absl::OkStatus();  // HF: every layer dense
+  VLLM_ASSIGN_OR_RETURN(out.num_experts,
+                        PositiveInt(config, experts_key, kConfigFile, kMaxExperts));
+  VLLM_ASSIGN_OR_RETURN(out.num_experts_per_tok,
+                        PositiveInt(config, "num_experts_per_tok", kConfigFile, out.num_experts));
+  if (mixtral) {
+    out.moe_intermediate_size = out.intermediate_size;
+    out.norm_topk_prob = true;
+    return absl::OkStatus();
+  }
+  VLLM_ASSIGN_OR_RETURN(out.moe_intermediate_size,
+                        PositiveInt(config, "moe_intermediate_size", kConfigFile));
+  VLLM_ASSIGN_OR_RETURN(out.norm_topk_prob,
+                        OptionalBool(config, "norm_topk_prob", kConfigFile, false));
+  VLLM_RETURN_IF_ERROR(ParseSparseLayers(config, out));
+  return qwen2_moe ? ParseSharedExpert(config, out) : absl::OkStatus();
 }
 
 // Keys that would change the computation in ways the model does not implement: refused by
 // name rather than served wrong.
 absl::Status RefuseUnsupportedFeatures(const json& config, const ModelConfig& out) {
-  for (absl::string_view key : {"hidden_act", "hidden_activation"}) {
+  // Gemma reads hidden_activation only (HF's Gemma-2/3 ignore hidden_act).
+  const std::vector<absl::string_view> act_keys =
+      out.gemma ? std::vector<absl::string_view>{"hidden_activation"}
+                : std::vector<absl::string_view>{"hidden_act", "hidden_activation"};
+  const absl::string_view act_name = out.gemma ? "gelu_pytorch_tanh" : "silu";
+  for (absl::string_view key : act_keys) {
     const json* act = Find(config, key);
-    if (act != nullptr && *act != "silu") {
-      return FieldError(kConfigFile, key, absl::StrCat(act->dump(), " is not supported (silu)"));
+    if (act != nullptr && *act != std::string(act_name)) {
+      return FieldError(kConfigFile, key,
+                        absl::StrCat(act->dump(), " is not supported (", act_name, ")"));
     }
   }
   VLLM_ASSIGN_OR_RETURN(bool mlp_bias, OptionalBool(config, "mlp_bias", kConfigFile, false));
@@ -357,7 +538,101 @@ absl::Status RefuseUnsupportedFeatures(const json& config, const ModelConfig& ou
                                      "whole head)"));
     }
   }
-  return ParseLayerTypes(config, out);
+  return absl::OkStatus();
+}
+
+// A soft cap: HF's default when the key is absent, none when it is null, else a positive
+// number.
+absl::StatusOr<double> SoftCap(const json& config, absl::string_view key, double absent) {
+  if (!config.contains(std::string(key))) return absent;
+  VLLM_ASSIGN_OR_RETURN(std::optional<double> cap, OptionalNumber(config, key, kConfigFile));
+  if (!cap) return 0.0;
+  if (!(std::isfinite(*cap) && *cap > 0)) {
+    return FieldError(kConfigFile, key, absl::StrCat("(", *cap, ") must be positive"));
+  }
+  return *cap;
+}
+
+// Gemma-3's rope: rope_parameters keyed by layer type (transformers >= 5) or the classic
+// rope_theta / rope_scaling (global layers) and rope_local_base_freq (local layers), with
+// HF's defaults 1e6 and 1e4.
+absl::Status ParseGemma3Rope(const json& config, ModelConfig& out) {
+  constexpr double kGlobalTheta = 1e6, kLocalTheta = 1e4;
+  out.rope_local_theta = kLocalTheta;
+  if (!RopeParametersPerLayerType(config)) {
+    if (Find(config, "rope_theta") == nullptr) out.rope_theta = kGlobalTheta;
+    VLLM_ASSIGN_OR_RETURN(std::optional<double> local,
+                          OptionalNumber(config, "rope_local_base_freq", kConfigFile));
+    if (local) out.rope_local_theta = *local;
+  } else {
+    const json& params = *Find(config, "rope_parameters");
+    out.rope_theta = kGlobalTheta;
+    out.rope_scaling = RopeScaling{};
+    if (const json* full = Find(params, "full_attention"); full != nullptr) {
+      VLLM_ASSIGN_OR_RETURN(out.rope_scaling,
+                            ParseRopeScalingObject(*full, "rope_parameters.full_attention"));
+      VLLM_ASSIGN_OR_RETURN(std::optional<double> theta,
+                            OptionalNumber(*full, "rope_theta", kConfigFile));
+      if (theta) out.rope_theta = *theta;
+    }
+    if (const json* local = Find(params, "sliding_attention"); local != nullptr) {
+      VLLM_ASSIGN_OR_RETURN(RopeScaling scaling,
+                            ParseRopeScalingObject(*local, "rope_parameters.sliding_attention"));
+      if (scaling.type != RopeScaling::Type::kNone) {
+        return FieldError(kConfigFile, "rope_parameters.sliding_attention.rope_type",
+                          "is not supported (default: local layers are never scaled)");
+      }
+      VLLM_ASSIGN_OR_RETURN(std::optional<double> theta,
+                            OptionalNumber(*local, "rope_theta", kConfigFile));
+      if (theta) out.rope_local_theta = *theta;
+    }
+  }
+  for (double theta : {out.rope_theta, *out.rope_local_theta}) {
+    if (!(std::isfinite(theta) && theta > 0)) {
+      return FieldError(kConfigFile, "rope_theta",
+                        absl::StrCat("(", theta, ") must be positive (local and global)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Gemma2ForCausalLM / Gemma3ForCausalLM: the fields ModelConfig::gemma documents, with HF's
+// defaults for absent keys (tied embeddings, query_pre_attn_scalar 256, sliding_window 4096,
+// Gemma-2's soft caps 50 and 30).
+absl::Status ParseGemma(const json& config, ModelConfig& out) {
+  const bool gemma2 = out.architecture == "Gemma2ForCausalLM";
+  const bool gemma3 = out.architecture == "Gemma3ForCausalLM";
+  if (!gemma3 && RopeParametersPerLayerType(config)) {
+    return FieldError(kConfigFile, "rope_parameters",
+                      "keyed by layer type is supported for Gemma3ForCausalLM only");
+  }
+  if (!gemma2 && !gemma3) return absl::OkStatus();
+  out.gemma = true;
+  out.qk_norm = gemma3;
+  // HF's Gemma configs tie by default (hub config.json files leave the key out).
+  if (Find(config, "tie_word_embeddings") == nullptr) out.tie_word_embeddings = true;
+  VLLM_ASSIGN_OR_RETURN(bool bidirectional,
+                        OptionalBool(config, "use_bidirectional_attention", kConfigFile, false));
+  if (bidirectional) {
+    return FieldError(kConfigFile, "use_bidirectional_attention", "(true) is not supported");
+  }
+  VLLM_ASSIGN_OR_RETURN(std::optional<double> scalar,
+                        OptionalNumber(config, "query_pre_attn_scalar", kConfigFile));
+  out.query_pre_attn_scalar = scalar.value_or(256.0);
+  if (!(std::isfinite(*out.query_pre_attn_scalar) && *out.query_pre_attn_scalar > 0)) {
+    return FieldError(kConfigFile, "query_pre_attn_scalar",
+                      absl::StrCat("(", *out.query_pre_attn_scalar, ") must be positive"));
+  }
+  // HF's Gemma-3 attention passes no soft cap, whatever attn_logit_softcapping says.
+  if (gemma2) {
+    VLLM_ASSIGN_OR_RETURN(out.attn_logit_softcapping,
+                          SoftCap(config, "attn_logit_softcapping", 50.0));
+  }
+  VLLM_ASSIGN_OR_RETURN(out.final_logit_softcapping,
+                        SoftCap(config, "final_logit_softcapping", gemma2 ? 30.0 : 0.0));
+  if (!config.contains("sliding_window")) out.sliding_window = 4096;
+  if (gemma3) return ParseGemma3Rope(config, out);
+  return absl::OkStatus();
 }
 
 absl::Status ParseTokenIds(const json& config, std::string_view generation_config_json,
@@ -386,7 +661,10 @@ absl::StatusOr<ModelConfig> Parse(std::string_view config_json,
   VLLM_RETURN_IF_ERROR(ParseSizes(config, out));
   VLLM_RETURN_IF_ERROR(ParseNumbers(config, out));
   VLLM_RETURN_IF_ERROR(ParseFlags(config, out));
+  VLLM_RETURN_IF_ERROR(ParseMoe(config, out));
+  VLLM_RETURN_IF_ERROR(ParseGemma(config, out));
   VLLM_RETURN_IF_ERROR(RefuseUnsupportedFeatures(config, out));
+  VLLM_RETURN_IF_ERROR(ParseLayerTypes(config, out));
   VLLM_RETURN_IF_ERROR(ParseTokenIds(config, generation_config_json, out));
   return out;
 }
@@ -403,6 +681,19 @@ absl::StatusOr<std::optional<std::string>> ReadIfExists(const std::filesystem::p
 }
 
 }  // namespace
+
+bool ModelConfig::IsMoeLayer(int32_t layer) const {
+  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
+             mlp_only_layers.end();
+}
+
+bool ModelConfig::HasDenseLayer() const {
+  for (int32_t i = 0; i < num_hidden_layers; ++i) {
+    if (!IsMoeLayer(i)) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
                                              std::string_view generation_config_json) {

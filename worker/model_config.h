@@ -1,15 +1,19 @@
 // ModelConfig: the parts of a Hugging Face config.json (and generation_config.json) that the
 // Llama family needs — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-// Qwen3ForCausalLM, Phi3ForCausalLM.
+// Qwen3ForCausalLM, Phi3ForCausalLM, the mixture-of-experts Qwen3MoeForCausalLM,
+// Qwen2MoeForCausalLM and MixtralForCausalLM, and Gemma2ForCausalLM / Gemma3ForCausalLM (text).
 //
 // A plain value type. Parsing validates every field a model would trust (positive sizes,
 // heads dividing hidden size, kv heads dividing heads, known rope scaling) and names the
 // field in its InvalidArgument; it never throws or aborts on a bad file. A key that asks for
 // something the model does not do (another activation, MLP biases, partial rotary, LongRoPE,
-// an attention kind other than full or sliding) is refused the same way, never ignored.
+// an attention kind other than full or sliding, MoE routing other than softmax top-k) is
+// refused the same way, never ignored.
 #ifndef VLLM_WORKER_MODEL_CONFIG_H_
 #define VLLM_WORKER_MODEL_CONFIG_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -24,7 +28,8 @@ namespace vllm::worker {
 
 struct ModelConfig {
   // architectures[0]: "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-  // "Qwen3ForCausalLM" or "Phi3ForCausalLM".
+  // "Qwen3ForCausalLM", "Phi3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM",
+  // "Gemma2ForCausalLM", "Gemma3ForCausalLM" or "Qwen2MoeForCausalLM".
   std::string architecture;
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
@@ -44,16 +49,80 @@ struct ModelConfig {
   // never).
   bool attention_bias = false;
   // Qwen3: an RMSNorm over each head of q and of k (self_attn.q_norm / k_norm, [head_dim],
-  // eps rms_norm_eps) after the projections, before RoPE (HF's modeling_qwen3.py).
+  // eps rms_norm_eps) after the projections, before RoPE (HF's modeling_qwen3.py). Gemma-3
+  // has them too, as (1 + w) norms.
   bool qk_norm = false;
+  // Gemma-2 / Gemma-3 (Gemma2ForCausalLM, Gemma3ForCausalLM; HF's modeling_gemma2.py,
+  // modeling_gemma3.py): every RMSNorm multiplies by (1 + weight), in float32; a layer has
+  // four (input_layernorm; post_attention_layernorm on the attention output;
+  // pre_feedforward_layernorm; post_feedforward_layernorm on the MLP output), and the
+  // residual adds the post-normed sub-layer outputs; the embeddings are multiplied by
+  // sqrt(hidden_size) (rounded to the model dtype); the MLP is GeGLU with tanh-approximated
+  // GELU (hidden_activation gelu_pytorch_tanh).
+  bool gemma = false;
+  // Attention scores are scaled by query_pre_attn_scalar^-0.5 when set (Gemma; default 256),
+  // else head_dim^-0.5.
+  std::optional<double> query_pre_attn_scalar;
+  double AttentionScale() const {
+    return query_pre_attn_scalar ? 1.0 / std::sqrt(*query_pre_attn_scalar)
+                                 : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  }
+  // Soft caps, cap · tanh(x / cap), 0 when off: on the scaled attention scores before the
+  // softmax (Gemma-2's attn_logit_softcapping; HF's Gemma-3 ignores the key) and on the output
+  // logits (final_logit_softcapping).
+  double attn_logit_softcapping = 0.0;
+  double final_logit_softcapping = 0.0;
+  // Gemma-3: the RoPE base of the sliding-window (local) layers, which are never scaled
+  // (rope_local_base_freq; transformers 5: rope_parameters.sliding_attention.rope_theta);
+  // rope_theta and rope_scaling then apply to the full-attention layers only. Unset: every
+  // layer uses rope_theta and rope_scaling.
+  std::optional<double> rope_local_theta;
+  // Whether layer `layer` rotates with rope_local_theta.
+  bool UsesLocalRope(int32_t layer) const {
+    return rope_local_theta.has_value() && WindowOfLayer(layer) > 0;
+  }
+  // Mixture of experts (Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, MixtralForCausalLM; 0
+  // experts: every layer is dense). A sparse layer's MLP is a router ([num_experts, hidden]:
+  // mlp.gate, Mixtral's block_sparse_moe.gate) whose softmax picks num_experts_per_tok
+  // experts (their weights renormalised to sum 1 when norm_topk_prob; Mixtral always), each a
+  // SiLU MLP of moe_intermediate_size columns (Mixtral: intermediate_size); the output is the
+  // weighted sum of theirs. Qwen-MoE: layer i is sparse iff (i + 1) % decoder_sparse_step ==
+  // 0 and i is not in mlp_only_layers; the others are dense MLPs of intermediate_size.
+  int32_t num_experts = 0;
+  int32_t num_experts_per_tok = 0;
+  int32_t moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  int32_t decoder_sparse_step = 1;
+  std::vector<int32_t> mlp_only_layers;
+  // Qwen2-MoE: every sparse layer also has a shared expert (mlp.shared_expert.{gate,up,
+  // down}_proj, this many columns) whose output, scaled by sigmoid(mlp.shared_expert_gate ·
+  // x) ([1, hidden]), is added to the routed experts'. 0: none.
+  int32_t shared_expert_intermediate_size = 0;
+  // Whether layer `layer`'s MLP is the sparse MoE block.
+  bool IsMoeLayer(int32_t layer) const;
+  // Whether any layer is a dense MLP (intermediate_size is then used).
+  bool HasDenseLayer() const;
   // Phi-3: the checkpoint stores q/k/v as one self_attn.qkv_proj ([q | k | v] rows) and
   // gate/up as one mlp.gate_up_proj ([gate | up] rows); the loaders split them.
   bool fused_projections = false;
   // The attention window when the config switches one on (Mistral, Phi-3; Qwen2/Qwen3 with
-  // use_sliding_window; layer_types naming sliding_attention layers). Not implemented:
-  // executor::ResolveVllmConfig limits max_model_len to it, where whole-context attention
-  // gives the same result.
+  // use_sliding_window; layer_types naming sliding_attention layers).
   std::optional<int32_t> sliding_window;
+  // Per layer, the window its attention is limited to (0: the whole context): from
+  // layer_types when config.json has it, else the family's rule (every layer for Mistral and
+  // Phi-3; layers >= max_window_layers for Qwen2/Qwen3, as HF builds layer_types). Empty
+  // when no window is in effect.
+  std::vector<int32_t> layer_windows;
+  int32_t WindowOfLayer(int32_t layer) const {
+    return layer_windows.empty() ? 0 : layer_windows[static_cast<size_t>(layer)];
+  }
+  // True when every layer has the same window (> 0): the KV cache may drop blocks that fall
+  // out of it. A model with some full-attention layers keeps every block.
+  bool AllLayersSliding() const {
+    return !layer_windows.empty() &&
+           std::all_of(layer_windows.begin(), layer_windows.end(),
+                       [&](int32_t w) { return w > 0 && w == layer_windows.front(); });
+  }
   std::optional<int32_t> bos_token_id;
   // From generation_config.json when present (it wins), else config.json; an int or a list.
   std::vector<int32_t> eos_token_ids;

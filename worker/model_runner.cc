@@ -76,6 +76,7 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
     s.sampling_params = d.sampling_params;
     s.seed = d.sampling_params.seed.has_value() ? static_cast<uint64_t>(*d.sampling_params.seed)
                                                 : XXH64(d.req_id.data(), d.req_id.size(), seed_);
+    ResetPromptLogprobs(s);
     scheduled_.push_back(&s);
   }
   const core::CachedRequestData& c = so.scheduled_cached_reqs;
@@ -92,6 +93,7 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
       }
       s.token_ids.assign(tokens.begin(), tokens.end());
       s.block_ids.assign(blocks.begin(), blocks.end());
+      ResetPromptLogprobs(s);
     } else {
       if (nc < 0 || nc > static_cast<int32_t>(s.token_ids.size())) {
         return Bad(c.req_ids[i], absl::StrFormat("num_computed_tokens %d but %d tokens known", nc,
@@ -114,6 +116,28 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
   return absl::OkStatus();
 }
 
+void ModelRunner::ResetPromptLogprobs(RequestState& s) const {
+  s.prompt_logprobs_pending =
+      s.sampling_params.prompt_logprobs.has_value() && backend_->supports_prompt_logprobs();
+  s.num_prompt_logprobs_filled = 0;
+  s.prompt_logprobs.clear();
+  if (s.prompt_logprobs_pending) s.prompt_logprobs.resize(s.num_prompt_tokens - 1);
+}
+
+void ModelRunner::AddPromptLogprobsRows(const RequestState& s, int32_t r, int32_t nc,
+                                        int32_t seq_len, int32_t first_row) {
+  // Position p's logits predict prompt token p + 1: positions 0 .. num_prompt_tokens - 2.
+  const int32_t end = std::min(seq_len, s.num_prompt_tokens - 1);
+  for (int32_t p = nc; p < end; ++p) {
+    logits_indices_.push_back(first_row + (p - nc));
+    sampling_rows_.push_back(r);
+    prompt_positions_.push_back(p);
+    RowSampling row;
+    row.on_host = true;  // never sampled: its raw logits come back for the logprobs
+    row_sampling_.push_back(row);
+  }
+}
+
 absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   const int32_t bs = block_size_;
   input_ids_.clear();
@@ -122,6 +146,7 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   seq_lens_.clear();
   logits_indices_.clear();
   sampling_rows_.clear();
+  prompt_positions_.clear();
   row_sampling_.clear();
   max_query_len_ = 0;
   max_seq_len_ = 0;
@@ -148,6 +173,7 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
                                        num_blocks_));
       }
     }
+    const auto first_row = static_cast<int32_t>(input_ids_.size());
     for (int32_t p = nc; p < seq_len; ++p) {
       input_ids_.push_back(s.token_ids[p]);
       positions_.push_back(p);
@@ -158,10 +184,14 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
     max_blocks = std::max(max_blocks, num_blocks);
     max_query_len_ = std::max(max_query_len_, n);
     max_seq_len_ = std::max(max_seq_len_, seq_len);
+    // Rows stay ascending: prompt positions end before the last token, the sampled row.
+    if (s.prompt_logprobs_pending)
+      AddPromptLogprobsRows(s, static_cast<int32_t>(r), nc, seq_len, first_row);
     // Samples only when every known token is computed (not mid-way through a chunked prefill).
     if (seq_len == static_cast<int32_t>(s.token_ids.size())) {
       logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1);
       sampling_rows_.push_back(static_cast<int32_t>(r));
+      prompt_positions_.push_back(-1);
       const core::SamplingParams& p = s.sampling_params;
       RowSampling row;
       row.temperature = static_cast<float>(p.temperature);
@@ -209,6 +239,22 @@ int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs*
   return token;
 }
 
+void ModelRunner::AddPromptLogprobs(RequestState& s, int32_t position, const float* logits) {
+  const int64_t vocab = backend_->config().vocab_size;
+  // Prompt token ids were range-checked when fed (PrepareInputs); the target was fed or is
+  // about to be, and is checked here again so a bad id can never index the row.
+  const int32_t target = s.token_ids[position + 1];
+  core::TokenLogprobs& lp = s.prompt_logprobs[position];
+  if (target < 0 || target >= vocab) return;
+  cpu::RowLogprobs row =
+      cpu::ComputeLogprobs(logits, vocab, target, *s.sampling_params.prompt_logprobs);
+  const bool was_empty = lp.token_ids.empty();
+  lp.token_ids = std::move(row.token_ids);
+  lp.logprobs = std::move(row.logprobs);
+  lp.sampled_token_rank = row.sampled_token_rank;
+  if (was_empty) ++s.num_prompt_logprobs_filled;
+}
+
 absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::SchedulerOutput& so) {
   if (!kv_cache_initialized()) {
     return absl::FailedPreconditionError("ExecuteModel before InitializeKVCache");
@@ -240,14 +286,24 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
   }
 
   bool any_logprobs = false;
-  for (int32_t r : sampling_rows_)
-    any_logprobs |= scheduled_[r]->sampling_params.logprobs.has_value();
+  for (size_t i = 0; i < sampling_rows_.size(); ++i) {
+    any_logprobs |= prompt_positions_[i] < 0 &&
+                    scheduled_[sampling_rows_[i]]->sampling_params.logprobs.has_value();
+  }
   if (any_logprobs) out.logprobs.resize(n);
   const int64_t vocab = backend_->config().vocab_size;
   size_t host_row = 0;
   for (size_t i = 0; i < sampling_rows_.size(); ++i) {
     const int32_t r = sampling_rows_[i];
     RequestState& s = *scheduled_[r];
+    if (prompt_positions_[i] >= 0) {
+      if (!row_sampling_[i].on_host || (host_row + 1) * vocab > result_.host_logits.size()) {
+        return absl::InternalError("the model backend returned too few host logits rows");
+      }
+      AddPromptLogprobs(s, prompt_positions_[i], result_.host_logits.data() + host_row * vocab);
+      ++host_row;
+      continue;
+    }
     core::TokenLogprobs lp;
     const bool want = s.sampling_params.logprobs.has_value();
     int32_t token = result_.tokens[i];
@@ -263,6 +319,13 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
     out.sampled_token_ids[r].push_back(token);
     if (want) out.logprobs[r].push_back(std::move(lp));
     s.token_ids.push_back(token);
+    // The whole prompt's logprobs go with the first token sampled after the prompt.
+    if (s.prompt_logprobs_pending && s.num_prompt_logprobs_filled == s.num_prompt_tokens - 1) {
+      if (out.prompt_logprobs.empty()) out.prompt_logprobs.resize(n);
+      out.prompt_logprobs[r] = std::move(s.prompt_logprobs);
+      s.prompt_logprobs.clear();
+      s.prompt_logprobs_pending = false;
+    }
   }
   for (size_t r = 0; r < n; ++r) scheduled_[r]->num_computed_tokens += so.num_scheduled_tokens[r];
   return out;

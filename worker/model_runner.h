@@ -68,12 +68,26 @@ class ModelRunner {
     std::vector<int32_t> block_ids;
     core::SamplingParams sampling_params;
     uint64_t seed = 0;
+    // Prompt logprobs being assembled over the chunks of the current prefill: entry p - 1
+    // for prompt position p. Sent (and cleared) with the first token sampled once all are
+    // filled; a resumed request assembles them again.
+    bool prompt_logprobs_pending = false;
+    int32_t num_prompt_logprobs_filled = 0;
+    std::vector<core::TokenLogprobs> prompt_logprobs;
   };
 
   [[nodiscard]] absl::Status UpdateStates(const core::SchedulerOutput& so);
   // Fills the flattened batch for the scheduled requests (in num_scheduled_tokens order).
   [[nodiscard]] absl::Status PrepareInputs(const core::SchedulerOutput& so);
   int32_t Sample(RequestState& state, float* logits, core::TokenLogprobs* logprobs);
+  // Starts assembling `s`'s prompt logprobs when it asks for them (a new or resumed request).
+  void ResetPromptLogprobs(RequestState& s) const;
+  // Adds the logits rows of `s`'s prompt positions in [nc, seq_len) that predict a prompt
+  // token; `first_row` is the batch row of position nc.
+  // Stores the prompt logprobs of position `position` + 1 from that position's raw logits.
+  void AddPromptLogprobs(RequestState& s, int32_t position, const float* logits);
+  void AddPromptLogprobsRows(const RequestState& s, int32_t r, int32_t nc, int32_t seq_len,
+                             int32_t first_row);
 
   std::unique_ptr<ModelBackend> backend_;
   const uint64_t seed_;
@@ -88,6 +102,9 @@ class ModelRunner {
   std::vector<int32_t> logits_indices_;
   std::vector<int64_t> slot_mapping_;
   std::vector<int32_t> sampling_rows_;  // index into scheduled_ per logits row
+  // Per logits row: -1 for a row to sample from, else the prompt position whose logits
+  // give the prompt logprob of token p + 1.
+  std::vector<int32_t> prompt_positions_;
   std::vector<RowSampling> row_sampling_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;

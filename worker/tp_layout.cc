@@ -30,13 +30,23 @@ absl::StatusOr<TpLayout> MakeTpLayout(const ModelConfig& config, int32_t rank, i
         absl::StrFormat("tensor-parallel rank %d of %d is out of range", rank, world_size));
   }
   VLLM_RETURN_IF_ERROR(CheckDivides(config.num_attention_heads, world_size, "num_attention_heads"));
-  VLLM_RETURN_IF_ERROR(CheckDivides(config.intermediate_size, world_size, "intermediate_size"));
+  if (config.HasDenseLayer()) {
+    VLLM_RETURN_IF_ERROR(CheckDivides(config.intermediate_size, world_size, "intermediate_size"));
+  }
+  if (config.num_experts > 0) {
+    VLLM_RETURN_IF_ERROR(
+        CheckDivides(config.moe_intermediate_size, world_size, "moe_intermediate_size"));
+    VLLM_RETURN_IF_ERROR(CheckDivides(config.shared_expert_intermediate_size, world_size,
+                                      "shared_expert_intermediate_size"));
+  }
   const int32_t kv = config.num_key_value_heads;
   TpLayout tp;
   tp.rank = rank;
   tp.world_size = world_size;
   tp.num_heads = config.num_attention_heads / world_size;
   tp.intermediate = config.intermediate_size / world_size;
+  tp.moe_intermediate = config.moe_intermediate_size / world_size;
+  tp.shared_intermediate = config.shared_expert_intermediate_size / world_size;
   if (kv >= world_size) {
     VLLM_RETURN_IF_ERROR(CheckDivides(kv, world_size, "num_key_value_heads"));
     tp.num_kv_heads = kv / world_size;
@@ -91,6 +101,47 @@ std::vector<WeightPiece> GateUpPieces(const ModelConfig& config, const TpLayout&
   const std::string name = prefix + "gate_up_proj.weight";
   return {{name, {2 * inter, hidden}, Ranged(col, 0, inter), tp.intermediate},
           {name, {2 * inter, hidden}, Ranged(col, inter, inter), tp.intermediate}};
+}
+
+WeightPiece RouterPiece(const ModelConfig& config, int32_t layer) {
+  const bool mixtral = config.architecture == "MixtralForCausalLM";
+  return {absl::StrCat("model.layers.", layer, mixtral ? ".block_sparse_moe" : ".mlp",
+                       ".gate.weight"),
+          {config.num_experts, config.hidden_size},
+          {},
+          config.num_experts};
+}
+
+std::vector<WeightPiece> ExpertPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer,
+                                      int32_t expert) {
+  const int64_t inter = config.moe_intermediate_size;
+  const int64_t hidden = config.hidden_size;
+  const Shard col{0, tp.rank, tp.world_size};
+  const Shard row{1, tp.rank, tp.world_size};
+  if (config.architecture == "MixtralForCausalLM") {
+    const std::string p =
+        absl::StrCat("model.layers.", layer, ".block_sparse_moe.experts.", expert, ".");
+    return {{p + "w1.weight", {inter, hidden}, col, tp.moe_intermediate},
+            {p + "w3.weight", {inter, hidden}, col, tp.moe_intermediate},
+            {p + "w2.weight", {hidden, inter}, row, hidden}};
+  }
+  const std::string p = absl::StrCat("model.layers.", layer, ".mlp.experts.", expert, ".");
+  return {{p + "gate_proj.weight", {inter, hidden}, col, tp.moe_intermediate},
+          {p + "up_proj.weight", {inter, hidden}, col, tp.moe_intermediate},
+          {p + "down_proj.weight", {hidden, inter}, row, hidden}};
+}
+
+std::vector<WeightPiece> SharedExpertPieces(const ModelConfig& config, const TpLayout& tp,
+                                            int32_t layer) {
+  const int64_t inter = config.shared_expert_intermediate_size;
+  const int64_t hidden = config.hidden_size;
+  const Shard col{0, tp.rank, tp.world_size};
+  const Shard row{1, tp.rank, tp.world_size};
+  const std::string p = absl::StrCat("model.layers.", layer, ".mlp.shared_expert");
+  return {{p + ".gate_proj.weight", {inter, hidden}, col, tp.shared_intermediate},
+          {p + ".up_proj.weight", {inter, hidden}, col, tp.shared_intermediate},
+          {p + ".down_proj.weight", {hidden, inter}, row, hidden},
+          {p + "_gate.weight", {1, hidden}, {}, 1}};
 }
 
 }  // namespace vllm::worker

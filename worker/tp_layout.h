@@ -10,6 +10,11 @@
 // intermediate_size not divisible by tp, and neither of tp and num_key_value_heads dividing
 // the other.
 //
+// Mixture of experts as vLLM's FusedMoE without expert parallelism: every rank holds every
+// expert, each expert's columns split like a dense MLP's (gate/up rows: dim 0; down_proj
+// columns: dim 1; moe_intermediate_size must divide by tp), the router replicated; the
+// block's partial sums meet in one all-reduce.
+//
 // Plain values; thread-compatible.
 #ifndef VLLM_WORKER_TP_LAYOUT_H_
 #define VLLM_WORKER_TP_LAYOUT_H_
@@ -31,6 +36,8 @@ struct TpLayout {
   int32_t num_kv_heads = 0;          // KV heads on this rank (1 when replicated)
   int32_t num_kv_head_replicas = 1;  // ranks holding each KV head
   int32_t intermediate = 0;          // MLP columns on this rank
+  int32_t moe_intermediate = 0;      // columns of each expert on this rank (0: no experts)
+  int32_t shared_intermediate = 0;   // Qwen2-MoE's shared expert's columns on this rank
 };
 
 // The layout of `rank` in a group of `world_size`. InvalidArgument naming the config key
@@ -58,6 +65,22 @@ std::vector<WeightPiece> QkvPieces(const ModelConfig& config, const TpLayout& tp
 // Layer `layer`'s gate then up rows for this rank: gate_proj / up_proj, or the two halves of a
 // fused gate_up_proj.
 std::vector<WeightPiece> GateUpPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer);
+
+// Layer `layer`'s router weight, [num_experts, hidden], whole on every rank: mlp.gate.weight
+// (Qwen3-MoE) or block_sparse_moe.gate.weight (Mixtral).
+WeightPiece RouterPiece(const ModelConfig& config, int32_t layer);
+
+// Expert `expert` of layer `layer`: its gate then up rows for this rank (mlp.experts.E.
+// gate_proj / up_proj; Mixtral: block_sparse_moe.experts.E.w1 / w3), then its down_proj
+// (Mixtral: w2) columns for this rank — three pieces, the hub's one tensor per expert.
+std::vector<WeightPiece> ExpertPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer,
+                                      int32_t expert);
+
+// Qwen2-MoE's shared expert of layer `layer`, cut like a dense MLP: mlp.shared_expert.gate_proj
+// and up_proj rows, then down_proj columns for this rank, then the whole
+// mlp.shared_expert_gate.weight ([1, hidden], replicated) — four pieces.
+std::vector<WeightPiece> SharedExpertPieces(const ModelConfig& config, const TpLayout& tp,
+                                            int32_t layer);
 
 }  // namespace vllm::worker
 

@@ -115,6 +115,24 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
   return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
 }
 
+absl::Status Worker::ExecuteDummyBatch() {
+  if (!runner_->kv_cache_initialized()) {
+    return absl::FailedPreconditionError("ExecuteDummyBatch before InitializeKVCache");
+  }
+  const DummyStep dummy(/*num_tokens=*/1, /*num_seqs=*/1, /*max_seq_len=*/1);
+  // A backend that samples on the host (the CPU's) returns the logits row instead. The CPU
+  // attention needs each query row among its sequence's keys: the token attends to slot 0 of
+  // block 0 (whatever it holds; the output is dropped) and, slot -1, writes nothing.
+  RowSampling sampling;
+  sampling.on_host = !runner_->backend().samples_on_device();
+  const int32_t seq_len = 1;
+  StepInputs inputs = dummy.inputs();
+  inputs.sampling = std::span<const RowSampling>(&sampling, 1);
+  inputs.seq_lens = std::span<const int32_t>(&seq_len, 1);
+  StepResult result;
+  return runner_->backend().Execute(inputs, &result);
+}
+
 core::KVCacheSpec Worker::GetKVCacheSpec() const {
   const ModelBackend& backend = runner_->backend();
   core::KVCacheSpec spec;

@@ -102,6 +102,12 @@ class Worker {
     return runner_->ExecuteModel(scheduler_output);
   }
 
+  // vLLM's execute_dummy_batch: one forward pass of a one-token DummyStep (nothing cached,
+  // read from the cache or kept), so that the model's collectives run as on a real step. A
+  // lockstep data-parallel engine runs it while it has no work and another engine has.
+  // Fails before InitializeKVCache, or with the backend's error.
+  [[nodiscard]] absl::Status ExecuteDummyBatch();
+
   const ModelConfig& model_config() const { return runner_->backend().config(); }
   ModelRunner& runner() { return *runner_; }
 

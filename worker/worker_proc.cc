@@ -279,6 +279,10 @@ class WorkerProc {
       VLLM_ASSIGN_OR_RETURN(const InitializeKVCacheArgs args, DecodeInitializeKVCacheArgs(payload));
       return worker_->InitializeKVCache(args.num_blocks, args.block_size);
     }
+    if (method == kExecuteDummyBatchMethod) {
+      VLLM_RETURN_IF_ERROR(CheckEmptyPayload(payload, method));
+      return worker_->ExecuteDummyBatch();
+    }
     if (method == kEchoMethod) {
       *result = call.payload;
       return absl::OkStatus();

@@ -24,6 +24,7 @@
 //   kDetermineAvailableMemoryMethod  empty → EncodeAvailableMemory: msgpack int64 (bytes)
 //   kInitializeKVCacheMethod    EncodeInitializeKVCacheArgs: msgpack [num_blocks, block_size]
 //                               → empty
+//   kExecuteDummyBatchMethod    empty → empty (Worker::ExecuteDummyBatch; rank 0 replies)
 //   kEchoMethod                 any → the same bytes (tests, round-trip benchmarks)
 //   kShutdownMethod             empty → empty; the worker exits after replying
 //   kInitDeviceMethod           the ncclUniqueId's raw bytes (kernels::cuda::kNcclUniqueIdBytes,
@@ -53,6 +54,7 @@ inline constexpr char kExecuteModelMethod[] = "execute_model";
 inline constexpr char kGetKVCacheSpecMethod[] = "get_kv_cache_spec";
 inline constexpr char kDetermineAvailableMemoryMethod[] = "determine_available_memory";
 inline constexpr char kInitializeKVCacheMethod[] = "initialize_kv_cache";
+inline constexpr char kExecuteDummyBatchMethod[] = "execute_dummy_batch";
 inline constexpr char kEchoMethod[] = "echo";
 inline constexpr char kShutdownMethod[] = "shutdown";
 inline constexpr char kInitDeviceMethod[] = "init_device";

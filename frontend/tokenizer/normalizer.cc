@@ -1,5 +1,9 @@
 #include "frontend/tokenizer/normalizer.h"
 
+#include <utf8proc.h>
+
+#include <cstdlib>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +16,39 @@ absl::Status Bad(const std::string& where, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", where, ": ", why));
 }
 
+// utf8proc's flags for a normalization form; 0 for an unknown name. STABLE keeps the
+// composition stable across Unicode versions as the standard's forms require.
+int UnicodeOptions(std::string_view form) {
+  if (form == "NFC") return UTF8PROC_STABLE | UTF8PROC_COMPOSE;
+  if (form == "NFD") return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE;
+  if (form == "NFKC") return UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+  if (form == "NFKD") return UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+  return 0;
+}
+
+// Normalizes with utf8proc. The text is valid UTF-8 (the tokenizer checks its input), so
+// utf8proc_map fails only on allocation; the text is then returned unchanged.
+std::string MapUnicode(std::string_view text, int options) {
+  if (text.empty()) return std::string();
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &out,
+                   static_cast<utf8proc_option_t>(options));
+  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  if (n < 0 || out == nullptr) return std::string(text);
+  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> UnicodeNormalize(std::string_view text, std::string_view form) {
+  const int options = UnicodeOptions(form);
+  if (options == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown normalization form ", std::string(form)));
+  }
+  return MapUnicode(text, options);
+}
 
 std::string ReplaceAll(std::string_view text, std::string_view from, std::string_view to) {
   std::string out;
@@ -67,7 +103,7 @@ absl::Status Normalizer::AddStep(const nlohmann::json& j, const std::string& whe
     if (!j.contains("prepend") || !j["prepend"].is_string()) {
       return Bad(where + ".prepend", "missing or not a string");
     }
-    steps_.push_back(Step{true, "", j["prepend"].get<std::string>()});
+    steps_.push_back(Step{Step::Kind::kPrepend, "", j["prepend"].get<std::string>()});
     return absl::OkStatus();
   }
   if (type == "Replace") {
@@ -77,13 +113,13 @@ absl::Status Normalizer::AddStep(const nlohmann::json& j, const std::string& whe
     if (!j.contains("content") || !j["content"].is_string()) {
       return Bad(where + ".content", "missing or not a string");
     }
-    steps_.push_back(Step{false, *std::move(pattern), j["content"].get<std::string>()});
+    steps_.push_back(
+        Step{Step::Kind::kReplace, *std::move(pattern), j["content"].get<std::string>()});
     return absl::OkStatus();
   }
-  if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    return Bad(where + ".type", absl::StrCat("\"", type,
-                                             "\" is not supported (Unicode normalization is "
-                                             "not implemented)"));
+  if (const int options = UnicodeOptions(type); options != 0) {
+    steps_.push_back(Step{Step::Kind::kUnicode, "", "", options});
+    return absl::OkStatus();
   }
   return Bad(where + ".type", absl::StrCat("\"", type, "\" is not supported"));
 }
@@ -91,10 +127,16 @@ absl::Status Normalizer::AddStep(const nlohmann::json& j, const std::string& whe
 std::string Normalizer::Normalize(std::string_view text) const {
   std::string out(text);
   for (const Step& step : steps_) {
-    if (step.prepend) {
-      if (!out.empty()) out.insert(0, step.content);
-    } else {
-      out = ReplaceAll(out, step.pattern, step.content);
+    switch (step.kind) {
+      case Step::Kind::kPrepend:
+        if (!out.empty()) out.insert(0, step.content);
+        break;
+      case Step::Kind::kReplace:
+        out = ReplaceAll(out, step.pattern, step.content);
+        break;
+      case Step::Kind::kUnicode:
+        out = MapUnicode(out, step.unicode_options);
+        break;
     }
   }
   return out;

@@ -1,5 +1,6 @@
 // The normalizer of a Hugging Face tokenizer.json: the steps SentencePiece-converted files
-// use (Prepend, Replace with a String pattern, Sequence of those).
+// use (Prepend, Replace with a String pattern), Unicode normalization forms (Qwen2's NFC),
+// and Sequence of those.
 // Internal to frontend/tokenizer/ (its API is tokenizer.h).
 #ifndef VLLM_FRONTEND_TOKENIZER_NORMALIZER_H_
 #define VLLM_FRONTEND_TOKENIZER_NORMALIZER_H_
@@ -18,9 +19,10 @@ namespace vllm::frontend {
 // Rewrites each piece of input text between added tokens before pre-tokenization, as HF's
 // NormalizedString does (offsets are not tracked: nothing here needs them). Supported:
 // Prepend (prepends to a non-empty piece), Replace with {"String": pattern} (every
-// non-overlapping occurrence, left to right), and Sequence of those. Unicode
-// normalization (NFC/NFD/NFKC/NFKD), Precompiled, Lowercase, Strip, StripAccents, Nmt,
-// BertNormalizer, ByteLevel and Replace with a Regex pattern are refused.
+// non-overlapping occurrence, left to right), NFC / NFD / NFKC / NFKD (utf8proc, Unicode
+// 15.0; HF uses the unicode-normalization crate), and Sequence of those. Precompiled,
+// Lowercase, Strip, StripAccents, Nmt, BertNormalizer, ByteLevel and Replace with a Regex
+// pattern are refused.
 // Immutable; const use is thread-safe.
 class Normalizer {
  public:
@@ -34,9 +36,11 @@ class Normalizer {
 
  private:
   struct Step {
-    bool prepend = false;  // else Replace
-    std::string pattern;   // Replace: the literal to find (non-empty)
-    std::string content;   // Prepend: the prefix; Replace: the replacement
+    enum class Kind { kPrepend, kReplace, kUnicode };
+    Kind kind = Kind::kReplace;
+    std::string pattern;  // Replace: the literal to find (non-empty)
+    std::string content;  // Prepend: the prefix; Replace: the replacement
+    int unicode_options = 0;  // kUnicode: utf8proc_option_t flags of the form
   };
   Normalizer() = default;
   absl::Status AddStep(const nlohmann::json& j, const std::string& where);
@@ -53,6 +57,11 @@ class Normalizer {
 // by `to` (HF's Replace with a String pattern).
 [[nodiscard]] std::string ReplaceAll(std::string_view text, std::string_view from,
                                      std::string_view to);
+
+// Unicode normalization form `form` ("NFC", "NFD", "NFKC" or "NFKD") of valid UTF-8 `text`;
+// InvalidArgument for another form name. Exposed for tests.
+[[nodiscard]] absl::StatusOr<std::string> UnicodeNormalize(std::string_view text,
+                                                           std::string_view form);
 
 }  // namespace vllm::frontend
 

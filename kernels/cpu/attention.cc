@@ -3,7 +3,9 @@
 // Work is split into tiles: one sequence, one KV head, up to kRowsPerTile consecutive query
 // rows and every query head of that KV head's group. A tile walks the sequence's cache one
 // block at a time (flash-attention style online softmax), so each K/V block is read once per
-// tile and stays in L1 while all of the tile's query vectors use it.
+// tile and stays in L1 while all of the tile's query vectors use it. Tiles write disjoint
+// output rows, so they run in parallel on the rank's kernel thread pool (thread_pool.h),
+// handed out one at a time: a long sequence's tiles and short ones balance dynamically.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec.h"
 
 namespace vllm::kernels::cpu {
@@ -34,6 +37,8 @@ struct Shape {
   int32_t block_size;
   int64_t kv_slot_stride;   // floats between consecutive slots of one block
   int64_t kv_block_stride;  // floats between consecutive blocks
+  int32_t sliding_window;   // 0: none; else a row at p sees keys [p - window + 1, p]
+  float soft_cap;           // 0: none; else scores become soft_cap · tanh(score / soft_cap)
 };
 
 // Per-call scratch, sized once for the largest tile; reused by every tile.
@@ -68,6 +73,10 @@ void AccumulateBlock(const Shape& sh, TileState& st, int32_t vec, const float* k
     Dot4Rows(qv, k + i * sh.kv_slot_stride, sh.kv_slot_stride, d, scores + i);
   }
   for (; i < n; ++i) scores[i] = Dot(qv, k + i * sh.kv_slot_stride, d);
+  if (sh.soft_cap > 0.0f) {
+    const float inv_cap = 1.0f / sh.soft_cap;
+    for (i = 0; i < n; ++i) scores[i] = sh.soft_cap * std::tanh(scores[i] * inv_cap);
+  }
   for (i = 0; i < n; ++i) block_max = std::max(block_max, scores[i]);
   float* acc = st.acc.data() + static_cast<int64_t>(vec) * d;
   const float old_max = st.max[vec];
@@ -106,17 +115,30 @@ void RunTile(const Shape& sh, const Tile& tile, float scale, const float* k_cach
   std::fill_n(st.sum.begin(), vectors, 0.0f);
 
   const int64_t num_keys = tile.first_pos + tile.rows;  // the last row sees [0, last_pos]
+  // With a window, the first row sees nothing before first_pos - window + 1: blocks wholly
+  // before that are never read (the KV manager may have freed them).
+  const int64_t first_key =
+      sh.sliding_window > 0 ? std::max<int64_t>(0, tile.first_pos - sh.sliding_window + 1) : 0;
   const int64_t head_offset = static_cast<int64_t>(tile.kv_head) * d;
-  for (int64_t key_begin = 0, b = 0; key_begin < num_keys; key_begin += sh.block_size, ++b) {
+  for (int64_t b = first_key / sh.block_size, key_begin = b * sh.block_size; key_begin < num_keys;
+       key_begin += sh.block_size, ++b) {
     const int64_t block_offset = tile.blocks[b] * sh.kv_block_stride + head_offset;
     const float* k = k_cache + block_offset;
     const float* v = v_cache + block_offset;
     for (int32_t r = 0; r < tile.rows; ++r) {
-      // Causal: row r (position first_pos + r) sees keys up to its own position.
-      const int64_t visible = tile.first_pos + r + 1 - key_begin;
+      // Causal: row r (position first_pos + r) sees keys up to its own position, and with a
+      // window only the last sliding_window of them.
+      const int64_t pos = tile.first_pos + r;
+      const int64_t visible = pos + 1 - key_begin;
       if (visible <= 0) continue;
-      const auto n = static_cast<int32_t>(std::min<int64_t>(visible, sh.block_size));
-      for (int32_t g = 0; g < sh.group; ++g) AccumulateBlock(sh, st, r * sh.group + g, k, v, n);
+      const int64_t lo = sh.sliding_window > 0 ? pos - sh.sliding_window + 1 - key_begin : 0;
+      if (lo >= sh.block_size) continue;
+      const auto start = static_cast<int32_t>(std::max<int64_t>(lo, 0));
+      const auto n = static_cast<int32_t>(std::min<int64_t>(visible, sh.block_size)) - start;
+      const int64_t skip = start * sh.kv_slot_stride;
+      for (int32_t g = 0; g < sh.group; ++g) {
+        AccumulateBlock(sh, st, r * sh.group + g, k + skip, v + skip, n);
+      }
     }
   }
 
@@ -134,7 +156,9 @@ void RunTile(const Shape& sh, const Tile& tile, float scale, const float* k_cach
 
 void PagedAttention(const float* q, const float* k_cache, const float* v_cache, float* out,
                     const AttentionMetadata& meta, int32_t num_q_heads, int32_t num_kv_heads,
-                    int32_t head_dim, float scale) {
+                    int32_t head_dim, float scale, int32_t sliding_window, float logits_soft_cap) {
+  VLLM_CHECK(sliding_window >= 0 && logits_soft_cap >= 0.0f)
+      << "PagedAttention: sliding_window " << sliding_window << ", soft cap " << logits_soft_cap;
   VLLM_CHECK(num_kv_heads > 0 && num_q_heads > 0 && num_q_heads % num_kv_heads == 0)
       << "PagedAttention: " << num_q_heads << " query heads over " << num_kv_heads << " KV heads";
   VLLM_CHECK(head_dim > 0 && meta.block_size > 0 && meta.num_seqs >= 0)
@@ -149,15 +173,15 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache, 
   sh.block_size = meta.block_size;
   sh.kv_slot_stride = static_cast<int64_t>(num_kv_heads) * head_dim;
   sh.kv_block_stride = sh.kv_slot_stride * meta.block_size;
+  sh.sliding_window = sliding_window;
+  sh.soft_cap = logits_soft_cap;
 
   const int64_t max_vectors = static_cast<int64_t>(kRowsPerTile) * sh.group;
-  TileState st;
-  st.q.resize(max_vectors * head_dim);
-  st.acc.resize(max_vectors * head_dim);
-  st.max.resize(max_vectors);
-  st.sum.resize(max_vectors);
-  st.scores.resize(meta.block_size);
-
+  // The tiles of the whole batch, then run on the pool; reused across calls on this thread.
+  // (A reference, not the thread_local itself, is what the pool's threads must read.)
+  thread_local std::vector<Tile> caller_tiles;
+  std::vector<Tile>& tiles = caller_tiles;
+  tiles.clear();
   const int64_t row_stride = static_cast<int64_t>(num_q_heads) * head_dim;
   for (int32_t s = 0; s < meta.num_seqs; ++s) {
     const int32_t q_begin = meta.query_start_loc[s];
@@ -177,9 +201,29 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache, 
         tile.kv_head = h;
         tile.rows = std::min(kRowsPerTile, q_len - row);
         tile.first_pos = seq_len - q_len + row;
-        RunTile(sh, tile, scale, k_cache, v_cache, st);
+        tiles.push_back(tile);
       }
     }
+  }
+  // Each thread's scratch, grown to the largest tile it has seen.
+  auto run = [&](int64_t i) {
+    thread_local TileState st;
+    if (st.q.size() < static_cast<size_t>(max_vectors * head_dim)) {
+      st.q.resize(max_vectors * head_dim);
+      st.acc.resize(max_vectors * head_dim);
+    }
+    if (st.max.size() < static_cast<size_t>(max_vectors)) {
+      st.max.resize(max_vectors);
+      st.sum.resize(max_vectors);
+    }
+    if (st.scores.size() < static_cast<size_t>(meta.block_size)) st.scores.resize(meta.block_size);
+    RunTile(sh, tiles[static_cast<size_t>(i)], scale, k_cache, v_cache, st);
+  };
+  const auto num_tiles = static_cast<int64_t>(tiles.size());
+  if (num_tiles > 1) {
+    KernelThreadPool().ParallelFor(num_tiles, run);
+  } else if (num_tiles == 1) {
+    run(0);
   }
 }
 

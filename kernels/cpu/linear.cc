@@ -1,4 +1,6 @@
-// Linear layers through BLAS: y = x · wᵀ (+ bias), weights in Hugging Face's [out, in] layout.
+// Linear layers: y = x · wᵀ (+ bias), weights in Hugging Face's [out, in] layout. Small m
+// (decode) through our kernel (gemm_small.h), which reads w once for all rows; larger m
+// through OpenBLAS's sgemm.
 #include <cblas.h>
 
 #include <algorithm>
@@ -6,19 +8,34 @@
 #include <limits>
 
 #include "base/status_macros.h"
+#include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace vllm::kernels::cpu {
-namespace {
 
-constexpr int64_t kMaxGemvRows = 2;
-
-}  // namespace
-
-void SetBlasNumThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_threads)); }
+void SetBlasNumThreads(int num_threads) {
+  openblas_set_num_threads(std::max(1, num_threads));
+  KernelThreadPool().Resize(num_threads);
+}
 
 void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k) {
+  VLLM_CHECK(m >= 0 && n >= 0 && k >= 0) << "Linear: negative shape " << m << "x" << n << "x" << k;
+  constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // BLAS takes int sizes
+  VLLM_CHECK(m <= kMaxDim && n <= kMaxDim && k <= kMaxDim) << "Linear: dimension too large";
+  if (m == 0 || n == 0) return;
+  // Up to the switch point (measured: docs/DECISIONS.md) our kernel streams w once for all m
+  // rows; OpenBLAS's sgemm packs all of w per call and only pays that back at larger m.
+  if (m <= kLinearSmallMMaxRows && SmallMLinearEnabled()) {
+    LinearSmallM(x, w, bias, y, m, n, k, BestGemmIsa());
+    return;
+  }
+  LinearBlas(x, w, bias, y, m, n, k);
+}
+
+void LinearBlas(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
+                int64_t k) {
   VLLM_CHECK(m >= 0 && n >= 0 && k >= 0) << "Linear: negative shape " << m << "x" << n << "x" << k;
   constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();  // BLAS takes int sizes
   VLLM_CHECK(m <= kMaxDim && n <= kMaxDim && k <= kMaxDim) << "Linear: dimension too large";
@@ -34,11 +51,8 @@ void Linear(const float* x, const float* w, const float* bias, float* y, int64_t
     if (bias == nullptr) std::fill(y, y + m * n, 0.0f);
     return;
   }
-  // One or two tokens are matrix-vector products: sgemv streams w once per row without the
-  // packing sgemm does. OpenBLAS's sgemm costs about as much at m = 4..16 as at m = 1 (it
-  // packs all of w), so m sgemv passes win up to m = 2 and break even at m = 4
-  // (bench/kernels_cpu_bench.cc, Linear/model).
-  if (m <= kMaxGemvRows) {
+  // One or two rows: sgemv streams w once per row without the packing sgemm does.
+  if (m <= 2) {
     for (int64_t i = 0; i < m; ++i) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n), static_cast<blasint>(k),
                   1.0f, w, static_cast<blasint>(k), x + i * k, 1, beta, y + i * n, 1);

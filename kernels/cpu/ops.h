@@ -26,12 +26,14 @@
 
 namespace vllm::kernels::cpu {
 
-// Caps the threads BLAS (OpenBLAS) uses for Linear in this process; process-wide. Tensor-
-// parallel CPU ranks share the machine's cores, and OpenBLAS's pool spins while it waits, so
-// ranks that each take every core slow each other down by 10-100x (measured on 2 cores).
+// Caps the threads Linear uses in this process, OpenBLAS's and our kernels' pool alike
+// (kernels/cpu/thread_pool.h); process-wide. Tensor-parallel CPU ranks share the machine's
+// cores, and OpenBLAS's pool spins while it waits, so ranks that each take every core slow
+// each other down by 10-100x (measured on 2 cores).
 void SetBlasNumThreads(int num_threads);
 
-// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n] when bias is non-null). Through BLAS (sgemm).
+// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n] when bias is non-null). Small m (decode) through
+// our kernel, which reads w once for all rows (gemm_small.h); larger m through BLAS (sgemm).
 void Linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k);
 
@@ -53,6 +55,19 @@ void FusedAddRmsNorm(float* x, float* residual, const float* weight, int64_t num
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, d + i] for i < d: gate_up is [num_tokens, 2d]
 // (gate projection first, up projection second, as vLLM's merged gate_up_proj).
 void SiluAndMul(const float* gate_up, float* out, int64_t num_tokens, int64_t d);
+
+// out[t, i] = gelu_tanh(gate_up[t, i]) * gate_up[t, d + i] for i < d, with gelu_tanh(x) =
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³))) in float, PyTorch's
+// gelu(approximate="tanh") (HF's gelu_pytorch_tanh): Gemma's GeGLU over the merged gate_up
+// (vLLM's gelu_tanh_and_mul).
+void GeluTanhAndMul(const float* gate_up, float* out, int64_t num_tokens, int64_t d);
+
+// x[i] = cap * tanh(x[i] / cap) for i < n, in place (Gemma's final_logit_softcapping, HF's
+// order of operations). cap > 0.
+void SoftCap(float* x, int64_t n, float cap);
+
+// x[i] *= factor for i < n (Gemma's embedding normaliser sqrt(hidden_size)).
+void Scale(float* x, int64_t n, float factor);
 
 // Hugging Face's rope_scaling, resolved. kNone ignores the other fields.
 struct RopeScaling {
@@ -117,9 +132,16 @@ struct AttentionMetadata {
 // cache positions [0, p]. Grouped-query: query head h reads KV head h / (num_q_heads /
 // num_kv_heads). q and out are [num_tokens, num_q_heads, head_dim]; softmax(q·kᵀ · scale) · v
 // computed in float32 with a running max (no overflow for long contexts).
+// sliding_window > 0 limits row p to the last sliding_window positions, [p - window + 1, p]
+// (HF's and vLLM's convention: the window counts the row's own token); cache blocks wholly
+// before a sequence's first visible position are never read, so their block-table entries
+// may name any block (vLLM's sliding-window manager frees them). logits_soft_cap > 0 maps
+// each scaled score s to cap · tanh(s / cap) before the softmax (Gemma-2's
+// attn_logit_softcapping). 0 switches either off.
 void PagedAttention(const float* q, const float* k_cache, const float* v_cache, float* out,
                     const AttentionMetadata& meta, int32_t num_q_heads, int32_t num_kv_heads,
-                    int32_t head_dim, float scale);
+                    int32_t head_dim, float scale, int32_t sliding_window = 0,
+                    float logits_soft_cap = 0.0f);
 
 }  // namespace vllm::kernels::cpu
 

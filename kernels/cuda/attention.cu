@@ -1,6 +1,7 @@
 // Paged attention entry points: argument checks, the launch plan (decode with split-K, or
 // prefill) and the dispatch to attention_decode.cu / attention_prefill.cu.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -28,9 +29,11 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 AttentionPlan PlanAttention(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
-                            int32_t head_dim) {
+                            int32_t head_dim, int32_t sliding_window) {
   AttentionPlan plan;
-  const int64_t max_seq = std::max<int64_t>(meta.max_seq_len, 1);
+  // A row sees at most sliding_window keys: split those, not the whole context.
+  int64_t max_seq = std::max<int64_t>(meta.max_seq_len, 1);
+  if (sliding_window > 0) max_seq = std::min<int64_t>(max_seq, sliding_window);
   plan.decode = meta.max_query_len <= kDecodeMaxQueryLen;
   plan.num_partitions = 1;
   const int64_t rows = meta.num_tokens * std::max<int32_t>(num_q_heads, 1);
@@ -51,8 +54,8 @@ AttentionPlan PlanAttention(const DeviceAttentionMetadata& meta, int32_t num_q_h
 }  // namespace detail
 
 size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
-                                    int32_t head_dim) {
-  return detail::PlanAttention(meta, num_q_heads, head_dim).workspace_bytes;
+                                    int32_t head_dim, int32_t sliding_window) {
+  return detail::PlanAttention(meta, num_q_heads, head_dim, sliding_window).workspace_bytes;
 }
 
 size_t PagedAttentionMaxWorkspaceBytes(int32_t head_dim) {
@@ -64,7 +67,12 @@ template <typename T>
 cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, T* out,
                            const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                            int32_t num_kv_heads, int32_t head_dim, float scale, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream) {
+                           size_t workspace_bytes, cudaStream_t stream, int32_t sliding_window,
+                           float logits_soft_cap) {
+  // !(cap >= 0) also rejects NaN; an infinite cap would turn every score into NaN.
+  if (sliding_window < 0 || !(logits_soft_cap >= 0.0f) || std::isinf(logits_soft_cap)) {
+    return cudaErrorInvalidValue;
+  }
   if (num_q_heads <= 0 || num_kv_heads <= 0 || num_q_heads % num_kv_heads != 0 ||
       num_q_heads > detail::kMaxGridYZ || head_dim <= 0 || head_dim % 8 != 0 ||
       head_dim > detail::kMaxHeadDim || meta.block_size <= 0 || meta.num_seqs < 0 ||
@@ -79,23 +87,28 @@ cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const
       reinterpret_cast<uintptr_t>(v_cache) % 16 != 0) {
     return cudaErrorInvalidValue;
   }
-  const detail::AttentionPlan plan = detail::PlanAttention(meta, num_q_heads, head_dim);
+  const detail::AttentionPlan plan =
+      detail::PlanAttention(meta, num_q_heads, head_dim, sliding_window);
+  detail::ScoreOptions opts;
+  opts.sliding_window = sliding_window;
+  opts.soft_cap = logits_soft_cap;
   if (plan.workspace_bytes > 0 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes ||
                                    reinterpret_cast<uintptr_t>(workspace) % 16 != 0)) {
     return cudaErrorInvalidValue;
   }
   if (plan.decode) {
     return detail::LaunchDecodeAttention(q, q_stride, k_cache, v_cache, out, meta, num_q_heads,
-                                         num_kv_heads, head_dim, scale, plan, workspace, stream);
+                                         num_kv_heads, head_dim, scale, opts, plan, workspace,
+                                         stream);
   }
   return detail::LaunchPrefillAttention(q, q_stride, k_cache, v_cache, out, meta, num_q_heads,
-                                        num_kv_heads, head_dim, scale, stream);
+                                        num_kv_heads, head_dim, scale, opts, stream);
 }
 
-#define VLLM_INSTANTIATE_ATTENTION(T)                                                      \
-  template cudaError_t PagedAttention<T>(const T*, int64_t, const T*, const T*, T*,        \
-                                         const DeviceAttentionMetadata&, int32_t, int32_t, \
-                                         int32_t, float, void*, size_t, cudaStream_t);
+#define VLLM_INSTANTIATE_ATTENTION(T)                                                              \
+  template cudaError_t PagedAttention<T>(                                                          \
+      const T*, int64_t, const T*, const T*, T*, const DeviceAttentionMetadata&, int32_t, int32_t, \
+      int32_t, float, void*, size_t, cudaStream_t, int32_t, float);
 VLLM_CUDA_INSTANTIATE_FOR_TYPES(VLLM_INSTANTIATE_ATTENTION)
 
 }  // namespace vllm::kernels::cuda

@@ -30,10 +30,12 @@ struct DeviceAttentionMetadata {
 
 // Bytes of device workspace PagedAttention needs for this shape (split-K partial results);
 // 0 when the call needs none. Pass at least this many bytes. A pure function of the host
-// fields of `meta`, never above 65536 · (head_dim + 2) · 4 bytes (34 MiB at head_dim 128), so
-// one buffer of that size serves every call.
+// fields of `meta` and the window, never above 65536 · (head_dim + 2) · 4 bytes (34 MiB at
+// head_dim 128), so one buffer of that size serves every call. A window never needs more
+// than no window (the split covers min(max_seq_len, sliding_window) keys), so the size for
+// sliding_window = 0 serves the windowed call too.
 size_t PagedAttentionWorkspaceBytes(const DeviceAttentionMetadata& meta, int32_t num_q_heads,
-                                    int32_t head_dim);
+                                    int32_t head_dim, int32_t sliding_window = 0);
 
 // The bound above: PagedAttentionWorkspaceBytes(meta, h, head_dim) <= this for every meta and
 // h, so a model allocates one workspace of this size at load time.
@@ -59,11 +61,19 @@ size_t PagedAttentionMaxWorkspaceBytes(int32_t head_dim);
 // (and cleared) here. cudaErrorInvalidValue for an unsupported head_dim, num_q_heads not a
 // multiple of num_kv_heads or above 65535, block_size <= 0, num_tokens >= 2^31, max_seq_len
 // outside [0, 2^30], misaligned caches, or a missing / too small workspace.
+// sliding_window > 0 and logits_soft_cap > 0 as kernels::cpu::PagedAttention: row p sees
+// [p - window + 1, p] only; no block wholly before a sequence's first visible position (its
+// first query row's window start) is read, nor its block-table entry (vLLM's sliding-window
+// manager frees such blocks). Decode splits only the window's keys. Each scaled score s
+// becomes cap · tanh(s / cap). The split count depends on the window, a host value, and
+// never on device values, so a call stays capturable. cudaErrorInvalidValue when either is
+// negative (or the cap is not finite).
 template <typename T>
 cudaError_t PagedAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, T* out,
                            const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                            int32_t num_kv_heads, int32_t head_dim, float scale, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream);
+                           size_t workspace_bytes, cudaStream_t stream, int32_t sliding_window = 0,
+                           float logits_soft_cap = 0.0f);
 
 }  // namespace vllm::kernels::cuda
 

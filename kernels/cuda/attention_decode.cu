@@ -48,13 +48,17 @@ __device__ __forceinline__ void AddScaled(float (&acc)[16 / sizeof(T)], float p,
 }
 
 // Grid: x = query row (token), y = head block (kGc query heads of one KV head), z =
-// partition. Writes `out` directly when num_partitions == 1, else the workspace.
-template <typename T, int kD, int kGc>
+// partition of the row's visible keys (its last opts.sliding_window when windowed). Writes
+// `out` directly when num_partitions == 1, else the workspace. The soft cap is a template flag
+// (kSoftCap): as a run-time branch in the score loop it cost the plain kernel spills; the
+// window only moves the partition bounds, so it stays a run-time value.
+template <typename T, int kD, int kGc, bool kSoftCap>
 __global__ void __launch_bounds__(kThreads)
     DecodeKernel(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                  const T* __restrict__ v_cache, T* __restrict__ out, float2* __restrict__ ws_ml,
                  float* __restrict__ ws_out, DeviceAttentionMetadata meta, int32_t num_q_heads,
-                 int32_t num_kv_heads, int32_t head_dim, float scale, int32_t num_partitions) {
+                 int32_t num_kv_heads, int32_t head_dim, float scale, ScoreOptions opts,
+                 int32_t num_partitions) {
   using S = DecodeShape<T, kD>;
   using V = Vec<T, S::kVec>;
   constexpr int kVec = S::kVec;
@@ -67,9 +71,12 @@ __global__ void __launch_bounds__(kThreads)
   const int group = num_q_heads / num_kv_heads;
   const int kv_head = h0 / group;
 
-  const RowPlace place = LocateRow(meta, token);
-  const int partition_size = PartitionKeys(place.num_keys, num_partitions);
-  const int begin = part * partition_size;  // <= num_keys + num_partitions · 64: no overflow
+  const RowPlace place = LocateRow(meta, token, opts.sliding_window);
+  // Only the window's keys are split, so a window much shorter than the context still
+  // spreads over every partition; blocks before first_key are never touched.
+  const int partition_size = PartitionKeys(place.num_keys - place.first_key, num_partitions);
+  // <= num_keys + num_partitions · 64: no overflow.
+  const int begin = place.first_key + part * partition_size;
   if (begin >= place.num_keys) {
     // Nothing to see: a zero row when this block owns the output, else the reduction skips
     // this partition (it recomputes num_keys).
@@ -120,6 +127,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t slot_stride = static_cast<int64_t>(num_kv_heads) * d;
   const T* k_head = k_cache + static_cast<int64_t>(kv_head) * d;
   const T* v_head = v_cache + static_cast<int64_t>(kv_head) * d;
+  const float inv_cap = kSoftCap ? 1.0f / opts.soft_cap : 0.0f;
 
   // Every lane of a warp runs the same iterations (the bounds depend on the warp only), so
   // the shuffles below always see the full warp.
@@ -165,6 +173,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int off = S::kTG / 2; off > 0; off >>= 1)
           dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        // The cap before the mask: a masked key must stay -inf, not become -cap.
+        if constexpr (kSoftCap) dot = SoftCap(dot, opts.soft_cap, inv_cap);
         s[u][g] = valid[u] ? dot : kNegInf;
       }
     }
@@ -263,17 +273,19 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     ReduceKernel(const float2* __restrict__ ws_ml, const float* __restrict__ ws_out,
                  T* __restrict__ out, DeviceAttentionMetadata meta, int32_t num_q_heads,
-                 int32_t head_dim, int32_t num_partitions) {
+                 int32_t head_dim, int32_t sliding_window, int32_t num_partitions) {
   const int64_t row = blockIdx.x;
   const int64_t token = row / num_q_heads;
-  const RowPlace place = LocateRow(meta, token);
+  const RowPlace place = LocateRow(meta, token, sliding_window);
   T* dst = out + row * head_dim;
   if (place.num_keys <= 0) {
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = FromFloat<T>(0.0f);
     return;
   }
-  const int32_t partition_size = PartitionKeys(place.num_keys, num_partitions);
-  const int n = min((place.num_keys + partition_size - 1) / partition_size, num_partitions);
+  // As DecodeKernel: the partitions that hold keys, counted over the row's visible keys.
+  const int32_t visible = place.num_keys - place.first_key;
+  const int32_t partition_size = PartitionKeys(visible, num_partitions);
+  const int n = min((visible + partition_size - 1) / partition_size, num_partitions);
   const float2* ml = ws_ml + row * num_partitions;
   const float* po = ws_out + row * num_partitions * head_dim;
   float mx = kNegInf;
@@ -293,12 +305,14 @@ cudaError_t LaunchDecodeKernel(const T* q, int64_t q_stride, const T* k_cache, c
                                T* out, float2* ws_ml, float* ws_out,
                                const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                                int32_t num_kv_heads, int32_t head_dim, float scale,
-                               const AttentionPlan& plan, cudaStream_t stream) {
+                               ScoreOptions opts, const AttentionPlan& plan, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(meta.num_tokens), static_cast<unsigned>(num_q_heads / kGc),
                   static_cast<unsigned>(plan.num_partitions));
-  DecodeKernel<T, kD, kGc><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, out, ws_ml,
-                                                          ws_out, meta, num_q_heads, num_kv_heads,
-                                                          head_dim, scale, plan.num_partitions);
+  auto* kernel =
+      opts.soft_cap > 0.0f ? DecodeKernel<T, kD, kGc, true> : DecodeKernel<T, kD, kGc, false>;
+  kernel<<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
+                                        num_q_heads, num_kv_heads, head_dim, scale, opts,
+                                        plan.num_partitions);
   return cudaGetLastError();
 }
 
@@ -306,24 +320,28 @@ template <typename T, int kD>
 cudaError_t DispatchGroup(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, T* out,
                           float2* ws_ml, float* ws_out, const DeviceAttentionMetadata& meta,
                           int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, float scale,
-                          const AttentionPlan& plan, cudaStream_t stream) {
+                          ScoreOptions opts, const AttentionPlan& plan, cudaStream_t stream) {
   // Heads per block: the largest power of two up to 8 dividing the group, so a block's
   // heads share one KV head and each K/V row it reads serves all of them.
   const int group = num_q_heads / num_kv_heads;
   if (group % 8 == 0) {
     return LaunchDecodeKernel<T, kD, 8>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                        num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                        num_q_heads, num_kv_heads, head_dim, scale, opts, plan,
+                                        stream);
   }
   if (group % 4 == 0) {
     return LaunchDecodeKernel<T, kD, 4>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                        num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                        num_q_heads, num_kv_heads, head_dim, scale, opts, plan,
+                                        stream);
   }
   if (group % 2 == 0) {
     return LaunchDecodeKernel<T, kD, 2>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                        num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                        num_q_heads, num_kv_heads, head_dim, scale, opts, plan,
+                                        stream);
   }
   return LaunchDecodeKernel<T, kD, 1>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                      num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                      num_q_heads, num_kv_heads, head_dim, scale, opts, plan,
+                                      stream);
 }
 
 }  // namespace
@@ -332,7 +350,8 @@ template <typename T>
 cudaError_t LaunchDecodeAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
                                   T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                                   int32_t num_kv_heads, int32_t head_dim, float scale,
-                                  const AttentionPlan& plan, void* workspace, cudaStream_t stream) {
+                                  ScoreOptions opts, const AttentionPlan& plan, void* workspace,
+                                  cudaStream_t stream) {
   float2* ws_ml = nullptr;
   float* ws_out = nullptr;
   if (plan.num_partitions > 1) {
@@ -343,36 +362,36 @@ cudaError_t LaunchDecodeAttention(const T* q, int64_t q_stride, const T* k_cache
   switch (head_dim) {
     case 16:
       err = DispatchGroup<T, 16>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                 num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                 num_q_heads, num_kv_heads, head_dim, scale, opts, plan, stream);
       break;
     case 32:
       err = DispatchGroup<T, 32>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                 num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                 num_q_heads, num_kv_heads, head_dim, scale, opts, plan, stream);
       break;
     case 64:
       err = DispatchGroup<T, 64>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                 num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                 num_q_heads, num_kv_heads, head_dim, scale, opts, plan, stream);
       break;
     case 128:
       err = DispatchGroup<T, 128>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                  num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                  num_q_heads, num_kv_heads, head_dim, scale, opts, plan, stream);
       break;
     default:
       err = DispatchGroup<T, 0>(q, q_stride, k_cache, v_cache, out, ws_ml, ws_out, meta,
-                                num_q_heads, num_kv_heads, head_dim, scale, plan, stream);
+                                num_q_heads, num_kv_heads, head_dim, scale, opts, plan, stream);
       break;
   }
   if (err != cudaSuccess || plan.num_partitions == 1) return err;
   const int64_t rows = meta.num_tokens * num_q_heads;
   ReduceKernel<T><<<static_cast<unsigned>(rows), ThreadsFor(head_dim, kThreads), 0, stream>>>(
-      ws_ml, ws_out, out, meta, num_q_heads, head_dim, plan.num_partitions);
+      ws_ml, ws_out, out, meta, num_q_heads, head_dim, opts.sliding_window, plan.num_partitions);
   return cudaGetLastError();
 }
 
 #define VLLM_INSTANTIATE_DECODE(T)                                                                 \
   template cudaError_t LaunchDecodeAttention<T>(                                                   \
       const T*, int64_t, const T*, const T*, T*, const DeviceAttentionMetadata&, int32_t, int32_t, \
-      int32_t, float, const AttentionPlan&, void*, cudaStream_t);
+      int32_t, float, ScoreOptions, const AttentionPlan&, void*, cudaStream_t);
 VLLM_CUDA_INSTANTIATE_FOR_TYPES(VLLM_INSTANTIATE_DECODE)
 
 }  // namespace vllm::kernels::cuda::detail

@@ -13,6 +13,11 @@
 // so the fragment loads are bank-conflict free); each warp computes S = Q·Kᵀ for its 16
 // vectors, masks causally, updates its running max / sum, and adds P·V into its output
 // fragments. Keys past the tile's last position are never read (zero-filled).
+// Sliding window: the key loop starts at the K/V tile holding the first row's first visible
+// key (tiles wholly before every row's window are skipped), keys before it are zero-filled,
+// not loaded (their blocks may be freed: NaN · 0 would poison P·V), and each score is masked
+// to its row's [first, last] range. The soft cap, when on (kSoftCap, a template flag so the
+// plain kernel keeps its instruction mix), maps each scaled score before the mask.
 #include <cstdint>
 #include <type_traits>
 
@@ -70,11 +75,11 @@ __device__ __forceinline__ void Mma<__nv_bfloat16>(float (&d)[4], const uint32_t
 //                (row gid+8, same);
 //   B regs 0..1: (k 2tig..+1, col gid), (k 8+2tig..+1, col gid);
 //   C/D 0..3:    (row gid, cols 2tig, 2tig+1), (row gid+8, cols 2tig, 2tig+1).
-template <typename T, int kD>
+template <typename T, int kD, bool kWindow, bool kSoftCap>
 __global__ void __launch_bounds__(kThreads)
     PrefillKernel(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k_cache,
                   const T* __restrict__ v_cache, T* __restrict__ out, DeviceAttentionMetadata meta,
-                  int32_t num_q_heads, int32_t num_kv_heads, float scale) {
+                  int32_t num_q_heads, int32_t num_kv_heads, float scale, ScoreOptions opts) {
   constexpr int kKSteps = kD / 16;  // k-steps of Q·Kᵀ
   constexpr int kDTiles = kD / 8;   // n-tiles of P·V
   constexpr int kNTiles = kTileKeys / 8;
@@ -97,6 +102,10 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t last_row =
       static_cast<int32_t>(min(num_vectors, v_first + kTileVectors) - 1) / group;
   const int32_t tile_keys = seq_len > 0 ? max(pos0 + last_row + 1, 0) : 0;
+  // The first key any row of the tile sees: its first row's window start.
+  const int32_t window = kWindow ? opts.sliding_window : 0;
+  const int32_t first_row = static_cast<int32_t>(v_first / group);
+  const int32_t tile_first_key = window > 0 ? max(pos0 + first_row + 1 - window, 0) : 0;
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -104,7 +113,10 @@ __global__ void __launch_bounds__(kThreads)
   const int tig = lane & 3;
 
   // This lane's two vectors (fragment rows gid and gid + 8 of the warp's 16).
-  int32_t row[2], num_keys[2];
+  // Row h sees key k iff last_key[h] - k lies in [0, span): span = the window, or 2^31 (every
+  // key up to its own) without one; a dead row has last_key -1 and sees none. One unsigned
+  // compare per score, as the causal mask alone cost.
+  int32_t row[2], last_key[2];
   int64_t qh_offset[2];  // element offset of (token, query head) in a packed row space
   bool live[2];
 #pragma unroll
@@ -113,7 +125,7 @@ __global__ void __launch_bounds__(kThreads)
     live[h] = v < num_vectors;
     row[h] = live[h] ? static_cast<int32_t>(v / group) : 0;
     const int g = live[h] ? static_cast<int>(v % group) : 0;
-    num_keys[h] = (live[h] && seq_len > 0) ? pos0 + row[h] + 1 : 0;
+    last_key[h] = (live[h] && seq_len > 0) ? pos0 + row[h] : -1;
     qh_offset[h] = static_cast<int64_t>(kv_head) * group + g;
   }
 
@@ -149,7 +161,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t head_offset = static_cast<int64_t>(kv_head) * kD;
   using V8 = Vec<T, 8>;
 
-  for (int k0 = 0; k0 < tile_keys; k0 += kTileKeys) {
+  const uint32_t span = window > 0 ? static_cast<uint32_t>(window) : 0x80000000u;
+  const float inv_cap = kSoftCap ? 1.0f / opts.soft_cap : 0.0f;
+  for (int k0 = tile_first_key / kTileKeys * kTileKeys; k0 < tile_keys; k0 += kTileKeys) {
     __syncthreads();  // the previous tile's readers are done
     // Consecutive threads take consecutive keys: the transposed V stores then hit
     // consecutive 2-byte slots and the K stores distinct banks.
@@ -158,7 +172,7 @@ __global__ void __launch_bounds__(kThreads)
       const int chunk = c / kTileKeys;
       const int key = k0 + kk;
       V8 kv, vv;
-      if (key < tile_keys) {
+      if (key >= tile_first_key && key < tile_keys) {
         const int64_t offset =
             (static_cast<int64_t>(table[key / bs]) * bs + key % bs) * slot_stride + head_offset +
             chunk * 8;
@@ -191,8 +205,9 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
-    // Causal mask, scale, online softmax (rows gid and gid + 8; a row's 64 scores are spread
-    // over the 4 lanes of its quad).
+    // Scale, soft cap, causal / window mask, online softmax (rows gid and gid + 8; a row's 64
+    // scores are spread over the 4 lanes of its quad). The cap comes before the mask: a masked
+    // key must stay -inf, not become -cap.
     float corr[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -203,7 +218,11 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = 0; c < 2; ++c) {
           const int key = k0 + nt * 8 + 2 * tig + c;
           float& x = s[nt][h * 2 + c];
-          x = key < num_keys[h] ? x * scale : kNegInf;
+          x *= scale;
+          if constexpr (kSoftCap) x = SoftCap(x, opts.soft_cap, inv_cap);
+          const bool seen =
+              kWindow ? static_cast<uint32_t>(last_key[h] - key) < span : key <= last_key[h];
+          x = seen ? x : kNegInf;
           mx = fmaxf(mx, x);
         }
       }
@@ -270,13 +289,22 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kD>
 cudaError_t LaunchPrefillKernel(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
                                 T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
-                                int32_t num_kv_heads, float scale, cudaStream_t stream) {
+                                int32_t num_kv_heads, float scale, ScoreOptions opts,
+                                cudaStream_t stream) {
   const int64_t group = num_q_heads / num_kv_heads;
   const int64_t tiles = (int64_t{meta.max_query_len} * group + kTileVectors - 1) / kTileVectors;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(meta.num_seqs),
                   static_cast<unsigned>(num_kv_heads));
-  PrefillKernel<T, kD><<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, out, meta,
-                                                      num_q_heads, num_kv_heads, scale);
+  // One instantiation per variant: the plain kernel carries no window or cap arithmetic.
+  auto* kernel = PrefillKernel<T, kD, false, false>;
+  if (opts.sliding_window > 0) {
+    kernel =
+        opts.soft_cap > 0.0f ? PrefillKernel<T, kD, true, true> : PrefillKernel<T, kD, true, false>;
+  } else if (opts.soft_cap > 0.0f) {
+    kernel = PrefillKernel<T, kD, false, true>;
+  }
+  kernel<<<grid, kThreads, 0, stream>>>(q, q_stride, k_cache, v_cache, out, meta, num_q_heads,
+                                        num_kv_heads, scale, opts);
   return cudaGetLastError();
 }
 
@@ -284,33 +312,33 @@ cudaError_t LaunchPrefillKernel(const T* q, int64_t q_stride, const T* k_cache, 
 template <typename T>
 cudaError_t LaunchRowwise(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache, T* out,
                           const DeviceAttentionMetadata& meta, int32_t num_q_heads,
-                          int32_t num_kv_heads, int32_t head_dim, float scale,
+                          int32_t num_kv_heads, int32_t head_dim, float scale, ScoreOptions opts,
                           cudaStream_t stream) {
   AttentionPlan plan;
   plan.decode = true;
   plan.num_partitions = 1;
   return LaunchDecodeAttention(q, q_stride, k_cache, v_cache, out, meta, num_q_heads, num_kv_heads,
-                               head_dim, scale, plan, nullptr, stream);
+                               head_dim, scale, opts, plan, nullptr, stream);
 }
 
 template <typename T>
 cudaError_t LaunchTensorCore(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
                              T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
-                             int32_t num_kv_heads, int32_t head_dim, float scale,
+                             int32_t num_kv_heads, int32_t head_dim, float scale, ScoreOptions opts,
                              cudaStream_t stream) {
   switch (head_dim) {
     case 16:
       return LaunchPrefillKernel<T, 16>(q, q_stride, k_cache, v_cache, out, meta, num_q_heads,
-                                        num_kv_heads, scale, stream);
+                                        num_kv_heads, scale, opts, stream);
     case 32:
       return LaunchPrefillKernel<T, 32>(q, q_stride, k_cache, v_cache, out, meta, num_q_heads,
-                                        num_kv_heads, scale, stream);
+                                        num_kv_heads, scale, opts, stream);
     case 64:
       return LaunchPrefillKernel<T, 64>(q, q_stride, k_cache, v_cache, out, meta, num_q_heads,
-                                        num_kv_heads, scale, stream);
+                                        num_kv_heads, scale, opts, stream);
     default:
       return LaunchPrefillKernel<T, 128>(q, q_stride, k_cache, v_cache, out, meta, num_q_heads,
-                                         num_kv_heads, scale, stream);
+                                         num_kv_heads, scale, opts, stream);
   }
 }
 
@@ -331,22 +359,22 @@ template <typename T>
 cudaError_t LaunchPrefillAttention(const T* q, int64_t q_stride, const T* k_cache, const T* v_cache,
                                    T* out, const DeviceAttentionMetadata& meta, int32_t num_q_heads,
                                    int32_t num_kv_heads, int32_t head_dim, float scale,
-                                   cudaStream_t stream) {
+                                   ScoreOptions opts, cudaStream_t stream) {
   if constexpr (!std::is_same_v<T, float>) {
     if (TensorCoreShape(head_dim, meta, num_q_heads, num_kv_heads)) {
       if (meta.num_seqs == 0 || meta.max_query_len <= 0) return cudaSuccess;
       return LaunchTensorCore(q, q_stride, k_cache, v_cache, out, meta, num_q_heads, num_kv_heads,
-                              head_dim, scale, stream);
+                              head_dim, scale, opts, stream);
     }
   }
   return LaunchRowwise(q, q_stride, k_cache, v_cache, out, meta, num_q_heads, num_kv_heads,
-                       head_dim, scale, stream);
+                       head_dim, scale, opts, stream);
 }
 
 #define VLLM_INSTANTIATE_PREFILL(T)                                                                \
   template cudaError_t LaunchPrefillAttention<T>(const T*, int64_t, const T*, const T*, T*,        \
                                                  const DeviceAttentionMetadata&, int32_t, int32_t, \
-                                                 int32_t, float, cudaStream_t);
+                                                 int32_t, float, ScoreOptions, cudaStream_t);
 VLLM_CUDA_INSTANTIATE_FOR_TYPES(VLLM_INSTANTIATE_PREFILL)
 
 }  // namespace vllm::kernels::cuda::detail

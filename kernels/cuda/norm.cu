@@ -1,6 +1,6 @@
-// RMSNorm and vLLM's fused residual-add RMSNorm: one block per token, 16-byte loads, a
-// block-wide float reduction of the sum of squares, then a second pass over the row (served
-// from L1/L2) that writes the normalised output.
+// RMSNorm and vLLM's fused residual-add RMSNorm (Llama's or Gemma's weighting): one block per
+// token, 16-byte loads, a block-wide float reduction of the sum of squares, then a second pass
+// over the row (served from L1/L2) that writes the normalised output.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
 
@@ -19,16 +19,21 @@ __device__ __forceinline__ float InverseRms(float sum_sq, int64_t hidden, float 
   return 1.0f / sqrtf(variance + eps);
 }
 
-// weight · T(x · inv_rms), in Hugging Face's order.
-template <typename T>
+// Llama: weight · T(x · inv_rms), in Hugging Face's order. Gemma: T(x · inv_rms · (1 +
+// weight)), all in float (Gemma's RMSNorm rounds once, at the end).
+template <typename T, bool kGemma>
 __device__ __forceinline__ T Normalize(float x, T w, float inv_rms) {
-  return FromFloat<T>(ToFloat(w) * ToFloat(FromFloat<T>(x * inv_rms)));
+  if constexpr (kGemma) {
+    return FromFloat<T>((x * inv_rms) * (1.0f + ToFloat(w)));
+  } else {
+    return FromFloat<T>(ToFloat(w) * ToFloat(FromFloat<T>(x * inv_rms)));
+  }
 }
 
 // One block per row of `hidden` elements. Row b starts at (b / rows_per_group) ·
 // group_stride + (b % rows_per_group) · hidden in both x and out: packed rows when
 // rows_per_group is 1 and group_stride is hidden, heads of strided token rows otherwise.
-template <typename T, int N>
+template <typename T, int N, bool kGemma>
 __global__ void RmsNormKernel(const T* x, const T* __restrict__ weight, T* out, int64_t hidden,
                               int64_t rows_per_group, int64_t group_stride, float eps) {
   using V = Vec<T, N>;
@@ -53,12 +58,12 @@ __global__ void RmsNormKernel(const T* x, const T* __restrict__ weight, T* out, 
     const V wv = w[i];
     V o;
 #pragma unroll
-    for (int j = 0; j < N; ++j) o.v[j] = Normalize(ToFloat(v.v[j]), wv.v[j], inv_rms);
+    for (int j = 0; j < N; ++j) o.v[j] = Normalize<T, kGemma>(ToFloat(v.v[j]), wv.v[j], inv_rms);
     dst[i] = o;
   }
 }
 
-template <typename T, int N>
+template <typename T, int N, bool kGemma>
 __global__ void FusedAddRmsNormKernel(T* x, T* residual, const T* __restrict__ weight,
                                       int64_t hidden, float eps) {
   using V = Vec<T, N>;
@@ -85,8 +90,40 @@ __global__ void FusedAddRmsNormKernel(T* x, T* residual, const T* __restrict__ w
     const V wv = w[i];
     V o;
 #pragma unroll
-    for (int j = 0; j < N; ++j) o.v[j] = Normalize(ToFloat(r.v[j]), wv.v[j], inv_rms);
+    for (int j = 0; j < N; ++j) o.v[j] = Normalize<T, kGemma>(ToFloat(r.v[j]), wv.v[j], inv_rms);
     x_row[i] = o;
+  }
+}
+
+// Launchers of one kernel shape, the weight kind a template argument.
+template <typename T, bool kGemma>
+void LaunchRmsNorm(const T* x, const T* weight, T* out, int64_t rows, int64_t hidden,
+                   int64_t rows_per_group, int64_t group_stride, bool vectorize, float eps,
+                   cudaStream_t stream) {
+  constexpr int kN = detail::kVec16<T>;
+  if (vectorize) {
+    const int threads = detail::ThreadsFor(hidden / kN, kMaxThreads);
+    RmsNormKernel<T, kN, kGemma>
+        <<<rows, threads, 0, stream>>>(x, weight, out, hidden, rows_per_group, group_stride, eps);
+  } else {
+    const int threads = detail::ThreadsFor(hidden, kMaxThreads);
+    RmsNormKernel<T, 1, kGemma>
+        <<<rows, threads, 0, stream>>>(x, weight, out, hidden, rows_per_group, group_stride, eps);
+  }
+}
+
+template <typename T, bool kGemma>
+void LaunchFusedAddRmsNorm(T* x, T* residual, const T* weight, int64_t num_tokens, int64_t hidden,
+                           bool vectorize, float eps, cudaStream_t stream) {
+  constexpr int kN = detail::kVec16<T>;
+  if (vectorize) {
+    const int threads = detail::ThreadsFor(hidden / kN, kMaxThreads);
+    FusedAddRmsNormKernel<T, kN, kGemma>
+        <<<num_tokens, threads, 0, stream>>>(x, residual, weight, hidden, eps);
+  } else {
+    const int threads = detail::ThreadsFor(hidden, kMaxThreads);
+    FusedAddRmsNormKernel<T, 1, kGemma>
+        <<<num_tokens, threads, 0, stream>>>(x, residual, weight, hidden, eps);
   }
 }
 
@@ -94,60 +131,56 @@ __global__ void FusedAddRmsNormKernel(T* x, T* residual, const T* __restrict__ w
 
 template <typename T>
 cudaError_t RmsNorm(const T* x, const T* weight, T* out, int64_t num_tokens, int64_t hidden,
-                    float eps, cudaStream_t stream) {
+                    float eps, cudaStream_t stream, NormWeight kind) {
   if (num_tokens <= 0 || hidden <= 0) return cudaSuccess;
-  constexpr int kN = detail::kVec16<T>;
-  if (detail::CanVectorize<T>(hidden, {x, weight, out})) {
-    const int threads = detail::ThreadsFor(hidden / kN, kMaxThreads);
-    RmsNormKernel<T, kN>
-        <<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, 1, hidden, eps);
+  const bool vectorize = detail::CanVectorize<T>(hidden, {x, weight, out});
+  if (kind == NormWeight::kGemma) {
+    LaunchRmsNorm<T, true>(x, weight, out, num_tokens, hidden, 1, hidden, vectorize, eps, stream);
   } else {
-    const int threads = detail::ThreadsFor(hidden, kMaxThreads);
-    RmsNormKernel<T, 1><<<num_tokens, threads, 0, stream>>>(x, weight, out, hidden, 1, hidden, eps);
+    LaunchRmsNorm<T, false>(x, weight, out, num_tokens, hidden, 1, hidden, vectorize, eps, stream);
   }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t HeadRmsNorm(T* x, int64_t num_tokens, int64_t row_stride, int32_t num_heads,
-                        int32_t head_dim, const T* weight, float eps, cudaStream_t stream) {
+                        int32_t head_dim, const T* weight, float eps, cudaStream_t stream,
+                        NormWeight kind) {
   if (num_tokens <= 0 || num_heads <= 0 || head_dim <= 0) return cudaSuccess;
   constexpr int kN = detail::kVec16<T>;
   const int64_t rows = num_tokens * num_heads;
-  if (detail::CanVectorize<T>(head_dim, {x, weight}) && row_stride % kN == 0) {
-    const int threads = detail::ThreadsFor(head_dim / kN, kMaxThreads);
-    RmsNormKernel<T, kN>
-        <<<rows, threads, 0, stream>>>(x, weight, x, head_dim, num_heads, row_stride, eps);
+  const bool vectorize = detail::CanVectorize<T>(head_dim, {x, weight}) && row_stride % kN == 0;
+  if (kind == NormWeight::kGemma) {
+    LaunchRmsNorm<T, true>(x, weight, x, rows, head_dim, num_heads, row_stride, vectorize, eps,
+                           stream);
   } else {
-    const int threads = detail::ThreadsFor(head_dim, kMaxThreads);
-    RmsNormKernel<T, 1>
-        <<<rows, threads, 0, stream>>>(x, weight, x, head_dim, num_heads, row_stride, eps);
+    LaunchRmsNorm<T, false>(x, weight, x, rows, head_dim, num_heads, row_stride, vectorize, eps,
+                            stream);
   }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t FusedAddRmsNorm(T* x, T* residual, const T* weight, int64_t num_tokens, int64_t hidden,
-                            float eps, cudaStream_t stream) {
+                            float eps, cudaStream_t stream, NormWeight kind) {
   if (num_tokens <= 0 || hidden <= 0) return cudaSuccess;
-  constexpr int kN = detail::kVec16<T>;
-  if (detail::CanVectorize<T>(hidden, {x, residual, weight})) {
-    const int threads = detail::ThreadsFor(hidden / kN, kMaxThreads);
-    FusedAddRmsNormKernel<T, kN>
-        <<<num_tokens, threads, 0, stream>>>(x, residual, weight, hidden, eps);
+  const bool vectorize = detail::CanVectorize<T>(hidden, {x, residual, weight});
+  if (kind == NormWeight::kGemma) {
+    LaunchFusedAddRmsNorm<T, true>(x, residual, weight, num_tokens, hidden, vectorize, eps, stream);
   } else {
-    const int threads = detail::ThreadsFor(hidden, kMaxThreads);
-    FusedAddRmsNormKernel<T, 1>
-        <<<num_tokens, threads, 0, stream>>>(x, residual, weight, hidden, eps);
+    LaunchFusedAddRmsNorm<T, false>(x, residual, weight, num_tokens, hidden, vectorize, eps,
+                                    stream);
   }
   return cudaGetLastError();
 }
 
-#define VLLM_INSTANTIATE_NORM(T)                                                                  \
-  template cudaError_t RmsNorm<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t); \
-  template cudaError_t HeadRmsNorm<T>(T*, int64_t, int64_t, int32_t, int32_t, const T*, float,    \
-                                      cudaStream_t);                                              \
-  template cudaError_t FusedAddRmsNorm<T>(T*, T*, const T*, int64_t, int64_t, float, cudaStream_t);
+#define VLLM_INSTANTIATE_NORM(T)                                                                   \
+  template cudaError_t RmsNorm<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t,   \
+                                  NormWeight);                                                     \
+  template cudaError_t HeadRmsNorm<T>(T*, int64_t, int64_t, int32_t, int32_t, const T*, float,     \
+                                      cudaStream_t, NormWeight);                                   \
+  template cudaError_t FusedAddRmsNorm<T>(T*, T*, const T*, int64_t, int64_t, float, cudaStream_t, \
+                                          NormWeight);
 VLLM_CUDA_INSTANTIATE_FOR_TYPES(VLLM_INSTANTIATE_NORM)
 
 }  // namespace vllm::kernels::cuda

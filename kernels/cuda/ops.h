@@ -28,29 +28,54 @@
 
 namespace vllm::kernels::cuda {
 
+// How an RMSNorm applies its weight w to the normalised row y = x / sqrt(mean(x²) + eps).
+enum class NormWeight {
+  kLlama,  // w · T(y): HF's LlamaRMSNorm, the row rounded to T before w multiplies it
+  kGemma,  // T(y · (1 + w)), all in float: HF's Gemma2RMSNorm / Gemma3RMSNorm (w stored
+           // around 0); the CPU twin is kernels::cpu::RmsNorm with weights 1 + w
+};
+
 // out[t] = weight · (x[t] / sqrt(mean(x[t]²) + eps)), Hugging Face's LlamaRMSNorm order:
-// the normalised row is rounded to T before the weight multiplies it. `out` may equal `x`.
+// the normalised row is rounded to T before the weight multiplies it (or Gemma's, `kind`).
+// `out` may equal `x`.
 template <typename T>
 cudaError_t RmsNorm(const T* x, const T* weight, T* out, int64_t num_tokens, int64_t hidden,
-                    float eps, cudaStream_t stream);
+                    float eps, cudaStream_t stream, NormWeight kind = NormWeight::kLlama);
 
 // RmsNorm in place over each head of a [num_tokens, num_heads, head_dim] block whose token
 // rows are `row_stride` elements apart (Qwen3's q_norm / k_norm on q or k inside the fused
 // qkv buffer): x[t, h] = weight · RmsNorm(x[t, h]), weight [head_dim], as RmsNorm rounds.
 template <typename T>
 cudaError_t HeadRmsNorm(T* x, int64_t num_tokens, int64_t row_stride, int32_t num_heads,
-                        int32_t head_dim, const T* weight, float eps, cudaStream_t stream);
+                        int32_t head_dim, const T* weight, float eps, cudaStream_t stream,
+                        NormWeight kind = NormWeight::kLlama);
 
 // vLLM's fused_add_rms_norm, in place: residual = T(x + residual); x = RmsNorm(residual).
 template <typename T>
 cudaError_t FusedAddRmsNorm(T* x, T* residual, const T* weight, int64_t num_tokens, int64_t hidden,
-                            float eps, cudaStream_t stream);
+                            float eps, cudaStream_t stream, NormWeight kind = NormWeight::kLlama);
 
 // out[t, i] = silu(gate_up[t, i]) · gate_up[t, d + i] for i < d (vLLM's silu_and_mul over the
 // merged gate_up projection [num_tokens, 2d]).
 template <typename T>
 cudaError_t SiluAndMul(const T* gate_up, T* out, int64_t num_tokens, int64_t d,
                        cudaStream_t stream);
+
+// out[t, i] = T(gelu_tanh(gate_up[t, i]) · gate_up[t, d + i]) for i < d, in float (vLLM's
+// gelu_tanh_and_mul; kernels::cpu::GeluTanhAndMul's formula): Gemma's GeGLU.
+template <typename T>
+cudaError_t GeluTanhAndMul(const T* gate_up, T* out, int64_t num_tokens, int64_t d,
+                           cudaStream_t stream);
+
+// x[i] = T(cap · tanh(x[i] / cap)) for i < n, in place, in float (Gemma's
+// final_logit_softcapping on the logits; kernels::cpu::SoftCap). cap > 0.
+template <typename T>
+cudaError_t SoftCap(T* x, int64_t n, float cap, cudaStream_t stream);
+
+// x[i] = T(x[i] · factor) for i < n, in place (Gemma's embedding normaliser; the caller
+// rounds sqrt(hidden) to T first, as HF does).
+template <typename T>
+cudaError_t Scale(T* x, int64_t n, float factor, cudaStream_t stream);
 
 // GPT-NeoX rotary embedding in place (element i pairs with i + head_dim / 2, rotary_dim ==
 // head_dim), as kernels::cpu::RotaryEmbedding::Apply. `cos_sin` is the device copy of the

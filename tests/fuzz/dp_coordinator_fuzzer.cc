@@ -1,5 +1,6 @@
 // Fuzzes the DP coordinator's codec (core/dp_coordinator.h): the load reports it decodes from
-// every engine and the publications every API server decodes. Invariants:
+// every engine, the publications every API server decodes and the wave messages every lockstep
+// engine decodes. Invariants:
 //   - no crash, throw or leak, whatever the bytes; every failure is InvalidArgument;
 //   - whatever decodes round-trips: it re-encodes to bytes that decode to an equal value, and
 //     re-encoding that gives the same bytes.
@@ -18,5 +19,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                                     core::EncodeLoadReport, "EngineLoadReport");
   fuzz::CheckValueRoundTrip<core::LoadPublication>(bytes, core::DecodeLoadPublication,
                                                    core::EncodeLoadPublication, "LoadPublication");
+  fuzz::CheckValueRoundTrip<core::DpWave>(bytes, core::DecodeDpWave, core::EncodeDpWave, "DpWave");
   return 0;
 }

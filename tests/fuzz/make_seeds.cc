@@ -229,12 +229,16 @@ void ConfigSeeds(const fs::path& dir) {
 }
 
 void CoordinatorSeeds(const fs::path& dir) {
-  Write(dir, "report", core::EncodeLoadReport({3, 12, 40, 0.75}));
+  Write(dir, "report", core::EncodeLoadReport({3, 12, 40, 0.75, 1795712674.25}));
   core::LoadPublication p;
   p.sequence = 42;
   p.publish_time_ns = 1'000'000'000;
-  p.engines = {{12, 40, 0.75, true}, {0, 0, 0.0, false}, {3, 64, 0.5, true}};
+  p.engines = {{12, 40, 0.75, true, 1795712674.5}, {0, 0, 0.0, false}, {3, 64, 0.5, true}};
+  p.current_wave = 3;
+  p.engines_running = true;
   Write(dir, "publication", core::EncodeLoadPublication(p));
+  Write(dir, "wave_start", core::EncodeDpWave({3, true, 1}));
+  Write(dir, "wave_complete", core::EncodeDpWave({3, false, -1}));
 }
 
 void KvEventSeeds(const fs::path& dir) {
@@ -262,9 +266,13 @@ void KvEventSeeds(const fs::path& dir) {
 void HandshakeSeeds(const fs::path& dir) {
   Write(dir, "hello", core::EncodeHello({2, 4, "node-b"}));
   Write(dir, "ready", core::EncodeReady({2, 682, 1024}));
-  Write(dir, "config", core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}}));
-  Write(dir, "config_peers",
-        core::EncodeAddresses({"ipc:///tmp/x/in", "ipc:///tmp/x/out", {"tcp://10.0.0.1:13346"}}));
+  Write(dir, "config",
+        core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "", ""}));
+  Write(dir, "config_peers", core::EncodeAddresses({"ipc:///tmp/x/in", "ipc:///tmp/x/out",
+                                                    {"tcp://10.0.0.1:13346"}, "", ""}));
+  Write(dir, "config_coordinator",
+        core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {},
+                               "tcp://10.0.0.1:41002", "tcp://10.0.0.1:41003"}));
   Write(dir, "reject", core::EncodeHandshakeMessage("--data-parallel-size 2 on node b but 4"));
   Write(dir, "heartbeat", core::EncodeHeartbeat(3));
 }

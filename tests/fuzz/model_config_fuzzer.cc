@@ -28,8 +28,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const worker::ModelConfig& c = *parsed;
   FUZZ_CHECK(c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ||
                  c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM" ||
-                 c.architecture == "Phi3ForCausalLM",
+                 c.architecture == "Phi3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" ||
+                 c.architecture == "MixtralForCausalLM" ||
+                 c.architecture == "Qwen2MoeForCausalLM" || c.architecture == "Gemma2ForCausalLM" ||
+                 c.architecture == "Gemma3ForCausalLM",
              "unknown architecture " + c.architecture);
+  FUZZ_CHECK(c.attn_logit_softcapping >= 0 && c.final_logit_softcapping >= 0 &&
+                 (!c.query_pre_attn_scalar || *c.query_pre_attn_scalar > 0) &&
+                 (!c.rope_local_theta || *c.rope_local_theta > 0),
+             "a Gemma field is out of range");
+  if (c.num_experts > 0) {
+    FUZZ_CHECK(c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts &&
+                   c.moe_intermediate_size > 0 && c.decoder_sparse_step > 0,
+               "bad MoE shape");
+    for (int32_t layer : c.mlp_only_layers) {
+      FUZZ_CHECK(layer >= 0 && layer < c.num_hidden_layers, "mlp_only_layers outside the model");
+    }
+  }
   FUZZ_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 &&
                  c.num_hidden_layers > 0 && c.max_position_embeddings > 0,
              "a size is not positive");

@@ -288,7 +288,8 @@ TEST_P(CudaFixtureTest, TensorParallelTwoGreedyTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
                          ::testing::Values("llama_mha", "llama_gqa", "qwen2", "qwen3", "phi3",
-                                           "llama_mqa"));
+                                           "llama_mqa", "mistral_swa", "qwen2_swa", "qwen3_moe",
+                                           "mixtral", "qwen2_moe", "gemma2", "gemma3"));
 
 // The graph path is taken for decode steps, and sampling with penalties / logprobs (host
 // rows) and seeded random sampling (device rows) give the same tokens eager and in graphs.

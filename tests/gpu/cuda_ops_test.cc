@@ -17,11 +17,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/rope_table.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -195,6 +197,86 @@ TYPED_TEST(CudaOpsTest, SiluAndMulMatchesCpu) {
     ASSERT_CUDA_OK(SiluAndMul(din.get(), dout.get(), tokens, d, nullptr));
     EXPECT_LT(RelativeError(ToFloats(dout.Download()), ref), Tolerance<T>());
   }
+}
+
+// Gemma's (1 + w) norms: the CPU computes them with weights 1 + w (the CPU model's layout).
+TYPED_TEST(CudaOpsTest, GemmaNormsMatchCpuWithOnePlusWeight) {
+  using T = TypeParam;
+  for (auto [tokens, hidden] : kNormShapes) {
+    SCOPED_TRACE(testing::Message() << tokens << "x" << hidden);
+    const auto x = RandomValues<T>(tokens * hidden, this->rng_, 2.0f);
+    const auto res = RandomValues<T>(tokens * hidden, this->rng_, 3.0f);
+    const auto w = RandomValues<T>(hidden, this->rng_, 0.3f);  // around 0, as Gemma stores them
+    std::vector<float> one_plus_w(hidden);
+    for (int64_t i = 0; i < hidden; ++i) one_plus_w[i] = 1.0f + w.f[i];
+    std::vector<float> ref(tokens * hidden);
+    cpu::RmsNorm(x.f.data(), one_plus_w.data(), ref.data(), tokens, hidden, 1e-6f);
+    DeviceBuffer<T> dx(x.typed), dres(res.typed), dw(w.typed), dout(tokens * hidden);
+    ASSERT_CUDA_OK(dout.Poison());
+    ASSERT_CUDA_OK(RmsNorm(dx.get(), dw.get(), dout.get(), tokens, hidden, 1e-6f, nullptr,
+                           NormWeight::kGemma));
+    EXPECT_LT(RelativeError(ToFloats(dout.Download()), ref), Tolerance<T>());
+    std::vector<float> ref_x = x.f, ref_res = res.f;
+    cpu::FusedAddRmsNorm(ref_x.data(), ref_res.data(), one_plus_w.data(), tokens, hidden, 1e-6f);
+    ASSERT_CUDA_OK(FusedAddRmsNorm(dx.get(), dres.get(), dw.get(), tokens, hidden, 1e-6f, nullptr,
+                                   NormWeight::kGemma));
+    EXPECT_LT(RelativeError(ToFloats(dres.Download()), ref_res), Tolerance<T>());
+    EXPECT_LT(RelativeError(ToFloats(dx.Download()), ref_x), Tolerance<T>());
+  }
+  // Gemma-3's per-head q/k norm (fixture gemma3: 4 heads of 32 in qkv rows of 256).
+  constexpr int64_t kTokens = 7, kStride = 256;
+  constexpr int32_t kHeads = 4, kHeadDim = 32;
+  const auto x = RandomValues<T>(kTokens * kStride, this->rng_, 2.0f);
+  const auto w = RandomValues<T>(kHeadDim, this->rng_, 0.3f);
+  std::vector<float> one_plus_w(kHeadDim);
+  for (int32_t i = 0; i < kHeadDim; ++i) one_plus_w[i] = 1.0f + w.f[i];
+  std::vector<float> ref = x.f;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    cpu::RmsNorm(ref.data() + t * kStride, one_plus_w.data(), ref.data() + t * kStride, kHeads,
+                 kHeadDim, 1e-6f);
+  }
+  DeviceBuffer<T> dx(x.typed), dw(w.typed);
+  ASSERT_CUDA_OK(HeadRmsNorm(dx.get(), kTokens, kStride, kHeads, kHeadDim, dw.get(), 1e-6f, nullptr,
+                             NormWeight::kGemma));
+  EXPECT_LT(RelativeError(ToFloats(dx.Download()), ref), Tolerance<T>());
+}
+
+TYPED_TEST(CudaOpsTest, GeluTanhAndMulMatchesCpu) {
+  using T = TypeParam;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 64}, {9, 128}, {5, 9216}, {3, 37}, {64, 344}};
+  for (auto [tokens, d] : shapes) {
+    SCOPED_TRACE(testing::Message() << tokens << "x" << d);
+    auto gate_up = RandomValues<T>(tokens * 2 * d, this->rng_, 3.0f);
+    gate_up.typed[0] = FromF<T>(-100.0f);  // tanh saturates: -0, not NaN
+    gate_up.f[0] = ToF(gate_up.typed[0]);
+    std::vector<float> ref(tokens * d);
+    cpu::GeluTanhAndMul(gate_up.f.data(), ref.data(), tokens, d);
+    DeviceBuffer<T> din(gate_up.typed), dout(tokens * d);
+    ASSERT_CUDA_OK(dout.Poison());
+    ASSERT_CUDA_OK(GeluTanhAndMul(din.get(), dout.get(), tokens, d, nullptr));
+    EXPECT_LT(RelativeError(ToFloats(dout.Download()), ref), Tolerance<T>());
+  }
+}
+
+TYPED_TEST(CudaOpsTest, SoftCapAndScaleMatchCpu) {
+  using T = TypeParam;
+  for (int64_t n : {int64_t{1}, int64_t{513}, int64_t{3} * 256000}) {
+    SCOPED_TRACE(testing::Message() << n << " elements");
+    const auto x = RandomValues<T>(n, this->rng_, 20.0f);
+    std::vector<float> ref = x.f;
+    cpu::SoftCap(ref.data(), n, 30.0f);
+    DeviceBuffer<T> dx(x.typed);
+    ASSERT_CUDA_OK(SoftCap(dx.get(), n, 30.0f, nullptr));
+    EXPECT_LT(RelativeError(ToFloats(dx.Download()), ref), Tolerance<T>());
+    std::vector<float> scaled = x.f;
+    cpu::Scale(scaled.data(), n, 8.0f);
+    DeviceBuffer<T> ds(x.typed);
+    ASSERT_CUDA_OK(Scale(ds.get(), n, 8.0f, nullptr));
+    EXPECT_LT(RelativeError(ToFloats(ds.Download()), scaled), Tolerance<T>());
+  }
+  DeviceBuffer<T> one(std::vector<T>{FromF<T>(1.0f)});
+  EXPECT_EQ(SoftCap(one.get(), 1, 0.0f, nullptr), cudaErrorInvalidValue);
 }
 
 struct RopeShape {
@@ -512,6 +594,107 @@ TYPED_TEST(CudaOpsTest, SkinnyGemvMatchesCpuLinear) {
                                       c.dy.get(), s.m, s.n, s.k, nullptr));
       ASSERT_CUDA_OK(cudaDeviceSynchronize());
       EXPECT_LT(c.Error(), Tolerance<T>());
+    }
+  }
+}
+
+// (tokens, experts, k, renormalize): the fixtures (8 / top-2, 4 / top-2), Qwen3-30B-A3B
+// (128 / top-8), an expert count that is no multiple of the warp, k == num_experts.
+struct MoeShape {
+  int64_t tokens;
+  int32_t experts, k;
+  bool renormalize;
+};
+const std::vector<MoeShape> kMoeShapes = {
+    {1, 8, 2, false}, {33, 8, 2, true}, {7, 128, 8, true}, {5, 60, 4, false}, {3, 4, 4, true}};
+
+TYPED_TEST(CudaOpsTest, MoeTopKSoftmaxMatchesCpuDensely) {
+  using T = TypeParam;
+  for (const MoeShape& s : kMoeShapes) {
+    SCOPED_TRACE(testing::Message() << s.tokens << "x" << s.experts << " top-" << s.k);
+    const auto logits = RandomValues<T>(s.tokens * s.experts, this->rng_, 2.0f);
+    std::vector<int32_t> ids(s.tokens * s.k);
+    std::vector<float> top(s.tokens * s.k);
+    cpu::TopKSoftmax(logits.f.data(), s.tokens, s.experts, s.k, s.renormalize, ids.data(),
+                     top.data());
+    std::vector<float> ref(s.tokens * s.experts, 0.0f);
+    for (int64_t t = 0; t < s.tokens; ++t) {
+      for (int32_t j = 0; j < s.k; ++j) ref[t * s.experts + ids[t * s.k + j]] = top[t * s.k + j];
+    }
+    DeviceBuffer<T> dlogits(logits.typed);
+    DeviceBuffer<float> dweights(s.tokens * s.experts);
+    ASSERT_CUDA_OK(dweights.Poison());
+    ASSERT_CUDA_OK(MoeTopKSoftmax(dlogits.get(), s.tokens, s.experts, s.k, s.renormalize,
+                                  dweights.get(), nullptr));
+    const std::vector<float> got = dweights.Download();
+    for (size_t i = 0; i < ref.size(); ++i) {
+      // The same experts (ties go to the lower id on both), weights to float rounding.
+      ASSERT_EQ(got[i] == 0.0f, ref[i] == 0.0f) << "element " << i;
+      EXPECT_NEAR(got[i], ref[i], 1e-6f + 1e-5f * ref[i]) << "element " << i;
+    }
+  }
+  DeviceBuffer<T> dlogits(8);
+  DeviceBuffer<float> dweights(8);
+  EXPECT_EQ(MoeTopKSoftmax(dlogits.get(), 1, 8, 9, true, dweights.get(), nullptr),
+            cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+}
+
+// The experts' outputs summed with cpu::FusedMoe's arithmetic (product, then sum, in
+// ascending expert order) and rows a token did not route to left alone, even NaN ones.
+TYPED_TEST(CudaOpsTest, MoeAccumulateAndFinalizeMatchCpu) {
+  using T = TypeParam;
+  const int64_t tokens = 9, hidden = 100;
+  const int32_t experts = 4;
+  std::vector<float> weights(tokens * experts, 0.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    weights[t * experts + t % experts] = 0.75f;
+    weights[t * experts + (t + 1) % experts] = 0.25f + 0.01f * static_cast<float>(t);
+  }
+  std::vector<float> ref(tokens * hidden, 0.0f);
+  DeviceBuffer<float> dweights(weights), dacc(tokens * hidden);
+  ASSERT_CUDA_OK(cudaMemset(dacc.get(), 0, tokens * hidden * sizeof(float)));
+  for (int32_t e = 0; e < experts; ++e) {
+    auto y = RandomValues<T>(tokens * hidden, this->rng_, 1.5f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float w = weights[t * experts + e];
+      if (w == 0.0f) {
+        y.typed[t * hidden] = FromF<T>(NAN);  // never read for an unrouted row
+        continue;
+      }
+      for (int64_t j = 0; j < hidden; ++j) ref[t * hidden + j] += w * y.f[t * hidden + j];
+    }
+    DeviceBuffer<T> dy(y.typed);
+    ASSERT_CUDA_OK(
+        MoeAccumulate(dy.get(), dweights.get(), experts, e, tokens, hidden, dacc.get(), nullptr));
+  }
+  const std::vector<float> acc = dacc.Download();
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(acc[i], ref[i]) << "element " << i;
+  DeviceBuffer<T> dout(tokens * hidden);
+  ASSERT_CUDA_OK(dout.Poison());
+  ASSERT_CUDA_OK(MoeFinalize(dacc.get(), tokens * hidden, dout.get(), nullptr));
+  const std::vector<T> out = dout.Download();
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(ToF(out[i]), ToF(FromF<T>(ref[i]))) << i;
+}
+
+// Qwen2-MoE's shared_expert_gate: sigmoid of the dot product rounded to T.
+TYPED_TEST(CudaOpsTest, MoeSharedExpertGateMatchesCpu) {
+  using T = TypeParam;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 64}, {9, 2048}, {4, 37}};
+  for (auto [tokens, hidden] : shapes) {
+    SCOPED_TRACE(testing::Message() << tokens << "x" << hidden);
+    const auto x = RandomValues<T>(tokens * hidden, this->rng_, 1.0f);
+    const auto gate = RandomValues<T>(hidden, this->rng_, 0.1f);
+    std::vector<float> logit(tokens);
+    cpu::Linear(x.f.data(), gate.f.data(), nullptr, logit.data(), tokens, 1, hidden);
+    DeviceBuffer<T> dx(x.typed), dgate(gate.typed);
+    DeviceBuffer<float> dout(tokens);
+    ASSERT_CUDA_OK(dout.Poison());
+    ASSERT_CUDA_OK(MoeSharedExpertGate(dx.get(), dgate.get(), tokens, hidden, dout.get(), nullptr));
+    const std::vector<float> got = dout.Download();
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float want = 1.0f / (1.0f + std::exp(-ToF(FromF<T>(logit[t]))));
+      EXPECT_NEAR(got[t], want, 4 * Tolerance<T>()) << "token " << t;
     }
   }
 }

@@ -313,8 +313,10 @@ TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
   a.insert(a.end(), {"-dpl", "2", "--cluster-key-file", key_file_});
   ASSERT_NO_FATAL_FAILURE(StartHead(a));
   // Two engine cores under each node's launcher.
-  EXPECT_EQ(testing::ChildrenOf(server_->pid()).size(), 2u);
+  EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "engine-core").size(), 2u);
   EXPECT_EQ(testing::ChildrenOf(headless_[0].pid()).size(), 2u);
+  // The head runs the DP coordinator; its engines and node B's report to it over TCP.
+  EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "dp-coordinator").size(), 1u);
 
   // Greedy answers as one engine gives them; all four engines served.
   const std::vector<std::string> answers = Complete(port_);
@@ -418,7 +420,7 @@ TEST_F(MultinodeDpTest, TensorParallelReplicasOnTwoNodes) {
   a.insert(a.end(), {"-tp", "2", "-dpl", "1"});
   ASSERT_NO_FATAL_FAILURE(StartHead(a));
   // Each engine core runs its two workers.
-  const std::vector<pid_t> head_engines = testing::ChildrenOf(server_->pid());
+  const std::vector<pid_t> head_engines = testing::ChildrenRunning(server_->pid(), "engine-core");
   ASSERT_EQ(head_engines.size(), 1u);
   EXPECT_EQ(testing::ChildrenOf(head_engines[0]).size(), 2u);
   const std::vector<std::string> answers = Complete(port_);
@@ -458,7 +460,9 @@ TEST_F(MultinodeDpTest, TwoApiServersOnTheHeadSeeEveryEngine) {
   std::vector<std::string> a = Common("2");
   a.insert(a.end(), {"-dpl", "1", "-asc", "2", "--cluster-key-file", key_file_});
   ASSERT_NO_FATAL_FAILURE(StartHead(a));
-  EXPECT_EQ(testing::ChildrenOf(server_->pid()).size(), 3u);  // 2 API servers, engine 0
+  // 2 API servers, engine 0 and the DP coordinator (which both API servers subscribe to).
+  EXPECT_EQ(testing::ChildrenOf(server_->pid()).size(), 4u);
+  EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "dp-coordinator").size(), 1u);
 
   // Health of each API server process (by its Server header) until both answered `want`.
   auto both_say = [&](const std::function<bool(const testing::HttpResponse&)>& want) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/rope_table.h"
 #include "worker/cuda/dtype_dispatch.h"
@@ -25,6 +26,10 @@ namespace {
 
 namespace kc = ::vllm::kernels::cuda;
 namespace cpu = ::vllm::kernels::cpu;
+
+// Elements between consecutive experts' weights in one allocation: rounded up to 16 bytes for
+// 2-byte types (32 for float), so every expert's matrix is as aligned as cuBLASLt wants.
+int64_t ExpertStride(int64_t elems) { return (elems + 7) / 8 * 8; }
 
 // Copies `bytes` of pageable host memory to `dst` on `stream` and waits for the copy, so the
 // caller may free `src` and work later enqueued on `stream` (blocking or not) sees the data.
@@ -75,6 +80,12 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
         "the CUDA backend needs head_dim a multiple of 8 and at most 256, the model has %d",
         config.head_dim));
   }
+  if (config.num_experts > kc::kMoeMaxExperts) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the CUDA backend routes at most %d experts, the model has %d "
+                        "(num_experts)",
+                        kc::kMoeMaxExperts, config.num_experts));
+  }
   VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
   CudaModelOptions o = options;
   if (o.max_model_len == 0) o.max_model_len = static_cast<int32_t>(config.max_position_embeddings);
@@ -95,6 +106,18 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
   // documented to have read its source on return).
   VLLM_RETURN_IF_ERROR(UploadAndWait(model->cos_sin_.get(), table.data(),
                                      table.size() * sizeof(float), stream, "the rotary table"));
+  if (config.rope_local_theta) {
+    VLLM_ASSIGN_OR_RETURN(cpu::RotaryEmbedding local,
+                          cpu::RotaryEmbedding::Create(config.head_dim, *config.rope_local_theta,
+                                                       config.max_position_embeddings, {}));
+    const std::vector<float> local_table = kc::RopeCosSinTable(local);
+    VLLM_ASSIGN_OR_RETURN(
+        model->cos_sin_local_,
+        DeviceBuffer::Allocate(local_table.size() * sizeof(float), "the local rotary table"));
+    VLLM_RETURN_IF_ERROR(UploadAndWait(model->cos_sin_local_.get(), local_table.data(),
+                                       local_table.size() * sizeof(float), stream,
+                                       "the local rotary table"));
+  }
   VLLM_RETURN_IF_ERROR(model->LoadWeights(weights, stream));
   VLLM_RETURN_IF_ERROR(model->AllocateScratch());
   VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "weight upload"));
@@ -142,7 +165,9 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
                       using T = decltype(tag);
                       T* out = static_cast<T*>(dst) + offset;
                       if (absl::EndsWith(name, "norm.weight")) {
-                        return FillConstant<T>(out, rows * cols, 1.0f, stream);
+                        // Gemma's norms multiply by 1 + w.
+                        return FillConstant<T>(out, rows * cols, config_.gemma ? 0.0f : 1.0f,
+                                               stream);
                       }
                       const uint64_t seed = XXH64(name.data(), name.size(), options_.seed);
                       return FillUniformDummy<T>(out, rows, cols, full_cols, row_off, col_off, seed,
@@ -192,6 +217,14 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     VLLM_RETURN_IF_ERROR(put(p + "input_layernorm.weight", {hidden}, {}, l.input_norm, 0));
     VLLM_ASSIGN_OR_RETURN(l.post_norm, NewTensor(hidden, "post_attention_layernorm"));
     VLLM_RETURN_IF_ERROR(put(p + "post_attention_layernorm.weight", {hidden}, {}, l.post_norm, 0));
+    if (config_.gemma) {
+      VLLM_ASSIGN_OR_RETURN(l.pre_ff_norm, NewTensor(hidden, "pre_feedforward_layernorm"));
+      VLLM_RETURN_IF_ERROR(
+          put(p + "pre_feedforward_layernorm.weight", {hidden}, {}, l.pre_ff_norm, 0));
+      VLLM_ASSIGN_OR_RETURN(l.post_ff_norm, NewTensor(hidden, "post_feedforward_layernorm"));
+      VLLM_RETURN_IF_ERROR(
+          put(p + "post_feedforward_layernorm.weight", {hidden}, {}, l.post_ff_norm, 0));
+    }
     VLLM_ASSIGN_OR_RETURN(l.qkv, NewTensor(qkv_local * hidden, "qkv_proj"));
     if (config_.attention_bias) {
       VLLM_ASSIGN_OR_RETURN(l.qkv_bias, NewTensor(qkv_local, "qkv_proj bias"));
@@ -218,9 +251,14 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.weight", {hidden, q_rows}, row, l.o_proj, 0));
     // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
     if (config_.attention_bias && config_.architecture != "Qwen2ForCausalLM" &&
+        config_.architecture != "Qwen2MoeForCausalLM" &&
         has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, NewTensor(hidden, "o_proj bias"));
       VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.bias", {hidden}, {}, l.o_bias, 0));
+    }
+    if (config_.IsMoeLayer(i)) {
+      VLLM_RETURN_IF_ERROR(LoadExperts(i, l, put));
+      continue;
     }
     VLLM_ASSIGN_OR_RETURN(l.gate_up, NewTensor(2 * inter_local * hidden, "gate_up_proj"));
     offset = 0;
@@ -232,6 +270,43 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     VLLM_RETURN_IF_ERROR(put(p + "mlp.down_proj.weight", {hidden, inter}, row, l.down, 0));
   }
   return absl::OkStatus();
+}
+
+template <typename Put>
+absl::Status CudaLlamaModel::LoadExperts(int32_t i, Layer& l, Put& put) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t experts = config_.num_experts;
+  const WeightPiece router = RouterPiece(config_, i);
+  VLLM_ASSIGN_OR_RETURN(l.router, NewTensor(experts * hidden, "MoE router"));
+  VLLM_RETURN_IF_ERROR(put(router.name, router.shape, router.shard, l.router, 0));
+  const int64_t gate_up_stride = ExpertStride(2 * int64_t{tp_.moe_intermediate} * hidden);
+  const int64_t down_stride = ExpertStride(hidden * tp_.moe_intermediate);
+  VLLM_ASSIGN_OR_RETURN(void* gate_up, NewTensor(experts * gate_up_stride, "experts' gate_up"));
+  VLLM_ASSIGN_OR_RETURN(void* down, NewTensor(experts * down_stride, "experts' down_proj"));
+  const int64_t es = dtype_bytes();
+  for (int32_t e = 0; e < config_.num_experts; ++e) {
+    void* gu = static_cast<char*>(gate_up) + e * gate_up_stride * es;
+    void* dn = static_cast<char*>(down) + e * down_stride * es;
+    l.experts_gate_up.push_back(gu);
+    l.experts_down.push_back(dn);
+    const std::vector<WeightPiece> pieces = ExpertPieces(config_, tp_, i, e);
+    // gate rows, then up rows, then down_proj.
+    VLLM_RETURN_IF_ERROR(put(pieces[0].name, pieces[0].shape, pieces[0].shard, gu, 0));
+    VLLM_RETURN_IF_ERROR(
+        put(pieces[1].name, pieces[1].shape, pieces[1].shard, gu, pieces[0].rows * hidden));
+    VLLM_RETURN_IF_ERROR(put(pieces[2].name, pieces[2].shape, pieces[2].shard, dn, 0));
+  }
+  if (config_.shared_expert_intermediate_size == 0) return absl::OkStatus();
+  const int64_t shared = tp_.shared_intermediate;
+  VLLM_ASSIGN_OR_RETURN(l.shared_gate_up, NewTensor(2 * shared * hidden, "shared expert gate_up"));
+  VLLM_ASSIGN_OR_RETURN(l.shared_down, NewTensor(hidden * shared, "shared expert down_proj"));
+  VLLM_ASSIGN_OR_RETURN(l.shared_gate, NewTensor(hidden, "shared_expert_gate"));
+  const std::vector<WeightPiece> pieces = SharedExpertPieces(config_, tp_, i);
+  VLLM_RETURN_IF_ERROR(put(pieces[0].name, pieces[0].shape, pieces[0].shard, l.shared_gate_up, 0));
+  VLLM_RETURN_IF_ERROR(put(pieces[1].name, pieces[1].shape, pieces[1].shard, l.shared_gate_up,
+                           pieces[0].rows * hidden));
+  VLLM_RETURN_IF_ERROR(put(pieces[2].name, pieces[2].shape, pieces[2].shard, l.shared_down, 0));
+  return put(pieces[3].name, pieces[3].shape, pieces[3].shard, l.shared_gate, 0);
 }
 
 absl::Status CudaLlamaModel::AllocateScratch() {
@@ -250,8 +325,18 @@ absl::Status CudaLlamaModel::AllocateScratch() {
   };
   VLLM_RETURN_IF_ERROR(alloc(&hidden_, t * h, "hidden states"));
   VLLM_RETURN_IF_ERROR(alloc(&residual_, t * h, "the residual"));
-  VLLM_RETURN_IF_ERROR(alloc(&big_, t * std::max(qkv_w, 2 * int64_t{intermediate_}), "qkv"));
-  VLLM_RETURN_IF_ERROR(alloc(&mid_, t * std::max(q_w, int64_t{intermediate_}), "attention out"));
+  const int64_t inter = std::max({intermediate_, tp_.moe_intermediate, tp_.shared_intermediate});
+  VLLM_RETURN_IF_ERROR(alloc(&big_, t * std::max(qkv_w, 2 * inter), "qkv"));
+  VLLM_RETURN_IF_ERROR(alloc(&mid_, t * std::max(q_w, inter), "attention out"));
+  if (config_.num_experts > 0) {
+    const int64_t experts = config_.num_experts;
+    VLLM_RETURN_IF_ERROR(alloc(&router_logits_, t * experts, "router logits"));
+    VLLM_RETURN_IF_ERROR(alloc(&moe_y_, t * h, "an expert's output"));
+    // Float buffers: twice the elements of a 2-byte type, as many of float.
+    const int64_t per_float = 4 / static_cast<int64_t>(es);
+    VLLM_RETURN_IF_ERROR(alloc(&moe_weights_, t * experts * per_float, "routing weights"));
+    VLLM_RETURN_IF_ERROR(alloc(&moe_acc_, t * h * per_float, "the experts' sum"));
+  }
   VLLM_RETURN_IF_ERROR(alloc(&k_, t * kv_w, "packed k"));
   VLLM_RETURN_IF_ERROR(alloc(&v_, t * kv_w, "packed v"));
   VLLM_RETURN_IF_ERROR(alloc(&rows_, n * h, "logits rows"));
@@ -315,6 +400,89 @@ absl::Status CudaLlamaModel::Forward(const CudaForwardInputs& in, CudaKVCache* c
 }
 
 template <typename T>
+absl::Status CudaLlamaModel::MoeT(const Layer& l, int64_t t, cudaStream_t stream) {
+  const kc::GemmDType dt = options_.dtype;
+  const int64_t h = config_.hidden_size;
+  const int32_t experts = config_.num_experts;
+  const int64_t inter = tp_.moe_intermediate;
+  T* hidden = hidden_.as<T>();
+  T* big = big_.as<T>();
+  T* mid = mid_.as<T>();
+  T* y = moe_y_.as<T>();
+  T* logits = router_logits_.as<T>();
+  float* weights = moe_weights_.as<float>();
+  float* acc = moe_acc_.as<float>();
+  VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, hidden, l.router, nullptr, logits, t, experts, h, stream));
+  VLLM_RETURN_IF_ERROR(CudaStatus(
+      kc::MoeTopKSoftmax<T>(logits, t, experts, config_.num_experts_per_tok,
+                            config_.norm_topk_prob, weights, stream),
+      "MoE router"));
+  VLLM_RETURN_IF_ERROR(CudaStatus(
+      cudaMemsetAsync(acc, 0, static_cast<size_t>(t * h) * sizeof(float), stream), "MoE sum"));
+  // Every expert over every token (no host-side grouping: graphs stay capturable); only the
+  // rows that chose it are added, in ascending expert order as transformers adds them.
+  for (int32_t e = 0; e < experts; ++e) {
+    VLLM_RETURN_IF_ERROR(
+        gemm_->Linear(dt, hidden, l.experts_gate_up[e], nullptr, big, t, 2 * inter, h, stream));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::SiluAndMul<T>(big, mid, t, inter, stream), "expert silu_and_mul"));
+    VLLM_RETURN_IF_ERROR(
+        gemm_->Linear(dt, mid, l.experts_down[e], nullptr, y, t, h, inter, stream));
+    VLLM_RETURN_IF_ERROR(CudaStatus(kc::MoeAccumulate<T>(y, weights, experts, e, t, h, acc, stream),
+                                    "MoE accumulate"));
+  }
+  if (l.shared_gate != nullptr) {
+    // Qwen2-MoE: + sigmoid(shared_expert_gate · x) · shared_expert(x), after the routed
+    // experts as transformers adds it; the routing weights' buffer holds the gate.
+    const int64_t shared = tp_.shared_intermediate;
+    VLLM_RETURN_IF_ERROR(
+        gemm_->Linear(dt, hidden, l.shared_gate_up, nullptr, big, t, 2 * shared, h, stream));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::SiluAndMul<T>(big, mid, t, shared, stream), "shared expert silu_and_mul"));
+    VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, mid, l.shared_down, nullptr, y, t, h, shared, stream));
+    VLLM_RETURN_IF_ERROR(CudaStatus(
+        kc::MoeSharedExpertGate<T>(hidden, static_cast<const T*>(l.shared_gate), t, h, weights,
+                                   stream),
+        "shared expert gate"));
+    VLLM_RETURN_IF_ERROR(CudaStatus(kc::MoeAccumulate<T>(y, weights, 1, 0, t, h, acc, stream),
+                                    "shared expert accumulate"));
+  }
+  VLLM_RETURN_IF_ERROR(CudaStatus(kc::MoeFinalize<T>(acc, t * h, hidden, stream), "MoE sum"));
+  return comm_->AllReduceSum(hidden, static_cast<size_t>(t * h), dt, stream);
+}
+
+template <typename T>
+absl::Status CudaLlamaModel::GemmaFeedForwardT(const Layer& l, int64_t t, cudaStream_t stream) {
+  const kc::GemmDType dt = options_.dtype;
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  constexpr kc::NormWeight kGemma = kc::NormWeight::kGemma;
+  T* hidden = hidden_.as<T>();
+  T* residual = residual_.as<T>();
+  T* big = big_.as<T>();
+  T* mid = mid_.as<T>();
+  // The attention output is normed before it joins the residual.
+  VLLM_RETURN_IF_ERROR(CudaStatus(
+      kc::RmsNorm<T>(hidden, static_cast<T*>(l.post_norm), hidden, t, h, eps, stream, kGemma),
+      "post-attention norm"));
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(kc::FusedAddRmsNorm<T>(hidden, residual, static_cast<T*>(l.pre_ff_norm), t, h, eps,
+                                        stream, kGemma),
+                 "pre-feedforward norm"));
+  VLLM_RETURN_IF_ERROR(
+      gemm_->Linear(dt, hidden, l.gate_up, nullptr, big, t, 2 * int64_t{intermediate_}, h, stream));
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(kc::GeluTanhAndMul<T>(big, mid, t, intermediate_, stream), "gelu_tanh_and_mul"));
+  VLLM_RETURN_IF_ERROR(
+      gemm_->Linear(dt, mid, l.down, nullptr, hidden, t, h, intermediate_, stream));
+  VLLM_RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(t * h), dt, stream));
+  // So is the MLP's; the next layer's input norm (or the final norm) adds it.
+  return CudaStatus(
+      kc::RmsNorm<T>(hidden, static_cast<T*>(l.post_ff_norm), hidden, t, h, eps, stream, kGemma),
+      "post-feedforward norm");
+}
+
+template <typename T>
 absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* cache,
                                       cudaStream_t stream) {
   const kc::GemmDType dt = options_.dtype;
@@ -326,7 +494,9 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
   const int64_t qkv_w = q_w + 2 * kv_w;
   const size_t es = sizeof(T);
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = config_.query_pre_attn_scalar ? static_cast<float>(config_.AttentionScale())
+                                                    : 1.0f / std::sqrt(static_cast<float>(d));
+  const kc::NormWeight norm = config_.gemma ? kc::NormWeight::kGemma : kc::NormWeight::kLlama;
   T* hidden = hidden_.as<T>();
   T* residual = residual_.as<T>();
   T* big = big_.as<T>();
@@ -338,31 +508,44 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
   VLLM_RETURN_IF_ERROR(CudaStatus(kc::Embedding<T>(in.token_ids, t, static_cast<T*>(embed_tokens_),
                                                    0, config_.vocab_size, h, residual, stream),
                                   "embedding"));
+  if (config_.gemma) {
+    // HF multiplies by sqrt(hidden) rounded to the model dtype.
+    const float normalizer =
+        HostToFloat(HostFromFloat<T>(static_cast<float>(std::sqrt(static_cast<double>(h)))));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::Scale<T>(residual, t * h, normalizer, stream), "embedding scale"));
+  }
   // residual holds the stream; hidden the normalised input of the next sub-layer.
-  VLLM_RETURN_IF_ERROR(CudaStatus(
-      kc::RmsNorm<T>(residual, static_cast<T*>(layers_[0].input_norm), hidden, t, h, eps, stream),
-      "input norm"));
+  VLLM_RETURN_IF_ERROR(CudaStatus(kc::RmsNorm<T>(residual, static_cast<T*>(layers_[0].input_norm),
+                                                 hidden, t, h, eps, stream, norm),
+                                  "input norm"));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     if (i > 0) {
       VLLM_RETURN_IF_ERROR(
           CudaStatus(kc::FusedAddRmsNorm<T>(hidden, residual, static_cast<T*>(l.input_norm), t, h,
-                                            eps, stream),
+                                            eps, stream, norm),
                      "input norm"));
     }
     VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, hidden, l.qkv, l.qkv_bias, big, t, qkv_w, h, stream));
     if (l.q_norm != nullptr) {
       // Qwen3: each head of q and of k normalised on its own, in place, before RoPE.
-      VLLM_RETURN_IF_ERROR(CudaStatus(
-          kc::HeadRmsNorm<T>(big, t, qkv_w, num_heads_, d, static_cast<T*>(l.q_norm), eps, stream),
-          "q norm"));
-      VLLM_RETURN_IF_ERROR(CudaStatus(kc::HeadRmsNorm<T>(big + q_w, t, qkv_w, num_kv_heads_, d,
-                                                         static_cast<T*>(l.k_norm), eps, stream),
-                                      "k norm"));
+      VLLM_RETURN_IF_ERROR(
+          CudaStatus(kc::HeadRmsNorm<T>(big, t, qkv_w, num_heads_, d, static_cast<T*>(l.q_norm),
+                                        eps, stream, norm),
+                     "q norm"));
+      VLLM_RETURN_IF_ERROR(
+          CudaStatus(kc::HeadRmsNorm<T>(big + q_w, t, qkv_w, num_kv_heads_, d,
+                                        static_cast<T*>(l.k_norm), eps, stream, norm),
+                     "k norm"));
     }
     VLLM_RETURN_IF_ERROR(CudaStatus(
         kc::RotaryEmbedding<T>(in.positions, t, big, qkv_w, num_heads_, big + q_w, qkv_w,
-                               num_kv_heads_, d, cos_sin, config_.max_position_embeddings, stream),
+                               num_kv_heads_, d,
+                               config_.UsesLocalRope(static_cast<int32_t>(i))
+                                   ? cos_sin_local_.as<float>()
+                                   : cos_sin,
+                               config_.max_position_embeddings, stream),
         "rotary embedding"));
     // k and v packed for the cache write (reshape_and_cache takes packed rows).
     VLLM_RETURN_IF_ERROR(
@@ -382,14 +565,24 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
     VLLM_RETURN_IF_ERROR(
         CudaStatus(kc::PagedAttention<T>(big, qkv_w, k_cache, v_cache, mid, in.attention,
                                          num_heads_, num_kv_heads_, d, scale, attn_workspace_.get(),
-                                         attn_workspace_.bytes(), stream),
+                                         attn_workspace_.bytes(), stream,
+                                         config_.WindowOfLayer(static_cast<int32_t>(i)),
+                                         static_cast<float>(config_.attn_logit_softcapping)),
                    "paged attention"));
     const void* o_bias = comm_->rank() == 0 ? l.o_bias : nullptr;
     VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, mid, l.o_proj, o_bias, hidden, t, h, q_w, stream));
     VLLM_RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(t * h), dt, stream));
+    if (config_.gemma) {
+      VLLM_RETURN_IF_ERROR(GemmaFeedForwardT<T>(l, t, stream));
+      continue;
+    }
     VLLM_RETURN_IF_ERROR(CudaStatus(
         kc::FusedAddRmsNorm<T>(hidden, residual, static_cast<T*>(l.post_norm), t, h, eps, stream),
         "post-attention norm"));
+    if (l.router != nullptr) {
+      VLLM_RETURN_IF_ERROR(MoeT<T>(l, t, stream));
+      continue;
+    }
     VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, hidden, l.gate_up, nullptr, big, t,
                                        2 * int64_t{intermediate_}, h, stream));
     VLLM_RETURN_IF_ERROR(
@@ -407,11 +600,19 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
       CudaStatus(GatherRows<T>(hidden, in.logits_indices, n, h, rows, stream), "row gather"));
   VLLM_RETURN_IF_ERROR(
       CudaStatus(GatherRows<T>(residual, in.logits_indices, n, h, rows_res, stream), "row gather"));
-  VLLM_RETURN_IF_ERROR(CudaStatus(
-      kc::FusedAddRmsNorm<T>(rows, rows_res, static_cast<T*>(final_norm_), n, h, eps, stream),
-      "final norm"));
-  return gemm_->Linear(dt, rows, lm_head_, nullptr, logits_.get(), n, config_.vocab_size, h,
-                       stream);
+  VLLM_RETURN_IF_ERROR(CudaStatus(kc::FusedAddRmsNorm<T>(rows, rows_res,
+                                                         static_cast<T*>(final_norm_), n, h, eps,
+                                                         stream, norm),
+                                  "final norm"));
+  VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, rows, lm_head_, nullptr, logits_.get(), n,
+                                     config_.vocab_size, h, stream));
+  if (config_.final_logit_softcapping > 0) {
+    VLLM_RETURN_IF_ERROR(CudaStatus(
+        kc::SoftCap<T>(static_cast<T*>(logits_.get()), n * config_.vocab_size,
+                       static_cast<float>(config_.final_logit_softcapping), stream),
+        "final logit soft cap"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace vllm::worker

@@ -5,9 +5,15 @@
 // Per layer: fused-add RMSNorm → merged qkv GEMM (+ Qwen2 biases) → per-head q/k RMSNorm in
 // place (Qwen3) → RoPE in place in the qkv buffer → k/v packed (2-D copies) and written to the
 // paged cache by slot → paged attention (reads q inside the qkv buffer) → o_proj GEMM → all-reduce
-// → fused-add RMSNorm → merged gate_up GEMM → SiLU-and-mul → down GEMM → all-reduce. The final norm
-// and lm_head run on the logits rows only (gathered first). GEMMs go through one CublasLtGemm
-// (plans cached per shape), the rest through kernels/cuda (ops.h, attention.h) and model_kernels.h.
+// → fused-add RMSNorm → merged gate_up GEMM → SiLU-and-mul → down GEMM → all-reduce (an MoE
+// layer instead: router GEMM → top-k softmax into dense routing weights → every expert's
+// gate_up / down GEMMs over all tokens, accumulated in float where chosen — kernels/cuda/moe.h
+// — → all-reduce; device-side, so graphs stay on). The final norm
+// and lm_head run on the logits rows only (gathered first). Gemma-2 / Gemma-3 (ModelConfig::
+// gemma) as the CPU model: embeddings scaled, (1 + w) norms (NormWeight::kGemma) around both
+// sub-layers, GeGLU, Gemma-3's local RoPE table, the attention and final soft caps. GEMMs go
+// through one CublasLtGemm (plans cached per shape), the rest through kernels/cuda (ops.h,
+// attention.h) and model_kernels.h.
 //
 // Tensor parallelism and Phi-3's fused checkpoint tensors: cut as worker/tp_layout.h says
 // (the CPU model's cut; KV heads replicated when the ranks outnumber them).
@@ -143,8 +149,21 @@ class CudaLlamaModel {
     void* o_proj = nullptr;    // [hidden, heads × head_dim]
     void* o_bias = nullptr;    // null unless the checkpoint has one (added on rank 0)
     void* post_norm = nullptr;
-    void* gate_up = nullptr;  // [2 × intermediate, hidden]
-    void* down = nullptr;     // [hidden, intermediate]
+    // Gemma only: pre_feedforward_layernorm, post_feedforward_layernorm (w as stored: the
+    // norm kernels add 1 in float, NormWeight::kGemma).
+    void* pre_ff_norm = nullptr;
+    void* post_ff_norm = nullptr;
+    void* gate_up = nullptr;  // [2 × intermediate, hidden]; null in an MoE layer
+    void* down = nullptr;     // [hidden, intermediate]; null in an MoE layer
+    // MoE layers only: the router [num_experts, hidden] and, per expert, its gate_up
+    // [2 × moe_intermediate, hidden] and down [hidden, moe_intermediate] (this rank's
+    // columns), pointers into one allocation each.
+    void* router = nullptr;
+    std::vector<void*> experts_gate_up, experts_down;
+    // Qwen2-MoE's shared expert (this rank's columns) and its gate [1, hidden]; else null.
+    void* shared_gate_up = nullptr;
+    void* shared_down = nullptr;
+    void* shared_gate = nullptr;
   };
 
   CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
@@ -153,6 +172,16 @@ class CudaLlamaModel {
   [[nodiscard]] absl::StatusOr<void*> NewTensor(int64_t elems, const char* what);
   [[nodiscard]] absl::Status LoadWeights(WeightSource* weights, cudaStream_t stream);
   [[nodiscard]] absl::Status AllocateScratch();
+  // Uploads layer `i`'s router and experts (put: LoadWeights' upload of one piece).
+  template <typename Put>
+  absl::Status LoadExperts(int32_t i, Layer& l, Put& put);
+  // The sparse MoE block on hidden_ in place, then its all-reduce.
+  template <typename T>
+  absl::Status MoeT(const Layer& l, int64_t t, cudaStream_t stream);
+  // Gemma: post-attention norm, residual add, pre-feedforward norm, GeGLU MLP, all-reduce,
+  // post-feedforward norm (hidden_ holds the normed MLP output after it).
+  template <typename T>
+  absl::Status GemmaFeedForwardT(const Layer& l, int64_t t, cudaStream_t stream);
   template <typename T>
   absl::Status ForwardT(const CudaForwardInputs& in, CudaKVCache* cache, cudaStream_t stream);
 
@@ -170,7 +199,8 @@ class CudaLlamaModel {
   void* lm_head_ = nullptr;            // == embed_tokens_ when tied
   void* final_norm_ = nullptr;
   std::vector<Layer> layers_;
-  DeviceBuffer cos_sin_;  // float [max_position, head_dim]
+  DeviceBuffer cos_sin_;        // float [max_position, head_dim]
+  DeviceBuffer cos_sin_local_;  // Gemma-3's local layers (rope_local_theta); else empty
   int64_t weight_bytes_ = 0;
   int64_t activation_bytes_ = 0;
 
@@ -182,6 +212,10 @@ class CudaLlamaModel {
   DeviceBuffer rows_, rows_res_;    // [max_logits, hidden]
   DeviceBuffer logits_;             // [max_logits, vocab]
   DeviceBuffer attn_workspace_;
+  // MoE scratch (allocated only for MoE models): router logits [max_tokens, num_experts],
+  // routing weights (float, dense, 0 = not chosen) of the same shape, one expert's output
+  // [max_tokens, hidden] and the float sum of the experts' outputs.
+  DeviceBuffer router_logits_, moe_weights_, moe_y_, moe_acc_;
 };
 
 }  // namespace vllm::worker

@@ -67,7 +67,9 @@ TEST_F(ServeDpTest, TwoEnginesAnswerAsOneAndBothServe) {
       "In the beginning", "And God said",   "Let there be light", "And the earth was",
       "The LORD is my",   "Blessed is the", "For God so loved",   "And it came to pass"};
   ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2"}));
-  EXPECT_EQ(testing::ChildrenOf(server_->pid()).size(), 2u);
+  EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "engine-core").size(), 2u);
+  // The head of -dp 2 runs the DP coordinator too (vLLM's launch_core_engines does).
+  EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "dp-coordinator").size(), 1u);
   const std::vector<std::string> dp2 = Complete(prompts);
   const testing::MetricSamples m = testing::ScrapeMetrics(port_);
   double total = 0;
@@ -158,9 +160,8 @@ TEST_F(ServeDpTest, LoadStaysBalancedUnderAMixedLoad) {
 
 TEST_F(ServeDpTest, OneDeadEngineFailsOnlyItsRequests) {
   ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2"}));
-  std::vector<pid_t> engines = testing::ChildrenOf(server_->pid());
-  ASSERT_EQ(engines.size(), 2u);
-  std::sort(engines.begin(), engines.end());  // spawned in rank order
+  std::vector<pid_t> engines = testing::ChildrenRunning(server_->pid(), "engine-core");
+  ASSERT_EQ(engines.size(), 2u);  // spawned in rank order
   const pid_t rank1 = engines[1];
 
   // Four long streams: the balancer puts two on each idle engine.
@@ -219,7 +220,8 @@ TEST_F(ServeDpTest, OneDeadEngineFailsOnlyItsRequests) {
   EXPECT_EQ(m[Series("vllm:num_requests_running", 1)], 0);
 
   // Nothing of the dead engine is left; the live one is still there.
-  EXPECT_EQ(testing::ChildrenOf(server_->pid()), std::vector<pid_t>{engines[0]});
+  EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "engine-core"),
+            std::vector<pid_t>{engines[0]});
   ASSERT_NO_FATAL_FAILURE(StopServer());
   for (pid_t pid : Descendants()) EXPECT_FALSE(true) << "orphaned process " << pid;
 }
@@ -230,9 +232,9 @@ TEST_F(ServeDpTest, OneDeadEngineFailsOnlyItsRequests) {
 // engine's death reaches both (/health degraded on each), and SIGINT stops all cleanly.
 TEST_F(ServeDpTest, TwoApiServersShareThePortAndSeeEveryEngine) {
   ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2", "--api-server-count", "2"}));
-  std::vector<pid_t> children = testing::ChildrenOf(server_->pid());
-  ASSERT_EQ(children.size(), 4u);  // two API servers, then two engine cores
-  std::sort(children.begin(), children.end());
+  // Two API servers, then two engine cores (and the DP coordinator, started first).
+  std::vector<pid_t> children = testing::ChildrenNotRunning(server_->pid(), "dp-coordinator");
+  ASSERT_EQ(children.size(), 4u);
   const json body = {{"prompt", "In the beginning"}, {"max_tokens", 4}, {"temperature", 0}};
   std::map<std::string, int> answered;  // Server header → requests
   std::set<std::string> texts;
@@ -358,9 +360,8 @@ TEST_F(ServeDpTest, SigtermDrainsEveryApiServer) {
 // the other API server and the engines and exits with an error naming it.
 TEST_F(ServeDpTest, ADeadApiServerStopsTheServer) {
   ASSERT_NO_FATAL_FAILURE(StartServer({"--data-parallel-size", "2", "--api-server-count", "2"}));
-  std::vector<pid_t> children = testing::ChildrenOf(server_->pid());
-  ASSERT_EQ(children.size(), 4u);
-  std::sort(children.begin(), children.end());
+  std::vector<pid_t> children = testing::ChildrenRunning(server_->pid(), "api-server");
+  ASSERT_EQ(children.size(), 2u);
   ASSERT_EQ(kill(children[0], SIGKILL), 0);  // API server 0
   auto status = server_->Wait(absl::Seconds(30));
   ASSERT_TRUE(status.ok()) << status.status();

@@ -420,10 +420,19 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
 
   // 4. Data parallelism on this node: two engine cores (each runs its worker in-process), and
   //    requests reach both (request_success_total per engine label).
-  ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2", "--data-parallel-size-local", "2"}));
-  log = Log();
-  Covered("--data-parallel-size", ProcessesUnder(server_->pid()) == 2u,
+  //    With --data-parallel-lockstep every engine learns the coordinator's waves (it says so).
+  ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2", "--data-parallel-size-local", "2",
+                                 "--data-parallel-lockstep"}));
+  log = Log("engine 1: lockstep");
+  // Two engine cores and the DP coordinator.
+  Covered("--data-parallel-size",
+          ChildrenRunning(server_->pid(), "engine-core").size() == 2u &&
+              ChildrenRunning(server_->pid(), "dp-coordinator").size() == 1u,
           absl::StrCat(ProcessesUnder(server_->pid()), " processes under the server"));
+  Covered("--data-parallel-lockstep",
+          absl::StrContains(log, "engine 0: lockstep") &&
+              absl::StrContains(log, "engine 1: lockstep"),
+          log);
   {
     // Sent concurrently, so the balancer sees both engines loaded.
     std::vector<std::thread> clients;
@@ -547,7 +556,9 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     // With the key, no warning that the sockets admit anyone, and the engine got in.
     Covered("--cluster-key-file",
             !absl::StrContains(log, "admit anyone") && absl::StrContains(log, "joined"), log);
-    EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);  // only rank 0 runs under the head
+    // Only rank 0 (and the DP coordinator) runs under the head.
+    EXPECT_EQ(ProcessesUnder(server_->pid()), 2u);
+    EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "dp-coordinator").size(), 1u);
     // kill -9 of the node's engine core: its launcher starts it again and it joins again.
     const std::vector<pid_t> node_engines = ChildrenOf(node->pid());
     ASSERT_EQ(node_engines.size(), 1u);

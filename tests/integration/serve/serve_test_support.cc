@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -344,6 +346,55 @@ MetricSamples ScrapeMetrics(int port) {
   absl::StatusOr<HttpResponse> r = Http(port, "GET", "/metrics", "", "", absl::Seconds(10));
   if (!r.ok() || r->status != 200) return {};
   return ParseMetrics(r->body);
+}
+
+namespace {
+
+// argv[1] of `pid` ("" when it is gone or has none).
+std::string SubcommandOf(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+  std::string argv0, argv1;
+  std::getline(in, argv0, '\0');
+  std::getline(in, argv1, '\0');
+  return argv1;
+}
+
+}  // namespace
+
+std::vector<pid_t> ChildrenRunning(pid_t parent, const std::string& subcommand) {
+  std::vector<pid_t> out;
+  for (pid_t c : ChildrenOf(parent)) {
+    if (SubcommandOf(c) == subcommand) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<pid_t> ChildrenNotRunning(pid_t parent, const std::string& subcommand) {
+  std::vector<pid_t> out;
+  for (pid_t c : ChildrenOf(parent)) {
+    if (SubcommandOf(c) != subcommand) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+absl::Duration CpuTimeOf(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(in, line);
+  // "pid (comm) state ppid ...": utime and stime are fields 14 and 15, counted from the
+  // state (field 3) after the last ')'.
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return absl::ZeroDuration();
+  std::istringstream fields(line.substr(close + 2));
+  std::string f;
+  int64_t utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) (void)absl::SimpleAtoi(f, &utime);
+    if (i == 15) (void)absl::SimpleAtoi(f, &stime);
+  }
+  return absl::Seconds(static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK));
 }
 
 // ---- fixture ----

@@ -101,6 +101,13 @@ double SumOf(const MetricSamples& samples, const std::string& name);
 // GET /metrics, parsed; an empty map on failure.
 MetricSamples ScrapeMetrics(int port);
 
+// The children of `parent` whose argv[1] is (or, `except`, is not) `subcommand` — e.g.
+// "engine-core", "api-server", "dp-coordinator" — in pid order (spawn order).
+std::vector<pid_t> ChildrenRunning(pid_t parent, const std::string& subcommand);
+std::vector<pid_t> ChildrenNotRunning(pid_t parent, const std::string& subcommand);
+// User + system CPU time a process has used so far (/proc/<pid>/stat); 0 once it is gone.
+absl::Duration CpuTimeOf(pid_t pid);
+
 // Starts `vllm-launch` (with the bundled model unless args say otherwise) and checks on
 // tear-down that every descendant has exited, /dev/shm is as it was and no ipc:// endpoint
 // directory of a dead process was added. Makes the test

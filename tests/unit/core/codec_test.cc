@@ -25,6 +25,7 @@ SamplingParams FullSamplingParams() {
   p.stop_token_ids = {5, 6, 7};
   p.ignore_eos = true;
   p.logprobs = 5;
+  p.prompt_logprobs = 3;
   return p;
 }
 
@@ -49,6 +50,8 @@ EngineCoreOutputs FullOutputs() {
   a.new_token_ids = {11, 12};
   a.num_cached_tokens = 32;
   a.logprobs = {TokenLogprobs{{11, 9}, {-0.5f, -1.25f}, 1}, TokenLogprobs{{12}, {-0.1f}, 1}};
+  a.prompt_logprobs = {TokenLogprobs{{4, 4}, {-0.75f, -0.75f}, 1},
+                       TokenLogprobs{{8, 2}, {-3.5f, -0.25f}, 7}};
   EngineCoreOutput b;
   b.request_id = "b";
   b.new_token_ids = {99};
@@ -92,6 +95,8 @@ ModelRunnerOutput FullModelRunnerOutput() {
   m.req_ids = {"new", "r0", "r1"};
   m.sampled_token_ids = {{}, {7}, {8, 9}};
   m.logprobs = {{}, {TokenLogprobs{{7}, {-0.25f}, 1}}, {}};
+  m.prompt_logprobs = {
+      {TokenLogprobs{{2, 2}, {-1.5f, -1.5f}, 1}, TokenLogprobs{{3}, {-4.0f}, 9}}, {}, {}};
   return m;
 }
 
@@ -226,7 +231,7 @@ TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
   pk.pack_array(3);
   pk.pack(static_cast<uint32_t>(WireTag::kModelRunnerOutput));
   pk.pack(kWireVersion);
-  pk.pack_array(3);
+  pk.pack_array(4);
   pk.pack_array(1);
   pk.pack(std::string("r"));
   pk.pack_array(1);
@@ -242,6 +247,7 @@ TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
   pk.pack(0);   // positive integer where a float is expected
   pk.pack(-3);  // negative integer
   pk.pack(1);
+  pk.pack_array(0);  // prompt_logprobs
   auto decoded = DecodeModelRunnerOutput(std::string_view(b.data(), b.size()));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_EQ(decoded->logprobs.size(), 1u);
@@ -405,6 +411,50 @@ TEST_F(CodecTest, OversizedInputIsRejected) {
   few_elements.max_array_elements = 2;
   EXPECT_TRUE(absl::IsResourceExhausted(
       DecodeEngineCoreRequest(Encode(FullRequest()), few_elements).status()));
+}
+
+// Prompt logprobs are one list per request (or none), each position at most kMaxLogprobs + 1
+// entries, and every list within the array limit: anything else is refused, not truncated.
+TEST_F(CodecTest, PromptLogprobsOverLimitsAreRejected) {
+  ModelRunnerOutput wide = FullModelRunnerOutput();
+  TokenLogprobs too_many;
+  for (int32_t i = 0; i <= kMaxLogprobs + 1; ++i) {
+    too_many.token_ids.push_back(i);
+    too_many.logprobs.push_back(-1.0f * static_cast<float>(i));
+  }
+  wide.prompt_logprobs[1] = {too_many};
+  auto result = DecodeModelRunnerOutput(Encode(wide));
+  EXPECT_TRUE(absl::IsResourceExhausted(result.status())) << result.status();
+  too_many.token_ids.pop_back();
+  too_many.logprobs.pop_back();
+  wide.prompt_logprobs[1] = {too_many};  // exactly kMaxLogprobs + 1: accepted
+  ASSERT_TRUE(DecodeModelRunnerOutput(Encode(wide)).ok());
+
+  ModelRunnerOutput short_list = FullModelRunnerOutput();
+  short_list.prompt_logprobs.pop_back();  // two lists for three requests
+  result = DecodeModelRunnerOutput(Encode(short_list));
+  ASSERT_TRUE(absl::IsInvalidArgument(result.status())) << result.status();
+  EXPECT_NE(result.status().message().find("prompt_logprobs"), std::string_view::npos);
+
+  ModelRunnerOutput mismatched = FullModelRunnerOutput();
+  mismatched.prompt_logprobs[0][1].logprobs.push_back(-1.0f);  // 1 id, 2 logprobs
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeModelRunnerOutput(Encode(mismatched)).status()));
+
+  // A long prompt's logprobs against the array-element limit, on both messages.
+  EngineCoreOutputs outputs = FullOutputs();
+  outputs.outputs[0].prompt_logprobs.assign(64, TokenLogprobs{{1}, {-1.0f}, 1});
+  ASSERT_TRUE(DecodeEngineCoreOutputs(Encode(outputs)).ok());
+  DecodeLimits few_elements;
+  few_elements.max_array_elements = 32;
+  EXPECT_TRUE(
+      absl::IsResourceExhausted(DecodeEngineCoreOutputs(Encode(outputs), few_elements).status()));
+  ModelRunnerOutput long_prompt = FullModelRunnerOutput();
+  long_prompt.prompt_logprobs[2].assign(64, TokenLogprobs{{1}, {-1.0f}, 1});
+  EXPECT_TRUE(absl::IsResourceExhausted(
+      DecodeModelRunnerOutput(Encode(long_prompt), few_elements).status()));
+  // A truncated frame carrying prompt logprobs.
+  ExpectPrefixesRejected(Encode(outputs),
+                         [](std::string_view b) { return DecodeEngineCoreOutputs(b); });
 }
 
 TEST_F(CodecTest, RandomCorruptionNeverCrashes) {

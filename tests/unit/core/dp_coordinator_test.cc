@@ -3,6 +3,10 @@
 // the interval, bad reports are dropped without harm; and the codec's bounds.
 #include "core/dp_coordinator.h"
 
+#include <unistd.h>
+
+#include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,6 +144,209 @@ TEST_F(DpCoordinatorTest, PublicationsAreRateLimitedAndBadReportsDropped) {
   EXPECT_LE(sent, static_cast<uint64_t>(took / absl::Milliseconds(50)) + 2)
       << sent << " publications in " << took;
   EXPECT_GE(coordinator_->reports_dropped(), 2u);
+}
+
+TEST(DpCoordinatorCodecTest, WavesAndTimesRoundTripAndAreBounded) {
+  const DpWave start{3, true, 1};
+  EXPECT_EQ(*DecodeDpWave(EncodeDpWave(start)), start);
+  const DpWave complete{3, false, -1};
+  EXPECT_EQ(*DecodeDpWave(EncodeDpWave(complete)), complete);
+  EXPECT_FALSE(DecodeDpWave(EncodeDpWave({-1, true, -1})).ok());
+  EXPECT_FALSE(DecodeDpWave(EncodeDpWave({0, true, -2})).ok());
+  EXPECT_FALSE(DecodeDpWave(EncodeDpWave({0, true, kMaxDpEngines})).ok());
+  EXPECT_FALSE(DecodeDpWave("\x93\x01").ok());  // truncated
+  EngineLoadReport timed{1, 2, 3, 0.5, 1795712674.25};
+  EXPECT_EQ(*DecodeLoadReport(EncodeLoadReport(timed)), timed);
+  timed.timestamp = -1;
+  EXPECT_FALSE(DecodeLoadReport(EncodeLoadReport(timed)).ok());
+  timed.timestamp = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(DecodeLoadReport(EncodeLoadReport(timed)).ok());
+  LoadPublication p;
+  p.current_wave = 7;
+  p.engines_running = true;
+  p.engines = {{1, 2, 0.5, true, 12.5}};
+  EXPECT_EQ(*DecodeLoadPublication(EncodeLoadPublication(p)), p);
+  p.current_wave = -1;
+  EXPECT_FALSE(DecodeLoadPublication(EncodeLoadPublication(p)).ok());
+}
+
+// Request waves (lockstep): the first report with work starts a wave (START_DP_WAVE naming
+// that engine), the wave completes when every engine's latest report shows none, the next
+// one has the next number, and an engine that subscribes late gets the state at once. Over
+// ipc:// the socket files go once every engine reported and every subscriber subscribed.
+class DpCoordinatorWaveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DpCoordinatorOptions o;
+    o.num_engines = 2;
+    o.stats_address = *ipc::UniqueIpcAddress("dpc-stats");
+    o.publish_address = *ipc::UniqueIpcAddress("dpc-publish");
+    o.wave_address = *ipc::UniqueIpcAddress("dpc-waves");
+    o.expected_subscribers = 1;
+    o.publish_interval = absl::Milliseconds(20);
+    auto c = DpCoordinator::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    addresses_ = {o.stats_address, o.publish_address, o.wave_address};
+    runner_ = std::thread([this] { run_status_ = coordinator_->Run(); });
+  }
+  void TearDown() override {
+    coordinator_->Stop();
+    runner_.join();
+    EXPECT_TRUE(run_status_.ok()) << run_status_;
+    for (const std::string& a : addresses_) ipc::ReleaseIpcAddress(a);
+  }
+  zmq::socket_t Connect(zmq::socket_type type, const std::string& address) {
+    zmq::socket_t s(ipc::ZmqContext(), type);
+    s.set(zmq::sockopt::linger, 0);
+    if (type == zmq::socket_type::sub) s.set(zmq::sockopt::subscribe, "");
+    s.connect(address);
+    return s;
+  }
+  // The next wave message, or nullopt after 5 s.
+  std::optional<DpWave> NextWave(zmq::socket_t& s) {
+    zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(5000));
+    zmq::message_t msg;
+    if (!(item.revents & ZMQ_POLLIN) || !s.recv(msg)) return std::nullopt;
+    absl::StatusOr<DpWave> w = DecodeDpWave(msg.to_string_view());
+    if (!w.ok()) return std::nullopt;
+    return *w;
+  }
+  void Report(zmq::socket_t& engine, int32_t index, int32_t running) {
+    ASSERT_TRUE(engine.send(zmq::buffer(EncodeLoadReport({index, 0, running, 0.0})),
+                            zmq::send_flags::none));
+  }
+
+  std::unique_ptr<DpCoordinator> coordinator_;
+  std::vector<std::string> addresses_;
+  std::thread runner_;
+  absl::Status run_status_;
+};
+
+TEST_F(DpCoordinatorWaveTest, WorkStartsAWaveAndIdlenessEndsIt) {
+  zmq::socket_t api = Connect(zmq::socket_type::sub, coordinator_->publish_endpoint());
+  zmq::socket_t waves0 = Connect(zmq::socket_type::sub, coordinator_->wave_endpoint());
+  zmq::socket_t waves1 = Connect(zmq::socket_type::sub, coordinator_->wave_endpoint());
+  zmq::socket_t e0 = Connect(zmq::socket_type::push, coordinator_->stats_endpoint());
+  zmq::socket_t e1 = Connect(zmq::socket_type::push, coordinator_->stats_endpoint());
+  // The subscriptions must be in before the first wave message (a SUB misses what was sent
+  // before it joined): an idle report from each engine, then wait until the files are gone —
+  // the coordinator removes them only once both wave subscriptions and the API server's
+  // arrived and both engines reported.
+  ASSERT_NO_FATAL_FAILURE(Report(e0, 0, 0));
+  ASSERT_NO_FATAL_FAILURE(Report(e1, 1, 0));
+  const std::string stats_file = addresses_[0].substr(strlen("ipc://"));
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (access(stats_file.c_str(), F_OK) == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a condition with a deadline
+  }
+  ASSERT_NE(access(stats_file.c_str(), F_OK), 0) << "socket files not released";
+  EXPECT_EQ(coordinator_->waves_started(), 0u);
+
+  ASSERT_NO_FATAL_FAILURE(Report(e1, 1, 1));  // engine 1 got a request
+  for (zmq::socket_t* s : {&waves0, &waves1}) {
+    std::optional<DpWave> w = NextWave(*s);
+    ASSERT_TRUE(w.has_value());
+    EXPECT_EQ(*w, (DpWave{0, true, 1}));
+  }
+  // Still busy (engine 0 now too, then engine 1 done): no message; both done: complete.
+  ASSERT_NO_FATAL_FAILURE(Report(e0, 0, 2));
+  ASSERT_NO_FATAL_FAILURE(Report(e1, 1, 0));
+  ASSERT_NO_FATAL_FAILURE(Report(e0, 0, 0));
+  std::optional<DpWave> w;
+  for (zmq::socket_t* s : {&waves0, &waves1}) {
+    w = NextWave(*s);
+    ASSERT_TRUE(w.has_value());
+    EXPECT_EQ(*w, (DpWave{0, false, -1}));
+  }
+  EXPECT_EQ(coordinator_->waves_completed(), 1u);
+
+  // The next wave is wave 1; the publication says so.
+  ASSERT_NO_FATAL_FAILURE(Report(e0, 0, 1));
+  w = NextWave(waves1);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(*w, (DpWave{1, true, 0}));
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  bool seen = false;
+  while (!seen && absl::Now() < until) {
+    zmq::pollitem_t item{api.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    zmq::message_t msg;
+    if (!(item.revents & ZMQ_POLLIN) || !api.recv(msg)) continue;
+    absl::StatusOr<LoadPublication> p = DecodeLoadPublication(msg.to_string_view());
+    seen = p.ok() && p->engines_running && p->current_wave == 1;
+  }
+  EXPECT_TRUE(seen) << "no publication of wave 1 running";
+}
+
+// An engine that subscribes during a wave (it joined late, or again) is told at once that the
+// wave runs, then that it completed. TCP: the sockets stay open for engines that join later.
+TEST(DpCoordinatorLateEngineTest, ALateSubscriberLearnsTheRunningWave) {
+  DpCoordinatorOptions o;
+  o.num_engines = 2;
+  o.stats_address = o.publish_address = o.wave_address = "tcp://127.0.0.1:0";
+  auto c = DpCoordinator::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  DpCoordinator& coordinator = **c;
+  std::thread runner([&] { EXPECT_TRUE(coordinator.Run().ok()); });
+  zmq::socket_t engine(ipc::ZmqContext(), zmq::socket_type::push);
+  engine.set(zmq::sockopt::linger, 0);
+  engine.connect(coordinator.stats_endpoint());
+  ASSERT_TRUE(engine.send(zmq::buffer(EncodeLoadReport({0, 1, 0, 0.0})), zmq::send_flags::none));
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (coordinator.waves_started() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a condition with a deadline
+  }
+  ASSERT_EQ(coordinator.waves_started(), 1u);
+  zmq::socket_t late(ipc::ZmqContext(), zmq::socket_type::sub);
+  late.set(zmq::sockopt::linger, 0);
+  late.set(zmq::sockopt::subscribe, "");
+  late.connect(coordinator.wave_endpoint());
+  auto next = [&]() -> std::optional<DpWave> {
+    zmq::pollitem_t item{late.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(5000));
+    zmq::message_t msg;
+    if (!(item.revents & ZMQ_POLLIN) || !late.recv(msg)) return std::nullopt;
+    absl::StatusOr<DpWave> w = DecodeDpWave(msg.to_string_view());
+    return w.ok() ? std::optional<DpWave>(*w) : std::nullopt;
+  };
+  std::optional<DpWave> w = next();
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(*w, (DpWave{0, true, -1}));
+  ASSERT_TRUE(engine.send(zmq::buffer(EncodeLoadReport({0, 0, 0, 0.0})), zmq::send_flags::none));
+  w = next();
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(*w, (DpWave{0, false, -1}));
+  coordinator.Stop();
+  runner.join();
+}
+
+// A lockstep engine that reported work and then went silent (it died) is taken as gone after
+// engine_timeout: the wave completes, so the other engines stop stepping.
+TEST(DpCoordinatorLateEngineTest, ASilentEngineDoesNotHoldTheWave) {
+  DpCoordinatorOptions o;
+  o.num_engines = 2;
+  o.stats_address = o.publish_address = o.wave_address = "tcp://127.0.0.1:0";
+  o.engine_timeout = absl::Milliseconds(300);
+  auto c = DpCoordinator::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  DpCoordinator& coordinator = **c;
+  std::thread runner([&] { EXPECT_TRUE(coordinator.Run().ok()); });
+  zmq::socket_t engine(ipc::ZmqContext(), zmq::socket_type::push);
+  engine.set(zmq::sockopt::linger, 0);
+  engine.connect(coordinator.stats_endpoint());
+  const absl::Time sent = absl::Now();
+  ASSERT_TRUE(engine.send(zmq::buffer(EncodeLoadReport({1, 0, 1, 0.0})), zmq::send_flags::none));
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (coordinator.waves_completed() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));  // polling a condition with a deadline
+  }
+  EXPECT_EQ(coordinator.waves_started(), 1u);
+  EXPECT_EQ(coordinator.waves_completed(), 1u);
+  EXPECT_GE(absl::Now() - sent, absl::Milliseconds(300));  // not before the timeout
+  coordinator.Stop();
+  runner.join();
 }
 
 TEST(DpCoordinatorCreateTest, RefusesWhatItCannotServe) {

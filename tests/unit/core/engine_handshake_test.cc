@@ -25,12 +25,21 @@ TEST(EngineHandshakeTest, RoundTrips) {
   EXPECT_EQ(*DecodeHello(EncodeHello(hello)), hello);
   const ReadyMessage ready{3, 682, 1024};
   EXPECT_EQ(*DecodeReady(EncodeReady(ready)), ready);
-  const EngineAddresses addresses{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}};
+  const EngineAddresses addresses{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "", ""};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(addresses)), addresses);
   // --api-server-count 3: API server 0 names the other two handshake sockets.
-  const EngineAddresses with_peers{
-      "ipc:///tmp/a/in", "ipc:///tmp/a/out", {"tcp://10.0.0.1:13346", "tcp://10.0.0.1:13347"}};
+  const EngineAddresses with_peers{"ipc:///tmp/a/in",
+                                   "ipc:///tmp/a/out",
+                                   {"tcp://10.0.0.1:13346", "tcp://10.0.0.1:13347"},
+                                   "",
+                                   ""};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_peers)), with_peers);
+  // A DP coordinator: its report address and, in lockstep mode, its wave address.
+  const EngineAddresses with_coordinator{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {},
+                                         "tcp://10.0.0.1:41002", "tcp://10.0.0.1:41003"};
+  EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_coordinator)), with_coordinator);
+  // A wave address without a coordinator is off-schema.
+  EXPECT_FALSE(DecodeAddresses(EncodeAddresses({"a", "b", {}, "", "tcp://h:1"})).ok());
   EXPECT_EQ(*DecodeHandshakeMessage(EncodeHandshakeMessage("--data-parallel-size 2")),
             "--data-parallel-size 2");
   EXPECT_EQ(*DecodeHeartbeat(EncodeHeartbeat(7)), 7);
@@ -42,7 +51,7 @@ TEST(EngineHandshakeTest, EncodersBoundWhatTheySend) {
   EXPECT_EQ(DecodeHandshakeMessage(EncodeHandshakeMessage(std::string(5000, 'm')))->size(),
             kMaxHandshakeString);
   // More peers than the decoder takes are cut to its limit.
-  EngineAddresses many{"a", "b", std::vector<std::string>(200, "tcp://h:1")};
+  EngineAddresses many{"a", "b", std::vector<std::string>(200, "tcp://h:1"), "", ""};
   EXPECT_EQ(DecodeAddresses(EncodeAddresses(many))->peers.size(), kMaxFrontends - 1);
 }
 

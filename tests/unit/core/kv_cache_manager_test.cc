@@ -76,6 +76,44 @@ TEST_F(KVCacheManagerTest, DecodeAllocatesANewBlockOnlyAtBlockBoundaries) {
   EXPECT_TRUE(step->empty());
 }
 
+// Sliding window 20, blocks of 16: once a request has computed c tokens, positions before
+// c - 19 are dead, and a block wholly before them goes back to the pool (kNullBlock in the
+// table) while the request runs; the freed blocks keep their hashes for prefix hits.
+TEST_F(KVCacheManagerTest, SlidingWindowFreesBlocksThatFallOutOfTheWindow) {
+  manager_ = std::make_unique<KVCacheManager>(10, kBlockSize, /*max_model_len=*/1024,
+                                              /*enable_caching=*/true,
+                                              /*enable_kv_cache_events=*/false,
+                                              /*sliding_window=*/20);
+  auto r = MakeRequest(Tokens(40));
+  Admit(*r);  // 3 blocks; nothing computed before this step, so nothing freed yet
+  EXPECT_EQ(r->block_ids, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(manager_->block_pool().GetNumFreeBlocks(), 7);
+  // Decode of token 40: computed 40, the earliest visible position is 21, so block 0
+  // (positions 0-15) is dead and block 1 (16-31) still holds 21-31.
+  r->all_token_ids.push_back(7);
+  ASSERT_TRUE(manager_->AllocateSlots(*r, 1).has_value());
+  EXPECT_EQ(r->block_ids, (std::vector<int32_t>{KVCacheManager::kNullBlock, 1, 2}));
+  EXPECT_EQ(manager_->block_pool().GetNumFreeBlocks(), 8);
+  EXPECT_EQ(RefCount(0), 0);
+  // Up to 51 computed: earliest visible 32, block 1 dies; 48 needs a 4th block.
+  for (int32_t c = 41; c <= 51; ++c) {
+    r->num_computed_tokens = c;
+    r->all_token_ids.push_back(7);
+    ASSERT_TRUE(manager_->AllocateSlots(*r, 1).has_value());
+  }
+  ASSERT_EQ(r->block_ids.size(), 4u);
+  EXPECT_EQ(r->block_ids[0], KVCacheManager::kNullBlock);
+  EXPECT_EQ(r->block_ids[1], KVCacheManager::kNullBlock);
+  EXPECT_EQ(manager_->block_pool().GetNumFreeBlocks(), 8);  // 2 live blocks of 10
+  // The freed blocks still serve a prefix hit (the whole prefix is still cached).
+  auto other = MakeRequest(Tokens(40));
+  EXPECT_EQ(manager_->GetComputedBlocks(*other).num_computed_tokens, 32);
+  // Free skips the null entries and returns exactly the live blocks.
+  manager_->Free(*r);
+  EXPECT_TRUE(r->block_ids.empty());
+  EXPECT_EQ(manager_->block_pool().GetNumFreeBlocks(), 10);
+}
+
 TEST_F(KVCacheManagerTest, FullPrefixHitSharesBlocksWithRefCounts) {
   Init(20);
   auto a = MakeRequest(Tokens(3 * kBlockSize + 7));
@@ -127,6 +165,22 @@ TEST_F(KVCacheManagerTest, CacheSaltIsolatesPrefixes) {
   EXPECT_EQ(Admit(*MakeRequest(Tokens(3 * kBlockSize))).num_computed_tokens, 0);
   EXPECT_EQ(Admit(*MakeRequest(Tokens(3 * kBlockSize), "alice")).num_computed_tokens,
             2 * kBlockSize);
+}
+
+// vLLM skips reading the cache for a request asking for prompt logprobs (the cached
+// positions' logits are gone); its own blocks are still cached for others.
+TEST_F(KVCacheManagerTest, PromptLogprobsRequestsNeverReadTheCache) {
+  Init(20);
+  Admit(*MakeRequest(Tokens(3 * kBlockSize)));
+  manager_->MakePrefixCacheStats();
+  auto wants = MakeRequest(Tokens(3 * kBlockSize));
+  wants->sampling_params.prompt_logprobs = 0;
+  EXPECT_EQ(Admit(*wants).num_computed_tokens, 0);
+  EXPECT_EQ(manager_->MakePrefixCacheStats().requests, 0);  // no lookup counted
+  auto other = MakeRequest(Tokens(4 * kBlockSize));
+  other->sampling_params.prompt_logprobs = 0;
+  Admit(*other);  // registers its fourth block
+  EXPECT_EQ(Admit(*MakeRequest(Tokens(4 * kBlockSize + 1))).num_computed_tokens, 4 * kBlockSize);
 }
 
 TEST_F(KVCacheManagerTest, DisabledCachingNeverHits) {

@@ -78,6 +78,13 @@ TEST_F(SamplingParamsTest, EachFieldIsRangeChecked) {
   p = {};
   p.logprobs = kMaxLogprobs + 1;
   ExpectRejected(p, "logprobs");
+  p = {};
+  p.prompt_logprobs = kMaxLogprobs + 1;
+  ExpectRejected(p, "prompt_logprobs");
+  p.prompt_logprobs = -1;  // vLLM's "whole vocabulary" is over max_logprobs too
+  ExpectRejected(p, "prompt_logprobs");
+  p.prompt_logprobs = kMaxLogprobs;
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
 }
 
 TEST_F(SamplingParamsTest, RequestValidationNamesTheField) {

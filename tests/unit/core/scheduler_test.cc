@@ -401,6 +401,38 @@ TEST_F(SchedulerTest, ModelOutputInAnotherOrderIsMatchedById) {
   }
 }
 
+// The worker's prompt logprobs reach the output with the request's first token only, and never
+// for a request that did not ask for them; such a request never takes a prefix-cache hit.
+TEST_F(SchedulerTest, PromptLogprobsGoWithTheFirstTokenOnly) {
+  SchedulerConfig config = Config();
+  config.enable_prefix_caching = true;
+  Init(config);
+  Add(MakeRequest("warm", 12));
+  RunToCompletion();
+  EngineCoreRequest wants = MakeRequest("wants", 12, 3);
+  wants.prompt_token_ids = MakeRequest("warm", 12).prompt_token_ids;  // fully cached prefix
+  wants.sampling_params.prompt_logprobs = 1;
+  Add(wants);
+  Add(MakeRequest("plain", 5, 3));
+  const std::vector<TokenLogprobs> prompt(11, TokenLogprobs{{7, 3}, {-2.0f, -0.5f}, 4});
+  for (int step = 0; step < 3; ++step) {
+    SchedulerOutput so = scheduler_->Schedule();
+    ModelRunnerOutput mro = model_->Run(so);
+    mro.prompt_logprobs.assign(mro.req_ids.size(), prompt);  // as if every step sent them
+    auto outs = scheduler_->UpdateFromOutput(so, mro);
+    ASSERT_TRUE(outs.ok()) << outs.status();
+    for (const EngineCoreOutput& o : outs->outputs) {
+      SCOPED_TRACE(o.request_id + " step " + std::to_string(step));
+      if (o.request_id == "wants" && step == 0) {
+        EXPECT_EQ(o.prompt_logprobs, prompt);
+        EXPECT_EQ(o.num_cached_tokens, 0);  // the cached prefix was not read
+      } else {
+        EXPECT_TRUE(o.prompt_logprobs.empty());
+      }
+    }
+  }
+}
+
 TEST_F(SchedulerTest, StatsReportQueuesUsageAndResetCounters) {
   SchedulerConfig c = Config();
   c.max_num_seqs = 1;

@@ -1,6 +1,6 @@
-// ResolveVllmConfig: a model whose config switches on a sliding window (not implemented) is
-// served only within the window, where whole-context attention is the same; a longer
-// --max-model-len is refused naming the config key. Never served wrong.
+// ResolveVllmConfig: max_model_len defaults to the model's max_position_embeddings and a
+// longer one is refused; a sliding window (attention within the window is implemented) does
+// not limit the context.
 #include "executor/engine_factory.h"
 
 #include <string>
@@ -33,20 +33,15 @@ TEST(ResolveVllmConfigTest, NoWindowUsesTheModelsLength) {
   EXPECT_FALSE(bad.ok());
 }
 
-TEST(ResolveVllmConfigTest, SlidingWindowLimitsTheContextToTheWindow) {
+TEST(ResolveVllmConfigTest, SlidingWindowDoesNotLimitTheContext) {
   auto c = ResolveVllmConfig(Cpu(0), Model(32768, 32));
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->model.max_model_len, 32);
-  auto within = ResolveVllmConfig(Cpu(16), Model(32768, 32));
-  ASSERT_TRUE(within.ok()) << within.status();
-  EXPECT_EQ(within->model.max_model_len, 16);
+  EXPECT_EQ(c->model.max_model_len, 32768);
   auto longer = ResolveVllmConfig(Cpu(33), Model(32768, 32));
-  ASSERT_FALSE(longer.ok());
-  EXPECT_NE(longer.status().message().find("sliding_window"), std::string::npos) << longer.status();
-  // A window as long as the model's context changes nothing.
-  auto wide = ResolveVllmConfig(Cpu(0), Model(4096, 4096));
-  ASSERT_TRUE(wide.ok()) << wide.status();
-  EXPECT_EQ(wide->model.max_model_len, 4096);
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  EXPECT_EQ(longer->model.max_model_len, 33);
+  auto too_long = ResolveVllmConfig(Cpu(32769), Model(32768, 32));
+  EXPECT_FALSE(too_long.ok());
 }
 
 }  // namespace

@@ -72,7 +72,8 @@ TEST_P(DetokenizerGoldenTest, OneIdAtATimeEqualsFullDecode) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DetokenizerGoldenTest,
                          ::testing::Values("kjv", "llama3_bpe", "qwen2_bpe", "fallback_bpe",
-                                           "llama2_sp", "metaspace_sp", "metaspace_split_sp"));
+                                           "llama2_sp", "metaspace_sp", "metaspace_split_sp",
+                                           "qwen2_nfc_bpe", "qwen2_nfkc_bpe"));
 
 // SentencePiece-style decoders (Strip / Metaspace drop the first token's leading space;
 // <0xNN> byte tokens form one character across tokens): streaming equals HF's full decode.

@@ -105,7 +105,7 @@ std::string FrameWithOneBadOutput() {
   pk.pack(0);        // engine_index
   pk.pack_array(2);  // outputs
   for (const char* id : {"a", "b"}) {
-    pk.pack_array(6);
+    pk.pack_array(7);
     pk.pack(std::string(id));
     pk.pack(std::vector<int32_t>{5});
     if (std::string(id) == "b") {
@@ -115,7 +115,8 @@ std::string FrameWithOneBadOutput() {
     }
     pk.pack_nil();
     pk.pack(0);
-    pk.pack_array(0);
+    pk.pack_array(0);  // logprobs
+    pk.pack_array(0);  // prompt_logprobs
   }
   pk.pack_nil();     // scheduler_stats
   pk.pack(1.5);      // timestamp

@@ -1,6 +1,7 @@
 // Request parsing, validation and response building of the OpenAI protocol, without a server.
 #include "frontend/openai_protocol.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -85,8 +86,12 @@ TEST(OpenAiProtocolTest, RangeErrorsNameTheField) {
       {R"({"prompt": "a", "temperature": "hot"})", "temperature", "must be a number"},
       {R"({"prompt": "a", "max_tokens": 1.5})", "max_tokens", "an integer"},
       {R"({"prompt": "a", "stream": 1})", "stream", "a boolean"},
-      {R"({"prompt": "a", "echo": true, "logprobs": 1})", "echo", "prompt_logprobs"},
-      {R"({"prompt": "a", "prompt_logprobs": 1})", "prompt_logprobs", "not supported"},
+      {R"({"prompt": "a", "prompt_logprobs": 21})", "prompt_logprobs", "[0, 20]"},
+      {R"({"prompt": "a", "prompt_logprobs": -1})", "prompt_logprobs", "[0, 20]"},
+      {R"({"prompt": "a", "prompt_logprobs": "x"})", "prompt_logprobs", "an integer"},
+      {R"({"prompt": "a", "stream": true, "prompt_logprobs": 1})", "prompt_logprobs",
+       "not available when `stream=True`"},
+      {R"({"prompt": "a", "echo": true, "logprobs": 21})", "logprobs", "[0, 20]"},
       {R"({"prompt": "a", "return_tokens_as_token_ids": 1})", "return_tokens_as_token_ids",
        "a boolean"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options",
@@ -168,15 +173,90 @@ TEST(OpenAiProtocolTest, EchoAndTokenIdOptions) {
       json::parse(R"({"messages": [{"role": "user", "content": "x"}]})"), kModel);
   ASSERT_TRUE(chat.ok());
   EXPECT_FALSE(chat->add_special_tokens);  // vLLM's default for chat
-  for (const char* extra : {R"("prompt_logprobs": 0)", R"("chat_template": "{{ x }}")"}) {
-    chat = ParseChatCompletionRequest(
-        json::parse(
-            absl::StrCat(R"({"messages": [{"role": "user", "content": "x"}], )", extra, "}")),
-        kModel);
-    ASSERT_FALSE(chat.ok()) << extra;
-    EXPECT_EQ(HttpStatusFor(chat.status()), 400);
-    EXPECT_EQ(ErrorParam(chat.status()), extra[1] == 'p' ? "prompt_logprobs" : "chat_template");
-  }
+  chat = ParseChatCompletionRequest(
+      json::parse(
+          R"({"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ x }}"})"),
+      kModel);
+  ASSERT_FALSE(chat.ok());
+  EXPECT_EQ(HttpStatusFor(chat.status()), 400);
+  EXPECT_EQ(ErrorParam(chat.status()), "chat_template");
+}
+
+// vLLM's prompt_logprobs on both endpoints; echo with logprobs implies prompt_logprobs =
+// logprobs; with stream only 0 is accepted.
+TEST(OpenAiProtocolTest, PromptLogprobsOptions) {
+  absl::StatusOr<CompletionRequest> r =
+      ParseCompletionRequest(json::parse(R"({"prompt": "a", "prompt_logprobs": 2})"), kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->options.params.prompt_logprobs, 2);
+  EXPECT_FALSE(r->options.params.logprobs.has_value());
+  r = ParseCompletionRequest(json::parse(R"({"prompt": "a", "echo": true, "logprobs": 3})"),
+                             kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->options.params.prompt_logprobs, 3);
+  r = ParseCompletionRequest(
+      json::parse(R"({"prompt": "a", "echo": true, "logprobs": 3, "prompt_logprobs": 5})"), kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->options.params.prompt_logprobs, 5);
+  r = ParseCompletionRequest(json::parse(R"({"prompt": "a", "echo": true})"), kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->options.params.prompt_logprobs.has_value());
+  r = ParseCompletionRequest(
+      json::parse(R"({"prompt": "a", "stream": true, "prompt_logprobs": 0})"), kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->options.params.prompt_logprobs, 0);
+  absl::StatusOr<ChatCompletionRequest> chat = ParseChatCompletionRequest(
+      json::parse(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 1})"),
+      kModel);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->options.params.prompt_logprobs, 1);
+  chat = ParseChatCompletionRequest(
+      json::parse(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 30})"),
+      kModel);
+  ASSERT_FALSE(chat.ok());
+  EXPECT_EQ(ErrorParam(chat.status()), "prompt_logprobs");
+}
+
+// The prompt_logprobs list as vLLM serializes it (null, then {"<id>": {logprob, rank,
+// decoded_token}}), in a completion's choice and at the top of a chat response; a first prompt
+// position among a completion's logprobs (echo) has null logprob and top_logprobs.
+TEST(OpenAiProtocolTest, PromptLogprobsRendering) {
+  PositionLogprobs first;
+  first.sampled = TokenLogprob{5, "In", 0.0f, 0};
+  first.no_logprob = true;
+  PositionLogprobs second;
+  second.sampled = TokenLogprob{9, " the", -1.5f, 3};
+  second.top = {TokenLogprob{7, " a", -0.25f, 1}, TokenLogprob{8, " b", -1.0f, 2}};
+  PositionLogprobs third;
+  third.sampled = TokenLogprob{4, "x", -std::numeric_limits<float>::infinity(), 96};
+  Choice c;
+  c.text = "In the";
+  c.prompt_logprobs = std::vector<PositionLogprobs>{first, second, third};
+  c.logprobs = std::vector<PositionLogprobs>{first, second};
+  const ResponseMeta meta{"cmpl-1", 1, kModel};
+  json body = BuildCompletionResponse(meta, {c}, Usage{3, 0});
+  const json& plp = body["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(plp.size(), 3u);
+  EXPECT_TRUE(plp[0].is_null());
+  EXPECT_EQ(plp[1].size(), 3u);
+  EXPECT_EQ(plp[1]["9"], (json{{"logprob", -1.5}, {"rank", 3}, {"decoded_token", " the"}}));
+  EXPECT_EQ(plp[1]["7"]["rank"], 1);
+  EXPECT_EQ(plp[2]["4"]["logprob"], -9999.0);  // vLLM's clamp of -inf
+  const json& lp = body["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], (json{"In", " the"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["token_logprobs"][1], -1.5);
+  EXPECT_EQ(lp["text_offset"], (json{0, 2}));
+
+  c.logprobs.reset();
+  json chat = BuildChatCompletionResponse(meta, {c}, Usage{3, 0});
+  EXPECT_EQ(chat["prompt_logprobs"], plp);
+  EXPECT_FALSE(chat["choices"][0].contains("prompt_logprobs"));
+  c.prompt_logprobs.reset();
+  EXPECT_FALSE(
+      BuildCompletionResponse(meta, {c}, Usage{})["choices"][0].contains("prompt_logprobs"));
+  EXPECT_FALSE(BuildChatCompletionResponse(meta, {c}, Usage{}).contains("prompt_logprobs"));
 }
 
 TEST(OpenAiProtocolTest, TokenizeCompletionForm) {
@@ -408,6 +488,61 @@ TEST(ResponseAssemblerTest, EchoPrependsThePromptToEachChoice) {
   first.finish_reason = core::FinishReason::kLength;
   event = s.OnOutput(0, first);
   EXPECT_EQ(json::parse(event.substr(6))["choices"][0]["text"], " beginning");
+}
+
+// echo with logprobs: the prompt tokens' logprobs lead the choice's (the first null, at most
+// `logprobs` alternatives each); prompt_logprobs appear in the choice, and in a stream in the
+// choice's first chunk only.
+TEST(ResponseAssemblerTest, EchoLogprobsStartWithThePromptLogprobs) {
+  PositionLogprobs first;
+  first.sampled = TokenLogprob{5, "In", 0.0f, 0};
+  first.no_logprob = true;
+  PositionLogprobs second;
+  second.sampled = TokenLogprob{9, " the", -1.5f, 3};
+  second.top = {TokenLogprob{7, " a", -0.25f, 1}, TokenLogprob{8, " b", -1.0f, 2}};
+  PositionLogprobs sampled;
+  sampled.sampled = TokenLogprob{6, " end", -0.5f, 1};
+  sampled.top = {TokenLogprob{6, " end", -0.5f, 1}};
+  GenerateOutput o;
+  o.text_delta = " end";
+  o.num_prompt_tokens = 2;
+  o.num_output_tokens = 1;
+  o.finish_reason = core::FinishReason::kLength;
+  o.logprobs = {sampled};
+  o.prompt_logprobs = std::vector<PositionLogprobs>{first, second};
+
+  ResponseAssembler a(ApiKind::kCompletion, {"cmpl-1", 5, "m"}, 1, 1, false, false, true);
+  a.SetEcho({"In the"});
+  a.SetEchoLogprobs(1);
+  a.OnOutput(0, o);
+  json body = json::parse(a.Finish());
+  const json& choice = body["choices"][0];
+  EXPECT_EQ(choice["text"], "In the end");
+  EXPECT_EQ(choice["logprobs"]["tokens"], (json{"In", " the", " end"}));
+  EXPECT_EQ(choice["logprobs"]["token_logprobs"], (json{nullptr, -1.5, -0.5}));
+  EXPECT_TRUE(choice["logprobs"]["top_logprobs"][0].is_null());
+  EXPECT_EQ(choice["logprobs"]["top_logprobs"][1], (json{{" a", -0.25}}));  // 1 alternative
+  EXPECT_EQ(choice["logprobs"]["text_offset"], (json{0, 2, 6}));
+  ASSERT_EQ(choice["prompt_logprobs"].size(), 2u);
+  EXPECT_EQ(choice["prompt_logprobs"][1].size(), 3u);  // prompt_logprobs keep all alternatives
+
+  ResponseAssembler s(ApiKind::kCompletion, {"cmpl-2", 5, "m"}, 1, 1, true, false, true);
+  s.SetEcho({"In the"});
+  s.SetEchoLogprobs(2);
+  GenerateOutput head = o;
+  head.finish_reason.reset();
+  std::string event = s.OnOutput(0, head);
+  json chunk = json::parse(event.substr(6));
+  EXPECT_EQ(chunk["choices"][0]["text"], "In the end");
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["tokens"].size(), 3u);
+  EXPECT_EQ(chunk["choices"][0]["prompt_logprobs"].size(), 2u);
+  GenerateOutput tail;
+  tail.text_delta = "!";
+  tail.finish_reason = core::FinishReason::kLength;
+  tail.logprobs = {sampled};
+  chunk = json::parse(s.OnOutput(0, tail).substr(6));
+  EXPECT_FALSE(chunk["choices"][0].contains("prompt_logprobs"));
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["tokens"].size(), 1u);
 }
 
 TEST(ResponseAssemblerTest, TokensAsTokenIds) {

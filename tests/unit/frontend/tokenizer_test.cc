@@ -81,7 +81,8 @@ TEST_P(GoldenTest, MatchesHfTokenizers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
                          testing::Values("llama3_bpe", "qwen2_bpe", "fallback_bpe", "llama2_sp",
-                                         "metaspace_sp", "metaspace_split_sp"));
+                                         "metaspace_sp", "metaspace_split_sp", "qwen2_nfc_bpe",
+                                         "qwen2_nfkc_bpe"));
 
 // Larger goldens made by hand (not committed): VLLM_TOKENIZER_EXTRA_GOLDENS=DIR with
 // DIR/<fixture>.json in golden.json's format, e.g. HF's encodes of KJV passages.
@@ -168,9 +169,9 @@ TEST(TokenizerTest, MalformedFilesAreInvalidArgument) {
                 }),
                 "pre_tokenizer.pretokenizers[0].pattern");
   ExpectInvalid(MutateJson([](auto& j) {
-                  j["normalizer"] = {{"type", "NFC"}};
+                  j["normalizer"] = {{"type", "Lowercase"}};
                 }),
-                "normalizer.type: \"NFC\" is not supported");
+                "normalizer.type: \"Lowercase\" is not supported");
   ExpectInvalid(MutateJson([](auto& j) { j["decoder"]["type"] = "WordPiece"; }), "decoder.type");
   ExpectInvalid(MutateJson([](auto& j) { j["added_tokens"][0]["id"] = "zero"; }),
                 "added_tokens[0]");
@@ -191,9 +192,9 @@ std::string MutateSp(const char* fixture, const std::function<void(nlohmann::jso
 TEST(TokenizerTest, UnsupportedSentencePieceFieldsAreRefused) {
   ExpectInvalid(MutateSp("llama2_sp",
                          [](auto& j) {
-                           j["normalizer"]["normalizers"][0] = {{"type", "NFKC"}};
+                           j["normalizer"]["normalizers"][0] = {{"type", "StripAccents"}};
                          }),
-                "normalizer.normalizers[0].type: \"NFKC\" is not supported");
+                "normalizer.normalizers[0].type: \"StripAccents\" is not supported");
   ExpectInvalid(
       MutateSp("llama2_sp",
                [](auto& j) {

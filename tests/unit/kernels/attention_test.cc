@@ -1,5 +1,8 @@
 // ReshapeAndCache and PagedAttention against a double-precision reference that reads K/V
-// from contiguous per-sequence buffers (so block tables and slot mapping are checked too).
+// from contiguous per-sequence buffers (so block tables and slot mapping are checked too),
+// with and without a sliding window and a logit soft cap. With a window, the table entries
+// of blocks wholly before a sequence's first visible position are pointed at a NaN block
+// (as vLLM's sliding-window manager frees them), so a kernel that reads one shows NaN.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -51,14 +54,18 @@ struct AttentionCase {
   int32_t head_dim;
   int32_t block_size;
   std::vector<SeqSpec> seqs;
-  float q_magnitude = 1.0f;  // large values make scores large: checks the running max
-  double tolerance = 2e-5;   // float scores of magnitude ~100 carry ~1e-5 absolute error
+  float q_magnitude = 1.0f;    // large values make scores large: checks the running max
+  double tolerance = 2e-5;     // float scores of magnitude ~100 carry ~1e-5 absolute error
+  int32_t sliding_window = 0;  // 0: none
+  float soft_cap = 0.0f;       // 0: none
 };
 
 void PrintTo(const AttentionCase& c, std::ostream* os) {
   *os << c.q_heads << "q/" << c.kv_heads << "kv heads, head_dim " << c.head_dim << ", block "
       << c.block_size << ", (context, q_len):";
   for (const SeqSpec& s : c.seqs) *os << " (" << s.context << ", " << s.q_len << ")";
+  if (c.sliding_window > 0) *os << ", window " << c.sliding_window;
+  if (c.soft_cap > 0.0f) *os << ", soft cap " << c.soft_cap;
 }
 
 // Everything one PagedAttention call needs, built the way the model runner would.
@@ -77,6 +84,7 @@ class AttentionFixture {
     std::vector<int32_t> pool(total_blocks);
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng_);
+    nan_block_ = pool.back();  // one of the two spares: never written
     // Unused table entries point far outside the cache: reading them crashes under ASan.
     block_tables_.assign(c.seqs.size() * max_blocks_, 1 << 28);
     size_t next = 0;
@@ -99,6 +107,21 @@ class AttentionFixture {
     WriteTokens(/*from_context=*/false);
   }
 
+  // With a window, frees what vLLM's sliding-window manager frees before this step: every
+  // block wholly before the sequence's first visible position (its first query row's window
+  // start); the freed table entries name the NaN block. Returns how many were freed.
+  int32_t FreeBlocksBeforeWindows() {
+    if (c_.sliding_window <= 0) return 0;
+    int32_t freed = 0;
+    for (size_t s = 0; s < c_.seqs.size(); ++s) {
+      const int32_t first_visible = std::max(0, c_.seqs[s].context - c_.sliding_window + 1);
+      for (int32_t b = 0; b < first_visible / c_.block_size; ++b, ++freed) {
+        block_tables_[s * max_blocks_ + b] = nan_block_;
+      }
+    }
+    return freed;
+  }
+
   std::vector<float> Run() {
     std::vector<int32_t> query_start_loc = {0};
     std::vector<int32_t> seq_lens;
@@ -117,11 +140,12 @@ class AttentionFixture {
     meta.block_size = c_.block_size;
     std::vector<float> out(queries_.size(), kNaN);
     PagedAttention(queries_.data(), k_cache_.data(), v_cache_.data(), out.data(), meta, c_.q_heads,
-                   c_.kv_heads, c_.head_dim, Scale());
+                   c_.kv_heads, c_.head_dim, Scale(), c_.sliding_window, c_.soft_cap);
     return out;
   }
 
-  // softmax(q·kᵀ·scale)·v in double over contiguous K/V, causal.
+  // softmax(cap(q·kᵀ·scale))·v in double over contiguous K/V, causal, over the row's window
+  // [max(0, pos - window + 1), pos] (the whole prefix without one); cap(s) = c·tanh(s / c).
   std::vector<double> Reference() const {
     const int32_t d = c_.head_dim, group = c_.q_heads / c_.kv_heads;
     std::vector<double> out(queries_.size());
@@ -132,19 +156,23 @@ class AttentionFixture {
         for (int32_t h = 0; h < c_.q_heads; ++h) {
           const float* q = queries_.data() + (token * c_.q_heads + h) * d;
           const int64_t kv_off = static_cast<int64_t>(h / group) * d;
-          std::vector<double> scores(pos + 1);
-          for (int32_t t = 0; t <= pos; ++t) {
+          const int32_t first =
+              c_.sliding_window > 0 ? std::max(0, pos - c_.sliding_window + 1) : 0;
+          std::vector<double> scores(pos + 1 - first);
+          for (int32_t t = first; t <= pos; ++t) {
             double dot = 0.0;
             for (int32_t i = 0; i < d; ++i) dot += double{q[i]} * keys_[s][t * row_ + kv_off + i];
-            scores[t] = dot * Scale();
+            double x = dot * Scale();
+            if (c_.soft_cap > 0.0f) x = c_.soft_cap * std::tanh(x / c_.soft_cap);
+            scores[t - first] = x;
           }
           const double max = *std::max_element(scores.begin(), scores.end());
           double sum = 0.0;
           for (double& x : scores) sum += (x = std::exp(x - max));
           double* o = out.data() + (token * c_.q_heads + h) * d;
-          for (int32_t t = 0; t <= pos; ++t) {
+          for (int32_t t = first; t <= pos; ++t) {
             for (int32_t i = 0; i < d; ++i) {
-              o[i] += scores[t] / sum * values_[s][t * row_ + kv_off + i];
+              o[i] += scores[t - first] / sum * values_[s][t * row_ + kv_off + i];
             }
           }
         }
@@ -193,6 +221,7 @@ class AttentionFixture {
   std::mt19937 rng_;
   int64_t row_ = 0;
   int32_t max_blocks_ = 0;
+  int32_t nan_block_ = 0;  // a spare block: all NaN, never written
   std::vector<int32_t> block_tables_;
   std::vector<std::vector<float>> keys_, values_;  // per sequence, [len, kv_heads, head_dim]
   std::vector<float> k_cache_, v_cache_;
@@ -204,6 +233,7 @@ class PagedAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 TEST_P(PagedAttentionTest, MatchesDoubleReference) {
   AttentionFixture f(GetParam());
   f.FillCache();
+  f.FreeBlocksBeforeWindows();
   const std::vector<float> out = f.Run();
   const std::vector<double> ref = f.Reference();
   const int32_t d = GetParam().head_dim, heads = GetParam().q_heads;
@@ -225,6 +255,50 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{8, 2, 128, 32, {{100, 1}, {0, 9}, {31, 2}}},
         // Long contexts with scores ~±100: exp() without a running max would overflow.
         AttentionCase{2, 1, 64, 16, {{3000, 1}, {1000, 3}}, 300.0f, 2e-4}));
+
+// Fields after the sequences: q magnitude, tolerance, sliding window, soft cap.
+INSTANTIATE_TEST_SUITE_P(
+    SlidingWindow, PagedAttentionTest,
+    ::testing::Values(
+        // Window 1: each row sees only its own token (softmax of one: out = its value).
+        AttentionCase{4, 4, 64, 16, {{0, 5}, {37, 1}, {18, 7}, {0, 1}}, 1.0f, 2e-5, 1},
+        // Smaller than a block: decode rows and prefill rows whose windows start mid-block.
+        AttentionCase{4, 2, 80, 16, {{40, 1}, {0, 20}, {30, 9}, {15, 1}}, 1.0f, 2e-5, 5},
+        // Equal to the block size: a window ends exactly on a block edge or straddles one.
+        AttentionCase{4, 2, 64, 16, {{50, 1}, {16, 1}, {15, 1}, {47, 2}, {3, 30}}, 1.0f, 2e-5, 16},
+        // Spanning several blocks, odd block size, GQA 4, a scalar head_dim tail, chunked
+        // prefill rows with more than one tile.
+        AttentionCase{8, 2, 66, 5, {{100, 1}, {0, 60}, {45, 20}, {23, 1}}, 1.0f, 2e-5, 37},
+        // Larger than every context: the same as no window.
+        AttentionCase{8, 2, 128, 32, {{100, 1}, {0, 9}, {31, 2}}, 1.0f, 2e-5, 4096},
+        // A long context with a short window and large scores (running max inside it).
+        AttentionCase{2, 1, 64, 16, {{3000, 1}, {1000, 3}}, 300.0f, 2e-4, 700}));
+
+INSTANTIATE_TEST_SUITE_P(
+    SoftCap, PagedAttentionTest,
+    ::testing::Values(
+        // Scores ~±100 against cap 50 (Gemma-2's value): the cap changes the result.
+        AttentionCase{4, 4, 64, 16, {{0, 5}, {37, 1}, {18, 7}, {0, 1}}, 100.0f, 2e-5, 0, 50.0f},
+        // A tight cap with ordinary scores; GQA, odd block size.
+        AttentionCase{8, 2, 66, 5, {{0, 9}, {12, 1}, {4, 4}, {23, 1}}, 3.0f, 2e-5, 0, 1.0f},
+        // Gemma-2 style: cap with a window, long context, chunked prefill.
+        AttentionCase{4, 2, 64, 16, {{3000, 1}, {500, 40}, {10, 10}}, 300.0f, 2e-5, 96, 30.0f}));
+
+// The freed blocks of a windowed batch name a NaN block: the output is finite and matches
+// the reference, and the case does free blocks (so the check has teeth).
+TEST(PagedAttentionWindowTest, FreedBlocksBeforeTheWindowAreNeverRead) {
+  const AttentionCase c{4, 2, 64, 16, {{200, 1}, {70, 25}, {33, 3}}, 1.0f, 2e-5, 20};
+  AttentionFixture f(c);
+  f.FillCache();
+  // Blocks before 181 (11), before 51 (3), before 14 (0).
+  ASSERT_EQ(f.FreeBlocksBeforeWindows(), 14);
+  const std::vector<float> out = f.Run();
+  const std::vector<double> ref = f.Reference();
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_FALSE(std::isnan(out[i])) << "element " << i;
+    ASSERT_NEAR(out[i], ref[i], c.tolerance) << "element " << i;
+  }
+}
 
 }  // namespace
 }  // namespace vllm::kernels::cpu

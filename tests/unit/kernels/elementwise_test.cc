@@ -1,7 +1,9 @@
-// Embedding, RmsNorm, FusedAddRmsNorm and SiluAndMul against double references.
+// Embedding, RmsNorm, FusedAddRmsNorm, SiluAndMul, GeluTanhAndMul, SoftCap and Scale against
+// double references.
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -107,6 +109,49 @@ TEST(SiluAndMulTest, MatchesReferenceIncludingExtremes) {
       ASSERT_NEAR(out[t * kD + i], ref, 1e-5 * (1.0 + std::abs(ref))) << t << "," << i;
     }
   }
+}
+
+TEST(GeluTanhAndMulTest, MatchesReferenceIncludingExtremes) {
+  constexpr int64_t kTokens = 3, kD = 13;
+  std::vector<float> gate_up = RandomVector(kTokens * 2 * kD, 8, -6.0f, 6.0f);
+  gate_up[0] = -200.0f;  // x³ is large but finite: tanh saturates to -1, gelu to -0
+  gate_up[1] = 200.0f;
+  gate_up[2] = 0.0f;
+  std::vector<float> out(kTokens * kD);
+  GeluTanhAndMul(gate_up.data(), out.data(), kTokens, kD);
+  const double beta = std::sqrt(2.0 / std::numbers::pi);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    for (int64_t i = 0; i < kD; ++i) {
+      const double g = gate_up[t * 2 * kD + i];
+      const double u = gate_up[t * 2 * kD + kD + i];
+      const double ref = 0.5 * g * (1.0 + std::tanh(beta * (g + 0.044715 * g * g * g))) * u;
+      ASSERT_TRUE(std::isfinite(out[t * kD + i])) << t << "," << i;
+      ASSERT_NEAR(out[t * kD + i], ref, 1e-5 * (1.0 + std::abs(ref))) << t << "," << i;
+    }
+  }
+}
+
+TEST(SoftCapTest, MatchesReferenceAndStaysWithinTheCap) {
+  std::vector<float> x = RandomVector(257, 9, -60.0f, 60.0f);
+  x[0] = 1e30f;
+  x[1] = -std::numeric_limits<float>::infinity();
+  const std::vector<float> in = x;
+  constexpr float kCap = 15.0f;
+  SoftCap(x.data(), static_cast<int64_t>(x.size()), kCap);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double ref = kCap * std::tanh(double{in[i]} / kCap);
+    ASSERT_NEAR(x[i], ref, 1e-5 * kCap) << i;
+    ASSERT_LE(std::abs(x[i]), kCap) << i;
+  }
+  EXPECT_EQ(x[0], kCap);
+  EXPECT_EQ(x[1], -kCap);
+}
+
+TEST(ScaleTest, MultipliesEveryElement) {
+  std::vector<float> x = RandomVector(33, 10);
+  const std::vector<float> in = x;
+  Scale(x.data(), static_cast<int64_t>(x.size()), 8.0f);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], in[i] * 8.0f) << i;
 }
 
 }  // namespace

@@ -126,6 +126,10 @@ TEST(ServeArgsTest, DataParallelAcrossNodes) {
   ASSERT_TRUE(restartable.ok()) << restartable.status();
   EXPECT_TRUE(restartable->args->multi_node);
   EXPECT_TRUE(restartable->args->restart_dead_engines);
+  EXPECT_FALSE(local->args->data_parallel_lockstep);  // off by default
+  auto lockstep = Parse({"-dp", "2", "--data-parallel-lockstep"});
+  ASSERT_TRUE(lockstep.ok()) << lockstep.status();
+  EXPECT_TRUE(lockstep->args->data_parallel_lockstep);
 }
 
 // vLLM 0.33's inference of the load-balancing mode (EngineArgs.create_engine_config).
@@ -226,6 +230,12 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"-dp", "2", "-dpn", "1", "--headless"}, "--data-parallel-rank"},
       {{"-dp", "4", "-dpl", "2", "-dpr", "2", "-dph", "--headless"}, "--data-parallel-hybrid-lb"},
       {{"--restart-dead-engines"}, "--restart-dead-engines"},
+      // Lockstep needs several replicas behind one head, and is given on the head.
+      {{"--data-parallel-lockstep"}, "--data-parallel-lockstep"},
+      {{"-dp", "4", "-dpl", "2", "-dpr", "2", "--data-parallel-lockstep"},
+       "--data-parallel-lockstep"},
+      {{"-dp", "4", "-dpl", "2", "-dpr", "2", "--headless", "--data-parallel-lockstep"},
+       "--data-parallel-lockstep"},
       {{"-dpp", "13345"}, "--data-parallel-rpc-port"},
       {{"-dp", "2", "-dpl", "1", "--cluster-key-file", "/nonexistent/key"}, "--cluster-key-file"},
       {{"-dph"}, "--data-parallel-hybrid-lb"},

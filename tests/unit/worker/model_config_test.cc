@@ -172,6 +172,250 @@ constexpr char kPhi3Config[] = R"({
   "vocab_size": 32064
 })";
 
+// Qwen3-30B-A3B (transformers 4.51).
+constexpr char kQwen3MoeConfig[] = R"({
+  "architectures": ["Qwen3MoeForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 6144,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 48,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768,
+  "norm_topk_prob": true,
+  "num_attention_heads": 32,
+  "num_experts": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 4,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+// Mixtral-8x7B-v0.1.
+constexpr char kMixtralConfig[] = R"({
+  "architectures": ["MixtralForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mixtral",
+  "num_attention_heads": 32,
+  "num_experts_per_tok": 2,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "num_local_experts": 8,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.02,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.36.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+})";
+
+TEST(ModelConfigTest, Qwen3MoeHasExpertsAndQkNorm) {
+  auto config = ParseModelConfig(kQwen3MoeConfig, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "Qwen3MoeForCausalLM");
+  EXPECT_TRUE(config->qk_norm);
+  EXPECT_FALSE(config->attention_bias);
+  EXPECT_EQ(config->num_experts, 128);
+  EXPECT_EQ(config->num_experts_per_tok, 8);
+  EXPECT_EQ(config->moe_intermediate_size, 768);
+  EXPECT_EQ(config->intermediate_size, 6144);
+  EXPECT_TRUE(config->norm_topk_prob);
+  EXPECT_FALSE(config->sliding_window.has_value());
+  for (int32_t i = 0; i < 48; ++i) EXPECT_TRUE(config->IsMoeLayer(i)) << i;
+  EXPECT_FALSE(config->HasDenseLayer());
+}
+
+TEST(ModelConfigTest, Qwen3MoeSparseStepAndDenseLayers) {
+  nlohmann::json j = nlohmann::json::parse(kQwen3MoeConfig);
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  j.erase("norm_topk_prob");  // transformers' default: false
+  j.erase("num_experts");     // transformers 5 spells it num_local_experts
+  j["num_local_experts"] = 64;
+  auto config = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_experts, 64);
+  EXPECT_FALSE(config->norm_topk_prob);
+  EXPECT_FALSE(config->IsMoeLayer(0));
+  EXPECT_TRUE(config->IsMoeLayer(1));
+  EXPECT_FALSE(config->IsMoeLayer(2));
+  EXPECT_FALSE(config->IsMoeLayer(3));  // mlp_only_layers
+  EXPECT_TRUE(config->IsMoeLayer(5));
+  EXPECT_TRUE(config->HasDenseLayer());
+  // No experts at all: every layer dense, as transformers builds it.
+  j["num_local_experts"] = 0;
+  auto dense = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_EQ(dense->num_experts, 0);
+  EXPECT_FALSE(dense->IsMoeLayer(1));
+}
+
+// Qwen1.5-MoE-A2.7B.
+constexpr char kQwen2MoeConfig[] = R"({
+  "architectures": ["Qwen2MoeForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 5632,
+  "max_position_embeddings": 8192,
+  "max_window_layers": 21,
+  "model_type": "qwen2_moe",
+  "moe_intermediate_size": 1408,
+  "norm_topk_prob": false,
+  "num_attention_heads": 16,
+  "num_experts": 60,
+  "num_experts_per_tok": 4,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 16,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "shared_expert_intermediate_size": 5632,
+  "sliding_window": 32768,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.0.dev0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+TEST(ModelConfigTest, Qwen2MoeHasASharedExpertAndQkvBias) {
+  auto config = ParseModelConfig(kQwen2MoeConfig, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_experts, 60);
+  EXPECT_EQ(config->num_experts_per_tok, 4);
+  EXPECT_EQ(config->moe_intermediate_size, 1408);
+  EXPECT_EQ(config->shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(config->norm_topk_prob);
+  EXPECT_TRUE(config->attention_bias);  // qkv_bias defaults to true
+  EXPECT_FALSE(config->qk_norm);
+  EXPECT_FALSE(config->sliding_window.has_value());
+  EXPECT_TRUE(config->IsMoeLayer(0) && config->IsMoeLayer(23));
+  nlohmann::json j = nlohmann::json::parse(kQwen2MoeConfig);
+  j["qkv_bias"] = false;
+  auto no_bias = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(no_bias.ok()) << no_bias.status();
+  EXPECT_FALSE(no_bias->attention_bias);
+  // transformers 5 builds Qwen2-MoE's sliding layers by a rule of its own: refused without an
+  // explicit layer_types.
+  j["use_sliding_window"] = true;
+  auto window = ParseModelConfig(j.dump(), "");
+  EXPECT_TRUE(absl::IsInvalidArgument(window.status()));
+  EXPECT_THAT(std::string(window.status().message()),
+              HasSubstr("config.json: use_sliding_window"));
+  j = nlohmann::json::parse(kQwen2MoeConfig);
+  j.erase("shared_expert_intermediate_size");
+  auto missing = ParseModelConfig(j.dump(), "");
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("shared_expert_intermediate_size is missing"));
+}
+
+TEST(ModelConfigTest, MixtralRenormalisesOverItsExperts) {
+  auto config = ParseModelConfig(kMixtralConfig, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_experts, 8);
+  EXPECT_EQ(config->num_experts_per_tok, 2);
+  EXPECT_EQ(config->moe_intermediate_size, 14336);  // the experts' width is intermediate_size
+  EXPECT_TRUE(config->norm_topk_prob);
+  EXPECT_FALSE(config->qk_norm);
+  EXPECT_FALSE(config->attention_bias);
+  EXPECT_EQ(config->head_dim, 128);
+  EXPECT_TRUE(config->IsMoeLayer(0) && config->IsMoeLayer(31));
+  EXPECT_FALSE(config->HasDenseLayer());
+}
+
+// Each patch of the Qwen3-MoE (or Mixtral) config is refused, naming its key.
+TEST(ModelConfigTest, MoeKeysNotImplementedAreRefused) {
+  struct Bad {
+    const char* base;
+    nlohmann::json patch;  // a null value erases the key
+    std::string needle;
+  };
+  const std::vector<Bad> cases = {
+      {kQwen3MoeConfig, {{"scoring_func", "sigmoid"}}, "config.json: scoring_func \"sigmoid\""},
+      {kQwen3MoeConfig, {{"topk_method", "noaux_tc"}}, "config.json: topk_method"},
+      {kQwen3MoeConfig, {{"n_group", 8}, {"topk_group", 4}}, "config.json: n_group (8)"},
+      {kQwen3MoeConfig, {{"routed_scaling_factor", 2.5}}, "config.json: routed_scaling_factor"},
+      {kQwen3MoeConfig, {{"n_shared_experts", 1}}, "config.json: n_shared_experts (1)"},
+      {kQwen3MoeConfig,
+       {{"shared_expert_intermediate_size", 5632}},
+       "config.json: shared_expert_intermediate_size"},
+      {kQwen3MoeConfig, {{"num_experts_per_tok", 129}}, "num_experts_per_tok (129) is too large"},
+      {kQwen3MoeConfig, {{"num_experts_per_tok", 0}}, "num_experts_per_tok (0) must be positive"},
+      {kQwen3MoeConfig, {{"num_experts", nullptr}}, "config.json: num_experts is missing"},
+      {kQwen3MoeConfig, {{"num_experts", -1}}, "config.json: num_experts (-1)"},
+      {kQwen3MoeConfig,
+       {{"moe_intermediate_size", nullptr}},
+       "config.json: moe_intermediate_size is missing"},
+      {kQwen3MoeConfig, {{"decoder_sparse_step", 0}}, "config.json: decoder_sparse_step (0)"},
+      {kQwen3MoeConfig, {{"mlp_only_layers", {48}}}, "config.json: mlp_only_layers (48)"},
+      {kQwen3MoeConfig, {{"mlp_only_layers", 3}}, "config.json: mlp_only_layers must be a list"},
+      {kQwen3MoeConfig, {{"norm_topk_prob", 1}}, "config.json: norm_topk_prob"},
+      {kMixtralConfig, {{"num_local_experts", nullptr}}, "num_local_experts is missing"},
+      {kMixtralConfig, {{"num_experts_per_tok", 9}}, "num_experts_per_tok (9) is too large"},
+      {kMixtralConfig, {{"scoring_func", "sigmoid"}}, "config.json: scoring_func"},
+  };
+  for (const Bad& c : cases) {
+    nlohmann::json j = nlohmann::json::parse(c.base);
+    for (const auto& [key, value] : c.patch.items()) {
+      if (value.is_null()) {
+        j.erase(key);
+      } else {
+        j[key] = value;
+      }
+    }
+    auto config = ParseModelConfig(j.dump(), "");
+    ASSERT_FALSE(config.ok()) << c.patch.dump();
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+    EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.needle)) << c.patch.dump();
+  }
+}
+
+// Training-only router keys change nothing at inference and are accepted.
+TEST(ModelConfigTest, MoeTrainingKeysAreIgnored) {
+  nlohmann::json j = nlohmann::json::parse(kMixtralConfig);
+  j["output_router_logits"] = true;
+  j["router_jitter_noise"] = 0.1;
+  j["router_aux_loss_coef"] = 0.5;
+  EXPECT_TRUE(ParseModelConfig(j.dump(), "").ok());
+}
+
 TEST(ModelConfigTest, Qwen3HasQkNormAndItsOwnHeadDim) {
   auto config = ParseModelConfig(kQwen3Config, "");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -355,6 +599,181 @@ TEST(ModelConfigTest, DefaultsAndAlternateSpellings) {
   EXPECT_EQ(nemo->rope_scaling.type, RopeType::kNone);
 }
 
+// google/gemma-2-2b's config.json (no tie_word_embeddings and no layer_types: HF's defaults).
+constexpr char kGemma2Config[] = R"({
+  "architectures": ["Gemma2ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "attn_logit_softcapping": 50.0,
+  "bos_token_id": 2,
+  "cache_implementation": "hybrid",
+  "eos_token_id": [1, 107],
+  "final_logit_softcapping": 30.0,
+  "head_dim": 256,
+  "hidden_act": "gelu_pytorch_tanh",
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 2304,
+  "initializer_range": 0.02,
+  "intermediate_size": 9216,
+  "max_position_embeddings": 8192,
+  "model_type": "gemma2",
+  "num_attention_heads": 8,
+  "num_hidden_layers": 26,
+  "num_key_value_heads": 4,
+  "pad_token_id": 0,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "torch_dtype": "float32",
+  "transformers_version": "4.42.4",
+  "use_cache": true,
+  "vocab_size": 256000
+})";
+
+// google/gemma-3-1b-it's config.json (transformers 4.50: classic rope keys,
+// sliding_window_pattern instead of layer_types).
+constexpr char kGemma3Config[] = R"({
+  "architectures": ["Gemma3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "attn_logit_softcapping": null,
+  "bos_token_id": 2,
+  "cache_implementation": "hybrid",
+  "eos_token_id": [1, 106],
+  "final_logit_softcapping": null,
+  "head_dim": 256,
+  "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 1152,
+  "initializer_range": 0.02,
+  "intermediate_size": 6912,
+  "max_position_embeddings": 32768,
+  "model_type": "gemma3_text",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 26,
+  "num_key_value_heads": 1,
+  "pad_token_id": 0,
+  "query_pre_attn_scalar": 256,
+  "rms_norm_eps": 1e-06,
+  "rope_local_base_freq": 10000,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": 512,
+  "sliding_window_pattern": 6,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.50.0.dev0",
+  "use_cache": true,
+  "vocab_size": 262144
+})";
+
+TEST(ModelConfigTest, Gemma2) {
+  auto config = ParseModelConfig(kGemma2Config, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "Gemma2ForCausalLM");
+  EXPECT_TRUE(config->gemma);
+  EXPECT_FALSE(config->qk_norm);
+  EXPECT_TRUE(config->tie_word_embeddings);  // HF's default
+  EXPECT_EQ(config->head_dim, 256);
+  EXPECT_EQ(config->AttentionScale(), 1.0 / 16.0);
+  EXPECT_EQ(config->attn_logit_softcapping, 50.0);
+  EXPECT_EQ(config->final_logit_softcapping, 30.0);
+  EXPECT_EQ(config->rope_theta, 10000.0);
+  EXPECT_FALSE(config->rope_local_theta.has_value());
+  // HF's default layer_types: even layers slide.
+  ASSERT_EQ(config->layer_windows.size(), 26u);
+  for (int32_t i = 0; i < 26; ++i) {
+    EXPECT_EQ(config->WindowOfLayer(i), i % 2 == 0 ? 4096 : 0) << "layer " << i;
+    EXPECT_FALSE(config->UsesLocalRope(i));
+  }
+  EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{1, 107}));
+}
+
+TEST(ModelConfigTest, Gemma2DefaultsForAbsentKeysAndNullCaps) {
+  nlohmann::json j = nlohmann::json::parse(kGemma2Config);
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping",
+                          "query_pre_attn_scalar", "sliding_window"}) {
+    j.erase(key);
+  }
+  auto defaults = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->attn_logit_softcapping, 50.0);
+  EXPECT_EQ(defaults->final_logit_softcapping, 30.0);
+  EXPECT_EQ(defaults->query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(defaults->WindowOfLayer(0), 4096);
+  j["attn_logit_softcapping"] = nullptr;
+  j["final_logit_softcapping"] = nullptr;
+  j["query_pre_attn_scalar"] = 144;
+  j["tie_word_embeddings"] = false;
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  j["num_hidden_layers"] = 2;
+  auto off = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->attn_logit_softcapping, 0.0);
+  EXPECT_EQ(off->final_logit_softcapping, 0.0);
+  EXPECT_EQ(off->AttentionScale(), 1.0 / 12.0);
+  EXPECT_FALSE(off->tie_word_embeddings);
+  EXPECT_EQ(off->layer_windows, (std::vector<int32_t>{0, 4096}));
+}
+
+TEST(ModelConfigTest, Gemma3WithClassicRopeKeys) {
+  auto config = ParseModelConfig(kGemma3Config, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->architecture, "Gemma3ForCausalLM");
+  EXPECT_TRUE(config->gemma);
+  EXPECT_TRUE(config->qk_norm);
+  EXPECT_TRUE(config->tie_word_embeddings);
+  EXPECT_EQ(config->attn_logit_softcapping, 0.0);
+  EXPECT_EQ(config->final_logit_softcapping, 0.0);
+  EXPECT_EQ(config->rope_theta, 1e6);
+  EXPECT_EQ(config->rope_scaling.type, RopeType::kNone);
+  EXPECT_EQ(config->rope_local_theta, 1e4);
+  // sliding_window_pattern 6: every sixth layer is global.
+  ASSERT_EQ(config->layer_windows.size(), 26u);
+  for (int32_t i = 0; i < 26; ++i) {
+    const bool global = (i + 1) % 6 == 0;
+    EXPECT_EQ(config->WindowOfLayer(i), global ? 0 : 512) << "layer " << i;
+    EXPECT_EQ(config->UsesLocalRope(i), !global) << "layer " << i;
+  }
+  // A classic rope_scaling scales the global layers; absent thetas take HF's defaults.
+  nlohmann::json j = nlohmann::json::parse(kGemma3Config);
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  j.erase("rope_theta");
+  j.erase("rope_local_base_freq");
+  j.erase("sliding_window_pattern");
+  j["num_hidden_layers"] = 8;
+  auto scaled = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(scaled.ok()) << scaled.status();
+  EXPECT_EQ(scaled->rope_theta, 1e6);
+  EXPECT_EQ(scaled->rope_local_theta, 1e4);
+  EXPECT_EQ(scaled->rope_scaling.type, RopeType::kLinear);
+  EXPECT_EQ(scaled->rope_scaling.factor, 8.0);
+  EXPECT_EQ(scaled->layer_windows, (std::vector<int32_t>{512, 512, 512, 512, 512, 0, 512, 512}));
+}
+
+// transformers 5 writes Gemma-3's rope_parameters keyed by layer type, and layer_types.
+TEST(ModelConfigTest, Gemma3RopeParametersPerLayerType) {
+  nlohmann::json j = nlohmann::json::parse(kGemma3Config);
+  for (const char* key : {"rope_theta", "rope_scaling", "rope_local_base_freq"}) j.erase(key);
+  j["num_hidden_layers"] = 4;
+  j["layer_types"] = {"sliding_attention", "sliding_attention", "full_attention", "full_attention"};
+  j["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 100000.0}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}};
+  j["attn_logit_softcapping"] = 20.0;  // HF's Gemma-3 passes no cap to its attention
+  j["final_logit_softcapping"] = 10.0;
+  auto config = ParseModelConfig(j.dump(), "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope_theta, 100000.0);
+  EXPECT_EQ(config->rope_scaling.type, RopeType::kLinear);
+  EXPECT_EQ(config->rope_scaling.factor, 4.0);
+  EXPECT_EQ(config->rope_local_theta, 20000.0);
+  EXPECT_EQ(config->attn_logit_softcapping, 0.0);
+  EXPECT_EQ(config->final_logit_softcapping, 10.0);
+  EXPECT_EQ(config->layer_windows, (std::vector<int32_t>{512, 512, 0, 0}));
+  EXPECT_TRUE(config->UsesLocalRope(1));
+  EXPECT_FALSE(config->UsesLocalRope(2));
+}
+
 struct BadConfig {
   std::string name;
   nlohmann::json patch;  // merged into the Llama 3.1 config; a null value erases the key
@@ -387,20 +806,55 @@ TEST_P(BadConfigTest, IsInvalidArgumentNamingTheField) {
 INSTANTIATE_TEST_SUITE_P(
     Fields, BadConfigTest,
     ::testing::Values(
+        BadConfig{"UnknownArchitecture",
+                  {{"architectures", {"GPT2LMHeadModel"}}},
+                  "",
+                  {"config.json: architectures", "GPT2LMHeadModel", "LlamaForCausalLM",
+                   "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM",
+                   "Qwen3MoeForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"}},
+        BadConfig{"Gemma3MultimodalRefused",
+                  {{"architectures", {"Gemma3ForConditionalGeneration"}}},
+                  "",
+                  {"config.json: architectures", "Gemma3ForConditionalGeneration",
+                   "is not supported", "Gemma2ForCausalLM", "Gemma3ForCausalLM"}},
+        BadConfig{"GemmaOtherActivation",
+                  {{"architectures", {"Gemma2ForCausalLM"}}, {"hidden_activation", "gelu"}},
+                  "",
+                  {"config.json: hidden_activation", "gelu_pytorch_tanh"}},
+        BadConfig{"GemmaBidirectional",
+                  {{"architectures", {"Gemma3ForCausalLM"}}, {"use_bidirectional_attention", true}},
+                  "",
+                  {"config.json: use_bidirectional_attention"}},
+        BadConfig{"GemmaNegativeSoftCap",
+                  {{"architectures", {"Gemma2ForCausalLM"}}, {"final_logit_softcapping", -1.0}},
+                  "",
+                  {"config.json: final_logit_softcapping (-1)"}},
+        BadConfig{"GemmaZeroQueryScalar",
+                  {{"architectures", {"Gemma2ForCausalLM"}}, {"query_pre_attn_scalar", 0}},
+                  "",
+                  {"config.json: query_pre_attn_scalar"}},
+        BadConfig{"Gemma3ScaledLocalRope",
+                  {{"architectures", {"Gemma3ForCausalLM"}},
+                   {"rope_parameters",
+                    {{"full_attention", {{"rope_type", "default"}}},
+                     {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}}}},
+                  "",
+                  {"config.json: rope_parameters.sliding_attention.rope_type"}},
         BadConfig{
-            "UnknownArchitecture",
-            {{"architectures", {"GPT2LMHeadModel"}}},
+            "Gemma3YarnGlobalRope",
+            {{"architectures", {"Gemma3ForCausalLM"}},
+             {"rope_parameters", {{"full_attention", {{"rope_type", "yarn"}, {"factor", 8.0}}}}}},
             "",
-            {"config.json: architectures", "GPT2LMHeadModel", "LlamaForCausalLM",
-             "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM"}},
-        BadConfig{"Gemma2Refused",
-                  {{"architectures", {"Gemma2ForCausalLM"}}},
+            {"config.json: rope_parameters.full_attention.rope_type", "'yarn'"}},
+        BadConfig{"RopePerLayerTypeOutsideGemma3",
+                  {{"rope_scaling", nullptr},
+                   {"rope_parameters", {{"full_attention", {{"rope_type", "default"}}}}}},
                   "",
-                  {"config.json: architectures", "Gemma2ForCausalLM", "is not supported"}},
-        BadConfig{"MoeRefused",
-                  {{"architectures", {"Qwen3MoeForCausalLM"}}},
+                  {"config.json: rope_parameters", "Gemma3ForCausalLM"}},
+        BadConfig{"OtherMoeRefused",
+                  {{"architectures", {"DeepseekV3ForCausalLM"}}},
                   "",
-                  {"config.json: architectures", "Qwen3MoeForCausalLM"}},
+                  {"config.json: architectures", "DeepseekV3ForCausalLM"}},
         BadConfig{"NoArchitectures", {{"architectures", nullptr}}, "", {"architectures"}},
         BadConfig{"ZeroHidden", {{"hidden_size", 0}}, "", {"config.json: hidden_size (0)"}},
         BadConfig{"NegativeVocab", {{"vocab_size", -5}}, "", {"vocab_size (-5) must be positive"}},

@@ -160,6 +160,130 @@ TEST_F(ModelRunnerTest, ReturnsLogprobsWhenAsked) {
   EXPECT_LE(lp.logprobs[0], 0.0f);
 }
 
+// A chunk of `id`'s prompt: tokens [nc, nc + n) of `prompt`.
+void AddChunk(core::SchedulerOutput& so, const std::string& id, const std::vector<int32_t>& prompt,
+              int32_t nc, int32_t n) {
+  core::CachedRequestData& c = so.scheduled_cached_reqs;
+  c.req_ids.push_back(id);
+  c.resumed_from_preemption.push_back(0);
+  c.new_token_ids.insert(c.new_token_ids.end(), prompt.begin() + nc, prompt.begin() + nc + n);
+  c.new_token_ids_offsets.push_back(static_cast<uint32_t>(c.new_token_ids.size()));
+  c.new_block_ids_offsets.push_back(static_cast<uint32_t>(c.new_block_ids.size()));
+  c.num_computed_tokens.push_back(nc);
+  so.num_scheduled_tokens.push_back(n);
+  so.total_num_scheduled_tokens += n;
+}
+
+void ExpectSameLogprobs(const core::TokenLogprobs& got, const core::TokenLogprobs& want) {
+  EXPECT_EQ(got.token_ids, want.token_ids);
+  EXPECT_EQ(got.sampled_token_rank, want.sampled_token_rank);
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < want.logprobs.size(); ++i) {
+    EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4f) << "entry " << i;
+  }
+}
+
+// vLLM's prompt logprobs: position p's raw logits give the logprob and rank of prompt token
+// p + 1 and the top-k; a chunked prefill assembles them in order and sends them all with the
+// first sampled token; they agree with the sampled-token logprobs of the prefix alone.
+TEST_F(ModelRunnerTest, PromptLogprobsAssembleAcrossChunks) {
+  core::NewRequestData d = NewRequest("p", 10, 0);
+  d.sampling_params.prompt_logprobs = 3;
+  const std::vector<int32_t> prompt = d.prompt_token_ids;
+
+  auto worker = MakeWorker();
+  core::SchedulerOutput whole;
+  whole.scheduled_new_reqs.push_back(d);
+  whole.num_scheduled_tokens = {10};
+  whole.total_num_scheduled_tokens = 10;
+  auto once = worker->ExecuteModel(whole);
+  ASSERT_TRUE(once.ok()) << once.status();
+  EXPECT_TRUE(once->logprobs.empty());  // sampled logprobs were not asked for
+  ASSERT_EQ(once->prompt_logprobs.size(), 1u);
+  const std::vector<core::TokenLogprobs> expected = once->prompt_logprobs[0];
+  ASSERT_EQ(expected.size(), 9u);
+  for (size_t p = 0; p < expected.size(); ++p) {
+    SCOPED_TRACE(p);
+    ASSERT_EQ(expected[p].token_ids.size(), 4u);  // the prompt token, then the top 3
+    EXPECT_EQ(expected[p].token_ids[0], prompt[p + 1]);
+    EXPECT_GE(expected[p].sampled_token_rank, 1);
+    EXPECT_LE(expected[p].logprobs[0], expected[p].logprobs[1]);
+    if (expected[p].sampled_token_rank == 1) {
+      EXPECT_FLOAT_EQ(expected[p].logprobs[0], expected[p].logprobs[1]);
+    }
+  }
+
+  // Chunks of 4, 5 and 1 tokens, the first beside another request that samples.
+  auto chunked = MakeWorker();
+  core::NewRequestData first_chunk = d;
+  core::SchedulerOutput s1;
+  s1.scheduled_new_reqs = {first_chunk, NewRequest("other", 6, 10)};
+  s1.num_scheduled_tokens = {4, 6};
+  s1.total_num_scheduled_tokens = 10;
+  auto out = chunked->ExecuteModel(s1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->sampled_token_ids[0].empty());
+  EXPECT_EQ(out->sampled_token_ids[1].size(), 1u);
+  for (const auto& list : out->prompt_logprobs) EXPECT_TRUE(list.empty());
+  core::SchedulerOutput s2;
+  AddChunk(s2, "p", prompt, 4, 5);
+  out = chunked->ExecuteModel(s2);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->prompt_logprobs.empty());  // not sampled yet: nothing sent
+  core::SchedulerOutput s3;
+  AddChunk(s3, "p", prompt, 9, 1);
+  out = chunked->ExecuteModel(s3);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->prompt_logprobs.size(), 1u);
+  ASSERT_EQ(out->prompt_logprobs[0].size(), expected.size());
+  for (size_t p = 0; p < expected.size(); ++p) {
+    SCOPED_TRACE(p);
+    ExpectSameLogprobs(out->prompt_logprobs[0][p], expected[p]);
+  }
+  EXPECT_EQ(out->sampled_token_ids[0], once->sampled_token_ids[0]);
+  // Sent once: the decode step after carries none.
+  core::SchedulerOutput s4;
+  AddDecode(s4, "p", out->sampled_token_ids[0][0], 10);
+  out = chunked->ExecuteModel(s4);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(out->prompt_logprobs.empty());
+
+  // The prefix alone: its sampled row's top 3 are position p's alternatives.
+  for (int32_t p : {0, 4, 8}) {
+    SCOPED_TRACE(p);
+    auto fresh = MakeWorker();
+    core::NewRequestData prefix = NewRequest("prefix", p + 1, 0);
+    prefix.prompt_token_ids.assign(prompt.begin(), prompt.begin() + p + 1);
+    prefix.sampling_params.logprobs = 3;
+    core::SchedulerOutput so;
+    so.scheduled_new_reqs.push_back(prefix);
+    so.num_scheduled_tokens = {p + 1};
+    so.total_num_scheduled_tokens = p + 1;
+    auto alone = fresh->ExecuteModel(so);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    const core::TokenLogprobs& lp = alone->logprobs[0][0];
+    for (size_t i = 1; i < lp.token_ids.size(); ++i) {
+      EXPECT_EQ(lp.token_ids[i], expected[p].token_ids[i]);
+      EXPECT_NEAR(lp.logprobs[i], expected[p].logprobs[i], 1e-4f);
+    }
+  }
+}
+
+// A one-token prompt has no prompt logprobs to send (its only position is the first).
+TEST_F(ModelRunnerTest, PromptLogprobsOfAOneTokenPromptAreEmpty) {
+  auto worker = MakeWorker();
+  core::NewRequestData d = NewRequest("one", 1, 0);
+  d.sampling_params.prompt_logprobs = 0;
+  core::SchedulerOutput so;
+  so.scheduled_new_reqs.push_back(d);
+  so.num_scheduled_tokens = {1};
+  so.total_num_scheduled_tokens = 1;
+  auto out = worker->ExecuteModel(so);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->sampled_token_ids[0].size(), 1u);
+  for (const auto& list : out->prompt_logprobs) EXPECT_TRUE(list.empty());
+}
+
 TEST_F(ModelRunnerTest, MalformedStepsAreRejected) {
   auto worker = MakeWorker();
   {

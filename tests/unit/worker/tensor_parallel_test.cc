@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/communicator.h"
 #include "nlohmann/json.hpp"
@@ -119,13 +120,22 @@ TEST_P(TensorParallelTest, ShardedRanksReproduceTheReferenceLogits) {
 }
 
 // llama_gqa at 4, qwen3 and phi3 at 4 (2 KV heads) and llama_mqa (1 KV head) replicate KV
-// heads; phi3 cuts its fused qkv_proj / gate_up_proj per rank; qwen3 norms each head.
+// heads; phi3 cuts its fused qkv_proj / gate_up_proj per rank; qwen3 norms each head;
+// qwen3_moe and mixtral cut every expert's columns per rank (moe_intermediate 32 and 64);
+// gemma2 and gemma3 (4 heads, 2 KV heads) replicate KV heads at 4, their norms and soft caps
+// whole on every rank.
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
                          ::testing::Values(Case{"llama_mha", 2}, Case{"llama_mha", 4},
                                            Case{"llama_gqa", 2}, Case{"llama_gqa", 4},
                                            Case{"qwen2", 2}, Case{"qwen3", 2}, Case{"qwen3", 4},
                                            Case{"phi3", 2}, Case{"phi3", 4}, Case{"llama_mqa", 2},
-                                           Case{"llama_mqa", 4}));
+                                           Case{"llama_mqa", 4}, Case{"mistral_swa", 2},
+                                           Case{"qwen2_swa", 2}, Case{"qwen3_moe", 2},
+                                           Case{"qwen3_moe", 4}, Case{"mixtral", 2},
+                                           Case{"mixtral", 4}, Case{"qwen2_moe", 2},
+                                           Case{"qwen2_moe", 4}, Case{"gemma2", 2},
+                                           Case{"gemma2", 4}, Case{"gemma3", 2},
+                                           Case{"gemma3", 4}));
 
 TEST(TensorParallelConfigTest, IndivisibleHeadsAreAClearError) {
   auto config = LoadModelConfig(kFixtures / "llama_gqa");  // 8 heads, 2 KV heads
@@ -189,6 +199,55 @@ TEST(TpLayoutTest, SplitsOrReplicatesKvHeadsAsVllm) {
       EXPECT_EQ(pieces[1].rows, int64_t{c.want_kv_heads} * config.head_dim);
     }
   }
+}
+
+// FusedMoE without expert parallelism: every rank every expert, each expert's columns split;
+// intermediate_size matters only when some layer is dense.
+TEST(TpLayoutTest, ExpertsAreSplitByColumnsOnEveryRank) {
+  ModelConfig config;
+  config.architecture = "MixtralForCausalLM";
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.hidden_size = 64;
+  config.head_dim = 16;
+  config.intermediate_size = 30;  // not divisible by 4: unused, every layer is sparse
+  config.moe_intermediate_size = 32;
+  config.num_experts = 4;
+  config.num_experts_per_tok = 2;
+  auto layout = MakeTpLayout(config, 3, 4);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->moe_intermediate, 8);
+  const std::vector<WeightPiece> mixtral = ExpertPieces(config, *layout, 1, 2);
+  ASSERT_EQ(mixtral.size(), 3u);
+  EXPECT_EQ(mixtral[0].name, "model.layers.1.block_sparse_moe.experts.2.w1.weight");
+  EXPECT_EQ(mixtral[1].name, "model.layers.1.block_sparse_moe.experts.2.w3.weight");
+  EXPECT_EQ(mixtral[2].name, "model.layers.1.block_sparse_moe.experts.2.w2.weight");
+  EXPECT_EQ(mixtral[0].shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(mixtral[0].shard.dim, 0);
+  EXPECT_EQ(mixtral[0].shard.rank, 3);
+  EXPECT_EQ(mixtral[0].rows, 8);
+  EXPECT_EQ(mixtral[2].shape, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(mixtral[2].shard.dim, 1);
+  const WeightPiece router = RouterPiece(config, 1);
+  EXPECT_EQ(router.name, "model.layers.1.block_sparse_moe.gate.weight");
+  EXPECT_EQ(router.shape, (std::vector<int64_t>{4, 64}));
+  EXPECT_EQ(router.shard.dim, -1);  // replicated
+
+  config.architecture = "Qwen3MoeForCausalLM";
+  EXPECT_EQ(ExpertPieces(config, *layout, 0, 7)[1].name,
+            "model.layers.0.mlp.experts.7.up_proj.weight");
+  EXPECT_EQ(RouterPiece(config, 0).name, "model.layers.0.mlp.gate.weight");
+  // A dense layer makes intermediate_size count again.
+  config.mlp_only_layers = {0};
+  auto dense = MakeTpLayout(config, 0, 4);
+  EXPECT_TRUE(absl::IsInvalidArgument(dense.status())) << dense.status();
+  EXPECT_THAT(std::string(dense.status().message()), ::testing::HasSubstr("intermediate_size"));
+  config.mlp_only_layers.clear();
+  config.moe_intermediate_size = 30;
+  auto uneven = MakeTpLayout(config, 0, 4);
+  EXPECT_THAT(std::string(uneven.status().message()),
+              ::testing::HasSubstr("moe_intermediate_size (30)"));
 }
 
 TEST(TpLayoutTest, FusedPiecesAreRangesOfOneTensor) {

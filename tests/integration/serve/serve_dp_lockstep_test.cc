@@ -1,0 +1,258 @@
+// The DP coordinator process and request waves at `--data-parallel-size 2` (one node):
+//   - with --data-parallel-lockstep, while one engine serves a long request the idle one runs
+//     dummy steps (it uses CPU, and logs how many when the wave completes); once the wave is
+//     complete neither steps any more;
+//   - without the flag the idle engine does not step (no CPU, no wave);
+//   - kill -9 of the coordinator stops the whole server with an error naming it (as vLLM).
+// The engines' log lines are read from the server's stderr, which the test sends to a file.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/serve/serve_test_support.h"
+
+namespace vllm {
+namespace {
+
+using nlohmann::json;
+
+// Whether process `pid` has a private ipc:// endpoint directory (ipc/ipc_address.h:
+// <base>/vllm-ipc-<pid>-XXXXXX, base $XDG_RUNTIME_DIR, $TMPDIR or /tmp).
+bool HasIpcDir(pid_t pid) {
+  const std::string prefix = absl::StrCat("vllm-ipc-", pid, "-");
+  std::vector<std::string> bases = {"/tmp"};
+  for (const char* env : {"XDG_RUNTIME_DIR", "TMPDIR"}) {
+    if (const char* v = getenv(env); v != nullptr && *v != '\0') bases.push_back(v);
+  }
+  for (const std::string& base : bases) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+      if (absl::StartsWith(entry.path().filename().string(), prefix)) return true;
+    }
+  }
+  return false;
+}
+
+// Long enough that the CPU window below falls inside it (~2 s on 2 cores).
+constexpr int kLongTokens = 300;
+// How long CPU use is measured over (a measurement window, not a wait for an event).
+constexpr absl::Duration kWindow = absl::Milliseconds(500);
+
+class ServeDpLockstepTest : public testing::ServeTest {
+ protected:
+  void SetUp() override {
+    ServeTest::SetUp();
+    char dir[] = "/tmp/vllm-lockstep-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    log_ = dir_ + "/server.log";
+  }
+  void TearDown() override {
+    ServeTest::TearDown();
+    std::remove(log_.c_str());
+    rmdir(dir_.c_str());
+  }
+
+  // The server with its stderr (and its children's) in log_.
+  void Start(const std::vector<std::string>& args) {
+    StartServer(args, {"/bin/sh", "-c", "exec \"$@\" 2>\"$LOCKSTEP_LOG\"", "sh"});
+  }
+
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  // Polls the log (every 20 ms) until it holds every one of `lines`, by the deadline.
+  bool WaitForLog(const std::vector<std::string>& lines, absl::Duration timeout) const {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      const std::string log = Log();
+      if (std::all_of(lines.begin(), lines.end(),
+                      [&](const std::string& l) { return absl::StrContains(log, l); })) {
+        return true;
+      }
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Milliseconds(20));  // polling a condition with a deadline
+    }
+  }
+
+  // "engine E: wave W complete after D dummy step(s)" → D per engine, for wave W.
+  std::map<int, int> DummySteps(int wave) const {
+    std::map<int, int> steps;
+    const std::regex re(
+        absl::StrCat("engine (\\d+): wave ", wave, " complete after (\\d+) dummy step"));
+    const std::string log = Log();
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+         ++it) {
+      steps[std::stoi((*it)[1])] = std::stoi((*it)[2]);
+    }
+    return steps;
+  }
+
+  // CPU each engine core used over kWindow.
+  std::vector<double> EngineCpuOverWindow(const std::vector<pid_t>& engines) const {
+    std::vector<absl::Duration> before;
+    for (pid_t e : engines) before.push_back(testing::CpuTimeOf(e));
+    absl::SleepFor(kWindow);  // the measurement window
+    std::vector<double> used;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      used.push_back(absl::ToDoubleSeconds(testing::CpuTimeOf(engines[i]) - before[i]));
+    }
+    return used;
+  }
+
+  // One long greedy request in the background; `done` is set when it returned.
+  std::thread LongRequest(int* status, absl::Time* finished) {
+    return std::thread([this, status, finished] {
+      const json body = {{"prompt", "In the beginning"},
+                         {"max_tokens", kLongTokens},
+                         {"ignore_eos", true},
+                         {"temperature", 0}};
+      auto r = testing::Http(port_, "POST", "/v1/completions", body.dump(), "application/json",
+                             absl::Seconds(120));
+      *status = r.ok() ? r->status : -1;
+      *finished = absl::Now();
+    });
+  }
+
+  std::string dir_, log_;
+};
+
+TEST_F(ServeDpLockstepTest, TheIdleEngineStepsDuringTheWaveAndStopsAfterIt) {
+  setenv("LOCKSTEP_LOG", log_.c_str(), 1);
+  ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2", "--data-parallel-lockstep"}));
+  const std::vector<pid_t> engines = testing::ChildrenRunning(server_->pid(), "engine-core");
+  ASSERT_EQ(engines.size(), 2u);
+  ASSERT_EQ(testing::ChildrenRunning(server_->pid(), "dp-coordinator").size(), 1u);
+
+  int status = 0;
+  absl::Time finished = absl::InfiniteFuture();
+  std::thread client = LongRequest(&status, &finished);
+  // The request's engine reported work: the coordinator started wave 0 on both.
+  const bool running = WaitForLog({"engine 0: wave 0 running", "engine 1: wave 0 running"},
+                                  absl::Seconds(30));
+  std::vector<double> during;
+  if (running) during = EngineCpuOverWindow(engines);
+  const absl::Time window_end = absl::Now();
+  client.join();
+  ASSERT_TRUE(running) << Log();
+  ASSERT_EQ(status, 200);
+  ASSERT_GT(finished, window_end) << "the request ended inside the window: make it longer";
+  // Both engines computed: the busy one its request, the idle one dummy steps.
+  const double most = std::max(during[0], during[1]), least = std::min(during[0], during[1]);
+  std::printf("engine CPU over %s during the wave: %.3f s and %.3f s\n",
+              absl::FormatDuration(kWindow).c_str(), during[0], during[1]);
+  EXPECT_GT(most, 0.1);
+  EXPECT_GT(least, 0.3 * most) << "the idle engine did not step";
+
+  // The wave completes on both; the idle engine ran about one dummy step per decode step.
+  ASSERT_TRUE(WaitForLog({"engine 0: wave 0 complete", "engine 1: wave 0 complete"},
+                         absl::Seconds(10)))
+      << Log();
+  const std::map<int, int> steps = DummySteps(0);
+  ASSERT_EQ(steps.size(), 2u) << Log();
+  const int idle = std::max(steps.at(0), steps.at(1));
+  std::printf("dummy steps in wave 0: engine 0 %d, engine 1 %d\n", steps.at(0), steps.at(1));
+  EXPECT_GE(idle, kLongTokens / 4);
+
+  // After the wave nobody steps: (almost) no CPU, and no new wave without requests.
+  const std::vector<double> after = EngineCpuOverWindow(engines);
+  std::printf("engine CPU over %s after the wave: %.3f s and %.3f s\n",
+              absl::FormatDuration(kWindow).c_str(), after[0], after[1]);
+  EXPECT_LT(after[0] + after[1], 0.1);
+  EXPECT_FALSE(absl::StrContains(Log(), "wave 1 running"));
+
+  // A second request starts wave 1 (the waves go on).
+  client = LongRequest(&status, &finished);
+  client.join();
+  EXPECT_EQ(status, 200);
+  EXPECT_TRUE(WaitForLog({"engine 0: wave 1 complete", "engine 1: wave 1 complete"},
+                         absl::Seconds(10)))
+      << Log();
+
+  server_->Kill(SIGTERM);
+  auto exit = server_->Wait(absl::Seconds(40));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << testing::DescribeWaitStatus(*exit);
+  server_.reset();
+}
+
+TEST_F(ServeDpLockstepTest, WithoutTheFlagTheIdleEngineDoesNotStep) {
+  setenv("LOCKSTEP_LOG", log_.c_str(), 1);
+  ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2"}));
+  const std::vector<pid_t> engines = testing::ChildrenRunning(server_->pid(), "engine-core");
+  ASSERT_EQ(engines.size(), 2u);
+
+  int status = 0;
+  absl::Time finished = absl::InfiniteFuture();
+  std::thread client = LongRequest(&status, &finished);
+  // Wait until an engine runs it (its figures reach /metrics).
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  bool running = false;
+  while (!running && absl::Now() < deadline) {
+    const testing::MetricSamples m = testing::ScrapeMetrics(port_);
+    running = testing::SumOf(m, "vllm:num_requests_running") >= 1;
+    if (!running) absl::SleepFor(absl::Milliseconds(20));  // polling with a deadline
+  }
+  std::vector<double> during;
+  if (running) during = EngineCpuOverWindow(engines);
+  const absl::Time window_end = absl::Now();
+  client.join();
+  ASSERT_TRUE(running);
+  ASSERT_EQ(status, 200);
+  ASSERT_GT(finished, window_end) << "the request ended inside the window: make it longer";
+  const double most = std::max(during[0], during[1]), least = std::min(during[0], during[1]);
+  std::printf("engine CPU over %s without lockstep: %.3f s and %.3f s\n",
+              absl::FormatDuration(kWindow).c_str(), during[0], during[1]);
+  EXPECT_GT(most, 0.1);
+  EXPECT_LT(least, 0.1 * most) << "the idle engine stepped without --data-parallel-lockstep";
+  EXPECT_FALSE(absl::StrContains(Log(), "wave 0")) << "no waves without the flag";
+}
+
+// kill -9 of the DP coordinator: the launcher takes it as fatal and stops everything with an
+// error naming it (vLLM's launcher stops when its coordinator process dies; it is not
+// restarted). Nothing is left behind (the fixture checks processes, /dev/shm and the ipc://
+// directories: the coordinator had unlinked its socket files once everyone connected).
+TEST_F(ServeDpLockstepTest, TheCoordinatorsDeathStopsTheServer) {
+  setenv("LOCKSTEP_LOG", log_.c_str(), 1);
+  ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2", "--data-parallel-lockstep"}));
+  const std::vector<pid_t> coordinator =
+      testing::ChildrenRunning(server_->pid(), "dp-coordinator");
+  ASSERT_EQ(coordinator.size(), 1u);
+  // Once both engines reported and the API server subscribed, the coordinator removed its
+  // socket files (and their directory): nothing else can connect.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (HasIpcDir(coordinator[0]) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));  // polling a condition with a deadline
+  }
+  ASSERT_FALSE(HasIpcDir(coordinator[0])) << "the coordinator's socket files were not removed";
+  ASSERT_EQ(kill(coordinator[0], SIGKILL), 0);
+  auto exit = server_->Wait(absl::Seconds(30));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 1) << testing::DescribeWaitStatus(*exit);
+  server_.reset();
+  EXPECT_TRUE(absl::StrContains(Log(), "the DP coordinator (pid")) << Log();
+  EXPECT_TRUE(absl::StrContains(Log(), "was killed by signal 9")) << Log();
+}
+
+}  // namespace
+}  // namespace vllm
