@@ -13,6 +13,9 @@
 // and no engine's `waiting` goes backwards, and records latency = its CLOCK_MONOTONIC at
 // receipt − publish_time_ns.
 //
+// coordinator-udp: the same DpCoordinator with the reports as UDP datagrams (udp_stats_address;
+// each simulated engine a UDP socket connected to it) instead of ZMQ PUSH.
+//
 // The peers, in the same run and with the same load: a plain PULL → XPUB relay (in the child,
 // no decoding): every report goes out to every subscriber as it arrives, prefixed by the
 // relay's CLOCK_MONOTONIC at send time, so its latency is the same publish-to-receive hop; and
@@ -29,12 +32,15 @@
 //
 // Usage: dp_coordinator_bench [--engines 64,256,1024] [--subscribers 8] [--engine-threads 1]
 //          [--warmup-s 1] [--measure-s 5] [--report-interval-ms 100] [--publish-interval-ms 100]
-//          [--peers coordinator,relay,sink] [--markdown FILE]
+//          [--peers coordinator,coordinator-udp,relay,sink] [--markdown FILE]
 //   --markdown   rewrite the dp-coordinator section of FILE (docs/BENCHMARKS.md) with this run
 //   dp_coordinator_bench --serve coordinator|relay|sink ...   (internal: the child process)
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +70,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -90,10 +97,15 @@ constexpr double kGoalCpuPct = 5.0;
 constexpr double kGoalP99Ms = 10.0;
 constexpr int32_t kGoalEngines = 1024;
 
-enum class Peer { kCoordinator, kRelay, kSink };
+enum class Peer { kCoordinator, kRelay, kSink, kCoordinatorUdp };
+
+// The coordinator, whichever transport its reports take.
+bool IsCoordinator(Peer p) { return p == Peer::kCoordinator || p == Peer::kCoordinatorUdp; }
 
 const char* PeerName(Peer p) {
   switch (p) {
+    case Peer::kCoordinatorUdp:
+      return "coordinator-udp";
     case Peer::kCoordinator:
       return "coordinator";
     case Peer::kRelay:
@@ -112,7 +124,7 @@ struct Config {
   double measure_s = 5.0;
   double report_interval_ms = 100.0;
   double publish_interval_ms = 100.0;
-  std::vector<Peer> peers = {Peer::kCoordinator, Peer::kRelay, Peer::kSink};
+  std::vector<Peer> peers = {Peer::kCoordinator, Peer::kCoordinatorUdp, Peer::kRelay, Peer::kSink};
   std::string markdown;
 };
 
@@ -263,11 +275,12 @@ struct Sink {
 int ServeMain(const std::string& peer, int32_t engines, const std::string& stats,
               const std::string& publish, double publish_interval_ms, int out_fd, int stop_fd) {
   zmq::context_t ctx(1, kMaxSockets);
-  if (peer == "coordinator") {
+  if (peer == "coordinator" || peer == "coordinator-udp") {
     DpCoordinatorOptions o;
     o.num_engines = engines;
     o.stats_address = stats;
     o.publish_address = publish;
+    if (peer == "coordinator-udp") o.udp_stats_address = "127.0.0.1:0";
     o.publish_interval = absl::Microseconds(std::llround(publish_interval_ms * 1000));
     o.context = &ctx;
     absl::StatusOr<std::unique_ptr<DpCoordinator>> c = DpCoordinator::Create(o);
@@ -277,7 +290,12 @@ int ServeMain(const std::string& peer, int32_t engines, const std::string& stats
     }
     DpCoordinator& coordinator = **c;
     std::thread watcher = StopWatcher(stop_fd, [&coordinator] { coordinator.Stop(); });
-    if (!WriteAll(out_fd, "ready\n")) return 1;
+    // With UDP the parent's engines need the port.
+    if (!WriteAll(out_fd, coordinator.udp_stats_endpoint().empty()
+                              ? std::string("ready\n")
+                              : absl::StrCat("ready ", coordinator.udp_stats_endpoint(), "\n"))) {
+      return 1;
+    }
     const absl::Status s = coordinator.Run();
     watcher.join();
     if (!s.ok()) {
@@ -359,10 +377,31 @@ struct EngineThreadResult {
   uint64_t sent_total = 0, sent_in_window = 0, hwm_drops = 0;
 };
 
+// Engine i's report transport: its ZMQ PUSH socket, or (coordinator-udp) its UDP socket
+// connected to the coordinator. Send never blocks; false when the report was not taken.
+struct EngineSockets {
+  std::vector<zmq::socket_t> pushes;
+  std::vector<int> udp;  // file descriptors
+  ~EngineSockets() {
+    for (int fd : udp) close(fd);
+  }
+  bool Send(int32_t i, const std::string& bytes) {
+    if (!udp.empty()) {
+      return static_cast<size_t>(i) < udp.size() &&
+             send(udp[i], bytes.data(), bytes.size(), MSG_DONTWAIT) >= 0;
+    }
+    try {
+      return pushes[i].send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
+    } catch (const zmq::error_t&) {
+      return false;
+    }
+  }
+};
+
 // Sends for engines t, t + T, t + 2T, ... (T = threads) on their sockets until stop_engines.
 void RunEngines(int32_t t, int32_t threads, int32_t n, int64_t period_ns, int64_t start_ns,
-                std::vector<zmq::socket_t>& sockets, std::vector<int32_t>& counts,
-                const Shared& shared, EngineThreadResult& out) {
+                EngineSockets& sockets, std::vector<int32_t>& counts, const Shared& shared,
+                EngineThreadResult& out) {
   std::vector<int32_t> mine;
   std::vector<int64_t> next;
   for (int32_t i = t; i < n; i += threads) {
@@ -378,13 +417,7 @@ void RunEngines(int32_t t, int32_t threads, int32_t n, int64_t period_ns, int64_
     while (next[cursor] <= now) {
       const int32_t i = mine[cursor];
       const std::string bytes = core::EncodeLoadReport(MakeReport(i, counts[i] + 1));
-      zmq::send_result_t sent;
-      try {
-        sent = sockets[i].send(zmq::buffer(bytes), zmq::send_flags::dontwait);
-      } catch (const zmq::error_t&) {
-        sent.reset();
-      }
-      if (sent) {
+      if (sockets.Send(i, bytes)) {
         ++counts[i];
         ++out.sent_total;
         if (now >= w0 && now < w1) ++out.sent_in_window;
@@ -426,7 +459,7 @@ void SubscriberLoop(Peer peer, int32_t n, zmq::socket_t& sock, const Shared& sha
     while (sock.recv(msg, zmq::recv_flags::dontwait)) {
       const int64_t now = ipc::MonoNowNs();
       int64_t sent_ns = 0;
-      if (peer == Peer::kCoordinator) {
+      if (IsCoordinator(peer)) {
         absl::StatusOr<LoadPublication> p = core::DecodeLoadPublication(msg.to_string_view());
         if (!p.ok()) {
           error(p.status().ToString());
@@ -605,7 +638,12 @@ absl::StatusOr<Trial> RunTrial(const Config& c, int32_t n, Peer peer) {
   stop_r.Reset();
   absl::StatusOr<std::string> ready = ReadLine(out_r.get(), kStartTimeout);
   if (!ready.ok()) return ready.status();
-  if (*ready != "ready") return absl::InternalError(absl::StrCat("child said: ", *ready));
+  std::string udp_endpoint;  // "udp://IPv4:port" for coordinator-udp
+  if (absl::StartsWith(*ready, "ready udp://")) {
+    udp_endpoint = ready->substr(strlen("ready udp://"));
+  } else if (*ready != "ready") {
+    return absl::InternalError(absl::StrCat("child said: ", *ready));
+  }
   const pid_t pid = child->pid();
 
   Trial trial;
@@ -618,7 +656,8 @@ absl::StatusOr<Trial> RunTrial(const Config& c, int32_t n, Peer peer) {
   absl::Status failure;
   {
     zmq::context_t ctx(1, kMaxSockets);
-    std::vector<zmq::socket_t> subs, pushes;
+    std::vector<zmq::socket_t> subs;
+    EngineSockets engine_sockets;
     for (int32_t s = 0; s < c.subscribers; ++s) {
       zmq::socket_t& sub = subs.emplace_back(ctx, zmq::socket_type::sub);
       sub.set(zmq::sockopt::linger, 0);
@@ -627,8 +666,25 @@ absl::StatusOr<Trial> RunTrial(const Config& c, int32_t n, Peer peer) {
       sub.connect(publish);
       sub_results.push_back(std::make_unique<SubscriberResult>());
     }
+    sockaddr_in udp_addr{};
+    if (!udp_endpoint.empty()) {
+      const size_t colon = udp_endpoint.rfind(':');
+      udp_addr.sin_family = AF_INET;
+      udp_addr.sin_port = htons(static_cast<uint16_t>(std::stoi(udp_endpoint.substr(colon + 1))));
+      inet_pton(AF_INET, udp_endpoint.substr(0, colon).c_str(), &udp_addr.sin_addr);
+    }
     for (int32_t i = 0; i < n; ++i) {
-      zmq::socket_t& push = pushes.emplace_back(ctx, zmq::socket_type::push);
+      if (!udp_endpoint.empty()) {
+        const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&udp_addr), sizeof udp_addr) != 0) {
+          if (fd >= 0) close(fd);
+          failure = absl::InternalError(absl::StrCat("udp socket: ", strerror(errno)));
+          break;
+        }
+        engine_sockets.udp.push_back(fd);
+        continue;
+      }
+      zmq::socket_t& push = engine_sockets.pushes.emplace_back(ctx, zmq::socket_type::push);
       push.set(zmq::sockopt::linger, 0);
       push.connect(stats);
     }
@@ -642,7 +698,7 @@ absl::StatusOr<Trial> RunTrial(const Config& c, int32_t n, Peer peer) {
     std::vector<std::thread> engine_threads;
     for (int32_t t = 0; t < c.engine_threads; ++t) {
       engine_threads.emplace_back(RunEngines, t, c.engine_threads, n, period_ns, start_ns,
-                                  std::ref(pushes), std::ref(counts), std::cref(shared),
+                                  std::ref(engine_sockets), std::ref(counts), std::cref(shared),
                                   std::ref(engine_results[t]));
     }
 
@@ -838,11 +894,15 @@ std::string Tables(const Config& c, const std::vector<Trial>& trials) {
     ratios = true;
   }
   if (ratios) s += r;
-  const Trial* goal = Find(trials, kGoalEngines, Peer::kCoordinator);
-  if (goal != nullptr) {
+  for (Peer p : {Peer::kCoordinator, Peer::kCoordinatorUdp}) {
+    const Trial* goal = Find(trials, kGoalEngines, p);
+    if (goal == nullptr) continue;
     absl::StrAppendFormat(
-        &s, "\nGoal at %d engines (≤ %.0f %% of a core, p99 ≤ %.0f ms): **%s**.\n", kGoalEngines,
-        kGoalCpuPct, kGoalP99Ms, GoalHolds(*goal) ? "holds" : "missed");
+        &s,
+        "\nGoal at %d engines (≤ %.0f %% of a core, p99 ≤ %.0f ms), %s: **%s** (%.2f %%, "
+        "%.3f ms).\n",
+        kGoalEngines, kGoalCpuPct, kGoalP99Ms, PeerName(p), GoalHolds(*goal) ? "holds" : "missed",
+        goal->cpu_pct, goal->latency.p99_us / 1e3);
   }
   // Where the coordinator's CPU goes, at the largest N run.
   const Trial* big = nullptr;
@@ -906,7 +966,11 @@ absl::Status WriteMarkdown(const Config& c, const std::string& command,
                "(no decoding: each report goes out to every subscriber as it arrives, with the "
                "relay's send time in front) and a sink (every report received and dropped, a "
                "16-byte message — send time, count — at most once per publish interval: ZMQ's "
-               "receive cost alone), under the same load in the same run.",
+               "receive cost alone), under the same load in the same run. coordinator-udp is the "
+               "same coordinator taking the reports as UDP datagrams on 127.0.0.1 instead "
+               "(DpCoordinatorOptions::udp_stats_address: one datagram per report, read with "
+               "recvmmsg, held in the socket until a publication is due; each engine a UDP "
+               "socket).",
            kWidth)
     << "\n\n"
     << Wrap(
@@ -1000,7 +1064,7 @@ int main(int argc, char** argv) {
           "usage: dp_coordinator_bench [--engines 64,256,1024] [--subscribers 8]\n"
           "         [--engine-threads 1] [--warmup-s 1] [--measure-s 5]\n"
           "         [--report-interval-ms 100] [--publish-interval-ms 100]\n"
-          "         [--peers coordinator,relay,sink] [--markdown FILE]\n");
+          "         [--peers coordinator,coordinator-udp,relay,sink] [--markdown FILE]\n");
       return 0;
     }
     if (i + 1 >= argc) {
@@ -1031,6 +1095,8 @@ int main(int argc, char** argv) {
         for (const std::string& p : std::vector<std::string>(absl::StrSplit(v, ','))) {
           if (p == "coordinator") {
             c.peers.push_back(Peer::kCoordinator);
+          } else if (p == "coordinator-udp") {
+            c.peers.push_back(Peer::kCoordinatorUdp);
           } else if (p == "relay") {
             c.peers.push_back(Peer::kRelay);
           } else if (p == "sink") {

@@ -3,8 +3,8 @@
 // and, in lockstep mode, decides the request waves.
 //
 //   engines  PUSH ──► stats PULL   [ EncodeLoadReport: engine_index, waiting, running,
-//                                    kv_cache_usage, timestamp ] (an engine sends on change, at most
-//                                    every ~100 ms, at once when it goes from idle to busy)
+//                                    kv_cache_usage, timestamp ] (an engine sends on change, at
+//                                    most every ~100 ms, at once when it goes from idle to busy)
 //   coordinator XPUB publish ──► SUB of each API server
 //                                  [ EncodeLoadPublication: sequence, publish time, current
 //                                    wave, engines running, one (waiting, running,
@@ -129,6 +129,11 @@ struct DpCoordinatorOptions {
   // or its node did), so the wave can complete without it. Lockstep engines report at least
   // every second. Zero: never.
   absl::Duration engine_timeout = absl::Seconds(10);
+  // Experimental, for the benchmark (no engine sends this way yet): also take reports as UDP
+  // datagrams (one EncodeLoadReport each) at "IPv4:port" (port 0: a free one), read with
+  // recvmmsg and held in the socket until a publication is due. Unauthenticated, so not for
+  // the product as it is (docs/DECISIONS.md).
+  std::string udp_stats_address;
   // The ZMQ context for the sockets (nullptr: ipc::ZmqContext()).
   zmq::context_t* context = nullptr;
 };
@@ -143,7 +148,8 @@ class DpCoordinator {
   // The bound endpoints (with the port chosen for port 0).
   const std::string& stats_endpoint() const;
   const std::string& publish_endpoint() const;
-  const std::string& wave_endpoint() const;  // empty without waves
+  const std::string& wave_endpoint() const;       // empty without waves
+  const std::string& udp_stats_endpoint() const;  // "udp://IPv4:port"; empty without
 
   // Gathers and publishes until Stop(). Reports that do not decode (or name an engine out of
   // range) are counted and dropped, never fatal.

@@ -557,8 +557,8 @@ class EngineCoreProc::Impl {
     }
     // The clock of EngineCoreOutputs' timestamp: an API server keeps the newer figures.
     report.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    const bool became_busy = last_report_.waiting + last_report_.running == 0 &&
-                             report.waiting + report.running > 0;
+    const bool became_busy =
+        last_report_.waiting + last_report_.running == 0 && report.waiting + report.running > 0;
     if (reported_ && !became_busy && now - last_report_ns_ < kReportIntervalNs) return;
     Send({kOutputKindOutputs, EncodeLoadReport(report), kCoordinator});
     last_report_ = report;

@@ -199,8 +199,8 @@ class EngineCoreClient {
   std::string handshake_address_, input_address_, output_address_;
   std::vector<std::string> peer_handshake_addresses_;  // sent in CONFIG
   std::optional<zmq::socket_t> handshake_;
-  std::optional<zmq::socket_t> input_;   // guarded by send_mu_ after the handshake
-  std::optional<zmq::socket_t> output_;  // receive thread only
+  std::optional<zmq::socket_t> input_;        // guarded by send_mu_ after the handshake
+  std::optional<zmq::socket_t> output_;       // receive thread only
   std::optional<zmq::socket_t> coordinator_;  // SUB to the DP coordinator; receive thread only
   // Counts the engines' output connections until all are in (WaitForEngines).
   std::unique_ptr<ipc::AcceptCounter> output_accepts_;

@@ -1,11 +1,11 @@
 #include "launcher/dp_coordinator_main.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -121,13 +121,11 @@ absl::Status RunCoordinator(const Flags& flags) {
     }
     raw->Stop();
   });
-  const std::string line =
-      absl::StrCat("addresses ", coordinator->stats_endpoint(), " ", coordinator->publish_endpoint(),
-                   " ", coordinator->wave_endpoint().empty() ? "-" : coordinator->wave_endpoint(),
-                   "\n");
-  absl::Status status = WriteAll(kControlFd, line)
-                            ? coordinator->Run()
-                            : absl::UnavailableError("the launcher is gone");
+  const std::string line = absl::StrCat(
+      "addresses ", coordinator->stats_endpoint(), " ", coordinator->publish_endpoint(), " ",
+      coordinator->wave_endpoint().empty() ? "-" : coordinator->wave_endpoint(), "\n");
+  absl::Status status = WriteAll(kControlFd, line) ? coordinator->Run()
+                                                   : absl::UnavailableError("the launcher is gone");
   raw->Stop();
   shutdown(kControlFd, SHUT_RDWR);  // ends the control thread's read()
   control.join();
@@ -199,9 +197,9 @@ absl::StatusOr<std::unique_ptr<DpCoordinatorProcess>> DpCoordinatorProcess::Star
     VLLM_RETURN_IF_ERROR(p->Check());
     const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (ms <= 0) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("the DP coordinator (pid ", p->pid_, ") did not start within ",
-                       absl::FormatDuration(options.start_timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("the DP coordinator (pid ", p->pid_,
+                                                      ") did not start within ",
+                                                      absl::FormatDuration(options.start_timeout)));
     }
     pollfd fds[2] = {{p->control_fd_, POLLIN, 0}, {p->exit_fd_, POLLIN, 0}};
     if (poll(fds, 2, static_cast<int>(std::min<int64_t>(ms, 1000))) < 0 && errno != EINTR) {
@@ -239,11 +237,10 @@ absl::Status DpCoordinatorProcess::Check() {
   int status = 0;
   if (!exited_ && waitpid(pid_, &status, WNOHANG) == pid_) {
     exited_ = true;
-    const std::string how = WIFEXITED(status)     ? absl::StrCat("exited with status ",
-                                                                 WEXITSTATUS(status))
-                            : WIFSIGNALED(status) ? absl::StrCat("was killed by signal ",
-                                                                 WTERMSIG(status))
-                                                  : absl::StrCat("ended (status ", status, ")");
+    const std::string how =
+        WIFEXITED(status)     ? absl::StrCat("exited with status ", WEXITSTATUS(status))
+        : WIFSIGNALED(status) ? absl::StrCat("was killed by signal ", WTERMSIG(status))
+                              : absl::StrCat("ended (status ", status, ")");
     exit_ = absl::UnavailableError(absl::StrCat("the DP coordinator (pid ", pid_, ") ", how));
   }
   return exited_ ? exit_ : absl::OkStatus();

@@ -8,7 +8,8 @@
 // writes one line "addresses <stats> <publish> <waves or ->" on descriptor 3 (a socketpair
 // to the launcher), then runs until EOF on descriptor 3 (the launcher stops it, or is gone)
 // or its parent's death (PR_SET_PDEATHSIG); it ignores SIGTERM and SIGINT, so that a signal
-// to the whole process group leaves its end to the launcher. Exits 0 on an orderly stop, 1 on a failure, 2 on bad flags.
+// to the whole process group leaves its end to the launcher. Exits 0 on an orderly stop, 1 on a
+// failure, 2 on bad flags.
 //
 // DpCoordinatorProcess is the launcher's handle on it: start, addresses, a pidfd for
 // supervision, stop. When the coordinator dies the head stops with an error naming it, as

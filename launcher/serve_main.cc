@@ -197,8 +197,8 @@ absl::StatusOr<std::unique_ptr<DpCoordinatorProcess>> StartCoordinator(const Ser
   o.waves = args.data_parallel_lockstep;
   if (args.multi_node) {
     // Engines of other nodes report to it: the head's address, free ports (told in CONFIG).
-    VLLM_ASSIGN_OR_RETURN(o.tcp_host,
-                          frontend::ResolveListenAddress(args.config.parallel.data_parallel_address));
+    VLLM_ASSIGN_OR_RETURN(
+        o.tcp_host, frontend::ResolveListenAddress(args.config.parallel.data_parallel_address));
     o.cluster_key_file = args.cluster_key_file;
   }
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<DpCoordinatorProcess> c, DpCoordinatorProcess::Start(o));
@@ -364,7 +364,7 @@ absl::Status ServeHeadless(const ServeArgs& args) {
 struct ApiServerRole {
   int32_t index = 0;
   int32_t count = 1;
-  int control_fd = -1;  // >= 0: an API server process started by the launcher
+  int control_fd = -1;                 // >= 0: an API server process started by the launcher
   DpCoordinatorAddresses coordinator;  // the launcher's coordinator (publish empty: none)
 };
 
@@ -780,16 +780,13 @@ absl::Status ServeApiServers(const ServeArgs& args) {
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
       return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
     }
-    std::vector<std::string> argv = {self,
-                                     kApiServerSubcommand,
-                                     "--api-server-index",
-                                     absl::StrCat(i),
-                                     "--parent-pid",
-                                     absl::StrCat(getpid())};
+    std::vector<std::string> argv = {
+        self,           kApiServerSubcommand,  "--api-server-index", absl::StrCat(i),
+        "--parent-pid", absl::StrCat(getpid())};
     if (coordinator != nullptr) {
       const DpCoordinatorAddresses& a = coordinator->addresses();
-      argv.insert(argv.end(), {"--coordinator-publish", a.publish, "--coordinator-stats",
-                               a.stats, "--coordinator-waves", a.waves});
+      argv.insert(argv.end(), {"--coordinator-publish", a.publish, "--coordinator-stats", a.stats,
+                               "--coordinator-waves", a.waves});
     }
     argv.push_back("--");
     // The serve flags, with --port the one port every API server takes.

@@ -148,8 +148,8 @@ TEST_F(ServeDpLockstepTest, TheIdleEngineStepsDuringTheWaveAndStopsAfterIt) {
   absl::Time finished = absl::InfiniteFuture();
   std::thread client = LongRequest(&status, &finished);
   // The request's engine reported work: the coordinator started wave 0 on both.
-  const bool running = WaitForLog({"engine 0: wave 0 running", "engine 1: wave 0 running"},
-                                  absl::Seconds(30));
+  const bool running =
+      WaitForLog({"engine 0: wave 0 running", "engine 1: wave 0 running"}, absl::Seconds(30));
   std::vector<double> during;
   if (running) during = EngineCpuOverWindow(engines);
   const absl::Time window_end = absl::Now();
@@ -165,8 +165,8 @@ TEST_F(ServeDpLockstepTest, TheIdleEngineStepsDuringTheWaveAndStopsAfterIt) {
   EXPECT_GT(least, 0.3 * most) << "the idle engine did not step";
 
   // The wave completes on both; the idle engine ran about one dummy step per decode step.
-  ASSERT_TRUE(WaitForLog({"engine 0: wave 0 complete", "engine 1: wave 0 complete"},
-                         absl::Seconds(10)))
+  ASSERT_TRUE(
+      WaitForLog({"engine 0: wave 0 complete", "engine 1: wave 0 complete"}, absl::Seconds(10)))
       << Log();
   const std::map<int, int> steps = DummySteps(0);
   ASSERT_EQ(steps.size(), 2u) << Log();
@@ -185,8 +185,8 @@ TEST_F(ServeDpLockstepTest, TheIdleEngineStepsDuringTheWaveAndStopsAfterIt) {
   client = LongRequest(&status, &finished);
   client.join();
   EXPECT_EQ(status, 200);
-  EXPECT_TRUE(WaitForLog({"engine 0: wave 1 complete", "engine 1: wave 1 complete"},
-                         absl::Seconds(10)))
+  EXPECT_TRUE(
+      WaitForLog({"engine 0: wave 1 complete", "engine 1: wave 1 complete"}, absl::Seconds(10)))
       << Log();
 
   server_->Kill(SIGTERM);
@@ -235,8 +235,7 @@ TEST_F(ServeDpLockstepTest, WithoutTheFlagTheIdleEngineDoesNotStep) {
 TEST_F(ServeDpLockstepTest, TheCoordinatorsDeathStopsTheServer) {
   setenv("LOCKSTEP_LOG", log_.c_str(), 1);
   ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2", "--data-parallel-lockstep"}));
-  const std::vector<pid_t> coordinator =
-      testing::ChildrenRunning(server_->pid(), "dp-coordinator");
+  const std::vector<pid_t> coordinator = testing::ChildrenRunning(server_->pid(), "dp-coordinator");
   ASSERT_EQ(coordinator.size(), 1u);
   // Once both engines reported and the API server subscribed, the coordinator removed its
   // socket files (and their directory): nothing else can connect.

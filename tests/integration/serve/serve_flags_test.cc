@@ -429,10 +429,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
           ChildrenRunning(server_->pid(), "engine-core").size() == 2u &&
               ChildrenRunning(server_->pid(), "dp-coordinator").size() == 1u,
           absl::StrCat(ProcessesUnder(server_->pid()), " processes under the server"));
-  Covered("--data-parallel-lockstep",
-          absl::StrContains(log, "engine 0: lockstep") &&
-              absl::StrContains(log, "engine 1: lockstep"),
-          log);
+  Covered(
+      "--data-parallel-lockstep",
+      absl::StrContains(log, "engine 0: lockstep") && absl::StrContains(log, "engine 1: lockstep"),
+      log);
   {
     // Sent concurrently, so the balancer sees both engines loaded.
     std::vector<std::thread> clients;

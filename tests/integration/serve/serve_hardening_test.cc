@@ -8,6 +8,9 @@
 //   defect 5  out of file descriptors, the accept loop spun at 100 % CPU and /health went
 //             unanswered;
 //   SIGTERM   cut streams instead of draining them.
+//   features  a config.json asking for what the model does not implement (a sliding window
+//             once was) must stop start-up with a message naming the key, never be served
+//             wrong.
 // Each test fails on the code before the fix (a crash, a hang past a deadline, a 503, or CPU).
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,6 +23,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -379,6 +383,63 @@ TEST_F(ServeHardeningTest, OutOfDescriptorsBacksOffAndRecovers) {
     status = health.ok() ? health->status : 0;
   }
   EXPECT_EQ(status, 200) << "no /health answer after the connections closed";
+}
+
+// A copy of the bundled model with one config.json key changed to something the engine does
+// not implement: `vllm-launch --model` exits non-zero before serving, naming the key, and
+// leaves no process or /dev/shm entry behind.
+TEST(ModelFeatureRefusalTest, UnimplementedConfigKeysStopStartUpNamingTheKey) {
+  struct Case {
+    const char* key;       // must appear in the error
+    std::string mutation;  // a JSON object merged into config.json
+  };
+  const std::vector<Case> cases = {
+      {"hidden_act", R"({"hidden_act": "gelu"})"},
+      {"partial_rotary_factor", R"({"partial_rotary_factor": 0.5})"},
+      {"layer_types", R"({"layer_types": ["chunked_attention", "full_attention",
+                          "full_attention", "full_attention", "full_attention",
+                          "full_attention"]})"},
+      {"rope_scaling", R"({"rope_scaling": {"rope_type": "longrope", "factor": 4.0,
+                           "short_factor": [1.0], "long_factor": [1.0]}})"},
+      {"mlp_bias", R"({"mlp_bias": true})"},
+  };
+  const fs::path source = fs::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
+  const std::set<std::string> shm_before = vllm::testing::ShmEntries();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    char pattern[] = "/tmp/vllm-refused-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr) << strerror(errno);
+    const fs::path dir = pattern;
+    for (const auto& entry : fs::directory_iterator(source)) {
+      fs::copy_file(entry.path(), dir / entry.path().filename());
+    }
+    json config = json::parse(ReadFile(dir / "config.json"));
+    config.merge_patch(json::parse(c.mutation));
+    {
+      std::ofstream out(dir / "config.json", std::ios::trunc);
+      out << config.dump(2);
+    }
+    auto p = vllm::testing::Subprocess::Spawn(
+        {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", vllm::testing::BinDir() + "/vllm-launch",
+         "--model", dir.string(), "--port", "0"});
+    ASSERT_TRUE(p.ok()) << p.status();
+    std::string output;
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      auto line = p->ReadLine(deadline - absl::Now());
+      if (!line.ok()) break;  // end of output, or the deadline
+      absl::StrAppend(&output, *line, "\n");
+    }
+    auto status = p->Wait(absl::Seconds(10));
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+    ASSERT_TRUE(status.ok()) << "still running after 60 s: " << output;
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << output;
+    EXPECT_TRUE(absl::StrContains(output, c.key)) << output;
+    EXPECT_FALSE(absl::StrContains(output, " at http://")) << output;  // never served
+    EXPECT_TRUE(vllm::testing::ChildrenOf(getpid()).empty());
+  }
+  EXPECT_EQ(vllm::testing::ShmEntries(), shm_before);
 }
 
 }  // namespace

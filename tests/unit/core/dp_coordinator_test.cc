@@ -3,6 +3,9 @@
 // the interval, bad reports are dropped without harm; and the codec's bounds.
 #include "core/dp_coordinator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,6 +15,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -347,6 +351,56 @@ TEST(DpCoordinatorLateEngineTest, ASilentEngineDoesNotHoldTheWave) {
   EXPECT_GE(absl::Now() - sent, absl::Milliseconds(300));  // not before the timeout
   coordinator.Stop();
   runner.join();
+}
+
+// The experimental UDP report socket: a datagram report reaches the publication; an oversized
+// datagram and garbage are counted and dropped.
+TEST(DpCoordinatorUdpTest, DatagramReportsArePublished) {
+  DpCoordinatorOptions o;
+  o.num_engines = 2;
+  o.stats_address = o.publish_address = "tcp://127.0.0.1:0";
+  o.udp_stats_address = "127.0.0.1:0";
+  o.publish_interval = absl::Milliseconds(10);
+  auto c = DpCoordinator::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  DpCoordinator& coordinator = **c;
+  ASSERT_TRUE(absl::StartsWith(coordinator.udp_stats_endpoint(), "udp://127.0.0.1:"));
+  std::thread runner([&] { EXPECT_TRUE(coordinator.Run().ok()); });
+  zmq::socket_t sub(ipc::ZmqContext(), zmq::socket_type::sub);
+  sub.set(zmq::sockopt::linger, 0);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.connect(coordinator.publish_endpoint());
+
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  const std::string& ep = coordinator.udp_stats_endpoint();
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1))));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string big(1000, 'x'), garbage = "\xc1";
+  ASSERT_GT(send(fd, big.data(), big.size(), 0), 0);
+  ASSERT_GT(send(fd, garbage.data(), garbage.size(), 0), 0);
+  const std::string report = EncodeLoadReport({1, 4, 2, 0.5, 7.0});
+  ASSERT_GT(send(fd, report.data(), report.size(), 0), 0);
+  bool seen = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (!seen && absl::Now() < deadline) {
+    zmq::pollitem_t item{sub.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    zmq::message_t msg;
+    if (!(item.revents & ZMQ_POLLIN) || !sub.recv(msg)) continue;
+    absl::StatusOr<LoadPublication> p = DecodeLoadPublication(msg.to_string_view());
+    seen = p.ok() && p->engines.size() == 2 &&
+           p->engines[1] == PublishedEngineLoad{4, 2, 0.5, true, 7.0};
+  }
+  close(fd);
+  coordinator.Stop();
+  runner.join();
+  EXPECT_TRUE(seen) << "the datagram's figures were never published";
+  EXPECT_EQ(coordinator.reports_dropped(), 2u);
+  EXPECT_EQ(coordinator.reports_received(), 3u);
 }
 
 TEST(DpCoordinatorCreateTest, RefusesWhatItCannotServe) {

@@ -35,8 +35,11 @@ TEST(EngineHandshakeTest, RoundTrips) {
                                    ""};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_peers)), with_peers);
   // A DP coordinator: its report address and, in lockstep mode, its wave address.
-  const EngineAddresses with_coordinator{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {},
-                                         "tcp://10.0.0.1:41002", "tcp://10.0.0.1:41003"};
+  const EngineAddresses with_coordinator{"tcp://10.0.0.1:41000",
+                                         "tcp://10.0.0.1:41001",
+                                         {},
+                                         "tcp://10.0.0.1:41002",
+                                         "tcp://10.0.0.1:41003"};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_coordinator)), with_coordinator);
   // A wave address without a coordinator is off-schema.
   EXPECT_FALSE(DecodeAddresses(EncodeAddresses({"a", "b", {}, "", "tcp://h:1"})).ok());

@@ -9,17 +9,10 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
+#include "tests/unit/kernels/random_vector.h"
 
 namespace vllm::kernels::cpu {
 namespace {
-
-std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 std::vector<double> ReferenceRmsNorm(const std::vector<float>& x, const std::vector<float>& w,
                                      int64_t tokens, int64_t hidden, double eps) {

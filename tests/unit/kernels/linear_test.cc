@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/kernels/random_vector.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
@@ -13,13 +14,8 @@
 namespace vllm::kernels::cpu {
 namespace {
 
-std::vector<float> RandomVector(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+// Inputs in [-1, 1).
+std::vector<float> Uniform(int64_t n, uint32_t seed) { return RandomVector(n, seed, -1.0f, 1.0f); }
 
 // y = x · wᵀ + bias in double, the definition Linear must match.
 std::vector<double> ReferenceLinear(const std::vector<float>& x, const std::vector<float>& w,
@@ -44,9 +40,9 @@ class LinearTest : public ::testing::TestWithParam<LinearCase> {};
 
 TEST_P(LinearTest, MatchesDoubleReference) {
   const auto [m, n, k, use_bias] = GetParam();
-  const std::vector<float> x = RandomVector(m * k, 1);
-  const std::vector<float> w = RandomVector(n * k, 2);
-  const std::vector<float> bias = RandomVector(n, 3);
+  const std::vector<float> x = Uniform(m * k, 1);
+  const std::vector<float> w = Uniform(n * k, 2);
+  const std::vector<float> bias = Uniform(n, 3);
   const float* bias_ptr = use_bias ? bias.data() : nullptr;
   std::vector<float> y(m * n, 123.0f);  // stale contents must be overwritten, not added to
   Linear(x.data(), w.data(), bias_ptr, y.data(), m, n, k);
@@ -72,7 +68,7 @@ TEST(LinearEdgeTest, ZeroInnerDimensionYieldsBiasOrZero) {
 
 TEST(LinearEdgeTest, ZeroRowsWritesNothing) {
   std::vector<float> y = {9.0f};
-  const std::vector<float> w = RandomVector(4, 5);
+  const std::vector<float> w = Uniform(4, 5);
   Linear(nullptr, w.data(), nullptr, y.data(), 0, 1, 4);
   EXPECT_EQ(y[0], 9.0f);
 }
@@ -98,9 +94,9 @@ using LinearFn = void (*)(const float*, const float*, const float*, float*, int6
 // to float32 accumulation accuracy (relative to Σ|x·w|).
 void ExpectMatchesReference(LinearFn fn, GemmIsa isa, int64_t m, int64_t n, int64_t k,
                             bool use_bias, uint32_t seed) {
-  const std::vector<float> x = RandomVector(m * k, seed);
-  const std::vector<float> w = RandomVector(n * k, seed + 1);
-  const std::vector<float> bias = RandomVector(n, seed + 2);
+  const std::vector<float> x = Uniform(m * k, seed);
+  const std::vector<float> w = Uniform(n * k, seed + 1);
+  const std::vector<float> bias = Uniform(n, seed + 2);
   const float* bias_ptr = use_bias ? bias.data() : nullptr;
   std::vector<float> y(m * n, 123.0f);
   fn(x.data(), w.data(), bias_ptr, y.data(), m, n, k, isa);
@@ -174,7 +170,7 @@ TEST_P(SmallMTest, Bf16WeightsMatchWidenedReference) {
   for (int64_t m : {1, 2, 3, 4, 5, 9, 17, 32, 33}) {
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{5, 7}, {17, 33}, {301, 131}}) {
       // The reference sees the BF16-rounded weights: round a copy, then both paths read it.
-      const std::vector<float> w = RandomVector(n * k, seed + 1);
+      const std::vector<float> w = Uniform(n * k, seed + 1);
       std::vector<float> w16(w);
       for (float& v : w16) {
         uint32_t u;
@@ -182,8 +178,8 @@ TEST_P(SmallMTest, Bf16WeightsMatchWidenedReference) {
         u &= 0xFFFF0000u;
         std::memcpy(&v, &u, sizeof(v));
       }
-      const std::vector<float> x = RandomVector(m * k, seed);
-      const std::vector<float> bias = RandomVector(n, seed + 2);
+      const std::vector<float> x = Uniform(m * k, seed);
+      const std::vector<float> bias = Uniform(n, seed + 2);
       std::vector<float> y(m * n, 5.0f);
       SmallMBf16(x.data(), w16.data(), bias.data(), y.data(), m, n, k, GetParam());
       const std::vector<double> ref = ReferenceLinear(x, w16, bias.data(), m, n, k);

@@ -11,17 +11,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/unit/kernels/random_vector.h"
 
 namespace vllm::kernels::cpu {
 namespace {
-
-std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 TEST(TopKSoftmaxTest, PicksTheLargestAndNormalisesAsAsked) {
   constexpr int64_t kTokens = 5;
