@@ -80,9 +80,8 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   }
   if (request.params.prompt_logprobs.has_value() && !config_.supports_prompt_logprobs) {
     return InvalidParam("prompt_logprobs",
-                        "prompt_logprobs (and echo with logprobs) is not supported on --device "
-                        "cuda: the CUDA backend computes logits for sampled positions only; "
-                        "serve with --device cpu for prompt logprobs");
+                        "prompt_logprobs (and echo with logprobs) is not supported by this "
+                        "server's model backend");
   }
   r.sampling_params = std::move(request.params);
   if (!config_.eos_token_ids.empty()) {

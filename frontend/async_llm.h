@@ -46,8 +46,9 @@ struct AsyncLLMConfig {
   // The data-parallel rank of engine 0 (hybrid / external load balancing: this frontend
   // serves ranks first_engine_rank ..; /metrics and /health name them so).
   int32_t first_engine_rank = 0;
-  // Whether the engines compute prompt_logprobs (the CPU backend does; the CUDA one does not,
-  // and such requests are refused with InvalidArgument naming prompt_logprobs).
+  // Whether the engines compute prompt_logprobs (both the CPU and the CUDA backend do:
+  // worker::ModelBackend::supports_prompt_logprobs); when false, such requests are refused
+  // with InvalidArgument naming prompt_logprobs.
   bool supports_prompt_logprobs = true;
 };
 

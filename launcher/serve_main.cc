@@ -564,8 +564,6 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
   config.vocab_size = model_config.vocab_size;
   config.eos_token_ids = model_config.eos_token_ids;
   config.first_engine_rank = first_rank;
-  // The CUDA backend computes logits for sampled positions only (worker/model_backend.h).
-  config.supports_prompt_logprobs = args.config.device.device == config::Device::kCpu;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::AsyncLLM> llm,
                         frontend::AsyncLLM::Create(std::move(client), std::move(tokenizer),
                                                    std::move(chat_template), config));

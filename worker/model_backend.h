@@ -33,6 +33,10 @@ struct RowSampling {
   float min_p = 0.0f;
   double u = 0.5;        // CounterUniform(seed, position) of the token to sample
   bool on_host = false;  // the runner samples this row on the CPU from its logits
+  // A prompt position's row (prompt_logprobs): never sampled, only its raw logits come back
+  // (on_host is set too). A step may have up to its token count of them, beyond the
+  // max_num_seqs sampled rows.
+  bool logits_only = false;
 };
 
 // One step's flattened batch, host arrays prepared by ModelRunner (valid during Execute).
@@ -93,10 +97,11 @@ class ModelBackend {
   virtual int64_t weight_bytes() const = 0;
   // Whether Execute samples rows that are not on_host.
   virtual bool samples_on_device() const = 0;
-  // Whether Execute can return host logits for prompt positions (one extra logits row per
-  // prompt position of a request asking for prompt_logprobs, up to a step's whole token
-  // budget). The CUDA backend sizes its logits for max_num_seqs rows and does not: the
-  // runner then computes no prompt logprobs (the API server refuses such requests first).
+  // Whether Execute can return host logits for prompt positions (one extra `logits_only`
+  // logits row per prompt position of a request asking for prompt_logprobs, up to a step's
+  // whole token budget). Both backends do (CUDA in chunks of its max_num_seqs logits rows);
+  // on a backend that does not, the runner computes no prompt logprobs (the API server
+  // refuses such requests first).
   virtual bool supports_prompt_logprobs() const { return false; }
 
   // Bytes this rank can give the KV cache (the CPU: the configured amount; CUDA: profiled).

@@ -134,6 +134,7 @@ void ModelRunner::AddPromptLogprobsRows(const RequestState& s, int32_t r, int32_
     prompt_positions_.push_back(p);
     RowSampling row;
     row.on_host = true;  // never sampled: its raw logits come back for the logprobs
+    row.logits_only = true;
     row_sampling_.push_back(row);
   }
 }

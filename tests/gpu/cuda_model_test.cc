@@ -3,7 +3,8 @@
 // greedy tokens and logits — float32 (tokens exact, logits tight), eager and with CUDA graphs
 // — and in the checkpoints' own dtypes (bf16 / f16: logits looser, first tokens equal where
 // the reference's top two logits are apart); the bundled bf16 model on CUDA vs the CPU; a
-// TP = 1 engine through MultiprocExecutor (a worker process) with --device cuda.
+// TP = 1 engine through MultiprocExecutor (a worker process) with --device cuda; prompt
+// logprobs against the CPU backend's.
 // Every test skips itself when no CUDA device is visible.
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -290,6 +291,134 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixtureTest,
                          ::testing::Values("llama_mha", "llama_gqa", "qwen2", "qwen3", "phi3",
                                            "llama_mqa", "mistral_swa", "qwen2_swa", "qwen3_moe",
                                            "mixtral", "qwen2_moe", "gemma2", "gemma3"));
+
+// prompt_logprobs on CUDA (logits_only rows run through ComputeLogits after the forward, in
+// chunks of the max_num_seqs logits buffer) against the CPU backend on the same requests:
+// every reference prompt (1 to 64 tokens; 173 prompt rows, so the one-step prefill takes 11
+// chunks of 16) with prompt_logprobs = 5, plus a request without them whose sampled token
+// has logprobs (an on_host sampled row among the prompt rows). Whole prefills and chunked ones
+// (16 tokens a step, chunks of at most 5, max_num_seqs 4), eager and with graphs, float32:
+// logprobs within 1e-3, ids and ranks equal where the CPU's values are further apart.
+constexpr int32_t kPromptTopK = 5;
+constexpr double kPromptLogprobTol = 1e-3;
+
+std::vector<core::EngineCoreRequest> PromptLogprobsRequests(const Reference& ref) {
+  std::vector<core::EngineCoreRequest> requests;
+  for (size_t i = 0; i < ref.prompts.size(); ++i) {
+    core::EngineCoreRequest r = GreedyRequest(absl::StrCat("p", i), ref.prompts[i], 2);
+    r.sampling_params.prompt_logprobs = kPromptTopK;
+    requests.push_back(std::move(r));
+  }
+  core::EngineCoreRequest plain = GreedyRequest("plain", ref.prompts.back(), 2);
+  plain.sampling_params.logprobs = 3;
+  requests.push_back(std::move(plain));
+  return requests;
+}
+
+// Whether the CPU's top-k entry k (1-based in token_ids / logprobs) is apart from its
+// neighbours by more than the tolerance (the last one's lower neighbour is unknown).
+bool TopEntryIsClear(const core::TokenLogprobs& lp, size_t k) {
+  const std::vector<float>& v = lp.logprobs;
+  const double gap = 2 * kPromptLogprobTol;
+  if (k > 1 && v[k - 1] - v[k] <= gap) return false;
+  if (k + 1 >= v.size()) return false;
+  return v[k] - v[k + 1] > gap;
+}
+
+void ExpectPromptLogprobsMatch(const std::vector<frontend::RequestOutput>& got,
+                               const std::vector<frontend::RequestOutput>& want,
+                               const Reference& ref) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < got.size(); ++r) {
+    SCOPED_TRACE(absl::StrCat("request ", r));
+    ASSERT_FALSE(got[r].output_token_ids.empty());
+    EXPECT_EQ(got[r].output_token_ids.front(), want[r].output_token_ids.front());
+    if (r == ref.prompts.size()) {  // "plain": no prompt logprobs, sampled logprobs
+      EXPECT_TRUE(got[r].prompt_logprobs.empty());
+      ASSERT_FALSE(got[r].logprobs.empty());
+      ASSERT_FALSE(want[r].logprobs.empty());
+      EXPECT_NEAR(got[r].logprobs[0].logprobs[0], want[r].logprobs[0].logprobs[0],
+                  kPromptLogprobTol);
+      continue;
+    }
+    const std::vector<int32_t>& prompt = ref.prompts[r];
+    ASSERT_EQ(want[r].prompt_logprobs.size(), prompt.size() - 1);  // the CPU's, as a check
+    ASSERT_EQ(got[r].prompt_logprobs.size(), prompt.size() - 1);
+    for (size_t p = 0; p + 1 < prompt.size(); ++p) {
+      SCOPED_TRACE(absl::StrCat("position ", p + 1));
+      const core::TokenLogprobs& a = got[r].prompt_logprobs[p];
+      const core::TokenLogprobs& b = want[r].prompt_logprobs[p];
+      ASSERT_EQ(a.token_ids.size(), static_cast<size_t>(kPromptTopK + 1));
+      ASSERT_EQ(a.logprobs.size(), a.token_ids.size());
+      ASSERT_EQ(b.token_ids.size(), a.token_ids.size());
+      EXPECT_EQ(a.token_ids[0], prompt[p + 1]);
+      EXPECT_EQ(b.token_ids[0], prompt[p + 1]);
+      for (size_t k = 0; k < a.logprobs.size(); ++k) {
+        EXPECT_TRUE(std::isfinite(a.logprobs[k])) << "entry " << k;
+        EXPECT_NEAR(a.logprobs[k], b.logprobs[k], kPromptLogprobTol) << "entry " << k;
+        if (k > 0 && TopEntryIsClear(b, k)) {
+          EXPECT_EQ(a.token_ids[k], b.token_ids[k]) << "top " << k;
+        }
+      }
+      // The rank is exact when no top-k value is near the token's own; otherwise near.
+      bool clear = true;
+      for (size_t k = 1; k < b.logprobs.size(); ++k) {
+        clear &= std::abs(b.logprobs[k] - b.logprobs[0]) > 2 * kPromptLogprobTol ||
+                 b.token_ids[k] == b.token_ids[0];
+      }
+      if (clear && b.sampled_token_rank < kPromptTopK) {
+        EXPECT_EQ(a.sampled_token_rank, b.sampled_token_rank);
+      } else {
+        EXPECT_NEAR(a.sampled_token_rank, b.sampled_token_rank,
+                    std::max<int64_t>(2, b.sampled_token_rank / 20));
+      }
+    }
+  }
+}
+
+class CudaPromptLogprobsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaPromptLogprobsTest, MatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  const Reference ref = LoadReference(Fixture(GetParam()));
+  ASSERT_EQ(ref.prompts.size(), 8u);
+  std::vector<frontend::RequestOutput> want;
+  {
+    EngineArgs args;
+    args.model = Fixture(GetParam());
+    args.max_model_len = 128;
+    args.kv_cache_memory_bytes = 64 << 20;
+    auto cpu = LLMEngine::Create(args);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    auto outputs = (*cpu)->Generate(PromptLogprobsRequests(ref));
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    want = std::move(*outputs);
+  }
+  for (int eager = 0; eager < 2; ++eager) {
+    for (int chunked = 0; chunked < 2; ++chunked) {
+      SCOPED_TRACE(absl::StrCat(eager ? "eager" : "graphs", chunked ? ", chunked" : ""));
+      EngineArgs args = CudaArgs(Fixture(GetParam()), eager == 1);
+      if (chunked == 1) {
+        args.max_num_batched_tokens = 16;
+        args.long_prefill_token_threshold = 5;
+        args.max_num_seqs = 4;
+      }
+      auto engine = LLMEngine::Create(args);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      auto got = (*engine)->Generate(PromptLogprobsRequests(ref));
+      ASSERT_TRUE(got.ok()) << got.status();
+      ExpectPromptLogprobsMatch(*got, want, ref);
+      // The same engine keeps serving requests without prompt logprobs (decode graphs).
+      auto plain =
+          (*engine)->Generate({GreedyRequest("after", ref.prompts[5], ref.max_new_tokens)});
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      EXPECT_EQ((*plain)[0].output_token_ids, ref.greedy[5]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaPromptLogprobsTest,
+                         ::testing::Values("llama_gqa", "qwen3", "gemma2"));
 
 // The graph path is taken for decode steps, and sampling with penalties / logprobs (host
 // rows) and seeded random sampling (device rows) give the same tokens eager and in graphs.

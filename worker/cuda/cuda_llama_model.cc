@@ -592,14 +592,36 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
     VLLM_RETURN_IF_ERROR(comm_->AllReduceSum(hidden, static_cast<size_t>(t * h), dt, stream));
   }
   // Only the logits rows go through the final norm and lm_head.
-  const int64_t n = in.num_logits;
+  return LogitsT<T>(in.logits_indices, in.num_logits, stream);
+}
+
+absl::Status CudaLlamaModel::ComputeLogits(const int32_t* rows, int32_t num_rows,
+                                           cudaStream_t stream) {
+  if (num_rows < 1 || num_rows > options_.max_num_logits) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CudaLlamaModel::ComputeLogits: %d rows, the limit is %d", num_rows,
+                        options_.max_num_logits));
+  }
+  return WithDType(options_.dtype, [&](auto tag) -> absl::Status {
+    return LogitsT<decltype(tag)>(rows, num_rows, stream);
+  });
+}
+
+template <typename T>
+absl::Status CudaLlamaModel::LogitsT(const int32_t* indices, int64_t n, cudaStream_t stream) {
   if (n == 0) return absl::OkStatus();
+  const kc::GemmDType dt = options_.dtype;
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const kc::NormWeight norm = config_.gemma ? kc::NormWeight::kGemma : kc::NormWeight::kLlama;
+  // hidden_ and residual_ are only read: the norm runs on gathered copies, so the last
+  // layer's states stay for ComputeLogits.
   T* rows = rows_.as<T>();
   T* rows_res = rows_res_.as<T>();
   VLLM_RETURN_IF_ERROR(
-      CudaStatus(GatherRows<T>(hidden, in.logits_indices, n, h, rows, stream), "row gather"));
-  VLLM_RETURN_IF_ERROR(
-      CudaStatus(GatherRows<T>(residual, in.logits_indices, n, h, rows_res, stream), "row gather"));
+      CudaStatus(GatherRows<T>(hidden_.as<T>(), indices, n, h, rows, stream), "row gather"));
+  VLLM_RETURN_IF_ERROR(CudaStatus(
+      GatherRows<T>(residual_.as<T>(), indices, n, h, rows_res, stream), "row gather"));
   VLLM_RETURN_IF_ERROR(CudaStatus(kc::FusedAddRmsNorm<T>(rows, rows_res,
                                                          static_cast<T*>(final_norm_), n, h, eps,
                                                          stream, norm),

@@ -9,7 +9,8 @@
 // layer instead: router GEMM → top-k softmax into dense routing weights → every expert's
 // gate_up / down GEMMs over all tokens, accumulated in float where chosen — kernels/cuda/moe.h
 // — → all-reduce; device-side, so graphs stay on). The final norm
-// and lm_head run on the logits rows only (gathered first). Gemma-2 / Gemma-3 (ModelConfig::
+// and lm_head run on the logits rows only (gathered first, so the last layer's states stay
+// and ComputeLogits can add rows after the Forward). Gemma-2 / Gemma-3 (ModelConfig::
 // gemma) as the CPU model: embeddings scaled, (1 + w) norms (NormWeight::kGemma) around both
 // sub-layers, GeGLU, Gemma-3's local RoPE table, the attention and final soft caps. GEMMs go
 // through one CublasLtGemm (plans cached per shape), the rest through kernels/cuda (ops.h,
@@ -124,7 +125,19 @@ class CudaLlamaModel {
   [[nodiscard]] absl::Status Forward(const CudaForwardInputs& inputs, CudaKVCache* cache,
                                      cudaStream_t stream);
 
-  // Device logits of the last Forward: [num_logits, vocab_size] of dtype(), row-major.
+  // Enqueues on `stream` (after the Forward) the logits of `num_rows` (1 ..= max_num_logits)
+  // more rows of the last Forward's batch: `rows` (device [num_rows], each below that
+  // Forward's num_tokens) go through the final norm, lm_head and final soft cap exactly as
+  // its logits rows did, into logits() (overwritten). Possible because Forward leaves the
+  // last layer's hidden states in the scratch (the final norm runs on gathered copies) until
+  // the next Forward; prompt logprobs use it to cover every prompt position in chunks of the
+  // logits buffer. Not capturable before its GEMM shape has run eagerly. InvalidArgument
+  // (nothing enqueued) when num_rows is out of range; Internal when a launch fails.
+  [[nodiscard]] absl::Status ComputeLogits(const int32_t* rows, int32_t num_rows,
+                                           cudaStream_t stream);
+
+  // Device logits of the last Forward or ComputeLogits: [rows, vocab_size] of dtype(),
+  // row-major.
   const void* logits() const { return logits_.get(); }
 
   const ModelConfig& config() const { return config_; }
@@ -184,6 +197,10 @@ class CudaLlamaModel {
   absl::Status GemmaFeedForwardT(const Layer& l, int64_t t, cudaStream_t stream);
   template <typename T>
   absl::Status ForwardT(const CudaForwardInputs& in, CudaKVCache* cache, cudaStream_t stream);
+  // Final norm, lm_head and soft cap of `n` rows (device `indices`) of hidden_ / residual_
+  // into logits_; reads hidden_ and residual_ only.
+  template <typename T>
+  absl::Status LogitsT(const int32_t* indices, int64_t n, cudaStream_t stream);
 
   const ModelConfig config_;
   kernels::cuda::DeviceCommunicator* const comm_;

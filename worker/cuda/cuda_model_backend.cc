@@ -60,7 +60,8 @@ std::vector<int32_t> CudaGraphBatchSizes(int32_t max_num_seqs, int32_t max_num_b
 }
 
 CudaModelBackend::Layout CudaModelBackend::MakeLayout(int64_t num_tokens, int64_t num_seqs,
-                                                      int64_t num_logits, int64_t max_blocks) {
+                                                      int64_t num_logits, int64_t max_blocks,
+                                                      int64_t num_prompt_rows) {
   Layout l;
   size_t at = 0;
   auto take = [&at](size_t bytes) {
@@ -78,6 +79,8 @@ CudaModelBackend::Layout CudaModelBackend::MakeLayout(int64_t num_tokens, int64_
   l.block_tables = take(num_seqs * max_blocks * sizeof(int32_t));
   l.logits_indices = take(num_logits * sizeof(int32_t));
   l.params = take(num_logits * sizeof(kc::SamplingParams));
+  // Last, so a step without prompt rows has the same offsets as before (graphs included).
+  l.prompt_rows = take(num_prompt_rows * sizeof(int32_t));
   l.total = at;
   return l;
 }
@@ -174,7 +177,8 @@ absl::StatusOr<std::unique_ptr<ModelBackend>> CreateCudaModelBackend(
 absl::Status CudaModelBackend::AllocateInputs(int32_t block_size) {
   block_size_ = block_size;
   max_blocks_ = (max_model_len_ + block_size - 1) / block_size;
-  const Layout l = MakeLayout(max_tokens_, max_seqs_, max_seqs_, max_blocks_);
+  // Up to a step's every token may be a prompt-logprobs row.
+  const Layout l = MakeLayout(max_tokens_, max_seqs_, max_seqs_, max_blocks_, max_tokens_);
   if (staging_.bytes() >= l.total) return absl::OkStatus();
   DestroyGraphs();  // they point into the old buffer
   staging_.Reset();
@@ -185,6 +189,7 @@ absl::Status CudaModelBackend::AllocateInputs(int32_t block_size) {
 }
 
 absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
+                                      std::span<const int32_t> prompt_rows,
                                       CudaForwardInputs* out) {
   const int64_t t = static_cast<int64_t>(in.token_ids.size());
   const int64_t s = static_cast<int64_t>(in.seq_lens.size());
@@ -194,7 +199,8 @@ absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
   const int64_t sp = graph ? graph_size : s;
   const int64_t np = graph ? graph_size : n;
   const int64_t width = graph ? max_blocks_ : in.max_blocks_per_seq;
-  const Layout l = MakeLayout(tp, sp, np, width);
+  const Layout l =
+      MakeLayout(tp, sp, np, width, graph ? 0 : static_cast<int64_t>(prompt_rows.size()));
   char* h = staging_.as<char>();
   auto* slots = reinterpret_cast<int64_t*>(h + l.slots);
   auto* u = reinterpret_cast<double*>(h + l.u);
@@ -244,6 +250,10 @@ absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
     }
     params[i] = p;
   }
+  if (!graph) {
+    std::copy(prompt_rows.begin(), prompt_rows.end(),
+              reinterpret_cast<int32_t*>(h + l.prompt_rows));
+  }
   VLLM_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(inputs_.get(), staging_.get(), l.total, cudaMemcpyHostToDevice, stream_),
       "input upload"));
@@ -279,7 +289,7 @@ absl::StatusOr<int64_t> CudaModelBackend::DetermineAvailableMemory() {
   {
     VLLM_ASSIGN_OR_RETURN(CudaKVCache profile_cache, model_->AllocateKVCache(1, block_size_));
     CudaForwardInputs fi;
-    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), 0, &fi));
+    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), 0, {}, &fi));
     VLLM_RETURN_IF_ERROR(model_->Forward(fi, &profile_cache, stream_));
     const auto* params = reinterpret_cast<const kc::SamplingParams*>(inputs_.as<char>() +
                                                                      MakeLayout(t, s, s, 1).params);
@@ -342,7 +352,7 @@ absl::Status CudaModelBackend::CaptureGraphs() {
     const int32_t b = *it;
     const DummyStep dummy(/*num_tokens=*/b, /*num_seqs=*/b, /*max_seq_len=*/1);
     CudaForwardInputs fi;
-    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), b, &fi));
+    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), b, {}, &fi));
     // Eager warm-up: makes this shape's cuBLASLt plans before the capture.
     VLLM_RETURN_IF_ERROR(model_->Forward(fi, &cache_, stream_));
     VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "graph warm-up"));
@@ -372,17 +382,52 @@ absl::Status CudaModelBackend::CaptureGraphs() {
   return absl::OkStatus();
 }
 
-absl::Status CudaModelBackend::Execute(const StepInputs& in, StepResult* result) {
+absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* result) {
+  if (step.sampling.size() != step.logits_indices.size()) {
+    return absl::InvalidArgumentError("CUDA step: sampling and logits rows differ in number");
+  }
+  // Prompt positions' rows (logits_only) leave the sampled batch: the forward's logits cover
+  // the sampled rows only, and the prompt rows are computed afterwards, in chunks of the
+  // logits buffer, from the hidden states the forward leaves (ComputeLogits). A step
+  // without them uses the runner's arrays as they are.
+  int64_t num_prompt = 0;
+  for (const RowSampling& r : step.sampling) num_prompt += r.logits_only ? 1 : 0;
+  StepInputs split;
+  if (num_prompt > 0) {
+    split = step;
+    sampled_indices_.clear();
+    sampled_rows_.clear();
+    prompt_rows_.clear();
+    for (size_t i = 0; i < step.sampling.size(); ++i) {
+      if (step.sampling[i].logits_only) {
+        prompt_rows_.push_back(step.logits_indices[i]);
+      } else {
+        sampled_indices_.push_back(step.logits_indices[i]);
+        sampled_rows_.push_back(step.sampling[i]);
+      }
+    }
+    split.logits_indices = sampled_indices_;
+    split.sampling = sampled_rows_;
+  }
+  const StepInputs& in = num_prompt > 0 ? split : step;
   const int64_t t = static_cast<int64_t>(in.token_ids.size());
   const int64_t s = static_cast<int64_t>(in.seq_lens.size());
   const int64_t n = static_cast<int64_t>(in.logits_indices.size());
-  if (t < 1 || t > max_tokens_ || s > max_seqs_ || n > max_seqs_ ||
-      in.max_blocks_per_seq > max_blocks_ || in.max_seq_len > max_model_len_ ||
-      static_cast<int64_t>(in.sampling.size()) != n) {
+  if (t < 1 || t > max_tokens_ || s > max_seqs_ || n > max_seqs_ || num_prompt > t ||
+      in.max_blocks_per_seq > max_blocks_ || in.max_seq_len > max_model_len_) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "CUDA step of %d tokens, %d sequences, %d logits rows, %d blocks per sequence is beyond "
-        "the worker's limits (max_num_batched_tokens %d, max_num_seqs %d, max_model_len %d)",
-        t, s, n, in.max_blocks_per_seq, max_tokens_, max_seqs_, max_model_len_));
+        "CUDA step of %d tokens, %d sequences, %d logits rows (and %d prompt rows), %d blocks "
+        "per sequence is beyond the worker's limits (max_num_batched_tokens %d, max_num_seqs "
+        "%d, max_model_len %d)",
+        t, s, n, num_prompt, in.max_blocks_per_seq, max_tokens_, max_seqs_, max_model_len_));
+  }
+  if (num_prompt > 0) {
+    for (int32_t row : prompt_rows_) {
+      if (row < 0 || row >= t) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("CUDA step: prompt logits row %d outside the %d tokens", row, t));
+      }
+    }
   }
   if (cache_.num_blocks == 0) return absl::FailedPreconditionError("no KV cache");
   VLLM_RETURN_IF_ERROR(SelectDevice());
@@ -393,7 +438,7 @@ absl::Status CudaModelBackend::Execute(const StepInputs& in, StepResult* result)
   }
   const size_t es = static_cast<size_t>(model_->dtype_bytes());
   const int64_t vocab = model_->vocab_size();
-  if (any_host && logits_host_.bytes() == 0) {
+  if ((any_host || num_prompt > 0) && logits_host_.bytes() == 0) {
     VLLM_ASSIGN_OR_RETURN(
         logits_host_,
         PinnedBuffer::Allocate(static_cast<size_t>(max_seqs_) * vocab * es, "host logits"));
@@ -401,48 +446,89 @@ absl::Status CudaModelBackend::Execute(const StepInputs& in, StepResult* result)
   // A decode step (every query one token, every row sampled) replays the graph of the next
   // captured size.
   int32_t graph_size = 0;
-  if (!graphs_.empty() && in.max_query_len == 1 && t == s && n == s) {
+  if (!graphs_.empty() && num_prompt == 0 && in.max_query_len == 1 && t == s && n == s) {
     auto it = graphs_.lower_bound(static_cast<int32_t>(s));
     if (it != graphs_.end()) graph_size = it->first;
   }
+  const std::span<const int32_t> prompt_rows =
+      num_prompt > 0 ? std::span<const int32_t>(prompt_rows_) : std::span<const int32_t>();
   // From the upload on, an error still waits for the stream: the next step's Upload rewrites
   // the pinned staging buffer, which the async copy of this one may still be reading.
-  if (absl::Status step = EnqueueStep(in, graph_size, all_greedy, any_host); !step.ok()) {
+  if (absl::Status enqueued = EnqueueStep(in, graph_size, all_greedy, any_host, prompt_rows);
+      !enqueued.ok()) {
     cudaStreamSynchronize(stream_);
-    return step;
+    return enqueued;
   }
-  // The step's only host synchronisation.
+  // The step's only host synchronisation (without prompt rows).
   VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "CUDA step"));
 
-  result->tokens.assign(n, -1);
-  result->host_logits.clear();
-  const int32_t* sampled = tokens_host_.as<int32_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!in.sampling[i].on_host) {
-      result->tokens[i] = sampled[i];
-      continue;
-    }
-    const size_t at = result->host_logits.size();
-    result->host_logits.resize(at + vocab);
+  // Host logits rows are in the runner's row order: sampled on_host rows and prompt rows
+  // interleaved. A prompt row's slot is noted here and filled by its chunk below.
+  auto to_float = [&](int64_t host_row, float* out) {
     WithDType(model_->dtype(), [&](auto tag) {
       using T = decltype(tag);
-      const T* row = logits_host_.as<T>() + i * vocab;
-      for (int64_t j = 0; j < vocab; ++j) result->host_logits[at + j] = HostToFloat(row[j]);
+      const T* row = logits_host_.as<T>() + host_row * vocab;
+      for (int64_t j = 0; j < vocab; ++j) out[j] = HostToFloat(row[j]);
       return 0;
     });
+  };
+  const int64_t all_rows = static_cast<int64_t>(step.logits_indices.size());
+  int64_t num_host = num_prompt;
+  for (const RowSampling& r : in.sampling) num_host += r.on_host ? 1 : 0;
+  result->tokens.assign(all_rows, -1);
+  result->host_logits.resize(static_cast<size_t>(num_host * vocab));
+  prompt_slots_.clear();
+  const int32_t* sampled = tokens_host_.as<int32_t>();
+  int64_t slot = 0;
+  for (int64_t i = 0, j = 0; i < all_rows; ++i) {
+    if (step.sampling[i].logits_only) {
+      prompt_slots_.push_back(slot++);
+      continue;
+    }
+    if (!in.sampling[j].on_host) {
+      result->tokens[i] = sampled[j];
+    } else {
+      to_float(j, result->host_logits.data() + slot * vocab);
+      ++slot;
+    }
+    ++j;
+  }
+  if (num_prompt == 0) return absl::OkStatus();
+
+  // Prompt rows, max_num_seqs at a time through the logits buffer and logits_host_ (one
+  // synchronisation per chunk; only in steps that have such rows).
+  const auto* rows_dev = reinterpret_cast<const int32_t*>(
+      inputs_.as<char>() + MakeLayout(t, s, n, in.max_blocks_per_seq, num_prompt).prompt_rows);
+  for (int64_t off = 0; off < num_prompt; off += max_seqs_) {
+    const auto count = static_cast<int32_t>(std::min<int64_t>(max_seqs_, num_prompt - off));
+    absl::Status chunk = model_->ComputeLogits(rows_dev + off, count, stream_);
+    if (chunk.ok()) {
+      chunk = CudaStatus(
+          cudaMemcpyAsync(logits_host_.get(), model_->logits(),
+                          static_cast<size_t>(count) * vocab * es, cudaMemcpyDeviceToHost, stream_),
+          "prompt logits download");
+    }
+    const absl::Status synced =
+        CudaStatus(cudaStreamSynchronize(stream_), "prompt logits of a CUDA step");
+    VLLM_RETURN_IF_ERROR(chunk);
+    VLLM_RETURN_IF_ERROR(synced);
+    for (int32_t k = 0; k < count; ++k) {
+      to_float(k, result->host_logits.data() + prompt_slots_[off + k] * vocab);
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status CudaModelBackend::EnqueueStep(const StepInputs& in, int32_t graph_size,
-                                           bool all_greedy, bool any_host) {
+                                           bool all_greedy, bool any_host,
+                                           std::span<const int32_t> prompt_rows) {
   const int64_t t = static_cast<int64_t>(in.token_ids.size());
   const int64_t s = static_cast<int64_t>(in.seq_lens.size());
   const int64_t n = static_cast<int64_t>(in.logits_indices.size());
   const size_t es = static_cast<size_t>(model_->dtype_bytes());
   const int64_t vocab = model_->vocab_size();
   CudaForwardInputs fi;
-  VLLM_RETURN_IF_ERROR(Upload(in, graph_size, &fi));
+  VLLM_RETURN_IF_ERROR(Upload(in, graph_size, prompt_rows, &fi));
   if (graph_size > 0) {
     VLLM_RETURN_IF_ERROR(
         CudaStatus(cudaGraphLaunch(graphs_.at(graph_size), stream_), "cudaGraphLaunch"));

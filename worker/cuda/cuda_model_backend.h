@@ -9,6 +9,16 @@
 // logprobs), those rows' logits — come back with one device-to-host copy each, followed by
 // the step's only host synchronisation.
 //
+// Prompt logprobs: the runner's `logits_only` rows (prompt positions, up to the step's token
+// count) are not in the forward's logits, which cover the sampled rows only (at most
+// max_num_seqs). Their batch rows travel in the same upload; after the step's
+// synchronisation they run through the final norm and lm_head from the hidden states the
+// forward leaves (CudaLlamaModel::ComputeLogits), max_num_seqs rows at a time through the
+// existing logits buffer and pinned host logits, one synchronisation per chunk, and come back
+// as float host logits in the runner's row order. No device memory is added beyond
+// max_num_batched_tokens int32 row indices in the input buffer; steps without such rows
+// (every decode step, every graph replay) are unchanged.
+//
 // Memory (DetermineAvailableMemory, vLLM's profile run): weights, scratch (sized for
 // max_num_batched_tokens tokens and max_num_seqs logits rows) and workspaces are all
 // allocated up front with cudaMalloc (never managed memory); a dummy batch of
@@ -36,6 +46,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -89,12 +100,14 @@ class CudaModelBackend final : public ModelBackend {
   int32_t kv_dtype_bytes() const override { return model_->dtype_bytes(); }
   int64_t weight_bytes() const override { return model_->weight_bytes(); }
   bool samples_on_device() const override { return true; }
+  bool supports_prompt_logprobs() const override { return true; }
   // The profile run (see above); logs the numbers. ResourceExhausted when nothing is left
   // for the KV cache.
   absl::StatusOr<int64_t> DetermineAvailableMemory() override;
   // Allocates the device cache, sizes the staging for block_size and captures the graphs.
   absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) override;
-  // InvalidArgument when the batch exceeds the limits the backend was built for.
+  // InvalidArgument when the batch exceeds the limits the backend was built for (more than
+  // max_num_seqs sampled rows; logits_only rows may number up to the step's tokens).
   absl::Status Execute(const StepInputs& inputs, StepResult* result) override;
 
   CudaLlamaModel& model() { return *model_; }
@@ -108,21 +121,25 @@ class CudaModelBackend final : public ModelBackend {
   // Byte offsets of the arrays in the staging / device input buffer (16-byte aligned).
   struct Layout {
     size_t slots = 0, u = 0, ids = 0, positions = 0, query_start_loc = 0, seq_lens = 0,
-           block_tables = 0, logits_indices = 0, params = 0, total = 0;
+           block_tables = 0, logits_indices = 0, params = 0, prompt_rows = 0, total = 0;
   };
+  // `num_prompt_rows` (the logits_only rows' batch rows) are last: the other offsets do not
+  // depend on them.
   static Layout MakeLayout(int64_t num_tokens, int64_t num_seqs, int64_t num_logits,
-                           int64_t max_blocks);
+                           int64_t max_blocks, int64_t num_prompt_rows = 0);
 
   CudaModelBackend(const CudaBackendOptions& options, int32_t device);
   absl::Status SelectDevice() const;
   absl::Status AllocateInputs(int32_t block_size);
-  // Packs `in` into the staging buffer — padded to `graph_size` rows when non-zero — copies
-  // it to the device (one copy) and fills *out with device pointers.
-  absl::Status Upload(const StepInputs& in, int32_t graph_size, CudaForwardInputs* out);
+  // Packs `in` (sampled rows only) and `prompt_rows` (empty with a graph) into the staging
+  // buffer — padded to `graph_size` rows when non-zero — copies it to the device (one copy)
+  // and fills *out with device pointers.
+  absl::Status Upload(const StepInputs& in, int32_t graph_size,
+                      std::span<const int32_t> prompt_rows, CudaForwardInputs* out);
   // Upload, the forward pass (graph replay when graph_size > 0), the sampler and the async
   // downloads of tokens (and logits when any_host) into the pinned buffers; no synchronisation.
-  absl::Status EnqueueStep(const StepInputs& in, int32_t graph_size, bool all_greedy,
-                           bool any_host);
+  absl::Status EnqueueStep(const StepInputs& in, int32_t graph_size, bool all_greedy, bool any_host,
+                           std::span<const int32_t> prompt_rows);
   absl::Status CaptureGraphs();
   void DestroyGraphs();
 
@@ -143,6 +160,12 @@ class CudaModelBackend final : public ModelBackend {
   DeviceBuffer tokens_dev_;   // int32 [max_seqs]
   PinnedBuffer tokens_host_;  // int32 [max_seqs]
   PinnedBuffer logits_host_;  // [max_seqs, vocab] of the model dtype, allocated on first use
+  // Per-step scratch of a step with logits_only rows: the sampled rows' indices and
+  // settings, the prompt rows' batch rows and their slots among the host logits rows.
+  std::vector<int32_t> sampled_indices_;
+  std::vector<RowSampling> sampled_rows_;
+  std::vector<int32_t> prompt_rows_;
+  std::vector<int64_t> prompt_slots_;
   std::map<int32_t, cudaGraphExec_t> graphs_;
   int64_t num_graph_steps_ = 0;
 };
