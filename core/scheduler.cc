@@ -70,8 +70,9 @@ absl::Status SchedulerConfig::Validate() const {
     // SlidingWindowSpec.max_memory_usage_bytes).
     const int64_t tokens =
         std::min<int64_t>(int64_t{sliding_window} - 1 + max_num_batched_tokens, max_model_len);
-    const int64_t blocks = std::min<int64_t>((tokens + block_size - 1) / block_size + 1,
-                                             (int64_t{max_model_len} + block_size - 1) / block_size);
+    const int64_t blocks =
+        std::min<int64_t>((tokens + block_size - 1) / block_size + 1,
+                          (int64_t{max_model_len} + block_size - 1) / block_size);
     if (num_gpu_blocks < blocks) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the KV cache has %d blocks of %d tokens, fewer than the %d one request may hold "

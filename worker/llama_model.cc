@@ -99,8 +99,7 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
     VLLM_ASSIGN_OR_RETURN(l.o_proj, load(p + "self_attn.o_proj.weight", {hidden, q_rows}, row));
     // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
     if (config_.attention_bias && config_.architecture != "Qwen2ForCausalLM" &&
-        config_.architecture != "Qwen2MoeForCausalLM" &&
-        weights.Has(p + "self_attn.o_proj.bias")) {
+        config_.architecture != "Qwen2MoeForCausalLM" && weights.Has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, load(p + "self_attn.o_proj.bias", {hidden}, {}));
     }
     if (config_.IsMoeLayer(i)) {

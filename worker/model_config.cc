@@ -28,10 +28,9 @@ using kernels::cpu::RopeScaling;
 constexpr char kConfigFile[] = "config.json";
 constexpr char kGenerationConfigFile[] = "generation_config.json";
 constexpr std::array<absl::string_view, 10> kArchitectures = {
-    "LlamaForCausalLM",    "MistralForCausalLM", "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",    "Phi3ForCausalLM",    "Qwen3MoeForCausalLM",
-    "MixtralForCausalLM",  "Gemma2ForCausalLM",  "Gemma3ForCausalLM",
-    "Qwen2MoeForCausalLM"};
+    "LlamaForCausalLM",  "MistralForCausalLM",  "Qwen2ForCausalLM",   "Qwen3ForCausalLM",
+    "Phi3ForCausalLM",   "Qwen3MoeForCausalLM", "MixtralForCausalLM", "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM", "Qwen2MoeForCausalLM"};
 
 absl::Status FieldError(absl::string_view file, absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(file, ": ", field, " ", what));
@@ -297,9 +296,9 @@ absl::Status ParseFlags(const json& config, ModelConfig& out) {
   const bool qwen = qwen2 || qwen3 || qwen2_moe;
   const bool phi3 = out.architecture == "Phi3ForCausalLM";
   // Qwen2-MoE: q/k/v biases unless qkv_bias says otherwise (transformers 5's key); never o_proj.
-  VLLM_ASSIGN_OR_RETURN(out.attention_bias,
-                        OptionalBool(config, qwen2_moe ? "qkv_bias" : "attention_bias",
-                                     kConfigFile, qwen2_moe));
+  VLLM_ASSIGN_OR_RETURN(
+      out.attention_bias,
+      OptionalBool(config, qwen2_moe ? "qkv_bias" : "attention_bias", kConfigFile, qwen2_moe));
   if (qwen2) out.attention_bias = true;  // Qwen2's q/k/v always carry a bias
   if (phi3) out.attention_bias = false;  // Phi-3's qkv_proj and o_proj never do
   out.qk_norm = qwen3;
@@ -684,8 +683,7 @@ absl::StatusOr<std::optional<std::string>> ReadIfExists(const std::filesystem::p
 
 bool ModelConfig::IsMoeLayer(int32_t layer) const {
   return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
-         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
-             mlp_only_layers.end();
+         std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
 bool ModelConfig::HasDenseLayer() const {

@@ -105,11 +105,11 @@ std::vector<WeightPiece> GateUpPieces(const ModelConfig& config, const TpLayout&
 
 WeightPiece RouterPiece(const ModelConfig& config, int32_t layer) {
   const bool mixtral = config.architecture == "MixtralForCausalLM";
-  return {absl::StrCat("model.layers.", layer, mixtral ? ".block_sparse_moe" : ".mlp",
-                       ".gate.weight"),
-          {config.num_experts, config.hidden_size},
-          {},
-          config.num_experts};
+  return {
+      absl::StrCat("model.layers.", layer, mixtral ? ".block_sparse_moe" : ".mlp", ".gate.weight"),
+      {config.num_experts, config.hidden_size},
+      {},
+      config.num_experts};
 }
 
 std::vector<WeightPiece> ExpertPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer,

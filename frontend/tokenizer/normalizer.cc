@@ -31,10 +31,9 @@ int UnicodeOptions(std::string_view form) {
 std::string MapUnicode(std::string_view text, int options) {
   if (text.empty()) return std::string();
   utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                   static_cast<utf8proc_ssize_t>(text.size()), &out,
-                   static_cast<utf8proc_option_t>(options));
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
+                                          static_cast<utf8proc_option_t>(options));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
   if (n < 0 || out == nullptr) return std::string(text);
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
@@ -45,7 +44,8 @@ std::string MapUnicode(std::string_view text, int options) {
 absl::StatusOr<std::string> UnicodeNormalize(std::string_view text, std::string_view form) {
   const int options = UnicodeOptions(form);
   if (options == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown normalization form ", std::string(form)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown normalization form ", std::string(form)));
   }
   return MapUnicode(text, options);
 }

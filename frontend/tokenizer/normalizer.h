@@ -38,8 +38,8 @@ class Normalizer {
   struct Step {
     enum class Kind { kPrepend, kReplace, kUnicode };
     Kind kind = Kind::kReplace;
-    std::string pattern;  // Replace: the literal to find (non-empty)
-    std::string content;  // Prepend: the prefix; Replace: the replacement
+    std::string pattern;      // Replace: the literal to find (non-empty)
+    std::string content;      // Prepend: the prefix; Replace: the replacement
     int unicode_options = 0;  // kUnicode: utf8proc_option_t flags of the form
   };
   Normalizer() = default;

@@ -268,11 +268,15 @@ void HandshakeSeeds(const fs::path& dir) {
   Write(dir, "ready", core::EncodeReady({2, 682, 1024}));
   Write(dir, "config",
         core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "", ""}));
-  Write(dir, "config_peers", core::EncodeAddresses({"ipc:///tmp/x/in", "ipc:///tmp/x/out",
-                                                    {"tcp://10.0.0.1:13346"}, "", ""}));
+  Write(dir, "config_peers",
+        core::EncodeAddresses(
+            {"ipc:///tmp/x/in", "ipc:///tmp/x/out", {"tcp://10.0.0.1:13346"}, "", ""}));
   Write(dir, "config_coordinator",
-        core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {},
-                               "tcp://10.0.0.1:41002", "tcp://10.0.0.1:41003"}));
+        core::EncodeAddresses({"tcp://10.0.0.1:41000",
+                               "tcp://10.0.0.1:41001",
+                               {},
+                               "tcp://10.0.0.1:41002",
+                               "tcp://10.0.0.1:41003"}));
   Write(dir, "reject", core::EncodeHandshakeMessage("--data-parallel-size 2 on node b but 4"));
   Write(dir, "heartbeat", core::EncodeHeartbeat(3));
 }

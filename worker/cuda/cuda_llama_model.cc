@@ -251,8 +251,7 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.weight", {hidden, q_rows}, row, l.o_proj, 0));
     // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
     if (config_.attention_bias && config_.architecture != "Qwen2ForCausalLM" &&
-        config_.architecture != "Qwen2MoeForCausalLM" &&
-        has(p + "self_attn.o_proj.bias")) {
+        config_.architecture != "Qwen2MoeForCausalLM" && has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, NewTensor(hidden, "o_proj bias"));
       VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.bias", {hidden}, {}, l.o_bias, 0));
     }
@@ -413,10 +412,10 @@ absl::Status CudaLlamaModel::MoeT(const Layer& l, int64_t t, cudaStream_t stream
   float* weights = moe_weights_.as<float>();
   float* acc = moe_acc_.as<float>();
   VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, hidden, l.router, nullptr, logits, t, experts, h, stream));
-  VLLM_RETURN_IF_ERROR(CudaStatus(
-      kc::MoeTopKSoftmax<T>(logits, t, experts, config_.num_experts_per_tok,
-                            config_.norm_topk_prob, weights, stream),
-      "MoE router"));
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(kc::MoeTopKSoftmax<T>(logits, t, experts, config_.num_experts_per_tok,
+                                       config_.norm_topk_prob, weights, stream),
+                 "MoE router"));
   VLLM_RETURN_IF_ERROR(CudaStatus(
       cudaMemsetAsync(acc, 0, static_cast<size_t>(t * h) * sizeof(float), stream), "MoE sum"));
   // Every expert over every token (no host-side grouping: graphs stay capturable); only the
@@ -440,10 +439,10 @@ absl::Status CudaLlamaModel::MoeT(const Layer& l, int64_t t, cudaStream_t stream
     VLLM_RETURN_IF_ERROR(
         CudaStatus(kc::SiluAndMul<T>(big, mid, t, shared, stream), "shared expert silu_and_mul"));
     VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, mid, l.shared_down, nullptr, y, t, h, shared, stream));
-    VLLM_RETURN_IF_ERROR(CudaStatus(
-        kc::MoeSharedExpertGate<T>(hidden, static_cast<const T*>(l.shared_gate), t, h, weights,
-                                   stream),
-        "shared expert gate"));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::MoeSharedExpertGate<T>(hidden, static_cast<const T*>(l.shared_gate), t, h,
+                                              weights, stream),
+                   "shared expert gate"));
     VLLM_RETURN_IF_ERROR(CudaStatus(kc::MoeAccumulate<T>(y, weights, 1, 0, t, h, acc, stream),
                                     "shared expert accumulate"));
   }
@@ -540,12 +539,10 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
                      "k norm"));
     }
     VLLM_RETURN_IF_ERROR(CudaStatus(
-        kc::RotaryEmbedding<T>(in.positions, t, big, qkv_w, num_heads_, big + q_w, qkv_w,
-                               num_kv_heads_, d,
-                               config_.UsesLocalRope(static_cast<int32_t>(i))
-                                   ? cos_sin_local_.as<float>()
-                                   : cos_sin,
-                               config_.max_position_embeddings, stream),
+        kc::RotaryEmbedding<T>(
+            in.positions, t, big, qkv_w, num_heads_, big + q_w, qkv_w, num_kv_heads_, d,
+            config_.UsesLocalRope(static_cast<int32_t>(i)) ? cos_sin_local_.as<float>() : cos_sin,
+            config_.max_position_embeddings, stream),
         "rotary embedding"));
     // k and v packed for the cache write (reshape_and_cache takes packed rows).
     VLLM_RETURN_IF_ERROR(
@@ -620,19 +617,18 @@ absl::Status CudaLlamaModel::LogitsT(const int32_t* indices, int64_t n, cudaStre
   T* rows_res = rows_res_.as<T>();
   VLLM_RETURN_IF_ERROR(
       CudaStatus(GatherRows<T>(hidden_.as<T>(), indices, n, h, rows, stream), "row gather"));
+  VLLM_RETURN_IF_ERROR(
+      CudaStatus(GatherRows<T>(residual_.as<T>(), indices, n, h, rows_res, stream), "row gather"));
   VLLM_RETURN_IF_ERROR(CudaStatus(
-      GatherRows<T>(residual_.as<T>(), indices, n, h, rows_res, stream), "row gather"));
-  VLLM_RETURN_IF_ERROR(CudaStatus(kc::FusedAddRmsNorm<T>(rows, rows_res,
-                                                         static_cast<T*>(final_norm_), n, h, eps,
-                                                         stream, norm),
-                                  "final norm"));
-  VLLM_RETURN_IF_ERROR(gemm_->Linear(dt, rows, lm_head_, nullptr, logits_.get(), n,
-                                     config_.vocab_size, h, stream));
+      kc::FusedAddRmsNorm<T>(rows, rows_res, static_cast<T*>(final_norm_), n, h, eps, stream, norm),
+      "final norm"));
+  VLLM_RETURN_IF_ERROR(
+      gemm_->Linear(dt, rows, lm_head_, nullptr, logits_.get(), n, config_.vocab_size, h, stream));
   if (config_.final_logit_softcapping > 0) {
-    VLLM_RETURN_IF_ERROR(CudaStatus(
-        kc::SoftCap<T>(static_cast<T*>(logits_.get()), n * config_.vocab_size,
-                       static_cast<float>(config_.final_logit_softcapping), stream),
-        "final logit soft cap"));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(kc::SoftCap<T>(static_cast<T*>(logits_.get()), n * config_.vocab_size,
+                                  static_cast<float>(config_.final_logit_softcapping), stream),
+                   "final logit soft cap"));
   }
   return absl::OkStatus();
 }

@@ -419,9 +419,9 @@ TEST(ModelFeatureRefusalTest, UnimplementedConfigKeysStopStartUpNamingTheKey) {
       std::ofstream out(dir / "config.json", std::ios::trunc);
       out << config.dump(2);
     }
-    auto p = vllm::testing::Subprocess::Spawn(
-        {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", vllm::testing::BinDir() + "/vllm-launch",
-         "--model", dir.string(), "--port", "0"});
+    auto p = vllm::testing::Subprocess::Spawn({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1",
+                                               vllm::testing::BinDir() + "/vllm-launch", "--model",
+                                               dir.string(), "--port", "0"});
     ASSERT_TRUE(p.ok()) << p.status();
     std::string output;
     const absl::Time deadline = absl::Now() + absl::Seconds(60);

@@ -176,28 +176,24 @@ TEST(BundledModelTest, GreedySamplesMatchTransformers) {
 // gemma2: (1 + w) sandwich norms, GeGLU, window 16 on even layers, attention and final soft
 // caps; gemma3: per-head q/k norms, window 20 on layers 0-1 with their own RoPE base,
 // linear-scaled RoPE on the global layers.
-INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
-                         ::testing::Values(Case{"llama_mha", 1}, Case{"llama_gqa", 1},
-                                           Case{"llama_gqa", 2}, Case{"qwen2", 1}, Case{"qwen2", 2},
-                                           Case{"qwen3", 1}, Case{"qwen3", 2}, Case{"phi3", 1},
-                                           Case{"phi3", 2}, Case{"llama_mqa", 1},
-                                           Case{"llama_mqa", 2}, Case{"llama_mqa", 4},
-                                           Case{"mistral_swa", 1}, Case{"mistral_swa", 2},
-                                           Case{"qwen2_swa", 1}, Case{"qwen2_swa", 2},
-                                           Case{"qwen3_moe", 1}, Case{"qwen3_moe", 2},
-                                           Case{"mixtral", 1}, Case{"mixtral", 2},
-                                           Case{"qwen2_moe", 1}, Case{"qwen2_moe", 2},
-                                           Case{"gemma2", 1}, Case{"gemma2", 2},
-                                           Case{"gemma3", 1}, Case{"gemma3", 2}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return absl::StrCat(info.param.model, "_tp", info.param.tp);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, ReferenceTest,
+    ::testing::Values(Case{"llama_mha", 1}, Case{"llama_gqa", 1}, Case{"llama_gqa", 2},
+                      Case{"qwen2", 1}, Case{"qwen2", 2}, Case{"qwen3", 1}, Case{"qwen3", 2},
+                      Case{"phi3", 1}, Case{"phi3", 2}, Case{"llama_mqa", 1}, Case{"llama_mqa", 2},
+                      Case{"llama_mqa", 4}, Case{"mistral_swa", 1}, Case{"mistral_swa", 2},
+                      Case{"qwen2_swa", 1}, Case{"qwen2_swa", 2}, Case{"qwen3_moe", 1},
+                      Case{"qwen3_moe", 2}, Case{"mixtral", 1}, Case{"mixtral", 2},
+                      Case{"qwen2_moe", 1}, Case{"qwen2_moe", 2}, Case{"gemma2", 1},
+                      Case{"gemma2", 2}, Case{"gemma3", 1}, Case{"gemma3", 2}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return absl::StrCat(info.param.model, "_tp", info.param.tp);
+    });
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LogitsTest,
                          ::testing::Values("llama_mha", "llama_gqa", "qwen2", "qwen3", "phi3",
-                                           "llama_mqa", "mistral_swa", "qwen2_swa",
-                                           "qwen3_moe", "mixtral", "qwen2_moe", "gemma2",
-                                           "gemma3"));
+                                           "llama_mqa", "mistral_swa", "qwen2_swa", "qwen3_moe",
+                                           "mixtral", "qwen2_moe", "gemma2", "gemma3"));
 
 }  // namespace
 }  // namespace vllm::frontend

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/unit/kernels/random_vector.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/unit/kernels/random_vector.h"
 
 namespace vllm::kernels::cpu {
 namespace {

@@ -337,8 +337,7 @@ TEST(ModelConfigTest, Qwen2MoeHasASharedExpertAndQkvBias) {
   j["use_sliding_window"] = true;
   auto window = ParseModelConfig(j.dump(), "");
   EXPECT_TRUE(absl::IsInvalidArgument(window.status()));
-  EXPECT_THAT(std::string(window.status().message()),
-              HasSubstr("config.json: use_sliding_window"));
+  EXPECT_THAT(std::string(window.status().message()), HasSubstr("config.json: use_sliding_window"));
   j = nlohmann::json::parse(kQwen2MoeConfig);
   j.erase("shared_expert_intermediate_size");
   auto missing = ParseModelConfig(j.dump(), "");

@@ -124,18 +124,15 @@ TEST_P(TensorParallelTest, ShardedRanksReproduceTheReferenceLogits) {
 // qwen3_moe and mixtral cut every expert's columns per rank (moe_intermediate 32 and 64);
 // gemma2 and gemma3 (4 heads, 2 KV heads) replicate KV heads at 4, their norms and soft caps
 // whole on every rank.
-INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
-                         ::testing::Values(Case{"llama_mha", 2}, Case{"llama_mha", 4},
-                                           Case{"llama_gqa", 2}, Case{"llama_gqa", 4},
-                                           Case{"qwen2", 2}, Case{"qwen3", 2}, Case{"qwen3", 4},
-                                           Case{"phi3", 2}, Case{"phi3", 4}, Case{"llama_mqa", 2},
-                                           Case{"llama_mqa", 4}, Case{"mistral_swa", 2},
-                                           Case{"qwen2_swa", 2}, Case{"qwen3_moe", 2},
-                                           Case{"qwen3_moe", 4}, Case{"mixtral", 2},
-                                           Case{"mixtral", 4}, Case{"qwen2_moe", 2},
-                                           Case{"qwen2_moe", 4}, Case{"gemma2", 2},
-                                           Case{"gemma2", 4}, Case{"gemma3", 2},
-                                           Case{"gemma3", 4}));
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, TensorParallelTest,
+    ::testing::Values(Case{"llama_mha", 2}, Case{"llama_mha", 4}, Case{"llama_gqa", 2},
+                      Case{"llama_gqa", 4}, Case{"qwen2", 2}, Case{"qwen3", 2}, Case{"qwen3", 4},
+                      Case{"phi3", 2}, Case{"phi3", 4}, Case{"llama_mqa", 2}, Case{"llama_mqa", 4},
+                      Case{"mistral_swa", 2}, Case{"qwen2_swa", 2}, Case{"qwen3_moe", 2},
+                      Case{"qwen3_moe", 4}, Case{"mixtral", 2}, Case{"mixtral", 4},
+                      Case{"qwen2_moe", 2}, Case{"qwen2_moe", 4}, Case{"gemma2", 2},
+                      Case{"gemma2", 4}, Case{"gemma3", 2}, Case{"gemma3", 4}));
 
 TEST(TensorParallelConfigTest, IndivisibleHeadsAreAClearError) {
   auto config = LoadModelConfig(kFixtures / "llama_gqa");  // 8 heads, 2 KV heads
