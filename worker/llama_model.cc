@@ -97,9 +97,7 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       VLLM_ASSIGN_OR_RETURN(l.k_norm, load(p + "self_attn.k_norm.weight", {d}, {}));
     }
     VLLM_ASSIGN_OR_RETURN(l.o_proj, load(p + "self_attn.o_proj.weight", {hidden, q_rows}, row));
-    // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
-    if (config_.attention_bias && config_.architecture != "Qwen2ForCausalLM" &&
-        config_.architecture != "Qwen2MoeForCausalLM" && weights.Has(p + "self_attn.o_proj.bias")) {
+    if (config_.MayHaveOProjBias() && weights.Has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, load(p + "self_attn.o_proj.bias", {hidden}, {}));
     }
     if (config_.IsMoeLayer(i)) {
@@ -218,9 +216,7 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
                        static_cast<int32_t>(d), cache.block_size);
   float* attn = Scratch(attn_out_, t * q_width);
   cpu::PagedAttention(q, k_cache, v_cache, attn, batch.attention, num_heads_, num_kv_heads_,
-                      static_cast<int32_t>(d),
-                      config_.query_pre_attn_scalar ? static_cast<float>(config_.AttentionScale())
-                                                    : 1.0f / std::sqrt(static_cast<float>(d)),
+                      static_cast<int32_t>(d), config_.AttentionScale(),
                       config_.WindowOfLayer(layer_index),
                       static_cast<float>(config_.attn_logit_softcapping));
   const bool add_bias = !layer.o_bias.empty() && comm_->rank() == 0;

@@ -48,6 +48,12 @@ struct ModelConfig {
   // q/k/v projections carry a bias (Qwen2: always; Llama, Qwen3: "attention_bias"; Phi-3:
   // never).
   bool attention_bias = false;
+  // Whether o_proj may carry a bias too (loaded when the checkpoint has one): Llama's
+  // attention_bias covers o_proj; Qwen2 and Qwen2-MoE bias q/k/v only.
+  bool MayHaveOProjBias() const {
+    return attention_bias && architecture != "Qwen2ForCausalLM" &&
+           architecture != "Qwen2MoeForCausalLM";
+  }
   // Qwen3: an RMSNorm over each head of q and of k (self_attn.q_norm / k_norm, [head_dim],
   // eps rms_norm_eps) after the projections, before RoPE (HF's modeling_qwen3.py). Gemma-3
   // has them too, as (1 + w) norms.
@@ -60,12 +66,13 @@ struct ModelConfig {
   // sqrt(hidden_size) (rounded to the model dtype); the MLP is GeGLU with tanh-approximated
   // GELU (hidden_activation gelu_pytorch_tanh).
   bool gemma = false;
-  // Attention scores are scaled by query_pre_attn_scalar^-0.5 when set (Gemma; default 256),
-  // else head_dim^-0.5.
+  // Attention scores are scaled by query_pre_attn_scalar^-0.5 when set (Gemma; default 256:
+  // HF's Python float, rounded once), else head_dim^-0.5 computed in float32 (what both
+  // backends always used).
   std::optional<double> query_pre_attn_scalar;
-  double AttentionScale() const {
-    return query_pre_attn_scalar ? 1.0 / std::sqrt(*query_pre_attn_scalar)
-                                 : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  float AttentionScale() const {
+    return query_pre_attn_scalar ? static_cast<float>(1.0 / std::sqrt(*query_pre_attn_scalar))
+                                 : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   // Soft caps, cap · tanh(x / cap), 0 when off: on the scaled attention scores before the
   // softmax (Gemma-2's attn_logit_softcapping; HF's Gemma-3 ignores the key) and on the output

@@ -249,9 +249,7 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
     }
     VLLM_ASSIGN_OR_RETURN(l.o_proj, NewTensor(hidden * q_local, "o_proj"));
     VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.weight", {hidden, q_rows}, row, l.o_proj, 0));
-    // Llama's attention_bias also biases o_proj; Qwen2 has q/k/v biases only.
-    if (config_.attention_bias && config_.architecture != "Qwen2ForCausalLM" &&
-        config_.architecture != "Qwen2MoeForCausalLM" && has(p + "self_attn.o_proj.bias")) {
+    if (config_.MayHaveOProjBias() && has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, NewTensor(hidden, "o_proj bias"));
       VLLM_RETURN_IF_ERROR(put(p + "self_attn.o_proj.bias", {hidden}, {}, l.o_bias, 0));
     }
@@ -493,8 +491,7 @@ absl::Status CudaLlamaModel::ForwardT(const CudaForwardInputs& in, CudaKVCache* 
   const int64_t qkv_w = q_w + 2 * kv_w;
   const size_t es = sizeof(T);
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const float scale = config_.query_pre_attn_scalar ? static_cast<float>(config_.AttentionScale())
-                                                    : 1.0f / std::sqrt(static_cast<float>(d));
+  const float scale = config_.AttentionScale();
   const kc::NormWeight norm = config_.gemma ? kc::NormWeight::kGemma : kc::NormWeight::kLlama;
   T* hidden = hidden_.as<T>();
   T* residual = residual_.as<T>();

@@ -673,7 +673,7 @@ TEST(ModelConfigTest, Gemma2) {
   EXPECT_FALSE(config->qk_norm);
   EXPECT_TRUE(config->tie_word_embeddings);  // HF's default
   EXPECT_EQ(config->head_dim, 256);
-  EXPECT_EQ(config->AttentionScale(), 1.0 / 16.0);
+  EXPECT_EQ(config->AttentionScale(), 1.0f / 16.0f);
   EXPECT_EQ(config->attn_logit_softcapping, 50.0);
   EXPECT_EQ(config->final_logit_softcapping, 30.0);
   EXPECT_EQ(config->rope_theta, 10000.0);
@@ -709,7 +709,7 @@ TEST(ModelConfigTest, Gemma2DefaultsForAbsentKeysAndNullCaps) {
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->attn_logit_softcapping, 0.0);
   EXPECT_EQ(off->final_logit_softcapping, 0.0);
-  EXPECT_EQ(off->AttentionScale(), 1.0 / 12.0);
+  EXPECT_EQ(off->AttentionScale(), static_cast<float>(1.0 / 12.0));
   EXPECT_FALSE(off->tie_word_embeddings);
   EXPECT_EQ(off->layer_windows, (std::vector<int32_t>{0, 4096}));
 }
