@@ -13,8 +13,9 @@
 // and no engine's `waiting` goes backwards, and records latency = its CLOCK_MONOTONIC at
 // receipt − publish_time_ns.
 //
-// coordinator-udp: the same DpCoordinator with the reports as UDP datagrams (udp_stats_address;
-// each simulated engine a UDP socket connected to it) instead of ZMQ PUSH.
+// coordinator-udp: the same DpCoordinator with the reports as sealed UDP datagrams, as engines
+// of several nodes send them in the product (udp_stats_address; each simulated engine a
+// core::ReportDatagramSender) instead of ZMQ PUSH.
 //
 // The peers, in the same run and with the same load: a plain PULL → XPUB relay (in the child,
 // no decoding): every report goes out to every subscriber as it arrives, prefixed by the
@@ -70,6 +71,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -280,7 +282,14 @@ int ServeMain(const std::string& peer, int32_t engines, const std::string& stats
     o.num_engines = engines;
     o.stats_address = stats;
     o.publish_address = publish;
-    if (peer == "coordinator-udp") o.udp_stats_address = "127.0.0.1:0";
+    std::string key_hex;
+    if (peer == "coordinator-udp") {
+      o.udp_stats_address = "127.0.0.1:0";
+      absl::StatusOr<std::string> key = core::NewReportKey();
+      if (!key.ok()) return 1;
+      o.report_key = *key;
+      key_hex = absl::BytesToHexString(*key);
+    }
     o.publish_interval = absl::Microseconds(std::llround(publish_interval_ms * 1000));
     o.context = &ctx;
     absl::StatusOr<std::unique_ptr<DpCoordinator>> c = DpCoordinator::Create(o);
@@ -290,10 +299,11 @@ int ServeMain(const std::string& peer, int32_t engines, const std::string& stats
     }
     DpCoordinator& coordinator = **c;
     std::thread watcher = StopWatcher(stop_fd, [&coordinator] { coordinator.Stop(); });
-    // With UDP the parent's engines need the port.
+    // With UDP the parent's engines need the port and the key.
     if (!WriteAll(out_fd, coordinator.udp_stats_endpoint().empty()
                               ? std::string("ready\n")
-                              : absl::StrCat("ready ", coordinator.udp_stats_endpoint(), "\n"))) {
+                              : absl::StrCat("ready ", coordinator.udp_stats_endpoint(), " ",
+                                             key_hex, "\n"))) {
       return 1;
     }
     const absl::Status s = coordinator.Run();
@@ -377,19 +387,14 @@ struct EngineThreadResult {
   uint64_t sent_total = 0, sent_in_window = 0, hwm_drops = 0;
 };
 
-// Engine i's report transport: its ZMQ PUSH socket, or (coordinator-udp) its UDP socket
-// connected to the coordinator. Send never blocks; false when the report was not taken.
+// Engine i's report transport: its ZMQ PUSH socket, or (coordinator-udp) its sender of
+// sealed datagrams (the product's core::ReportDatagramSender: a UDP socket connected to the
+// coordinator, a keyed MAC per report). Send never blocks; false when the report was not taken.
 struct EngineSockets {
   std::vector<zmq::socket_t> pushes;
-  std::vector<int> udp;  // file descriptors
-  ~EngineSockets() {
-    for (int fd : udp) close(fd);
-  }
+  std::vector<std::unique_ptr<core::ReportDatagramSender>> udp;
   bool Send(int32_t i, const std::string& bytes) {
-    if (!udp.empty()) {
-      return static_cast<size_t>(i) < udp.size() &&
-             send(udp[i], bytes.data(), bytes.size(), MSG_DONTWAIT) >= 0;
-    }
+    if (!udp.empty()) return static_cast<size_t>(i) < udp.size() && udp[i]->Send(bytes);
     try {
       return pushes[i].send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
     } catch (const zmq::error_t&) {
@@ -638,9 +643,14 @@ absl::StatusOr<Trial> RunTrial(const Config& c, int32_t n, Peer peer) {
   stop_r.Reset();
   absl::StatusOr<std::string> ready = ReadLine(out_r.get(), kStartTimeout);
   if (!ready.ok()) return ready.status();
-  std::string udp_endpoint;  // "udp://IPv4:port" for coordinator-udp
+  std::string udp_endpoint, udp_key;  // "udp://IPv4:port" and the report key: coordinator-udp
   if (absl::StartsWith(*ready, "ready udp://")) {
-    udp_endpoint = ready->substr(strlen("ready udp://"));
+    std::vector<std::string> f = absl::StrSplit(*ready, ' ');
+    std::optional<std::string> key =
+        f.size() == 3 ? core::ReportKeyFromHex(f[2]) : std::optional<std::string>();
+    if (!key.has_value()) return absl::InternalError(absl::StrCat("child said: ", *ready));
+    udp_endpoint = f[1];
+    udp_key = *key;
   } else if (*ready != "ready") {
     return absl::InternalError(absl::StrCat("child said: ", *ready));
   }
@@ -666,22 +676,15 @@ absl::StatusOr<Trial> RunTrial(const Config& c, int32_t n, Peer peer) {
       sub.connect(publish);
       sub_results.push_back(std::make_unique<SubscriberResult>());
     }
-    sockaddr_in udp_addr{};
-    if (!udp_endpoint.empty()) {
-      const size_t colon = udp_endpoint.rfind(':');
-      udp_addr.sin_family = AF_INET;
-      udp_addr.sin_port = htons(static_cast<uint16_t>(std::stoi(udp_endpoint.substr(colon + 1))));
-      inet_pton(AF_INET, udp_endpoint.substr(0, colon).c_str(), &udp_addr.sin_addr);
-    }
     for (int32_t i = 0; i < n; ++i) {
       if (!udp_endpoint.empty()) {
-        const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&udp_addr), sizeof udp_addr) != 0) {
-          if (fd >= 0) close(fd);
-          failure = absl::InternalError(absl::StrCat("udp socket: ", strerror(errno)));
+        absl::StatusOr<std::unique_ptr<core::ReportDatagramSender>> sender =
+            core::ReportDatagramSender::Create(udp_endpoint, udp_key);
+        if (!sender.ok()) {
+          failure = sender.status();
           break;
         }
-        engine_sockets.udp.push_back(fd);
+        engine_sockets.udp.push_back(*std::move(sender));
         continue;
       }
       zmq::socket_t& push = engine_sockets.pushes.emplace_back(ctx, zmq::socket_type::push);
@@ -967,10 +970,11 @@ absl::Status WriteMarkdown(const Config& c, const std::string& command,
                "relay's send time in front) and a sink (every report received and dropped, a "
                "16-byte message — send time, count — at most once per publish interval: ZMQ's "
                "receive cost alone), under the same load in the same run. coordinator-udp is the "
-               "same coordinator taking the reports as UDP datagrams on 127.0.0.1 instead "
-               "(DpCoordinatorOptions::udp_stats_address: one datagram per report, read with "
-               "recvmmsg, held in the socket until a publication is due; each engine a UDP "
-               "socket).",
+               "same coordinator taking the reports as UDP datagrams on 127.0.0.1 instead, as "
+               "engines on several nodes send them in the product (udp_stats_address: one "
+               "datagram per report sealed with a keyed BLAKE2b MAC and a sequence number, "
+               "checked by the coordinator, read with recvmmsg, held in the socket until a "
+               "publication is due; each engine a core::ReportDatagramSender).",
            kWidth)
     << "\n\n"
     << Wrap(

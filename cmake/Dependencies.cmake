@@ -12,6 +12,7 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)   # target PkgConfig::XXHASH
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)    # target PkgConfig::PCRE2 (tokenizer regex)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc) # target PkgConfig::UTF8PROC (NFC/NFKC)
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)     # target PkgConfig::SODIUM (report MACs)
 # CPU GEMMs: OpenBLAS (libopenblas-dev) through the BLAS alternatives; cblas.h from OpenBLAS.
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)

@@ -2,11 +2,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <ctime>
 #include <zmq.hpp>
 
 #include "absl/strings/match.h"
@@ -51,7 +55,152 @@ absl::Status CheckTimestamp(FieldReader& r, double t) {
   return absl::OkStatus();
 }
 
+// libsodium's one-time set-up (picks implementations, opens the random source); false when
+// it failed.
+bool InitSodium() {
+  static const bool ok = sodium_init() >= 0;
+  return ok;
+}
+
+absl::Status SodiumReady() {
+  if (!InitSodium()) return absl::InternalError("libsodium could not be initialised");
+  return absl::OkStatus();
+}
+
+// The MAC of a report datagram: keyed BLAKE2b over the report and the sequence bytes.
+void ReportMac(std::string_view signed_bytes, std::string_view key,
+               unsigned char out[kReportMacBytes]) {
+  crypto_generichash(
+      out, kReportMacBytes, reinterpret_cast<const unsigned char*>(signed_bytes.data()),
+      signed_bytes.size(), reinterpret_cast<const unsigned char*>(key.data()), key.size());
+}
+
+// "IPv4:port" or "[IPv6]:port" → a socket address. InvalidArgument naming `what`.
+absl::Status ParseHostPort(const std::string& text, const char* what, sockaddr_storage* out,
+                           socklen_t* len) {
+  const size_t colon = text.rfind(':');
+  int port = -1;
+  std::string host = colon == std::string::npos ? text : text.substr(0, colon);
+  const bool v6 = host.size() >= 2 && host.front() == '[' && host.back() == ']';
+  if (v6) host = host.substr(1, host.size() - 2);
+  *out = {};
+  bool ok = colon != std::string::npos && absl::SimpleAtoi(text.substr(colon + 1), &port) &&
+            port >= 0 && port <= 65535;
+  if (ok && v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(out);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(static_cast<uint16_t>(port));
+    ok = inet_pton(AF_INET6, host.c_str(), &a->sin6_addr) == 1;
+    *len = sizeof(sockaddr_in6);
+  } else if (ok) {
+    auto* a = reinterpret_cast<sockaddr_in*>(out);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(static_cast<uint16_t>(port));
+    ok = inet_pton(AF_INET, host.c_str(), &a->sin_addr) == 1;
+    *len = sizeof(sockaddr_in);
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", text, "': expected IPv4:port or [IPv6]:port"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<std::string> NewReportKey() {
+  VLLM_RETURN_IF_ERROR(SodiumReady());
+  std::string key(kReportKeyBytes, '\0');
+  randombytes_buf(key.data(), key.size());
+  return key;
+}
+
+std::optional<std::string> ReportKeyFromHex(std::string_view hex) {
+  if (hex.size() != 2 * kReportKeyBytes) return std::nullopt;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string key(kReportKeyBytes, '\0');
+  for (size_t i = 0; i < kReportKeyBytes; ++i) {
+    const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    key[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return key;
+}
+
+std::string SealReportDatagram(std::string_view report, uint64_t sequence, std::string_view key) {
+  std::string d(report);
+  for (int i = 0; i < 8; ++i) d.push_back(static_cast<char>((sequence >> (8 * i)) & 0xff));
+  unsigned char mac[kReportMacBytes];
+  ReportMac(d, key, mac);
+  d.append(reinterpret_cast<const char*>(mac), kReportMacBytes);
+  return d;
+}
+
+absl::StatusOr<OpenedReportDatagram> OpenReportDatagram(std::string_view datagram,
+                                                        std::string_view key) {
+  if (datagram.size() <= 8 + kReportMacBytes || datagram.size() > kMaxReportDatagram) {
+    return absl::InvalidArgumentError(absl::StrCat("report datagram: ", datagram.size(),
+                                                   " bytes, expected 25..", kMaxReportDatagram));
+  }
+  const size_t signed_size = datagram.size() - kReportMacBytes;
+  unsigned char mac[kReportMacBytes];
+  ReportMac(datagram.substr(0, signed_size), key, mac);
+  if (crypto_verify_16(
+          mac, reinterpret_cast<const unsigned char*>(datagram.data() + signed_size)) != 0) {
+    return absl::InvalidArgumentError("report datagram: the MAC does not verify");
+  }
+  OpenedReportDatagram opened;
+  opened.report = datagram.substr(0, signed_size - 8);
+  for (int i = 0; i < 8; ++i) {
+    opened.sequence |= static_cast<uint64_t>(static_cast<unsigned char>(
+                           datagram[signed_size - 8 + static_cast<size_t>(i)]))
+                       << (8 * i);
+  }
+  return opened;
+}
+
+absl::StatusOr<std::unique_ptr<ReportDatagramSender>> ReportDatagramSender::Create(
+    std::string_view endpoint_view, std::string key) {
+  const std::string endpoint(endpoint_view);
+  if (!absl::StartsWith(endpoint, "udp://")) {
+    return absl::InvalidArgumentError(absl::StrCat("report address '", endpoint, "': not udp://"));
+  }
+  if (key.size() != kReportKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("report key: ", key.size(), " bytes, expected ", kReportKeyBytes));
+  }
+  VLLM_RETURN_IF_ERROR(SodiumReady());
+  sockaddr_storage addr;
+  socklen_t len = 0;
+  VLLM_RETURN_IF_ERROR(ParseHostPort(endpoint.substr(6), "report address", &addr, &len));
+  const int fd = socket(addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    const std::string why = strerror(errno);
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(absl::StrCat("report address '", endpoint, "': ", why));
+  }
+  return std::unique_ptr<ReportDatagramSender>(new ReportDatagramSender(fd, std::move(key)));
+}
+
+ReportDatagramSender::~ReportDatagramSender() { close(fd_); }
+
+bool ReportDatagramSender::Send(std::string_view report) {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const uint64_t ns =
+      static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
+  last_sequence_ = std::max(ns, last_sequence_ + 1);
+  const std::string d = SealReportDatagram(report, last_sequence_, key_);
+  // ECONNREFUSED: an earlier datagram found no listener (the coordinator is gone or not yet
+  // bound); the next report tries again.
+  return send(fd_, d.data(), d.size(), MSG_DONTWAIT | MSG_NOSIGNAL) ==
+         static_cast<ssize_t>(d.size());
+}
 
 std::string EncodeLoadReport(const EngineLoadReport& report) {
   msgpack::sbuffer b;
@@ -167,33 +316,53 @@ class DpCoordinator::Impl {
     if (udp_fd_ >= 0) close(udp_fd_);
   }
 
-  // The experimental UDP report socket (DpCoordinatorOptions::udp_stats_address).
+  // The report datagram socket (DpCoordinatorOptions::udp_stats_address).
   absl::Status BindUdp() {
     const std::string& a = options_.udp_stats_address;
-    const size_t colon = a.rfind(':');
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    int port = -1;
-    if (colon == std::string::npos || !absl::SimpleAtoi(a.substr(colon + 1), &port) || port < 0 ||
-        port > 65535 || inet_pton(AF_INET, a.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("DP coordinator: udp_stats_address '", a, "': expected IPv4:port"));
+    if (options_.report_key.size() != kReportKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("DP coordinator: report key of ",
+                                                     options_.report_key.size(),
+                                                     " bytes, expected ", kReportKeyBytes));
     }
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    udp_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    VLLM_RETURN_IF_ERROR(SodiumReady());
+    sockaddr_storage addr;
+    socklen_t len = 0;
+    VLLM_RETURN_IF_ERROR(ParseHostPort(a, "DP coordinator: udp_stats_address", &addr, &len));
+    udp_fd_ = socket(addr.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     // Room for a publish interval's reports of kMaxDpEngines engines (each datagram costs its
     // kernel buffer, ~1 KiB): reports wait in the socket until the publication is due.
     const int bytes = 8 << 20;
     if (udp_fd_ < 0 ||
         (setsockopt(udp_fd_, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0 &&
          setsockopt(udp_fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes) != 0) ||
-        bind(udp_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        bind(udp_fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
       return absl::UnavailableError(
           absl::StrCat("DP coordinator: cannot bind udp ", a, ": ", strerror(errno)));
     }
-    socklen_t len = sizeof addr;
+    // Without CAP_NET_ADMIN the buffer is capped by net.core.rmem_max (often 208 KiB): then
+    // reports are held only as long as the buffer surely has room for (each datagram costs at
+    // most 2 KiB of it; engines send ≤ 10 reports/s, counted twice for bursts).
+    int got = 0;
+    socklen_t got_len = sizeof got;
+    getsockopt(udp_fd_, SOL_SOCKET, SO_RCVBUF, &got, &got_len);
+    const int64_t capacity = got / 2048, per_second = int64_t{20} * options_.num_engines;
+    udp_hold_ns_ = std::clamp<int64_t>(capacity * 1'000'000'000 / per_second, 1'000'000,
+                                       absl::ToInt64Nanoseconds(options_.publish_interval));
+    len = sizeof addr;
     getsockname(udp_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    udp_endpoint_ = absl::StrCat("udp://", a.substr(0, colon), ":", ntohs(addr.sin_port));
+    char host[INET6_ADDRSTRLEN] = {};
+    uint16_t port = 0;
+    if (addr.ss_family == AF_INET6) {
+      const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+      inet_ntop(AF_INET6, &a6->sin6_addr, host, sizeof host);
+      port = ntohs(a6->sin6_port);
+      udp_endpoint_ = absl::StrCat("udp://[", host, "]:", port);
+    } else {
+      const auto* a4 = reinterpret_cast<const sockaddr_in*>(&addr);
+      inet_ntop(AF_INET, &a4->sin_addr, host, sizeof host);
+      port = ntohs(a4->sin_port);
+      udp_endpoint_ = absl::StrCat("udp://", host, ":", port);
+    }
     return absl::OkStatus();
   }
 
@@ -210,9 +379,11 @@ class DpCoordinator::Impl {
       // Every subscription reaches us (not only a topic's first), so each new API server
       // (engine) gets the current figures (wave) at once.
       publish_.set(zmq::sockopt::xpub_verbose, 1);
-      stats_.bind(options_.stats_address);
+      if (!options_.stats_address.empty()) {
+        stats_.bind(options_.stats_address);
+        stats_endpoint_ = stats_.get(zmq::sockopt::last_endpoint);
+      }
       publish_.bind(options_.publish_address);
-      stats_endpoint_ = stats_.get(zmq::sockopt::last_endpoint);
       publish_endpoint_ = publish_.get(zmq::sockopt::last_endpoint);
       if (wave_.has_value()) {
         wave_->set(zmq::sockopt::xpub_verbose, 1);
@@ -240,6 +411,10 @@ class DpCoordinator::Impl {
       // 1024 engines × 10 reports/s: the loop's own CPU 2.2 % → 1.2-1.6 % of a core. Not
       // with waves: a wave must start as soon as an engine reports work.
       const bool hold = dirty && wait_ns > 0 && !wave_.has_value();
+      // Holding, the datagrams are read when the socket buffer may be getting full.
+      if (hold && udp_fd_ >= 0) {
+        wait_ns = std::clamp<int64_t>(last_udp_drain_ns_ + udp_hold_ns_ - now, 0, wait_ns);
+      }
       // [publish, wave or none, stats, udp or none]: holding polls the first two only.
       zmq::pollitem_t items[4] = {
           {publish_.handle(), 0, ZMQ_POLLIN, 0},
@@ -263,11 +438,18 @@ class DpCoordinator::Impl {
         }
       }
       if (!hold && (items[2].revents & ZMQ_POLLIN)) dirty |= DrainReports();
-      if (!hold && udp_fd_ >= 0 && (items[3].revents & ZMQ_POLLIN)) dirty |= DrainDatagrams();
       const int64_t after = ipc::MonoNowNs();
+      if (udp_fd_ >= 0 && ((!hold && (items[3].revents & ZMQ_POLLIN)) ||
+                           (hold && after - last_udp_drain_ns_ >= udp_hold_ns_))) {
+        dirty |= DrainDatagrams();
+        last_udp_drain_ns_ = after;
+      }
       if (force || (dirty && after - last_publish_ns >= interval_ns)) {
         dirty |= DrainReports();
-        if (udp_fd_ >= 0) dirty |= DrainDatagrams();
+        if (udp_fd_ >= 0) {
+          dirty |= DrainDatagrams();
+          last_udp_drain_ns_ = after;
+        }
         Publish(ipc::MonoNowNs());  // the time after the drain: what subscribers wait for
         last_publish_ns = after;
         dirty = force = false;
@@ -289,6 +471,10 @@ class DpCoordinator::Impl {
   std::optional<zmq::socket_t> wave_;
   std::string stats_endpoint_, publish_endpoint_, wave_endpoint_, udp_endpoint_;
   int udp_fd_ = -1;
+  // How long datagrams may wait in the socket while a publication is pending (its buffer's
+  // room), and when they were last read.
+  int64_t udp_hold_ns_ = 0;
+  int64_t last_udp_drain_ns_ = 0;
   std::vector<PublishedEngineLoad> table_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> received_{0}, dropped_{0}, published_{0}, waves_started_{0},
@@ -323,7 +509,7 @@ class DpCoordinator::Impl {
   // A datagram longer than any report (MSG_TRUNC) is dropped.
   bool DrainDatagrams() {
     constexpr int kBatch = 256;
-    constexpr size_t kMaxDatagram = 128;  // a report is < 64 bytes
+    constexpr size_t kMaxDatagram = kMaxReportDatagram;
     static thread_local char buffers[kBatch][kMaxDatagram];
     mmsghdr messages[kBatch];
     iovec iov[kBatch];
@@ -343,24 +529,51 @@ class DpCoordinator::Impl {
           dropped_.fetch_add(1, std::memory_order_relaxed);
           continue;
         }
-        changed |= ApplyReport(std::string_view(buffers[i], messages[i].msg_len));
+        changed |= ApplyDatagram(std::string_view(buffers[i], messages[i].msg_len));
       }
       if (n < kBatch) break;
     }
     return changed;
   }
 
+  // Counts a dropped report; the first is logged.
+  void Drop(const absl::Status& why) {
+    if (dropped_.fetch_add(1, std::memory_order_relaxed) == 0) {
+      spdlog::warn("DP coordinator: dropped a load report: {}", why.ToString());
+    }
+  }
+
+  // One sealed datagram: opened with the report key, its sequence checked against the
+  // engine's last, then applied as ApplyReport.
+  bool ApplyDatagram(std::string_view bytes) {
+    absl::StatusOr<OpenedReportDatagram> opened = OpenReportDatagram(bytes, options_.report_key);
+    absl::StatusOr<EngineLoadReport> report =
+        opened.ok() ? DecodeLoadReport(opened->report) : opened.status();
+    if (report.ok() && report->engine_index < options_.num_engines &&
+        opened->sequence <= last_sequence_[report->engine_index]) {
+      report = absl::InvalidArgumentError(
+          absl::StrCat("report datagram of engine ", report->engine_index, ": sequence ",
+                       opened->sequence, " not above the last taken (a replay)"));
+    }
+    if (report.ok() && report->engine_index < options_.num_engines) {
+      last_sequence_[report->engine_index] = opened->sequence;
+    }
+    return ApplyReport(report);
+  }
+
   // One report's bytes: decoded (or dropped and counted) and applied to the table; true when
   // a figure (or the wave) changed.
-  bool ApplyReport(std::string_view bytes) {
+  bool ApplyReport(std::string_view bytes) { return ApplyReport(DecodeLoadReport(bytes)); }
+
+  bool ApplyReport(const absl::StatusOr<EngineLoadReport>& report) {
     received_.fetch_add(1, std::memory_order_relaxed);
-    absl::StatusOr<EngineLoadReport> report = DecodeLoadReport(bytes);
-    if (!report.ok() || report->engine_index >= options_.num_engines) {
-      if (dropped_.fetch_add(1, std::memory_order_relaxed) == 0) {
-        spdlog::warn(
-            "DP coordinator: dropped a load report: {}",
-            report.ok() ? std::string("engine index out of range") : report.status().ToString());
-      }
+    if (!report.ok()) {
+      Drop(report.status());
+      return false;
+    }
+    if (report->engine_index >= options_.num_engines) {
+      Drop(absl::InvalidArgumentError(
+          absl::StrCat("engine index ", report->engine_index, " out of range")));
       return false;
     }
     last_report_ns_[report->engine_index] = ipc::MonoNowNs();
@@ -487,6 +700,7 @@ class DpCoordinator::Impl {
 
   std::vector<bool> unfinished_;  // waves: the engine's latest report shows work
   std::vector<int64_t> last_report_ns_ = std::vector<int64_t>(options_.num_engines, 0);
+  std::vector<uint64_t> last_sequence_ = std::vector<uint64_t>(options_.num_engines, 0);
   int32_t num_unfinished_ = 0;
   int32_t num_reported_ = 0;
   int32_t subscribers_ = 0, wave_subscribers_ = 0;
@@ -500,6 +714,9 @@ absl::StatusOr<std::unique_ptr<DpCoordinator>> DpCoordinator::Create(
   if (options.num_engines < 1 || options.num_engines > kMaxDpEngines) {
     return absl::InvalidArgumentError(absl::StrCat(
         "DP coordinator: num_engines ", options.num_engines, " outside [1, ", kMaxDpEngines, "]"));
+  }
+  if (options.stats_address.empty() && options.udp_stats_address.empty()) {
+    return absl::InvalidArgumentError("DP coordinator: no report address (ZMQ or UDP)");
   }
   if (options.publish_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("DP coordinator: negative publish interval");

@@ -37,6 +37,16 @@
 // subscribed (each proved by a message). TCP sockets (several nodes) stay open, optionally
 // CURVE with the cluster key.
 //
+// Report datagrams (several nodes): the coordinator takes the engines' reports as UDP
+// datagrams instead of through a ZMQ socket (`udp_stats_address`; at 1024 engines ZMQ's receive
+// path alone cost more than the 5 % of a core budget, docs/BENCHMARKS.md). A datagram is
+// EncodeLoadReport's bytes, an 8-byte sequence number (little-endian, strictly increasing per
+// engine: its CLOCK_REALTIME in ns, or the last + 1) and a 16-byte MAC over both (keyed
+// BLAKE2b, libsodium's crypto_generichash) with the run's report key: kReportKeyBytes random
+// bytes the coordinator makes at start, which reach the engines in CONFIG (CURVE-encrypted with
+// the cluster key). The coordinator drops, counting, a datagram whose MAC does not verify or
+// whose sequence is not above the last it took from that engine (a replay).
+//
 // The product starts it as its own process on the head when -dp > 1 (`vllm-launch
 // dp-coordinator`, launcher/dp_coordinator_main.h).
 //
@@ -45,11 +55,13 @@
 #define VLLM_CORE_DP_COORDINATOR_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -102,6 +114,45 @@ struct DpWave {
   bool operator==(const DpWave&) const = default;
 };
 
+// Report datagrams (see the top of this file).
+inline constexpr size_t kReportKeyBytes = 32;
+inline constexpr size_t kReportMacBytes = 16;
+inline constexpr size_t kMaxReportDatagram = 128;  // a sealed report is < 96 bytes
+// kReportKeyBytes random bytes (libsodium's randombytes_buf); Internal if libsodium cannot start.
+[[nodiscard]] absl::StatusOr<std::string> NewReportKey();
+// A report key from its 2 × kReportKeyBytes hex digits (as written by absl::BytesToHexString);
+// nullopt for anything else.
+std::optional<std::string> ReportKeyFromHex(std::string_view hex);
+// `report` (EncodeLoadReport's bytes) + sequence + MAC. `key`: kReportKeyBytes bytes.
+std::string SealReportDatagram(std::string_view report, uint64_t sequence, std::string_view key);
+struct OpenedReportDatagram {
+  std::string_view report;  // into the datagram: EncodeLoadReport's bytes (not yet decoded)
+  uint64_t sequence = 0;
+};
+// InvalidArgument for a datagram of the wrong size or whose MAC does not verify with `key`.
+[[nodiscard]] absl::StatusOr<OpenedReportDatagram> OpenReportDatagram(std::string_view datagram,
+                                                                      std::string_view key);
+
+// An engine's sender of report datagrams to "udp://IPv4:port" or "udp://[IPv6]:port".
+// Not thread-safe.
+class ReportDatagramSender {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ReportDatagramSender>> Create(
+      std::string_view endpoint, std::string key);
+  ~ReportDatagramSender();
+  ReportDatagramSender(const ReportDatagramSender&) = delete;
+  ReportDatagramSender& operator=(const ReportDatagramSender&) = delete;
+  // Seals and sends one report; never blocks. False when it was not sent (socket buffer full,
+  // or the network said no: the next report replaces it).
+  bool Send(std::string_view report);
+
+ private:
+  ReportDatagramSender(int fd, std::string key) : fd_(fd), key_(std::move(key)) {}
+  int fd_;
+  std::string key_;
+  uint64_t last_sequence_ = 0;
+};
+
 std::string EncodeLoadReport(const EngineLoadReport& report);
 std::string EncodeLoadPublication(const LoadPublication& publication);
 std::string EncodeDpWave(const DpWave& wave);
@@ -114,6 +165,7 @@ std::string EncodeDpWave(const DpWave& wave);
 struct DpCoordinatorOptions {
   int32_t num_engines = 1;  // 1 .. kMaxDpEngines
   // Where to bind: "ipc://..." or "tcp://host:port" (port 0: a free one; see the endpoints).
+  // stats_address may be empty with udp_stats_address set.
   std::string stats_address;
   std::string publish_address;
   // Request waves for lockstep engines: where to bind the wave XPUB; empty: no waves.
@@ -129,11 +181,12 @@ struct DpCoordinatorOptions {
   // or its node did), so the wave can complete without it. Lockstep engines report at least
   // every second. Zero: never.
   absl::Duration engine_timeout = absl::Seconds(10);
-  // Experimental, for the benchmark (no engine sends this way yet): also take reports as UDP
-  // datagrams (one EncodeLoadReport each) at "IPv4:port" (port 0: a free one), read with
-  // recvmmsg and held in the socket until a publication is due. Unauthenticated, so not for
-  // the product as it is (docs/DECISIONS.md).
+  // Also take reports as sealed datagrams (SealReportDatagram with `report_key`, which must
+  // then be kReportKeyBytes bytes) at "IPv4:port" or "[IPv6]:port" (port 0: a free one), read
+  // with recvmmsg; held in the socket until a publication is due when its receive buffer has
+  // room for every engine's reports. `stats_address` may then be empty (no ZMQ report socket).
   std::string udp_stats_address;
+  std::string report_key;
   // The ZMQ context for the sockets (nullptr: ipc::ZmqContext()).
   zmq::context_t* context = nullptr;
 };
@@ -149,10 +202,10 @@ class DpCoordinator {
   const std::string& stats_endpoint() const;
   const std::string& publish_endpoint() const;
   const std::string& wave_endpoint() const;       // empty without waves
-  const std::string& udp_stats_endpoint() const;  // "udp://IPv4:port"; empty without
+  const std::string& udp_stats_endpoint() const;  // "udp://host:port"; empty without
 
   // Gathers and publishes until Stop(). Reports that do not decode (or name an engine out of
-  // range) are counted and dropped, never fatal.
+  // range; datagrams: a bad MAC or a replayed sequence) are counted and dropped, never fatal.
   [[nodiscard]] absl::Status Run();
   void Stop();
 

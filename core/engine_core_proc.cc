@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -258,6 +259,7 @@ class EngineCoreProc::Impl {
     if (coordinator_stats_.empty()) {  // every API server names the same one
       coordinator_stats_ = addresses.coordinator_stats;
       coordinator_waves_ = addresses.coordinator_waves;
+      coordinator_report_key_ = addresses.coordinator_report_key;
     }
 
     VLLM_ASSIGN_OR_RETURN(zmq::socket_t input,
@@ -286,12 +288,23 @@ class EngineCoreProc::Impl {
   // thread's) and, in lockstep mode, a SUB for the request waves (the input thread's).
   absl::Status ConnectCoordinator() {
     if (coordinator_stats_.empty()) return absl::OkStatus();
-    absl::StatusOr<zmq::socket_t> push = Connect(zmq::socket_type::push, 0, coordinator_stats_);
-    if (!push.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the DP coordinator: ", push.status().message()));
+    if (absl::StartsWith(coordinator_stats_, "udp://")) {
+      // Several nodes: sealed datagrams (core/dp_coordinator.h).
+      absl::StatusOr<std::unique_ptr<ReportDatagramSender>> sender =
+          ReportDatagramSender::Create(coordinator_stats_, coordinator_report_key_);
+      if (!sender.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the DP coordinator: ", sender.status().message()));
+      }
+      report_datagrams_ = *std::move(sender);
+    } else {
+      absl::StatusOr<zmq::socket_t> push = Connect(zmq::socket_type::push, 0, coordinator_stats_);
+      if (!push.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the DP coordinator: ", push.status().message()));
+      }
+      coordinator_.emplace(std::move(*push));
     }
-    coordinator_.emplace(std::move(*push));
     if (!coordinator_waves_.empty()) {
       absl::StatusOr<zmq::socket_t> sub = Connect(zmq::socket_type::sub, 0, coordinator_waves_);
       if (!sub.ok()) {
@@ -541,7 +554,7 @@ class EngineCoreProc::Impl {
   // kPollSlice). The first report also proves the connection (the coordinator then removes
   // its socket files).
   void MaybeReport() {
-    if (!coordinator_.has_value()) return;
+    if (!coordinator_.has_value() && report_datagrams_ == nullptr) return;
     const Scheduler& sched = engine_->scheduler();
     EngineLoadReport report{options_.engine_index, static_cast<int32_t>(sched.num_waiting()),
                             static_cast<int32_t>(sched.running().size()),
@@ -724,6 +737,14 @@ class EngineCoreProc::Impl {
   // One load report to the coordinator. Never blocks: a report is a snapshot, the next one
   // replaces a lost one.
   void SendReport(const std::string& payload) {
+    if (report_datagrams_ != nullptr) {
+      if (!report_datagrams_->Send(payload) && !report_dropped_logged_) {
+        spdlog::warn("engine {}: a load report datagram was not sent: {}", options_.engine_index,
+                     strerror(errno));
+        report_dropped_logged_ = true;
+      }
+      return;
+    }
     try {
       if (!coordinator_->send(zmq::buffer(payload), zmq::send_flags::dontwait)) {
         if (!report_dropped_logged_) {
@@ -760,9 +781,10 @@ class EngineCoreProc::Impl {
   absl::flat_hash_map<std::string, size_t> frontend_of_;
   // The DP coordinator, from CONFIG (empty: none; waves empty: no lockstep). The report PUSH
   // is the output thread's, the wave SUB the input thread's.
-  std::string coordinator_stats_, coordinator_waves_;
+  std::string coordinator_stats_, coordinator_waves_, coordinator_report_key_;
   std::optional<zmq::socket_t> coordinator_, waves_;
-  bool report_dropped_logged_ = false;  // output thread only
+  std::unique_ptr<ReportDatagramSender> report_datagrams_;  // udp:// reports (the output thread's)
+  bool report_dropped_logged_ = false;                      // output thread only
   // Main loop only: the last report sent, and the wave state (vLLM's current_wave,
   // engines_running).
   EngineLoadReport last_report_;

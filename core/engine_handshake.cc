@@ -1,10 +1,14 @@
 #include "core/engine_handshake.h"
 
 #include <msgpack.hpp>
+#include <optional>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "core/dp_coordinator.h"
 #include "ipc/msgpack_util.h"
 
 namespace vllm::core {
@@ -81,7 +85,8 @@ std::string EncodeAddresses(const EngineAddresses& m) {
     peers.emplace_back(Cut(m.peers[i]));
   }
   return PackArray(std::string(Cut(m.input)), std::string(Cut(m.output)), peers,
-                   std::string(Cut(m.coordinator_stats)), std::string(Cut(m.coordinator_waves)));
+                   std::string(Cut(m.coordinator_stats)), std::string(Cut(m.coordinator_waves)),
+                   absl::BytesToHexString(m.coordinator_report_key.substr(0, kReportKeyBytes)));
 }
 
 std::string EncodeHandshakeMessage(std::string_view message) {
@@ -116,7 +121,7 @@ absl::StatusOr<ReadyMessage> DecodeReady(std::string_view bytes) {
 
 absl::StatusOr<EngineAddresses> DecodeAddresses(std::string_view bytes) {
   VLLM_ASSIGN_OR_RETURN(auto oh, Unpack(bytes, "CONFIG"));
-  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 5, "CONFIG"));
+  VLLM_ASSIGN_OR_RETURN(const msgpack::object* f, Fields(oh.get(), 6, "CONFIG"));
   EngineAddresses m;
   VLLM_ASSIGN_OR_RETURN(m.input, Str(f[0], "CONFIG", "input_address", kMaxHandshakeString));
   VLLM_ASSIGN_OR_RETURN(m.output, Str(f[1], "CONFIG", "output_address", kMaxHandshakeString));
@@ -139,6 +144,16 @@ absl::StatusOr<EngineAddresses> DecodeAddresses(std::string_view bytes) {
                         Str(f[4], "CONFIG", "coordinator_waves", kMaxHandshakeString));
   if (m.coordinator_stats.empty() && !m.coordinator_waves.empty()) {
     return absl::InvalidArgumentError("CONFIG: a wave address without a coordinator");
+  }
+  VLLM_ASSIGN_OR_RETURN(const std::string key_hex,
+                        Str(f[5], "CONFIG", "coordinator_report_key", 2 * kReportKeyBytes));
+  const bool datagrams = absl::StartsWith(m.coordinator_stats, "udp://");
+  std::optional<std::string> key = ReportKeyFromHex(key_hex);
+  if (key.has_value()) m.coordinator_report_key = *std::move(key);
+  if (datagrams != !key_hex.empty() || (datagrams && !key.has_value())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CONFIG.coordinator_report_key: expected ", 2 * kReportKeyBytes,
+                     " hex digits with a udp:// report address, and none otherwise"));
   }
   return m;
 }

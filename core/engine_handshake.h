@@ -5,13 +5,15 @@
 //
 //   HELLO   [engine_index, data_parallel_size, host]      engine → frontend
 //   CONFIG  [input_address, output_address, [handshake_address...], coordinator_stats,
-//            coordinator_waves]                          frontend → engine (the list: the
+//            coordinator_waves, coordinator_report_key]  frontend → engine (the list: the
 //                                                          other API servers' handshake
 //                                                          sockets, which the engine joins too;
 //                                                          sent by API server 0 only; then the
 //                                                          DP coordinator's report address and,
 //                                                          in lockstep mode, its wave address:
-//                                                          "" when there is none)
+//                                                          "" when there is none; the report
+//                                                          datagrams' key in hex, "" unless the
+//                                                          report address is udp://)
 //   REJECT  [message]                                     frontend → engine
 //   READY   [engine_index, num_gpu_blocks, max_model_len] engine → frontend
 //   FAILED  [message]                                     engine → frontend
@@ -57,6 +59,9 @@ struct EngineAddresses {
   // lockstep. A wave address needs a report address.
   std::string coordinator_stats;
   std::string coordinator_waves;
+  // udp:// coordinator_stats: the key that seals each report (kReportKeyBytes = 32 raw bytes,
+  // core/dp_coordinator.h); otherwise empty.
+  std::string coordinator_report_key;
   bool operator==(const EngineAddresses&) const = default;
 };
 

@@ -368,6 +368,7 @@ std::string EngineCoreClient::ConfigFrame() const {
   a.peers = peer_handshake_addresses_;
   a.coordinator_stats = options_.coordinator_stats;
   a.coordinator_waves = options_.coordinator_waves;
+  a.coordinator_report_key = options_.coordinator_report_key;
   return core::EncodeAddresses(a);
 }
 

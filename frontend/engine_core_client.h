@@ -77,9 +77,11 @@ struct EngineCoreClientOptions {
   // takes an engine's figures from it when they are newer than the engine's own outputs';
   // CONFIG tells each engine `coordinator_stats`
   // (its reports) and `coordinator_waves` (lockstep; empty: off). CURVE as above over TCP.
+  // A udp:// `coordinator_stats` comes with the key that seals each report (32 bytes).
   std::string coordinator_publish;
   std::string coordinator_stats;
   std::string coordinator_waves;
+  std::string coordinator_report_key;
 };
 
 class EngineCoreClient {

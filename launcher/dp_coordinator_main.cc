@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -99,7 +100,10 @@ absl::Status RunCoordinator(const Flags& flags) {
     // Several nodes: free ports of the head's address, reported to the engines in CONFIG.
     const std::string host =
         flags.host.find(':') != std::string::npos ? absl::StrCat("[", flags.host, "]") : flags.host;
-    o.stats_address = absl::StrCat("tcp://", host, ":0");
+    // Reports as sealed UDP datagrams (core/dp_coordinator.h): at 1024 engines ZMQ's receive
+    // path alone costs more than the coordinator's CPU budget.
+    o.udp_stats_address = absl::StrCat(host, ":0");
+    VLLM_ASSIGN_OR_RETURN(o.report_key, core::NewReportKey());
     o.publish_address = absl::StrCat("tcp://", host, ":0");
     if (flags.waves) o.wave_address = absl::StrCat("tcp://", host, ":0");
     if (!flags.cluster_key_file.empty()) {
@@ -121,9 +125,13 @@ absl::Status RunCoordinator(const Flags& flags) {
     }
     raw->Stop();
   });
-  const std::string line = absl::StrCat(
-      "addresses ", coordinator->stats_endpoint(), " ", coordinator->publish_endpoint(), " ",
-      coordinator->wave_endpoint().empty() ? "-" : coordinator->wave_endpoint(), "\n");
+  const std::string line =
+      absl::StrCat("addresses ",
+                   o.udp_stats_address.empty() ? coordinator->stats_endpoint()
+                                               : coordinator->udp_stats_endpoint(),
+                   " ", coordinator->publish_endpoint(), " ",
+                   coordinator->wave_endpoint().empty() ? "-" : coordinator->wave_endpoint(), " ",
+                   o.report_key.empty() ? "-" : absl::BytesToHexString(o.report_key), "\n");
   absl::Status status = WriteAll(kControlFd, line) ? coordinator->Run()
                                                    : absl::UnavailableError("the launcher is gone");
   raw->Stop();
@@ -219,10 +227,15 @@ absl::StatusOr<std::unique_ptr<DpCoordinatorProcess>> DpCoordinatorProcess::Star
     }
   }
   std::vector<std::string> f = absl::StrSplit(pending.substr(0, pending.find('\n')), ' ');
-  if (f.size() != 4 || f[0] != "addresses") {
+  if (f.size() != 5 || f[0] != "addresses") {
     return absl::InternalError("the DP coordinator: malformed start-up line");
   }
-  p->addresses_ = {f[1], f[2], f[3] == "-" ? "" : f[3]};
+  p->addresses_ = {f[1], f[2], f[3] == "-" ? "" : f[3], ""};
+  if (f[4] != "-") {
+    std::optional<std::string> key = core::ReportKeyFromHex(f[4]);
+    if (!key.has_value()) return absl::InternalError("the DP coordinator: malformed report key");
+    p->addresses_.report_key = *std::move(key);
+  }
   return p;
 }
 

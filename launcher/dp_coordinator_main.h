@@ -4,10 +4,11 @@
 //
 // `vllm-launch dp-coordinator FLAGS` (internal): --parent-pid P --num-engines N
 // --api-servers K [--host IP] [--waves] [--cluster-key-file F]. Binds its sockets (ipc:// in
-// a private directory, or tcp://IP at free ports with --host, CURVE with the cluster key),
-// writes one line "addresses <stats> <publish> <waves or ->" on descriptor 3 (a socketpair
-// to the launcher), then runs until EOF on descriptor 3 (the launcher stops it, or is gone)
-// or its parent's death (PR_SET_PDEATHSIG); it ignores SIGTERM and SIGINT, so that a signal
+// a private directory; or with --host, tcp://IP at free ports, CURVE with the cluster key, and
+// the reports at udp://IP:port sealed with a report key it makes), writes one line
+// "addresses <stats> <publish> <waves or -> <report key in hex or ->" on descriptor 3 (a
+// socketpair to the launcher), then runs until EOF on descriptor 3 (the launcher stops it, or is
+// gone) or its parent's death (PR_SET_PDEATHSIG); it ignores SIGTERM and SIGINT, so that a signal
 // to the whole process group leaves its end to the launcher. Exits 0 on an orderly stop, 1 on a
 // failure, 2 on bad flags.
 //
@@ -36,9 +37,12 @@ int RunDpCoordinator(const std::vector<std::string>& flags);
 
 // Where engines and API servers reach a running coordinator.
 struct DpCoordinatorAddresses {
-  std::string stats;    // engines' load reports (PUSH → PULL)
-  std::string publish;  // publications to the API servers (XPUB → SUB)
-  std::string waves;    // lockstep waves to the engines (XPUB → SUB); empty: no lockstep
+  // Engines' load reports: ipc:// (one node; ZMQ PUSH → PULL) or udp:// (several nodes: sealed
+  // datagrams, core::SealReportDatagram with report_key).
+  std::string stats;
+  std::string publish;     // publications to the API servers (XPUB → SUB)
+  std::string waves;       // lockstep waves to the engines (XPUB → SUB); empty: no lockstep
+  std::string report_key;  // udp:// stats: core::kReportKeyBytes bytes; else empty
 };
 
 struct DpCoordinatorProcessOptions {

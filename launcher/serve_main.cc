@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "config/config_codec.h"
+#include "core/dp_coordinator.h"
 #include "executor/process_launcher.h"
 #include "frontend/api_server.h"
 #include "frontend/async_llm.h"
@@ -359,7 +361,10 @@ absl::Status ServeHeadless(const ServeArgs& args) {
 // socketpair (descriptor 3 there), one line per message:
 //   API server → launcher   "handshake <address>"  its client's handshake socket (first)
 //                           "ready <port>"          it serves HTTP
-//   launcher → API server   "dead <rank> <why>"    a local engine core ended
+//   launcher → API server   "report-key <hex>"     the coordinator's report key (first, only
+//                                                   when the engines report as datagrams:
+//                                                   kept off the command line)
+//                           "dead <rank> <why>"    a local engine core ended
 // EOF on either side: the other is gone.
 struct ApiServerRole {
   int32_t index = 0;
@@ -471,6 +476,7 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
   client_options.coordinator_publish = coordinator_addresses.publish;
   client_options.coordinator_stats = coordinator_addresses.stats;
   client_options.coordinator_waves = coordinator_addresses.waves;
+  client_options.coordinator_report_key = coordinator_addresses.report_key;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::EngineCoreClient> client,
                         frontend::EngineCoreClient::Create(client_options));
   std::vector<std::unique_ptr<EngineProcess>> engines;
@@ -808,6 +814,12 @@ absl::Status ServeApiServers(const ServeArgs& args) {
     server_pids[i].store(child->pid);
     servers[i].exit_fd = child->exit_fd;
     servers[i].control_fd = pair[0];
+    if (coordinator != nullptr && !coordinator->addresses().report_key.empty()) {
+      // Its first line (a failed write shows as its exit below).
+      (void)WriteLine(
+          pair[0],
+          absl::StrCat("report-key ", absl::BytesToHexString(coordinator->addresses().report_key)));
+    }
     servers[i].reader = std::make_unique<LineReader>(pair[0]);
   }
 
@@ -968,6 +980,32 @@ int RunServe(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// An API server's first control line, "report-key <hex>", read a byte at a time (the control
+// thread reads the rest later).
+absl::StatusOr<std::string> ReadReportKey(int fd) {
+  std::string line;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (line.size() < 256) {
+    pollfd p = {fd, POLLIN, 0};
+    const int ms = static_cast<int>(
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()), 0, 1000));
+    if (ms <= 0) break;
+    if (poll(&p, 1, ms) <= 0) continue;
+    char c;
+    const ssize_t n = read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (c == '\n') {
+      std::optional<std::string> key;
+      if (absl::StartsWith(line, "report-key ")) key = core::ReportKeyFromHex(line.substr(11));
+      if (key.has_value()) return *std::move(key);
+      break;
+    }
+    line.push_back(c);
+  }
+  return absl::UnavailableError("no report key from the launcher");
+}
+
 int RunApiServer(const std::vector<std::string>& argv) {
   // argv: --api-server-index I --parent-pid P [--coordinator-publish A --coordinator-stats B
   //       --coordinator-waves C] -- <serve flags>
@@ -986,6 +1024,15 @@ int RunApiServer(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "vllm-launch %s: internal: started by vllm-launch --api-server-count N\n",
                  kApiServerSubcommand);
     return 2;
+  }
+  if (absl::StartsWith(coordinator.stats, "udp://")) {
+    absl::StatusOr<std::string> key = ReadReportKey(config::kConfigFd);
+    if (!key.ok()) {
+      std::fprintf(stderr, "vllm-launch api-server %d: error: %s\n", index,
+                   key.status().ToString().c_str());
+      return 1;
+    }
+    coordinator.report_key = *std::move(key);
   }
   spdlog::set_default_logger(spdlog::stderr_color_mt(absl::StrCat("api-server-", index)));
   // Ends with the launcher (and not at all if it is already gone).

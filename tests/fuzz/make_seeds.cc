@@ -230,6 +230,10 @@ void ConfigSeeds(const fs::path& dir) {
 
 void CoordinatorSeeds(const fs::path& dir) {
   Write(dir, "report", core::EncodeLoadReport({3, 12, 40, 0.75, 1795712674.25}));
+  // Sealed with the fuzzer's fixed key (dp_coordinator_fuzzer.cc), so it opens there.
+  Write(dir, "report_datagram",
+        core::SealReportDatagram(core::EncodeLoadReport({3, 12, 40, 0.75, 1795712674.25}),
+                                 1795712674250000000u, std::string(core::kReportKeyBytes, 'k')));
   core::LoadPublication p;
   p.sequence = 42;
   p.publish_time_ns = 1'000'000'000;
@@ -267,16 +271,17 @@ void HandshakeSeeds(const fs::path& dir) {
   Write(dir, "hello", core::EncodeHello({2, 4, "node-b"}));
   Write(dir, "ready", core::EncodeReady({2, 682, 1024}));
   Write(dir, "config",
-        core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "", ""}));
+        core::EncodeAddresses({"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "", "", ""}));
   Write(dir, "config_peers",
         core::EncodeAddresses(
-            {"ipc:///tmp/x/in", "ipc:///tmp/x/out", {"tcp://10.0.0.1:13346"}, "", ""}));
+            {"ipc:///tmp/x/in", "ipc:///tmp/x/out", {"tcp://10.0.0.1:13346"}, "", "", ""}));
   Write(dir, "config_coordinator",
         core::EncodeAddresses({"tcp://10.0.0.1:41000",
                                "tcp://10.0.0.1:41001",
                                {},
-                               "tcp://10.0.0.1:41002",
-                               "tcp://10.0.0.1:41003"}));
+                               "udp://10.0.0.1:41002",
+                               "tcp://10.0.0.1:41003",
+                               std::string(core::kReportKeyBytes, 'k')}));
   Write(dir, "reject", core::EncodeHandshakeMessage("--data-parallel-size 2 on node b but 4"));
   Write(dir, "heartbeat", core::EncodeHeartbeat(3));
 }

@@ -22,11 +22,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -125,9 +127,14 @@ class MultinodeDpTest : public testing::ServeTest {
     EXPECT_TRUE(absl::StrContains(*line, "headless")) << *line;
   }
 
-  // Starts the head on node A (returns once every engine joined and it serves).
-  void StartHead(const std::vector<std::string>& args) {
-    ASSERT_NO_FATAL_FAILURE(StartServer(args, Env(nodes_->InA({}))));
+  // Starts the head on node A (returns once every engine joined and it serves). With
+  // `stderr_file`, the head's stderr (its processes' logs) goes there instead.
+  void StartHead(const std::vector<std::string>& args, const std::string& stderr_file = "") {
+    std::vector<std::string> prefix = Env(nodes_->InA({}));
+    if (!stderr_file.empty()) {
+      prefix.insert(prefix.end(), {"/bin/sh", "-c", "exec \"$@\" 2>>\"$0\"", stderr_file});
+    }
+    ASSERT_NO_FATAL_FAILURE(StartServer(args, prefix));
   }
 
   // Greedy completions of kPrompts, all at once, from inside node A.
@@ -311,7 +318,10 @@ TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
   ASSERT_NO_FATAL_FAILURE(StartNodeB(b));
   std::vector<std::string> a = Common("4");
   a.insert(a.end(), {"-dpl", "2", "--cluster-key-file", key_file_});
-  ASSERT_NO_FATAL_FAILURE(StartHead(a));
+  const std::string head_log = absl::StrCat(::testing::TempDir(), "/vllm-head-log-", getpid());
+  unlink(head_log.c_str());
+  absl::Cleanup remove_log = [&] { unlink(head_log.c_str()); };
+  ASSERT_NO_FATAL_FAILURE(StartHead(a, head_log));
   // Two engine cores under each node's launcher.
   EXPECT_EQ(testing::ChildrenRunning(server_->pid(), "engine-core").size(), 2u);
   EXPECT_EQ(testing::ChildrenOf(headless_[0].pid()).size(), 2u);
@@ -377,6 +387,17 @@ TEST_F(MultinodeDpTest, FourReplicasOnTwoNodesServeFailAndRejoin) {
 
   ASSERT_NO_FATAL_FAILURE(StopNodeB());
   ASSERT_NO_FATAL_FAILURE(StopHead());
+  // Every engine's load reports reached the coordinator as sealed datagrams, none refused:
+  // its summary line at exit is "DP coordinator: N reports (0 dropped), ...".
+  std::ifstream in(head_log);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::smatch summary;
+  ASSERT_TRUE(std::regex_search(log, summary,
+                                std::regex(R"(DP coordinator: (\d+) reports \((\d+) dropped\))")))
+      << log;
+  EXPECT_GE(std::stoll(summary[1].str()), 4) << summary[0];
+  EXPECT_EQ(summary[2].str(), "0") << summary[0];
+  EXPECT_TRUE(absl::StrContains(log, "reports at udp://")) << "reports not sent as datagrams";
 }
 
 // The head node dies (kill -9 of its launcher: its own engines follow it) and comes back:

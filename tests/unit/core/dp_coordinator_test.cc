@@ -15,6 +15,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -353,38 +354,87 @@ TEST(DpCoordinatorLateEngineTest, ASilentEngineDoesNotHoldTheWave) {
   runner.join();
 }
 
-// The experimental UDP report socket: a datagram report reaches the publication; an oversized
-// datagram and garbage are counted and dropped.
-TEST(DpCoordinatorUdpTest, DatagramReportsArePublished) {
+// Report datagrams: the sealed report reaches the publication; an oversized datagram, garbage,
+// a report sealed with another key, a tampered one and a replay of the accepted one are counted
+// and dropped.
+class DpCoordinatorUdpTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DpCoordinatorUdpTest, SealedDatagramReportsArePublished) {
+  const std::string host = GetParam();
+  const int family = host == "[::1]" ? AF_INET6 : AF_INET;
+  const int probe = socket(family, SOCK_DGRAM, 0);
+  if (family == AF_INET6) {
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_loopback;
+    const bool bound = probe >= 0 && bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (probe >= 0) close(probe);
+    if (!bound) GTEST_SKIP() << "no IPv6 loopback here";
+  } else if (probe >= 0) {
+    close(probe);
+  }
+  absl::StatusOr<std::string> key = NewReportKey();
+  ASSERT_TRUE(key.ok()) << key.status();
   DpCoordinatorOptions o;
   o.num_engines = 2;
-  o.stats_address = o.publish_address = "tcp://127.0.0.1:0";
-  o.udp_stats_address = "127.0.0.1:0";
+  o.publish_address = "tcp://127.0.0.1:0";  // no ZMQ report socket
+  o.udp_stats_address = host + ":0";
+  o.report_key = *key;
   o.publish_interval = absl::Milliseconds(10);
   auto c = DpCoordinator::Create(o);
   ASSERT_TRUE(c.ok()) << c.status();
   DpCoordinator& coordinator = **c;
-  ASSERT_TRUE(absl::StartsWith(coordinator.udp_stats_endpoint(), "udp://127.0.0.1:"));
+  EXPECT_TRUE(coordinator.stats_endpoint().empty());
+  ASSERT_TRUE(absl::StartsWith(coordinator.udp_stats_endpoint(), "udp://" + host + ":"))
+      << coordinator.udp_stats_endpoint();
   std::thread runner([&] { EXPECT_TRUE(coordinator.Run().ok()); });
   zmq::socket_t sub(ipc::ZmqContext(), zmq::socket_type::sub);
   sub.set(zmq::sockopt::linger, 0);
   sub.set(zmq::sockopt::subscribe, "");
   sub.connect(coordinator.publish_endpoint());
 
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
+  auto sender = ReportDatagramSender::Create(coordinator.udp_stats_endpoint(), *key);
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  // Raw datagrams from a socket of our own, to the same port.
+  sockaddr_storage addr{};
+  socklen_t len = 0;
   const std::string& ep = coordinator.udp_stats_endpoint();
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1))));
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  const uint16_t port = static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
+  if (family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(port);
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &a->sin_addr);
+    len = sizeof *a;
+  }
+  const int fd = socket(family, SOCK_DGRAM, 0);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string big(1000, 'x'), garbage = "\xc1";
-  ASSERT_GT(send(fd, big.data(), big.size(), 0), 0);
-  ASSERT_GT(send(fd, garbage.data(), garbage.size(), 0), 0);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  auto raw = [&](const std::string& d) { return send(fd, d.data(), d.size(), 0) > 0; };
   const std::string report = EncodeLoadReport({1, 4, 2, 0.5, 7.0});
-  ASSERT_GT(send(fd, report.data(), report.size(), 0), 0);
+  std::string other_key = *key;
+  other_key[0] ^= 1;
+  std::string tampered = SealReportDatagram(EncodeLoadReport({1, 9, 2, 0.5, 7.0}), 5, *key);
+  tampered[2] ^= 1;
+  const std::string sealed = SealReportDatagram(report, 1000, *key);
+  ASSERT_TRUE(raw(std::string(1000, 'x')));
+  ASSERT_TRUE(raw("\xc1"));
+  ASSERT_TRUE(raw(report));  // unsealed
+  ASSERT_TRUE(raw(SealReportDatagram(EncodeLoadReport({1, 9, 9, 0.5, 7.0}), 2, other_key)));
+  ASSERT_TRUE(raw(tampered));
+  ASSERT_TRUE(raw(sealed));
+  ASSERT_TRUE(raw(sealed));  // a replay
+  ASSERT_TRUE(raw(SealReportDatagram(EncodeLoadReport({1, 8, 8, 0.5, 7.0}), 999, *key)));  // older
+  // Engine 0 through the sender (sequence = its clock, far above 1000).
+  ASSERT_TRUE((*sender)->Send(EncodeLoadReport({0, 3, 1, 0.25, 8.0})));
   bool seen = false;
+  LoadPublication last;
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (!seen && absl::Now() < deadline) {
     zmq::pollitem_t item{sub.handle(), 0, ZMQ_POLLIN, 0};
@@ -392,15 +442,51 @@ TEST(DpCoordinatorUdpTest, DatagramReportsArePublished) {
     zmq::message_t msg;
     if (!(item.revents & ZMQ_POLLIN) || !sub.recv(msg)) continue;
     absl::StatusOr<LoadPublication> p = DecodeLoadPublication(msg.to_string_view());
-    seen = p.ok() && p->engines.size() == 2 &&
+    if (!p.ok() || p->engines.size() != 2) continue;
+    last = *p;
+    seen = p->engines[0] == PublishedEngineLoad{3, 1, 0.25, true, 8.0} &&
            p->engines[1] == PublishedEngineLoad{4, 2, 0.5, true, 7.0};
   }
   close(fd);
   coordinator.Stop();
   runner.join();
-  EXPECT_TRUE(seen) << "the datagram's figures were never published";
-  EXPECT_EQ(coordinator.reports_dropped(), 2u);
-  EXPECT_EQ(coordinator.reports_received(), 3u);
+  EXPECT_TRUE(seen) << "the sealed reports' figures were never published (last: engine 1 "
+                    << (last.engines.size() == 2 ? last.engines[1].waiting : -1) << " waiting)";
+  EXPECT_EQ(coordinator.reports_received(), 9u);
+  EXPECT_EQ(coordinator.reports_dropped(), 7u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DpCoordinatorUdpTest, ::testing::Values("127.0.0.1", "[::1]"));
+
+TEST(ReportDatagramTest, SealOpenAndRefusals) {
+  absl::StatusOr<std::string> key = NewReportKey();
+  ASSERT_TRUE(key.ok());
+  ASSERT_EQ(key->size(), kReportKeyBytes);
+  EXPECT_NE(*key, *NewReportKey());
+  const std::string report = EncodeLoadReport({3, 1, 2, 0.125, 9.5});
+  const std::string sealed = SealReportDatagram(report, 0x0102030405060708u, *key);
+  EXPECT_LE(sealed.size(), kMaxReportDatagram);
+  absl::StatusOr<OpenedReportDatagram> opened = OpenReportDatagram(sealed, *key);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->report, report);
+  EXPECT_EQ(opened->sequence, 0x0102030405060708u);
+  // Every single-bit flip is caught.
+  for (size_t i = 0; i < sealed.size(); ++i) {
+    std::string flipped = sealed;
+    flipped[i] ^= 0x10;
+    EXPECT_FALSE(OpenReportDatagram(flipped, *key).ok()) << "byte " << i;
+  }
+  EXPECT_FALSE(OpenReportDatagram(sealed.substr(0, 24), *key).ok());
+  EXPECT_FALSE(OpenReportDatagram(std::string(kMaxReportDatagram + 1, 'a'), *key).ok());
+  // Keys in hex.
+  EXPECT_EQ(ReportKeyFromHex(absl::BytesToHexString(*key)), *key);
+  EXPECT_FALSE(ReportKeyFromHex(std::string(64, 'z')).has_value());
+  EXPECT_FALSE(ReportKeyFromHex("abcd").has_value());
+  // Senders refuse what they cannot use.
+  EXPECT_FALSE(ReportDatagramSender::Create("tcp://127.0.0.1:5", *key).ok());
+  EXPECT_FALSE(ReportDatagramSender::Create("udp://127.0.0.1:5", "short").ok());
+  EXPECT_FALSE(ReportDatagramSender::Create("udp://nohost", *key).ok());
+  EXPECT_FALSE(ReportDatagramSender::Create("udp://[::1:5", *key).ok());
 }
 
 TEST(DpCoordinatorCreateTest, RefusesWhatItCannotServe) {
@@ -411,6 +497,16 @@ TEST(DpCoordinatorCreateTest, RefusesWhatItCannotServe) {
   EXPECT_TRUE(absl::IsInvalidArgument(DpCoordinator::Create(o).status()));
   o.num_engines = 2;
   EXPECT_FALSE(DpCoordinator::Create(o).ok());  // cannot bind there
+  // Datagrams need a key of the right size, and some report address is needed.
+  o.stats_address = "";
+  o.publish_address = "tcp://127.0.0.1:0";
+  EXPECT_TRUE(absl::IsInvalidArgument(DpCoordinator::Create(o).status()));
+  o.udp_stats_address = "127.0.0.1:0";
+  o.report_key = "short";
+  EXPECT_TRUE(absl::IsInvalidArgument(DpCoordinator::Create(o).status()));
+  o.report_key = std::string(kReportKeyBytes, 'k');
+  o.udp_stats_address = "localhost:0";  // a name, not an address
+  EXPECT_TRUE(absl::IsInvalidArgument(DpCoordinator::Create(o).status()));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/dp_coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "msgpack.hpp"
@@ -25,24 +26,42 @@ TEST(EngineHandshakeTest, RoundTrips) {
   EXPECT_EQ(*DecodeHello(EncodeHello(hello)), hello);
   const ReadyMessage ready{3, 682, 1024};
   EXPECT_EQ(*DecodeReady(EncodeReady(ready)), ready);
-  const EngineAddresses addresses{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "", ""};
+  const EngineAddresses addresses{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "", "", ""};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(addresses)), addresses);
   // --api-server-count 3: API server 0 names the other two handshake sockets.
   const EngineAddresses with_peers{"ipc:///tmp/a/in",
                                    "ipc:///tmp/a/out",
                                    {"tcp://10.0.0.1:13346", "tcp://10.0.0.1:13347"},
                                    "",
+                                   "",
                                    ""};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_peers)), with_peers);
   // A DP coordinator: its report address and, in lockstep mode, its wave address.
-  const EngineAddresses with_coordinator{"tcp://10.0.0.1:41000",
-                                         "tcp://10.0.0.1:41001",
-                                         {},
-                                         "tcp://10.0.0.1:41002",
-                                         "tcp://10.0.0.1:41003"};
+  const EngineAddresses with_coordinator{"tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {},
+                                         "ipc:///tmp/a/stats",   "tcp://10.0.0.1:41003", ""};
   EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_coordinator)), with_coordinator);
-  // A wave address without a coordinator is off-schema.
-  EXPECT_FALSE(DecodeAddresses(EncodeAddresses({"a", "b", {}, "", "tcp://h:1"})).ok());
+  // Several nodes: reports as sealed datagrams, with the key that seals them.
+  std::string key(kReportKeyBytes, '\0');
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<char>(i * 37 + 200);
+  const EngineAddresses with_datagrams{
+      "tcp://10.0.0.1:41000", "tcp://10.0.0.1:41001", {}, "udp://10.0.0.1:41002", "", key};
+  EXPECT_EQ(*DecodeAddresses(EncodeAddresses(with_datagrams)), with_datagrams);
+  // A wave address without a coordinator is off-schema; so is a udp:// report address without
+  // a key, or a key with a ZMQ one.
+  EXPECT_FALSE(DecodeAddresses(EncodeAddresses({"a", "b", {}, "", "tcp://h:1", ""})).ok());
+  EXPECT_FALSE(DecodeAddresses(EncodeAddresses({"a", "b", {}, "udp://h:1", "", ""})).ok());
+  EXPECT_FALSE(DecodeAddresses(EncodeAddresses({"a", "b", {}, "ipc:///x", "", key})).ok());
+  // A key that is not 64 hex digits.
+  EXPECT_FALSE(
+      DecodeAddresses(
+          Pack(std::make_tuple(std::string("a"), std::string("b"), std::vector<std::string>{},
+                               std::string("udp://h:1"), std::string(""), std::string(64, 'g'))))
+          .ok());
+  EXPECT_FALSE(
+      DecodeAddresses(
+          Pack(std::make_tuple(std::string("a"), std::string("b"), std::vector<std::string>{},
+                               std::string("udp://h:1"), std::string(""), std::string(62, 'a'))))
+          .ok());
   EXPECT_EQ(*DecodeHandshakeMessage(EncodeHandshakeMessage("--data-parallel-size 2")),
             "--data-parallel-size 2");
   EXPECT_EQ(*DecodeHeartbeat(EncodeHeartbeat(7)), 7);
@@ -54,7 +73,7 @@ TEST(EngineHandshakeTest, EncodersBoundWhatTheySend) {
   EXPECT_EQ(DecodeHandshakeMessage(EncodeHandshakeMessage(std::string(5000, 'm')))->size(),
             kMaxHandshakeString);
   // More peers than the decoder takes are cut to its limit.
-  EngineAddresses many{"a", "b", std::vector<std::string>(200, "tcp://h:1"), "", ""};
+  EngineAddresses many{"a", "b", std::vector<std::string>(200, "tcp://h:1"), "", "", ""};
   EXPECT_EQ(DecodeAddresses(EncodeAddresses(many))->peers.size(), kMaxFrontends - 1);
 }
 
