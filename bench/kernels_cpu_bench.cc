@@ -18,6 +18,8 @@
 //                   head_dim 128, block 16; time per call and GB/s of K+V read (every cached
 //                   byte once). prefill: one 512-token sequence from scratch, GFLOP/s. Each
 //                   with threads = 1 (the serial kernel) and 2 (the rank pool on 2 cores).
+//                   tiny-*: the bundled model's heads (8 query / 4 KV, head_dim 32) at the
+//                   serving benchmark's shapes, one thread.
 //   SampleRow       one 128K-vocab row: top-k 50, top-p 0.9, unfiltered.
 //
 // All times are wall-clock (UseRealTime): OpenBLAS runs its own threads.
@@ -200,29 +202,36 @@ BENCHMARK(BM_LinearMixed)
 
 struct AttentionSetup {
   int32_t num_seqs, context, q_len, q_heads, kv_heads, head_dim, block_size;
+  // 0: the sequences' blocks back to back; else a cache of this many blocks, the sequences'
+  // blocks spread over it (as a serving engine's block pool hands them out), and each call
+  // of the loop on other blocks (8 sets in turn, as the layers of a step: more than the L3).
+  int32_t cache_blocks = 0;
 };
 
-// Args: num_seqs, context (tokens cached before the step), q_len (new tokens per sequence).
-void BM_PagedAttention(benchmark::State& state) {
-  const AttentionSetup a{static_cast<int32_t>(state.range(0)),
-                         static_cast<int32_t>(state.range(1)),
-                         static_cast<int32_t>(state.range(2)),
-                         32,
-                         8,
-                         128,
-                         16};
+// Args: num_seqs, context (tokens cached before the step), q_len (new tokens per sequence),
+// threads; heads and head_dim from `a`.
+void RunPagedAttention(benchmark::State& state, AttentionSetup a) {
+  a.num_seqs = static_cast<int32_t>(state.range(0));
+  a.context = static_cast<int32_t>(state.range(1));
+  a.q_len = static_cast<int32_t>(state.range(2));
   const int32_t seq_len = a.context + a.q_len;
   const int32_t blocks_per_seq = (seq_len + a.block_size - 1) / a.block_size;
   const int64_t row = static_cast<int64_t>(a.kv_heads) * a.head_dim;
-  const int64_t cache_floats =
-      static_cast<int64_t>(a.num_seqs) * blocks_per_seq * a.block_size * row;
+  const int32_t used_blocks = a.num_seqs * blocks_per_seq;
+  const int32_t num_blocks = std::max(used_blocks, a.cache_blocks);
+  const int64_t cache_floats = static_cast<int64_t>(num_blocks) * a.block_size * row;
   const std::vector<float> k_cache = Filled(cache_floats, 3);
   const std::vector<float> v_cache = Filled(cache_floats, 4);
   const int64_t tokens = static_cast<int64_t>(a.num_seqs) * a.q_len;
   const std::vector<float> q = Filled(tokens * a.q_heads * a.head_dim, 5);
   std::vector<float> out(q.size());
-  std::vector<int32_t> block_tables(a.num_seqs * blocks_per_seq);
+  const int32_t table_sets = a.cache_blocks > 8 * used_blocks ? 8 : 1;
+  std::vector<int32_t> block_tables(static_cast<size_t>(table_sets) * used_blocks);
   std::iota(block_tables.begin(), block_tables.end(), 0);
+  if (table_sets > 1) {
+    // A stride coprime with the cache size (7919 is prime): distinct blocks, far apart.
+    for (int32_t& b : block_tables) b = static_cast<int32_t>(int64_t{b} * 7919 % num_blocks);
+  }
   std::vector<int32_t> query_start_loc(a.num_seqs + 1), seq_lens(a.num_seqs, seq_len);
   for (int32_t s = 0; s <= a.num_seqs; ++s) query_start_loc[s] = s * a.q_len;
   AttentionMetadata meta;
@@ -237,7 +246,9 @@ void BM_PagedAttention(benchmark::State& state) {
   // kernel the pool replaced.
   const int threads_before = KernelThreadPool().num_threads();
   SetBlasNumThreads(static_cast<int>(state.range(3)));
+  int64_t call = 0;
   for (auto _ : state) {
+    meta.block_tables = block_tables.data() + (call++ % table_sets) * used_blocks;
     PagedAttention(q.data(), k_cache.data(), v_cache.data(), out.data(), meta, a.q_heads,
                    a.kv_heads, a.head_dim, scale);
     benchmark::DoNotOptimize(out.data());
@@ -253,6 +264,21 @@ void BM_PagedAttention(benchmark::State& state) {
   SetGflops(state, 4.0 * a.num_seqs * a.q_heads * a.head_dim * key_visits);
 }
 
+// Llama-3-8B's heads: 32 query / 8 KV, head_dim 128.
+void BM_PagedAttention(benchmark::State& state) {
+  RunPagedAttention(state, {0, 0, 0, 32, 8, 128, 16});
+}
+
+// The bundled kjv-llama-tiny's heads: 8 query / 4 KV, head_dim 32.
+void BM_PagedAttentionTiny(benchmark::State& state) {
+  RunPagedAttention(state, {0, 0, 0, 8, 4, 32, 16});
+}
+
+// The same over a 16 K-block cache (128 MiB of K and of V).
+void BM_PagedAttentionTinyScattered(benchmark::State& state) {
+  RunPagedAttention(state, {0, 0, 0, 8, 4, 32, 16, 16 * 1024});
+}
+
 BENCHMARK(BM_PagedAttention)
     ->Name("PagedAttention/decode")
     ->Args({32, 1023, 1, 1})
@@ -266,6 +292,28 @@ BENCHMARK(BM_PagedAttention)
     ->Name("PagedAttention/prefill")
     ->Args({1, 0, 512, 1})
     ->Args({1, 0, 512, 2})
+    ->ArgNames({"seqs", "context", "q_len", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The serving benchmark's shapes (128-token prompts, 64 outputs): a decode step of 64
+// sequences at context 160, and one 128-token prompt.
+BENCHMARK(BM_PagedAttentionTiny)
+    ->Name("PagedAttention/tiny-decode")
+    ->Args({64, 159, 1, 1})
+    ->ArgNames({"seqs", "context", "q_len", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PagedAttentionTinyScattered)
+    ->Name("PagedAttention/tiny-decode-scattered")
+    ->Args({64, 159, 1, 1})
+    ->ArgNames({"seqs", "context", "q_len", "threads"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PagedAttentionTiny)
+    ->Name("PagedAttention/tiny-prefill")
+    ->Args({1, 0, 128, 1})
+    ->Args({1, 0, 512, 1})
     ->ArgNames({"seqs", "context", "q_len", "threads"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);

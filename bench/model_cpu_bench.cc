@@ -4,16 +4,20 @@
 //   decode   B requests with 32-token prompts generating G tokens each, timed after every
 //            request has its first token: generated tokens per second and ms per step.
 // A decode step streams every layer weight and the lm_head once (not the embedding table, of
-// which it reads a row per token), so its floor is those bytes ÷ the read bandwidth, measured
-// here by two threads scanning a 1 GiB buffer with memchr; the table reports each decode step as a
-// multiple of that floor. Prefill is reported in GFLOP/s (2 × layer parameters per token)
-// against the sgemm peak measured in the same run (kernels::cpu::Linear, 2048³).
+// which it reads a row per token) and, in attention, every cached K and V of each sequence
+// (context length × layers × 2 × kv_heads × head_dim × 4 bytes), so its memory floor is
+// those bytes ÷ the read bandwidth (ReadBandwidth); its compute floor is 2 × those
+// parameters × batch ÷ the sgemm peak. The table reports each decode step as a multiple of
+// the memory floor, the compute floor, and the step ÷ the larger of the two. Prefill is reported in
+// GFLOP/s (2 × layer parameters per token) against the sgemm peak measured in the same run
+// (kernels::cpu::Linear, 2048³).
 //
 // Models: the bundled models/kjv-llama-tiny (when present) and a dummy Llama-3-8B-shaped
 // model (hidden 4096, 32 heads, 8 KV heads, intermediate 14336, vocab 128256) with
 // --layers layers (default 2), random weights (--load-format dummy).
 //
-//   build/release/bin/model_cpu_bench [--layers N] [--quick]
+//   build/release/bin/model_cpu_bench [--layers N] [--quick] [--tiny-only]
+// (--tiny-only: the bundled model alone, for quick A/B runs of the kernels.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -108,19 +112,24 @@ core::EngineCoreRequest Request(const std::string& id, int32_t prompt_len, int32
 struct Row {
   std::string model, what;
   double tokens_per_s = 0, ms_per_step = 0;
-  double floor_x = 0;  // step time ÷ (streamed weight bytes ÷ read bandwidth)
-  double gflops = 0;   // prefill: 2 × layer parameters × tokens/s
+  double floor_x = 0;     // step time ÷ ((weight + K/V bytes read) ÷ read bandwidth)
+  double compute_ms = 0;  // 2 × streamed parameters × batch ÷ sgemm peak
+  double bound_x = 0;     // step time ÷ max(memory floor, compute floor)
+  double gflops = 0;      // prefill: 2 × layer parameters × tokens/s
 };
 
 absl::Status Measure(const std::string& name, const config::EngineArgs& args, bool quick,
-                     double bandwidth, std::vector<Row>* rows) {
+                     double bandwidth, double peak_gflops, std::vector<Row>* rows) {
   VLLM_ASSIGN_OR_RETURN(auto engine, frontend::LLMEngine::Create(args));
   const int32_t vocab = engine->model_config().vocab_size;
   const worker::ModelConfig& config = engine->model_config();
   const double layer_params = LayerParams(config);
-  const double streamed_bytes =
-      4.0 * (layer_params + static_cast<double>(config.vocab_size) * config.hidden_size);
-  const double floor_s = streamed_bytes / bandwidth;
+  const double streamed_params =
+      layer_params + static_cast<double>(config.vocab_size) * config.hidden_size;
+  const double streamed_bytes = 4.0 * streamed_params;
+  // K and V bytes attention reads per cached token of one sequence.
+  const double kv_bytes_per_token =
+      4.0 * config.num_hidden_layers * 2.0 * config.num_key_value_heads * config.head_dim;
   int64_t id = 0;
   // Prefill.
   const int32_t prompt = quick ? 128 : 512;
@@ -129,8 +138,9 @@ absl::Status Measure(const std::string& name, const config::EngineArgs& args, bo
     VLLM_RETURN_IF_ERROR(
         engine->Generate({Request(absl::StrCat("p", id++), prompt, 1, vocab)}).status());
     const double tokens_per_s = prompt / Seconds(t0, Clock::now());
-    rows->push_back({name, absl::StrCat("prefill ", prompt), tokens_per_s, 0, 0,
-                     2.0 * layer_params * tokens_per_s / 1e9});
+    Row row{name, absl::StrCat("prefill ", prompt), tokens_per_s};
+    row.gflops = 2.0 * layer_params * tokens_per_s / 1e9;
+    rows->push_back(row);
   }
   // Decode at several batch sizes.
   const int32_t gen = quick ? 8 : 32;
@@ -145,16 +155,27 @@ absl::Status Measure(const std::string& name, const config::EngineArgs& args, bo
       for (const auto& r : progressed) started += r.output_token_ids.size() == 1;
     }
     int64_t tokens = 0, steps = 0;
+    double context_tokens = 0;  // Σ over steps and sequences of the keys attention read
     auto t0 = Clock::now();
     while (engine->HasUnfinishedRequests()) {
       VLLM_ASSIGN_OR_RETURN(auto progressed, engine->Step());
       tokens += static_cast<int64_t>(progressed.size());
       ++steps;
+      // The step cached the previous output token and attended over everything before it.
+      for (const auto& r : progressed) {
+        context_tokens +=
+            static_cast<double>(r.prompt_token_ids.size() + r.output_token_ids.size() - 1);
+      }
     }
     const double s = Seconds(t0, Clock::now());
     const double step_s = s / static_cast<double>(steps);
-    rows->push_back(
-        {name, absl::StrCat("decode batch ", batch), tokens / s, 1e3 * step_s, step_s / floor_s});
+    const double memory_floor_s =
+        (streamed_bytes + kv_bytes_per_token * context_tokens / static_cast<double>(steps)) /
+        bandwidth;
+    const double compute_floor_s = 2.0 * streamed_params * batch / (peak_gflops * 1e9);
+    rows->push_back({name, absl::StrCat("decode batch ", batch), tokens / s, 1e3 * step_s,
+                     step_s / memory_floor_s, 1e3 * compute_floor_s,
+                     step_s / std::max(memory_floor_s, compute_floor_s)});
   }
   return absl::OkStatus();
 }
@@ -162,13 +183,16 @@ absl::Status Measure(const std::string& name, const config::EngineArgs& args, bo
 int Main(int argc, char** argv) {
   int32_t layers = 2;
   bool quick = false;
+  bool tiny_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) {
       layers = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--tiny-only") == 0) {
+      tiny_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--layers N] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--layers N] [--quick] [--tiny-only]\n", argv[0]);
       return 2;
     }
   }
@@ -192,9 +216,11 @@ int Main(int argc, char** argv) {
   big.load_format = config::LoadFormat::kDummy;
   big.max_model_len = 2048;
   big.kv_cache_memory_bytes = int64_t{1} << 30;
-  models.push_back({absl::StrCat("llama-3-8b shape, ", layers, " layers (dummy)"), big});
+  if (!tiny_only) {
+    models.push_back({absl::StrCat("llama-3-8b shape, ", layers, " layers (dummy)"), big});
+  }
   for (const Model& m : models) {
-    if (absl::Status s = Measure(m.name, m.args, quick, bandwidth, &rows); !s.ok()) {
+    if (absl::Status s = Measure(m.name, m.args, quick, bandwidth, peak, &rows); !s.ok()) {
       std::fprintf(stderr, "%s: %s\n", m.name.c_str(), s.ToString().c_str());
       return 1;
     }
@@ -202,15 +228,18 @@ int Main(int argc, char** argv) {
   std::printf("weight streaming (sgemv, 1 GiB): %.1f GB/s; sgemm 2048³ peak: %.1f GFLOP/s\n\n",
               bandwidth / 1e9, peak);
   std::printf(
-      "| model | run | tokens/s | ms/step | decode: step ÷ streaming floor | prefill: "
-      "GFLOP/s (÷ sgemm peak) |\n");
-  std::printf("|---|---|---:|---:|---:|---:|\n");
+      "| model | run | tokens/s | ms/step | decode: step ÷ streaming floor (weights + K/V) | "
+      "decode: compute floor ms | decode: step ÷ max(floors) | prefill: GFLOP/s (÷ sgemm "
+      "peak) |\n");
+  std::printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows) {
     const bool decode = r.ms_per_step > 0;
     std::printf(
-        "| %s | %s | %.1f | %s | %s | %s |\n", r.model.c_str(), r.what.c_str(), r.tokens_per_s,
-        decode ? absl::StrFormat("%.2f", r.ms_per_step).c_str() : "—",
+        "| %s | %s | %.1f | %s | %s | %s | %s | %s |\n", r.model.c_str(), r.what.c_str(),
+        r.tokens_per_s, decode ? absl::StrFormat("%.2f", r.ms_per_step).c_str() : "—",
         decode ? absl::StrFormat("%.2f×", r.floor_x).c_str() : "—",
+        decode ? absl::StrFormat("%.2f", r.compute_ms).c_str() : "—",
+        decode ? absl::StrFormat("%.2f×", r.bound_x).c_str() : "—",
         decode ? "—" : absl::StrFormat("%.1f (%.0f %%)", r.gflops, 100 * r.gflops / peak).c_str());
   }
   return 0;

@@ -16,6 +16,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec.h"
+#include "kernels/cpu/vec_avx512.h"
 
 namespace vllm::kernels::cpu {
 namespace {
@@ -97,8 +98,152 @@ void AccumulateBlock(const Shape& sh, TileState& st, int32_t vec, const float* k
   AccumulateWeightedRows(scores, v, sh.kv_slot_stride, n, acc, d);
 }
 
+// Folds n keys of one block into a vector's running softmax; AccumulateBlock's contract.
+using BlockFn = void (*)(const Shape& sh, TileState& st, int32_t vec, const float* k,
+                         const float* v, int32_t n);
+
+#if VLLM_HAVE_AVX512_HELPERS
+// AVX-512 for head_dim = 16 · DC: 16 keys at a time. Each key's dot product is DC FMAs into
+// one register, and a transpose-add tree (45 shuffles and adds for 16 keys) turns the 16
+// registers into one register of 16 scores, so the max, exp and sum run 16 wide; p · v is a
+// broadcast and DC FMAs per key into accumulators held in registers. Same online softmax
+// as AccumulateBlock; the sums run in another order and exp is a polynomial (within 2 ulp of
+// expf), so results differ from the portable path in the last bits.
+VLLM_AVX512_BEGIN
+namespace avx512 {
+#define VLLM_ATTN_TARGET VLLM_AVX512_TARGET
+using internal::avx512::Exp;
+using internal::avx512::ReduceAdd;
+using internal::avx512::ReduceMax;
+using internal::avx512::ReduceTranspose16;
+using internal::avx512::SumPair;
+
+template <int DC>
+VLLM_ATTN_TARGET void AccumulateBlock(const Shape& sh, TileState& st, int32_t vec, const float* k,
+                                      const float* v, int32_t n) {
+  constexpr int32_t d = 16 * DC;
+  const float* qv = st.q.data() + static_cast<int64_t>(vec) * d;
+  float* acc_mem = st.acc.data() + static_cast<int64_t>(vec) * d;
+  __m512 q[DC], acc[DC];
+  for (int c = 0; c < DC; ++c) {
+    q[c] = _mm512_loadu_ps(qv + 16 * c);
+    acc[c] = _mm512_loadu_ps(acc_mem + 16 * c);
+  }
+  float max = st.max[vec], sum = st.sum[vec];
+  alignas(64) float p[16];
+  for (int32_t i0 = 0; i0 < n; i0 += 16) {
+    const int32_t m = std::min<int32_t>(16, n - i0);
+    // All 16 lanes, a short chunk repeating its last key (masked off below): the loop has a
+    // constant trip count, and pairs of keys are folded at once, so all stays in registers.
+    const auto key_dot = [&](int32_t i) VLLM_ATTN_TARGET {
+      const float* key = k + (i0 + std::min(i, m - 1)) * sh.kv_slot_stride;
+      __m512 t = _mm512_mul_ps(q[0], _mm512_loadu_ps(key));
+#pragma GCC unroll 16
+      for (int c = 1; c < DC; ++c) t = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(key + 16 * c), t);
+      return t;
+    };
+    __m512 s2[8];
+#pragma GCC unroll 8
+    for (int32_t pair = 0; pair < 8; ++pair) {
+      s2[pair] = SumPair(key_dot(2 * pair), key_dot(2 * pair + 1));
+    }
+    const __mmask16 valid = static_cast<__mmask16>((1u << m) - 1);
+    __m512 scores = ReduceTranspose16(s2);
+    if (sh.soft_cap > 0.0f) {
+      _mm512_store_ps(p, scores);
+      const float inv_cap = 1.0f / sh.soft_cap;
+      for (int32_t i = 0; i < m; ++i) p[i] = sh.soft_cap * std::tanh(p[i] * inv_cap);
+      scores = _mm512_load_ps(p);
+    }
+    const float chunk_max = ReduceMax(_mm512_mask_blend_ps(
+        valid, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), scores));
+    const float new_max = std::max(max, chunk_max);
+    if (new_max > max) {
+      // exp(-inf) = 0 on the first chunk, which also clears nothing that was not zero.
+      const float correction = std::exp(max - new_max);
+      sum *= correction;
+      const __m512 cv = _mm512_set1_ps(correction);
+      for (int c = 0; c < DC; ++c) acc[c] = _mm512_mul_ps(acc[c], cv);
+      max = new_max;
+    }
+    const __m512 e =
+        _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(scores, _mm512_set1_ps(new_max))));
+    sum += ReduceAdd(e);
+    _mm512_store_ps(p, e);
+    // kSets independent accumulator sets (keys round-robin), so the FMAs do not wait on each
+    // other's latency; folded into acc after the chunk.
+    constexpr int kSets = DC >= 8 ? 1 : (DC >= 4 ? 2 : 4);
+    __m512 part[kSets][DC];
+    for (int c = 0; c < DC; ++c) {
+      part[0][c] = acc[c];
+      for (int set = 1; set < kSets; ++set) part[set][c] = _mm512_setzero_ps();
+    }
+    int32_t i = 0;
+    for (; i + kSets <= m; i += kSets) {
+#pragma GCC unroll 4
+      for (int set = 0; set < kSets; ++set) {
+        const __m512 w = _mm512_set1_ps(p[i + set]);
+        const float* value = v + (i0 + i + set) * sh.kv_slot_stride;
+#pragma GCC unroll 16
+        for (int c = 0; c < DC; ++c) {
+          part[set][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(value + 16 * c), part[set][c]);
+        }
+      }
+    }
+    for (; i < m; ++i) {
+      const __m512 w = _mm512_set1_ps(p[i]);
+      const float* value = v + (i0 + i) * sh.kv_slot_stride;
+      for (int c = 0; c < DC; ++c) {
+        part[0][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(value + 16 * c), part[0][c]);
+      }
+    }
+    for (int c = 0; c < DC; ++c) {
+      acc[c] = part[0][c];
+      for (int set = 1; set < kSets; ++set) acc[c] = _mm512_add_ps(acc[c], part[set][c]);
+    }
+  }
+  for (int c = 0; c < DC; ++c) _mm512_storeu_ps(acc_mem + 16 * c, acc[c]);
+  st.max[vec] = max;
+  st.sum[vec] = sum;
+}
+
+#undef VLLM_ATTN_TARGET
+}  // namespace avx512
+VLLM_AVX512_END
+#endif  // VLLM_HAVE_AVX512_HELPERS
+
+// The block kernel for this head_dim: AVX-512 for 16, 32, 48, 64, 80, 96, 128 and 256 (when
+// UseAvx512Loops()), else portable.
+BlockFn PickBlockFn(int32_t head_dim) {
+#if VLLM_HAVE_AVX512_HELPERS
+  if (internal::UseAvx512Loops() && head_dim % 16 == 0) {
+    switch (head_dim / 16) {
+      case 1:
+        return &avx512::AccumulateBlock<1>;
+      case 2:
+        return &avx512::AccumulateBlock<2>;
+      case 3:
+        return &avx512::AccumulateBlock<3>;
+      case 4:
+        return &avx512::AccumulateBlock<4>;
+      case 5:
+        return &avx512::AccumulateBlock<5>;
+      case 6:
+        return &avx512::AccumulateBlock<6>;
+      case 8:
+        return &avx512::AccumulateBlock<8>;
+      case 16:
+        return &avx512::AccumulateBlock<16>;
+      default:
+        break;
+    }
+  }
+#endif
+  return &AccumulateBlock;
+}
+
 void RunTile(const Shape& sh, const Tile& tile, float scale, const float* k_cache,
-             const float* v_cache, TileState& st) {
+             const float* v_cache, BlockFn block, TileState& st) {
   const int32_t d = sh.head_dim;
   const int64_t row_stride = static_cast<int64_t>(sh.num_q_heads) * d;
   const int32_t vectors = tile.rows * sh.group;
@@ -137,7 +282,7 @@ void RunTile(const Shape& sh, const Tile& tile, float scale, const float* k_cach
       const auto n = static_cast<int32_t>(std::min<int64_t>(visible, sh.block_size)) - start;
       const int64_t skip = start * sh.kv_slot_stride;
       for (int32_t g = 0; g < sh.group; ++g) {
-        AccumulateBlock(sh, st, r * sh.group + g, k + skip, v + skip, n);
+        block(sh, st, r * sh.group + g, k + skip, v + skip, n);
       }
     }
   }
@@ -176,6 +321,7 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache, 
   sh.sliding_window = sliding_window;
   sh.soft_cap = logits_soft_cap;
 
+  const BlockFn block = PickBlockFn(head_dim);
   const int64_t max_vectors = static_cast<int64_t>(kRowsPerTile) * sh.group;
   // The tiles of the whole batch, then run on the pool; reused across calls on this thread.
   // (A reference, not the thread_local itself, is what the pool's threads must read.)
@@ -217,7 +363,7 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache, 
       st.sum.resize(max_vectors);
     }
     if (st.scores.size() < static_cast<size_t>(meta.block_size)) st.scores.resize(meta.block_size);
-    RunTile(sh, tiles[static_cast<size_t>(i)], scale, k_cache, v_cache, st);
+    RunTile(sh, tiles[static_cast<size_t>(i)], scale, k_cache, v_cache, block, st);
   };
   const auto num_tiles = static_cast<int64_t>(tiles.size());
   if (num_tiles > 1) {

@@ -29,8 +29,8 @@ inline float WeightToFloat(uint16_t w) {
   return f;
 }
 
-using ColumnsFn = void (*)(const float* x, const void* w, float* y, int64_t m, int64_t n, int64_t k,
-                           int64_t kc, int64_t n0, int64_t n1);
+using ColumnsFn = void (*)(const float* x, const void* w, const float* bias, float* y, int64_t m,
+                           int64_t n, int64_t k, int64_t kc, int64_t n0, int64_t n1);
 
 // Portable: 4 floats (the x86-64 baseline SSE register; any target's vector extension).
 namespace portable {
@@ -141,6 +141,11 @@ void RunSmallM(const float* x, const void* w, const float* bias, float* y, int64
   const int64_t num_chunks = (n + chunk - 1) / chunk;
   auto run_chunk = [&](int64_t c) {
     const int64_t n0 = c * chunk, n1 = std::min(n, n0 + chunk);
+    // The first k block writes bias + its sums (no fill of y, and the same float additions).
+    if (k > 0) {
+      columns(x, w, bias, y, m, n, k, kc, n0, n1);
+      return;
+    }
     for (int64_t i = 0; i < m; ++i) {
       float* row = y + i * n;
       if (bias != nullptr) {
@@ -149,7 +154,6 @@ void RunSmallM(const float* x, const void* w, const float* bias, float* y, int64
         std::fill(row + n0, row + n1, 0.0f);
       }
     }
-    if (k > 0) columns(x, w, y, m, n, k, kc, n0, n1);
   };
   if (threads == 1) {
     for (int64_t c = 0; c < num_chunks; ++c) run_chunk(c);

@@ -253,6 +253,11 @@ INSTANTIATE_TEST_SUITE_P(
         // GQA 4; head_dim with a scalar tail; odd block size.
         AttentionCase{8, 2, 66, 5, {{0, 9}, {12, 1}, {4, 4}, {23, 1}, {0, 1}}},
         AttentionCase{8, 2, 128, 32, {{100, 1}, {0, 9}, {31, 2}}},
+        // head_dim 32 (the bundled model's; 16-key chunks in the AVX-512 path): a prefill of
+        // many tiles, decode; blocks of 32 (two chunks each) and of 5 (partial chunks).
+        AttentionCase{8, 4, 32, 16, {{0, 130}, {150, 1}, {40, 3}, {17, 1}}},
+        AttentionCase{4, 2, 32, 32, {{70, 1}, {0, 40}, {33, 5}}},
+        AttentionCase{4, 2, 32, 5, {{23, 1}, {0, 9}, {12, 4}}},
         // Long contexts with scores ~±100: exp() without a running max would overflow.
         AttentionCase{2, 1, 64, 16, {{3000, 1}, {1000, 3}}, 300.0f, 2e-4}));
 

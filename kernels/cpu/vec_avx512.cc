@@ -1,0 +1,23 @@
+// The run-time switch of the AVX-512 loops (vec_avx512.h).
+#include "kernels/cpu/vec_avx512.h"
+
+#include <cstdlib>
+#include <string_view>
+
+namespace vllm::kernels::cpu::internal {
+
+bool UseAvx512Loops() {
+#if VLLM_HAVE_AVX512_HELPERS
+  static const bool use = [] {
+    const char* cap = std::getenv("VLLM_CPU_VEC_ISA");
+    if (cap != nullptr && std::string_view(cap) == "portable") return false;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
+  }();
+  return use;
+#else
+  return false;
+#endif
+}
+
+}  // namespace vllm::kernels::cpu::internal
