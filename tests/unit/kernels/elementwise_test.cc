@@ -86,44 +86,30 @@ TEST(RmsNormEdgeTest, EpsilonKeepsAZeroRowFinite) {
   EXPECT_EQ(out, x);
 }
 
-TEST(SiluAndMulTest, MatchesReferenceIncludingExtremes) {
-  constexpr int64_t kTokens = 3, kD = 11;
-  std::vector<float> gate_up = RandomVector(kTokens * 2 * kD, 7, -6.0f, 6.0f);
-  gate_up[0] = -200.0f;  // e^200 overflows float: must give -0, not NaN
-  gate_up[1] = 200.0f;
-  std::vector<float> out(kTokens * kD);
-  SiluAndMul(gate_up.data(), out.data(), kTokens, kD);
-  for (int64_t t = 0; t < kTokens; ++t) {
-    for (int64_t i = 0; i < kD; ++i) {
-      const double g = gate_up[t * 2 * kD + i];
-      const double u = gate_up[t * 2 * kD + kD + i];
-      const double ref = g / (1.0 + std::exp(-g)) * u;
-      ASSERT_TRUE(std::isfinite(out[t * kD + i])) << t << "," << i;
-      ASSERT_NEAR(out[t * kD + i], ref, 1e-5 * (1.0 + std::abs(ref))) << t << "," << i;
-    }
-  }
-}
-
-TEST(SiluAndMulTest, WideRowsMatchReference) {
-  // Rows wide enough for the vector loop (16 lanes) and a tail; extremes inside the vector part.
-  constexpr int64_t kTokens = 3, kD = 40;
-  std::vector<float> gate_up = RandomVector(kTokens * 2 * kD, 7, -6.0f, 6.0f);
+// SiluAndMul of `tokens` rows of width `d` (d = 11: the scalar loop only; d = 40: the 16-lane
+// vector loop and a tail) against the double formula, extremes included.
+void CheckSiluAndMul(int64_t tokens, int64_t d) {
+  std::vector<float> gate_up = RandomVector(tokens * 2 * d, 7, -6.0f, 6.0f);
   gate_up[0] = -200.0f;  // e^200 overflows float: must give -0, not NaN
   gate_up[1] = 200.0f;
   gate_up[2] = -88.0f;  // e^88 is near the float maximum
   gate_up[3] = 0.0f;
-  std::vector<float> out(kTokens * kD);
-  SiluAndMul(gate_up.data(), out.data(), kTokens, kD);
-  for (int64_t t = 0; t < kTokens; ++t) {
-    for (int64_t i = 0; i < kD; ++i) {
-      const double g = gate_up[t * 2 * kD + i];
-      const double u = gate_up[t * 2 * kD + kD + i];
+  std::vector<float> out(tokens * d);
+  SiluAndMul(gate_up.data(), out.data(), tokens, d);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < d; ++i) {
+      const double g = gate_up[t * 2 * d + i];
+      const double u = gate_up[t * 2 * d + d + i];
       const double ref = g / (1.0 + std::exp(-g)) * u;
-      ASSERT_TRUE(std::isfinite(out[t * kD + i])) << t << "," << i;
-      ASSERT_NEAR(out[t * kD + i], ref, 1e-5 * (1.0 + std::abs(ref))) << t << "," << i;
+      ASSERT_TRUE(std::isfinite(out[t * d + i])) << t << "," << i;
+      ASSERT_NEAR(out[t * d + i], ref, 1e-5 * (1.0 + std::abs(ref))) << t << "," << i;
     }
   }
 }
+
+TEST(SiluAndMulTest, MatchesReferenceIncludingExtremes) { CheckSiluAndMul(3, 11); }
+
+TEST(SiluAndMulTest, WideRowsMatchReference) { CheckSiluAndMul(3, 40); }
 
 TEST(GeluTanhAndMulTest, MatchesReferenceIncludingExtremes) {
   constexpr int64_t kTokens = 3, kD = 13;
