@@ -55,15 +55,10 @@ absl::Status CheckTimestamp(FieldReader& r, double t) {
   return absl::OkStatus();
 }
 
-// libsodium's one-time set-up (picks implementations, opens the random source); false when
-// it failed.
-bool InitSodium() {
-  static const bool ok = sodium_init() >= 0;
-  return ok;
-}
-
+// libsodium's one-time set-up (picks implementations, opens the random source).
 absl::Status SodiumReady() {
-  if (!InitSodium()) return absl::InternalError("libsodium could not be initialised");
+  static const bool ok = sodium_init() >= 0;
+  if (!ok) return absl::InternalError("libsodium could not be initialised");
   return absl::OkStatus();
 }
 
@@ -442,14 +437,10 @@ class DpCoordinator::Impl {
       if (udp_fd_ >= 0 && ((!hold && (items[3].revents & ZMQ_POLLIN)) ||
                            (hold && after - last_udp_drain_ns_ >= udp_hold_ns_))) {
         dirty |= DrainDatagrams();
-        last_udp_drain_ns_ = after;
       }
       if (force || (dirty && after - last_publish_ns >= interval_ns)) {
         dirty |= DrainReports();
-        if (udp_fd_ >= 0) {
-          dirty |= DrainDatagrams();
-          last_udp_drain_ns_ = after;
-        }
+        if (udp_fd_ >= 0) dirty |= DrainDatagrams();
         Publish(ipc::MonoNowNs());  // the time after the drain: what subscribers wait for
         last_publish_ns = after;
         dirty = force = false;
@@ -508,6 +499,7 @@ class DpCoordinator::Impl {
   // The datagram socket's reports (recvmmsg, up to 256 per call); true when a figure changed.
   // A datagram longer than any report (MSG_TRUNC) is dropped.
   bool DrainDatagrams() {
+    last_udp_drain_ns_ = ipc::MonoNowNs();
     constexpr int kBatch = 256;
     constexpr size_t kMaxDatagram = kMaxReportDatagram;
     static thread_local char buffers[kBatch][kMaxDatagram];

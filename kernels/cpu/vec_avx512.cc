@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "kernels/cpu/gemm_small.h"
+
 namespace vllm::kernels::cpu::internal {
 
 bool UseAvx512Loops() {
@@ -11,8 +13,7 @@ bool UseAvx512Loops() {
   static const bool use = [] {
     const char* cap = std::getenv("VLLM_CPU_VEC_ISA");
     if (cap != nullptr && std::string_view(cap) == "portable") return false;
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma");
+    return GemmIsaSupported(GemmIsa::kAvx512);  // the same target (avx512f, avx2, fma)
   }();
   return use;
 #else
