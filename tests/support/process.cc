@@ -146,6 +146,19 @@ std::set<std::string> ShmEntries() {
   return out;
 }
 
+std::set<std::string> ShmEntriesOf(pid_t creator) {
+  std::set<std::string> out;
+  const std::string pid = std::to_string(creator) + "-";
+  for (const std::string& name : ShmEntries()) {
+    if (name.rfind("vllm-", 0) != 0) continue;
+    const size_t kind_end = name.find('-', 5);  // "vllm-<kind>-<pid>-..."
+    if (kind_end != std::string::npos && name.compare(kind_end + 1, pid.size(), pid) == 0) {
+      out.insert(name);
+    }
+  }
+  return out;
+}
+
 std::set<std::string> OrphanedIpcDirs() {
   std::set<std::string> out;
   std::set<std::string> bases = {"/tmp"};

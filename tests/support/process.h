@@ -50,6 +50,10 @@ std::string BinDir();
 std::vector<pid_t> ChildrenOf(pid_t parent);
 // Names in /dev/shm right now.
 std::set<std::string> ShmEntries();
+// Names in /dev/shm that process `creator` made: ours embed the creator's pid after the kind
+// ("vllm-mq-<pid>-...", "vllm-comm-<pid>-..."). For tests whose segments are all made in the
+// test process itself: other tests running beside it under ctest -j make and remove their own.
+std::set<std::string> ShmEntriesOf(pid_t creator);
 // Private ipc:// endpoint directories (ipc/ipc_address.h: <base>/vllm-ipc-<pid>-XXXXXX, <base>
 // being $XDG_RUNTIME_DIR, $TMPDIR or /tmp) whose process is gone: what a dead process left.
 std::set<std::string> OrphanedIpcDirs();

@@ -13,26 +13,15 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/comm/group_spec.h"
+#include "tests/support/process.h"
 
 namespace vllm::kernels::comm {
 namespace {
 
 using Backend = CommGroupSpec::Backend;
 
-// Names this process created (ours embed the creator's pid: "vllm-comm-<pid>-..."): other
-// tests running in parallel create their own, which must not count here.
-std::set<std::string> ShmNames() {
-  std::set<std::string> out;
-  const std::string mine = "-" + std::to_string(getpid()) + "-";
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name.find(mine) != std::string::npos) out.insert(name);
-    }
-    closedir(d);
-  }
-  return out;
-}
+// Names this process created: other tests running in parallel create their own.
+std::set<std::string> ShmNames() { return ::vllm::testing::ShmEntriesOf(getpid()); }
 
 TEST(CommGroupSpecTest, RoundTrips) {
   for (const CommGroupSpec& spec :
