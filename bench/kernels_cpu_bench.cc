@@ -6,12 +6,15 @@
 //                   hidden-512 model's. Counter GFLOP/s (2·m·n·k per call).
 //   Memcpy/floor    memcpy of 256 MiB (past any cache): the copy rate that sets the
 //                   weight-streaming floor of the LinearPath rows in the same run.
-//   LinearPath      the small-m kernel (path 0, gemm_small.h) against OpenBLAS (path 1,
-//                   LinearBlas: sgemv for m <= 2, sgemm above), adjacent for each (shape, m),
-//                   m ∈ {1, 4, 8, 16, 32, 64, 128}, at the bundled kjv-llama-tiny's
-//                   projections and Llama-3-8B's. Counters: weight GB/s, the copy rate (best
-//                   of 5 memcpy of 256 MiB, once per run) and floor_share = weight GB/s ÷ it
-//                   (1 at the weight-streaming floor; time ÷ floor = 1 / floor_share).
+//   LinearPath      the small-m kernel (path 0, gemm_small.h), OpenBLAS (path 1,
+//                   LinearBlas: sgemv for m <= 2, sgemm above) and LinearPacked (path 2,
+//                   packed_linear.h; the weight packed once, outside the timed loop),
+//                   adjacent for each (shape, m), m ∈ {1, 4, 8, 16, 32, 64, 128}, at the
+//                   bundled kjv-llama-tiny's projections and Llama-3-8B's. Counters: weight
+//                   GB/s (4·n·k bytes for every path, the packed panels' zero padding not
+//                   counted), the copy rate (best of 5 memcpy of 256 MiB, once per run) and
+//                   floor_share = weight GB/s ÷ it (1 at the weight-streaming floor; time ÷
+//                   floor = 1 / floor_share).
 //   LinearMixed     an sgemm (m = 128) and a small-m call (m = 8) alone and alternating: the
 //                   cost of our pool and OpenBLAS's taking turns.
 //   PagedAttention  decode: 32 (and 2) sequences × 1024 cached tokens, 32 query / 8 KV heads,
@@ -28,11 +31,13 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -131,19 +136,28 @@ void MeasureCopyRateOnce() {
   }
 }
 
-// Args: path (0 ours, 1 OpenBLAS), m, n, k.
+// Args: path (0 ours, 1 OpenBLAS, 2 packed), m, n, k.
 void BM_LinearPath(benchmark::State& state) {
   const int64_t path = state.range(0), m = state.range(1), n = state.range(2), k = state.range(3);
   MeasureCopyRateOnce();
   const std::vector<float> x = Filled(m * k, 1);
-  const std::vector<float> w = Filled(n * k, 2);
+  std::vector<float> w = Filled(n * k, 2);
   std::vector<float> y(m * n);
   const GemmIsa isa = BestGemmIsa();
+  // Path 2 packs once, as the model does at load time, and drops the [n, k] copy (Llama-3-8B's
+  // gate_up is 470 MB per copy).
+  PackedWeight packed;
+  if (path == 2) {
+    packed = PackedWeight::Pack(w.data(), n, k);
+    std::vector<float>().swap(w);
+  }
   for (auto _ : state) {
     if (path == 0) {
       LinearSmallM(x.data(), w.data(), nullptr, y.data(), m, n, k, isa);
-    } else {
+    } else if (path == 1) {
       LinearBlas(x.data(), w.data(), nullptr, y.data(), m, n, k);
+    } else {
+      LinearPacked(x.data(), packed, nullptr, y.data(), m, isa);
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
@@ -156,7 +170,9 @@ void BM_LinearPath(benchmark::State& state) {
                                                      benchmark::Counter::kIsIterationInvariantRate);
   state.counters["copyGB/s"] = g_copy_bytes_per_second * 1e-9;
   SetGflops(state, 2.0 * m * n * k);
-  state.SetLabel(path == 0 ? GemmIsaName(isa) : "openblas");
+  state.SetLabel(path == 0   ? std::string(GemmIsaName(isa))
+                 : path == 1 ? std::string("openblas")
+                             : std::string("packed-") + GemmIsaName(isa));
 }
 
 void LinearPathArgs(benchmark::internal::Benchmark* b) {
@@ -166,7 +182,7 @@ void LinearPathArgs(benchmark::internal::Benchmark* b) {
                                {6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
   for (const auto& s : shapes) {
     for (int64_t m : {1, 4, 8, 16, 32, 64, 128}) {
-      for (int64_t path : {0, 1}) b->Args({path, m, s[0], s[1]});
+      for (int64_t path : {0, 1, 2}) b->Args({path, m, s[0], s[1]});
     }
   }
 }

@@ -72,8 +72,11 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
 
   VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
   VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
-  if (!config_.tie_word_embeddings) {
-    VLLM_ASSIGN_OR_RETURN(lm_head_, load("lm_head.weight", {vocab, hidden}, {}));
+  if (config_.tie_word_embeddings) {
+    lm_head_ = cpu::PackedWeight::Pack(embed_tokens_.data(), vocab, hidden);
+  } else {
+    VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
+    lm_head_ = cpu::PackedWeight::Pack(head.data(), vocab, hidden);
   }
   const int64_t q_rows = int64_t{config_.num_attention_heads} * d;
   layers_.resize(config_.num_hidden_layers);
@@ -82,10 +85,12 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     VLLM_ASSIGN_OR_RETURN(l.input_norm, load(p + "input_layernorm.weight", {hidden}, {}));
     VLLM_ASSIGN_OR_RETURN(l.post_norm, load(p + "post_attention_layernorm.weight", {hidden}, {}));
+    std::vector<float> qkv;
     for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/false)) {
       VLLM_ASSIGN_OR_RETURN(auto w, load(piece.name, piece.shape, piece.shard));
-      Append(l.qkv, w);
+      Append(qkv, w);
     }
+    l.qkv = cpu::PackedWeight::Pack(qkv.data(), static_cast<int64_t>(qkv.size()) / hidden, hidden);
     if (config_.attention_bias) {
       for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/true)) {
         VLLM_ASSIGN_OR_RETURN(auto b, load(piece.name, piece.shape, piece.shard));
@@ -96,7 +101,9 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       VLLM_ASSIGN_OR_RETURN(l.q_norm, load(p + "self_attn.q_norm.weight", {d}, {}));
       VLLM_ASSIGN_OR_RETURN(l.k_norm, load(p + "self_attn.k_norm.weight", {d}, {}));
     }
-    VLLM_ASSIGN_OR_RETURN(l.o_proj, load(p + "self_attn.o_proj.weight", {hidden, q_rows}, row));
+    VLLM_ASSIGN_OR_RETURN(auto o_proj, load(p + "self_attn.o_proj.weight", {hidden, q_rows}, row));
+    l.o_proj = cpu::PackedWeight::Pack(o_proj.data(), hidden,
+                                       static_cast<int64_t>(o_proj.size()) / hidden);
     if (config_.MayHaveOProjBias() && weights.Has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, load(p + "self_attn.o_proj.bias", {hidden}, {}));
     }
@@ -105,11 +112,16 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       continue;
     }
     const int64_t inter = config_.intermediate_size;
+    std::vector<float> gate_up;
     for (const WeightPiece& piece : GateUpPieces(config_, tp_, i)) {
       VLLM_ASSIGN_OR_RETURN(auto w, load(piece.name, piece.shape, piece.shard));
-      Append(l.gate_up, w);
+      Append(gate_up, w);
     }
-    VLLM_ASSIGN_OR_RETURN(l.down, load(p + "mlp.down_proj.weight", {hidden, inter}, row));
+    l.gate_up = cpu::PackedWeight::Pack(gate_up.data(),
+                                        static_cast<int64_t>(gate_up.size()) / hidden, hidden);
+    VLLM_ASSIGN_OR_RETURN(auto down, load(p + "mlp.down_proj.weight", {hidden, inter}, row));
+    l.down =
+        cpu::PackedWeight::Pack(down.data(), hidden, static_cast<int64_t>(down.size()) / hidden);
   }
   if (config_.gemma) VLLM_RETURN_IF_ERROR(LoadGemmaNorms(weights));
   return absl::OkStatus();
@@ -158,15 +170,16 @@ absl::Status LlamaModel::LoadExperts(WeightSource& weights, int32_t layer_index,
 }
 
 int64_t LlamaModel::weight_bytes() const {
-  size_t n = embed_tokens_.size() + lm_head_.size() + final_norm_.size();
+  size_t n = embed_tokens_.size() + final_norm_.size();
+  size_t packed = lm_head_.bytes();
   for (const Layer& l : layers_) {
-    n += l.input_norm.size() + l.qkv.size() + l.qkv_bias.size() + l.q_norm.size() +
-         l.k_norm.size() + l.o_proj.size() + l.o_bias.size() + l.post_norm.size() +
-         l.gate_up.size() + l.down.size() + l.router.size() + l.experts_gate_up.size() +
+    n += l.input_norm.size() + l.qkv_bias.size() + l.q_norm.size() + l.k_norm.size() +
+         l.o_bias.size() + l.post_norm.size() + l.router.size() + l.experts_gate_up.size() +
          l.experts_down.size() + l.pre_ff_norm.size() + l.post_ff_norm.size() +
          l.shared_gate_up.size() + l.shared_down.size() + l.shared_gate.size();
+    packed += l.qkv.bytes() + l.o_proj.bytes() + l.gate_up.bytes() + l.down.bytes();
   }
-  return static_cast<int64_t>(n * sizeof(float));
+  return static_cast<int64_t>(n * sizeof(float) + packed);
 }
 
 KVCache LlamaModel::AllocateKVCache(int32_t num_blocks, int32_t block_size) const {
@@ -190,8 +203,8 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
   const int64_t kv_width = num_kv_heads_ * d;
   const int64_t qkv_width = q_width + 2 * kv_width;
   float* qkv = Scratch(qkv_, t * qkv_width);
-  cpu::Linear(hidden, layer.qkv.data(), layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data(),
-              qkv, t, qkv_width, config_.hidden_size);
+  cpu::LinearPacked(hidden, layer.qkv, layer.qkv_bias.empty() ? nullptr : layer.qkv_bias.data(),
+                    qkv, t);
   // Split the merged projection into contiguous q, k, v.
   float* q = Scratch(q_, t * q_width);
   float* k = Scratch(k_, t * kv_width);
@@ -220,24 +233,21 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
                       config_.WindowOfLayer(layer_index),
                       static_cast<float>(config_.attn_logit_softcapping));
   const bool add_bias = !layer.o_bias.empty() && comm_->rank() == 0;
-  cpu::Linear(attn, layer.o_proj.data(), add_bias ? layer.o_bias.data() : nullptr, hidden, t,
-              config_.hidden_size, q_width);
+  cpu::LinearPacked(attn, layer.o_proj, add_bias ? layer.o_bias.data() : nullptr, hidden, t);
   return comm_->AllReduceSum(hidden, static_cast<size_t>(t * config_.hidden_size));
 }
 
 absl::Status LlamaModel::Mlp(const Layer& layer, int64_t num_tokens, float* hidden) {
   if (!layer.router.empty()) return Moe(layer, num_tokens, hidden);
   float* gate_up = Scratch(gate_up_, num_tokens * 2 * intermediate_);
-  cpu::Linear(hidden, layer.gate_up.data(), nullptr, gate_up, num_tokens, 2 * intermediate_,
-              config_.hidden_size);
+  cpu::LinearPacked(hidden, layer.gate_up, nullptr, gate_up, num_tokens);
   float* act = Scratch(act_, num_tokens * intermediate_);
   if (config_.gemma) {
     cpu::GeluTanhAndMul(gate_up, act, num_tokens, intermediate_);
   } else {
     cpu::SiluAndMul(gate_up, act, num_tokens, intermediate_);
   }
-  cpu::Linear(act, layer.down.data(), nullptr, hidden, num_tokens, config_.hidden_size,
-              intermediate_);
+  cpu::LinearPacked(act, layer.down, nullptr, hidden, num_tokens);
   return comm_->AllReduceSum(hidden, static_cast<size_t>(num_tokens * config_.hidden_size));
 }
 
@@ -321,8 +331,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
   }
   cpu::RmsNorm(rows, final_norm_.data(), rows, n, h, eps);
   logits->resize(static_cast<size_t>(n * config_.vocab_size));
-  const std::vector<float>& head = lm_head_.empty() ? embed_tokens_ : lm_head_;
-  cpu::Linear(rows, head.data(), nullptr, logits->data(), n, config_.vocab_size, h);
+  cpu::LinearPacked(rows, lm_head_, nullptr, logits->data(), n);
   if (config_.final_logit_softcapping > 0) {
     cpu::SoftCap(logits->data(), n * config_.vocab_size,
                  static_cast<float>(config_.final_logit_softcapping));

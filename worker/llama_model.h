@@ -39,6 +39,7 @@
 #include "kernels/communicator.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/packed_linear.h"
 #include "worker/model_config.h"
 #include "worker/tp_layout.h"
 #include "worker/weights.h"
@@ -95,20 +96,21 @@ class LlamaModel {
  private:
   struct Layer {
     std::vector<float> input_norm;
-    std::vector<float> qkv;       // [(heads + 2 kv_heads) × head_dim, hidden]
-    std::vector<float> qkv_bias;  // empty without attention bias
-    std::vector<float> q_norm;    // [head_dim]; empty without qk_norm
-    std::vector<float> k_norm;    // [head_dim]; empty without qk_norm
-    std::vector<float> o_proj;    // [hidden, heads × head_dim]
-    std::vector<float> o_bias;    // empty unless the checkpoint has one (added on rank 0)
+    // The dense projections are packed once for the CPU GEMM (kernels/cpu/packed_linear.h).
+    kernels::cpu::PackedWeight qkv;     // [(heads + 2 kv_heads) × head_dim, hidden]
+    std::vector<float> qkv_bias;        // empty without attention bias
+    std::vector<float> q_norm;          // [head_dim]; empty without qk_norm
+    std::vector<float> k_norm;          // [head_dim]; empty without qk_norm
+    kernels::cpu::PackedWeight o_proj;  // [hidden, heads × head_dim]
+    std::vector<float> o_bias;          // empty unless the checkpoint has one (added on rank 0)
     std::vector<float> post_norm;
     // Gemma: pre_feedforward_layernorm and post_feedforward_layernorm (post_norm is then
     // post_attention_layernorm on the attention output). Every Gemma norm weight is held as
     // 1 + w (HF's float32 `1.0 + weight`), so the plain RmsNorm computes Gemma's.
     std::vector<float> pre_ff_norm;
     std::vector<float> post_ff_norm;
-    std::vector<float> gate_up;  // [2 × intermediate, hidden]; empty in an MoE layer
-    std::vector<float> down;     // [hidden, intermediate]; empty in an MoE layer
+    kernels::cpu::PackedWeight gate_up;  // [2 × intermediate, hidden]; empty in an MoE layer
+    kernels::cpu::PackedWeight down;     // [hidden, intermediate]; empty in an MoE layer
     // MoE layers (ModelConfig::IsMoeLayer), else empty: the router and every expert, each
     // cut to this rank's moe_intermediate columns.
     std::vector<float> router;           // [num_experts, hidden]
@@ -145,7 +147,9 @@ class LlamaModel {
   const int32_t intermediate_;  // this rank
 
   std::vector<float> embed_tokens_;  // [vocab, hidden]
-  std::vector<float> lm_head_;       // empty when tied to embed_tokens_
+  // lm_head.weight, or embed_tokens_ again when tied (a packed copy: the table stays for the
+  // lookup).
+  kernels::cpu::PackedWeight lm_head_;
   std::vector<float> final_norm_;
   std::vector<Layer> layers_;
 

@@ -1,5 +1,6 @@
-// Small-m GEMM (gemm_small.h): the per-ISA register tiles (gemm_small_tile.inc, included once
-// per ISA below), the run-time dispatch, and the split over the kernel thread pool.
+// Small-m GEMM (gemm_small.h) and the packed-weight GEMM (packed_linear.h): the per-ISA
+// register tiles (gemm_small_tile.inc, included once per ISA below), the run-time dispatch,
+// and the split over the kernel thread pool.
 #include "kernels/cpu/gemm_small.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "base/status_macros.h"
+#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/thread_pool.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -50,6 +52,11 @@ inline Vec LoadBf16(const uint16_t* p) {
 }
 inline Vec Fma(Vec a, Vec b, Vec acc) { return a * b + acc; }
 inline float Sum(Vec v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+inline Vec Broadcast(float f) { return Vec{f, f, f, f}; }
+inline Vec Add(Vec a, Vec b) { return a + b; }
+inline void Store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
+// 8 accumulators and 8 weight vectors per row of a packed panel.
+constexpr int kPackedMR = 1;
 #include "kernels/cpu/gemm_small_tile.inc"
 #undef VLLM_GEMM_TARGET
 }  // namespace portable
@@ -67,6 +74,11 @@ VLLM_GEMM_TARGET inline Vec LoadBf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 VLLM_GEMM_TARGET inline Vec Fma(Vec a, Vec b, Vec acc) { return _mm256_fmadd_ps(a, b, acc); }
+VLLM_GEMM_TARGET inline Vec Broadcast(float f) { return _mm256_set1_ps(f); }
+VLLM_GEMM_TARGET inline Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+VLLM_GEMM_TARGET inline void Store(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+// Packed panels: 2 rows × 4 registers of accumulators, 4 weight vectors, 1 broadcast.
+constexpr int kPackedMR = 2;
 VLLM_GEMM_TARGET inline float Sum(Vec v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -91,6 +103,11 @@ VLLM_GEMM_TARGET inline Vec LoadBf16(const uint16_t* p) {
       _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
 }
 VLLM_GEMM_TARGET inline Vec Fma(Vec a, Vec b, Vec acc) { return _mm512_fmadd_ps(a, b, acc); }
+VLLM_GEMM_TARGET inline Vec Broadcast(float f) { return _mm512_set1_ps(f); }
+VLLM_GEMM_TARGET inline Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+VLLM_GEMM_TARGET inline void Store(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+// Packed panels: 12 rows × 2 registers of accumulators, 2 weight vectors, 1 broadcast.
+constexpr int kPackedMR = 12;
 VLLM_GEMM_TARGET inline float Sum(Vec v) {
   // Halves by memcpy (compiled to vextractf): the intrinsics trip the same warning.
   __m256 lo, hi;
@@ -113,6 +130,22 @@ ColumnsFn Columns(GemmIsa isa, bool bf16) {
 #endif
     default:
       return bf16 ? &portable::AccumulateColumnsBf16 : &portable::AccumulateColumnsF32;
+  }
+}
+
+using PackedColumnsFn = void (*)(const float* x, const float* panels, const float* bias, float* y,
+                                 int64_t m, int64_t n, int64_t k, int64_t p0, int64_t p1);
+
+PackedColumnsFn PackedColumns(GemmIsa isa) {
+  switch (isa) {
+#if VLLM_GEMM_X86
+    case GemmIsa::kAvx512:
+      return &avx512::PackedColumns;
+    case GemmIsa::kAvx2:
+      return &avx2::PackedColumns;
+#endif
+    default:
+      return &portable::PackedColumns;
   }
 }
 
@@ -227,6 +260,43 @@ void LinearSmallM(const float* x, const float* w, const float* bias, float* y, i
 void LinearSmallMBf16(const float* x, const uint16_t* w, const float* bias, float* y, int64_t m,
                       int64_t n, int64_t k, GemmIsa isa) {
   RunSmallM(x, w, bias, y, m, n, k, isa, /*bf16=*/true);
+}
+
+void LinearPacked(const float* x, const PackedWeight& w, const float* bias, float* y, int64_t m) {
+  LinearPacked(x, w, bias, y, m, BestGemmIsa());
+}
+
+void LinearPacked(const float* x, const PackedWeight& w, const float* bias, float* y, int64_t m,
+                  GemmIsa isa) {
+  VLLM_CHECK(m >= 0) << "LinearPacked: negative m " << m;
+  VLLM_CHECK(GemmIsaSupported(isa)) << "LinearPacked: " << GemmIsaName(isa) << " unsupported";
+  const int64_t n = w.n(), k = w.k();
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      if (bias != nullptr) {
+        std::copy(bias, bias + n, y + i * n);
+      } else {
+        std::fill(y + i * n, y + (i + 1) * n, 0.0f);
+      }
+    }
+    return;
+  }
+  const PackedColumnsFn columns = PackedColumns(isa);
+  const int64_t panels = (n + PackedWeight::kPanel - 1) / PackedWeight::kPanel;
+  ThreadPool& pool = KernelThreadPool();
+  const int64_t threads = n * k >= kMinParallelWeights ? pool.num_threads() : 1;
+  // About 4 chunks per thread (dynamic hand-out absorbs a descheduled thread).
+  const int64_t chunk = std::max<int64_t>(1, (panels + 4 * threads - 1) / (4 * threads));
+  const int64_t num_chunks = (panels + chunk - 1) / chunk;
+  auto run_chunk = [&](int64_t c) {
+    columns(x, w.panels(), bias, y, m, n, k, c * chunk, std::min(panels, (c + 1) * chunk));
+  };
+  if (threads == 1 || num_chunks == 1) {
+    for (int64_t c = 0; c < num_chunks; ++c) run_chunk(c);
+  } else {
+    pool.ParallelFor(num_chunks, run_chunk);
+  }
 }
 
 }  // namespace vllm::kernels::cpu

@@ -1,0 +1,66 @@
+// Linear layers with the weight packed once, at load time: y[m, n] = x[m, k] · w[n, k]ᵀ
+// (+ bias[n]) for every m, the model's projections and lm_head on the CPU.
+//
+// Layout: w in panels of kPanel = 32 output features; a panel is [k][32] floats, contiguous
+// (the last panel zero-padded). The kernel multiplies one panel row (32 weights) into up to
+// MR rows of x per step of k with broadcast FMAs (AVX-512: 12 rows × 2 registers of 16), so
+// it needs no horizontal sums (gemm_small.h's dot-product tiles do), and nothing is packed
+// per call (OpenBLAS's sgemm packs all of w on every call). vLLM's CPU backend likewise
+// prepacks weights once (oneDNN) instead of calling BLAS on the checkpoint's layout.
+//
+// Work split: panels in chunks over KernelThreadPool() (thread_pool.h); inside a chunk, rows
+// of x in blocks of kRowBlock and k in blocks of kKBlock, so a block of x and a panel's k
+// block stay in L2 while every row tile of the block uses them. Accumulation in float32, k in
+// order within a k block; the first k block writes bias + its sums (y needs no prior fill),
+// later ones add theirs.
+//
+// ISA: GemmIsa (gemm_small.h): AVX-512F, AVX2+FMA or portable, picked at run time by
+// BestGemmIsa() (VLLM_CPU_GEMM_ISA caps it; "blas" does not apply here: packed weights have
+// no BLAS layout).
+//
+// Thread-safety: a PackedWeight is immutable after Pack; LinearPacked is reentrant. (Pack in
+// packed_linear.cc; LinearPacked in gemm_small.cc, which holds the per-ISA tiles.)
+#ifndef VLLM_KERNELS_CPU_PACKED_LINEAR_H_
+#define VLLM_KERNELS_CPU_PACKED_LINEAR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/gemm_small.h"
+
+namespace vllm::kernels::cpu {
+
+class PackedWeight {
+ public:
+  static constexpr int64_t kPanel = 32;
+
+  PackedWeight() = default;
+  // w: [n, k] floats (Hugging Face's layout), n, k >= 0.
+  static PackedWeight Pack(const float* w, int64_t n, int64_t k);
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  bool empty() const { return n_ == 0; }
+  // Panel p's [k][32] floats start at panels() + p · k · 32.
+  const float* panels() const { return data_.data(); }
+  size_t bytes() const { return data_.size() * sizeof(float); }
+  // Back to [n, k] (tests).
+  std::vector<float> Unpack() const;
+
+ private:
+  int64_t n_ = 0;
+  int64_t k_ = 0;
+  std::vector<float> data_;
+};
+
+// y = x · wᵀ (+ bias): y is [m, w.n()], overwritten; x is [m, w.k()]; bias is [w.n()] or null.
+// k == 0 gives the bias (or zeros). With BestGemmIsa().
+void LinearPacked(const float* x, const PackedWeight& w, const float* bias, float* y, int64_t m);
+// The same with `isa`, which must be supported (tests and benchmarks).
+void LinearPacked(const float* x, const PackedWeight& w, const float* bias, float* y, int64_t m,
+                  GemmIsa isa);
+
+}  // namespace vllm::kernels::cpu
+
+#endif  // VLLM_KERNELS_CPU_PACKED_LINEAR_H_
