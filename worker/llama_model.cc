@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -22,6 +23,19 @@ float* Scratch(std::vector<float>& v, size_t n) {
 
 void Append(std::vector<float>& to, const std::vector<float>& from) {
   to.insert(to.end(), from.begin(), from.end());
+}
+
+// A projection's weight [n, k] packed for the CPU GEMM: as BF16 when that is exact (a BF16
+// checkpoint widened on load; half the bytes per step, the same products), unless
+// VLLM_CPU_PACKED_WEIGHTS=float32 (A/B runs).
+cpu::PackedWeight PackWeight(const float* w, int64_t n, int64_t k) {
+  static const bool float32_only = [] {
+    const char* v = std::getenv("VLLM_CPU_PACKED_WEIGHTS");
+    return v != nullptr && std::string(v) == "float32";
+  }();
+  return cpu::PackedWeight::Pack(w, n, k,
+                                 float32_only ? cpu::PackedWeight::Storage::kFloat32
+                                              : cpu::PackedWeight::Storage::kBf16IfExact);
 }
 
 // Gemma's norms multiply by (1 + w), computed in float32 as HF does; held pre-added.
@@ -73,10 +87,10 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
   VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
   VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
   if (config_.tie_word_embeddings) {
-    lm_head_ = cpu::PackedWeight::Pack(embed_tokens_.data(), vocab, hidden);
+    lm_head_ = PackWeight(embed_tokens_.data(), vocab, hidden);
   } else {
     VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
-    lm_head_ = cpu::PackedWeight::Pack(head.data(), vocab, hidden);
+    lm_head_ = PackWeight(head.data(), vocab, hidden);
   }
   const int64_t q_rows = int64_t{config_.num_attention_heads} * d;
   layers_.resize(config_.num_hidden_layers);
@@ -90,7 +104,7 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       VLLM_ASSIGN_OR_RETURN(auto w, load(piece.name, piece.shape, piece.shard));
       Append(qkv, w);
     }
-    l.qkv = cpu::PackedWeight::Pack(qkv.data(), static_cast<int64_t>(qkv.size()) / hidden, hidden);
+    l.qkv = PackWeight(qkv.data(), static_cast<int64_t>(qkv.size()) / hidden, hidden);
     if (config_.attention_bias) {
       for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/true)) {
         VLLM_ASSIGN_OR_RETURN(auto b, load(piece.name, piece.shape, piece.shard));
@@ -102,8 +116,7 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       VLLM_ASSIGN_OR_RETURN(l.k_norm, load(p + "self_attn.k_norm.weight", {d}, {}));
     }
     VLLM_ASSIGN_OR_RETURN(auto o_proj, load(p + "self_attn.o_proj.weight", {hidden, q_rows}, row));
-    l.o_proj = cpu::PackedWeight::Pack(o_proj.data(), hidden,
-                                       static_cast<int64_t>(o_proj.size()) / hidden);
+    l.o_proj = PackWeight(o_proj.data(), hidden, static_cast<int64_t>(o_proj.size()) / hidden);
     if (config_.MayHaveOProjBias() && weights.Has(p + "self_attn.o_proj.bias")) {
       VLLM_ASSIGN_OR_RETURN(l.o_bias, load(p + "self_attn.o_proj.bias", {hidden}, {}));
     }
@@ -117,11 +130,9 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
       VLLM_ASSIGN_OR_RETURN(auto w, load(piece.name, piece.shape, piece.shard));
       Append(gate_up, w);
     }
-    l.gate_up = cpu::PackedWeight::Pack(gate_up.data(),
-                                        static_cast<int64_t>(gate_up.size()) / hidden, hidden);
+    l.gate_up = PackWeight(gate_up.data(), static_cast<int64_t>(gate_up.size()) / hidden, hidden);
     VLLM_ASSIGN_OR_RETURN(auto down, load(p + "mlp.down_proj.weight", {hidden, inter}, row));
-    l.down =
-        cpu::PackedWeight::Pack(down.data(), hidden, static_cast<int64_t>(down.size()) / hidden);
+    l.down = PackWeight(down.data(), hidden, static_cast<int64_t>(down.size()) / hidden);
   }
   if (config_.gemma) VLLM_RETURN_IF_ERROR(LoadGemmaNorms(weights));
   return absl::OkStatus();

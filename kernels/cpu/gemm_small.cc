@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "base/status_macros.h"
 #include "kernels/cpu/packed_linear.h"
@@ -46,7 +48,7 @@ inline Vec Load(const float* p) {
   return v;
 }
 inline Vec LoadBf16(const uint16_t* p) {
-  Vec v;
+  Vec v{};
   for (int i = 0; i < kW; ++i) v[i] = WeightToFloat(p[i]);
   return v;
 }
@@ -133,19 +135,19 @@ ColumnsFn Columns(GemmIsa isa, bool bf16) {
   }
 }
 
-using PackedColumnsFn = void (*)(const float* x, const float* panels, const float* bias, float* y,
+using PackedColumnsFn = void (*)(const float* x, const void* panels, const float* bias, float* y,
                                  int64_t m, int64_t n, int64_t k, int64_t p0, int64_t p1);
 
-PackedColumnsFn PackedColumns(GemmIsa isa) {
+PackedColumnsFn PackedColumns(GemmIsa isa, bool bf16) {
   switch (isa) {
 #if VLLM_GEMM_X86
     case GemmIsa::kAvx512:
-      return &avx512::PackedColumns;
+      return bf16 ? &avx512::PackedColumnsBf16 : &avx512::PackedColumnsF32;
     case GemmIsa::kAvx2:
-      return &avx2::PackedColumns;
+      return bf16 ? &avx2::PackedColumnsBf16 : &avx2::PackedColumnsF32;
 #endif
     default:
-      return &portable::PackedColumns;
+      return bf16 ? &portable::PackedColumnsBf16 : &portable::PackedColumnsF32;
   }
 }
 
@@ -282,7 +284,7 @@ void LinearPacked(const float* x, const PackedWeight& w, const float* bias, floa
     }
     return;
   }
-  const PackedColumnsFn columns = PackedColumns(isa);
+  const PackedColumnsFn columns = PackedColumns(isa, w.bf16());
   const int64_t panels = (n + PackedWeight::kPanel - 1) / PackedWeight::kPanel;
   ThreadPool& pool = KernelThreadPool();
   const int64_t threads = n * k >= kMinParallelWeights ? pool.num_threads() : 1;

@@ -35,23 +35,37 @@ class PackedWeight {
  public:
   static constexpr int64_t kPanel = 32;
 
+  // How the panels hold the weights. kBf16IfExact: as BF16 (the top half of a float32) when
+  // every weight is one, i.e. the checkpoint was BF16 and was widened on load; the kernel
+  // widens them back exactly as it reads them, so the product is bit-identical to kFloat32's
+  // with half the bytes to stream. Otherwise float32.
+  enum class Storage { kFloat32, kBf16IfExact };
+
   PackedWeight() = default;
   // w: [n, k] floats (Hugging Face's layout), n, k >= 0.
-  static PackedWeight Pack(const float* w, int64_t n, int64_t k);
+  static PackedWeight Pack(const float* w, int64_t n, int64_t k,
+                           Storage storage = Storage::kFloat32);
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   bool empty() const { return n_ == 0; }
-  // Panel p's [k][32] floats start at panels() + p · k · 32.
-  const float* panels() const { return data_.data(); }
-  size_t bytes() const { return data_.size() * sizeof(float); }
-  // Back to [n, k] (tests).
+  // Whether the panels hold BF16 bits (else float32).
+  bool bf16() const { return !bf16_.empty(); }
+  // Panel p's [k][32] weights start at panels() + p · k · 32 (floats, or uint16_t BF16 bits when
+  // bf16()); float_panels() is that pointer for float32 storage (null for BF16).
+  const void* panels() const {
+    return bf16() ? static_cast<const void*>(bf16_.data()) : data_.data();
+  }
+  const float* float_panels() const { return data_.data(); }
+  size_t bytes() const { return data_.size() * sizeof(float) + bf16_.size() * sizeof(uint16_t); }
+  // Back to [n, k] floats (tests).
   std::vector<float> Unpack() const;
 
  private:
   int64_t n_ = 0;
   int64_t k_ = 0;
-  std::vector<float> data_;
+  std::vector<float> data_;     // float32 storage
+  std::vector<uint16_t> bf16_;  // BF16 storage
 };
 
 // y = x · wᵀ (+ bias): y is [m, w.n()], overwritten; x is [m, w.k()]; bias is [w.n()] or null.

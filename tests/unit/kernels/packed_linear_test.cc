@@ -87,7 +87,7 @@ void ExpectRoundTrip(int64_t n, int64_t k, uint32_t seed) {
     for (int64_t l = 0; l < k; ++l) {
       for (int64_t c = 0; c < kPanel; ++c) {
         const int64_t j = panel * kPanel + c;
-        const float got = p.panels()[(panel * k + l) * kPanel + c];
+        const float got = p.float_panels()[(panel * k + l) * kPanel + c];
         const float want = j < n ? w[j * k + l] : 0.0f;
         ASSERT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
             << "n=" << n << " k=" << k << " panel " << panel << " l " << l << " c " << c << ": "
@@ -327,6 +327,51 @@ TEST_P(PackedLinearTest, SameBitsOnOneAndTwoThreads) {
     EXPECT_TRUE(SameBits(y1, y2)) << GemmIsaName(isa) << " m=" << s.m << " n=" << s.n
                                   << " k=" << s.k;
   }
+}
+
+// BF16 storage (kBf16IfExact on weights that are all BF16 values) gives the float32 storage's
+// result bit for bit, on the direct path (few rows: BF16 widened in every tile) and the
+// widening one (many rows: a panel's k block widened once), with and without bias.
+TEST_P(PackedLinearTest, Bf16StorageEqualsFloat32Bits) {
+  const GemmIsa isa = GetParam();
+  uint32_t seed = 900;
+  for (const Shape& s : {Shape{1, 37, 70}, Shape{16, 64, 256}, Shape{33, 100, 600},
+                         Shape{200, 45, 513}, Shape{5, 1, 3}}) {
+    std::vector<float> w = Uniform(s.n * s.k, seed);
+    for (float& f : w) {  // keep the top 16 bits: a BF16 value
+      uint32_t u;
+      std::memcpy(&u, &f, sizeof(u));
+      u &= 0xFFFF0000u;
+      std::memcpy(&f, &u, sizeof(u));
+    }
+    const std::vector<float> x = Uniform(s.m * s.k, seed + 1);
+    const std::vector<float> bias = Uniform(s.n, seed + 2);
+    seed += 3;
+    const PackedWeight f32 = PackedWeight::Pack(w.data(), s.n, s.k);
+    const PackedWeight bf16 =
+        PackedWeight::Pack(w.data(), s.n, s.k, PackedWeight::Storage::kBf16IfExact);
+    ASSERT_FALSE(f32.bf16());
+    ASSERT_TRUE(bf16.bf16());
+    EXPECT_LT(bf16.bytes(), f32.bytes());
+    EXPECT_TRUE(SameBits(bf16.Unpack(), w));
+    for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+      std::vector<float> want(s.m * s.n, kNaN), got(s.m * s.n, 3.0f);
+      LinearPacked(x.data(), f32, b, want.data(), s.m, isa);
+      LinearPacked(x.data(), bf16, b, got.data(), s.m, isa);
+      EXPECT_TRUE(SameBits(want, got)) << GemmIsaName(isa) << " m=" << s.m << " n=" << s.n
+                                       << " k=" << s.k << " bias=" << (b != nullptr);
+    }
+  }
+}
+
+// kBf16IfExact keeps float32 when one weight is not a BF16 value.
+TEST(PackedWeightTest, Bf16OnlyWhenExact) {
+  std::vector<float> w(40 * 9, 0.5f);
+  EXPECT_TRUE(PackedWeight::Pack(w.data(), 40, 9, PackedWeight::Storage::kBf16IfExact).bf16());
+  w[17] = 0.1f;  // 0.1 needs more than 8 bits of mantissa
+  const PackedWeight p = PackedWeight::Pack(w.data(), 40, 9, PackedWeight::Storage::kBf16IfExact);
+  EXPECT_FALSE(p.bf16());
+  EXPECT_TRUE(SameBits(p.Unpack(), w));
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, PackedLinearTest, ::testing::ValuesIn(SupportedIsas()),
