@@ -364,6 +364,40 @@ TEST_P(PackedLinearTest, Bf16StorageEqualsFloat32Bits) {
   }
 }
 
+// k >= 1024 with many panels per chunk: the kernel packs x per (row block, k block). Against
+// the double reference, with 1 and 2 pool threads (chunk sizes differ, so whether a chunk
+// packs differs too) and the same bits either way.
+TEST_P(PackedLinearTest, PackedRowsPathMatchesReference) {
+  const GemmIsa isa = GetParam();
+  constexpr int64_t k = 1100;
+  // n = 1024: 32 panels, chunks of 4 (2 threads) or 8 (1 thread). Sanitized builds: fewer rows
+  // and the narrowest n that still packs (1 thread: chunk 4).
+  const int64_t n = kSlowBuild ? 512 : 1024;
+  for (const int64_t m :
+       kSlowBuild ? std::vector<int64_t>{1, 13} : std::vector<int64_t>{1, 13, 200}) {
+    const std::vector<float> x = Uniform(m * k, 40 + static_cast<uint32_t>(m));
+    const std::vector<float> w = Uniform(n * k, 41);
+    const std::vector<float> bias = Uniform(n, 42);
+    const PackedWeight packed = PackedWeight::Pack(w.data(), n, k);
+    const Reference ref = ReferenceLinear(x, w, m, n, k);
+    std::vector<float> y1(m * n, kNaN), y2(m * n, kNaN);
+    {
+      PoolThreads threads(1);
+      LinearPacked(x.data(), packed, bias.data(), y1.data(), m, isa);
+    }
+    {
+      PoolThreads threads(2);
+      LinearPacked(x.data(), packed, bias.data(), y2.data(), m, isa);
+    }
+    EXPECT_TRUE(SameBits(y1, y2)) << GemmIsaName(isa) << " m=" << m;
+    for (int64_t i = 0; i < m * n; ++i) {
+      const int64_t j = i % n;
+      ASSERT_NEAR(y1[i], ref.y[i] + bias[j], Tolerance(ref.scale[i] + std::fabs(bias[j])))
+          << GemmIsaName(isa) << " m=" << m << " row " << i / n << " col " << j;
+    }
+  }
+}
+
 // kBf16IfExact keeps float32 when one weight is not a BF16 value.
 TEST(PackedWeightTest, Bf16OnlyWhenExact) {
   std::vector<float> w(40 * 9, 0.5f);
