@@ -226,7 +226,11 @@ absl::StatusOr<SseStream> SseStream::Open(int port, const std::string& path,
     stream.error_body_ = std::move(stream.raw_);
     stream.raw_.clear();
     stream.ended_ = true;
+    return stream;
   }
+  // Body bytes that came with the head (all of a short stream can, and the server may then
+  // close at once: Next would see EOF before decoding them).
+  if (absl::Status s = stream.Dechunk(); !s.ok()) return s;
   return stream;
 }
 
