@@ -151,6 +151,18 @@ PackedColumnsFn PackedColumns(GemmIsa isa, bool bf16) {
   }
 }
 
+// y[:, n0:n1] = bias[n0:n1] (or 0) for all m rows of the [m, n] y: a product with k == 0.
+void BiasOrZeroColumns(const float* bias, float* y, int64_t m, int64_t n, int64_t n0, int64_t n1) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = y + i * n;
+    if (bias != nullptr) {
+      std::copy(bias + n0, bias + n1, row + n0);
+    } else {
+      std::fill(row + n0, row + n1, 0.0f);
+    }
+  }
+}
+
 // Below this many weights a call runs on the calling thread: waking a worker and splitting
 // costs more than the work (measured on the bundled model's 256 x 256 o_proj: parallel wins).
 constexpr int64_t kMinParallelWeights = 32 * 1024;
@@ -181,14 +193,7 @@ void RunSmallM(const float* x, const void* w, const float* bias, float* y, int64
       columns(x, w, bias, y, m, n, k, kc, n0, n1);
       return;
     }
-    for (int64_t i = 0; i < m; ++i) {
-      float* row = y + i * n;
-      if (bias != nullptr) {
-        std::copy(bias + n0, bias + n1, row + n0);
-      } else {
-        std::fill(row + n0, row + n1, 0.0f);
-      }
-    }
+    BiasOrZeroColumns(bias, y, m, n, n0, n1);
   };
   if (threads == 1) {
     for (int64_t c = 0; c < num_chunks; ++c) run_chunk(c);
@@ -275,13 +280,7 @@ void LinearPacked(const float* x, const PackedWeight& w, const float* bias, floa
   const int64_t n = w.n(), k = w.k();
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      if (bias != nullptr) {
-        std::copy(bias, bias + n, y + i * n);
-      } else {
-        std::fill(y + i * n, y + (i + 1) * n, 0.0f);
-      }
-    }
+    BiasOrZeroColumns(bias, y, m, n, 0, n);
     return;
   }
   const PackedColumnsFn columns = PackedColumns(isa, w.bf16());

@@ -2,7 +2,7 @@
 // the other per-ISA GEMM tiles it shares the dispatch with.
 #include "kernels/cpu/packed_linear.h"
 
-#include <cstring>
+#include <bit>
 
 #include "base/status_macros.h"
 
@@ -10,22 +10,10 @@ namespace vllm::kernels::cpu {
 
 namespace {
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
 // Whether every one of the count floats is a BF16 value (its low 16 bits are zero).
 bool AllBf16(const float* w, int64_t count) {
   for (int64_t i = 0; i < count; ++i) {
-    if ((Bits(w[i]) & 0xFFFFu) != 0) return false;
+    if ((std::bit_cast<uint32_t>(w[i]) & 0xFFFFu) != 0) return false;
   }
   return true;
 }
@@ -53,8 +41,9 @@ PackedWeight PackedWeight::Pack(const float* w, int64_t n, int64_t k, Storage st
   p.n_ = n;
   p.k_ = k;
   if (storage == Storage::kBf16IfExact && n > 0 && k > 0 && AllBf16(w, n * k)) {
-    p.bf16_ = PackPanels<uint16_t>(w, n, k, kPanel,
-                                   [](float f) { return static_cast<uint16_t>(Bits(f) >> 16); });
+    p.bf16_ = PackPanels<uint16_t>(w, n, k, kPanel, [](float f) {
+      return static_cast<uint16_t>(std::bit_cast<uint32_t>(f) >> 16);
+    });
   } else {
     p.data_ = PackPanels<float>(w, n, k, kPanel, [](float f) { return f; });
   }
@@ -68,7 +57,8 @@ std::vector<float> PackedWeight::Unpack() const {
     const int64_t first = (j / kPanel) * k_ * kPanel + j % kPanel;
     for (int64_t l = 0; l < k_; ++l) {
       const int64_t at = first + l * kPanel;
-      w[j * k_ + l] = bf16() ? FromBits(static_cast<uint32_t>(bf16_[at]) << 16) : data_[at];
+      w[j * k_ + l] =
+          bf16() ? std::bit_cast<float>(static_cast<uint32_t>(bf16_[at]) << 16) : data_[at];
     }
   }
   return w;

@@ -9,8 +9,10 @@
 // prepacks weights once (oneDNN) instead of calling BLAS on the checkpoint's layout.
 //
 // Work split: panels in chunks over KernelThreadPool() (thread_pool.h); inside a chunk, rows
-// of x in blocks of kRowBlock and k in blocks of kKBlock, so a block of x and a panel's k
-// block stay in L2 while every row tile of the block uses them. Accumulation in float32, k in
+// of x in blocks of 192 and k in blocks of 512 (gemm_small_tile.inc), so a block of x and a
+// panel's k block stay in L2 while every row tile of the block uses them; for k >= 1024 the
+// block of x is copied tile by tile into [k][rows] order first (rows k floats apart would
+// share one L1 set). Accumulation in float32, k in
 // order within a k block; the first k block writes bias + its sums (y needs no prior fill),
 // later ones add theirs.
 //

@@ -16,9 +16,9 @@
 #include <map>
 #include <regex>
 #include <sstream>
-#include <utility>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
