@@ -46,8 +46,9 @@
 
 namespace vllm::worker {
 
-// The paged KV cache of one rank: per layer a K and a V buffer of
-// [num_blocks, block_size, num_kv_heads (this rank), head_dim] floats. Left uninitialised:
+// The paged KV cache of one rank: per layer a K and a V buffer of num_blocks · block_size ·
+// num_kv_heads (this rank) · head_dim floats, in kernels/cpu/ops.h's layout (K
+// [block][head][dim][slot], V [block][head][slot][dim]). Left uninitialised:
 // attention reads only slots of positions below seq_len, which ReshapeAndCache wrote first
 // (zero-filling the default 4 GiB cost ~5 s of start-up).
 struct KVCache {

@@ -8,9 +8,10 @@
 //     tokens of every scheduled sequence (vLLM's varlen layout, query_start_loc offsets).
 //   - Weights keep Hugging Face's layout: a linear layer's weight is [out_features,
 //     in_features] row-major.
-//   - The paged KV cache of one layer is two buffers, K and V, each
-//     [num_blocks, block_size, num_kv_heads, head_dim]; token slot s lives in block
-//     s / block_size at offset s % block_size.
+//   - The paged KV cache of one layer is two buffers, K and V, each num_blocks blocks of
+//     num_kv_heads · block_size · head_dim floats; token slot s lives in block s / block_size
+//     at offset s % block_size. Within a block K is [head][dim][slot] and V
+//     [head][slot][dim] (KCacheIndex / VCacheIndex below).
 //
 // Thread-safety: every function is reentrant; concurrent calls on disjoint output buffers
 // are safe. Functions may use several threads internally (BLAS).
@@ -108,8 +109,25 @@ class RotaryEmbedding {
   std::vector<float> cos_sin_;
 };
 
+// The CPU paged KV cache. Each of K and V is num_blocks blocks of num_kv_heads · block_size
+// · head_dim floats, one KV head's part of a block contiguous: K [block][head][dim][slot]
+// (transposed, so q·k runs over 16 slots in one vector), V [block][head][slot][dim]. Slot s
+// is block s / block_size, offset s % block_size (vLLM's slot mapping). Note the CUDA cache
+// (kernels/cuda) is [block][slot][head][dim] for both.
+inline int64_t KCacheIndex(int64_t slot, int32_t head, int32_t dim, int32_t num_kv_heads,
+                           int32_t head_dim, int32_t block_size) {
+  const int64_t block = slot / block_size;
+  return ((block * num_kv_heads + head) * head_dim + dim) * block_size + slot % block_size;
+}
+inline int64_t VCacheIndex(int64_t slot, int32_t head, int32_t dim, int32_t num_kv_heads,
+                           int32_t head_dim, int32_t block_size) {
+  const int64_t block = slot / block_size;
+  return ((block * num_kv_heads + head) * block_size + slot % block_size) * head_dim + dim;
+}
+
 // Writes the new tokens' K and V ([num_tokens, num_kv_heads, head_dim]) into the paged cache
-// at slot_mapping[t]; a negative slot (padding) is skipped. vLLM's reshape_and_cache.
+// (the layout above) at slot_mapping[t]; a negative slot (padding) is skipped. vLLM's
+// reshape_and_cache.
 void ReshapeAndCache(const float* k, const float* v, float* k_cache, float* v_cache,
                      const int64_t* slot_mapping, int64_t num_tokens, int32_t num_kv_heads,
                      int32_t head_dim, int32_t block_size);

@@ -22,51 +22,6 @@ inline Vec4 LoadVec(const float* p) {
 }
 inline void StoreVec(float* p, Vec4 v) { std::memcpy(p, &v, sizeof(v)); }
 
-// Σ a[i]·b[i] for i < n.
-inline float Dot(const float* a, const float* b, int64_t n) {
-  Vec4 acc0 = {}, acc1 = {}, acc2 = {}, acc3 = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 += LoadVec(a + i) * LoadVec(b + i);
-    acc1 += LoadVec(a + i + 4) * LoadVec(b + i + 4);
-    acc2 += LoadVec(a + i + 8) * LoadVec(b + i + 8);
-    acc3 += LoadVec(a + i + 12) * LoadVec(b + i + 12);
-  }
-  for (; i + 4 <= n; i += 4) acc0 += LoadVec(a + i) * LoadVec(b + i);
-  const Vec4 acc = (acc0 + acc1) + (acc2 + acc3);
-  float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-// out[r] = Σ_j q[j]·rows[r·stride + j] for r < 4, j < d: four dot products sharing each
-// load of q, so a block of keys costs 1.25 loads per multiply-add instead of 2.
-inline void Dot4Rows(const float* q, const float* rows, int64_t stride, int64_t d, float* out) {
-  const float* r0 = rows;
-  const float* r1 = rows + stride;
-  const float* r2 = rows + 2 * stride;
-  const float* r3 = rows + 3 * stride;
-  Vec4 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-  int64_t j = 0;
-  for (; j + 4 <= d; j += 4) {
-    const Vec4 qv = LoadVec(q + j);
-    a0 += qv * LoadVec(r0 + j);
-    a1 += qv * LoadVec(r1 + j);
-    a2 += qv * LoadVec(r2 + j);
-    a3 += qv * LoadVec(r3 + j);
-  }
-  out[0] = (a0[0] + a0[1]) + (a0[2] + a0[3]);
-  out[1] = (a1[0] + a1[1]) + (a1[2] + a1[3]);
-  out[2] = (a2[0] + a2[1]) + (a2[2] + a2[3]);
-  out[3] = (a3[0] + a3[1]) + (a3[2] + a3[3]);
-  for (; j < d; ++j) {
-    out[0] += q[j] * r0[j];
-    out[1] += q[j] * r1[j];
-    out[2] += q[j] * r2[j];
-    out[3] += q[j] * r3[j];
-  }
-}
-
 // acc[j] += Σ_i w[i]·rows[i·stride + j] for i < n, j < d. Blocked over j so that 16
 // accumulators stay in registers across all n rows: one load and store of acc per call
 // instead of one per row, which is what bounds a row-at-a-time Axpy.

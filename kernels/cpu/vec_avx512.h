@@ -3,8 +3,9 @@
 // call them from functions with the same attribute, and only after UseAvx512Loops() said yes.
 //
 // GCC 12's AVX-512 headers pass _mm512_undefined_ps() as the unused source of unmasked
-// intrinsics, which -Wmaybe-uninitialized reports at every inlined use: includers wrap their
-// AVX-512 code in VLLM_AVX512_BEGIN / VLLM_AVX512_END, which silence it.
+// intrinsics, which -Wmaybe-uninitialized (or, inlined deeper, -Wuninitialized) reports at
+// every inlined use: includers wrap their AVX-512 code in VLLM_AVX512_BEGIN /
+// VLLM_AVX512_END, which silence both.
 #ifndef VLLM_KERNELS_CPU_VEC_AVX512_H_
 #define VLLM_KERNELS_CPU_VEC_AVX512_H_
 
@@ -31,8 +32,9 @@ bool UseAvx512Loops();
 #define VLLM_AVX512_BEGIN
 #define VLLM_AVX512_END
 #else
-#define VLLM_AVX512_BEGIN \
-  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#define VLLM_AVX512_BEGIN                                                                    \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"") \
+      _Pragma("GCC diagnostic ignored \"-Wuninitialized\"")
 #define VLLM_AVX512_END _Pragma("GCC diagnostic pop")
 #endif
 
@@ -65,29 +67,6 @@ VLLM_AVX512_TARGET inline float ReduceMax(__m512 v) {
   s = _mm_max_ps(s, _mm_movehl_ps(s, s));
   s = _mm_max_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-// Per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] (the first step of the tree below).
-VLLM_AVX512_TARGET inline __m512 SumPair(__m512 a, __m512 b) {
-  return _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-}
-
-// Lane i = the sum of t[i]'s 16 lanes, given s2[p] = SumPair(t[2p], t[2p + 1]).
-VLLM_AVX512_TARGET inline __m512 ReduceTranspose16(const __m512* s2) {
-  __m512 s4[4], s8[2];
-  for (int p = 0; p < 4; ++p) {
-    // Per 128-bit lane: the partial sums of vectors 4p .. 4p + 3.
-    const __m512d a = _mm512_castps_pd(s2[2 * p]), b = _mm512_castps_pd(s2[2 * p + 1]);
-    s4[p] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
-                          _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-  }
-  for (int p = 0; p < 2; ++p) {
-    // Lanes: vectors 8p..8p+3 (two partials), vectors 8p+4..8p+7 (two partials).
-    s8[p] = _mm512_add_ps(_mm512_shuffle_f32x4(s4[2 * p], s4[2 * p + 1], 0x88),
-                          _mm512_shuffle_f32x4(s4[2 * p], s4[2 * p + 1], 0xDD));
-  }
-  return _mm512_add_ps(_mm512_shuffle_f32x4(s8[0], s8[1], 0x88),
-                       _mm512_shuffle_f32x4(s8[0], s8[1], 0xDD));
 }
 
 // e^x lane by lane: Cephes' expf (Cody-Waite reduction to [-ln2/2, ln2/2], degree-6

@@ -144,9 +144,16 @@ PagedCache<T> BuildCache(const std::vector<int32_t>& seq_lens, const AttnShape& 
       poison(int64_t{last} * block_size + filled, block_size - filled);
     }
   }
-  for (int64_t i = 0; i < n; ++i) {
-    c.kf[i] = ToF(c.k[i]);
-    c.vf[i] = ToF(c.v[i]);
+  // The CPU reference reads its own layout (kernels/cpu/ops.h: K [block][head][dim][slot], V
+  // [block][head][slot][dim]); c.k / c.v are the CUDA layout, [block][slot][head][dim].
+  for (int64_t s = 0; s < int64_t{c.num_blocks} * block_size; ++s) {
+    for (int32_t h = 0; h < sh.kv_heads; ++h) {
+      for (int32_t i = 0; i < sh.head_dim; ++i) {
+        const int64_t at = s * slot + int64_t{h} * sh.head_dim + i;
+        c.kf[cpu::KCacheIndex(s, h, i, sh.kv_heads, sh.head_dim, block_size)] = ToF(c.k[at]);
+        c.vf[cpu::VCacheIndex(s, h, i, sh.kv_heads, sh.head_dim, block_size)] = ToF(c.v[at]);
+      }
+    }
   }
   return c;
 }

@@ -344,15 +344,31 @@ TYPED_TEST(CudaOpsTest, ReshapeAndCacheMatchesCpu) {
     const auto v = RandomValues<T>(tokens * row, this->rng_);
     const auto kc = RandomValues<T>(num_slots * row, this->rng_);
     const auto vc = RandomValues<T>(num_slots * row, this->rng_);
-    std::vector<float> ref_kc = kc.f, ref_vc = vc.f;
+    // The CUDA cache is [block][slot][head][dim]; the CPU's has its own layout (cpu/ops.h).
+    // Compare in the CPU's: `cpu_layout` rearranges a CUDA-layout cache into it.
+    const auto cpu_layout = [&](const std::vector<float>& cuda, bool key) {
+      std::vector<float> out(cuda.size());
+      for (int64_t slot = 0; slot < num_slots; ++slot) {
+        for (int32_t h = 0; h < s.kv_heads; ++h) {
+          for (int32_t i = 0; i < s.head_dim; ++i) {
+            const int64_t at =
+                key ? cpu::KCacheIndex(slot, h, i, s.kv_heads, s.head_dim, s.block_size)
+                    : cpu::VCacheIndex(slot, h, i, s.kv_heads, s.head_dim, s.block_size);
+            out[at] = cuda[slot * row + int64_t{h} * s.head_dim + i];
+          }
+        }
+      }
+      return out;
+    };
+    std::vector<float> ref_kc = cpu_layout(kc.f, true), ref_vc = cpu_layout(vc.f, false);
     cpu::ReshapeAndCache(k.f.data(), v.f.data(), ref_kc.data(), ref_vc.data(), slots.data(), tokens,
                          s.kv_heads, s.head_dim, s.block_size);
     DeviceBuffer<T> dk(k.typed), dv(v.typed), dkc(kc.typed), dvc(vc.typed);
     DeviceBuffer<int64_t> dslots(slots);
     ASSERT_CUDA_OK(ReshapeAndCache(dk.get(), dv.get(), dkc.get(), dvc.get(), dslots.get(), tokens,
                                    s.kv_heads, s.head_dim, s.block_size, nullptr));
-    EXPECT_EQ(ToFloats(dkc.Download()), ref_kc);  // a copy: exact
-    EXPECT_EQ(ToFloats(dvc.Download()), ref_vc);
+    EXPECT_EQ(cpu_layout(ToFloats(dkc.Download()), true), ref_kc);  // a copy: exact
+    EXPECT_EQ(cpu_layout(ToFloats(dvc.Download()), false), ref_vc);
   }
 }
 

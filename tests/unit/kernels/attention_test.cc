@@ -14,6 +14,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace vllm::kernels::cpu {
 namespace {
@@ -34,11 +35,22 @@ TEST(ReshapeAndCacheTest, WritesSlotsAndSkipsPadding) {
   for (int64_t slot = 0; slot < kNumBlocks * kBlockSize; ++slot) {
     const auto it = std::find(slots.begin(), slots.end(), slot);
     for (int64_t i = 0; i < kRow; ++i) {
-      // Slot s is block s / 4, offset s % 4: [block][offset][head][dim] is s·kRow + i.
+      // Slot s is block s / 4, offset o = s % 4. K is [block][head][dim][offset], V
+      // [block][head][offset][dim], written out here rather than through KCacheIndex.
+      const int64_t block = slot / kBlockSize, o = slot % kBlockSize;
+      const int64_t head = i / kHeadDim, dim = i % kHeadDim;
+      const int64_t k_at = ((block * kKvHeads + head) * kHeadDim + dim) * kBlockSize + o;
+      const int64_t v_at = ((block * kKvHeads + head) * kBlockSize + o) * kHeadDim + dim;
+      ASSERT_EQ(KCacheIndex(slot, static_cast<int32_t>(head), static_cast<int32_t>(dim), kKvHeads,
+                            kHeadDim, kBlockSize),
+                k_at);
+      ASSERT_EQ(VCacheIndex(slot, static_cast<int32_t>(head), static_cast<int32_t>(dim), kKvHeads,
+                            kHeadDim, kBlockSize),
+                v_at);
       const float want_k = it == slots.end() ? -7.0f : k[(it - slots.begin()) * kRow + i];
       const float want_v = it == slots.end() ? -7.0f : v[(it - slots.begin()) * kRow + i];
-      ASSERT_EQ(k_cache[slot * kRow + i], want_k) << "slot " << slot << " elem " << i;
-      ASSERT_EQ(v_cache[slot * kRow + i], want_v) << "slot " << slot << " elem " << i;
+      ASSERT_EQ(k_cache[k_at], want_k) << "slot " << slot << " elem " << i;
+      ASSERT_EQ(v_cache[v_at], want_v) << "slot " << slot << " elem " << i;
     }
   }
 }
@@ -288,6 +300,38 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{8, 2, 66, 5, {{0, 9}, {12, 1}, {4, 4}, {23, 1}}, 3.0f, 2e-5, 0, 1.0f},
         // Gemma-2 style: cap with a window, long context, chunked prefill.
         AttentionCase{4, 2, 64, 16, {{3000, 1}, {500, 40}, {10, 10}}, 300.0f, 2e-5, 96, 30.0f}));
+
+// A batch with many decode rows (at least 4 per pool thread) takes one tile per decode
+// sequence for all its KV heads; a batch with few takes one per KV head. Both must match the
+// reference: run each case on 1 and 2 threads (8 decode rows switch the path on for both),
+// with prefill rows mixed in, on the AVX-512 head_dims and a portable one (66).
+TEST(PagedAttentionManyDecodeRowsTest, WholeHeadTilesMatchTheReference) {
+  const std::vector<SeqSpec> seqs = {{0, 1},  {1, 1},  {15, 1},  {16, 1}, {17, 1}, {31, 9}, {40, 1},
+                                     {63, 1}, {64, 1}, {100, 1}, {0, 20}, {5, 1},  {200, 1}};
+  const std::vector<AttentionCase> cases = {
+      AttentionCase{8, 4, 32, 16, seqs},
+      AttentionCase{32, 8, 128, 16, seqs},
+      AttentionCase{8, 2, 66, 5, seqs},
+      AttentionCase{4, 4, 64, 32, seqs},
+      AttentionCase{4, 2, 64, 16, seqs, 300.0f, 2e-4, 37, 30.0f},  // window and soft cap
+  };
+  const int threads_before = KernelThreadPool().num_threads();
+  for (const int threads : {1, 2}) {
+    SetBlasNumThreads(threads);
+    for (const AttentionCase& c : cases) {
+      SCOPED_TRACE(testing::Message() << threads << " threads, " << testing::PrintToString(c));
+      AttentionFixture f(c);
+      f.FillCache();
+      f.FreeBlocksBeforeWindows();
+      const std::vector<float> out = f.Run();
+      const std::vector<double> ref = f.Reference();
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_NEAR(out[i], ref[i], c.tolerance) << "element " << i;
+      }
+    }
+  }
+  SetBlasNumThreads(threads_before);
+}
 
 // The freed blocks of a windowed batch name a NaN block: the output is finite and matches
 // the reference, and the case does free blocks (so the check has teeth).
