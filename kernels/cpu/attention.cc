@@ -416,17 +416,17 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache, 
   sh.soft_cap = logits_soft_cap;
 
   const BlockFn block = PickBlockFn(head_dim);
-  // A decode row (a sequence with one query row) takes one tile for all its KV heads when
-  // there are enough of them to keep the pool busy: the tile then reads each block's K and
-  // V as one contiguous span (all heads) instead of num_kv_heads scattered pieces. Else
-  // (few sequences: batch 1 with a long context) a tile per KV head, so threads share it.
-  int64_t decode_rows = 0;
+  // A decode row (a sequence with one query row) takes one tile for all its KV heads, which
+  // then reads each block's K and V as one contiguous span (all heads) instead of
+  // num_kv_heads scattered pieces, unless its keys are more than 1 / (4 · threads) of all
+  // decode rows' keys: then a tile per KV head, so threads share it (batch 1, or one long
+  // context among short ones).
+  int64_t decode_keys = 0;
   for (int32_t s = 0; s < meta.num_seqs; ++s) {
-    decode_rows += meta.query_start_loc[s + 1] - meta.query_start_loc[s] == 1 ? 1 : 0;
+    if (meta.query_start_loc[s + 1] - meta.query_start_loc[s] == 1) decode_keys += meta.seq_lens[s];
   }
-  const bool whole_heads = decode_rows >= 4 * KernelThreadPool().num_threads();
-  const int64_t max_vectors =
-      static_cast<int64_t>(std::max(kRowsPerTile, whole_heads ? num_kv_heads : 1)) * sh.group;
+  const int64_t whole_heads_max_keys = decode_keys / (4 * KernelThreadPool().num_threads());
+  const int64_t max_vectors = static_cast<int64_t>(std::max(kRowsPerTile, num_kv_heads)) * sh.group;
   // The tiles of the whole batch, then run on the pool; reused across calls on this thread.
   // (A reference, not the thread_local itself, is what the pool's threads must read.)
   thread_local std::vector<Tile> caller_tiles;
@@ -442,7 +442,7 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache, 
     VLLM_CHECK((seq_len + meta.block_size - 1) / meta.block_size <= meta.max_blocks_per_seq)
         << "PagedAttention: sequence " << s << " needs more blocks than max_blocks_per_seq";
     const int32_t* blocks = meta.block_tables + static_cast<int64_t>(s) * meta.max_blocks_per_seq;
-    const int32_t heads_per_tile = q_len == 1 && whole_heads ? num_kv_heads : 1;
+    const int32_t heads_per_tile = q_len == 1 && seq_len <= whole_heads_max_keys ? num_kv_heads : 1;
     for (int32_t row = 0; row < q_len; row += kRowsPerTile) {
       for (int32_t h = 0; h < num_kv_heads; h += heads_per_tile) {
         Tile tile;

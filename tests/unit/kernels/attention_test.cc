@@ -301,10 +301,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Gemma-2 style: cap with a window, long context, chunked prefill.
         AttentionCase{4, 2, 64, 16, {{3000, 1}, {500, 40}, {10, 10}}, 300.0f, 2e-5, 96, 30.0f}));
 
-// A batch with many decode rows (at least 4 per pool thread) takes one tile per decode
-// sequence for all its KV heads; a batch with few takes one per KV head. Both must match the
-// reference: run each case on 1 and 2 threads (8 decode rows switch the path on for both),
-// with prefill rows mixed in, on the AVX-512 head_dims and a portable one (66).
+// A decode row whose keys are at most 1 / (4 · threads) of all decode rows' keys takes one
+// tile for all its KV heads, a longer one a tile per KV head. This batch has both kinds
+// (its decode rows have 532 keys: on 2 threads sequences of up to 66 tokens get whole-head
+// tiles, those of 101 and 201 per-head ones; on 1 thread up to 133), prefill rows mixed in,
+// on AVX-512 head_dims and a portable one (66).
 TEST(PagedAttentionManyDecodeRowsTest, WholeHeadTilesMatchTheReference) {
   const std::vector<SeqSpec> seqs = {{0, 1},  {1, 1},  {15, 1},  {16, 1}, {17, 1}, {31, 9}, {40, 1},
                                      {63, 1}, {64, 1}, {100, 1}, {0, 20}, {5, 1},  {200, 1}};
