@@ -27,6 +27,7 @@ namespace {
 
 using internal::AccumulateWeightedRows;
 using internal::Scale;
+using internal::ScaleInto;
 
 // Query rows per tile: enough that a prefill reuses each cache block across several rows,
 // few enough that the tile's accumulators (rows × group × head_dim floats) stay in L2.
@@ -343,9 +344,8 @@ void RunTile(const Shape& sh, const Tile& tile, float scale, const float* k_cach
       }
     }
   };
-  for_each_vector([&](int64_t vec, int64_t at) {
-    for (int32_t i = 0; i < d; ++i) st.q[vec * d + i] = tile.q[at + i] * scale;
-  });
+  for_each_vector(
+      [&](int64_t vec, int64_t at) { ScaleInto(tile.q + at, scale, st.q.data() + vec * d, d); });
   std::fill_n(st.acc.begin(), static_cast<int64_t>(vectors) * d, 0.0f);
   std::fill_n(st.max.begin(), vectors, -std::numeric_limits<float>::infinity());
   std::fill_n(st.sum.begin(), vectors, 0.0f);
@@ -386,8 +386,7 @@ void RunTile(const Shape& sh, const Tile& tile, float scale, const float* k_cach
   }
 
   for_each_vector([&](int64_t vec, int64_t at) {
-    const float inv_sum = 1.0f / st.sum[vec];
-    for (int32_t i = 0; i < d; ++i) tile.out[at + i] = st.acc[vec * d + i] * inv_sum;
+    ScaleInto(st.acc.data() + vec * d, 1.0f / st.sum[vec], tile.out + at, d);
   });
 }
 

@@ -55,6 +55,16 @@ inline void AccumulateWeightedRows(const float* w, const float* rows, int64_t st
   }
 }
 
+// y[i] = alpha·x[i] for i < n (x and y do not overlap).
+inline void ScaleInto(const float* x, float alpha, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    StoreVec(y + i, LoadVec(x + i) * alpha);
+    StoreVec(y + i + 4, LoadVec(x + i + 4) * alpha);
+  }
+  for (; i < n; ++i) y[i] = x[i] * alpha;
+}
+
 // y[i] *= alpha for i < n.
 inline void Scale(float alpha, float* y, int64_t n) {
   int64_t i = 0;
