@@ -68,7 +68,8 @@ struct Tile {
 // Folds n keys of one cache block into the running softmax of query vectors [vec0, vec0 +
 // nvec) (one query row's heads of a group, which see the same keys). `k` points at the
 // first key's dim 0 in the block's [dim][slot] K (dim i of key j at k[i · block_size + j]);
-// `v` at its value row ([slot][dim], rows head_dim apart).
+// `v` at its value row ([slot][dim], rows head_dim apart). next_k / next_v (the next block,
+// for the AVX-512 path's prefetch) are not used here.
 void AccumulateBlock(const Shape& sh, TileState& st, int32_t vec0, int32_t nvec, const float* k,
                      const float* v, int32_t n, const float* /*next_k*/, const float* /*next_v*/) {
   const int32_t d = sh.head_dim;
@@ -119,7 +120,9 @@ using BlockFn = void (*)(const Shape& sh, TileState& st, int32_t vec0, int32_t n
 // the max, exp and sum run 16 wide, and p · v is a broadcast and DC FMAs per key into
 // accumulators held in registers. Same online softmax as AccumulateBlock; the sums run in
 // another order and exp is a polynomial (within 2 ulp of expf), so results differ from the
-// portable path in the last bits.
+// portable path in the last bits. Every K and V line the chunk loads has its twin in the
+// tile's next block prefetched into L2 (`prefetcht1`; into L1 it gained nothing), issued by
+// the first group of vectors only.
 VLLM_AVX512_BEGIN
 namespace avx512 {
 #define VLLM_ATTN_TARGET VLLM_AVX512_TARGET
@@ -129,6 +132,7 @@ using internal::avx512::ReduceMax;
 
 // Scores of NV (1-4) query vectors (q[j]: head_dim floats) against the `valid` keys of one
 // chunk (K rows `k_stride` floats apart): s[j] lane i = q[j] · key i, 0 in masked lanes.
+// `pk`: the same offset in the block to prefetch (k itself when there is none).
 // Four FMA chains in all: for NV < 3 each vector's dims are split over 4 / NV chains. Named
 // registers, not arrays, so nothing spills to the stack.
 template <int DC, int NV>
@@ -181,7 +185,8 @@ VLLM_ATTN_TARGET inline void ChunkScores(const float* const* q, const float* k, 
 }
 
 // One vector's online-softmax step over a chunk: `scores` (16 lanes, `valid` of them keys
-// i0.., values at v rows i0..) folded into acc_mem / *max / *sum.
+// i0.., values at v rows i0..) folded into acc_mem / *max / *sum. `pv`: the same rows of the
+// block to prefetch (v itself when there is none).
 template <int DC>
 VLLM_ATTN_TARGET inline void ChunkSoftmaxPv(const Shape& sh, __m512 scores, __mmask16 valid,
                                             int32_t m, const float* v, const float* pv,
@@ -274,8 +279,9 @@ VLLM_ATTN_TARGET void AccumulateBlock(const Shape& sh, TileState& st, int32_t ve
     const float* pk = next_k + i0;
     const float* pv = next_v + static_cast<int64_t>(i0) * d;
     int32_t j = 0;
-    for (; j + 4 <= nvec; j += 4)
+    for (; j + 4 <= nvec; j += 4) {
       ChunkVectors<DC, 4>(sh, st, vec0 + j, kc, vc, m, j == 0 ? pk : kc, j == 0 ? pv : vc);
+    }
     switch (nvec - j) {
       case 3:
         ChunkVectors<DC, 3>(sh, st, vec0 + j, kc, vc, m, j == 0 ? pk : kc, j == 0 ? pv : vc);
