@@ -276,21 +276,25 @@ VLLM_ATTN_TARGET void AccumulateBlock(const Shape& sh, TileState& st, int32_t ve
     const int32_t m = std::min<int32_t>(16, n - i0);
     const float* kc = k + i0;
     const float* vc = v + static_cast<int64_t>(i0) * d;
+    // The first group of vectors prefetches the next block; the others pass this chunk
+    // (already in L1) so they prefetch nothing new.
     const float* pk = next_k + i0;
     const float* pv = next_v + static_cast<int64_t>(i0) * d;
     int32_t j = 0;
     for (; j + 4 <= nvec; j += 4) {
-      ChunkVectors<DC, 4>(sh, st, vec0 + j, kc, vc, m, j == 0 ? pk : kc, j == 0 ? pv : vc);
+      ChunkVectors<DC, 4>(sh, st, vec0 + j, kc, vc, m, pk, pv);
+      pk = kc;
+      pv = vc;
     }
     switch (nvec - j) {
       case 3:
-        ChunkVectors<DC, 3>(sh, st, vec0 + j, kc, vc, m, j == 0 ? pk : kc, j == 0 ? pv : vc);
+        ChunkVectors<DC, 3>(sh, st, vec0 + j, kc, vc, m, pk, pv);
         break;
       case 2:
-        ChunkVectors<DC, 2>(sh, st, vec0 + j, kc, vc, m, j == 0 ? pk : kc, j == 0 ? pv : vc);
+        ChunkVectors<DC, 2>(sh, st, vec0 + j, kc, vc, m, pk, pv);
         break;
       case 1:
-        ChunkVectors<DC, 1>(sh, st, vec0 + j, kc, vc, m, j == 0 ? pk : kc, j == 0 ? pv : vc);
+        ChunkVectors<DC, 1>(sh, st, vec0 + j, kc, vc, m, pk, pv);
         break;
       default:
         break;

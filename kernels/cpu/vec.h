@@ -55,7 +55,7 @@ inline void AccumulateWeightedRows(const float* w, const float* rows, int64_t st
   }
 }
 
-// y[i] = alpha·x[i] for i < n (x and y do not overlap).
+// y[i] = alpha·x[i] for i < n (x and y are the same buffer or do not overlap).
 inline void ScaleInto(const float* x, float alpha, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -66,11 +66,7 @@ inline void ScaleInto(const float* x, float alpha, float* y, int64_t n) {
 }
 
 // y[i] *= alpha for i < n.
-inline void Scale(float alpha, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) StoreVec(y + i, LoadVec(y + i) * alpha);
-  for (; i < n; ++i) y[i] *= alpha;
-}
+inline void Scale(float alpha, float* y, int64_t n) { ScaleInto(y, alpha, y, n); }
 
 }  // namespace vllm::kernels::cpu::internal
 

@@ -31,9 +31,11 @@
 namespace vllm::kernels::cuda {
 namespace {
 
+using gpu_test::CudaToCpuKvLayout;
 using gpu_test::DeviceBuffer;
 using gpu_test::FromF;
 using gpu_test::ToF;
+using gpu_test::ToFloats;
 
 // Largest |out − ref| allowed, as a fraction of the largest |ref| of the case (the output
 // rounding to T dominates for 16-bit types; float differs only in summation order and
@@ -120,8 +122,6 @@ PagedCache<T> BuildCache(const std::vector<int32_t>& seq_lens, const AttnShape& 
   const int64_t n = int64_t{c.num_blocks} * block_size * slot;
   c.k.resize(n);
   c.v.resize(n);
-  c.kf.resize(n);
-  c.vf.resize(n);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int64_t i = 0; i < n; ++i) {
     c.k[i] = FromF<T>(dist(rng));
@@ -144,17 +144,9 @@ PagedCache<T> BuildCache(const std::vector<int32_t>& seq_lens, const AttnShape& 
       poison(int64_t{last} * block_size + filled, block_size - filled);
     }
   }
-  // The CPU reference reads its own layout (kernels/cpu/ops.h: K [block][head][dim][slot], V
-  // [block][head][slot][dim]); c.k / c.v are the CUDA layout, [block][slot][head][dim].
-  for (int64_t s = 0; s < int64_t{c.num_blocks} * block_size; ++s) {
-    for (int32_t h = 0; h < sh.kv_heads; ++h) {
-      for (int32_t i = 0; i < sh.head_dim; ++i) {
-        const int64_t at = s * slot + int64_t{h} * sh.head_dim + i;
-        c.kf[cpu::KCacheIndex(s, h, i, sh.kv_heads, sh.head_dim, block_size)] = ToF(c.k[at]);
-        c.vf[cpu::VCacheIndex(s, h, i, sh.kv_heads, sh.head_dim, block_size)] = ToF(c.v[at]);
-      }
-    }
-  }
+  // The CPU reference reads its own layout (kernels/cpu/ops.h); c.k / c.v are the CUDA one.
+  c.kf = CudaToCpuKvLayout(ToFloats(c.k), true, sh.kv_heads, sh.head_dim, block_size);
+  c.vf = CudaToCpuKvLayout(ToFloats(c.v), false, sh.kv_heads, sh.head_dim, block_size);
   return c;
 }
 
@@ -224,13 +216,6 @@ void ExpectClose(const std::vector<float>& out, const std::vector<float>& ref, d
   EXPECT_LE(worst, tol * ref_scale)
       << "worst at element " << worst_at << ": got " << out[worst_at] << ", want " << ref[worst_at]
       << " (output scale " << ref_scale << ")";
-}
-
-template <typename T>
-std::vector<float> ToFloats(const std::vector<T>& x) {
-  std::vector<float> f(x.size());
-  for (size_t i = 0; i < x.size(); ++i) f[i] = ToF(x[i]);
-  return f;
 }
 
 template <typename T>

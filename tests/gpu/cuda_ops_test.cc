@@ -31,9 +31,11 @@
 namespace vllm::kernels::cuda {
 namespace {
 
+using gpu_test::CudaToCpuKvLayout;
 using gpu_test::DeviceBuffer;
 using gpu_test::FromF;
 using gpu_test::ToF;
+using gpu_test::ToFloats;
 
 // ‖out − ref‖ / ‖ref‖ the element type should stay under (output rounding dominates).
 template <typename T>
@@ -61,13 +63,6 @@ Values<T> RandomValues(size_t n, std::mt19937& rng, float scale = 1.0f, float of
     v.f[i] = ToF(v.typed[i]);
   }
   return v;
-}
-
-template <typename T>
-std::vector<float> ToFloats(const std::vector<T>& x) {
-  std::vector<float> f(x.size());
-  for (size_t i = 0; i < x.size(); ++i) f[i] = ToF(x[i]);
-  return f;
 }
 
 // ‖out − ref‖ / ‖ref‖; infinity when any output is NaN (unwritten or broken).
@@ -344,21 +339,10 @@ TYPED_TEST(CudaOpsTest, ReshapeAndCacheMatchesCpu) {
     const auto v = RandomValues<T>(tokens * row, this->rng_);
     const auto kc = RandomValues<T>(num_slots * row, this->rng_);
     const auto vc = RandomValues<T>(num_slots * row, this->rng_);
-    // The CUDA cache is [block][slot][head][dim]; the CPU's has its own layout (cpu/ops.h).
-    // Compare in the CPU's: `cpu_layout` rearranges a CUDA-layout cache into it.
+    // The CUDA cache is [block][slot][head][dim]; the CPU's has its own layout (cpu/ops.h):
+    // compare in the CPU's.
     const auto cpu_layout = [&](const std::vector<float>& cuda, bool key) {
-      std::vector<float> out(cuda.size());
-      for (int64_t slot = 0; slot < num_slots; ++slot) {
-        for (int32_t h = 0; h < s.kv_heads; ++h) {
-          for (int32_t i = 0; i < s.head_dim; ++i) {
-            const int64_t at =
-                key ? cpu::KCacheIndex(slot, h, i, s.kv_heads, s.head_dim, s.block_size)
-                    : cpu::VCacheIndex(slot, h, i, s.kv_heads, s.head_dim, s.block_size);
-            out[at] = cuda[slot * row + int64_t{h} * s.head_dim + i];
-          }
-        }
-      }
-      return out;
+      return CudaToCpuKvLayout(cuda, key, s.kv_heads, s.head_dim, s.block_size);
     };
     std::vector<float> ref_kc = cpu_layout(kc.f, true), ref_vc = cpu_layout(vc.f, false);
     cpu::ReshapeAndCache(k.f.data(), v.f.data(), ref_kc.data(), ref_vc.data(), slots.data(), tokens,

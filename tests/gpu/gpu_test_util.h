@@ -1,5 +1,6 @@
 // Helpers shared by the GPU tests: a CUDA-error assertion, host conversions between float
-// and the element types, and an owning device buffer. Header-only, tests only.
+// and the element types, the CUDA-to-CPU KV cache layout, and an owning device buffer. Header-only,
+// tests only.
 #ifndef VLLM_TESTS_GPU_GPU_TEST_UTIL_H_
 #define VLLM_TESTS_GPU_GPU_TEST_UTIL_H_
 
@@ -10,10 +11,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 
 namespace vllm::kernels::cuda::gpu_test {
 
@@ -40,6 +43,33 @@ inline __nv_bfloat16 FromF<__nv_bfloat16>(float x) {
 inline float ToF(float x) { return x; }
 inline float ToF(__half x) { return __half2float(x); }
 inline float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+std::vector<float> ToFloats(const std::vector<T>& x) {
+  std::vector<float> f(x.size());
+  for (size_t i = 0; i < x.size(); ++i) f[i] = ToF(x[i]);
+  return f;
+}
+
+// A paged K (`key`) or V cache in the CUDA layout, [block][slot][head][dim], rearranged into
+// the CPU's (kernels/cpu/ops.h: K [block][head][dim][slot], V [block][head][slot][dim]), so
+// the CPU kernels can serve as the reference on the same cache.
+inline std::vector<float> CudaToCpuKvLayout(const std::vector<float>& cuda, bool key,
+                                            int32_t kv_heads, int32_t head_dim,
+                                            int32_t block_size) {
+  const int64_t row = int64_t{kv_heads} * head_dim;
+  std::vector<float> out(cuda.size());
+  for (int64_t slot = 0; slot < static_cast<int64_t>(cuda.size()) / row; ++slot) {
+    for (int32_t h = 0; h < kv_heads; ++h) {
+      for (int32_t i = 0; i < head_dim; ++i) {
+        const int64_t at = key ? cpu::KCacheIndex(slot, h, i, kv_heads, head_dim, block_size)
+                               : cpu::VCacheIndex(slot, h, i, kv_heads, head_dim, block_size);
+        out[at] = cuda[slot * row + int64_t{h} * head_dim + i];
+      }
+    }
+  }
+  return out;
+}
 
 // A device buffer of n elements of T; frees itself.
 template <typename T>
