@@ -123,6 +123,24 @@ class ServeDpLockstepTest : public testing::ServeTest {
     return used;
   }
 
+  // Waits (10 s at most) until the engines used no CPU over one 100 ms window. Start-up work
+  // can go on after /health says ready and would count in the CPU windows below: in one CI
+  // run the idle engine used 50 ms of a 268 ms window (the busy one 440 ms); here such time
+  // was its OpenBLAS thread's (OpenBLAS's pool spins before it sleeps).
+  bool WaitUntilEnginesIdle(const std::vector<pid_t>& engines) const {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      std::vector<absl::Duration> before;
+      for (pid_t e : engines) before.push_back(testing::CpuTimeOf(e));
+      absl::SleepFor(absl::Milliseconds(100));  // the measurement window
+      absl::Duration used;
+      for (size_t i = 0; i < engines.size(); ++i)
+        used += testing::CpuTimeOf(engines[i]) - before[i];
+      if (used == absl::ZeroDuration()) return true;
+    }
+    return false;
+  }
+
   // CPU each engine core used from now until `client` has returned, and that window in
   // seconds (to `finished`, which the client sets): the window ends with the request however
   // fast this machine decodes (900 tokens took 1.2 s once, under 0.5 s with BF16 weights).
@@ -163,6 +181,7 @@ TEST_F(ServeDpLockstepTest, TheIdleEngineStepsDuringTheWaveAndStopsAfterIt) {
   const std::vector<pid_t> engines = testing::ChildrenRunning(server_->pid(), "engine-core");
   ASSERT_EQ(engines.size(), 2u);
   ASSERT_EQ(testing::ChildrenRunning(server_->pid(), "dp-coordinator").size(), 1u);
+  ASSERT_TRUE(WaitUntilEnginesIdle(engines)) << "the engines never went idle after start-up";
 
   int status = 0;
   absl::Time finished = absl::InfiniteFuture();
@@ -218,6 +237,7 @@ TEST_F(ServeDpLockstepTest, WithoutTheFlagTheIdleEngineDoesNotStep) {
   ASSERT_NO_FATAL_FAILURE(Start({"--data-parallel-size", "2"}));
   const std::vector<pid_t> engines = testing::ChildrenRunning(server_->pid(), "engine-core");
   ASSERT_EQ(engines.size(), 2u);
+  ASSERT_TRUE(WaitUntilEnginesIdle(engines)) << "the engines never went idle after start-up";
 
   int status = 0;
   absl::Time finished = absl::InfiniteFuture();
