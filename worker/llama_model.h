@@ -46,16 +46,25 @@
 
 namespace vllm::worker {
 
+// Anonymous memory mapped for the KV cache (munmap on destruction).
+struct CachePagesDeleter {
+  size_t bytes = 0;
+  void operator()(float* p) const;
+};
+using CachePages = std::unique_ptr<float[], CachePagesDeleter>;
+
 // The paged KV cache of one rank: per layer a K and a V buffer of num_blocks · block_size ·
 // num_kv_heads (this rank) · head_dim floats, in kernels/cpu/ops.h's layout (K
-// [block][head][dim][slot], V [block][head][slot][dim]). Left uninitialised:
-// attention reads only slots of positions below seq_len, which ReshapeAndCache wrote first
-// (zero-filling the default 4 GiB cost ~5 s of start-up).
+// [block][head][dim][slot], V [block][head][slot][dim]). Mapped with transparent huge pages
+// asked for (MADV_HUGEPAGE) and every page touched at allocation, on the kernel pool: the
+// first write of each block while serving used to fault its pages in (4 KiB at a time, the
+// engine's only page faults). The contents start as zeros; attention reads only slots of
+// positions below seq_len, which ReshapeAndCache wrote first.
 struct KVCache {
   int32_t num_blocks = 0;
   int32_t block_size = 0;
-  std::vector<std::unique_ptr<float[]>> k;
-  std::vector<std::unique_ptr<float[]>> v;
+  std::vector<CachePages> k;
+  std::vector<CachePages> v;
 };
 
 // One step's flattened batch, prepared by the ModelRunner.
@@ -82,8 +91,9 @@ class LlamaModel {
   [[nodiscard]] absl::Status Forward(const ForwardBatch& batch, KVCache& cache,
                                      std::vector<float>* logits);
 
-  // Allocates a zeroed cache for this rank.
-  KVCache AllocateKVCache(int32_t num_blocks, int32_t block_size) const;
+  // Allocates a zeroed cache for this rank. Errors: the memory cannot be mapped.
+  [[nodiscard]] absl::StatusOr<KVCache> AllocateKVCache(int32_t num_blocks,
+                                                        int32_t block_size) const;
 
   const ModelConfig& config() const { return config_; }
   int32_t num_layers() const { return config_.num_hidden_layers; }

@@ -38,7 +38,7 @@ DummyStep::DummyStep(int32_t num_tokens, int32_t num_seqs, int32_t max_seq_len)
 }
 
 absl::Status CpuModelBackend::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
-  kv_cache_ = model_->AllocateKVCache(num_blocks, block_size);
+  VLLM_ASSIGN_OR_RETURN(kv_cache_, model_->AllocateKVCache(num_blocks, block_size));
   return absl::OkStatus();
 }
 

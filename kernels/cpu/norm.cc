@@ -5,6 +5,7 @@
 
 #include "base/status_macros.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace vllm::kernels::cpu {
 namespace {
@@ -40,26 +41,39 @@ void NormalizeRow(const float* x, const float* weight, float* out, int64_t hidde
   for (int64_t i = 0; i < hidden; ++i) out[i] = weight[i] * (x[i] * inv_rms);
 }
 
+// Below this many outputs a call runs on the calling thread (a decode step of a few rows);
+// above, rows go to the kernel pool (each row is computed alike on any thread).
+constexpr int64_t kMinParallelOutputs = 16 * 1024;
+
+template <typename RowFn>
+void ForEachRow(int64_t num_tokens, int64_t hidden, const RowFn& row) {
+  if (num_tokens > 1 && num_tokens * hidden >= kMinParallelOutputs) {
+    KernelThreadPool().ParallelFor(num_tokens, row);
+  } else {
+    for (int64_t t = 0; t < num_tokens; ++t) row(t);
+  }
+}
+
 }  // namespace
 
 void RmsNorm(const float* x, const float* weight, float* out, int64_t num_tokens, int64_t hidden,
              float eps) {
   VLLM_CHECK(num_tokens >= 0 && hidden > 0) << "RmsNorm: bad shape " << num_tokens << "x" << hidden;
-  for (int64_t t = 0; t < num_tokens; ++t) {
+  ForEachRow(num_tokens, hidden, [&](int64_t t) {
     NormalizeRow(x + t * hidden, weight, out + t * hidden, hidden, eps);
-  }
+  });
 }
 
 void FusedAddRmsNorm(float* x, float* residual, const float* weight, int64_t num_tokens,
                      int64_t hidden, float eps) {
   VLLM_CHECK(num_tokens >= 0 && hidden > 0)
       << "FusedAddRmsNorm: bad shape " << num_tokens << "x" << hidden;
-  for (int64_t t = 0; t < num_tokens; ++t) {
+  ForEachRow(num_tokens, hidden, [&](int64_t t) {
     float* x_row = x + t * hidden;
     float* res_row = residual + t * hidden;
     for (int64_t i = 0; i < hidden; ++i) res_row[i] += x_row[i];
     NormalizeRow(res_row, weight, x_row, hidden, eps);
-  }
+  });
 }
 
 }  // namespace vllm::kernels::cpu

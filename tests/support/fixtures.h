@@ -69,7 +69,9 @@ inline std::vector<float> LastLogits(worker::LlamaModel& model,
   constexpr int32_t kBlockSize = 16;
   const int32_t n = static_cast<int32_t>(tokens.size());
   const int32_t num_blocks = (n + kBlockSize - 1) / kBlockSize;
-  worker::KVCache cache = model.AllocateKVCache(num_blocks, kBlockSize);
+  absl::StatusOr<worker::KVCache> allocated = model.AllocateKVCache(num_blocks, kBlockSize);
+  if (!allocated.ok()) return {};
+  worker::KVCache& cache = *allocated;
   std::vector<int32_t> positions(n), block_table(num_blocks);
   std::vector<int64_t> slots(n);
   for (int32_t i = 0; i < n; ++i) positions[i] = slots[i] = i;
