@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_pool.h"
 #include "tests/unit/kernels/random_vector.h"
 
 namespace vllm::kernels::cpu {
@@ -77,6 +78,40 @@ TEST_P(RmsNormTest, FusedAddUpdatesResidualAndNormalisesTheSum) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hidden, RmsNormTest, ::testing::Values(1, 7, 64, 257));
+
+// Enough rows that both calls hand them to the kernel pool: the same bits on 1 and 2 threads,
+// and the reference on each.
+TEST(RmsNormPoolTest, ManyRowsGiveTheSameBitsOnOneAndTwoThreads) {
+  constexpr int64_t kTokens = 200, kHidden = 257;  // 51 400 outputs, above the pool threshold
+  constexpr float kEps = 1e-5f;
+  const std::vector<float> x = RandomVector(kTokens * kHidden, 7);
+  const std::vector<float> residual = RandomVector(kTokens * kHidden, 8);
+  const std::vector<float> w = RandomVector(kHidden, 9, 0.5f, 1.5f);
+  std::vector<float> sum(x.size());
+  for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + residual[i];
+  const std::vector<double> ref = ReferenceRmsNorm(x, w, kTokens, kHidden, kEps);
+  const std::vector<double> ref_sum = ReferenceRmsNorm(sum, w, kTokens, kHidden, kEps);
+
+  const int threads_before = KernelThreadPool().num_threads();
+  std::vector<std::vector<float>> normed, fused;
+  for (int threads : {1, 2}) {
+    SetBlasNumThreads(threads);
+    std::vector<float> out(x.size());
+    RmsNorm(x.data(), w.data(), out.data(), kTokens, kHidden, kEps);
+    std::vector<float> fx = x, fr = residual;
+    FusedAddRmsNorm(fx.data(), fr.data(), w.data(), kTokens, kHidden, kEps);
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_NEAR(out[i], ref[i], 1e-5) << threads << " threads, " << i;
+      ASSERT_NEAR(fx[i], ref_sum[i], 1e-5) << threads << " threads, " << i;
+    }
+    EXPECT_EQ(fr, sum) << threads << " threads";
+    normed.push_back(std::move(out));
+    fused.push_back(std::move(fx));
+  }
+  SetBlasNumThreads(threads_before);
+  EXPECT_EQ(normed[0], normed[1]);
+  EXPECT_EQ(fused[0], fused[1]);
+}
 
 TEST(RmsNormEdgeTest, EpsilonKeepsAZeroRowFinite) {
   const std::vector<float> x(8, 0.0f);
