@@ -19,10 +19,6 @@ namespace {
 
 namespace cpu = ::vllm::kernels::cpu;
 
-// From this many tokens a layer's per-token steps (q/k/v split, RoPE, cache write) run on the
-// kernel pool; below, handing them out would cost more than it saves.
-constexpr int64_t kMinParallelTokens = 16;
-
 // Grows `v` to at least n elements (scratch buffers only grow).
 float* Scratch(std::vector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -254,8 +250,7 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
                     qkv, t);
   // Per token: split the merged projection into contiguous q, k, v, (Qwen3) normalise each
   // head, rotate q and k, and write k and v into the paged cache. Tokens are independent, so
-  // a large batch runs them on the kernel pool (same results on any thread count); until
-  // then this ran on the calling thread alone, ~3 % of a 64-request serving step.
+  // a large batch runs them on the kernel pool (same results on any thread count).
   float* q = Scratch(q_, t * q_width);
   float* k = Scratch(k_, t * kv_width);
   float* v = Scratch(v_, t * kv_width);
@@ -279,11 +274,7 @@ absl::Status LlamaModel::Attention(const Layer& layer, int32_t layer_index,
     cpu::ReshapeAndCache(ki, vi, k_cache, v_cache, batch.slot_mapping.data() + i, 1, num_kv_heads_,
                          static_cast<int32_t>(d), cache.block_size);
   };
-  if (t >= kMinParallelTokens) {
-    cpu::KernelThreadPool().ParallelFor(t, token);
-  } else {
-    for (int64_t i = 0; i < t; ++i) token(i);
-  }
+  cpu::ForEachRow(t, qkv_width, token);
   float* attn = Scratch(attn_out_, t * q_width);
   cpu::PagedAttention(q, k_cache, v_cache, attn, batch.attention, num_heads_, num_kv_heads_,
                       static_cast<int32_t>(d), config_.AttentionScale(),

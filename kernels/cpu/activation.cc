@@ -39,9 +39,6 @@ VLLM_AVX512_TARGET void SiluAndMulRowAvx512(const float* gate, const float* up, 
 VLLM_AVX512_END
 #endif
 
-// Below this many outputs a call runs on the calling thread (a decode step of a few rows).
-constexpr int64_t kMinParallelOutputs = 16 * 1024;
-
 }  // namespace
 
 void SiluAndMul(const float* gate_up, float* out, int64_t num_tokens, int64_t d) {
@@ -54,11 +51,7 @@ void SiluAndMul(const float* gate_up, float* out, int64_t num_tokens, int64_t d)
     const float* gate = gate_up + t * 2 * d;
     row_fn(gate, gate + d, out + t * d, d);
   };
-  if (num_tokens > 1 && num_tokens * d >= kMinParallelOutputs) {
-    KernelThreadPool().ParallelFor(num_tokens, run_row);
-  } else {
-    for (int64_t t = 0; t < num_tokens; ++t) run_row(t);
-  }
+  ForEachRow(num_tokens, d, run_row);
 }
 
 void GeluTanhAndMul(const float* gate_up, float* out, int64_t num_tokens, int64_t d) {

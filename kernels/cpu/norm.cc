@@ -41,19 +41,6 @@ void NormalizeRow(const float* x, const float* weight, float* out, int64_t hidde
   for (int64_t i = 0; i < hidden; ++i) out[i] = weight[i] * (x[i] * inv_rms);
 }
 
-// Below this many outputs a call runs on the calling thread (a decode step of a few rows);
-// above, rows go to the kernel pool (each row is computed alike on any thread).
-constexpr int64_t kMinParallelOutputs = 16 * 1024;
-
-template <typename RowFn>
-void ForEachRow(int64_t num_tokens, int64_t hidden, const RowFn& row) {
-  if (num_tokens > 1 && num_tokens * hidden >= kMinParallelOutputs) {
-    KernelThreadPool().ParallelFor(num_tokens, row);
-  } else {
-    for (int64_t t = 0; t < num_tokens; ++t) row(t);
-  }
-}
-
 }  // namespace
 
 void RmsNorm(const float* x, const float* weight, float* out, int64_t num_tokens, int64_t hidden,

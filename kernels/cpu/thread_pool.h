@@ -87,6 +87,22 @@ class ThreadPool {
 // SetBlasNumThreads (ops.h) resizes it. Never destroyed.
 ThreadPool& KernelThreadPool();
 
+// Below this many outputs in all, a row-wise op runs on the calling thread (a decode step of
+// a few rows): handing the rows out would cost more than it saves.
+inline constexpr int64_t kMinParallelOutputs = 16 * 1024;
+
+// row(r) for every r in [0, num_rows), rows of row_outputs outputs each: on the kernel pool
+// when there are several rows and at least kMinParallelOutputs outputs, else in order on the
+// calling thread. For rows computed alike on any thread (the same bits either way).
+template <typename RowFn>
+void ForEachRow(int64_t num_rows, int64_t row_outputs, const RowFn& row) {
+  if (num_rows > 1 && num_rows * row_outputs >= kMinParallelOutputs) {
+    KernelThreadPool().ParallelFor(num_rows, row);
+  } else {
+    for (int64_t r = 0; r < num_rows; ++r) row(r);
+  }
+}
+
 }  // namespace vllm::kernels::cpu
 
 #endif  // VLLM_KERNELS_CPU_THREAD_POOL_H_

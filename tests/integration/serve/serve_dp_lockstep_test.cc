@@ -111,11 +111,12 @@ class ServeDpLockstepTest : public testing::ServeTest {
     return steps;
   }
 
-  // CPU each engine core used over kWindow.
-  std::vector<double> EngineCpuOverWindow(const std::vector<pid_t>& engines) const {
+  // CPU each engine core used over `window`.
+  std::vector<double> EngineCpuOverWindow(const std::vector<pid_t>& engines,
+                                          absl::Duration window = kWindow) const {
     std::vector<absl::Duration> before;
     for (pid_t e : engines) before.push_back(testing::CpuTimeOf(e));
-    absl::SleepFor(kWindow);  // the measurement window
+    absl::SleepFor(window);  // the measurement window
     std::vector<double> used;
     for (size_t i = 0; i < engines.size(); ++i) {
       used.push_back(absl::ToDoubleSeconds(testing::CpuTimeOf(engines[i]) - before[i]));
@@ -130,13 +131,8 @@ class ServeDpLockstepTest : public testing::ServeTest {
   bool WaitUntilEnginesIdle(const std::vector<pid_t>& engines) const {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (absl::Now() < deadline) {
-      std::vector<absl::Duration> before;
-      for (pid_t e : engines) before.push_back(testing::CpuTimeOf(e));
-      absl::SleepFor(absl::Milliseconds(100));  // the measurement window
-      absl::Duration used;
-      for (size_t i = 0; i < engines.size(); ++i)
-        used += testing::CpuTimeOf(engines[i]) - before[i];
-      if (used == absl::ZeroDuration()) return true;
+      const std::vector<double> used = EngineCpuOverWindow(engines, absl::Milliseconds(100));
+      if (std::all_of(used.begin(), used.end(), [](double u) { return u == 0.0; })) return true;
     }
     return false;
   }
