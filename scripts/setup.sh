@@ -17,7 +17,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libboost-dev libmsgpack-cxx-dev libabsl-dev libspdlog-dev
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev libsodium-dev
-  procps iproute2 python3
+  procps iproute2 python3 ccache
 )
 
 install_packages() {
