@@ -2,8 +2,9 @@
 # Every library is compiled with -fsanitize=fuzzer-no-link,address,undefined so that libFuzzer
 # sees its coverage and ASan/UBSan check it; the fuzz targets link -fsanitize=fuzzer (which
 # brings libFuzzer's main). Any UBSan report aborts (-fno-sanitize-recover), so libFuzzer
-# records it as a crash. Needs clang and libclang-rt-<version>-dev; no CUDA, no tests, no
-# benchmarks.
+# records it as a crash. Needs clang and libclang-rt-<version>-dev; no CUDA, no benchmarks.
+# The unit tests build in the same tree (scripts/setup.sh asan): they run under ASan+UBSan on
+# the same objects (the coverage hooks are the sanitizer runtime's no-ops outside a fuzzer).
 if(NOT VLLM_FUZZ)
   return()
 endif()
@@ -21,4 +22,4 @@ add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,
                     $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=all>
                     $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
 add_link_options(-fsanitize=address,undefined)
-message(STATUS "vllm-launch: libFuzzer build (tests/fuzz only)")
+message(STATUS "vllm-launch: libFuzzer + ASan/UBSan build (tests/fuzz and the unit tests)")

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets of tests/fuzz/ (docs/FUZZING.md), one after another.
+# Runs the libFuzzer targets of tests/fuzz/ (docs/FUZZING.md), FUZZ_JOBS at a time.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default: 30 s, every target
 #
-# Builds the fuzz preset (scripts/setup.sh fuzz) unless FUZZ_SKIP_BUILD=1. Each target runs on
+# Builds the targets (scripts/setup.sh fuzz: build/asan/bin) unless FUZZ_SKIP_BUILD=1. Each target runs on
 # a temporary copy of its committed corpus (tests/fuzz/corpus/<target>/, so the tree is never
 # modified) with its dictionary (tests/fuzz/dict/<dict>.dict) when it has one, for
 # SECONDS_PER_TARGET; a single input over 10 s or 2 GiB RSS is a failure. Crash, leak,
@@ -16,7 +16,8 @@
 #   FUZZ_CORPUS_DIR=DIR  keep the working corpus in DIR/<target>/ across runs (seeded from the
 #                        committed corpus when empty) instead of a temporary copy
 #   FUZZ_ARGS="..."      extra libFuzzer flags for every target (e.g. "-fork=2" or "-jobs=2")
-#   FUZZ_SKIP_BUILD=1    do not (re)build build/fuzz first
+#   FUZZ_SKIP_BUILD=1    do not (re)build the targets (build/asan) first
+#   FUZZ_JOBS=N          targets run side by side (default: nproc; each uses one core)
 # The last line is "fuzz: N passed, N failed" (targets). Exit status: 0 when every target ran
 # clean, 1 when any failed (or the build did), 2 on a usage error.
 set -uo pipefail
@@ -59,6 +60,9 @@ if [[ ${FUZZ_SKIP_BUILD:-0} != 1 ]]; then
   scripts/setup.sh fuzz || { echo "fuzz: build FAILED" >&2; exit 1; }
 fi
 
+# The targets are built in build/asan (with the ASan unit tests); their logs, artifacts and
+# ledger go to build/fuzz.
+BIN=build/asan/bin
 OUT=build/fuzz
 LEDGER=$OUT/ledger.tsv
 mkdir -p "$OUT/logs"
@@ -82,23 +86,19 @@ failure_reason() {
   fi
 }
 
-failed=0
-npassed=0
-nfailed=0
-SUMMARY=()
-for t in "${TARGETS[@]}"; do
-  bin=$OUT/bin/${t}_fuzzer
-  log=$OUT/logs/$t.log
-  artifacts=$OUT/artifacts/$t
+# run_target <target>: runs one target; writes its table row to $OUT/rows/<target> and
+# "ok" or "FAIL(...)" to $OUT/results/<target>.
+run_target() {
+  local t=$1
+  local bin=$BIN/${t}_fuzzer log=$OUT/logs/$t.log artifacts=$OUT/artifacts/$t
+  local row=$OUT/rows/$t res=$OUT/results/$t tmp="" corpus
   mkdir -p "$artifacts"
   if [[ ! -x $bin ]]; then
     echo "fuzz: $bin is missing (build failed?)" >&2
-    SUMMARY+=("$(printf '%-16s %12s %9s %7s %8s %7s  %s' "$t" - - - - - "FAIL(missing)")")
-    failed=1
-    nfailed=$((nfailed + 1))
-    continue
+    printf '%-16s %12s %9s %7s %8s %7s  %s' "$t" - - - - - "FAIL(missing)" >"$row"
+    echo "FAIL(missing)" >"$res"
+    return
   fi
-  tmp=""
   if [[ -n ${FUZZ_CORPUS_DIR:-} ]]; then
     corpus=$FUZZ_CORPUS_DIR/$t
     mkdir -p "$corpus"
@@ -108,16 +108,16 @@ for t in "${TARGETS[@]}"; do
     corpus=$tmp
     cp -r "tests/fuzz/corpus/$t/." "$corpus/"
   fi
-  args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048
-        -max_len="${MAX_LEN[$t]:-4096}" -print_final_stats=1 -artifact_prefix="$artifacts/")
+  local args=(-max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048
+              -max_len="${MAX_LEN[$t]:-4096}" -print_final_stats=1 -artifact_prefix="$artifacts/")
   [[ -n ${DICT[$t]:-} ]] && args+=(-dict="tests/fuzz/dict/${DICT[$t]}.dict")
   # shellcheck disable=SC2206  # FUZZ_ARGS is a list of flags
-  extra=(${FUZZ_ARGS:-})
+  local extra=(${FUZZ_ARGS:-})
   echo "=== fuzz $t (${SECONDS_PER_TARGET} s): $bin ${args[*]} ${extra[*]} $corpus"
   # The outer timeout only guards against a fuzzer that never stops by itself.
   timeout --kill-after=30 $((SECONDS_PER_TARGET + 300)) \
     "$bin" "${args[@]}" "${extra[@]}" "$corpus" >"$log" 2>&1
-  rc=$?
+  local rc=$? execs rate status_line cov ft corp result
   execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
   rate=$(grep -oE 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
   status_line=$(grep -E '^#[0-9]+' "$log" | grep -E 'cov: ' | tail -1)
@@ -129,20 +129,47 @@ for t in "${TARGETS[@]}"; do
   [[ -n $rate ]] || rate=$(grep -oE 'exec/s:? [0-9]+' <<<"$status_line" | grep -oE '[0-9]+$')
   if ((rc == 0)); then
     result=ok
-    npassed=$((npassed + 1))
   else
     result="FAIL($(failure_reason "$log"))"
-    failed=1
-    nfailed=$((nfailed + 1))
     echo "--- $t failed (exit $rc); last lines of $log:"
     grep -E 'ERROR|FUZZ_CHECK|runtime error|SUMMARY|Test unit written|#[0-9]+ in ' "$log" | head -30
   fi
   [[ -n $tmp ]] && rm -rf "$tmp"
+  # One short line per append: lines from targets running side by side do not interleave.
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$t" \
     "$SECONDS_PER_TARGET" "${execs:-0}" "${rate:-0}" "${cov:-0}" "${ft:-0}" "${corp:--}" \
     "$result" "$REVISION" >>"$LEDGER"
-  SUMMARY+=("$(printf '%-16s %12s %9s %7s %8s %7s  %s' "$t" "${execs:-0}" "${rate:-0}" \
-    "${cov:-0}" "${ft:-0}" "${corp:--}" "$result")")
+  printf '%-16s %12s %9s %7s %8s %7s  %s' "$t" "${execs:-0}" "${rate:-0}" \
+    "${cov:-0}" "${ft:-0}" "${corp:--}" "$result" >"$row"
+  echo "$result" >"$res"
+}
+
+# FUZZ_JOBS targets at a time (default: the number of cores); each fuzzer is one process on
+# one core, so every target still gets SECONDS_PER_TARGET of a core.
+JOBS=${FUZZ_JOBS:-$(nproc)}
+rm -rf "$OUT/rows" "$OUT/results"
+mkdir -p "$OUT/rows" "$OUT/results"
+running=0
+for t in "${TARGETS[@]}"; do
+  if ((running >= JOBS)); then
+    wait -n
+    running=$((running - 1))
+  fi
+  run_target "$t" &
+  running=$((running + 1))
+done
+wait
+
+failed=0 npassed=0 nfailed=0
+SUMMARY=()
+for t in "${TARGETS[@]}"; do
+  SUMMARY+=("$(cat "$OUT/rows/$t" 2>/dev/null || printf '%-16s  FAIL(no result)' "$t")")
+  if [[ $(cat "$OUT/results/$t" 2>/dev/null) == ok ]]; then
+    npassed=$((npassed + 1))
+  else
+    failed=1
+    nfailed=$((nfailed + 1))
+  fi
 done
 
 echo
