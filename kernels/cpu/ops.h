@@ -13,8 +13,25 @@
 //     at offset s % block_size. Within a block K is [head][dim][slot] and V
 //     [head][slot][dim] (KCacheIndex / VCacheIndex below).
 //
+// Threads and ISA: Linear's small-m path, RmsNorm, FusedAddRmsNorm, SiluAndMul and
+// PagedAttention run on the process's kernel pool (thread_pool.h; large enough calls only),
+// Linear's BLAS path on OpenBLAS's pool; SetBlasNumThreads sizes both. The hand-written
+// loops pick AVX-512 at run time when the CPU has it (target attributes, no -march);
+// VLLM_CPU_VEC_ISA=portable turns that off for attention and SiluAndMul (A/B runs: results
+// then differ in the last bits, as the AVX-512 exp is a polynomial within 2 ulp of expf).
+// The GEMMs' ISA: gemm_small.h.
+//
+// PagedAttention (attention.cc) splits the batch into tiles of (sequence, KV head, up to 8
+// query rows × the head group) handed out one at a time on the pool; a tile walks its
+// sequence's cache one block at a time with an online softmax. A decode sequence takes one
+// tile for all its KV heads (each block read as one span) unless its keys exceed
+// 1 / (4 · threads) of the batch's decode keys. For head_dim 16, 32, 48, 64, 80, 96, 128 or
+// 256 an AVX-512 block kernel scores 16 keys per register from the transposed K (one
+// broadcast FMA per dim, shared by up to 4 query vectors) and prefetches the tile's next
+// block into L2 while it works.
+//
 // Thread-safety: every function is reentrant; concurrent calls on disjoint output buffers
-// are safe. Functions may use several threads internally (BLAS).
+// are safe (concurrent calls share the pool: a second one runs on its own thread).
 // Errors: sizes are the caller's contract (VLLM_CHECK on impossible shapes); these are
 // called on the hot path with shapes the model runner computed, never with user input.
 #ifndef VLLM_KERNELS_CPU_OPS_H_

@@ -1,20 +1,31 @@
 // Linear layers with the weight packed once, at load time: y[m, n] = x[m, k] · w[n, k]ᵀ
 // (+ bias[n]) for every m, the model's projections and lm_head on the CPU.
 //
+// Use: worker/llama_model.cc packs qkv, o, gate_up, down and lm_head at load (tied embeddings
+// keep the table for the lookup and a packed copy for lm_head), as Storage::kBf16IfExact
+// unless VLLM_CPU_PACKED_WEIGHTS=float32 (A/B runs). Why one path for every m instead of
+// Linear's small-m kernel and OpenBLAS (docs/DECISIONS.md, 2026-11-27): one thread, m = 16
+// on the bundled model's gate_up 100 µs vs 141 (small-m) and 171 (OpenBLAS), m = 512 on a
+// 4096 × 4096 weight level with OpenBLAS (1.05× slower); BF16 panels take a 1-row step over
+// the bundled model's 25 matrices from 0.66 ms to 0.24 ms.
+//
 // Layout: w in panels of kPanel = 32 output features; a panel is [k][32] floats, contiguous
 // (the last panel zero-padded). The kernel multiplies one panel row (32 weights) into up to
-// MR rows of x per step of k with broadcast FMAs (AVX-512: 12 rows × 2 registers of 16), so
-// it needs no horizontal sums (gemm_small.h's dot-product tiles do), and nothing is packed
-// per call (OpenBLAS's sgemm packs all of w on every call). vLLM's CPU backend likewise
-// prepacks weights once (oneDNN) instead of calling BLAS on the checkpoint's layout.
+// MR rows of x per step of k with broadcast FMAs (AVX-512: 12 rows × 2 registers of 16; AVX2
+// 2 rows × 4 of 8; portable 1 row × 8 of 4), so it needs no horizontal sums (gemm_small.h's
+// dot-product tiles do), and nothing is packed per call (OpenBLAS's sgemm packs all of w on
+// every call). vLLM's CPU backend likewise prepacks weights once (oneDNN) instead of calling
+// BLAS on the checkpoint's layout.
 //
 // Work split: panels in chunks over KernelThreadPool() (thread_pool.h); inside a chunk, rows
 // of x in blocks of 192 and k in blocks of 512 (gemm_small_tile.inc), so a block of x and a
-// panel's k block stay in L2 while every row tile of the block uses them; for k >= 1024 the
-// block of x is copied tile by tile into [k][rows] order first (rows k floats apart would
-// share one L1 set). Accumulation in float32, k in
-// order within a k block; the first k block writes bias + its sums (y needs no prior fill),
-// later ones add theirs.
+// panel's k block stay in L2 while every row tile of the block uses them; a row block is cut
+// into tiles of near-equal height (16 rows: 8 + 8). For k >= 1024 (and chunks of 4 panels or
+// more) the block of x is first copied tile by tile into [k][rows] order (rows k floats apart
+// would share one L1 set). BF16 panels are widened as they are loaded, or, above 32 rows,
+// once per panel k block into a per-thread buffer. Accumulation in float32, k in order
+// within a k block; the first k block writes bias + its sums (y needs no prior fill), later
+// ones add theirs.
 //
 // ISA: GemmIsa (gemm_small.h): AVX-512F, AVX2+FMA or portable, picked at run time by
 // BestGemmIsa() (VLLM_CPU_GEMM_ISA caps it; "blas" does not apply here: packed weights have

@@ -1,12 +1,20 @@
 // A small fork-join pool for the CPU kernels: one per process (one per tensor-parallel rank,
 // since CPU ranks are processes), sized by SetBlasNumThreads like OpenBLAS's, so our kernels
 // and BLAS use the same number of cores and never run at the same time (every call is
-// synchronous: a kernel returns only when all its tasks are done).
+// synchronous: a kernel returns only when all its tasks are done). Its users: LinearPacked,
+// LinearSmallM, PagedAttention, and the row-wise ops through ForEachRow (RMSNorm,
+// SiLU-and-mul, the model's per-token steps).
+//
+// The caller runs tasks too, and tasks are claimed one at a time, so a worker that is asleep
+// or descheduled only loses its share instead of stalling the call.
 //
 // Idle workers spin for at most kSpinMicros after their last task, then sleep on a condition
-// variable; so between decode steps, and while OpenBLAS runs a prefill GEMM, they take no CPU.
-// (OpenBLAS's own workers spin with sched_yield for up to ~0.1 s after each BLAS call; steps
-// whose GEMMs all take our path never wake them: see kernels/README.md.)
+// variable; so between decode steps, and while OpenBLAS runs, they take no CPU. OpenBLAS's
+// own workers spin (sched_yield) for up to ~0.1 s after each BLAS call, but the model's
+// projections never call BLAS (packed_linear.h, every m) and Linear does only above
+// kLinearSmallMMaxRows rows (MoE experts, routers and shared experts in large steps), so
+// most steps never wake them. Alternating an m = 128 sgemm and an m = 8 small-m call costs
+// the sum of the two alone (kernels_cpu_bench LinearMixed; docs/DECISIONS.md).
 #ifndef VLLM_KERNELS_CPU_THREAD_POOL_H_
 #define VLLM_KERNELS_CPU_THREAD_POOL_H_
 

@@ -1,5 +1,29 @@
 // Paged attention on the GPU: the CUDA twin of kernels::cpu::PagedAttention, for
 // prefill (a flattened varlen batch, causal) and decode (split-K over long contexts) alike.
+// The path and the split are planned from host values only (attention.cu, PlanAttention).
+//
+// Decode path (max_query_len <= 8), attention_decode.cu: one block of 4 warps per (query
+// row, up to 8 query heads sharing a KV head, split-K partition). The host picks the number
+// of partitions (more for small batches, 1 for large ones, none shorter than 64 keys at the
+// host max_seq_len); each row splits its own keys evenly over them at run time, so a graph
+// captured with max_seq_len = max_model_len still spreads a short row over every partition;
+// partitions past a row's length exit at once, and a reduction kernel merges the rest. A
+// K/V row is read as 16-byte vectors by a group of lanes (4 keys per lane in flight), with an
+// online softmax per group merged across groups and warps. Specialised for head_dim
+// 16/32/64/128; other head_dims use one generic instantiation (a warp per key row).
+//
+// Prefill path, attention_prefill.cu: for f16/bf16 and head_dim 16/32/64/128, a
+// flash-attention-2 style tensor-core kernel (mma.sync m16n8k16, f32 accumulation): a block
+// takes 64 query vectors of one sequence and KV head, numbered row · group + head so the
+// group's heads share every K/V tile (64 keys in shared memory); tiles launch heaviest first.
+// P is rounded to T before the P·V product, as flash-attention does. float32 and other
+// head_dims run the decode kernel unsplit (correct, slower).
+//
+// The soft cap (both kernels) and the sliding window (tensor-core kernel) are template
+// flags, so the plain kernels keep their instruction mix. Tests:
+// tests/gpu/cuda_attention_test.cc (against the CPU: batch kinds, block sizes, NaN-poisoned
+// unread slots and freed blocks, loose host bounds, cache offsets past 2^31 elements, graph
+// replays).
 #ifndef VLLM_KERNELS_CUDA_ATTENTION_H_
 #define VLLM_KERNELS_CUDA_ATTENTION_H_
 

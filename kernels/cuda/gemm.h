@@ -1,5 +1,13 @@
 // The linear layer on the GPU: y = x · wᵀ (+ bias) through cuBLASLt, with Hugging Face's
 // weight layout, as kernels::cpu::Linear.
+//
+// Tuning (CublasLtGemm below): the candidates of a decode-sized shape run interleaved, 3
+// rounds, each keeping its best time, so a clock change during the tuning cannot favour one.
+// The timing waits for the caller's stream, hence only outside a graph capture (the worker's
+// eager warm-up before each capture is that first call). Why (docs/DECISIONS.md, 2026-11-26;
+// docs/BENCHMARKS.md): on an H100 the heuristic's first pick read the 8B model's m = 1
+// weights at 50-92 % of the copy bandwidth; our GEMV wins every m = 1 shape and loses at
+// m = 8, taking batch-1 decode with graphs from 1.25× to 1.17× the weight-read roofline.
 #ifndef VLLM_KERNELS_CUDA_GEMM_H_
 #define VLLM_KERNELS_CUDA_GEMM_H_
 

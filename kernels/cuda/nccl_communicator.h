@@ -16,7 +16,9 @@
 // DeadlineExceeded instead of hanging in ncclCommInitRank forever; the half-made
 // communicator is aborted. Collectives are enqueued on the caller's stream without host
 // synchronisation (a call may return after polling NCCL's enqueue state, which is host-only),
-// so AllReduceSum is capturable into a CUDA graph.
+// so AllReduceSum is capturable into a CUDA graph. NCCL connects the ranks lazily, on the
+// first collective: run one eagerly before capturing. Tests: tests/gpu/nccl_communicator_test.cc
+// (the 2-rank cases need 2 GPUs).
 //
 // Thread-safety: one thread uses an instance at a time (collective semantics: every rank makes
 // the same calls in the same order). Failure: every error is an absl::Status naming the NCCL
@@ -64,8 +66,8 @@ class NcclCommunicator final : public DeviceCommunicator {
 
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
-  // Finalises and destroys the communicator (waiting at most a few seconds for NCCL to flush
-  // its work), or aborts it when a collective failed or finalising does not finish. Work
+  // Finalises and destroys the communicator (waiting at most 10 s for NCCL to flush its
+  // work), or aborts it when a collective failed or finalising does not finish. Work
   // enqueued on streams should have completed (synchronise them first).
   ~NcclCommunicator() override;
 
@@ -74,7 +76,8 @@ class NcclCommunicator final : public DeviceCommunicator {
 
   // ncclAllReduce(ncclSum) in place on `stream` (see DeviceCommunicator). count == 0 is a
   // no-op; InvalidArgument for null data with count > 0; FailedPrecondition after an earlier
-  // failure; Internal naming NCCL's error otherwise.
+  // failure; DeadlineExceeded when NCCL has not enqueued it within 120 s (a peer may be dead);
+  // Internal naming NCCL's error otherwise.
   [[nodiscard]] absl::Status AllReduceSum(void* data, size_t count, GemmDType dtype,
                                           cudaStream_t stream) override;
 

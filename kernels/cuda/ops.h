@@ -1,6 +1,8 @@
-// CUDA backend, part 1: the elementwise and memory ops of the model. Each op
-// mirrors one of kernels/cpu/ops.h (same layouts, same semantics) and is checked against it
-// by tests/gpu/cuda_ops_test.cc. Paged attention and the GEMM live elsewhere (gemm.h).
+// CUDA backend: the elementwise and memory ops of the model and the sampler. Each op mirrors
+// one of kernels/cpu/ops.h or kernels/cpu/sampling.h (same layouts, same semantics) and is
+// checked against it by tests/gpu/cuda_ops_test.cc, to T's rounding. float32 RoPE rounds
+// each product separately (no FMA contraction) to give the CPU's bits (tested to 1e-6).
+// Paged attention, the GEMM and the MoE ops live in attention.h, gemm.h and moe.h.
 //
 // Conventions (flashinfer style):
 //   - Framework-free launchers: raw device pointers, sizes, a cudaStream_t; they enqueue the
