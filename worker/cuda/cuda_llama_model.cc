@@ -48,7 +48,7 @@ int32_t CudaLlamaModel::dtype_bytes() const {
   return options_.dtype == kc::GemmDType::kFloat32 ? 4 : 2;
 }
 
-CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
+CudaLlamaModel::CudaLlamaModel(const HfConfig& config, const TpLayout& tp,
                                kc::DeviceCommunicator* comm, const CudaModelOptions& options)
     : config_(config),
       comm_(comm),
@@ -61,7 +61,7 @@ CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
 CudaLlamaModel::~CudaLlamaModel() = default;
 
 absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
-    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* comm,
+    const HfConfig& config, WeightSource* weights, kc::DeviceCommunicator* comm,
     const CudaModelOptions& options, cudaStream_t stream) {
   if (comm == nullptr) {
     return absl::InvalidArgumentError(

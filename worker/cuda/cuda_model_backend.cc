@@ -35,7 +35,7 @@ const char* DTypeName(kc::GemmDType dtype) {
 
 }  // namespace
 
-kc::GemmDType ResolveCudaDType(ModelDType dtype, const ModelConfig& config) {
+kc::GemmDType ResolveCudaDType(ModelDType dtype, const HfConfig& config) {
   switch (dtype) {
     case ModelDType::kFloat32:
       return kc::GemmDType::kFloat32;
@@ -114,7 +114,7 @@ absl::Status CudaModelBackend::SelectDevice() const {
 }
 
 absl::StatusOr<std::unique_ptr<CudaModelBackend>> CudaModelBackend::Create(
-    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
+    const HfConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
     const CudaBackendOptions& options) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -167,7 +167,7 @@ absl::StatusOr<std::unique_ptr<CudaModelBackend>> CudaModelBackend::Create(
 }
 
 absl::StatusOr<std::unique_ptr<ModelBackend>> CreateCudaModelBackend(
-    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
+    const HfConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
     const CudaBackendOptions& options) {
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<CudaModelBackend> b,
                         CudaModelBackend::Create(config, weights, device_comm, options));

@@ -78,7 +78,7 @@ struct CudaBackendOptions {
 };
 
 // The model dtype for `dtype` and the checkpoint (kAuto: see ModelDType).
-kernels::cuda::GemmDType ResolveCudaDType(ModelDType dtype, const ModelConfig& config);
+kernels::cuda::GemmDType ResolveCudaDType(ModelDType dtype, const HfConfig& config);
 
 // vLLM's capture sizes: 1, 2, 4, 8, then multiples of 8, up to min(max_num_seqs,
 // max_num_batched_tokens, 512); ascending. Host-only.
@@ -91,11 +91,11 @@ class CudaModelBackend final : public ModelBackend {
   // group; null: a group of one. InvalidArgument naming --device when no GPU is visible;
   // the model's load errors otherwise.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<CudaModelBackend>> Create(
-      const ModelConfig& config, WeightSource* weights,
-      kernels::cuda::DeviceCommunicator* device_comm, const CudaBackendOptions& options);
+      const HfConfig& config, WeightSource* weights, kernels::cuda::DeviceCommunicator* device_comm,
+      const CudaBackendOptions& options);
   ~CudaModelBackend() override;
 
-  const ModelConfig& config() const override { return model_->config(); }
+  const HfConfig& config() const override { return model_->config(); }
   int32_t num_kv_heads() const override { return model_->num_kv_heads(); }
   int32_t kv_dtype_bytes() const override { return model_->dtype_bytes(); }
   int64_t weight_bytes() const override { return model_->weight_bytes(); }
@@ -172,8 +172,8 @@ class CudaModelBackend final : public ModelBackend {
 
 // CudaModelBackend::Create as a ModelBackend (for Worker).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ModelBackend>> CreateCudaModelBackend(
-    const ModelConfig& config, WeightSource* weights,
-    kernels::cuda::DeviceCommunicator* device_comm, const CudaBackendOptions& options);
+    const HfConfig& config, WeightSource* weights, kernels::cuda::DeviceCommunicator* device_comm,
+    const CudaBackendOptions& options);
 
 }  // namespace vllm::worker
 
