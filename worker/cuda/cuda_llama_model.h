@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -184,6 +185,12 @@ class CudaLlamaModel {
   // A device tensor of `elems` elements of the model dtype, owned by the model.
   [[nodiscard]] absl::StatusOr<void*> NewTensor(int64_t elems, const char* what);
   [[nodiscard]] absl::Status LoadWeights(WeightSource* weights, cudaStream_t stream);
+  // Puts tensor `name` (full shape [rows] or [rows, cols]) — this rank's `shard` of it — at
+  // element `offset` of `dst`: seeded dummy values with options_.dummy_weights, else the
+  // source's, converted to the model's dtype (LoadWeights' upload of one piece).
+  [[nodiscard]] absl::Status PutWeight(WeightSource* weights, cudaStream_t stream,
+                                       const std::string& name, std::vector<int64_t> shape,
+                                       const Shard& shard, void* dst, int64_t offset);
   [[nodiscard]] absl::Status AllocateScratch();
   // Uploads layer `i`'s router and experts (put: LoadWeights' upload of one piece).
   template <typename Put>

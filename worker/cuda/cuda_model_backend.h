@@ -140,6 +140,17 @@ class CudaModelBackend final : public ModelBackend {
   // downloads of tokens (and logits when any_host) into the pinned buffers; no synchronisation.
   absl::Status EnqueueStep(const StepInputs& in, int32_t graph_size, bool all_greedy, bool any_host,
                            std::span<const int32_t> prompt_rows);
+  // Execute's split of a step with logits_only (prompt) rows: *split is `step` with the
+  // sampled rows only (its arrays point into sampled_indices_ / sampled_rows_), and
+  // prompt_rows_ the prompt rows' batch rows. Returns the number of prompt rows; 0 leaves
+  // *split untouched (the step is used as it is).
+  int64_t SplitPromptRows(const StepInputs& step, StepInputs* split);
+  // Row `host_row` of logits_host_ (the model's dtype) as vocab_size floats at `out`.
+  void HostLogitsToFloat(int64_t host_row, float* out) const;
+  // The logits of the `num_prompt` prompt rows of a step whose forward ran: max_num_seqs at a
+  // time through the logits buffer and logits_host_ (one synchronisation per chunk), into
+  // result->host_logits at the slots prompt_slots_ noted.
+  absl::Status ComputePromptLogits(const StepInputs& in, int64_t num_prompt, StepResult* result);
   absl::Status CaptureGraphs();
   void DestroyGraphs();
 
