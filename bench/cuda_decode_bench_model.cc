@@ -17,7 +17,7 @@
 #include "kernels/cuda/device_communicator.h"
 #include "worker/cuda/cuda_llama_model.h"
 #include "worker/cuda/device_buffer.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 
 namespace vllm::bench {
 namespace {
@@ -33,8 +33,8 @@ constexpr int32_t kDecodeContext = 512;  // tokens already in the cache per deco
 constexpr int32_t kMaxTokens = 2048;     // the largest prefill below
 constexpr int32_t kDecodeBatches[] = {1, 8, 64, 256};
 
-worker::ModelConfig Llama8BConfig(const Llama8BShape& s) {
-  worker::ModelConfig c;
+worker::HfConfig Llama8BConfig(const Llama8BShape& s) {
+  worker::HfConfig c;
   c.architecture = "LlamaForCausalLM";
   c.vocab_size = static_cast<int32_t>(s.vocab);
   c.hidden_size = static_cast<int32_t>(s.hidden);

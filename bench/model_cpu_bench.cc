@@ -74,7 +74,7 @@ double SgemmPeak() {
 }
 
 // Parameters a step streams: every layer, the final norm and the lm_head (or the tied table).
-double LayerParams(const worker::ModelConfig& c) {
+double LayerParams(const worker::HfConfig& c) {
   const double h = c.hidden_size, d = c.head_dim;
   const double qkv = h * d * (c.num_attention_heads + 2.0 * c.num_key_value_heads);
   const double o = d * c.num_attention_heads * h;
@@ -122,7 +122,7 @@ absl::Status Measure(const std::string& name, const config::EngineArgs& args, bo
                      double bandwidth, double peak_gflops, std::vector<Row>* rows) {
   VLLM_ASSIGN_OR_RETURN(auto engine, frontend::LLMEngine::Create(args));
   const int32_t vocab = engine->model_config().vocab_size;
-  const worker::ModelConfig& config = engine->model_config();
+  const worker::HfConfig& config = engine->model_config();
   const double layer_params = LayerParams(config);
   const double streamed_params =
       layer_params + static_cast<double>(config.vocab_size) * config.hidden_size;

@@ -40,14 +40,17 @@ constexpr Workload kPrefill{512, 256, 32, 8192};
 class Driver {
  public:
   Driver(int32_t num_running, const Workload& w) : workload_(w) {
-    SchedulerConfig c;
-    c.max_num_seqs = num_running;
-    c.max_num_batched_tokens = num_running + w.prefill_budget;
-    c.max_model_len = w.prompt_len + w.max_tokens + 16;
-    c.block_size = 16;
-    c.num_gpu_blocks = (num_running + 64) * ((c.max_model_len + 15) / 16 + 1);
-    c.enable_prefix_caching = w.prefix_caching;
-    scheduler_ = std::move(Scheduler::Create(c)).value();
+    config::VllmConfig c;
+    c.model.model = "bench";
+    c.device.device = config::Device::kCpu;
+    c.scheduler.max_num_seqs = num_running;
+    c.scheduler.max_num_batched_tokens = num_running + w.prefill_budget;
+    c.model.max_model_len = w.prompt_len + w.max_tokens + 16;
+    c.cache.block_size = 16;
+    c.cache.enable_prefix_caching = w.prefix_caching;
+    KVCacheConfig kv_cache;
+    kv_cache.num_blocks = (num_running + 64) * ((c.model.max_model_len + 15) / 16 + 1);
+    scheduler_ = std::move(Scheduler::Create(c, kv_cache)).value();
     for (int32_t i = 0; i < num_running; ++i) {
       // Stagger lengths so that completions spread evenly over the steps.
       AddRequest(1 + (i * w.max_tokens) / num_running);

@@ -7,11 +7,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "config/config_fields.h"
 #include "ipc/msgpack_fields.h"
 #include "ipc/msgpack_util.h"
 
@@ -22,161 +27,148 @@ using ipc::wire::FieldReader;
 using ipc::wire::Packer;
 
 constexpr std::string_view kTag = "VllmConfig";
-// Longest enum spelling and host name accepted on the wire.
-constexpr size_t kMaxNameBytes = 255;
 
 void PackString(Packer& pk, std::string_view s) {
   pk.pack_str(static_cast<uint32_t>(s.size()));
   pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
 }
 
-// Reads a string field and parses it with `parse` (an enum's Parse*), naming the field.
-template <typename E, typename Parse>
-absl::Status ReadEnum(FieldReader& r, std::string_view field, Parse parse, E* out) {
-  std::string name;
-  VLLM_RETURN_IF_ERROR(r.String(field, kMaxNameBytes, &name));
-  absl::StatusOr<E> value = parse(name);
-  if (!value.ok()) return r.Error(field, std::string(value.status().message()));
-  *out = *value;
-  return absl::OkStatus();
-}
-
-absl::Status ReadModel(const msgpack::object& o, ModelConfig* m) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.model", 5));
-  std::string path;
-  VLLM_RETURN_IF_ERROR(r.String("model", kMaxPathBytes, &path));
-  m->model = path;
-  VLLM_RETURN_IF_ERROR(r.Int("max_model_len", &m->max_model_len));
-  VLLM_RETURN_IF_ERROR(ReadEnum(r, "dtype", ParseModelDType, &m->dtype));
-  VLLM_RETURN_IF_ERROR(r.Int("seed", &m->seed));
-  return r.Bool("enforce_eager", &m->enforce_eager);
-}
-
-absl::Status ReadCache(const msgpack::object& o, CacheConfig* c) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.cache", 5));
-  VLLM_RETURN_IF_ERROR(r.Int("block_size", &c->block_size));
-  VLLM_RETURN_IF_ERROR(r.Bool("enable_prefix_caching", &c->enable_prefix_caching));
-  VLLM_RETURN_IF_ERROR(r.Int("kv_cache_memory_bytes", &c->kv_cache_memory_bytes));
-  VLLM_RETURN_IF_ERROR(r.Double("gpu_memory_utilization", &c->gpu_memory_utilization));
-  return r.OptionalInt("num_gpu_blocks_override", &c->num_gpu_blocks_override);
-}
-
-absl::Status ReadParallel(const msgpack::object& o, ParallelConfig* p) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.parallel", 10));
-  VLLM_RETURN_IF_ERROR(r.Int("tensor_parallel_size", &p->tensor_parallel_size));
-  VLLM_RETURN_IF_ERROR(r.Int("pipeline_parallel_size", &p->pipeline_parallel_size));
-  VLLM_RETURN_IF_ERROR(r.Int("data_parallel_size", &p->data_parallel_size));
-  VLLM_RETURN_IF_ERROR(r.Int("data_parallel_size_local", &p->data_parallel_size_local));
-  VLLM_RETURN_IF_ERROR(r.Int("data_parallel_start_rank", &p->data_parallel_start_rank));
-  VLLM_RETURN_IF_ERROR(r.Int("data_parallel_rank", &p->data_parallel_rank));
-  VLLM_RETURN_IF_ERROR(r.String("data_parallel_address", kMaxNameBytes, &p->data_parallel_address));
-  VLLM_RETURN_IF_ERROR(r.Int("data_parallel_rpc_port", &p->data_parallel_rpc_port));
-  VLLM_RETURN_IF_ERROR(ReadEnum(r, "distributed_executor_backend", ParseExecutorBackend,
-                                &p->distributed_executor_backend));
-  return ReadEnum(r, "comm_backend", ParseCommBackend, &p->comm_backend);
-}
-
-absl::Status ReadScheduler(const msgpack::object& o, SchedulerConfig* s) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.scheduler", 5));
-  VLLM_RETURN_IF_ERROR(r.Int("max_num_seqs", &s->max_num_seqs));
-  VLLM_RETURN_IF_ERROR(r.Int("max_num_batched_tokens", &s->max_num_batched_tokens));
-  VLLM_RETURN_IF_ERROR(r.Bool("enable_chunked_prefill", &s->enable_chunked_prefill));
-  VLLM_RETURN_IF_ERROR(r.Int("long_prefill_token_threshold", &s->long_prefill_token_threshold));
-  return ReadEnum(r, "scheduling_policy", ParseSchedulingPolicy, &s->policy);
-}
-
-absl::Status ReadDevice(const msgpack::object& o, DeviceConfig* d) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.device", 1));
-  return ReadEnum(r, "device", ParseDevice, &d->device);
-}
-
-absl::Status ReadLoad(const msgpack::object& o, LoadConfig* l) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.load", 1));
-  return ReadEnum(r, "load_format", ParseLoadFormat, &l->load_format);
-}
-
-absl::Status ReadKvEvents(const msgpack::object& o, ipc::KvEventsConfig* k) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "VllmConfig.kv_events", 8));
-  VLLM_RETURN_IF_ERROR(r.Bool("enable_kv_cache_events", &k->enable));
-  VLLM_RETURN_IF_ERROR(r.String("publisher", kMaxNameBytes, &k->publisher));
-  if (k->publisher != "null" && k->publisher != "zmq") {
-    return r.Error("publisher", "expected \"null\" or \"zmq\"");
+// The wire form of one field's value: enums as their flag spelling, doubles always float64,
+// an empty optional as nil.
+template <class T>
+void Pack(Packer& pk, const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    PackString(pk, EnumName(value));
+  } else if constexpr (std::is_same_v<T, double>) {
+    ipc::wire::PackDouble(pk, value);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    PackString(pk, value);
+  } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
+    PackString(pk, value.native());
+  } else {
+    pk.pack(value);  // bool and integers
   }
-  VLLM_RETURN_IF_ERROR(r.String("endpoint", ipc::kMaxKvEventsEndpointBytes, &k->endpoint));
-  VLLM_RETURN_IF_ERROR(
-      r.OptionalString("replay_endpoint", ipc::kMaxKvEventsEndpointBytes, &k->replay_endpoint));
-  const auto bounded = [&r](std::string_view field, int64_t lo, int64_t hi,
-                            int64_t* out) -> absl::Status {
+}
+template <class T>
+void Pack(Packer& pk, const std::optional<T>& value) {
+  if (value.has_value()) {
+    Pack(pk, *value);
+  } else {
+    pk.pack_nil();
+  }
+}
+
+// Packs one part as an array of its fields (VisitFields order).
+struct PartEncoder {
+  Packer& pk;
+  template <class T>
+  void operator()(std::string_view, const T& value, FieldBounds = {}) {
+    Pack(pk, value);
+  }
+};
+struct ConfigEncoder {
+  Packer& pk;
+  template <class Part>
+  void operator()(std::string_view, const Part& part) {
+    pk.pack_array(NumFields<Part>());
+    PartEncoder fields{pk};
+    VisitFields(part, fields);
+  }
+};
+
+absl::Status ReadString(FieldReader& r, std::string_view field, const FieldBounds& bounds,
+                        std::string* out) {
+  VLLM_RETURN_IF_ERROR(r.String(field, bounds.max_bytes, out));
+  if (bounds.choices.empty() ||
+      std::find(bounds.choices.begin(), bounds.choices.end(), *out) != bounds.choices.end()) {
+    return absl::OkStatus();
+  }
+  std::string choices;
+  for (std::string_view c : bounds.choices) {
+    choices += absl::StrFormat("%s\"%s\"", choices.empty() ? "" : " or ", c);
+  }
+  return r.Error(field, absl::StrCat("expected ", choices));
+}
+
+// Reads one field of type T from `r` (the next element), checking `bounds`.
+template <class T>
+absl::Status Read(FieldReader& r, std::string_view field, const FieldBounds& bounds, T* out) {
+  if constexpr (std::is_enum_v<T>) {
+    std::string name;
+    VLLM_RETURN_IF_ERROR(r.String(field, kMaxNameBytes, &name));
+    absl::StatusOr<T> value = ParseEnum(name, out);
+    if (!value.ok()) return r.Error(field, std::string(value.status().message()));
+    *out = *value;
+    return absl::OkStatus();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return r.Bool(field, out);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return r.Double(field, out);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return ReadString(r, field, bounds, out);
+  } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
+    std::string path;
+    VLLM_RETURN_IF_ERROR(ReadString(r, field, bounds, &path));
+    *out = path;
+    return absl::OkStatus();
+  } else {
+    static_assert(std::is_integral_v<T>);
     VLLM_RETURN_IF_ERROR(r.Int(field, out));
-    if (*out < lo || *out > hi) {
-      return r.Error(field, absl::StrFormat("%d outside [%d, %d]", *out, lo, hi));
+    const auto value = static_cast<int64_t>(*out);
+    if (value < bounds.min || value > bounds.max) {
+      return r.Error(field, absl::StrFormat("%d outside [%d, %d]", value, bounds.min, bounds.max));
     }
     return absl::OkStatus();
-  };
-  VLLM_RETURN_IF_ERROR(bounded("buffer_steps", 0, ipc::kMaxKvEventsBufferSteps, &k->buffer_steps));
-  VLLM_RETURN_IF_ERROR(bounded("hwm", 0, std::numeric_limits<int32_t>::max(), &k->hwm));
-  VLLM_RETURN_IF_ERROR(
-      bounded("max_queue_size", 1, ipc::kMaxKvEventsQueueSize, &k->max_queue_size));
-  return r.String("topic", ipc::kMaxKvEventsTopicBytes, &k->topic);
+  }
 }
+absl::Status Read(FieldReader& r, std::string_view field, const FieldBounds& bounds,
+                  std::optional<std::string>* out) {
+  return r.OptionalString(field, bounds.max_bytes, out);
+}
+template <class T>
+absl::Status Read(FieldReader& r, std::string_view field, const FieldBounds&,
+                  std::optional<T>* out) {
+  static_assert(std::is_integral_v<T>);
+  return r.OptionalInt(field, out);
+}
+
+// Reads one part from its array, stopping at the first error.
+struct PartDecoder {
+  FieldReader& r;
+  absl::Status status;
+  template <class T>
+  void operator()(std::string_view field, T& value, FieldBounds bounds = {}) {
+    if (status.ok()) status = Read(r, field, bounds, &value);
+  }
+};
+struct ConfigDecoder {
+  FieldReader& envelope;
+  absl::Status status;
+  template <class Part>
+  void operator()(std::string_view name, Part& part) {
+    if (!status.ok()) return;
+    const std::string what = absl::StrFormat("VllmConfig.%s", name);  // outlives the reader
+    absl::StatusOr<FieldReader> r = FieldReader::Open(envelope.Next(), what, NumFields<Part>());
+    if (!r.ok()) {
+      status = r.status();
+      return;
+    }
+    PartDecoder fields{*r, absl::OkStatus()};
+    VisitFields(part, fields);
+    status = fields.status;
+  }
+};
 
 }  // namespace
 
 std::string EncodeVllmConfig(const VllmConfig& c) {
   msgpack::sbuffer buf;
   Packer pk(buf);
-  pk.pack_array(9);
+  pk.pack_array(2 + NumParts());  // tag, version, then one array per part
   PackString(pk, kTag);
   pk.pack(kVllmConfigVersion);
-  pk.pack_array(5);
-  PackString(pk, c.model.model.native());
-  pk.pack(c.model.max_model_len);
-  PackString(pk, ModelDTypeName(c.model.dtype));
-  pk.pack(c.model.seed);
-  pk.pack(c.model.enforce_eager);
-  pk.pack_array(5);
-  pk.pack(c.cache.block_size);
-  pk.pack(c.cache.enable_prefix_caching);
-  pk.pack(c.cache.kv_cache_memory_bytes);
-  ipc::wire::PackDouble(pk, c.cache.gpu_memory_utilization);
-  ipc::wire::PackOptional(pk, c.cache.num_gpu_blocks_override);
-  const ParallelConfig& p = c.parallel;
-  pk.pack_array(10);
-  pk.pack(p.tensor_parallel_size);
-  pk.pack(p.pipeline_parallel_size);
-  pk.pack(p.data_parallel_size);
-  pk.pack(p.data_parallel_size_local);
-  pk.pack(p.data_parallel_start_rank);
-  pk.pack(p.data_parallel_rank);
-  PackString(pk, p.data_parallel_address);
-  pk.pack(p.data_parallel_rpc_port);
-  PackString(pk, ExecutorBackendName(p.distributed_executor_backend));
-  PackString(pk, CommBackendName(p.comm_backend));
-  const SchedulerConfig& s = c.scheduler;
-  pk.pack_array(5);
-  pk.pack(s.max_num_seqs);
-  pk.pack(s.max_num_batched_tokens);
-  pk.pack(s.enable_chunked_prefill);
-  pk.pack(s.long_prefill_token_threshold);
-  PackString(pk, SchedulingPolicyName(s.policy));
-  pk.pack_array(1);
-  PackString(pk, DeviceName(c.device.device));
-  pk.pack_array(1);
-  PackString(pk, LoadFormatName(c.load.load_format));
-  const ipc::KvEventsConfig& k = c.kv_events;
-  pk.pack_array(8);
-  pk.pack(k.enable);
-  PackString(pk, k.publisher);
-  PackString(pk, k.endpoint);
-  if (k.replay_endpoint.has_value()) {
-    PackString(pk, *k.replay_endpoint);
-  } else {
-    pk.pack_nil();
-  }
-  pk.pack(k.buffer_steps);
-  pk.pack(k.hwm);
-  pk.pack(k.max_queue_size);
-  PackString(pk, k.topic);
+  ConfigEncoder parts{pk};
+  VisitParts(c, parts);
   return std::string(buf.data(), buf.size());
 }
 
@@ -197,7 +189,8 @@ absl::StatusOr<VllmConfig> DecodeVllmConfig(std::string_view bytes) {
   if (!handle.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("VllmConfig: ", handle.status().message()));
   }
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle->get(), "VllmConfig", 9));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r,
+                        FieldReader::Open(handle->get(), "VllmConfig", 2 + NumParts()));
   std::string tag;
   VLLM_RETURN_IF_ERROR(r.String("tag", kMaxNameBytes, &tag));
   if (tag != kTag) return r.Error("tag", absl::StrCat("expected 'VllmConfig', got '", tag, "'"));
@@ -208,13 +201,9 @@ absl::StatusOr<VllmConfig> DecodeVllmConfig(std::string_view bytes) {
                    absl::StrFormat("%d, this build reads %d", version, kVllmConfigVersion));
   }
   VllmConfig c;
-  VLLM_RETURN_IF_ERROR(ReadModel(r.Next(), &c.model));
-  VLLM_RETURN_IF_ERROR(ReadCache(r.Next(), &c.cache));
-  VLLM_RETURN_IF_ERROR(ReadParallel(r.Next(), &c.parallel));
-  VLLM_RETURN_IF_ERROR(ReadScheduler(r.Next(), &c.scheduler));
-  VLLM_RETURN_IF_ERROR(ReadDevice(r.Next(), &c.device));
-  VLLM_RETURN_IF_ERROR(ReadLoad(r.Next(), &c.load));
-  VLLM_RETURN_IF_ERROR(ReadKvEvents(r.Next(), &c.kv_events));
+  ConfigDecoder parts{r, absl::OkStatus()};
+  VisitParts(c, parts);
+  VLLM_RETURN_IF_ERROR(parts.status);
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("VllmConfig: ", s.message()));
   }

@@ -15,6 +15,8 @@
 //    load:      [load_format],
 //    kv_events: [enable_kv_cache_events, publisher, endpoint, replay_endpoint | nil,
 //                buffer_steps, hwm, max_queue_size, topic]]   (version 2)
+// (each part's array is its VisitFields list in config_fields.h: a field added there is on the
+// wire, in the decoder and in DescribeVllmConfig with nothing else to write; bump the version)
 // with every enum as its flag spelling ("bfloat16", "priority", ...) and gpu_memory_utilization
 // always a float64. Decoding is bounded (kMaxEncodedConfigBytes, strings ≤ kMaxPathBytes, depth
 // 2, arrays ≤ 16), names the field at fault, and validates the result (VllmConfig::Validate):

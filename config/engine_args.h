@@ -48,8 +48,8 @@ struct EngineArgs {
   ModelDType dtype = ModelDType::kAuto;
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;
-  // --kv-events-config (ipc::ParseKvEventsConfig).
-  ipc::KvEventsConfig kv_events;
+  // --kv-events-config (ParseKvEventsConfig, config/kv_events_config.h).
+  KvEventsConfig kv_events;
 
   // Not configuration but how this process runs the engine's workers (mp): the vllm-launch
   // binary (empty: next to this executable) and how long a step may take before the workers

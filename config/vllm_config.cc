@@ -1,11 +1,16 @@
 #include "config/vllm_config.h"
 
 #include <array>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "config/config_fields.h"
 
 namespace vllm::config {
 namespace {
@@ -181,32 +186,73 @@ absl::Status VllmConfig::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status VllmConfig::CheckResolved() const {
+  if (model.max_model_len < 2) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--max-model-len: %d; the engine needs at least 2 (resolved)", model.max_model_len));
+  }
+  if (scheduler.max_num_batched_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max-num-batched-tokens: %d; the engine needs at least 1 (resolved)",
+                        scheduler.max_num_batched_tokens));
+  }
+  if (device.device == Device::kAuto) {
+    return absl::InvalidArgumentError(
+        "--device: auto was not resolved to a device before the engine started");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// vLLM's log spelling of one value: strings quoted, booleans True/False, None when unset.
+template <class T>
+std::string Show(const T& value) {
+  if constexpr (std::is_enum_v<T>) {
+    return std::string(EnumName(value));
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return value ? "True" : "False";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return absl::StrCat("'", value, "'");
+  } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
+    return absl::StrCat("'", value.string(), "'");
+  } else {
+    return absl::StrCat(value);
+  }
+}
+template <class T>
+std::string Show(const std::optional<T>& value) {
+  return value.has_value() ? Show(*value) : std::string("None");
+}
+
+// Appends `name=value` for every field of every part.
+struct Describer {
+  std::string out;
+  std::string prefix;
+  template <class T>
+  void operator()(std::string_view name, const T& value, FieldBounds = {}) {
+    // vLLM's log line calls the device "device_config".
+    const std::string_view shown = name == "device" ? "device_config" : name;
+    absl::StrAppend(&out, out.empty() ? "" : ", ", prefix, A(shown), "=", Show(value));
+  }
+};
+struct PartDescriber {
+  Describer& fields;
+  template <class Part>
+  void operator()(std::string_view name, const Part& part) {
+    // The KV-events fields as vLLM's kv_events_config's.
+    fields.prefix = name == "kv_events" ? "kv_events_config." : "";
+    VisitFields(part, fields);
+  }
+};
+
+}  // namespace
+
 std::string DescribeVllmConfig(const VllmConfig& c) {
-  const auto optional = [](const std::optional<int32_t>& v) {
-    return v.has_value() ? absl::StrCat(*v) : std::string("None");
-  };
-  const auto b = [](bool v) { return v ? "True" : "False"; };
-  return absl::StrCat(
-      "model='", c.model.model.string(), "', max_model_len=", c.model.max_model_len,
-      ", dtype=", A(ModelDTypeName(c.model.dtype)), ", seed=", c.model.seed,
-      ", enforce_eager=", b(c.model.enforce_eager),
-      ", load_format=", A(LoadFormatName(c.load.load_format)),
-      ", device_config=", A(DeviceName(c.device.device)), ", block_size=", c.cache.block_size,
-      ", enable_prefix_caching=", b(c.cache.enable_prefix_caching),
-      ", kv_cache_memory_bytes=", c.cache.kv_cache_memory_bytes,
-      ", gpu_memory_utilization=", c.cache.gpu_memory_utilization,
-      ", num_gpu_blocks_override=", optional(c.cache.num_gpu_blocks_override),
-      ", tensor_parallel_size=", c.parallel.tensor_parallel_size,
-      ", pipeline_parallel_size=", c.parallel.pipeline_parallel_size,
-      ", data_parallel_size=", c.parallel.data_parallel_size,
-      ", data_parallel_rank=", c.parallel.data_parallel_rank, ", distributed_executor_backend=",
-      A(ExecutorBackendName(c.parallel.distributed_executor_backend)),
-      ", comm_backend=", A(CommBackendName(c.parallel.comm_backend)),
-      ", max_num_seqs=", c.scheduler.max_num_seqs,
-      ", max_num_batched_tokens=", c.scheduler.max_num_batched_tokens,
-      ", enable_chunked_prefill=", b(c.scheduler.enable_chunked_prefill),
-      ", long_prefill_token_threshold=", c.scheduler.long_prefill_token_threshold,
-      ", scheduling_policy=", A(SchedulingPolicyName(c.scheduler.policy)));
+  Describer fields;
+  PartDescriber parts{fields};
+  VisitParts(c, parts);
+  return std::move(fields.out);
 }
 
 }  // namespace vllm::config

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "ipc/kv_events.h"
+#include "config/kv_events_config.h"
 
 namespace vllm::config {
 
@@ -31,7 +31,8 @@ enum class LoadFormat { kAuto, kSafetensors, kDummy };
 std::string_view LoadFormatName(LoadFormat format);
 
 // --device. kAuto resolves to kCuda when a GPU is visible (worker::ResolveDevice: it needs the
-// CUDA runtime, which this library does not link).
+// CUDA runtime, which this library does not link); the engine factory resolves it once, and
+// everything downstream of it sees kCpu or kCuda.
 enum class Device { kAuto, kCpu, kCuda };
 // "auto", "cpu", "cuda"; InvalidArgument naming --device and the choices.
 [[nodiscard]] absl::StatusOr<Device> ParseDevice(std::string_view name);
@@ -164,15 +165,21 @@ struct VllmConfig {
   LoadConfig load;
   // --kv-events-config (vLLM's kv_events_config): each engine core publishes its KV-cache
   // events; its endpoint is offset by the engine's data-parallel rank.
-  ipc::KvEventsConfig kv_events;
+  KvEventsConfig kv_events;
 
   // Every part's checks, then the ones across parts. InvalidArgument naming the flag.
   [[nodiscard]] absl::Status Validate() const;
+  // Every field marked "resolved" is: max_model_len at least 2, max_num_batched_tokens at
+  // least 1, the device not kAuto. What the engine's parts (the scheduler, the workers) require
+  // of the config the engine factory resolved and validated; they check this, not Validate().
+  // InvalidArgument naming the flag.
+  [[nodiscard]] absl::Status CheckResolved() const;
   friend bool operator==(const VllmConfig&, const VllmConfig&) = default;
 };
 
 // One line for the engine's start-up log, as vLLM's "Initializing a V1 LLM engine with config:
-// model=..., ..." (every field, `name=value`, in declaration order).
+// model=..., ..." (every field of every part, `name=value`, in the order of config_fields.h;
+// the device as device_config, the KV-events fields prefixed kv_events_config.).
 std::string DescribeVllmConfig(const VllmConfig& config);
 
 }  // namespace vllm::config

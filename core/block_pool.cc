@@ -94,7 +94,7 @@ void BlockPool::CacheFullBlocks(std::span<const BlockHash> block_hashes,
     VLLM_CHECK(block_size > 0 &&
                static_cast<int64_t>(token_ids.size()) >= int64_t{num_full_blocks} * block_size)
         << "BlockStored needs the tokens of " << num_full_blocks << " blocks of " << block_size;
-    ipc::KvBlockStored stored;
+    kv_events::KvBlockStored stored;
     stored.block_hashes.reserve(num_full_blocks - num_cached_blocks);
     for (int32_t i = num_cached_blocks; i < num_full_blocks; ++i) {
       stored.block_hashes.push_back(block_hashes[i].low);
@@ -129,7 +129,7 @@ void BlockPool::MaybeEvictCachedBlock(KVCacheBlock& block) {
     blocks_[prev].next_same_hash = block.next_same_hash;
   }
   if (enable_kv_cache_events_) {
-    ipc::KvBlockRemoved removed;
+    kv_events::KvBlockRemoved removed;
     removed.block_hashes = {block.block_hash.low};
     removed.medium = kMediumGpu;
     removed.group_idx = 0;
@@ -148,12 +148,12 @@ bool BlockPool::ResetPrefixCache() {
     block.has_hash = false;
     block.block_hash = BlockHash{};
   }
-  if (enable_kv_cache_events_) kv_event_queue_.emplace_back(ipc::KvAllBlocksCleared{});
+  if (enable_kv_cache_events_) kv_event_queue_.emplace_back(kv_events::KvAllBlocksCleared{});
   return true;
 }
 
-std::vector<ipc::KvEvent> BlockPool::TakeEvents() {
-  std::vector<ipc::KvEvent> events;
+std::vector<kv_events::KvEvent> BlockPool::TakeEvents() {
+  std::vector<kv_events::KvEvent> events;
   events.swap(kv_event_queue_);
   return events;
 }

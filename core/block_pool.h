@@ -12,7 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "core/kv_cache_utils.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 
 namespace vllm::core {
 
@@ -65,7 +65,7 @@ class BlockPool {
 
   // The events recorded since the last call, oldest first (vLLM's take_events); empty when
   // events are off.
-  std::vector<ipc::KvEvent> TakeEvents();
+  std::vector<kv_events::KvEvent> TakeEvents();
   bool enable_kv_cache_events() const { return enable_kv_cache_events_; }
 
  private:
@@ -74,7 +74,7 @@ class BlockPool {
 
   bool enable_caching_;
   bool enable_kv_cache_events_;
-  std::vector<ipc::KvEvent> kv_event_queue_;
+  std::vector<kv_events::KvEvent> kv_event_queue_;
   std::vector<KVCacheBlock> blocks_;
   FreeKVCacheBlockQueue free_queue_;
   // Hash -> first block registered under it. Several blocks may share a hash when requests

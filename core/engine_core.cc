@@ -15,7 +15,8 @@ ModelOutputFuture Executor::ExecuteModelAsync(const SchedulerOutput& scheduler_o
   return promise.get_future();
 }
 
-absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(EngineCoreConfig config,
+absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::VllmConfig& config,
+                                                               const EngineCoreOptions& options,
                                                                std::unique_ptr<Executor> executor) {
   VLLM_CHECK(executor != nullptr) << "EngineCore needs an executor";
   VLLM_ASSIGN_OR_RETURN(KVCacheSpec spec, executor->GetKVCacheSpec());
@@ -26,32 +27,34 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(EngineCoreConfig 
                         "head_dim=%d dtype_bytes=%d (all must be positive)",
                         spec.num_layers, spec.num_kv_heads, spec.head_dim, spec.dtype_bytes));
   }
+  const int32_t block_size = config.cache.block_size;
   int64_t num_blocks = 0;
-  if (config.num_gpu_blocks_override.has_value()) {
-    num_blocks = *config.num_gpu_blocks_override;
+  if (config.cache.num_gpu_blocks_override.has_value()) {
+    num_blocks = *config.cache.num_gpu_blocks_override;
   } else {
     VLLM_ASSIGN_OR_RETURN(int64_t available, executor->DetermineAvailableMemory());
-    const int64_t block_bytes = bytes_per_token * std::max(config.scheduler.block_size, 1);
+    const int64_t block_bytes = bytes_per_token * std::max(block_size, 1);
     num_blocks = available / block_bytes;
     if (num_blocks < 1) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "no room for the KV cache: %d bytes available, one block of %d tokens needs %d; "
           "lower the model size, raise the memory fraction, or use more tensor parallelism",
-          available, config.scheduler.block_size, block_bytes));
+          available, block_size, block_bytes));
     }
   }
-  num_blocks = std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max());
-  config.scheduler.num_gpu_blocks = static_cast<int32_t>(num_blocks);
-  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config.scheduler));
-  VLLM_RETURN_IF_ERROR(
-      executor->InitializeKVCache(config.scheduler.num_gpu_blocks, config.scheduler.block_size));
+  KVCacheConfig kv_cache;
+  kv_cache.num_blocks =
+      static_cast<int32_t>(std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max()));
+  kv_cache.sliding_window = options.sliding_window;
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config, kv_cache));
+  VLLM_RETURN_IF_ERROR(executor->InitializeKVCache(kv_cache.num_blocks, block_size));
   return std::unique_ptr<EngineCore>(
-      new EngineCore(std::move(config), std::move(executor), std::move(scheduler)));
+      new EngineCore(options, std::move(executor), std::move(scheduler)));
 }
 
-EngineCore::EngineCore(EngineCoreConfig config, std::unique_ptr<Executor> executor,
+EngineCore::EngineCore(const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
                        std::unique_ptr<Scheduler> scheduler)
-    : config_(std::move(config)),
+    : options_(options),
       executor_(std::move(executor)),
       scheduler_(std::move(scheduler)),
       batch_queue_size_(std::max(executor_->max_concurrent_batches(), 1)) {}
@@ -69,11 +72,11 @@ void EngineCore::Shutdown() {
 }
 
 absl::Status EngineCore::AddRequest(EngineCoreRequest request) {
-  if (config_.vocab_size > 0) {
+  if (options_.vocab_size > 0) {
     for (int32_t id : request.prompt_token_ids) {
-      if (id < 0 || id >= config_.vocab_size) {
+      if (id < 0 || id >= options_.vocab_size) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "prompt token id %d is outside the vocabulary [0, %d)", id, config_.vocab_size));
+            "prompt token id %d is outside the vocabulary [0, %d)", id, options_.vocab_size));
       }
     }
   }
@@ -85,9 +88,9 @@ void EngineCore::AbortRequests(std::span<const std::string> request_ids) {
 }
 
 void EngineCore::Finalize(EngineCoreOutputs& outputs) {
-  outputs.engine_index = config_.engine_index;
+  outputs.engine_index = scheduler_->config().parallel.data_parallel_rank;
   outputs.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-  if (config_.log_stats) outputs.scheduler_stats = scheduler_->MakeStats();
+  if (options_.log_stats) outputs.scheduler_stats = scheduler_->MakeStats();
 }
 
 absl::StatusOr<EngineCore::StepResult> EngineCore::Step() {

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "config/vllm_config.h"
 #include "core/engine_core_types.h"
 #include "core/scheduler.h"
 #include "core/scheduler_output.h"
@@ -88,28 +89,29 @@ class Executor {
   virtual void Shutdown() = 0;
 };
 
-struct EngineCoreConfig {
-  // scheduler.num_gpu_blocks is ignored: the engine sizes the cache (see below).
-  SchedulerConfig scheduler;
-  // This replica's data-parallel index, stamped on every EngineCoreOutputs.
-  int32_t engine_index = 0;
-  // Attach SchedulerStats to every step's outputs.
-  bool log_stats = true;
-  // Use this many KV-cache blocks instead of deriving them from available memory.
-  std::optional<int32_t> num_gpu_blocks_override;
+// What the engine core needs that is neither configuration nor sized here: facts of the model
+// (engine_factory reads them from its config.json) and how this process reports.
+struct EngineCoreOptions {
+  // > 0 when every attention layer has this sliding window (KVCacheConfig::sliding_window).
+  int32_t sliding_window = 0;
   // The model's vocabulary: prompt token ids must lie in [0, vocab_size) (0: not checked).
   // Checked here so a bad id is the request's error, not a failed step for everyone.
   int32_t vocab_size = 0;
+  // Attach SchedulerStats to every step's outputs.
+  bool log_stats = true;
 };
 
 class EngineCore {
  public:
   // Sizes the KV cache (available memory / (block_size x KVCacheSpec::BytesPerToken()), or
-  // the override), initializes it on the executor and builds the scheduler. Fails with
-  // ResourceExhausted when not one block fits, InvalidArgument when the cache cannot hold
-  // one max_model_len request or the config is invalid, or the executor's error.
+  // config.cache.num_gpu_blocks_override), initializes it on the executor and builds the
+  // scheduler from `config` (resolved: VllmConfig::CheckResolved) and the KVCacheConfig
+  // derived here. Outputs carry config.parallel.data_parallel_rank as their engine index.
+  // Fails with ResourceExhausted when not one block fits, InvalidArgument when the cache
+  // cannot hold one max_model_len request or the config is invalid, or the executor's error.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
-      EngineCoreConfig config, std::unique_ptr<Executor> executor);
+      const config::VllmConfig& config, const EngineCoreOptions& options,
+      std::unique_ptr<Executor> executor);
   ~EngineCore();
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -140,19 +142,19 @@ class EngineCore {
   // Waits for in-flight steps and shuts the executor down. Idempotent.
   void Shutdown();
 
-  int32_t num_gpu_blocks() const { return scheduler_->config().num_gpu_blocks; }
+  int32_t num_gpu_blocks() const { return scheduler_->kv_cache_config().num_blocks; }
   int32_t batch_queue_size() const { return batch_queue_size_; }
   size_t num_inflight_batches() const { return batch_queue_.size(); }
   Scheduler& scheduler() { return *scheduler_; }
   Executor& executor() { return *executor_; }
 
  private:
-  EngineCore(EngineCoreConfig config, std::unique_ptr<Executor> executor,
+  EngineCore(const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
              std::unique_ptr<Scheduler> scheduler);
   // Stamps engine index, time and (optionally) stats.
   void Finalize(EngineCoreOutputs& outputs);
 
-  const EngineCoreConfig config_;
+  const EngineCoreOptions options_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
   const int32_t batch_queue_size_;

@@ -26,6 +26,7 @@
 #include "core/codec.h"
 #include "core/dp_coordinator.h"
 #include "core/engine_handshake.h"
+#include "core/kv_event_options.h"
 #include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
 #include "ipc/zmq_util.h"
@@ -176,9 +177,10 @@ class EngineCoreProc::Impl {
 
     absl::StatusOr<std::unique_ptr<EngineCore>> engine = options_.make_engine();
     if (engine.ok() && options_.kv_events.enable) {
-      absl::StatusOr<std::unique_ptr<ipc::KvEventPublisher>> publisher =
-          ipc::KvEventPublisher::Create(ipc::ZmqContext(), options_.kv_events,
-                                        options_.kv_events_rank);
+      absl::StatusOr<std::unique_ptr<kv_events::KvEventPublisher>> publisher =
+          kv_events::KvEventPublisher::Create(ipc::ZmqContext(),
+                                              KvEventPublisherOptionsFrom(options_.kv_events),
+                                              options_.kv_events_rank);
       if (publisher.ok()) {
         kv_publisher_ = std::move(*publisher);
         if (!kv_publisher_->BoundEndpoint().empty()) {
@@ -194,7 +196,7 @@ class EngineCoreProc::Impl {
       engine_ = std::move(*engine);
       kind = "READY";
       payload = EncodeReady({options_.engine_index, engine_->num_gpu_blocks(),
-                             engine_->scheduler().config().max_model_len});
+                             engine_->scheduler().config().model.max_model_len});
     } else {
       kind = "FAILED";
       payload = EncodeHandshakeMessage(engine.status().ToString());
@@ -616,9 +618,9 @@ class EngineCoreProc::Impl {
   // The step's KV-cache events as one batch (vLLM's scheduler does this after each update).
   void PublishKvEvents() {
     if (kv_publisher_ == nullptr) return;
-    std::vector<ipc::KvEvent> events = engine_->scheduler().TakeKvCacheEvents();
+    std::vector<kv_events::KvEvent> events = engine_->scheduler().TakeKvCacheEvents();
     if (events.empty()) return;
-    ipc::KvEventBatch batch;
+    kv_events::KvEventBatch batch;
     batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
     batch.events = std::move(events);
     batch.data_parallel_rank = options_.kv_events_rank;
@@ -771,9 +773,9 @@ class EngineCoreProc::Impl {
 
   const EngineCoreProcOptions options_;
   std::atomic<bool> stop_{false};
-  std::unique_ptr<EngineCore> engine_;                   // main loop only
-  std::unique_ptr<ipc::KvEventPublisher> kv_publisher_;  // main loop only (null: no events)
-  SchedulerStats last_sent_stats_;                       // main loop only
+  std::unique_ptr<EngineCore> engine_;                         // main loop only
+  std::unique_ptr<kv_events::KvEventPublisher> kv_publisher_;  // main loop only (null: no events)
+  SchedulerStats last_sent_stats_;                             // main loop only
   // The API servers, fixed after the handshake: input sockets are the input thread's, output
   // sockets the output thread's.
   std::vector<std::unique_ptr<Frontend>> frontends_;

@@ -56,7 +56,7 @@
 //
 // Threads: "vllm-ec-input" (decodes frames into the input queue), the caller's thread (main
 // loop: owns the EngineCore), "vllm-ec-output" (encodes and sends), and with
-// --kv-events-config "vllm-kv-events" (ipc::KvEventPublisher: encodes and publishes the KV
+// --kv-events-config "vllm-kv-events" (kv_events::KvEventPublisher: encodes and publishes the KV
 // events the main loop hands it, never blocking the loop). The main loop blocks on
 // the input queue when there is no work, so an idle engine uses no CPU.
 #ifndef VLLM_CORE_ENGINE_CORE_PROC_H_
@@ -72,9 +72,10 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "config/kv_events_config.h"
 #include "core/engine_core.h"
 #include "ipc/curve.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 
 namespace vllm::core {
 
@@ -100,7 +101,7 @@ struct EngineCoreProcOptions {
   // kv_events_rank (the global data-parallel rank). Created with the engine; a publisher that
   // cannot bind fails the start-up (FAILED). The engine's scheduler must record events
   // (SchedulerConfig::enable_kv_cache_events) for anything to be sent.
-  ipc::KvEventsConfig kv_events;
+  config::KvEventsConfig kv_events;
   int32_t kv_events_rank = 0;
   // Builds the engine (loads the model through its executor); called after HELLO/CONFIG.
   std::function<absl::StatusOr<std::unique_ptr<EngineCore>>()> make_engine;

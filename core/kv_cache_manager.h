@@ -81,7 +81,7 @@ class KVCacheManager {
   bool ResetPrefixCache();
 
   // The block pool's KV-cache events since the last call (vLLM's take_events).
-  std::vector<ipc::KvEvent> TakeEvents() { return block_pool_.TakeEvents(); }
+  std::vector<kv_events::KvEvent> TakeEvents() { return block_pool_.TakeEvents(); }
 
   int32_t block_size() const { return block_size_; }
   int32_t sliding_window() const { return sliding_window_; }

@@ -28,89 +28,28 @@ inline void PrefetchAhead(const std::vector<Request*>& requests, size_t i) {
 
 }  // namespace
 
-absl::Status SchedulerConfig::Validate() const {
-  if (max_num_seqs < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_num_seqs must be at least 1, got %d", max_num_seqs));
-  }
-  if (max_num_batched_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_num_batched_tokens must be at least 1, got %d", max_num_batched_tokens));
-  }
-  if (max_model_len < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_model_len must be at least 2, got %d", max_model_len));
-  }
-  if (!enable_chunked_prefill && max_num_batched_tokens < max_model_len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "max_num_batched_tokens (%d) must be >= max_model_len (%d) when chunked prefill is "
-        "disabled; enable chunked prefill or raise max_num_batched_tokens",
-        max_num_batched_tokens, max_model_len));
-  }
-  if (long_prefill_token_threshold < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "long_prefill_token_threshold must be >= 0, got %d", long_prefill_token_threshold));
-  }
-  if (block_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("block_size must be at least 1, got %d", block_size));
-  }
-  if (num_gpu_blocks < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("num_gpu_blocks must be at least 1, got %d", num_gpu_blocks));
-  }
-  if (sliding_window < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sliding_window must be >= 0, got %d", sliding_window));
-  }
-  const int64_t max_tokens_cached = int64_t{num_gpu_blocks} * block_size;
-  if (sliding_window > 0) {
-    // One request holds at most the window behind its computed tokens plus one step's new
-    // tokens, and one block more where the window starts mid-block (vLLM's
-    // SlidingWindowSpec.max_memory_usage_bytes).
-    const int64_t tokens =
-        std::min<int64_t>(int64_t{sliding_window} - 1 + max_num_batched_tokens, max_model_len);
-    const int64_t blocks =
-        std::min<int64_t>((tokens + block_size - 1) / block_size + 1,
-                          (int64_t{max_model_len} + block_size - 1) / block_size);
-    if (num_gpu_blocks < blocks) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the KV cache has %d blocks of %d tokens, fewer than the %d one request may hold "
-          "(sliding window %d, max_num_batched_tokens %d, max_model_len %d); give the cache "
-          "more memory",
-          num_gpu_blocks, block_size, blocks, sliding_window, max_num_batched_tokens,
-          max_model_len));
-    }
-    return absl::OkStatus();
-  }
-  if (max_tokens_cached < max_model_len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the KV cache holds %d tokens (%d blocks of %d), fewer than max_model_len (%d); "
-        "lower max_model_len or give the cache more memory",
-        max_tokens_cached, num_gpu_blocks, block_size, max_model_len));
-  }
-  return absl::OkStatus();
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const config::VllmConfig& config,
+                                                             const KVCacheConfig& kv_cache_config) {
+  VLLM_RETURN_IF_ERROR(config.CheckResolved());
+  VLLM_RETURN_IF_ERROR(ValidateKVCacheConfig(config, kv_cache_config));
+  return std::unique_ptr<Scheduler>(new Scheduler(config, kv_cache_config));
 }
 
-absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerConfig& config) {
-  VLLM_RETURN_IF_ERROR(config.Validate());
-  return std::unique_ptr<Scheduler>(new Scheduler(config));
-}
-
-Scheduler::Scheduler(const SchedulerConfig& config)
+Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config)
     : config_(config),
-      kv_cache_manager_(config.num_gpu_blocks, config.block_size, config.max_model_len,
-                        config.enable_prefix_caching, config.enable_kv_cache_events,
-                        config.sliding_window),
-      waiting_(config.policy) {}
+      kv_cache_config_(kv_cache_config),
+      kv_cache_manager_(kv_cache_config.num_blocks, config.cache.block_size,
+                        config.model.max_model_len, config.cache.enable_prefix_caching,
+                        config.kv_events.enable, kv_cache_config.sliding_window),
+      waiting_(config.scheduler.policy) {}
 
 absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
-  VLLM_RETURN_IF_ERROR(ValidateEngineCoreRequest(request, config_.max_model_len));
+  VLLM_RETURN_IF_ERROR(ValidateEngineCoreRequest(request, config_.model.max_model_len));
   if (requests_.contains(request.request_id)) {
     return absl::AlreadyExistsError(absl::StrFormat(
         "request_id %s is already in use by an unfinished request", request.request_id));
   }
-  auto owned = std::make_unique<Request>(std::move(request), config_.max_model_len);
+  auto owned = std::make_unique<Request>(std::move(request), config_.model.max_model_len);
   owned->arrival_seq = next_arrival_seq_++;
   Request* raw = owned.get();
   requests_.emplace(raw->request_id, std::move(owned));
@@ -199,13 +138,13 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
     PrefetchAhead(running_, req_index);
     Request* request = running_[req_index];
     int32_t num_new_tokens = request->num_tokens() - request->num_computed_tokens;
-    if (config_.long_prefill_token_threshold > 0) {
-      num_new_tokens = std::min(num_new_tokens, config_.long_prefill_token_threshold);
+    if (config_.scheduler.long_prefill_token_threshold > 0) {
+      num_new_tokens = std::min(num_new_tokens, config_.scheduler.long_prefill_token_threshold);
     }
     num_new_tokens = std::min(num_new_tokens, *token_budget);
     // The input positions must stay within max_model_len.
     num_new_tokens =
-        std::min(num_new_tokens, config_.max_model_len - 1 - request->num_computed_tokens);
+        std::min(num_new_tokens, config_.model.max_model_len - 1 - request->num_computed_tokens);
     if (num_new_tokens <= 0) {
       // Nothing to do until an in-flight step's output arrives.
       ++req_index;
@@ -219,7 +158,7 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
         break;
       }
       Request* victim;
-      if (config_.policy == SchedulingPolicy::kPriority) {
+      if (config_.scheduler.policy == SchedulingPolicy::kPriority) {
         victim = PopPreemptionVictim(&req_index, token_budget);
       } else {
         victim = running_.back();
@@ -241,7 +180,7 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
   // vLLM does not admit waiting requests in a step that had to preempt.
   if (!preempted_.empty()) return;
   while (!waiting_.empty() && *token_budget > 0) {
-    if (static_cast<int32_t>(running_.size()) >= config_.max_num_seqs) break;
+    if (static_cast<int32_t>(running_.size()) >= config_.scheduler.max_num_seqs) break;
     Request* request = waiting_.Peek();
     KVCacheManager::ComputedBlocks computed;
     if (request->num_computed_tokens == 0) {
@@ -249,10 +188,10 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
     }
     const int32_t num_computed_tokens = request->num_computed_tokens + computed.num_computed_tokens;
     int32_t num_new_tokens = request->num_tokens() - num_computed_tokens;
-    if (config_.long_prefill_token_threshold > 0) {
-      num_new_tokens = std::min(num_new_tokens, config_.long_prefill_token_threshold);
+    if (config_.scheduler.long_prefill_token_threshold > 0) {
+      num_new_tokens = std::min(num_new_tokens, config_.scheduler.long_prefill_token_threshold);
     }
-    if (!config_.enable_chunked_prefill && num_new_tokens > *token_budget) break;
+    if (!config_.scheduler.enable_chunked_prefill && num_new_tokens > *token_budget) break;
     num_new_tokens = std::min(num_new_tokens, *token_budget);
     VLLM_CHECK(num_new_tokens > 0)
         << "waiting request " << request->request_id << " has nothing to compute";
@@ -283,16 +222,17 @@ SchedulerOutput Scheduler::Schedule() {
   scheduled_new_.clear();
   scheduled_resumed_.clear();
   preempted_.clear();
-  int32_t token_budget = config_.max_num_batched_tokens;
+  int32_t token_budget = config_.scheduler.max_num_batched_tokens;
   ScheduleRunning(&token_budget);
   ScheduleWaiting(&token_budget);
   VLLM_CHECK(token_budget >= 0) << "token budget overdrawn";
-  VLLM_CHECK(static_cast<int32_t>(running_.size()) <= config_.max_num_seqs)
+  VLLM_CHECK(static_cast<int32_t>(running_.size()) <= config_.scheduler.max_num_seqs)
       << "more running requests than max_num_seqs";
   SchedulerOutput output;
   output.step_id = next_step_id_++;
   BuildOutput(&output);
-  VLLM_CHECK(output.total_num_scheduled_tokens == config_.max_num_batched_tokens - token_budget)
+  VLLM_CHECK(output.total_num_scheduled_tokens ==
+             config_.scheduler.max_num_batched_tokens - token_budget)
       << "scheduled tokens do not match the budget used";
   return output;
 }
@@ -402,7 +342,7 @@ bool Scheduler::CheckStop(Request& request) const {
       }
     }
   }
-  if (request.num_tokens() >= config_.max_model_len ||
+  if (request.num_tokens() >= config_.model.max_model_len ||
       request.num_output_tokens() >= request.max_tokens) {
     request.status = RequestStatus::kFinishedLengthCapped;
     return true;
@@ -410,25 +350,11 @@ bool Scheduler::CheckStop(Request& request) const {
   return false;
 }
 
-absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
-    const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output) {
+absl::Status Scheduler::MatchModelOutput(const SchedulerOutput& scheduler_output,
+                                         const ModelRunnerOutput& model_output) {
   const size_t num_scheduled = scheduler_output.num_scheduled_reqs();
   const size_t num_model = model_output.req_ids.size();
-  if (inflight_steps_.empty() || inflight_steps_.front().step_id != scheduler_output.step_id ||
-      inflight_steps_.front().requests.size() != num_scheduled) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "UpdateFromOutput got step %d, but the oldest unapplied step is %d; apply each "
-        "SchedulerOutput once, in the order Schedule() returned them",
-        scheduler_output.step_id, inflight_steps_.empty() ? 0 : inflight_steps_.front().step_id));
-  }
-  if (model_output.sampled_token_ids.size() != num_model ||
-      (!model_output.logprobs.empty() && model_output.logprobs.size() != num_model) ||
-      (!model_output.prompt_logprobs.empty() && model_output.prompt_logprobs.size() != num_model)) {
-    return absl::InvalidArgumentError(
-        "ModelRunnerOutput: sampled_token_ids, logprobs and prompt_logprobs must have one entry "
-        "per req_id");
-  }
-  // Pass 1: find every scheduled request's entry (workers usually keep our order) and
+  // Find every scheduled request's entry (workers usually keep our order) and
   // validate, so that a bad output changes nothing.
   output_index_.resize(num_scheduled);
   bool same_order = num_model >= num_scheduled;
@@ -464,6 +390,30 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
+    const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output) {
+  const size_t num_scheduled = scheduler_output.num_scheduled_reqs();
+  const size_t num_model = model_output.req_ids.size();
+  if (inflight_steps_.empty() || inflight_steps_.front().step_id != scheduler_output.step_id ||
+      inflight_steps_.front().requests.size() != num_scheduled) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "UpdateFromOutput got step %d, but the oldest unapplied step is %d; apply each "
+        "SchedulerOutput once, in the order Schedule() returned them",
+        scheduler_output.step_id, inflight_steps_.empty() ? 0 : inflight_steps_.front().step_id));
+  }
+  if (model_output.sampled_token_ids.size() != num_model ||
+      (!model_output.logprobs.empty() && model_output.logprobs.size() != num_model) ||
+      (!model_output.prompt_logprobs.empty() && model_output.prompt_logprobs.size() != num_model)) {
+    return absl::InvalidArgumentError(
+        "ModelRunnerOutput: sampled_token_ids, logprobs and prompt_logprobs must have one entry "
+        "per req_id");
+  }
+  // Pass 1: find every scheduled request's entry and validate, so that a bad output changes
+  // nothing.
+  VLLM_RETURN_IF_ERROR(MatchModelOutput(scheduler_output, model_output));
 
   // Pass 2: apply.
   StepRecord record = std::move(inflight_steps_.front());

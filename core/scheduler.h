@@ -26,7 +26,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "config/vllm_config.h"
 #include "core/engine_core_types.h"
+#include "core/kv_cache_config.h"
 #include "core/kv_cache_manager.h"
 #include "core/request.h"
 #include "core/request_queue.h"
@@ -34,40 +36,15 @@
 
 namespace vllm::core {
 
-struct SchedulerConfig {
-  // Most requests running at once.
-  int32_t max_num_seqs = 256;
-  // Token budget of one step.
-  int32_t max_num_batched_tokens = 8192;
-  // Context length: prompt plus generated tokens.
-  int32_t max_model_len = 8192;
-  // A prefill chunk never exceeds this many tokens (0 = no limit beyond the budget).
-  int32_t long_prefill_token_threshold = 0;
-  // When off, a prompt must fit the step's remaining budget whole.
-  bool enable_chunked_prefill = true;
-  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
-  // KV cache geometry.
-  int32_t block_size = 16;
-  int32_t num_gpu_blocks = 0;
-  bool enable_prefix_caching = true;
-  // Record vLLM's KV-cache events in the block pool (--kv-events-config); TakeKvCacheEvents.
-  bool enable_kv_cache_events = false;
-  // > 0 when every attention layer sees only the last `sliding_window` positions: blocks
-  // that fall out of the window are freed while the request runs (vLLM's
-  // SlidingWindowManager), and the cache only needs to hold a window per request. 0 when
-  // any layer attends to the whole context (those keep every block).
-  int32_t sliding_window = 0;
-
-  // InvalidArgument naming the field when the configuration cannot work (for example a
-  // cache too small for one max_model_len request).
-  [[nodiscard]] absl::Status Validate() const;
-};
-
 class Scheduler {
  public:
-  // Fails with InvalidArgument on an invalid config.
+  // Reads config.scheduler (budget, max_num_seqs, chunking, policy), config.model
+  // (max_model_len), config.cache (block size, prefix caching) and config.kv_events (whether to
+  // record events), as vLLM's Scheduler.__init__ does; both are copied. `config` was validated
+  // in config/; InvalidArgument when it is not resolved (VllmConfig::CheckResolved) or the
+  // cache cannot serve it (ValidateKVCacheConfig).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
-      const SchedulerConfig& config);
+      const config::VllmConfig& config, const KVCacheConfig& kv_cache_config);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -106,11 +83,12 @@ class Scheduler {
   // Forgets cached prefixes; false while any block is in use.
   bool ResetPrefixCache() { return kv_cache_manager_.ResetPrefixCache(); }
   // The KV-cache events since the last call, oldest first (vLLM's scheduler takes them after
-  // each step's update); empty unless enable_kv_cache_events.
-  std::vector<ipc::KvEvent> TakeKvCacheEvents() { return kv_cache_manager_.TakeEvents(); }
+  // each step's update); empty unless config.kv_events.enable.
+  std::vector<kv_events::KvEvent> TakeKvCacheEvents() { return kv_cache_manager_.TakeEvents(); }
 
   // Introspection for tests, benchmarks and stats.
-  const SchedulerConfig& config() const { return config_; }
+  const config::VllmConfig& config() const { return config_; }
+  const KVCacheConfig& kv_cache_config() const { return kv_cache_config_; }
   const KVCacheManager& kv_cache_manager() const { return kv_cache_manager_; }
   const std::vector<Request*>& running() const { return running_; }
   size_t num_waiting() const { return waiting_.size(); }
@@ -119,7 +97,7 @@ class Scheduler {
   const Request* GetRequest(std::string_view request_id) const;
 
  private:
-  explicit Scheduler(const SchedulerConfig& config);
+  Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config);
 
   // Frees `request`'s blocks and sends it back to the waiting queue.
   void PreemptRequest(Request* request);
@@ -131,6 +109,11 @@ class Scheduler {
   void ScheduleWaiting(int32_t* token_budget);
   // Fills `output` from this step's scratch lists and advances num_computed_tokens.
   void BuildOutput(SchedulerOutput* output);
+  // UpdateFromOutput's first pass: fills output_index_ (each scheduled request's entry in
+  // `model_output`) and checks every sampled token, changing no request. InvalidArgument when
+  // a scheduled request has no entry or a token id is negative.
+  [[nodiscard]] absl::Status MatchModelOutput(const SchedulerOutput& scheduler_output,
+                                              const ModelRunnerOutput& model_output);
   // Applies the stop conditions after a token was appended; sets the finished status.
   bool CheckStop(Request& request) const;
   // Frees a finished request's blocks and records it for the workers; the caller removes
@@ -141,7 +124,8 @@ class Scheduler {
   // include it are in flight (their records point to it).
   void EraseFinished(Request* request);
 
-  const SchedulerConfig config_;
+  const config::VllmConfig config_;
+  const KVCacheConfig kv_cache_config_;
   KVCacheManager kv_cache_manager_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::unique_ptr<Request>> zombies_;

@@ -13,7 +13,7 @@
 namespace vllm::executor {
 
 absl::StatusOr<config::VllmConfig> ResolveVllmConfig(const config::VllmConfig& config,
-                                                     const worker::ModelConfig& model_config) {
+                                                     const worker::HfConfig& model_config) {
   config::VllmConfig c = config;
   // Resolved once here so every rank runs on the same kind of device.
   VLLM_ASSIGN_OR_RETURN(c.device.device, worker::ResolveDevice(config.device.device));
@@ -30,6 +30,7 @@ absl::StatusOr<config::VllmConfig> ResolveVllmConfig(const config::VllmConfig& c
         s.enable_chunked_prefill ? 2048 : std::max(c.model.max_model_len, 2048);
   }
   VLLM_RETURN_IF_ERROR(c.Validate());
+  VLLM_RETURN_IF_ERROR(c.CheckResolved());
   return c;
 }
 
@@ -39,32 +40,19 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
   // The engine needs the model's shape before any worker exists, and bad flags should fail
   // before processes are started.
   BuiltEngine built;
-  VLLM_ASSIGN_OR_RETURN(built.model_config, worker::LoadModelConfig(config.model.model));
+  VLLM_ASSIGN_OR_RETURN(built.model_config, worker::LoadHfConfig(config.model.model));
   VLLM_ASSIGN_OR_RETURN(built.config, ResolveVllmConfig(config, built.model_config));
   const config::VllmConfig& c = built.config;
   spdlog::info("Initializing a V1 LLM engine with config: {}", config::DescribeVllmConfig(c));
 
-  core::EngineCoreConfig core_config;
-  core_config.engine_index = c.parallel.data_parallel_rank;
-  core::SchedulerConfig& s = core_config.scheduler;
-  s.max_model_len = c.model.max_model_len;
-  s.max_num_seqs = c.scheduler.max_num_seqs;
-  s.max_num_batched_tokens = c.scheduler.max_num_batched_tokens;
-  s.block_size = c.cache.block_size;
-  s.enable_prefix_caching = c.cache.enable_prefix_caching;
-  s.enable_kv_cache_events = c.kv_events.enable;
-  s.sliding_window =
+  core::EngineCoreOptions options;
+  options.sliding_window =
       built.model_config.AllLayersSliding() ? built.model_config.layer_windows.front() : 0;
-  s.enable_chunked_prefill = c.scheduler.enable_chunked_prefill;
-  s.long_prefill_token_threshold = c.scheduler.long_prefill_token_threshold;
-  s.policy = c.scheduler.policy;
-  core_config.num_gpu_blocks_override = c.cache.num_gpu_blocks_override;
-  core_config.vocab_size = built.model_config.vocab_size;
+  options.vocab_size = built.model_config.vocab_size;
 
   std::unique_ptr<core::Executor> executor;
   if (c.parallel.executor_backend() == config::ExecutorBackend::kUni) {
-    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<UniProcExecutor> uni,
-                          UniProcExecutor::Create(worker::WorkerConfigFrom(c)));
+    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<UniProcExecutor> uni, UniProcExecutor::Create(c));
     built.weight_bytes = uni->worker().runner().backend().weight_bytes();
     executor = std::move(uni);
   } else {
@@ -74,8 +62,7 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
     mp.execute_timeout = runtime.execute_timeout;
     VLLM_ASSIGN_OR_RETURN(executor, MultiprocExecutor::Create(mp));
   }
-  VLLM_ASSIGN_OR_RETURN(built.core,
-                        core::EngineCore::Create(std::move(core_config), std::move(executor)));
+  VLLM_ASSIGN_OR_RETURN(built.core, core::EngineCore::Create(c, options, std::move(executor)));
   return built;
 }
 

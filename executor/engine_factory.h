@@ -17,7 +17,7 @@
 #include "absl/time/time.h"
 #include "config/vllm_config.h"
 #include "core/engine_core.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 
 namespace vllm::executor {
 
@@ -35,14 +35,14 @@ struct BuiltEngine {
   // The config as resolved (see above).
   config::VllmConfig config;
   // The model's Hugging Face config (vocabulary size, EOS ids).
-  worker::ModelConfig model_config;
+  worker::HfConfig model_config;
   int64_t weight_bytes = 0;  // in-process worker only
 };
 
 // Resolves `config` against the model's config.json (see above) and validates the result.
 // InvalidArgument naming the flag; the model's errors name the file and field.
 [[nodiscard]] absl::StatusOr<config::VllmConfig> ResolveVllmConfig(
-    const config::VllmConfig& config, const worker::ModelConfig& model_config);
+    const config::VllmConfig& config, const worker::HfConfig& model_config);
 
 // Loads the model's config, resolves, logs the resolved config ("Initializing a V1 LLM engine
 // with config: ...") and builds the engine. Bad flags fail before any worker starts; errors

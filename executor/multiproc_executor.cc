@@ -104,16 +104,22 @@ absl::Status MultiprocExecutor::Start() {
   std::string nccl_id;
   bool device_init = false;
   if (tp > 1) {
-    VLLM_ASSIGN_OR_RETURN(const worker::Device device,
-                          worker::ResolveDevice(options_.config.device.device));
-    device_init = device == worker::Device::kCuda;
+    // The engine factory resolved the device (never kAuto here).
+    VLLM_RETURN_IF_ERROR(worker::CheckResolvedDevice(options_.config.device.device));
+    device_init = options_.config.device.device == config::Device::kCuda;
   }
   if (device_init) {
 #if VLLM_HAVE_CUDA
+    if (worker::VisibleCudaDevices() == 0) {
+      return absl::InvalidArgumentError(
+          "--device cuda: no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES, "
+          "or choose --device cpu)");
+    }
     VLLM_ASSIGN_OR_RETURN(nccl_id, kernels::cuda::NewNcclUniqueId());
 #else
-    return absl::FailedPreconditionError(
-        "--device cuda: this build has no CUDA backend (configure with -DVLLM_CUDA=ON)");
+    return absl::InvalidArgumentError(
+        "--device cuda: this build has no CUDA backend (configure with -DVLLM_CUDA=ON, or choose "
+        "--device cpu)");
 #endif
   }
   stop_fd_ = eventfd(0, EFD_CLOEXEC);

@@ -5,7 +5,7 @@
 namespace vllm::executor {
 
 absl::StatusOr<std::unique_ptr<UniProcExecutor>> UniProcExecutor::Create(
-    const worker::WorkerConfig& config) {
+    const config::VllmConfig& config) {
   std::unique_ptr<UniProcExecutor> executor(new UniProcExecutor());
   VLLM_ASSIGN_OR_RETURN(executor->worker_, worker::Worker::Create(config, &executor->comm_));
   return executor;

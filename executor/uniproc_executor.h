@@ -16,9 +16,10 @@ namespace vllm::executor {
 
 class UniProcExecutor final : public core::Executor {
  public:
-  // Creates the worker (loads the model); its errors are returned as they are.
+  // Creates the worker of the engine's resolved `config` (loads the model); its errors are
+  // returned as they are.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<UniProcExecutor>> Create(
-      const worker::WorkerConfig& config);
+      const config::VllmConfig& config);
 
   absl::StatusOr<core::KVCacheSpec> GetKVCacheSpec() override { return worker_->GetKVCacheSpec(); }
   absl::StatusOr<int64_t> DetermineAvailableMemory() override {

@@ -71,7 +71,7 @@ class LLMEngine {
   const Totals& totals() const { return totals_; }
 
   // The model's Hugging Face config and the engine's config as resolved.
-  const worker::ModelConfig& model_config() const { return built_.model_config; }
+  const worker::HfConfig& model_config() const { return built_.model_config; }
   const config::VllmConfig& vllm_config() const { return built_.config; }
   core::EngineCore& engine_core() { return *built_.core; }
   int32_t max_model_len() const { return built_.config.model.max_model_len; }

@@ -12,7 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "ipc/curve.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 #include "worker/worker.h"
 
 namespace vllm::launcher {
@@ -334,14 +334,14 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   e.enable_prefix_caching = enable_prefix_caching;
   e.enable_chunked_prefill = enable_chunked_prefill;
   if (app.count("--kv-events-config") > 0) {
-    VLLM_ASSIGN_OR_RETURN(e.kv_events, ipc::ParseKvEventsConfig(kv_events_config));
-    const ipc::KvEventsConfig& k = e.kv_events;
+    VLLM_ASSIGN_OR_RETURN(e.kv_events, config::ParseKvEventsConfig(kv_events_config));
+    const config::KvEventsConfig& k = e.kv_events;
     if (k.enable && k.publisher == "zmq" && a.data_parallel_size > 1) {
       // Each replica offsets the port by its rank (vLLM does the same, and fails at start-up
       // on anything else); refuse it before anything starts.
       for (const std::string* ep :
            {&k.endpoint, k.replay_endpoint ? &*k.replay_endpoint : nullptr}) {
-        if (ep != nullptr && ipc::OffsetEndpointForRank(*ep, 1) == *ep) {
+        if (ep != nullptr && kv_events::OffsetEndpointForRank(*ep, 1) == *ep) {
           return absl::InvalidArgumentError(absl::StrCat(
               "--kv-events-config: endpoint '", *ep, "' cannot be offset per data-parallel rank (",
               "--data-parallel-size ", a.data_parallel_size,

@@ -43,7 +43,7 @@
 #include "launcher/serve_args.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 
 namespace vllm::launcher {
 namespace {
@@ -426,8 +426,8 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
     VLLM_RETURN_IF_ERROR(frontend::CheckListenAddress(args.host, static_cast<uint16_t>(args.port)));
   }
   // Bad model files fail here, before any process starts.
-  VLLM_ASSIGN_OR_RETURN(worker::ModelConfig model_config,
-                        worker::LoadModelConfig(args.config.model.model));
+  VLLM_ASSIGN_OR_RETURN(worker::HfConfig model_config,
+                        worker::LoadHfConfig(args.config.model.model));
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::Tokenizer> tokenizer,
                         frontend::Tokenizer::Load(args.config.model.model));
   VLLM_ASSIGN_OR_RETURN(std::optional<frontend::ChatTemplate> chat_template,
@@ -665,7 +665,7 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role = {}) {
 // engines stop.
 absl::Status ServeApiServers(const ServeArgs& args) {
   VLLM_RETURN_IF_ERROR(frontend::CheckListenAddress(args.host, static_cast<uint16_t>(args.port)));
-  VLLM_RETURN_IF_ERROR(worker::LoadModelConfig(args.config.model.model).status());
+  VLLM_RETURN_IF_ERROR(worker::LoadHfConfig(args.config.model.model).status());
   VLLM_RETURN_IF_ERROR(frontend::Tokenizer::Load(args.config.model.model).status());
   VLLM_ASSIGN_OR_RETURN(const absl::Duration ready_timeout, EngineReadyTimeout());
   std::error_code ec;

@@ -21,7 +21,7 @@ import tempfile
 
 # Longest prefix wins. A module's files are the files below its folder.
 MODULES = [
-    "base/", "config/", "ipc/", "core/", "kernels/", "kernels/comm/", "worker/", "executor/",
+    "base/", "config/", "ipc/", "kv_events/", "core/", "kernels/", "kernels/comm/", "worker/", "executor/",
     "frontend/", "frontend/tokenizer/", "frontend/jinja/", "frontend/router/", "launcher/",
     "bench/serve/",
 ]
@@ -29,18 +29,21 @@ MODULES = [
 _BELOW_FRONTEND = ["base", "config", "ipc", "core"]
 ALLOWED = {
     "base": [],
+    # ipc: the codec's bounded msgpack reader (ipc/msgpack_fields.h, ipc/msgpack_util.h).
     "config": ["base", "ipc"],
     "ipc": ["base"],
+    # vLLM's KV-cache events: types, codec, ZMQ publisher. No configuration (core/ converts).
+    "kv_events": ["base", "ipc"],
     "kernels": ["base"],
     "kernels/comm": ["base", "ipc", "kernels"],
-    "core": ["base", "config", "ipc"],
+    "core": ["base", "config", "ipc", "kv_events"],
     "worker": ["base", "config", "ipc", "core", "kernels", "kernels/comm"],
     # UniProcExecutor runs a Worker in its own process (docs/DECISIONS.md).
     "executor": ["base", "config", "ipc", "core", "kernels", "kernels/comm", "worker"],
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],
     # The router speaks HTTP to other servers: no engine types (core/, worker/, executor/).
-    "frontend/router": ["base", "ipc", "frontend/tokenizer", "frontend/jinja"],
+    "frontend/router": ["base", "ipc", "kv_events", "frontend/tokenizer", "frontend/jinja"],
     "frontend": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja"],
     "bench/serve": ["base"],
     "launcher": None,  # anything of ours except tests/

@@ -49,7 +49,7 @@ void AddOne(std::vector<float>& weight) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& config,
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const HfConfig& config,
                                                              WeightSource& weights,
                                                              kernels::Communicator* comm) {
   VLLM_CHECK(comm != nullptr) << "LlamaModel needs a communicator (SingleRankCommunicator)";
@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   return model;
 }
 
-LlamaModel::LlamaModel(const ModelConfig& config, const TpLayout& tp, kernels::Communicator* comm,
+LlamaModel::LlamaModel(const HfConfig& config, const TpLayout& tp, kernels::Communicator* comm,
                        cpu::RotaryEmbedding rope)
     : config_(config),
       comm_(comm),

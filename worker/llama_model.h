@@ -10,7 +10,7 @@
 // top-k picks experts instead and their weighted outputs are summed (kernels/cpu/moe.h,
 // one all-reduce). The final norm and lm_head run only on the rows that sample.
 //
-// Gemma-2 / Gemma-3 (vLLM's gemma2.py, gemma3.py; ModelConfig::gemma): embeddings times
+// Gemma-2 / Gemma-3 (vLLM's gemma2.py, gemma3.py; HfConfig::gemma): embeddings times
 // sqrt(hidden); (1 + w) norms, the attention and MLP outputs normed again
 // (post_attention_layernorm, post_feedforward_layernorm) before they join the residual;
 // attention scaled by query_pre_attn_scalar^-0.5 with Gemma-2's score soft cap, per-layer
@@ -40,7 +40,7 @@
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_linear.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 #include "worker/tp_layout.h"
 #include "worker/weights.h"
 
@@ -84,7 +84,7 @@ class LlamaModel {
   // (worker/tp_layout.h) allows (InvalidArgument naming the config key otherwise). Weight
   // errors name the tensor.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
-      const ModelConfig& config, WeightSource& weights, kernels::Communicator* comm);
+      const HfConfig& config, WeightSource& weights, kernels::Communicator* comm);
 
   // Runs the batch, writing its K/V into `cache`, and fills `logits` with
   // [logits_indices.size(), vocab_size] floats. Fails only if the collective fails.
@@ -95,7 +95,7 @@ class LlamaModel {
   [[nodiscard]] absl::StatusOr<KVCache> AllocateKVCache(int32_t num_blocks,
                                                         int32_t block_size) const;
 
-  const ModelConfig& config() const { return config_; }
+  const HfConfig& config() const { return config_; }
   int32_t num_layers() const { return config_.num_hidden_layers; }
   int32_t num_heads() const { return num_heads_; }        // this rank
   int32_t num_kv_heads() const { return num_kv_heads_; }  // this rank
@@ -122,7 +122,7 @@ class LlamaModel {
     std::vector<float> post_ff_norm;
     kernels::cpu::PackedWeight gate_up;  // [2 × intermediate, hidden]; empty in an MoE layer
     kernels::cpu::PackedWeight down;     // [hidden, intermediate]; empty in an MoE layer
-    // MoE layers (ModelConfig::IsMoeLayer), else empty: the router and every expert, each
+    // MoE layers (HfConfig::IsMoeLayer), else empty: the router and every expert, each
     // cut to this rank's moe_intermediate columns.
     std::vector<float> router;           // [num_experts, hidden]
     std::vector<float> experts_gate_up;  // [num_experts, 2 × moe_intermediate, hidden]
@@ -133,7 +133,7 @@ class LlamaModel {
     std::vector<float> shared_gate;     // [1, hidden]
   };
 
-  LlamaModel(const ModelConfig& config, const TpLayout& tp, kernels::Communicator* comm,
+  LlamaModel(const HfConfig& config, const TpLayout& tp, kernels::Communicator* comm,
              kernels::cpu::RotaryEmbedding rope);
   [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
   // Gemma: the feed-forward norms; every norm weight w becomes 1 + w.
@@ -147,7 +147,7 @@ class LlamaModel {
   // out += sigmoid(shared_gate · x) · shared_expert(x) (this rank's partial sum).
   void AddSharedExpert(const Layer& layer, int64_t num_tokens, const float* x, float* out);
 
-  const ModelConfig config_;
+  const HfConfig config_;
   kernels::Communicator* const comm_;
   const kernels::cpu::RotaryEmbedding rope_;
   // Gemma-3's local (sliding-window) layers' rotary table: rope_local_theta, unscaled.

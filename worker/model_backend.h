@@ -20,8 +20,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/hf_config.h"
 #include "worker/llama_model.h"
-#include "worker/model_config.h"
 
 namespace vllm::worker {
 
@@ -88,7 +88,7 @@ class ModelBackend {
  public:
   virtual ~ModelBackend() = default;
 
-  virtual const ModelConfig& config() const = 0;
+  virtual const HfConfig& config() const = 0;
   // This rank's KV heads.
   virtual int32_t num_kv_heads() const = 0;
   // Bytes of one KV-cache element.
@@ -120,7 +120,7 @@ class CpuModelBackend final : public ModelBackend {
   CpuModelBackend(std::unique_ptr<LlamaModel> model, int64_t kv_cache_memory_bytes)
       : model_(std::move(model)), kv_cache_memory_bytes_(kv_cache_memory_bytes) {}
 
-  const ModelConfig& config() const override { return model_->config(); }
+  const HfConfig& config() const override { return model_->config(); }
   int32_t num_kv_heads() const override { return model_->num_kv_heads(); }
   int32_t kv_dtype_bytes() const override { return sizeof(float); }
   int64_t weight_bytes() const override { return model_->weight_bytes(); }

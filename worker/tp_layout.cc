@@ -24,7 +24,7 @@ Shard Ranged(Shard shard, int64_t begin, int64_t size) {
 
 }  // namespace
 
-absl::StatusOr<TpLayout> MakeTpLayout(const ModelConfig& config, int32_t rank, int32_t world_size) {
+absl::StatusOr<TpLayout> MakeTpLayout(const HfConfig& config, int32_t rank, int32_t world_size) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrFormat("tensor-parallel rank %d of %d is out of range", rank, world_size));
@@ -62,7 +62,7 @@ absl::StatusOr<TpLayout> MakeTpLayout(const ModelConfig& config, int32_t rank, i
   return tp;
 }
 
-std::vector<WeightPiece> QkvPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer,
+std::vector<WeightPiece> QkvPieces(const HfConfig& config, const TpLayout& tp, int32_t layer,
                                    bool bias) {
   const int64_t d = config.head_dim;
   const int64_t q_rows = int64_t{config.num_attention_heads} * d;
@@ -88,8 +88,7 @@ std::vector<WeightPiece> QkvPieces(const ModelConfig& config, const TpLayout& tp
           {name, full, Ranged(kv, q_rows + kv_rows, kv_rows), kv_local}};
 }
 
-std::vector<WeightPiece> GateUpPieces(const ModelConfig& config, const TpLayout& tp,
-                                      int32_t layer) {
+std::vector<WeightPiece> GateUpPieces(const HfConfig& config, const TpLayout& tp, int32_t layer) {
   const int64_t inter = config.intermediate_size;
   const int64_t hidden = config.hidden_size;
   const Shard col{0, tp.rank, tp.world_size};
@@ -103,7 +102,7 @@ std::vector<WeightPiece> GateUpPieces(const ModelConfig& config, const TpLayout&
           {name, {2 * inter, hidden}, Ranged(col, inter, inter), tp.intermediate}};
 }
 
-WeightPiece RouterPiece(const ModelConfig& config, int32_t layer) {
+WeightPiece RouterPiece(const HfConfig& config, int32_t layer) {
   const bool mixtral = config.architecture == "MixtralForCausalLM";
   return {
       absl::StrCat("model.layers.", layer, mixtral ? ".block_sparse_moe" : ".mlp", ".gate.weight"),
@@ -112,7 +111,7 @@ WeightPiece RouterPiece(const ModelConfig& config, int32_t layer) {
       config.num_experts};
 }
 
-std::vector<WeightPiece> ExpertPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer,
+std::vector<WeightPiece> ExpertPieces(const HfConfig& config, const TpLayout& tp, int32_t layer,
                                       int32_t expert) {
   const int64_t inter = config.moe_intermediate_size;
   const int64_t hidden = config.hidden_size;
@@ -131,7 +130,7 @@ std::vector<WeightPiece> ExpertPieces(const ModelConfig& config, const TpLayout&
           {p + "down_proj.weight", {hidden, inter}, row, hidden}};
 }
 
-std::vector<WeightPiece> SharedExpertPieces(const ModelConfig& config, const TpLayout& tp,
+std::vector<WeightPiece> SharedExpertPieces(const HfConfig& config, const TpLayout& tp,
                                             int32_t layer) {
   const int64_t inter = config.shared_expert_intermediate_size;
   const int64_t hidden = config.hidden_size;

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 #include "worker/weights.h"
 
 namespace vllm::worker {
@@ -43,7 +43,7 @@ struct TpLayout {
 // The layout of `rank` in a group of `world_size`. InvalidArgument naming the config key
 // (num_attention_heads, num_key_value_heads, intermediate_size) and the tensor-parallel size
 // for a shape that cannot be split.
-[[nodiscard]] absl::StatusOr<TpLayout> MakeTpLayout(const ModelConfig& config, int32_t rank,
+[[nodiscard]] absl::StatusOr<TpLayout> MakeTpLayout(const HfConfig& config, int32_t rank,
                                                     int32_t world_size);
 
 // One piece of a merged column-parallel weight as a rank holds it: its `shard` of checkpoint
@@ -59,27 +59,27 @@ struct WeightPiece {
 // Layer `layer`'s q, k and v rows for this rank, in merged order: from q_proj / k_proj /
 // v_proj, or ranges of a fused qkv_proj (config.fused_projections). `bias`: the bias vectors
 // instead of the weights.
-std::vector<WeightPiece> QkvPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer,
+std::vector<WeightPiece> QkvPieces(const HfConfig& config, const TpLayout& tp, int32_t layer,
                                    bool bias);
 
 // Layer `layer`'s gate then up rows for this rank: gate_proj / up_proj, or the two halves of a
 // fused gate_up_proj.
-std::vector<WeightPiece> GateUpPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer);
+std::vector<WeightPiece> GateUpPieces(const HfConfig& config, const TpLayout& tp, int32_t layer);
 
 // Layer `layer`'s router weight, [num_experts, hidden], whole on every rank: mlp.gate.weight
 // (Qwen3-MoE) or block_sparse_moe.gate.weight (Mixtral).
-WeightPiece RouterPiece(const ModelConfig& config, int32_t layer);
+WeightPiece RouterPiece(const HfConfig& config, int32_t layer);
 
 // Expert `expert` of layer `layer`: its gate then up rows for this rank (mlp.experts.E.
 // gate_proj / up_proj; Mixtral: block_sparse_moe.experts.E.w1 / w3), then its down_proj
 // (Mixtral: w2) columns for this rank — three pieces, the hub's one tensor per expert.
-std::vector<WeightPiece> ExpertPieces(const ModelConfig& config, const TpLayout& tp, int32_t layer,
+std::vector<WeightPiece> ExpertPieces(const HfConfig& config, const TpLayout& tp, int32_t layer,
                                       int32_t expert);
 
 // Qwen2-MoE's shared expert of layer `layer`, cut like a dense MLP: mlp.shared_expert.gate_proj
 // and up_proj rows, then down_proj columns for this rank, then the whole
 // mlp.shared_expert_gate.weight ([1, hidden], replicated) — four pieces.
-std::vector<WeightPiece> SharedExpertPieces(const ModelConfig& config, const TpLayout& tp,
+std::vector<WeightPiece> SharedExpertPieces(const HfConfig& config, const TpLayout& tp,
                                             int32_t layer);
 
 }  // namespace vllm::worker

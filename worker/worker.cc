@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "worker/weights.h"
 #if VLLM_HAVE_CUDA
@@ -42,57 +43,62 @@ absl::StatusOr<Device> ResolveDevice(Device device) {
 #endif
 }
 
-WorkerConfig WorkerConfigFrom(const config::VllmConfig& config) {
-  WorkerConfig w;
-  w.model = config.model.model;
-  w.load_format = config.load.load_format;
-  w.seed = config.model.seed;
-  w.kv_cache_memory_bytes = config.cache.kv_cache_memory_bytes;
-  w.device = config.device.device;
-  w.dtype = config.model.dtype;
-  w.gpu_memory_utilization = config.cache.gpu_memory_utilization;
-  w.enforce_eager = config.model.enforce_eager;
-  w.max_model_len = config.model.max_model_len;
-  w.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
-  w.max_num_seqs = config.scheduler.max_num_seqs;
-  w.first_device = config.parallel.local_device_index(0);
-  return w;
+absl::Status CheckResolvedDevice(Device device) {
+  if (device != Device::kAuto) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--device auto reached a worker unresolved (the engine factory resolves it once, "
+      "executor::ResolveVllmConfig)");
 }
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
-    const WorkerConfig& config, kernels::Communicator* comm,
+    const config::VllmConfig& config, kernels::Communicator* comm,
     [[maybe_unused]] kernels::cuda::DeviceCommunicator* device_comm) {
-  VLLM_ASSIGN_OR_RETURN(const Device device, ResolveDevice(config.device));
-  if (device == Device::kCuda) {
+  VLLM_RETURN_IF_ERROR(CheckResolvedDevice(config.device.device));
+  const std::filesystem::path& model = config.model.model;
+  const LoadFormat load_format = config.load.load_format;
+  const uint64_t seed = config.model.seed;
+  if (config.device.device == Device::kCuda) {
 #if VLLM_HAVE_CUDA
-    VLLM_ASSIGN_OR_RETURN(ModelConfig model_config, LoadModelConfig(config.model));
+    const int32_t gpu = config.parallel.local_device_index(comm->rank());
+    if (const int visible = VisibleCudaDevices(); gpu >= visible) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--device cuda: rank %d needs GPU %d but %d %s visible (check the driver and "
+          "CUDA_VISIBLE_DEVICES, or choose --device cpu)",
+          comm->rank(), gpu, visible, visible == 1 ? "is" : "are"));
+    }
+    VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadHfConfig(model));
     std::unique_ptr<WeightSource> weights;
-    if (config.load_format != LoadFormat::kDummy) {
-      VLLM_ASSIGN_OR_RETURN(weights, OpenSafetensors(config.model));
+    if (load_format != LoadFormat::kDummy) {
+      VLLM_ASSIGN_OR_RETURN(weights, OpenSafetensors(model));
     }
     if (device_comm == nullptr && comm->world_size() > 1) {
       return absl::InvalidArgumentError(
           "--device cuda with tensor parallelism needs the NCCL device communicator");
     }
     CudaBackendOptions o;
-    o.dtype = config.dtype;
-    o.dummy_weights = config.load_format == LoadFormat::kDummy;
-    o.seed = config.seed;
-    o.device_index = config.first_device + comm->rank();
-    o.gpu_memory_utilization = config.gpu_memory_utilization;
-    o.enforce_eager = config.enforce_eager;
-    o.max_model_len = config.max_model_len;
-    o.max_num_batched_tokens = config.max_num_batched_tokens;
-    o.max_num_seqs = config.max_num_seqs;
+    o.dtype = config.model.dtype;
+    o.dummy_weights = load_format == LoadFormat::kDummy;
+    o.seed = seed;
+    o.device_index = gpu;
+    o.gpu_memory_utilization = config.cache.gpu_memory_utilization;
+    o.enforce_eager = config.model.enforce_eager;
+    o.max_model_len = config.model.max_model_len;
+    o.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
+    o.max_num_seqs = config.scheduler.max_num_seqs;
     VLLM_ASSIGN_OR_RETURN(std::unique_ptr<ModelBackend> backend,
                           CreateCudaModelBackend(model_config, weights.get(), device_comm, o));
-    auto runner = std::make_unique<ModelRunner>(std::move(backend), config.seed);
+    auto runner = std::make_unique<ModelRunner>(std::move(backend), seed);
     return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
+#else
+    return absl::InvalidArgumentError(
+        "--device cuda: this build has no CUDA backend (configure with -DVLLM_CUDA=ON, or choose "
+        "--device cpu)");
 #endif
   }
-  if (config.kv_cache_memory_bytes <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--kv-cache-memory must be positive, got ",
-                                                   config.kv_cache_memory_bytes, " bytes"));
+  const int64_t kv_cache_memory_bytes = config.cache.kv_cache_memory_bytes;
+  if (kv_cache_memory_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-cache-memory must be positive, got ", kv_cache_memory_bytes, " bytes"));
   }
   // The ranks of a CPU group share the cores (vLLM's CPU worker splits them likewise); an
   // explicit OPENBLAS_NUM_THREADS / OMP_NUM_THREADS from the user wins.
@@ -100,18 +106,17 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     kernels::cpu::SetBlasNumThreads(cores / std::max(1, comm->world_size()));
   }
-  VLLM_ASSIGN_OR_RETURN(ModelConfig model_config, LoadModelConfig(config.model));
+  VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadHfConfig(model));
   std::unique_ptr<WeightSource> weights;
-  if (config.load_format == LoadFormat::kDummy) {
-    weights = MakeDummyWeights(config.seed);
+  if (load_format == LoadFormat::kDummy) {
+    weights = MakeDummyWeights(seed);
   } else {
-    VLLM_ASSIGN_OR_RETURN(weights, OpenSafetensors(config.model));
+    VLLM_ASSIGN_OR_RETURN(weights, OpenSafetensors(model));
   }
-  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model_weights,
                         LlamaModel::Load(model_config, *weights, comm));
   auto runner = std::make_unique<ModelRunner>(
-      std::make_unique<CpuModelBackend>(std::move(model), config.kv_cache_memory_bytes),
-      config.seed);
+      std::make_unique<CpuModelBackend>(std::move(model_weights), kv_cache_memory_bytes), seed);
   return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
 }
 

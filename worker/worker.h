@@ -2,9 +2,9 @@
 // the model config and this rank's weights, reports the KV-cache geometry and the memory
 // budget for it, allocates the cache, and runs steps through its ModelRunner.
 //
-// Two devices (WorkerConfig.device): the CPU backend (LlamaModel, float32) and, in builds with
-// CUDA, the CUDA backend (worker/cuda/: CudaLlamaModel on the GPU of index rank, weights and
-// activations in WorkerConfig.dtype). On the CPU the KV-cache budget is explicit
+// Two devices (config.device): the CPU backend (LlamaModel, float32) and, in builds with
+// CUDA, the CUDA backend (worker/cuda/: CudaLlamaModel on the rank's GPU, weights and
+// activations in config.model.dtype). On the CPU the KV-cache budget is explicit
 // (--kv-cache-memory, vLLM's VLLM_CPU_KVCACHE_SPACE); on CUDA it is profiled (vLLM's method:
 // a dummy run at max_num_batched_tokens, then total × gpu_memory_utilization minus everything
 // in use — see worker/cuda/cuda_model_backend.h).
@@ -26,7 +26,7 @@
 #include "core/engine_core.h"
 #include "core/scheduler_output.h"
 #include "kernels/communicator.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 #include "worker/model_runner.h"
 
 namespace vllm::kernels::cuda {
@@ -48,45 +48,27 @@ using config::ParseModelDType;
 // Number of visible CUDA devices (0 in a build without CUDA, or with no GPU or driver).
 int VisibleCudaDevices();
 // kAuto -> kCuda when VisibleCudaDevices() > 0, else kCpu. kCuda with no GPU (or a build
-// without CUDA) is InvalidArgument naming --device; kCpu stays.
+// without CUDA) is InvalidArgument naming --device; kCpu stays. The engine factory
+// (executor::ResolveVllmConfig) calls it once per engine; every part downstream reads the
+// resolved config.device and never sees kAuto.
 [[nodiscard]] absl::StatusOr<Device> ResolveDevice(Device device);
-
-struct WorkerConfig {
-  // A Hugging Face model directory (config.json, *.safetensors).
-  std::filesystem::path model;
-  LoadFormat load_format = LoadFormat::kAuto;
-  // Seeds dummy weights and requests that have no seed.
-  uint64_t seed = 0;
-  // Bytes for this rank's KV cache (CPU only).
-  int64_t kv_cache_memory_bytes = int64_t{1} << 30;
-  // kAuto is resolved by Worker::Create (the engine resolves it earlier, for every rank).
-  Device device = Device::kCpu;
-  ModelDType dtype = ModelDType::kAuto;
-  // CUDA: fraction of the GPU's memory for weights, activations and KV cache.
-  double gpu_memory_utilization = 0.9;
-  // CUDA: no CUDA graphs.
-  bool enforce_eager = false;
-  // The scheduler's limits, which size the CUDA scratch buffers, the profile run and the
-  // graphs; 0: the model's max_position_embeddings / 2048 / 256.
-  int32_t max_model_len = 0;
-  int32_t max_num_batched_tokens = 0;
-  int32_t max_num_seqs = 0;
-  // CUDA: the GPU of rank 0 among the visible ones; rank r uses first_device + r (the node's
-  // data-parallel engines take consecutive blocks, config::ParallelConfig::local_device_index).
-  int32_t first_device = 0;
-};
-// A rank's view of the engine's (resolved) config: what WorkerProc builds from the config it
-// receives, and UniProcExecutor from its own.
-WorkerConfig WorkerConfigFrom(const config::VllmConfig& config);
+// OK for kCpu and kCuda; InvalidArgument naming --device for kAuto, which only the engine
+// factory resolves (a config that reaches a worker or an executor unresolved is a bug).
+[[nodiscard]] absl::Status CheckResolvedDevice(Device device);
 
 class Worker {
  public:
-  // Loads the config and this rank's weights (`comm`, not owned, is the tensor-parallel
-  // group and must outlive the worker). Errors name the file or tensor at fault.
-  // On CUDA, `device_comm` (not owned, outlives the worker) is the device-side group
-  // (NCCL); null is allowed only for a group of one (a SingleRankDeviceCommunicator is used).
+  // Loads the model's config.json and this rank's weights as the engine's `config` says
+  // (config.model, config.load, config.device; on CUDA also config.cache's memory fraction and
+  // config.scheduler's limits; on the CPU config.cache.kv_cache_memory_bytes). `config` is the
+  // engine's resolved config (a device of kAuto is InvalidArgument: CheckResolvedDevice); what
+  // differs per rank comes from `comm` (not owned, the tensor-parallel group, must outlive the
+  // worker): the rank, and with it the GPU (config.parallel.local_device_index(rank)).
+  // Errors name the flag, file or tensor at fault. On CUDA, `device_comm` (not owned, outlives
+  // the worker) is the device-side group (NCCL); null is allowed only for a group of one (a
+  // SingleRankDeviceCommunicator is used).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Create(
-      const WorkerConfig& config, kernels::Communicator* comm,
+      const config::VllmConfig& config, kernels::Communicator* comm,
       kernels::cuda::DeviceCommunicator* device_comm = nullptr);
 
   core::KVCacheSpec GetKVCacheSpec() const;
@@ -108,13 +90,14 @@ class Worker {
   // Fails before InitializeKVCache, or with the backend's error.
   [[nodiscard]] absl::Status ExecuteDummyBatch();
 
-  const ModelConfig& model_config() const { return runner_->backend().config(); }
+  const HfConfig& model_config() const { return runner_->backend().config(); }
   ModelRunner& runner() { return *runner_; }
+  const config::VllmConfig& config() const { return config_; }
 
  private:
-  Worker(const WorkerConfig& config, std::unique_ptr<ModelRunner> runner)
+  Worker(const config::VllmConfig& config, std::unique_ptr<ModelRunner> runner)
       : config_(config), runner_(std::move(runner)) {}
-  const WorkerConfig config_;
+  const config::VllmConfig config_;
   std::unique_ptr<ModelRunner> runner_;
 };
 

@@ -112,8 +112,7 @@ class WorkerProc {
       comm = group_.get();
     }
     VLLM_RETURN_IF_ERROR(InitDevice(deadline));
-    VLLM_ASSIGN_OR_RETURN(worker_,
-                          Worker::Create(WorkerConfigFrom(options_.config), comm, DeviceComm()));
+    VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.config, comm, DeviceComm()));
     if (terminated_.load()) return absl::CancelledError("SIGTERM during start-up");
     return absl::OkStatus();
   }
@@ -131,8 +130,9 @@ class WorkerProc {
   // TP > 1, reads the NCCL id from the executor's first broadcast call (init_device) and joins
   // the NCCL group before the model loads. Nothing on the CPU.
   absl::Status InitDevice(absl::Time deadline) {
-    VLLM_ASSIGN_OR_RETURN(const Device device, ResolveDevice(options_.config.device.device));
-    if (device != Device::kCuda) return absl::OkStatus();
+    // The engine factory resolved the device (never kAuto here).
+    VLLM_RETURN_IF_ERROR(CheckResolvedDevice(options_.config.device.device));
+    if (options_.config.device.device != Device::kCuda) return absl::OkStatus();
 #if VLLM_HAVE_CUDA
     int count = 0;
     if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {

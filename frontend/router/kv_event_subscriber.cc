@@ -34,7 +34,7 @@ absl::StatusOr<std::vector<KvEventSource>> ParseKvEventSource(absl::string_view 
     if (!absl::StartsWith(ep, "tcp://") && !absl::StartsWith(ep, "ipc://")) {
       return bad(absl::StrCat("endpoint '", ep, "' is not tcp://HOST:PORT or ipc://PATH"));
     }
-    if (ep.size() > ipc::kMaxKvEventsEndpointBytes) return bad("endpoint too long");
+    if (ep.size() > config::kMaxKvEventsEndpointBytes) return bad("endpoint too long");
     if (out.size() >= kMaxEndpointsPerWorker) return bad("too many endpoints");
     out.push_back({url->url, rank++, std::string(ep)});
   }
@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<KvEventSubscriber>> KvEventSubscriber::Start(
       s->socket = zmq::socket_t(ipc::ZmqContext(), zmq::socket_type::sub);
       s->socket.set(zmq::sockopt::linger, 0);
       s->socket.set(zmq::sockopt::maxmsgsize,
-                    static_cast<int64_t>(ipc::kMaxKvEventBatchBytes + 4096));
+                    static_cast<int64_t>(kv_events::kMaxKvEventBatchBytes + 4096));
       s->socket.set(zmq::sockopt::rcvhwm, 100000);
       s->socket.set(zmq::sockopt::subscribe, "");
       s->socket.connect(s->where.endpoint);
@@ -128,7 +128,7 @@ void KvEventSubscriber::Drain(Source& s) {
     uint64_t seq = 0;
     const auto* b = static_cast<const uint8_t*>(parts[1].data());
     for (int k = 0; k < 8; ++k) seq = (seq << 8) | b[k];
-    auto batch = ipc::DecodeKvEventBatch(
+    auto batch = kv_events::DecodeKvEventBatch(
         std::span<const uint8_t>(static_cast<const uint8_t*>(parts[2].data()), parts[2].size()));
     if (!batch.ok()) {
       on_error_(s.where, batch.status());

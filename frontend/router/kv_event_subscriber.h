@@ -1,5 +1,5 @@
 // KvEventSubscriber: receives the KV-cache events of the workers' engines (ZMQ SUB, vLLM's
-// [topic, sequence, payload] messages, ipc/kv_events.h) on its own thread and hands each
+// [topic, sequence, payload] messages, kv_events/kv_events.h) on its own thread and hands each
 // decoded batch to a callback, which the router uses to post it to its I/O thread.
 //
 // One SUB socket per engine endpoint, connected (the engines bind); ZMQ reconnects by itself
@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 
 namespace vllm::router {
 
@@ -41,7 +41,7 @@ class KvEventSubscriber {
   // Called on the subscriber's thread for every decoded batch, with the message's sequence
   // number and how many batches were missed before it (a gap in the sequence).
   using OnBatch = std::function<void(const KvEventSource& source, uint64_t seq, uint64_t missed,
-                                     ipc::KvEventBatch batch)>;
+                                     kv_events::KvEventBatch batch)>;
   // Called on the subscriber's thread for a message that could not be used.
   using OnError = std::function<void(const KvEventSource& source, const absl::Status& error)>;
 

@@ -30,15 +30,15 @@ std::vector<uint64_t> ChainHashes(std::span<const int32_t> tokens, int block_siz
 
 KvIndex::KvIndex(const KvIndexOptions& options) : options_(options) {}
 
-void KvIndex::Apply(const std::string& worker, int rank, const ipc::KvEventBatch& batch) {
+void KvIndex::Apply(const std::string& worker, int rank, const kv_events::KvEventBatch& batch) {
   ++counters_.batches;
   Worker& w = workers_[worker];
   Engine& e = w.engines[rank];
-  for (const ipc::KvEvent& event : batch.events) {
+  for (const kv_events::KvEvent& event : batch.events) {
     ++counters_.events;
-    if (const auto* stored = std::get_if<ipc::KvBlockStored>(&event)) {
+    if (const auto* stored = std::get_if<kv_events::KvBlockStored>(&event)) {
       Store(w, e, *stored);
-    } else if (const auto* removed = std::get_if<ipc::KvBlockRemoved>(&event)) {
+    } else if (const auto* removed = std::get_if<kv_events::KvBlockRemoved>(&event)) {
       Remove(e, *removed);
     } else {
       e.engine_to_chain.clear();
@@ -47,7 +47,7 @@ void KvIndex::Apply(const std::string& worker, int rank, const ipc::KvEventBatch
   }
 }
 
-void KvIndex::Store(Worker& w, Engine& e, const ipc::KvBlockStored& ev) {
+void KvIndex::Store(Worker& w, Engine& e, const kv_events::KvBlockStored& ev) {
   const size_t n = ev.block_hashes.size();
   if (ev.block_size <= 0 || ev.token_ids.size() != n * static_cast<size_t>(ev.block_size)) {
     ++counters_.invalid_events;
@@ -88,7 +88,7 @@ void KvIndex::Store(Worker& w, Engine& e, const ipc::KvBlockStored& ev) {
   }
 }
 
-void KvIndex::Remove(Engine& e, const ipc::KvBlockRemoved& ev) {
+void KvIndex::Remove(Engine& e, const kv_events::KvBlockRemoved& ev) {
   for (const uint64_t h : ev.block_hashes) {
     auto it = e.engine_to_chain.find(h);
     if (it == e.engine_to_chain.end()) continue;

@@ -1,5 +1,5 @@
 // KvIndex: which prefixes of token ids each worker holds in its prefix cache, exactly, from
-// the KV-cache events its engines publish (ipc/kv_events.h, vLLM's format) — the state of the
+// the KV-cache events its engines publish (kv_events/kv_events.h, vLLM's format) — the state of the
 // kv_aware policy.
 //
 // The engines' block hashes are their own (vLLM: SHA-256 or XXH3 over its own encoding; ours:
@@ -32,7 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 
 namespace vllm::router {
 
@@ -56,7 +56,7 @@ class KvIndex {
   explicit KvIndex(const KvIndexOptions& options = {});
 
   // Applies one batch that engine `rank` of `worker` published.
-  void Apply(const std::string& worker, int rank, const ipc::KvEventBatch& batch);
+  void Apply(const std::string& worker, int rank, const kv_events::KvEventBatch& batch);
 
   // The worker's block size (from its events; the default before any).
   int BlockSize(absl::string_view worker) const;
@@ -95,8 +95,8 @@ class KvIndex {
     std::deque<std::pair<absl::Time, uint64_t>> predicted_order;
   };
 
-  void Store(Worker& w, Engine& e, const ipc::KvBlockStored& ev);
-  void Remove(Engine& e, const ipc::KvBlockRemoved& ev);
+  void Store(Worker& w, Engine& e, const kv_events::KvBlockStored& ev);
+  void Remove(Engine& e, const kv_events::KvBlockRemoved& ev);
   void ExpirePredicted(Worker& w, absl::Time now);
   const Worker* Find(absl::string_view worker) const;
 

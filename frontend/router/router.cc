@@ -396,7 +396,7 @@ class Router::Impl {
     // The subscriber's thread posts every batch to the I/O thread, which owns the index.
     auto subscriber = KvEventSubscriber::Start(
         std::move(sources),
-        [this](const KvEventSource& src, uint64_t, uint64_t missed, ipc::KvEventBatch batch) {
+        [this](const KvEventSource& src, uint64_t, uint64_t missed, kv_events::KvEventBatch batch) {
           net::post(ioc_, [this, src, missed, batch = std::move(batch)] {
             KvStats& stats = kv_stats_[src.worker_url];
             ++stats.batches;

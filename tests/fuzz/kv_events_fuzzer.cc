@@ -1,4 +1,4 @@
-// Fuzzes vLLM's KV-event batch decoder (ipc/kv_events.h): what a router decodes from every
+// Fuzzes vLLM's KV-event batch decoder (kv_events/kv_events.h): what a router decodes from every
 // engine that publishes KV-cache events (ours or vLLM), and the --kv-events-config parser on
 // the same bytes as text. Invariants:
 //   - no crash, throw or leak, whatever the bytes; a batch that does not decode fails with
@@ -13,7 +13,8 @@
 #include <string_view>
 
 #include "absl/strings/match.h"
-#include "ipc/kv_events.h"
+#include "config/kv_events_config.h"
+#include "kv_events/kv_events.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
@@ -26,22 +27,23 @@ std::span<const uint8_t> Bytes(std::string_view s) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vllm;
-  absl::StatusOr<ipc::KvEventBatch> batch = ipc::DecodeKvEventBatch({data, size});
+  absl::StatusOr<kv_events::KvEventBatch> batch = kv_events::DecodeKvEventBatch({data, size});
   if (!batch.ok()) {
     const absl::StatusCode code = batch.status().code();
     FUZZ_CHECK(code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kDataLoss ||
                    code == absl::StatusCode::kResourceExhausted,
                "KVEventBatch failed with " + batch.status().ToString());
   } else {
-    const std::string encoded = ipc::EncodeKvEventBatch(*batch);
-    absl::StatusOr<ipc::KvEventBatch> again = ipc::DecodeKvEventBatch(Bytes(encoded));
+    const std::string encoded = kv_events::EncodeKvEventBatch(*batch);
+    absl::StatusOr<kv_events::KvEventBatch> again = kv_events::DecodeKvEventBatch(Bytes(encoded));
     FUZZ_CHECK(again.ok(),
                "KVEventBatch: re-encoding does not decode: " + again.status().ToString());
     FUZZ_CHECK(again->events.size() == batch->events.size(), "KVEventBatch: events lost");
-    FUZZ_CHECK(ipc::EncodeKvEventBatch(*again) == encoded,
+    FUZZ_CHECK(kv_events::EncodeKvEventBatch(*again) == encoded,
                "KVEventBatch: re-encoding is not stable");
   }
-  absl::StatusOr<ipc::KvEventsConfig> config = ipc::ParseKvEventsConfig(fuzz::AsText(data, size));
+  absl::StatusOr<config::KvEventsConfig> config =
+      config::ParseKvEventsConfig(fuzz::AsText(data, size));
   if (!config.ok()) {
     FUZZ_CHECK(config.status().code() == absl::StatusCode::kInvalidArgument &&
                    absl::StrContains(config.status().message(), "--kv-events-config"),

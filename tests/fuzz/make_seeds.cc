@@ -16,7 +16,7 @@
 #include "core/dp_coordinator.h"
 #include "core/engine_handshake.h"
 #include "ipc/handle.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 #include "worker/worker_protocol.h"
 
 namespace vllm::fuzz {
@@ -246,21 +246,21 @@ void CoordinatorSeeds(const fs::path& dir) {
 }
 
 void KvEventSeeds(const fs::path& dir) {
-  ipc::KvEventBatch b;
+  kv_events::KvEventBatch b;
   b.ts = 1789095808.5;
-  ipc::KvBlockStored stored;
+  kv_events::KvBlockStored stored;
   stored.block_hashes = {15760518052499183552ULL, 7};
   stored.token_ids = {1, 200, 70000, 128000};
   stored.block_size = 2;
   stored.medium = "GPU";
   stored.group_idx = 0;
   stored.kv_cache_spec_kind = "full_attention";
-  ipc::KvBlockRemoved removed;
+  kv_events::KvBlockRemoved removed;
   removed.block_hashes = {7};
   removed.medium = "GPU";
-  b.events = {stored, removed, ipc::KvAllBlocksCleared{}};
+  b.events = {stored, removed, kv_events::KvAllBlocksCleared{}};
   b.data_parallel_rank = 1;
-  Write(dir, "batch", ipc::EncodeKvEventBatch(b));
+  Write(dir, "batch", kv_events::EncodeKvEventBatch(b));
   Write(dir, "config",
         R"({"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",)"
         R"( "replay_endpoint": null, "buffer_steps": 10000, "hwm": 100000,)"

@@ -1,4 +1,4 @@
-// Fuzzes worker::ParseModelConfig (a model directory's config.json and
+// Fuzzes worker::ParseHfConfig (a model directory's config.json and
 // generation_config.json). The input is config.json, optionally followed by a NUL byte and
 // generation_config.json. Invariants:
 //   - no crash, throw or leak, no input over -timeout or -rss_limit_mb, whatever the text;
@@ -12,20 +12,19 @@
 #include <string>
 
 #include "tests/fuzz/fuzz_util.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vllm;
   const auto [config_json, generation_json] = fuzz::SplitAtNul(fuzz::AsText(data, size));
-  absl::StatusOr<worker::ModelConfig> parsed =
-      worker::ParseModelConfig(config_json, generation_json);
+  absl::StatusOr<worker::HfConfig> parsed = worker::ParseHfConfig(config_json, generation_json);
   if (!parsed.ok()) {
     FUZZ_CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument ||
                    parsed.status().code() == absl::StatusCode::kResourceExhausted,
                "unexpected error code: " + parsed.status().ToString());
     return 0;
   }
-  const worker::ModelConfig& c = *parsed;
+  const worker::HfConfig& c = *parsed;
   FUZZ_CHECK(c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ||
                  c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM" ||
                  c.architecture == "Phi3ForCausalLM" || c.architecture == "Qwen3MoeForCausalLM" ||

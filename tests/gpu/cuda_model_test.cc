@@ -138,7 +138,7 @@ double TopTwoGap(const std::vector<float>& want) {
 }
 
 std::unique_ptr<CudaLlamaModel> LoadCuda(const std::string& name, kc::GemmDType dtype) {
-  auto config = LoadModelConfig(Fixture(name));
+  auto config = LoadHfConfig(Fixture(name));
   if (!config.ok()) return nullptr;
   auto weights = OpenSafetensors(Fixture(name));
   if (!weights.ok()) return nullptr;
@@ -154,7 +154,7 @@ std::unique_ptr<CudaLlamaModel> LoadCuda(const std::string& name, kc::GemmDType 
 }
 
 kc::GemmDType CheckpointDType(const std::string& name) {
-  auto config = LoadModelConfig(Fixture(name));
+  auto config = LoadHfConfig(Fixture(name));
   return ResolveCudaDType(ModelDType::kAuto, *config);  // fixtures are float32 / bf16 / f16
 }
 
@@ -463,7 +463,7 @@ TEST(CudaBackendTest, DecodeGraphsReplayPaddedBatchesAndMatchTransformers) {
   SKIP_WITHOUT_GPU();
   const std::filesystem::path dir = Fixture("llama_gqa");
   const Reference ref = LoadReference(dir);
-  auto config = LoadModelConfig(dir);
+  auto config = LoadHfConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
   const int64_t vocab = config->vocab_size;
   constexpr int32_t kBlockSize = 16;
@@ -554,7 +554,7 @@ TEST(CudaBackendTest, DecodeGraphsReplayPaddedBatchesAndMatchTransformers) {
 
 TEST(CudaBackendTest, ProfiledKVBudgetFollowsTheUtilization) {
   SKIP_WITHOUT_GPU();
-  auto config = LoadModelConfig(Fixture("llama_gqa"));
+  auto config = LoadHfConfig(Fixture("llama_gqa"));
   ASSERT_TRUE(config.ok());
   int64_t budget[2] = {0, 0};
   const double utils[2] = {0.2, 0.4};
@@ -586,7 +586,7 @@ TEST(CudaBackendTest, DummyEightBillionLoadsFast) {
   size_t free_bytes = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
   if (free_bytes < (size_t{24} << 30)) GTEST_SKIP() << "needs 24 GiB free";
-  ModelConfig c;
+  HfConfig c;
   c.architecture = "LlamaForCausalLM";
   c.vocab_size = 128256;
   c.hidden_size = 4096;

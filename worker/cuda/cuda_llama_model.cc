@@ -48,7 +48,7 @@ int32_t CudaLlamaModel::dtype_bytes() const {
   return options_.dtype == kc::GemmDType::kFloat32 ? 4 : 2;
 }
 
-CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
+CudaLlamaModel::CudaLlamaModel(const HfConfig& config, const TpLayout& tp,
                                kc::DeviceCommunicator* comm, const CudaModelOptions& options)
     : config_(config),
       comm_(comm),
@@ -61,7 +61,7 @@ CudaLlamaModel::CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
 CudaLlamaModel::~CudaLlamaModel() = default;
 
 absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
-    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* comm,
+    const HfConfig& config, WeightSource* weights, kc::DeviceCommunicator* comm,
     const CudaModelOptions& options, cudaStream_t stream) {
   if (comm == nullptr) {
     return absl::InvalidArgumentError(
@@ -132,6 +132,57 @@ absl::StatusOr<void*> CudaLlamaModel::NewTensor(int64_t elems, const char* what)
   return tensors_.back().get();
 }
 
+absl::Status CudaLlamaModel::PutWeight(WeightSource* weights, cudaStream_t stream,
+                                       const std::string& name, std::vector<int64_t> shape,
+                                       const Shard& shard, void* dst, int64_t offset) {
+  const kc::GemmDType dtype = options_.dtype;
+  const int64_t es = dtype_bytes();
+  const int64_t full_rows = shape[0];
+  const int64_t full_cols = shape.size() > 1 ? shape[1] : 1;
+  int64_t rows = full_rows, cols = full_cols, row_off = 0, col_off = 0;
+  if (shard.dim == 0) {
+    // A range of a fused tensor (Shard::range_size >= 0) is split instead of the whole.
+    const bool ranged = shard.range_size >= 0;
+    rows = (ranged ? shard.range_size : full_rows) / shard.world_size;
+    row_off = (ranged ? shard.range_begin : 0) + rows * shard.rank;
+  } else if (shard.dim == 1) {
+    cols = full_cols / shard.world_size;
+    col_off = cols * shard.rank;
+  }
+  if (options_.dummy_weights) {
+    return CudaStatus(
+        WithDType(dtype,
+                  [&](auto tag) {
+                    using T = decltype(tag);
+                    T* out = static_cast<T*>(dst) + offset;
+                    if (absl::EndsWith(name, "norm.weight")) {
+                      // Gemma's norms multiply by 1 + w.
+                      return FillConstant<T>(out, rows * cols, config_.gemma ? 0.0f : 1.0f, stream);
+                    }
+                    const uint64_t seed = XXH64(name.data(), name.size(), options_.seed);
+                    return FillUniformDummy<T>(out, rows, cols, full_cols, row_off, col_off, seed,
+                                               options_.dummy_scale, stream);
+                  }),
+        absl::StrCat("dummy init of ", name));
+  }
+  VLLM_ASSIGN_OR_RETURN(std::vector<float> host, weights->Load(name, shape, shard));
+  if (static_cast<int64_t>(host.size()) != rows * cols) {
+    return absl::InternalError(absl::StrCat(name, ": the weight source returned ", host.size(),
+                                            " elements, expected ", rows * cols));
+  }
+  return WithDType(dtype, [&](auto tag) -> absl::Status {
+    using T = decltype(tag);
+    T* out = static_cast<T*>(dst) + offset;
+    if constexpr (std::is_same_v<T, float>) {
+      return UploadAndWait(out, host.data(), host.size() * es, stream, name);
+    } else {
+      std::vector<T> converted(host.size());
+      for (size_t i = 0; i < host.size(); ++i) converted[i] = HostFromFloat<T>(host[i]);
+      return UploadAndWait(out, converted.data(), converted.size() * es, stream, name);
+    }
+  });
+}
+
 absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t stream) {
   const int64_t hidden = config_.hidden_size;
   const int64_t d = config_.head_dim;
@@ -139,58 +190,9 @@ absl::Status CudaLlamaModel::LoadWeights(WeightSource* weights, cudaStream_t str
   const int32_t rank = comm_->rank();
   const int32_t ws = comm_->world_size();
   const Shard row{1, rank, ws};
-  const kc::GemmDType dtype = options_.dtype;
-  const int64_t es = dtype_bytes();
-
-  // Puts tensor `name` (full shape [rows] or [rows, cols]) — this rank's `shard` of it — at
-  // element `offset` of `dst`.
   auto put = [&](const std::string& name, std::vector<int64_t> shape, const Shard& shard, void* dst,
                  int64_t offset) -> absl::Status {
-    const int64_t full_rows = shape[0];
-    const int64_t full_cols = shape.size() > 1 ? shape[1] : 1;
-    int64_t rows = full_rows, cols = full_cols, row_off = 0, col_off = 0;
-    if (shard.dim == 0) {
-      // A range of a fused tensor (Shard::range_size >= 0) is split instead of the whole.
-      const bool ranged = shard.range_size >= 0;
-      rows = (ranged ? shard.range_size : full_rows) / shard.world_size;
-      row_off = (ranged ? shard.range_begin : 0) + rows * shard.rank;
-    } else if (shard.dim == 1) {
-      cols = full_cols / shard.world_size;
-      col_off = cols * shard.rank;
-    }
-    if (options_.dummy_weights) {
-      return CudaStatus(
-          WithDType(dtype,
-                    [&](auto tag) {
-                      using T = decltype(tag);
-                      T* out = static_cast<T*>(dst) + offset;
-                      if (absl::EndsWith(name, "norm.weight")) {
-                        // Gemma's norms multiply by 1 + w.
-                        return FillConstant<T>(out, rows * cols, config_.gemma ? 0.0f : 1.0f,
-                                               stream);
-                      }
-                      const uint64_t seed = XXH64(name.data(), name.size(), options_.seed);
-                      return FillUniformDummy<T>(out, rows, cols, full_cols, row_off, col_off, seed,
-                                                 options_.dummy_scale, stream);
-                    }),
-          absl::StrCat("dummy init of ", name));
-    }
-    VLLM_ASSIGN_OR_RETURN(std::vector<float> host, weights->Load(name, shape, shard));
-    if (static_cast<int64_t>(host.size()) != rows * cols) {
-      return absl::InternalError(absl::StrCat(name, ": the weight source returned ", host.size(),
-                                              " elements, expected ", rows * cols));
-    }
-    return WithDType(dtype, [&](auto tag) -> absl::Status {
-      using T = decltype(tag);
-      T* out = static_cast<T*>(dst) + offset;
-      if constexpr (std::is_same_v<T, float>) {
-        return UploadAndWait(out, host.data(), host.size() * es, stream, name);
-      } else {
-        std::vector<T> converted(host.size());
-        for (size_t i = 0; i < host.size(); ++i) converted[i] = HostFromFloat<T>(host[i]);
-        return UploadAndWait(out, converted.data(), converted.size() * es, stream, name);
-      }
-    });
+    return PutWeight(weights, stream, name, std::move(shape), shard, dst, offset);
   };
   auto has = [&](const std::string& name) { return options_.dummy_weights || weights->Has(name); };
 

@@ -10,7 +10,7 @@
 // gate_up / down GEMMs over all tokens, accumulated in float where chosen — kernels/cuda/moe.h
 // — → all-reduce; device-side, so graphs stay on). The final norm
 // and lm_head run on the logits rows only (gathered first, so the last layer's states stay
-// and ComputeLogits can add rows after the Forward). Gemma-2 / Gemma-3 (ModelConfig::
+// and ComputeLogits can add rows after the Forward). Gemma-2 / Gemma-3 (HfConfig::
 // gemma) as the CPU model: embeddings scaled, (1 + w) norms (NormWeight::kGemma) around both
 // sub-layers, GeGLU, Gemma-3's local RoPE table, the attention and final soft caps. GEMMs go
 // through one CublasLtGemm (plans cached per shape), the rest through kernels/cuda (ops.h,
@@ -26,7 +26,7 @@
 // shape it uses has been run eagerly (cuBLASLt plans are made on first use).
 //
 // Use from a benchmark, without the scheduler (e.g. a dummy Llama-3-8B in bf16):
-//   ModelConfig c = ...;  // fields set in code: architecture "LlamaForCausalLM", sizes, ...
+//   HfConfig c = ...;  // fields set in code: architecture "LlamaForCausalLM", sizes, ...
 //   kernels::cuda::SingleRankDeviceCommunicator comm;
 //   CudaModelOptions o; o.dtype = GemmDType::kBFloat16; o.dummy_weights = true;
 //   o.max_num_tokens = 8192; o.max_num_logits = 256; o.max_model_len = 8192;
@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,7 +54,7 @@
 #include "kernels/cuda/device_communicator.h"
 #include "kernels/cuda/gemm.h"
 #include "worker/cuda/device_buffer.h"
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 #include "worker/tp_layout.h"
 #include "worker/weights.h"
 
@@ -107,7 +108,7 @@ class CudaLlamaModel {
   // config or options (head_dim not a multiple of 8 or above 256, non-positive limits),
   // weight errors naming the tensor, ResourceExhausted when device memory runs out.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<CudaLlamaModel>> Load(
-      const ModelConfig& config, WeightSource* weights, kernels::cuda::DeviceCommunicator* comm,
+      const HfConfig& config, WeightSource* weights, kernels::cuda::DeviceCommunicator* comm,
       const CudaModelOptions& options, cudaStream_t stream);
 
   ~CudaLlamaModel();
@@ -140,7 +141,7 @@ class CudaLlamaModel {
   // row-major.
   const void* logits() const { return logits_.get(); }
 
-  const ModelConfig& config() const { return config_; }
+  const HfConfig& config() const { return config_; }
   const CudaModelOptions& options() const { return options_; }
   kernels::cuda::GemmDType dtype() const { return options_.dtype; }
   int32_t dtype_bytes() const;
@@ -179,11 +180,17 @@ class CudaLlamaModel {
     void* shared_gate = nullptr;
   };
 
-  CudaLlamaModel(const ModelConfig& config, const TpLayout& tp,
+  CudaLlamaModel(const HfConfig& config, const TpLayout& tp,
                  kernels::cuda::DeviceCommunicator* comm, const CudaModelOptions& options);
   // A device tensor of `elems` elements of the model dtype, owned by the model.
   [[nodiscard]] absl::StatusOr<void*> NewTensor(int64_t elems, const char* what);
   [[nodiscard]] absl::Status LoadWeights(WeightSource* weights, cudaStream_t stream);
+  // Puts tensor `name` (full shape [rows] or [rows, cols]) — this rank's `shard` of it — at
+  // element `offset` of `dst`: seeded dummy values with options_.dummy_weights, else the
+  // source's, converted to the model's dtype (LoadWeights' upload of one piece).
+  [[nodiscard]] absl::Status PutWeight(WeightSource* weights, cudaStream_t stream,
+                                       const std::string& name, std::vector<int64_t> shape,
+                                       const Shard& shard, void* dst, int64_t offset);
   [[nodiscard]] absl::Status AllocateScratch();
   // Uploads layer `i`'s router and experts (put: LoadWeights' upload of one piece).
   template <typename Put>
@@ -202,7 +209,7 @@ class CudaLlamaModel {
   template <typename T>
   absl::Status LogitsT(const int32_t* indices, int64_t n, cudaStream_t stream);
 
-  const ModelConfig config_;
+  const HfConfig config_;
   kernels::cuda::DeviceCommunicator* const comm_;
   const CudaModelOptions options_;
   const TpLayout tp_;

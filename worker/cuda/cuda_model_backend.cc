@@ -35,7 +35,7 @@ const char* DTypeName(kc::GemmDType dtype) {
 
 }  // namespace
 
-kc::GemmDType ResolveCudaDType(ModelDType dtype, const ModelConfig& config) {
+kc::GemmDType ResolveCudaDType(ModelDType dtype, const HfConfig& config) {
   switch (dtype) {
     case ModelDType::kFloat32:
       return kc::GemmDType::kFloat32;
@@ -114,7 +114,7 @@ absl::Status CudaModelBackend::SelectDevice() const {
 }
 
 absl::StatusOr<std::unique_ptr<CudaModelBackend>> CudaModelBackend::Create(
-    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
+    const HfConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
     const CudaBackendOptions& options) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -167,7 +167,7 @@ absl::StatusOr<std::unique_ptr<CudaModelBackend>> CudaModelBackend::Create(
 }
 
 absl::StatusOr<std::unique_ptr<ModelBackend>> CreateCudaModelBackend(
-    const ModelConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
+    const HfConfig& config, WeightSource* weights, kc::DeviceCommunicator* device_comm,
     const CudaBackendOptions& options) {
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<CudaModelBackend> b,
                         CudaModelBackend::Create(config, weights, device_comm, options));
@@ -382,19 +382,11 @@ absl::Status CudaModelBackend::CaptureGraphs() {
   return absl::OkStatus();
 }
 
-absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* result) {
-  if (step.sampling.size() != step.logits_indices.size()) {
-    return absl::InvalidArgumentError("CUDA step: sampling and logits rows differ in number");
-  }
-  // Prompt positions' rows (logits_only) leave the sampled batch: the forward's logits cover
-  // the sampled rows only, and the prompt rows are computed afterwards, in chunks of the
-  // logits buffer, from the hidden states the forward leaves (ComputeLogits). A step
-  // without them uses the runner's arrays as they are.
+int64_t CudaModelBackend::SplitPromptRows(const StepInputs& step, StepInputs* split) {
   int64_t num_prompt = 0;
   for (const RowSampling& r : step.sampling) num_prompt += r.logits_only ? 1 : 0;
-  StepInputs split;
   if (num_prompt > 0) {
-    split = step;
+    *split = step;
     sampled_indices_.clear();
     sampled_rows_.clear();
     prompt_rows_.clear();
@@ -406,9 +398,63 @@ absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* resul
         sampled_rows_.push_back(step.sampling[i]);
       }
     }
-    split.logits_indices = sampled_indices_;
-    split.sampling = sampled_rows_;
+    split->logits_indices = sampled_indices_;
+    split->sampling = sampled_rows_;
   }
+  return num_prompt;
+}
+
+void CudaModelBackend::HostLogitsToFloat(int64_t host_row, float* out) const {
+  const int64_t vocab = model_->vocab_size();
+  WithDType(model_->dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* row = logits_host_.as<T>() + host_row * vocab;
+    for (int64_t j = 0; j < vocab; ++j) out[j] = HostToFloat(row[j]);
+    return 0;
+  });
+}
+
+absl::Status CudaModelBackend::ComputePromptLogits(const StepInputs& in, int64_t num_prompt,
+                                                   StepResult* result) {
+  const int64_t t = static_cast<int64_t>(in.token_ids.size());
+  const int64_t s = static_cast<int64_t>(in.seq_lens.size());
+  const int64_t n = static_cast<int64_t>(in.logits_indices.size());
+  const size_t es = static_cast<size_t>(model_->dtype_bytes());
+  const int64_t vocab = model_->vocab_size();
+  // Prompt rows, max_num_seqs at a time through the logits buffer and logits_host_ (one
+  // synchronisation per chunk; only in steps that have such rows).
+  const auto* rows_dev = reinterpret_cast<const int32_t*>(
+      inputs_.as<char>() + MakeLayout(t, s, n, in.max_blocks_per_seq, num_prompt).prompt_rows);
+  for (int64_t off = 0; off < num_prompt; off += max_seqs_) {
+    const auto count = static_cast<int32_t>(std::min<int64_t>(max_seqs_, num_prompt - off));
+    absl::Status chunk = model_->ComputeLogits(rows_dev + off, count, stream_);
+    if (chunk.ok()) {
+      chunk = CudaStatus(
+          cudaMemcpyAsync(logits_host_.get(), model_->logits(),
+                          static_cast<size_t>(count) * vocab * es, cudaMemcpyDeviceToHost, stream_),
+          "prompt logits download");
+    }
+    const absl::Status synced =
+        CudaStatus(cudaStreamSynchronize(stream_), "prompt logits of a CUDA step");
+    VLLM_RETURN_IF_ERROR(chunk);
+    VLLM_RETURN_IF_ERROR(synced);
+    for (int32_t k = 0; k < count; ++k) {
+      HostLogitsToFloat(k, result->host_logits.data() + prompt_slots_[off + k] * vocab);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* result) {
+  if (step.sampling.size() != step.logits_indices.size()) {
+    return absl::InvalidArgumentError("CUDA step: sampling and logits rows differ in number");
+  }
+  // Prompt positions' rows (logits_only) leave the sampled batch: the forward's logits cover
+  // the sampled rows only, and the prompt rows are computed afterwards, in chunks of the
+  // logits buffer, from the hidden states the forward leaves (ComputeLogits). A step
+  // without them uses the runner's arrays as they are.
+  StepInputs split;
+  const int64_t num_prompt = SplitPromptRows(step, &split);
   const StepInputs& in = num_prompt > 0 ? split : step;
   const int64_t t = static_cast<int64_t>(in.token_ids.size());
   const int64_t s = static_cast<int64_t>(in.seq_lens.size());
@@ -464,14 +510,6 @@ absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* resul
 
   // Host logits rows are in the runner's row order: sampled on_host rows and prompt rows
   // interleaved. A prompt row's slot is noted here and filled by its chunk below.
-  auto to_float = [&](int64_t host_row, float* out) {
-    WithDType(model_->dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const T* row = logits_host_.as<T>() + host_row * vocab;
-      for (int64_t j = 0; j < vocab; ++j) out[j] = HostToFloat(row[j]);
-      return 0;
-    });
-  };
   const int64_t all_rows = static_cast<int64_t>(step.logits_indices.size());
   int64_t num_host = num_prompt;
   for (const RowSampling& r : in.sampling) num_host += r.on_host ? 1 : 0;
@@ -488,35 +526,13 @@ absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* resul
     if (!in.sampling[j].on_host) {
       result->tokens[i] = sampled[j];
     } else {
-      to_float(j, result->host_logits.data() + slot * vocab);
+      HostLogitsToFloat(j, result->host_logits.data() + slot * vocab);
       ++slot;
     }
     ++j;
   }
   if (num_prompt == 0) return absl::OkStatus();
-
-  // Prompt rows, max_num_seqs at a time through the logits buffer and logits_host_ (one
-  // synchronisation per chunk; only in steps that have such rows).
-  const auto* rows_dev = reinterpret_cast<const int32_t*>(
-      inputs_.as<char>() + MakeLayout(t, s, n, in.max_blocks_per_seq, num_prompt).prompt_rows);
-  for (int64_t off = 0; off < num_prompt; off += max_seqs_) {
-    const auto count = static_cast<int32_t>(std::min<int64_t>(max_seqs_, num_prompt - off));
-    absl::Status chunk = model_->ComputeLogits(rows_dev + off, count, stream_);
-    if (chunk.ok()) {
-      chunk = CudaStatus(
-          cudaMemcpyAsync(logits_host_.get(), model_->logits(),
-                          static_cast<size_t>(count) * vocab * es, cudaMemcpyDeviceToHost, stream_),
-          "prompt logits download");
-    }
-    const absl::Status synced =
-        CudaStatus(cudaStreamSynchronize(stream_), "prompt logits of a CUDA step");
-    VLLM_RETURN_IF_ERROR(chunk);
-    VLLM_RETURN_IF_ERROR(synced);
-    for (int32_t k = 0; k < count; ++k) {
-      to_float(k, result->host_logits.data() + prompt_slots_[off + k] * vocab);
-    }
-  }
-  return absl::OkStatus();
+  return ComputePromptLogits(in, num_prompt, result);
 }
 
 absl::Status CudaModelBackend::EnqueueStep(const StepInputs& in, int32_t graph_size,

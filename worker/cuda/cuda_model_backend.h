@@ -78,7 +78,7 @@ struct CudaBackendOptions {
 };
 
 // The model dtype for `dtype` and the checkpoint (kAuto: see ModelDType).
-kernels::cuda::GemmDType ResolveCudaDType(ModelDType dtype, const ModelConfig& config);
+kernels::cuda::GemmDType ResolveCudaDType(ModelDType dtype, const HfConfig& config);
 
 // vLLM's capture sizes: 1, 2, 4, 8, then multiples of 8, up to min(max_num_seqs,
 // max_num_batched_tokens, 512); ascending. Host-only.
@@ -91,11 +91,11 @@ class CudaModelBackend final : public ModelBackend {
   // group; null: a group of one. InvalidArgument naming --device when no GPU is visible;
   // the model's load errors otherwise.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<CudaModelBackend>> Create(
-      const ModelConfig& config, WeightSource* weights,
-      kernels::cuda::DeviceCommunicator* device_comm, const CudaBackendOptions& options);
+      const HfConfig& config, WeightSource* weights, kernels::cuda::DeviceCommunicator* device_comm,
+      const CudaBackendOptions& options);
   ~CudaModelBackend() override;
 
-  const ModelConfig& config() const override { return model_->config(); }
+  const HfConfig& config() const override { return model_->config(); }
   int32_t num_kv_heads() const override { return model_->num_kv_heads(); }
   int32_t kv_dtype_bytes() const override { return model_->dtype_bytes(); }
   int64_t weight_bytes() const override { return model_->weight_bytes(); }
@@ -140,6 +140,17 @@ class CudaModelBackend final : public ModelBackend {
   // downloads of tokens (and logits when any_host) into the pinned buffers; no synchronisation.
   absl::Status EnqueueStep(const StepInputs& in, int32_t graph_size, bool all_greedy, bool any_host,
                            std::span<const int32_t> prompt_rows);
+  // Execute's split of a step with logits_only (prompt) rows: *split is `step` with the
+  // sampled rows only (its arrays point into sampled_indices_ / sampled_rows_), and
+  // prompt_rows_ the prompt rows' batch rows. Returns the number of prompt rows; 0 leaves
+  // *split untouched (the step is used as it is).
+  int64_t SplitPromptRows(const StepInputs& step, StepInputs* split);
+  // Row `host_row` of logits_host_ (the model's dtype) as vocab_size floats at `out`.
+  void HostLogitsToFloat(int64_t host_row, float* out) const;
+  // The logits of the `num_prompt` prompt rows of a step whose forward ran: max_num_seqs at a
+  // time through the logits buffer and logits_host_ (one synchronisation per chunk), into
+  // result->host_logits at the slots prompt_slots_ noted.
+  absl::Status ComputePromptLogits(const StepInputs& in, int64_t num_prompt, StepResult* result);
   absl::Status CaptureGraphs();
   void DestroyGraphs();
 
@@ -172,8 +183,8 @@ class CudaModelBackend final : public ModelBackend {
 
 // CudaModelBackend::Create as a ModelBackend (for Worker).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ModelBackend>> CreateCudaModelBackend(
-    const ModelConfig& config, WeightSource* weights,
-    kernels::cuda::DeviceCommunicator* device_comm, const CudaBackendOptions& options);
+    const HfConfig& config, WeightSource* weights, kernels::cuda::DeviceCommunicator* device_comm,
+    const CudaBackendOptions& options);
 
 }  // namespace vllm::worker
 

@@ -1,5 +1,5 @@
 // --kv-events-config end to end: vllm-launch's engine core publishes vLLM's KV-cache events
-// (ipc/kv_events.h) to a subscriber, for the blocks of the prompts it serves.
+// (kv_events/kv_events.h) to a subscriber, for the blocks of the prompts it serves.
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/serve/serve_test_support.h"
 
@@ -42,8 +42,8 @@ class ServeKvEventsTest : public ServeTest {
 
   // The BlockStored events of the next batches until they hold `num_tokens` tokens, by
   // `deadline` (empty on timeout). Checks the framing of every message.
-  std::vector<ipc::KvBlockStored> Stored(size_t num_tokens, absl::Time deadline) {
-    std::vector<ipc::KvBlockStored> stored;
+  std::vector<kv_events::KvBlockStored> Stored(size_t num_tokens, absl::Time deadline) {
+    std::vector<kv_events::KvBlockStored> stored;
     size_t tokens = 0;
     while (tokens < num_tokens && absl::Now() < deadline) {
       sub_.set(zmq::sockopt::rcvtimeo, 200);
@@ -65,14 +65,14 @@ class ServeKvEventsTest : public ServeTest {
         EXPECT_EQ(n, *next_seq_);
       }
       next_seq_ = n + 1;
-      absl::StatusOr<ipc::KvEventBatch> batch =
-          ipc::DecodeKvEventBatch({static_cast<const uint8_t*>(payload.data()), payload.size()});
+      absl::StatusOr<kv_events::KvEventBatch> batch = kv_events::DecodeKvEventBatch(
+          {static_cast<const uint8_t*>(payload.data()), payload.size()});
       EXPECT_TRUE(batch.ok()) << batch.status();
       if (!batch.ok()) return {};
       EXPECT_EQ(batch->data_parallel_rank, 0);
       EXPECT_GT(batch->ts, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()) - 600);
-      for (ipc::KvEvent& e : batch->events) {
-        if (auto* s = std::get_if<ipc::KvBlockStored>(&e)) {
+      for (kv_events::KvEvent& e : batch->events) {
+        if (auto* s = std::get_if<kv_events::KvBlockStored>(&e)) {
           tokens += s->token_ids.size();
           stored.push_back(std::move(*s));
         }
@@ -102,7 +102,7 @@ TEST_F(ServeKvEventsTest, PublishesThePromptsFullBlocksChained) {
                                 endpoint_, R"(","topic":"kv@test"})")}));
   // A subscriber joins a PUB asynchronously: probe with one-block prompts of their own tokens
   // until a batch arrives, so that the prompts below are published to a subscriber.
-  std::vector<ipc::KvBlockStored> probe;
+  std::vector<kv_events::KvBlockStored> probe;
   for (int i = 0; probe.empty() && i < 60; ++i) {
     std::vector<int> tokens(kBlockSize + 1, 2000 + i);
     ASSERT_NO_FATAL_FAILURE(Complete(tokens));
@@ -113,11 +113,12 @@ TEST_F(ServeKvEventsTest, PublishesThePromptsFullBlocksChained) {
   std::vector<int> prompt;
   for (int i = 0; i < 4 * kBlockSize + 5; ++i) prompt.push_back(100 + i);
   ASSERT_NO_FATAL_FAILURE(Complete(prompt));
-  std::vector<ipc::KvBlockStored> stored = Stored(4 * kBlockSize, absl::Now() + absl::Seconds(30));
+  std::vector<kv_events::KvBlockStored> stored =
+      Stored(4 * kBlockSize, absl::Now() + absl::Seconds(30));
   std::vector<int32_t> tokens;
   std::vector<uint64_t> hashes;
   std::optional<uint64_t> expected_parent;  // the first block has none
-  for (const ipc::KvBlockStored& s : stored) {
+  for (const kv_events::KvBlockStored& s : stored) {
     EXPECT_EQ(s.block_size, kBlockSize);
     EXPECT_EQ(s.token_ids.size(), s.block_hashes.size() * kBlockSize);
     EXPECT_EQ(s.parent_block_hash, expected_parent);
@@ -138,7 +139,7 @@ TEST_F(ServeKvEventsTest, PublishesThePromptsFullBlocksChained) {
   ASSERT_FALSE(stored.empty());
   EXPECT_EQ(stored.front().parent_block_hash, hashes[1]);
   tokens.clear();
-  for (const ipc::KvBlockStored& s : stored) {
+  for (const kv_events::KvBlockStored& s : stored) {
     tokens.insert(tokens.end(), s.token_ids.begin(), s.token_ids.end());
   }
   EXPECT_EQ(tokens,

@@ -46,9 +46,9 @@ TEST_F(BlockPoolEventsTest, StoredCarriesTheNewBlocksTheirTokensAndTheParent) {
   pool.CacheFullBlocks(hashes_, ids, 0, 3, tokens_, kBlockSize);
   pool.CacheFullBlocks(hashes_, ids, 3, 3, tokens_, kBlockSize);  // nothing new: no event
   pool.CacheFullBlocks(hashes_, ids, 3, 5, tokens_, kBlockSize);
-  std::vector<ipc::KvEvent> events = pool.TakeEvents();
+  std::vector<kv_events::KvEvent> events = pool.TakeEvents();
   ASSERT_EQ(events.size(), 2u);
-  const auto& first = std::get<ipc::KvBlockStored>(events[0]);
+  const auto& first = std::get<kv_events::KvBlockStored>(events[0]);
   EXPECT_EQ(first.block_hashes, Lows(hashes_, 0, 3));
   EXPECT_FALSE(first.parent_block_hash.has_value());
   EXPECT_EQ(first.token_ids, Tokens(6));
@@ -58,7 +58,7 @@ TEST_F(BlockPoolEventsTest, StoredCarriesTheNewBlocksTheirTokensAndTheParent) {
   EXPECT_FALSE(first.lora_name.has_value());
   EXPECT_EQ(first.group_idx, 0);
   EXPECT_EQ(first.kv_cache_spec_kind, "full_attention");
-  const auto& second = std::get<ipc::KvBlockStored>(events[1]);
+  const auto& second = std::get<kv_events::KvBlockStored>(events[1]);
   EXPECT_EQ(second.block_hashes, Lows(hashes_, 3, 5));
   EXPECT_EQ(second.parent_block_hash, hashes_[2].low);
   EXPECT_EQ(second.token_ids, Tokens(4, 6));
@@ -77,14 +77,14 @@ TEST_F(BlockPoolEventsTest, RemovedWhenACachedBlockIsEvicted) {
   EXPECT_TRUE(pool.TakeEvents().empty());  // freeing keeps the hashes: no event
   std::vector<int32_t> taken;
   pool.GetNewBlocks(3, &taken);  // the never-used block 5, then blocks 4 and 3 are evicted
-  std::vector<ipc::KvEvent> events = pool.TakeEvents();
+  std::vector<kv_events::KvEvent> events = pool.TakeEvents();
   ASSERT_EQ(events.size(), 2u);
-  EXPECT_EQ(std::get<ipc::KvBlockRemoved>(events[0]).block_hashes,
+  EXPECT_EQ(std::get<kv_events::KvBlockRemoved>(events[0]).block_hashes,
             std::vector<uint64_t>{hashes_[4].low});
-  EXPECT_EQ(std::get<ipc::KvBlockRemoved>(events[1]).block_hashes,
+  EXPECT_EQ(std::get<kv_events::KvBlockRemoved>(events[1]).block_hashes,
             std::vector<uint64_t>{hashes_[3].low});
-  EXPECT_EQ(std::get<ipc::KvBlockRemoved>(events[0]).medium, "GPU");
-  EXPECT_EQ(std::get<ipc::KvBlockRemoved>(events[0]).group_idx, 0);
+  EXPECT_EQ(std::get<kv_events::KvBlockRemoved>(events[0]).medium, "GPU");
+  EXPECT_EQ(std::get<kv_events::KvBlockRemoved>(events[0]).group_idx, 0);
 }
 
 TEST_F(BlockPoolEventsTest, AllBlocksClearedOnlyWhenTheResetHappens) {
@@ -97,9 +97,9 @@ TEST_F(BlockPoolEventsTest, AllBlocksClearedOnlyWhenTheResetHappens) {
   EXPECT_TRUE(pool.TakeEvents().empty());
   pool.FreeBlocks(ids);
   EXPECT_TRUE(pool.ResetPrefixCache());
-  std::vector<ipc::KvEvent> events = pool.TakeEvents();
+  std::vector<kv_events::KvEvent> events = pool.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_TRUE(std::holds_alternative<ipc::KvAllBlocksCleared>(events[0]));
+  EXPECT_TRUE(std::holds_alternative<kv_events::KvAllBlocksCleared>(events[0]));
   // The reset dropped the hashes: taking the blocks again evicts nothing.
   pool.GetNewBlocks(6, &ids);
   EXPECT_TRUE(pool.TakeEvents().empty());
@@ -140,9 +140,9 @@ TEST_F(BlockPoolEventsTest, ManagerStoresARequestsFullBlocksChained) {
   };
   auto a = make(Tokens(7), "a");  // 3 full blocks + 1 token
   admit(*a);
-  std::vector<ipc::KvEvent> events = manager.TakeEvents();
+  std::vector<kv_events::KvEvent> events = manager.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
-  const auto& stored = std::get<ipc::KvBlockStored>(events[0]);
+  const auto& stored = std::get<kv_events::KvBlockStored>(events[0]);
   EXPECT_EQ(stored.token_ids, Tokens(6));
   EXPECT_EQ(stored.block_hashes, Lows(a->block_hashes, 0, 3));
   EXPECT_FALSE(stored.parent_block_hash.has_value());
@@ -153,7 +153,7 @@ TEST_F(BlockPoolEventsTest, ManagerStoresARequestsFullBlocksChained) {
   admit(*b);
   events = manager.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
-  const auto& stored_b = std::get<ipc::KvBlockStored>(events[0]);
+  const auto& stored_b = std::get<kv_events::KvBlockStored>(events[0]);
   EXPECT_EQ(stored_b.token_ids, (std::vector<int32_t>{50, 51, 52, 53}));
   EXPECT_EQ(stored_b.parent_block_hash, a->block_hashes[1].low);
   EXPECT_EQ(stored_b.block_hashes, Lows(b->block_hashes, 2, 4));

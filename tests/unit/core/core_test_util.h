@@ -9,15 +9,34 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "config/vllm_config.h"
 #include "core/codec.h"
 #include "core/engine_core.h"
 #include "core/engine_core_types.h"
+#include "core/kv_cache_config.h"
 #include "core/scheduler_output.h"
 #include "gtest/gtest.h"
 
 namespace vllm::core::testing {
 
 inline constexpr int32_t kEos = 2;
+
+// A resolved config for the scheduler and engine tests: a model path, the CPU, a context and
+// step budget of 8192 tokens; vLLM's defaults otherwise.
+inline config::VllmConfig MakeTestConfig() {
+  config::VllmConfig c;
+  c.model.model = "test-model";
+  c.model.max_model_len = 8192;
+  c.scheduler.max_num_batched_tokens = 8192;
+  c.device.device = config::Device::kCpu;
+  return c;
+}
+
+// The scheduler's two inputs in one value (Scheduler::Create(setup.config, setup.kv_cache)).
+struct SchedulerSetup {
+  config::VllmConfig config = MakeTestConfig();
+  KVCacheConfig kv_cache;
+};
 
 // A prompt of `len` tokens, all >= 1000 (never EOS or a typical stop token), distinct for
 // distinct `seed` strings so that unrelated requests share no prefix-cache blocks.

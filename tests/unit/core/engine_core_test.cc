@@ -17,20 +17,25 @@ using testing::ScriptedToken;
 
 class EngineCoreTest : public ::testing::Test {
  protected:
-  EngineCoreConfig Config() {
-    EngineCoreConfig c;
-    c.scheduler.max_num_seqs = 8;
-    c.scheduler.max_num_batched_tokens = 32;
-    c.scheduler.max_model_len = 128;
-    c.scheduler.block_size = 4;
-    c.engine_index = 2;
+  // EngineCore::Create's inputs.
+  struct Setup {
+    config::VllmConfig config = testing::MakeTestConfig();
+    EngineCoreOptions options;
+  };
+  Setup Config() {
+    Setup c;
+    c.config.scheduler.max_num_seqs = 8;
+    c.config.scheduler.max_num_batched_tokens = 32;
+    c.config.model.max_model_len = 128;
+    c.config.cache.block_size = 4;
+    c.config.parallel.data_parallel_rank = 2;  // the engine index on its outputs
     return c;
   }
   // Creates the engine; keeps a raw pointer to the executor for inspection.
-  void Init(EngineCoreConfig config, ScriptedExecutor::Options options = {}) {
+  void Init(const Setup& config, ScriptedExecutor::Options options = {}) {
     auto executor = std::make_unique<ScriptedExecutor>(options);
     executor_ = executor.get();
-    auto engine = EngineCore::Create(std::move(config), std::move(executor));
+    auto engine = EngineCore::Create(config.config, config.options, std::move(executor));
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(*engine);
   }
@@ -74,8 +79,8 @@ TEST_F(EngineCoreTest, SizesTheKVCacheFromAvailableMemory) {
 }
 
 TEST_F(EngineCoreTest, HonoursTheBlockOverride) {
-  EngineCoreConfig c = Config();
-  c.num_gpu_blocks_override = 40;
+  Setup c = Config();
+  c.config.cache.num_gpu_blocks_override = 40;
   Init(c);
   EXPECT_EQ(engine_->num_gpu_blocks(), 40);
 }
@@ -83,18 +88,20 @@ TEST_F(EngineCoreTest, HonoursTheBlockOverride) {
 TEST_F(EngineCoreTest, FailsClearlyWhenTheCacheIsTooSmall) {
   ScriptedExecutor::Options none;
   none.available_memory = 100;  // less than one block
-  auto engine = EngineCore::Create(Config(), std::make_unique<ScriptedExecutor>(none));
+  auto engine = EngineCore::Create(Config().config, Config().options,
+                                   std::make_unique<ScriptedExecutor>(none));
   EXPECT_TRUE(absl::IsResourceExhausted(engine.status())) << engine.status();
   ScriptedExecutor::Options small;
   small.available_memory = 256 * 10;  // 40 tokens < max_model_len 128
-  engine = EngineCore::Create(Config(), std::make_unique<ScriptedExecutor>(small));
+  engine = EngineCore::Create(Config().config, Config().options,
+                              std::make_unique<ScriptedExecutor>(small));
   EXPECT_TRUE(absl::IsInvalidArgument(engine.status())) << engine.status();
   EXPECT_NE(engine.status().message().find("max_model_len"), std::string_view::npos);
 }
 
 TEST_F(EngineCoreTest, RejectsPromptTokensOutsideTheVocabulary) {
-  EngineCoreConfig c = Config();
-  c.vocab_size = 100;
+  Setup c = Config();
+  c.options.vocab_size = 100;
   Init(c);
   core::EngineCoreRequest bad = MakeRequest("bad", 3, 2);
   bad.prompt_token_ids[1] = 100;
@@ -149,8 +156,8 @@ TEST_F(EngineCoreTest, ExecutorFailureIsReturned) {
 TEST_F(EngineCoreTest, BatchQueueKeepsSeveralStepsInFlight) {
   ScriptedExecutor::Options options;
   options.max_concurrent_batches = 2;
-  EngineCoreConfig c = Config();
-  c.scheduler.max_num_batched_tokens = 16;
+  Setup c = Config();
+  c.config.scheduler.max_num_batched_tokens = 16;
   Init(c, options);
   EXPECT_EQ(engine_->batch_queue_size(), 2);
   // A long prompt is chunked; its second chunk is scheduled while the first is in flight.
@@ -177,8 +184,8 @@ TEST_F(EngineCoreTest, BatchQueueMatchesSynchronousStepsUnderPreemption) {
   // A tight cache forces preemptions while steps are in flight; tokens must not change.
   ScriptedExecutor::Options options;
   options.max_concurrent_batches = 3;
-  EngineCoreConfig c = Config();
-  c.num_gpu_blocks_override = 34;  // 136 tokens
+  Setup c = Config();
+  c.config.cache.num_gpu_blocks_override = 34;  // 136 tokens
   Init(c, options);
   for (int i = 0; i < 6; ++i) {
     ASSERT_TRUE(engine_->AddRequest(MakeRequest("r" + std::to_string(i), 10 + i, 40)).ok());

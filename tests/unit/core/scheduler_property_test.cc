@@ -36,11 +36,11 @@ class SchedulerPropertyTest : public ::testing::TestWithParam<uint32_t> {
         ASSERT_LT(id, pool.num_blocks());
         ++holders[id];
       }
-      ASSERT_LE(r->num_tokens(), s.config().max_model_len);
+      ASSERT_LE(r->num_tokens(), s.config().model.max_model_len);
     };
     for (const Request* r : s.running()) {
       ASSERT_EQ(r->status, RequestStatus::kRunning);
-      ASSERT_GE(static_cast<int64_t>(r->block_ids.size()) * s.config().block_size,
+      ASSERT_GE(static_cast<int64_t>(r->block_ids.size()) * s.config().cache.block_size,
                 r->num_computed_tokens)
           << r->request_id;
       count(r);
@@ -79,16 +79,16 @@ class SchedulerPropertyTest : public ::testing::TestWithParam<uint32_t> {
   void RunSequence(uint32_t seed, int num_ops);
 
   void CheckStep(const Scheduler& s, const SchedulerOutput& so) {
-    const SchedulerConfig& c = s.config();
-    ASSERT_LE(so.total_num_scheduled_tokens, c.max_num_batched_tokens);
-    ASSERT_LE(static_cast<int32_t>(s.running().size()), c.max_num_seqs);
-    ASSERT_LE(static_cast<int32_t>(so.num_scheduled_reqs()), c.max_num_seqs);
+    const config::VllmConfig& c = s.config();
+    ASSERT_LE(so.total_num_scheduled_tokens, c.scheduler.max_num_batched_tokens);
+    ASSERT_LE(static_cast<int32_t>(s.running().size()), c.scheduler.max_num_seqs);
+    ASSERT_LE(static_cast<int32_t>(so.num_scheduled_reqs()), c.scheduler.max_num_seqs);
     ASSERT_EQ(so.num_scheduled_tokens.size(), so.num_scheduled_reqs());
     int32_t total = 0;
     for (int32_t n : so.num_scheduled_tokens) {
       ASSERT_GT(n, 0);
-      if (c.long_prefill_token_threshold > 0) {
-        ASSERT_LE(n, c.long_prefill_token_threshold);
+      if (c.scheduler.long_prefill_token_threshold > 0) {
+        ASSERT_LE(n, c.scheduler.long_prefill_token_threshold);
       }
       total += n;
     }
@@ -123,20 +123,22 @@ void SchedulerPropertyTest::RunSequence(uint32_t seed, int num_ops) {
   std::mt19937 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
 
-  SchedulerConfig c;
-  c.block_size = std::vector<int>{1, 2, 4, 16}[uniform(0, 3)];
-  c.max_model_len = uniform(8, 96);
-  const int32_t min_blocks = (c.max_model_len + c.block_size - 1) / c.block_size;
-  c.num_gpu_blocks = min_blocks + uniform(0, 2 * min_blocks);  // small: forces preemption
-  c.max_num_seqs = uniform(1, 8);
-  c.enable_chunked_prefill = uniform(0, 3) != 0;
-  c.max_num_batched_tokens =
-      c.enable_chunked_prefill ? uniform(1, 128) : c.max_model_len + uniform(0, 64);
-  c.long_prefill_token_threshold = uniform(0, 2) == 0 ? uniform(1, 32) : 0;
-  c.policy = uniform(0, 1) ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
-  c.enable_prefix_caching = uniform(0, 4) != 0;
+  testing::SchedulerSetup c;
+  c.config.cache.block_size = std::vector<int>{1, 2, 4, 16}[uniform(0, 3)];
+  c.config.model.max_model_len = uniform(8, 96);
+  const int32_t min_blocks =
+      (c.config.model.max_model_len + c.config.cache.block_size - 1) / c.config.cache.block_size;
+  c.kv_cache.num_blocks = min_blocks + uniform(0, 2 * min_blocks);  // small: forces preemption
+  c.config.scheduler.max_num_seqs = uniform(1, 8);
+  c.config.scheduler.enable_chunked_prefill = uniform(0, 3) != 0;
+  c.config.scheduler.max_num_batched_tokens = c.config.scheduler.enable_chunked_prefill
+                                                  ? uniform(1, 128)
+                                                  : c.config.model.max_model_len + uniform(0, 64);
+  c.config.scheduler.long_prefill_token_threshold = uniform(0, 2) == 0 ? uniform(1, 32) : 0;
+  c.config.scheduler.policy = uniform(0, 1) ? SchedulingPolicy::kPriority : SchedulingPolicy::kFcfs;
+  c.config.cache.enable_prefix_caching = uniform(0, 4) != 0;
   const int max_inflight = uniform(1, 3);
-  auto created = Scheduler::Create(c);
+  auto created = Scheduler::Create(c.config, c.kv_cache);
   ASSERT_TRUE(created.ok()) << created.status();
   Scheduler& s = **created;
   ScriptedModel model;
@@ -167,11 +169,11 @@ void SchedulerPropertyTest::RunSequence(uint32_t seed, int num_ops) {
     if (kind <= 2) {
       // Prompts share prefixes (a few seeds, varying lengths) to exercise the cache.
       const std::string id = "r" + std::to_string(next_id++);
-      const int32_t len = uniform(1, c.max_model_len - 1);
+      const int32_t len = uniform(1, c.config.model.max_model_len - 1);
       EngineCoreRequest r;
       r.request_id = id;
       r.prompt_token_ids = MakePrompt("prefix" + std::to_string(uniform(0, 2)), len);
-      r.sampling_params.max_tokens = uniform(1, c.max_model_len - len);
+      r.sampling_params.max_tokens = uniform(1, c.config.model.max_model_len - len);
       r.sampling_params.ignore_eos = true;
       r.priority = uniform(0, 3);
       r.arrival_time = op;
@@ -220,7 +222,7 @@ void SchedulerPropertyTest::RunSequence(uint32_t seed, int num_ops) {
   const SchedulerStats stats = s.MakeStats();
   total_preemptions_ += stats.num_preemptions;
   total_prefix_hits_ += stats.prefix_cache_stats.hits;
-  EXPECT_EQ(s.kv_cache_manager().block_pool().GetNumFreeBlocks(), c.num_gpu_blocks);
+  EXPECT_EQ(s.kv_cache_manager().block_pool().GetNumFreeBlocks(), c.kv_cache.num_blocks);
   // Every completed request generated exactly the scripted tokens up to its limit.
   for (const auto& [id, reason] : finished) {
     const auto& tokens = produced[id];

@@ -13,22 +13,23 @@ namespace {
 
 using testing::kEos;
 using testing::MakeRequest;
+using testing::SchedulerSetup;
 using testing::ScriptedModel;
 using testing::ScriptedToken;
 
 class SchedulerTest : public ::testing::Test {
  protected:
-  SchedulerConfig Config() {
-    SchedulerConfig c;
-    c.max_num_seqs = 16;
-    c.max_num_batched_tokens = 64;
-    c.max_model_len = 256;
-    c.block_size = 4;
-    c.num_gpu_blocks = 1000;
+  SchedulerSetup Config() {
+    SchedulerSetup c;
+    c.config.scheduler.max_num_seqs = 16;
+    c.config.scheduler.max_num_batched_tokens = 64;
+    c.config.model.max_model_len = 256;
+    c.config.cache.block_size = 4;
+    c.kv_cache.num_blocks = 1000;
     return c;
   }
-  void Init(const SchedulerConfig& config, ScriptedModel::TokenFn fn = ScriptedToken) {
-    auto s = Scheduler::Create(config);
+  void Init(const SchedulerSetup& config, ScriptedModel::TokenFn fn = ScriptedToken) {
+    auto s = Scheduler::Create(config.config, config.kv_cache);
     ASSERT_TRUE(s.ok()) << s.status();
     scheduler_ = std::move(*s);
     model_ = std::make_unique<ScriptedModel>(std::move(fn));
@@ -80,9 +81,9 @@ class SchedulerTest : public ::testing::Test {
 };
 
 TEST_F(SchedulerTest, RejectsInvalidConfigAndRequests) {
-  SchedulerConfig c = Config();
-  c.num_gpu_blocks = 10;  // 40 tokens < max_model_len 256
-  EXPECT_TRUE(absl::IsInvalidArgument(Scheduler::Create(c).status()));
+  SchedulerSetup c = Config();
+  c.kv_cache.num_blocks = 10;  // 40 tokens < max_model_len 256
+  EXPECT_TRUE(absl::IsInvalidArgument(Scheduler::Create(c.config, c.kv_cache).status()));
   Init(Config());
   EXPECT_TRUE(absl::IsInvalidArgument(scheduler_->AddRequest(MakeRequest("a", 0))));
   EXPECT_TRUE(absl::IsInvalidArgument(scheduler_->AddRequest(MakeRequest("a", 256))));
@@ -111,8 +112,8 @@ TEST_F(SchedulerTest, TokenBudgetLimitsAStepAndChunksTheRest) {
 }
 
 TEST_F(SchedulerTest, ChunkedPrefillAcrossStepsThenDecode) {
-  SchedulerConfig c = Config();
-  c.max_num_batched_tokens = 32;
+  SchedulerSetup c = Config();
+  c.config.scheduler.max_num_batched_tokens = 32;
   Init(c);
   Add(MakeRequest("long", 100, /*max_tokens=*/3));
   std::vector<int32_t> chunks;
@@ -124,8 +125,8 @@ TEST_F(SchedulerTest, ChunkedPrefillAcrossStepsThenDecode) {
 }
 
 TEST_F(SchedulerTest, LongPrefillThresholdCapsChunks) {
-  SchedulerConfig c = Config();
-  c.long_prefill_token_threshold = 10;
+  SchedulerSetup c = Config();
+  c.config.scheduler.long_prefill_token_threshold = 10;
   Init(c);
   Add(MakeRequest("a", 25));
   Add(MakeRequest("b", 5));
@@ -135,9 +136,9 @@ TEST_F(SchedulerTest, LongPrefillThresholdCapsChunks) {
 }
 
 TEST_F(SchedulerTest, WithoutChunkedPrefillAPromptWaitsForRoom) {
-  SchedulerConfig c = Config();
-  c.enable_chunked_prefill = false;
-  c.max_num_batched_tokens = 256;
+  SchedulerSetup c = Config();
+  c.config.scheduler.enable_chunked_prefill = false;
+  c.config.scheduler.max_num_batched_tokens = 256;
   Init(c);
   Add(MakeRequest("a", 200));
   Add(MakeRequest("b", 100));
@@ -166,8 +167,8 @@ TEST_F(SchedulerTest, DecodeAndPrefillMixInOneStepRunningFirst) {
 }
 
 TEST_F(SchedulerTest, MaxNumSeqsIsRespected) {
-  SchedulerConfig c = Config();
-  c.max_num_seqs = 2;
+  SchedulerSetup c = Config();
+  c.config.scheduler.max_num_seqs = 2;
   Init(c);
   for (int i = 0; i < 4; ++i) Add(MakeRequest("r" + std::to_string(i), 4));
   SchedulerOutput so = Step();
@@ -217,9 +218,9 @@ TEST_F(SchedulerTest, PrefixCacheRespectsCacheSalt) {
 // Two requests outgrow a small cache; the later one is preempted, resumes, and every
 // request still produces exactly the tokens of an unconstrained run.
 TEST_F(SchedulerTest, PreemptionByRecomputeReproducesTokens) {
-  SchedulerConfig c = Config();
-  c.max_model_len = 64;
-  c.num_gpu_blocks = 16;  // 64 tokens: both requests cannot reach their max at once
+  SchedulerSetup c = Config();
+  c.config.model.max_model_len = 64;
+  c.kv_cache.num_blocks = 16;  // 64 tokens: both requests cannot reach their max at once
   Init(c);
   Add(MakeRequest("a", 10, 40));
   Add(MakeRequest("b", 12, 40));
@@ -243,11 +244,11 @@ TEST_F(SchedulerTest, PreemptionByRecomputeReproducesTokens) {
 }
 
 TEST_F(SchedulerTest, PriorityPolicyPreemptsTheLowestPriority) {
-  SchedulerConfig c = Config();
-  c.policy = SchedulingPolicy::kPriority;
-  c.max_model_len = 32;
-  c.num_gpu_blocks = 8;  // 32 tokens
-  c.block_size = 4;
+  SchedulerSetup c = Config();
+  c.config.scheduler.policy = SchedulingPolicy::kPriority;
+  c.config.model.max_model_len = 32;
+  c.kv_cache.num_blocks = 8;  // 32 tokens
+  c.config.cache.block_size = 4;
   Init(c);
   // Each prompt takes 2 blocks, then a 3rd at the first decode... 3 requests x 2 = 6 blocks.
   Add(MakeRequest("high", 8, 20, /*priority=*/0, 1.0));
@@ -266,9 +267,9 @@ TEST_F(SchedulerTest, PriorityPolicyPreemptsTheLowestPriority) {
 }
 
 TEST_F(SchedulerTest, PriorityPolicyAdmitsByPriorityThenArrival) {
-  SchedulerConfig c = Config();
-  c.policy = SchedulingPolicy::kPriority;
-  c.max_num_seqs = 1;
+  SchedulerSetup c = Config();
+  c.config.scheduler.policy = SchedulingPolicy::kPriority;
+  c.config.scheduler.max_num_seqs = 1;
   Init(c);
   Add(MakeRequest("late_low", 4, 1, 3, 1.0));
   Add(MakeRequest("early_high", 4, 1, 1, 2.0));
@@ -279,8 +280,8 @@ TEST_F(SchedulerTest, PriorityPolicyAdmitsByPriorityThenArrival) {
 }
 
 TEST_F(SchedulerTest, AbortFreesBlocksOfRunningAndWaitingRequests) {
-  SchedulerConfig c = Config();
-  c.max_num_seqs = 1;
+  SchedulerSetup c = Config();
+  c.config.scheduler.max_num_seqs = 1;
   Init(c);
   Add(MakeRequest("run", 30));
   Add(MakeRequest("wait", 30));
@@ -319,8 +320,8 @@ TEST_F(SchedulerTest, StopsAtMaxTokens) {
 }
 
 TEST_F(SchedulerTest, StopsAtMaxModelLen) {
-  SchedulerConfig c = Config();
-  c.max_model_len = 20;
+  SchedulerSetup c = Config();
+  c.config.model.max_model_len = 20;
   Init(c);
   Add(MakeRequest("a", 15, std::nullopt));
   RunToCompletion();
@@ -404,8 +405,8 @@ TEST_F(SchedulerTest, ModelOutputInAnotherOrderIsMatchedById) {
 // The worker's prompt logprobs reach the output with the request's first token only, and never
 // for a request that did not ask for them; such a request never takes a prefix-cache hit.
 TEST_F(SchedulerTest, PromptLogprobsGoWithTheFirstTokenOnly) {
-  SchedulerConfig config = Config();
-  config.enable_prefix_caching = true;
+  SchedulerSetup config = Config();
+  config.config.cache.enable_prefix_caching = true;
   Init(config);
   Add(MakeRequest("warm", 12));
   RunToCompletion();
@@ -434,8 +435,8 @@ TEST_F(SchedulerTest, PromptLogprobsGoWithTheFirstTokenOnly) {
 }
 
 TEST_F(SchedulerTest, StatsReportQueuesUsageAndResetCounters) {
-  SchedulerConfig c = Config();
-  c.max_num_seqs = 1;
+  SchedulerSetup c = Config();
+  c.config.scheduler.max_num_seqs = 1;
   Init(c);
   Add(MakeRequest("a", 8));
   Add(MakeRequest("b", 8));

@@ -10,8 +10,8 @@
 namespace vllm::executor {
 namespace {
 
-worker::ModelConfig Model(int64_t max_positions, std::optional<int32_t> window) {
-  worker::ModelConfig m;
+worker::HfConfig Model(int64_t max_positions, std::optional<int32_t> window) {
+  worker::HfConfig m;
   m.max_position_embeddings = max_positions;
   m.sliding_window = window;
   return m;

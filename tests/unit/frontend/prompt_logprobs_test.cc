@@ -86,7 +86,7 @@ TEST_F(PromptLogprobsTest, MatchTheModelsLogitsAtEveryPosition) {
   const std::vector<RequestOutput> results = RunLongPrompts(*engine, ref_, "a");
   ASSERT_EQ(results.size(), 4u);
 
-  auto config = worker::LoadModelConfig(kModelDir);
+  auto config = worker::LoadHfConfig(kModelDir);
   ASSERT_TRUE(config.ok()) << config.status();
   auto weights = worker::OpenSafetensors(kModelDir);
   ASSERT_TRUE(weights.ok()) << weights.status();

@@ -118,7 +118,7 @@ class LogitsTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(LogitsTest, LogitsMatchWithinTolerance) {
   const Reference ref = LoadReference(dir());
-  auto config = worker::LoadModelConfig(dir());
+  auto config = worker::LoadHfConfig(dir());
   ASSERT_TRUE(config.ok()) << config.status();
   auto weights = worker::OpenSafetensors(dir());
   ASSERT_TRUE(weights.ok()) << weights.status();

@@ -171,7 +171,7 @@ TEST(ServeArgsTest, KvEventsConfigReachesTheEngineConfig) {
                   R"({"enable_kv_cache_events": true, "endpoint": "tcp://*:6000", "topic": "kv"})",
                   "-dp", "2"});
   ASSERT_TRUE(p.ok()) << p.status();
-  const ipc::KvEventsConfig& k = p->args->config.kv_events;
+  const config::KvEventsConfig& k = p->args->config.kv_events;
   EXPECT_TRUE(k.enable);
   EXPECT_EQ(k.publisher, "zmq");
   EXPECT_EQ(k.endpoint, "tcp://*:6000");

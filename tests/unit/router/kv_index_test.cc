@@ -20,10 +20,10 @@
 namespace vllm::router {
 namespace {
 
-using ipc::KvAllBlocksCleared;
-using ipc::KvBlockRemoved;
-using ipc::KvBlockStored;
-using ipc::KvEventBatch;
+using kv_events::KvAllBlocksCleared;
+using kv_events::KvBlockRemoved;
+using kv_events::KvBlockStored;
+using kv_events::KvEventBatch;
 
 constexpr int kBlock = 4;
 const absl::Time kNow = absl::FromUnixSeconds(1'000'000);
@@ -47,7 +47,7 @@ KvBlockStored Stored(const std::vector<int32_t>& tokens, int from, int to, uint6
   return s;
 }
 
-KvEventBatch Batch(std::vector<ipc::KvEvent> events) {
+KvEventBatch Batch(std::vector<kv_events::KvEvent> events) {
   KvEventBatch b;
   b.events = std::move(events);
   return b;

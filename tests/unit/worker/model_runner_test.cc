@@ -21,6 +21,18 @@ namespace {
 constexpr int32_t kVocab = 96;
 constexpr int32_t kBlockSize = 4;
 
+// A resolved engine config for a CPU worker on the model in `dir` with dummy weights.
+config::VllmConfig CpuConfig(const std::filesystem::path& dir, uint64_t seed = 0) {
+  config::VllmConfig config;
+  config.model.model = dir;
+  config.model.max_model_len = 128;
+  config.model.seed = seed;
+  config.scheduler.max_num_batched_tokens = 128;
+  config.load.load_format = LoadFormat::kDummy;
+  config.device.device = Device::kCpu;
+  return config;
+}
+
 class ModelRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -36,10 +48,7 @@ class ModelRunnerTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<Worker> MakeWorker(uint64_t seed = 1) {
-    WorkerConfig config;
-    config.model = dir_;
-    config.load_format = LoadFormat::kDummy;
-    config.seed = seed;
+    const config::VllmConfig config = CpuConfig(dir_, seed);
     // Large random weights so that sampled distributions are not flat.
     auto worker = Worker::Create(config, &comm_);
     EXPECT_TRUE(worker.ok()) << worker.status();
@@ -333,10 +342,7 @@ TEST_F(ModelRunnerTest, MalformedStepsAreRejected) {
 }
 
 TEST_F(ModelRunnerTest, ExecuteBeforeKVCacheFails) {
-  WorkerConfig config;
-  config.model = dir_;
-  config.load_format = LoadFormat::kDummy;
-  auto worker = Worker::Create(config, &comm_);
+  auto worker = Worker::Create(CpuConfig(dir_), &comm_);
   ASSERT_TRUE(worker.ok()) << worker.status();
   core::SchedulerOutput so;
   so.scheduled_new_reqs.push_back(NewRequest("x", 4, 0));
@@ -347,9 +353,7 @@ TEST_F(ModelRunnerTest, ExecuteBeforeKVCacheFails) {
 
 TEST_F(ModelRunnerTest, BadLoadFormatAndMissingModelAreClearErrors) {
   EXPECT_TRUE(absl::IsInvalidArgument(ParseLoadFormat("pt").status()));
-  WorkerConfig config;
-  config.model = dir_ / "missing";
-  auto worker = Worker::Create(config, &comm_);
+  auto worker = Worker::Create(CpuConfig(dir_ / "missing"), &comm_);
   EXPECT_FALSE(worker.ok());
 }
 

@@ -16,8 +16,8 @@
 #include "kernels/communicator.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/fixtures.h"
+#include "worker/hf_config.h"
 #include "worker/llama_model.h"
-#include "worker/model_config.h"
 #include "worker/tp_layout.h"
 #include "worker/weights.h"
 
@@ -83,7 +83,7 @@ TEST_P(TensorParallelTest, ShardedRanksReproduceTheReferenceLogits) {
   const nlohmann::json ref = nlohmann::json::parse(text.str());
   const auto prompts = ref.at("prompts").get<std::vector<std::vector<int32_t>>>();
   const auto expected = ref.at("prompt_logits").get<std::vector<std::vector<float>>>();
-  auto config = LoadModelConfig(dir);
+  auto config = LoadHfConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status();
 
   ThreadGroup group(tp);
@@ -135,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"gemma2", 4}, Case{"gemma3", 2}, Case{"gemma3", 4}));
 
 TEST(TensorParallelConfigTest, IndivisibleHeadsAreAClearError) {
-  auto config = LoadModelConfig(kFixtures / "llama_gqa");  // 8 heads, 2 KV heads
+  auto config = LoadHfConfig(kFixtures / "llama_gqa");  // 8 heads, 2 KV heads
   ASSERT_TRUE(config.ok()) << config.status();
   auto weights = OpenSafetensors(kFixtures / "llama_gqa");
   ASSERT_TRUE(weights.ok()) << weights.status();
@@ -171,7 +171,7 @@ TEST(TpLayoutTest, SplitsOrReplicatesKvHeadsAsVllm) {
   for (const LayoutCase& c : cases) {
     SCOPED_TRACE(::testing::Message()
                  << c.heads << " heads, " << c.kv_heads << " KV heads, tp " << c.tp);
-    ModelConfig config;
+    HfConfig config;
     config.num_attention_heads = c.heads;
     config.num_key_value_heads = c.kv_heads;
     config.intermediate_size = 96;
@@ -201,7 +201,7 @@ TEST(TpLayoutTest, SplitsOrReplicatesKvHeadsAsVllm) {
 // FusedMoE without expert parallelism: every rank every expert, each expert's columns split;
 // intermediate_size matters only when some layer is dense.
 TEST(TpLayoutTest, ExpertsAreSplitByColumnsOnEveryRank) {
-  ModelConfig config;
+  HfConfig config;
   config.architecture = "MixtralForCausalLM";
   config.num_hidden_layers = 2;
   config.num_attention_heads = 4;
@@ -248,7 +248,7 @@ TEST(TpLayoutTest, ExpertsAreSplitByColumnsOnEveryRank) {
 }
 
 TEST(TpLayoutTest, FusedPiecesAreRangesOfOneTensor) {
-  ModelConfig config;
+  HfConfig config;
   config.num_attention_heads = 4;
   config.num_key_value_heads = 2;
   config.intermediate_size = 96;

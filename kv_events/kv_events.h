@@ -1,7 +1,8 @@
 // KV-cache events as vLLM publishes them (`--kv-events-config`; vLLM's
-// vllm/distributed/kv_events.py and vllm/config/kv_events.py): the event types, their msgpack
-// codec, the config, and the ZMQ publisher an engine core sends one batch per step through.
-// Knows no engine types: the engine (core/) fills the events, a router decodes them.
+// vllm/distributed/kv_events.py): the event types, their msgpack codec, and the ZMQ publisher an
+// engine core sends one batch per step through. Knows no engine types and no configuration
+// (the --kv-events-config setting and its parser are config/kv_events_config.h): the engine
+// (core/) fills the events and converts the setting, a router decodes them.
 //
 // Wire format (what vLLM 0.33 sends; msgspec, omit_defaults). One ZMQ multipart message per
 // batch: [topic bytes, sequence number (8 bytes, big-endian, from 0), payload]. The payload:
@@ -22,8 +23,8 @@
 // DecodeKvEventBatch also reads what older vLLM sent (events as tagged arrays
 // ["BlockStored", block_hashes, parent, token_ids, block_size, lora_id, medium, ...]) and
 // ignores fields and elements it does not know (vLLM adds some every few releases).
-#ifndef VLLM_IPC_KV_EVENTS_H_
-#define VLLM_IPC_KV_EVENTS_H_
+#ifndef VLLM_KV_EVENTS_KV_EVENTS_H_
+#define VLLM_KV_EVENTS_KV_EVENTS_H_
 
 #include <cstdint>
 #include <memory>
@@ -38,7 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace vllm::ipc {
+namespace vllm::kv_events {
 
 // Full blocks newly registered in the prefix cache, in chain order: block_hashes[i] holds
 // token_ids[i * block_size, (i + 1) * block_size); its parent is block_hashes[i - 1], the
@@ -86,8 +87,9 @@ inline constexpr size_t kMaxKvEventBatchBytes = size_t{64} << 20;
 // well-formed payload of the wrong shape (naming the field) or an unknown event tag (naming it).
 [[nodiscard]] absl::StatusOr<KvEventBatch> DecodeKvEventBatch(std::span<const uint8_t> payload);
 
-// vLLM's KVEventsConfig. `enable` is the JSON key "enable_kv_cache_events".
-struct KvEventsConfig {
+// What a publisher does: vLLM's KVEventsConfig less the parsing (config::KvEventsConfig is the
+// setting; core/ converts it). `enable` false or `publisher` "null": nothing is sent.
+struct KvEventPublisherOptions {
   bool enable = false;
   std::string publisher = "null";  // "null" or "zmq"
   std::string endpoint = "tcp://*:5557";
@@ -96,21 +98,7 @@ struct KvEventsConfig {
   int64_t hwm = 100000;
   int64_t max_queue_size = 100000;
   std::string topic;
-
-  friend bool operator==(const KvEventsConfig&, const KvEventsConfig&) = default;
 };
-
-// Limits ParseKvEventsConfig enforces (vLLM has none; these keep memory bounded).
-inline constexpr int64_t kMaxKvEventsBufferSteps = 1000000;
-inline constexpr int64_t kMaxKvEventsQueueSize = 10000000;
-inline constexpr size_t kMaxKvEventsEndpointBytes = 1024;
-inline constexpr size_t kMaxKvEventsTopicBytes = 1024;
-
-// Parses the JSON object of `--kv-events-config`. Strict: an unknown key, a value of the
-// wrong type or out of range, or a publisher other than "null"/"zmq" is InvalidArgument naming
-// the key and "--kv-events-config". As vLLM, a missing "publisher" means "zmq" when events are
-// enabled and "null" otherwise.
-[[nodiscard]] absl::StatusOr<KvEventsConfig> ParseKvEventsConfig(std::string_view json);
 
 // The endpoint data-parallel rank `rank` uses, as vLLM's offset_endpoint_port: unchanged for
 // rank 0; "inproc://x" → "inproc://x_dp<rank>"; a tcp endpoint's port plus rank. Anything
@@ -136,7 +124,7 @@ class KvEventPublisher {
   // for an endpoint ZMQ refuses or one vLLM cannot offset for rank > 0; Unavailable when a bind
   // fails (address in use).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<KvEventPublisher>> Create(
-      zmq::context_t& context, const KvEventsConfig& config, int dp_rank);
+      zmq::context_t& context, const KvEventPublisherOptions& config, int dp_rank);
   ~KvEventPublisher();  // stops the thread; batches not yet sent are dropped
   KvEventPublisher(const KvEventPublisher&) = delete;
   KvEventPublisher& operator=(const KvEventPublisher&) = delete;
@@ -163,6 +151,6 @@ class KvEventPublisher {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace vllm::ipc
+}  // namespace vllm::kv_events
 
-#endif  // VLLM_IPC_KV_EVENTS_H_
+#endif  // VLLM_KV_EVENTS_KV_EVENTS_H_

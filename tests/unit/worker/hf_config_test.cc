@@ -1,6 +1,6 @@
-// ModelConfig: real Hugging Face configs of each supported family, defaults, and bad fields
+// HfConfig: real Hugging Face configs of each supported family, defaults, and bad fields
 // (every key asking for something the model does not do is refused by name).
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 
 #include <stdlib.h>
 
@@ -239,8 +239,8 @@ constexpr char kMixtralConfig[] = R"({
   "vocab_size": 32000
 })";
 
-TEST(ModelConfigTest, Qwen3MoeHasExpertsAndQkNorm) {
-  auto config = ParseModelConfig(kQwen3MoeConfig, "");
+TEST(HfConfigTest, Qwen3MoeHasExpertsAndQkNorm) {
+  auto config = ParseHfConfig(kQwen3MoeConfig, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "Qwen3MoeForCausalLM");
   EXPECT_TRUE(config->qk_norm);
@@ -255,14 +255,14 @@ TEST(ModelConfigTest, Qwen3MoeHasExpertsAndQkNorm) {
   EXPECT_FALSE(config->HasDenseLayer());
 }
 
-TEST(ModelConfigTest, Qwen3MoeSparseStepAndDenseLayers) {
+TEST(HfConfigTest, Qwen3MoeSparseStepAndDenseLayers) {
   nlohmann::json j = nlohmann::json::parse(kQwen3MoeConfig);
   j["decoder_sparse_step"] = 2;
   j["mlp_only_layers"] = {3};
   j.erase("norm_topk_prob");  // transformers' default: false
   j.erase("num_experts");     // transformers 5 spells it num_local_experts
   j["num_local_experts"] = 64;
-  auto config = ParseModelConfig(j.dump(), "");
+  auto config = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->num_experts, 64);
   EXPECT_FALSE(config->norm_topk_prob);
@@ -274,7 +274,7 @@ TEST(ModelConfigTest, Qwen3MoeSparseStepAndDenseLayers) {
   EXPECT_TRUE(config->HasDenseLayer());
   // No experts at all: every layer dense, as transformers builds it.
   j["num_local_experts"] = 0;
-  auto dense = ParseModelConfig(j.dump(), "");
+  auto dense = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(dense.ok()) << dense.status();
   EXPECT_EQ(dense->num_experts, 0);
   EXPECT_FALSE(dense->IsMoeLayer(1));
@@ -315,8 +315,8 @@ constexpr char kQwen2MoeConfig[] = R"({
   "vocab_size": 151936
 })";
 
-TEST(ModelConfigTest, Qwen2MoeHasASharedExpertAndQkvBias) {
-  auto config = ParseModelConfig(kQwen2MoeConfig, "");
+TEST(HfConfigTest, Qwen2MoeHasASharedExpertAndQkvBias) {
+  auto config = ParseHfConfig(kQwen2MoeConfig, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->num_experts, 60);
   EXPECT_EQ(config->num_experts_per_tok, 4);
@@ -329,24 +329,24 @@ TEST(ModelConfigTest, Qwen2MoeHasASharedExpertAndQkvBias) {
   EXPECT_TRUE(config->IsMoeLayer(0) && config->IsMoeLayer(23));
   nlohmann::json j = nlohmann::json::parse(kQwen2MoeConfig);
   j["qkv_bias"] = false;
-  auto no_bias = ParseModelConfig(j.dump(), "");
+  auto no_bias = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(no_bias.ok()) << no_bias.status();
   EXPECT_FALSE(no_bias->attention_bias);
   // transformers 5 builds Qwen2-MoE's sliding layers by a rule of its own: refused without an
   // explicit layer_types.
   j["use_sliding_window"] = true;
-  auto window = ParseModelConfig(j.dump(), "");
+  auto window = ParseHfConfig(j.dump(), "");
   EXPECT_TRUE(absl::IsInvalidArgument(window.status()));
   EXPECT_THAT(std::string(window.status().message()), HasSubstr("config.json: use_sliding_window"));
   j = nlohmann::json::parse(kQwen2MoeConfig);
   j.erase("shared_expert_intermediate_size");
-  auto missing = ParseModelConfig(j.dump(), "");
+  auto missing = ParseHfConfig(j.dump(), "");
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("shared_expert_intermediate_size is missing"));
 }
 
-TEST(ModelConfigTest, MixtralRenormalisesOverItsExperts) {
-  auto config = ParseModelConfig(kMixtralConfig, "");
+TEST(HfConfigTest, MixtralRenormalisesOverItsExperts) {
+  auto config = ParseHfConfig(kMixtralConfig, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->num_experts, 8);
   EXPECT_EQ(config->num_experts_per_tok, 2);
@@ -360,7 +360,7 @@ TEST(ModelConfigTest, MixtralRenormalisesOverItsExperts) {
 }
 
 // Each patch of the Qwen3-MoE (or Mixtral) config is refused, naming its key.
-TEST(ModelConfigTest, MoeKeysNotImplementedAreRefused) {
+TEST(HfConfigTest, MoeKeysNotImplementedAreRefused) {
   struct Bad {
     const char* base;
     nlohmann::json patch;  // a null value erases the key
@@ -399,7 +399,7 @@ TEST(ModelConfigTest, MoeKeysNotImplementedAreRefused) {
         j[key] = value;
       }
     }
-    auto config = ParseModelConfig(j.dump(), "");
+    auto config = ParseHfConfig(j.dump(), "");
     ASSERT_FALSE(config.ok()) << c.patch.dump();
     EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
     EXPECT_THAT(std::string(config.status().message()), HasSubstr(c.needle)) << c.patch.dump();
@@ -407,16 +407,16 @@ TEST(ModelConfigTest, MoeKeysNotImplementedAreRefused) {
 }
 
 // Training-only router keys change nothing at inference and are accepted.
-TEST(ModelConfigTest, MoeTrainingKeysAreIgnored) {
+TEST(HfConfigTest, MoeTrainingKeysAreIgnored) {
   nlohmann::json j = nlohmann::json::parse(kMixtralConfig);
   j["output_router_logits"] = true;
   j["router_jitter_noise"] = 0.1;
   j["router_aux_loss_coef"] = 0.5;
-  EXPECT_TRUE(ParseModelConfig(j.dump(), "").ok());
+  EXPECT_TRUE(ParseHfConfig(j.dump(), "").ok());
 }
 
-TEST(ModelConfigTest, Qwen3HasQkNormAndItsOwnHeadDim) {
-  auto config = ParseModelConfig(kQwen3Config, "");
+TEST(HfConfigTest, Qwen3HasQkNormAndItsOwnHeadDim) {
+  auto config = ParseHfConfig(kQwen3Config, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "Qwen3ForCausalLM");
   EXPECT_TRUE(config->qk_norm);
@@ -432,13 +432,13 @@ TEST(ModelConfigTest, Qwen3HasQkNormAndItsOwnHeadDim) {
   j["attention_bias"] = true;
   j["hidden_size"] = 1024;
   j["num_attention_heads"] = 16;
-  auto small = ParseModelConfig(j.dump(), "");
+  auto small = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(small.ok()) << small.status();
   EXPECT_TRUE(small->attention_bias);
   EXPECT_EQ(small->head_dim, 128);
   // transformers >= 4.56 writes layer_types; full attention everywhere is the plain model.
   j["layer_types"] = std::vector<std::string>(36, "full_attention");
-  auto typed = ParseModelConfig(j.dump(), "");
+  auto typed = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(typed.ok()) << typed.status();
   EXPECT_FALSE(typed->sliding_window.has_value());
   // Sliding layers with the window switched on: the window is recorded (max_model_len is
@@ -446,13 +446,13 @@ TEST(ModelConfigTest, Qwen3HasQkNormAndItsOwnHeadDim) {
   j["layer_types"][35] = "sliding_attention";
   j["use_sliding_window"] = true;
   j["sliding_window"] = 4096;
-  auto sliding = ParseModelConfig(j.dump(), "");
+  auto sliding = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(sliding.ok()) << sliding.status();
   EXPECT_EQ(sliding->sliding_window, 4096);
 }
 
-TEST(ModelConfigTest, Phi3HasFusedProjectionsAndNoBias) {
-  auto config = ParseModelConfig(kPhi3Config, "");
+TEST(HfConfigTest, Phi3HasFusedProjectionsAndNoBias) {
+  auto config = ParseHfConfig(kPhi3Config, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "Phi3ForCausalLM");
   EXPECT_TRUE(config->fused_projections);
@@ -466,13 +466,13 @@ TEST(ModelConfigTest, Phi3HasFusedProjectionsAndNoBias) {
   j["rope_parameters"] = {
       {"partial_rotary_factor", 1.0}, {"rope_theta", 10000.0}, {"rope_type", "default"}};
   j["attention_bias"] = true;  // not a Phi-3 key; its projections never have a bias
-  auto v5 = ParseModelConfig(j.dump(), "");
+  auto v5 = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(v5.ok()) << v5.status();
   EXPECT_FALSE(v5->attention_bias);
 }
 
-TEST(ModelConfigTest, Llama31WithLlama3RopeScaling) {
-  auto config = ParseModelConfig(kLlama31Config, "");
+TEST(HfConfigTest, Llama31WithLlama3RopeScaling) {
+  auto config = ParseHfConfig(kLlama31Config, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "LlamaForCausalLM");
   EXPECT_EQ(config->vocab_size, 128256);
@@ -499,13 +499,13 @@ TEST(ModelConfigTest, Llama31WithLlama3RopeScaling) {
 }
 
 // transformers >= 5 writes rope_parameters (theta and scaling together) and dtype.
-TEST(ModelConfigTest, RopeParametersOfTransformers5) {
-  auto config = ParseModelConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 128,
+TEST(HfConfigTest, RopeParametersOfTransformers5) {
+  auto config = ParseHfConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 128,
 "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
 "max_position_embeddings": 512, "dtype": "bfloat16",
 "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
 "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}})",
-                                 "");
+                              "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->rope_theta, 500000.0);
   EXPECT_EQ(config->rope_scaling.type, kernels::cpu::RopeScaling::Type::kLlama3);
@@ -514,21 +514,21 @@ TEST(ModelConfigTest, RopeParametersOfTransformers5) {
   EXPECT_EQ(config->torch_dtype, "bfloat16");
 }
 
-TEST(ModelConfigTest, GenerationConfigEosWins) {
-  auto config = ParseModelConfig(kLlama31Config, kLlama31GenerationConfig);
+TEST(HfConfigTest, GenerationConfigEosWins) {
+  auto config = ParseHfConfig(kLlama31Config, kLlama31GenerationConfig);
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{128001, 128009}));
   // A generation config without eos_token_id (or with null) leaves config.json's.
-  auto kept = ParseModelConfig(kLlama31Config, R"({"eos_token_id": null, "top_p": 0.9})");
+  auto kept = ParseHfConfig(kLlama31Config, R"({"eos_token_id": null, "top_p": 0.9})");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(kept->eos_token_ids, (std::vector<int32_t>{128001, 128008, 128009}));
-  auto single = ParseModelConfig(kMistralConfig, R"({"eos_token_id": 7})");
+  auto single = ParseHfConfig(kMistralConfig, R"({"eos_token_id": 7})");
   ASSERT_TRUE(single.ok()) << single.status();
   EXPECT_EQ(single->eos_token_ids, (std::vector<int32_t>{7}));
 }
 
-TEST(ModelConfigTest, Qwen2HasBiasAndTiedEmbeddings) {
-  auto config = ParseModelConfig(kQwen2Config, "");
+TEST(HfConfigTest, Qwen2HasBiasAndTiedEmbeddings) {
+  auto config = ParseHfConfig(kQwen2Config, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "Qwen2ForCausalLM");
   EXPECT_TRUE(config->attention_bias);
@@ -545,14 +545,14 @@ TEST(ModelConfigTest, Qwen2HasBiasAndTiedEmbeddings) {
   nlohmann::json j = nlohmann::json::parse(kQwen2Config);
   j["attention_bias"] = false;
   j["use_sliding_window"] = true;
-  auto flagged = ParseModelConfig(j.dump(), "");
+  auto flagged = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(flagged.ok()) << flagged.status();
   EXPECT_TRUE(flagged->attention_bias);
   EXPECT_EQ(flagged->sliding_window, 32768);
 }
 
-TEST(ModelConfigTest, MistralRecordsSlidingWindow) {
-  auto config = ParseModelConfig(kMistralConfig, "");
+TEST(HfConfigTest, MistralRecordsSlidingWindow) {
+  auto config = ParseHfConfig(kMistralConfig, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "MistralForCausalLM");
   EXPECT_EQ(config->sliding_window, 4096);
@@ -561,12 +561,12 @@ TEST(ModelConfigTest, MistralRecordsSlidingWindow) {
   EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{2}));
   nlohmann::json j = nlohmann::json::parse(kMistralConfig);
   j["sliding_window"] = nullptr;  // Mistral-7B-v0.2 onwards
-  auto v2 = ParseModelConfig(j.dump(), "");
+  auto v2 = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_FALSE(v2->sliding_window.has_value());
 }
 
-TEST(ModelConfigTest, DefaultsAndAlternateSpellings) {
+TEST(HfConfigTest, DefaultsAndAlternateSpellings) {
   nlohmann::json j = nlohmann::json::parse(kMistralConfig);
   for (const char* key : {"num_key_value_heads", "rope_theta", "rms_norm_eps",
                           "tie_word_embeddings", "bos_token_id", "eos_token_id", "torch_dtype"}) {
@@ -575,7 +575,7 @@ TEST(ModelConfigTest, DefaultsAndAlternateSpellings) {
   j["head_dim"] = nullptr;
   j["dtype"] = "float16";                                     // transformers >= 4.56 writes "dtype"
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key
-  auto config = ParseModelConfig(j.dump(), "");
+  auto config = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->num_key_value_heads, 32);
   EXPECT_EQ(config->head_dim, 128);
@@ -592,7 +592,7 @@ TEST(ModelConfigTest, DefaultsAndAlternateSpellings) {
   j["hidden_size"] = 5120;
   j["head_dim"] = 128;
   j["rope_scaling"] = {{"rope_type", "default"}};
-  auto nemo = ParseModelConfig(j.dump(), "");
+  auto nemo = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(nemo.ok()) << nemo.status();
   EXPECT_EQ(nemo->head_dim, 128);
   EXPECT_EQ(nemo->rope_scaling.type, RopeType::kNone);
@@ -665,8 +665,8 @@ constexpr char kGemma3Config[] = R"({
   "vocab_size": 262144
 })";
 
-TEST(ModelConfigTest, Gemma2) {
-  auto config = ParseModelConfig(kGemma2Config, "");
+TEST(HfConfigTest, Gemma2) {
+  auto config = ParseHfConfig(kGemma2Config, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "Gemma2ForCausalLM");
   EXPECT_TRUE(config->gemma);
@@ -687,13 +687,13 @@ TEST(ModelConfigTest, Gemma2) {
   EXPECT_EQ(config->eos_token_ids, (std::vector<int32_t>{1, 107}));
 }
 
-TEST(ModelConfigTest, Gemma2DefaultsForAbsentKeysAndNullCaps) {
+TEST(HfConfigTest, Gemma2DefaultsForAbsentKeysAndNullCaps) {
   nlohmann::json j = nlohmann::json::parse(kGemma2Config);
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping",
                           "query_pre_attn_scalar", "sliding_window"}) {
     j.erase(key);
   }
-  auto defaults = ParseModelConfig(j.dump(), "");
+  auto defaults = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(defaults->attn_logit_softcapping, 50.0);
   EXPECT_EQ(defaults->final_logit_softcapping, 30.0);
@@ -705,7 +705,7 @@ TEST(ModelConfigTest, Gemma2DefaultsForAbsentKeysAndNullCaps) {
   j["tie_word_embeddings"] = false;
   j["layer_types"] = {"full_attention", "sliding_attention"};
   j["num_hidden_layers"] = 2;
-  auto off = ParseModelConfig(j.dump(), "");
+  auto off = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(off->attn_logit_softcapping, 0.0);
   EXPECT_EQ(off->final_logit_softcapping, 0.0);
@@ -714,8 +714,8 @@ TEST(ModelConfigTest, Gemma2DefaultsForAbsentKeysAndNullCaps) {
   EXPECT_EQ(off->layer_windows, (std::vector<int32_t>{0, 4096}));
 }
 
-TEST(ModelConfigTest, Gemma3WithClassicRopeKeys) {
-  auto config = ParseModelConfig(kGemma3Config, "");
+TEST(HfConfigTest, Gemma3WithClassicRopeKeys) {
+  auto config = ParseHfConfig(kGemma3Config, "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->architecture, "Gemma3ForCausalLM");
   EXPECT_TRUE(config->gemma);
@@ -740,7 +740,7 @@ TEST(ModelConfigTest, Gemma3WithClassicRopeKeys) {
   j.erase("rope_local_base_freq");
   j.erase("sliding_window_pattern");
   j["num_hidden_layers"] = 8;
-  auto scaled = ParseModelConfig(j.dump(), "");
+  auto scaled = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(scaled.ok()) << scaled.status();
   EXPECT_EQ(scaled->rope_theta, 1e6);
   EXPECT_EQ(scaled->rope_local_theta, 1e4);
@@ -750,7 +750,7 @@ TEST(ModelConfigTest, Gemma3WithClassicRopeKeys) {
 }
 
 // transformers 5 writes Gemma-3's rope_parameters keyed by layer type, and layer_types.
-TEST(ModelConfigTest, Gemma3RopeParametersPerLayerType) {
+TEST(HfConfigTest, Gemma3RopeParametersPerLayerType) {
   nlohmann::json j = nlohmann::json::parse(kGemma3Config);
   for (const char* key : {"rope_theta", "rope_scaling", "rope_local_base_freq"}) j.erase(key);
   j["num_hidden_layers"] = 4;
@@ -760,7 +760,7 @@ TEST(ModelConfigTest, Gemma3RopeParametersPerLayerType) {
       {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}};
   j["attn_logit_softcapping"] = 20.0;  // HF's Gemma-3 passes no cap to its attention
   j["final_logit_softcapping"] = 10.0;
-  auto config = ParseModelConfig(j.dump(), "");
+  auto config = ParseHfConfig(j.dump(), "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->rope_theta, 100000.0);
   EXPECT_EQ(config->rope_scaling.type, RopeType::kLinear);
@@ -794,7 +794,7 @@ TEST_P(BadConfigTest, IsInvalidArgumentNamingTheField) {
       j[key] = value;
     }
   }
-  auto config = ParseModelConfig(j.dump(), c.generation_config);
+  auto config = ParseHfConfig(j.dump(), c.generation_config);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
   for (const std::string& needle : c.needles) {
@@ -958,21 +958,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"GenerationConfigNotJson", {}, "{oops", {"generation_config.json"}}),
     [](const ::testing::TestParamInfo<BadConfig>& info) { return info.param.name; });
 
-TEST(ModelConfigTest, NotJsonOrNotObject) {
-  auto text = ParseModelConfig("{\"architectures\": [", "");
+TEST(HfConfigTest, NotJsonOrNotObject) {
+  auto text = ParseHfConfig("{\"architectures\": [", "");
   EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(text.status().message()), HasSubstr("config.json"));
-  auto list = ParseModelConfig("[1, 2]", "");
+  auto list = ParseHfConfig("[1, 2]", "");
   EXPECT_EQ(list.status().code(), absl::StatusCode::kInvalidArgument);
   // Once a stack overflow: the error message printed the deeply nested value.
-  auto deep = ParseModelConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": )" +
-                                   std::string(100000, '[') + std::string(100000, ']') + "}",
-                               "");
+  auto deep = ParseHfConfig(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": )" +
+                                std::string(100000, '[') + std::string(100000, ']') + "}",
+                            "");
   EXPECT_EQ(deep.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(deep.status().message()), HasSubstr("nest deeper than 128"));
 }
 
-class LoadModelConfigTest : public ::testing::Test {
+class LoadHfConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/model_config_test.XXXXXX";
@@ -986,28 +986,28 @@ class LoadModelConfigTest : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(LoadModelConfigTest, ReadsBothFiles) {
+TEST_F(LoadHfConfigTest, ReadsBothFiles) {
   Write("config.json", kLlama31Config);
-  auto without = LoadModelConfig(dir_);
+  auto without = LoadHfConfig(dir_);
   ASSERT_TRUE(without.ok()) << without.status();
   EXPECT_EQ(without->eos_token_ids.size(), 3u);
   Write("generation_config.json", kLlama31GenerationConfig);
-  auto with = LoadModelConfig(dir_);
+  auto with = LoadHfConfig(dir_);
   ASSERT_TRUE(with.ok()) << with.status();
   EXPECT_EQ(with->eos_token_ids, (std::vector<int32_t>{128001, 128009}));
 }
 
-TEST_F(LoadModelConfigTest, MissingConfigIsNotFound) {
-  auto config = LoadModelConfig(dir_);
+TEST_F(LoadHfConfigTest, MissingConfigIsNotFound) {
+  auto config = LoadHfConfig(dir_);
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(config.status().message()), HasSubstr("config.json"));
 }
 
-TEST_F(LoadModelConfigTest, ErrorsCarryThePath) {
+TEST_F(LoadHfConfigTest, ErrorsCarryThePath) {
   nlohmann::json j = nlohmann::json::parse(kMistralConfig);
   j["num_key_value_heads"] = 5;
   Write("config.json", j.dump());
-  auto config = LoadModelConfig(dir_);
+  auto config = LoadHfConfig(dir_);
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(config.status().message()),
               HasSubstr((dir_ / "config.json").string() + ": num_key_value_heads (5)"));

@@ -1,4 +1,4 @@
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 
 #include <pthread.h>
 
@@ -16,15 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "base/json_util.h"
 #include "base/status_macros.h"
 #include "ipc/msgpack_fields.h"
 #include "ipc/msgpack_util.h"
 #include "spdlog/spdlog.h"
 
-namespace vllm::ipc {
+namespace vllm::kv_events {
 namespace {
 
+namespace wire = ::vllm::ipc::wire;
 using wire::Packer;
 
 // ---------------------------------------------------------------------------------------------
@@ -344,35 +344,6 @@ absl::Status ReadTs(const msgpack::object& o, double* out) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Config
-
-absl::Status ConfigError(absl::string_view key, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat("--kv-events-config: \"", key, "\": ", problem));
-}
-
-absl::Status ReadJsonInt(const nlohmann::json& v, absl::string_view key, int64_t lo, int64_t hi,
-                         int64_t* out) {
-  if (!v.is_number_integer()) return ConfigError(key, "expected an integer");
-  const bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
-                                               : (v.get<int64_t>() >= lo && v.get<int64_t>() <= hi);
-  if (!in_range || v.get<int64_t>() < lo) {
-    return ConfigError(key, absl::StrCat("expected an integer in [", lo, ", ", hi, "]"));
-  }
-  *out = v.get<int64_t>();
-  return absl::OkStatus();
-}
-
-absl::Status ReadJsonString(const nlohmann::json& v, absl::string_view key, size_t max_bytes,
-                            std::string* out) {
-  if (!v.is_string()) return ConfigError(key, "expected a string");
-  const auto& s = v.get_ref<const std::string&>();
-  if (s.size() > max_bytes)
-    return ConfigError(key, absl::StrCat("longer than ", max_bytes, " bytes"));
-  *out = s;
-  return absl::OkStatus();
-}
-
 bool Binds(absl::string_view endpoint) {
   // vLLM's heuristic: bind what names a wildcard or a local transport, connect the rest.
   return absl::StrContains(endpoint, "*") || absl::StrContains(endpoint, "::") ||
@@ -416,14 +387,15 @@ absl::StatusOr<KvEventBatch> DecodeKvEventBatch(std::span<const uint8_t> payload
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KVEventBatch: %d bytes exceeds the limit of %d", payload.size(), kMaxKvEventBatchBytes));
   }
-  UnpackLimits limits;
+  ipc::UnpackLimits limits;
   limits.max_array = size_t{1} << 22;
   limits.max_map = 256;
   limits.max_str = kMaxNameBytes;
   limits.max_bin = kMaxNameBytes;
   limits.max_depth = 10;
-  VLLM_ASSIGN_OR_RETURN(msgpack::object_handle handle,
-                        UnpackBounded(absl::MakeConstSpan(payload.data(), payload.size()), limits));
+  VLLM_ASSIGN_OR_RETURN(
+      msgpack::object_handle handle,
+      ipc::UnpackBounded(absl::MakeConstSpan(payload.data(), payload.size()), limits));
   const msgpack::object& root = handle.get();
   // The batch: [ts, events, data_parallel_rank] (vLLM); a map with those keys is read too.
   const msgpack::object* ts = nullptr;
@@ -465,57 +437,6 @@ absl::StatusOr<KvEventBatch> DecodeKvEventBatch(std::span<const uint8_t> payload
   return batch;
 }
 
-absl::StatusOr<KvEventsConfig> ParseKvEventsConfig(std::string_view json) {
-  absl::StatusOr<nlohmann::json> parsed = base::ParseJson(json, "--kv-events-config", 8);
-  if (!parsed.ok()) return parsed.status();
-  if (!parsed->is_object()) {
-    return absl::InvalidArgumentError("--kv-events-config: expected a JSON object");
-  }
-  KvEventsConfig c;
-  bool have_publisher = false;
-  for (const auto& [key, v] : parsed->items()) {
-    if (key == "enable_kv_cache_events") {
-      if (!v.is_boolean()) return ConfigError(key, "expected true or false");
-      c.enable = v.get<bool>();
-    } else if (key == "publisher") {
-      if (v.is_null()) continue;  // vLLM's default: chosen below
-      VLLM_RETURN_IF_ERROR(ReadJsonString(v, key, 64, &c.publisher));
-      if (c.publisher != "null" && c.publisher != "zmq") {
-        return ConfigError(key, absl::StrCat("expected \"null\" or \"zmq\", got \"",
-                                             absl::CEscape(c.publisher), "\""));
-      }
-      have_publisher = true;
-    } else if (key == "endpoint") {
-      VLLM_RETURN_IF_ERROR(ReadJsonString(v, key, kMaxKvEventsEndpointBytes, &c.endpoint));
-      if (c.endpoint.empty()) return ConfigError(key, "empty endpoint");
-    } else if (key == "replay_endpoint") {
-      if (v.is_null()) {
-        c.replay_endpoint.reset();
-        continue;
-      }
-      std::string replay;
-      VLLM_RETURN_IF_ERROR(ReadJsonString(v, key, kMaxKvEventsEndpointBytes, &replay));
-      if (replay.empty()) return ConfigError(key, "empty endpoint");
-      c.replay_endpoint = std::move(replay);
-    } else if (key == "buffer_steps") {
-      VLLM_RETURN_IF_ERROR(ReadJsonInt(v, key, 0, kMaxKvEventsBufferSteps, &c.buffer_steps));
-    } else if (key == "hwm") {
-      VLLM_RETURN_IF_ERROR(ReadJsonInt(v, key, 0, std::numeric_limits<int32_t>::max(), &c.hwm));
-    } else if (key == "max_queue_size") {
-      VLLM_RETURN_IF_ERROR(ReadJsonInt(v, key, 1, kMaxKvEventsQueueSize, &c.max_queue_size));
-    } else if (key == "topic") {
-      VLLM_RETURN_IF_ERROR(ReadJsonString(v, key, kMaxKvEventsTopicBytes, &c.topic));
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--kv-events-config: unknown key \"", absl::CEscape(key.substr(0, 64)),
-          "\" (known: enable_kv_cache_events, publisher, endpoint, replay_endpoint, buffer_steps, "
-          "hwm, max_queue_size, topic)"));
-    }
-  }
-  if (!have_publisher) c.publisher = c.enable ? "zmq" : "null";
-  return c;
-}
-
 std::string OffsetEndpointForRank(std::string_view endpoint_in, int rank) {
   const absl::string_view endpoint(endpoint_in.data(), endpoint_in.size());
   if (endpoint.empty() || rank == 0) return std::string(endpoint);
@@ -535,7 +456,7 @@ std::string OffsetEndpointForRank(std::string_view endpoint_in, int rank) {
 
 class KvEventPublisher::Impl {
  public:
-  Impl(const KvEventsConfig& config, int dp_rank) : config_(config), dp_rank_(dp_rank) {}
+  Impl(const KvEventPublisherOptions& config, int dp_rank) : config_(config), dp_rank_(dp_rank) {}
 
   ~Impl() {
     {
@@ -726,7 +647,7 @@ class KvEventPublisher::Impl {
     replay_->send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::dontwait);
   }
 
-  const KvEventsConfig config_;
+  const KvEventPublisherOptions config_;
   const int dp_rank_;
   std::optional<zmq::socket_t> pub_;     // publisher thread only, after Open
   std::optional<zmq::socket_t> replay_;  // publisher thread only, after Open
@@ -747,7 +668,7 @@ KvEventPublisher::KvEventPublisher(std::unique_ptr<Impl> impl) : impl_(std::move
 KvEventPublisher::~KvEventPublisher() = default;
 
 absl::StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Create(
-    zmq::context_t& context, const KvEventsConfig& config, int dp_rank) {
+    zmq::context_t& context, const KvEventPublisherOptions& config, int dp_rank) {
   auto impl = std::make_unique<Impl>(config, dp_rank);
   VLLM_RETURN_IF_ERROR(impl->Open(context));
   return std::unique_ptr<KvEventPublisher>(new KvEventPublisher(std::move(impl)));
@@ -759,4 +680,4 @@ std::string KvEventPublisher::BoundEndpoint() const { return impl_->endpoint(); 
 std::string KvEventPublisher::BoundReplayEndpoint() const { return impl_->replay_endpoint(); }
 int64_t KvEventPublisher::num_dropped() const { return impl_->dropped(); }
 
-}  // namespace vllm::ipc
+}  // namespace vllm::kv_events

@@ -1,4 +1,4 @@
-#include "worker/model_config.h"
+#include "worker/hf_config.h"
 
 #include <algorithm>
 #include <array>
@@ -215,7 +215,7 @@ absl::StatusOr<std::string> Architecture(const json& config) {
 }
 
 // The attention shape: heads, kv heads and head_dim, with their cross-field rules.
-absl::Status ParseAttentionShape(const json& config, ModelConfig& out) {
+absl::Status ParseAttentionShape(const json& config, HfConfig& out) {
   VLLM_ASSIGN_OR_RETURN(out.num_attention_heads,
                         PositiveInt(config, "num_attention_heads", kConfigFile));
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> kv,
@@ -250,7 +250,7 @@ absl::Status ParseAttentionShape(const json& config, ModelConfig& out) {
   return absl::OkStatus();
 }
 
-absl::Status ParseSizes(const json& config, ModelConfig& out) {
+absl::Status ParseSizes(const json& config, HfConfig& out) {
   VLLM_ASSIGN_OR_RETURN(out.vocab_size, PositiveInt(config, "vocab_size", kConfigFile));
   VLLM_ASSIGN_OR_RETURN(out.hidden_size, PositiveInt(config, "hidden_size", kConfigFile));
   VLLM_ASSIGN_OR_RETURN(out.intermediate_size,
@@ -263,7 +263,7 @@ absl::Status ParseSizes(const json& config, ModelConfig& out) {
   return ParseAttentionShape(config, out);
 }
 
-absl::Status ParseNumbers(const json& config, ModelConfig& out) {
+absl::Status ParseNumbers(const json& config, HfConfig& out) {
   VLLM_ASSIGN_OR_RETURN(std::optional<double> theta,
                         OptionalNumber(config, "rope_theta", kConfigFile));
   if (const json* params = Find(config, "rope_parameters");
@@ -286,7 +286,7 @@ absl::Status ParseNumbers(const json& config, ModelConfig& out) {
   return absl::OkStatus();
 }
 
-absl::Status ParseFlags(const json& config, ModelConfig& out) {
+absl::Status ParseFlags(const json& config, HfConfig& out) {
   VLLM_ASSIGN_OR_RETURN(out.tie_word_embeddings,
                         OptionalBool(config, "tie_word_embeddings", kConfigFile, false));
   const bool qwen2 = out.architecture == "Qwen2ForCausalLM";
@@ -330,7 +330,7 @@ absl::Status ParseFlags(const json& config, ModelConfig& out) {
 // layer_types (transformers >= 4.56: one entry per layer, "full_attention" or
 // "sliding_attention"), else the family's rule for which layers slide. Sliding layers need
 // the window to be in effect. Any other kind is refused. Fills out.layer_windows.
-absl::Status ParseLayerTypes(const json& config, ModelConfig& out) {
+absl::Status ParseLayerTypes(const json& config, HfConfig& out) {
   const json* types = Find(config, "layer_types");
   const size_t layers = static_cast<size_t>(out.num_hidden_layers);
   if (types == nullptr || types->is_null()) {
@@ -400,7 +400,7 @@ absl::Status ParseLayerTypes(const json& config, ModelConfig& out) {
 }
 
 // Qwen3-MoE's layer pattern: decoder_sparse_step and mlp_only_layers.
-absl::Status ParseSparseLayers(const json& config, ModelConfig& out) {
+absl::Status ParseSparseLayers(const json& config, HfConfig& out) {
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> step,
                         OptionalInt(config, "decoder_sparse_step", kConfigFile));
   if (step) {
@@ -456,7 +456,7 @@ absl::Status RefuseOtherRouting(const json& config, bool shared_expert) {
 // Qwen2-MoE's shared expert, and its sliding layers: transformers 5 builds layer_types for
 // Qwen2-MoE by its own rule (odd layers below max_window_layers), which the Qwen2 rule of
 // ParseLayerTypes does not reproduce; a window is served only from an explicit layer_types.
-absl::Status ParseSharedExpert(const json& config, ModelConfig& out) {
+absl::Status ParseSharedExpert(const json& config, HfConfig& out) {
   VLLM_ASSIGN_OR_RETURN(out.shared_expert_intermediate_size,
                         PositiveInt(config, "shared_expert_intermediate_size", kConfigFile));
   VLLM_ASSIGN_OR_RETURN(bool use_window,
@@ -471,7 +471,7 @@ absl::Status ParseSharedExpert(const json& config, ModelConfig& out) {
 // The MoE fields of Qwen3MoeForCausalLM, Qwen2MoeForCausalLM and MixtralForCausalLM (other
 // architectures are dense, whatever MoE keys their config carries: transformers ignores
 // them too).
-absl::Status ParseMoe(const json& config, ModelConfig& out) {
+absl::Status ParseMoe(const json& config, HfConfig& out) {
   const bool mixtral = out.architecture == "MixtralForCausalLM";
   const bool qwen2_moe = out.architecture == "Qwen2MoeForCausalLM";
   if (!mixtral && !qwen2_moe && out.architecture != "Qwen3MoeForCausalLM") {
@@ -507,7 +507,7 @@ absl::Status ParseMoe(const json& config, ModelConfig& out) {
 
 // Keys that would change the computation in ways the model does not implement: refused by
 // name rather than served wrong.
-absl::Status RefuseUnsupportedFeatures(const json& config, const ModelConfig& out) {
+absl::Status RefuseUnsupportedFeatures(const json& config, const HfConfig& out) {
   // Gemma reads hidden_activation only (HF's Gemma-2/3 ignore hidden_act).
   const std::vector<absl::string_view> act_keys =
       out.gemma ? std::vector<absl::string_view>{"hidden_activation"}
@@ -555,7 +555,7 @@ absl::StatusOr<double> SoftCap(const json& config, absl::string_view key, double
 // Gemma-3's rope: rope_parameters keyed by layer type (transformers >= 5) or the classic
 // rope_theta / rope_scaling (global layers) and rope_local_base_freq (local layers), with
 // HF's defaults 1e6 and 1e4.
-absl::Status ParseGemma3Rope(const json& config, ModelConfig& out) {
+absl::Status ParseGemma3Rope(const json& config, HfConfig& out) {
   constexpr double kGlobalTheta = 1e6, kLocalTheta = 1e4;
   out.rope_local_theta = kLocalTheta;
   if (!RopeParametersPerLayerType(config)) {
@@ -595,10 +595,10 @@ absl::Status ParseGemma3Rope(const json& config, ModelConfig& out) {
   return absl::OkStatus();
 }
 
-// Gemma2ForCausalLM / Gemma3ForCausalLM: the fields ModelConfig::gemma documents, with HF's
+// Gemma2ForCausalLM / Gemma3ForCausalLM: the fields HfConfig::gemma documents, with HF's
 // defaults for absent keys (tied embeddings, query_pre_attn_scalar 256, sliding_window 4096,
 // Gemma-2's soft caps 50 and 30).
-absl::Status ParseGemma(const json& config, ModelConfig& out) {
+absl::Status ParseGemma(const json& config, HfConfig& out) {
   const bool gemma2 = out.architecture == "Gemma2ForCausalLM";
   const bool gemma3 = out.architecture == "Gemma3ForCausalLM";
   if (!gemma3 && RopeParametersPerLayerType(config)) {
@@ -635,7 +635,7 @@ absl::Status ParseGemma(const json& config, ModelConfig& out) {
 }
 
 absl::Status ParseTokenIds(const json& config, std::string_view generation_config_json,
-                           ModelConfig& out) {
+                           HfConfig& out) {
   VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> bos,
                         TokenIds(config, "bos_token_id", kConfigFile, out.vocab_size));
   if (bos.size() > 1) return FieldError(kConfigFile, "bos_token_id", "must be a single id");
@@ -652,10 +652,10 @@ absl::Status ParseTokenIds(const json& config, std::string_view generation_confi
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModelConfig> Parse(std::string_view config_json,
-                                  std::string_view generation_config_json) {
+absl::StatusOr<HfConfig> Parse(std::string_view config_json,
+                               std::string_view generation_config_json) {
   VLLM_ASSIGN_OR_RETURN(json config, ParseObject(config_json, kConfigFile));
-  ModelConfig out;
+  HfConfig out;
   VLLM_ASSIGN_OR_RETURN(out.architecture, Architecture(config));
   VLLM_RETURN_IF_ERROR(ParseSizes(config, out));
   VLLM_RETURN_IF_ERROR(ParseNumbers(config, out));
@@ -681,20 +681,20 @@ absl::StatusOr<std::optional<std::string>> ReadIfExists(const std::filesystem::p
 
 }  // namespace
 
-bool ModelConfig::IsMoeLayer(int32_t layer) const {
+bool HfConfig::IsMoeLayer(int32_t layer) const {
   return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 &&
          std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
-bool ModelConfig::HasDenseLayer() const {
+bool HfConfig::HasDenseLayer() const {
   for (int32_t i = 0; i < num_hidden_layers; ++i) {
     if (!IsMoeLayer(i)) return true;
   }
   return false;
 }
 
-absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
-                                             std::string_view generation_config_json) {
+absl::StatusOr<HfConfig> ParseHfConfig(std::string_view config_json,
+                                       std::string_view generation_config_json) {
   // Every access is type-checked first, so nlohmann has nothing left to throw but
   // allocation failures; those still must not cross this boundary.
   try {
@@ -704,14 +704,14 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
   }
 }
 
-absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& model_dir) {
+absl::StatusOr<HfConfig> LoadHfConfig(const std::filesystem::path& model_dir) {
   VLLM_ASSIGN_OR_RETURN(std::optional<std::string> config, ReadIfExists(model_dir / kConfigFile));
   if (!config) {
     return absl::NotFoundError(absl::StrCat((model_dir / kConfigFile).string(), " not found"));
   }
   VLLM_ASSIGN_OR_RETURN(std::optional<std::string> generation,
                         ReadIfExists(model_dir / kGenerationConfigFile));
-  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(*config, generation.value_or(""));
+  absl::StatusOr<HfConfig> parsed = ParseHfConfig(*config, generation.value_or(""));
   if (parsed.ok()) return parsed;
   // Messages start with the file name; prefixing the directory makes it a full path.
   return absl::Status(parsed.status().code(),

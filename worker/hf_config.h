@@ -1,4 +1,4 @@
-// ModelConfig: the parts of a Hugging Face config.json (and generation_config.json) that the
+// HfConfig: the parts of a Hugging Face config.json (and generation_config.json) that the
 // Llama family needs — LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
 // Qwen3ForCausalLM, Phi3ForCausalLM, the mixture-of-experts Qwen3MoeForCausalLM,
 // Qwen2MoeForCausalLM and MixtralForCausalLM, and Gemma2ForCausalLM / Gemma3ForCausalLM (text).
@@ -9,8 +9,8 @@
 // something the model does not do (another activation, MLP biases, partial rotary, LongRoPE,
 // an attention kind other than full or sliding, MoE routing other than softmax top-k) is
 // refused the same way, never ignored.
-#ifndef VLLM_WORKER_MODEL_CONFIG_H_
-#define VLLM_WORKER_MODEL_CONFIG_H_
+#ifndef VLLM_WORKER_HF_CONFIG_H_
+#define VLLM_WORKER_HF_CONFIG_H_
 
 #include <algorithm>
 #include <cmath>
@@ -26,7 +26,7 @@
 
 namespace vllm::worker {
 
-struct ModelConfig {
+struct HfConfig {
   // architectures[0]: "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
   // "Qwen3ForCausalLM", "Phi3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM",
   // "Gemma2ForCausalLM", "Gemma3ForCausalLM" or "Qwen2MoeForCausalLM".
@@ -138,13 +138,13 @@ struct ModelConfig {
 };
 
 // Parses config.json text. `generation_config_json` may be empty (no such file).
-[[nodiscard]] absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view config_json,
-                                                           std::string_view generation_config_json);
+[[nodiscard]] absl::StatusOr<HfConfig> ParseHfConfig(std::string_view config_json,
+                                                     std::string_view generation_config_json);
 
 // Reads model_dir/config.json and, when it exists, model_dir/generation_config.json.
 // NotFound when config.json is missing; InvalidArgument naming the file and field otherwise.
-[[nodiscard]] absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& model_dir);
+[[nodiscard]] absl::StatusOr<HfConfig> LoadHfConfig(const std::filesystem::path& model_dir);
 
 }  // namespace vllm::worker
 
-#endif  // VLLM_WORKER_MODEL_CONFIG_H_
+#endif  // VLLM_WORKER_HF_CONFIG_H_

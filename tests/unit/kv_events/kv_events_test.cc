@@ -1,4 +1,4 @@
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 
 #include <chrono>
 #include <string>
@@ -7,11 +7,15 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "config/kv_events_config.h"
 #include "gtest/gtest.h"
 #include "msgpack.hpp"
 
-namespace vllm::ipc {
+namespace vllm::kv_events {
 namespace {
+
+using config::KvEventsConfig;
+using config::ParseKvEventsConfig;
 
 // Golden payloads made with msgspec 0.22.0 (Python 3.11, /tmp venv with `pip install msgspec
 // pyzmq`, not part of the build) from vLLM 0.33's struct definitions: EventBatch(
@@ -482,7 +486,7 @@ class KvEventPublisherTest : public ::testing::Test {
 };
 
 TEST_F(KvEventPublisherTest, PublishesTopicSequenceAndPayloadWithItsRank) {
-  KvEventsConfig config;
+  KvEventPublisherOptions config;
   config.enable = true;
   config.publisher = "zmq";
   config.endpoint = "inproc://kv-events";
@@ -511,7 +515,7 @@ TEST_F(KvEventPublisherTest, ConnectsToASubscriberThatBinds) {
   zmq::socket_t sub(context_, zmq::socket_type::sub);
   sub.set(zmq::sockopt::subscribe, "");
   sub.bind("tcp://127.0.0.1:0");
-  KvEventsConfig config;
+  KvEventPublisherOptions config;
   config.enable = true;
   config.publisher = "zmq";
   config.endpoint = sub.get(zmq::sockopt::last_endpoint);  // a host, no '*': vLLM connects
@@ -535,7 +539,7 @@ TEST_F(KvEventPublisherTest, ConnectsToASubscriberThatBinds) {
 }
 
 TEST_F(KvEventPublisherTest, ReplaysBufferedBatchesFromASequenceNumber) {
-  KvEventsConfig config;
+  KvEventPublisherOptions config;
   config.enable = true;
   config.publisher = "zmq";
   config.endpoint = "inproc://kv-live";
@@ -590,7 +594,7 @@ TEST_F(KvEventPublisherTest, ReplaysBufferedBatchesFromASequenceNumber) {
 }
 
 TEST_F(KvEventPublisherTest, NullPublisherHasNoSocket) {
-  KvEventsConfig config;  // disabled
+  KvEventPublisherOptions config;  // disabled
   auto pub = KvEventPublisher::Create(context_, config, 0);
   ASSERT_TRUE(pub.ok()) << pub.status();
   EXPECT_EQ((*pub)->BoundEndpoint(), "");
@@ -603,7 +607,7 @@ TEST_F(KvEventPublisherTest, NullPublisherHasNoSocket) {
 }
 
 TEST_F(KvEventPublisherTest, RefusesEndpointsItCannotUse) {
-  KvEventsConfig config;
+  KvEventPublisherOptions config;
   config.enable = true;
   config.publisher = "zmq";
   config.endpoint = "ipc:///tmp/kv-events-test";
@@ -621,7 +625,7 @@ TEST_F(KvEventPublisherTest, RefusesEndpointsItCannotUse) {
 }
 
 TEST_F(KvEventPublisherTest, DropsWhenTheQueueIsFullInsteadOfBlocking) {
-  KvEventsConfig config;
+  KvEventPublisherOptions config;
   config.enable = true;
   config.publisher = "zmq";
   config.endpoint = "inproc://kv-drop";
@@ -636,4 +640,4 @@ TEST_F(KvEventPublisherTest, DropsWhenTheQueueIsFullInsteadOfBlocking) {
 }
 
 }  // namespace
-}  // namespace vllm::ipc
+}  // namespace vllm::kv_events
