@@ -4,8 +4,8 @@
 //
 // None of this is used outside bench/; it favours simplicity over generality (sleeps in wait
 // loops are fine here, they never sit on a measured path).
-#ifndef VLLM_BENCH_BENCH_UTIL_H_
-#define VLLM_BENCH_BENCH_UTIL_H_
+#ifndef VLLM_BENCH_COMMON_BENCH_UTIL_H_
+#define VLLM_BENCH_COMMON_BENCH_UTIL_H_
 
 #include <sys/types.h>
 
@@ -192,4 +192,4 @@ class SharedCounter {
 
 }  // namespace vllm::bench
 
-#endif  // VLLM_BENCH_BENCH_UTIL_H_
+#endif  // VLLM_BENCH_COMMON_BENCH_UTIL_H_

@@ -9,11 +9,14 @@
 //   ipc_bench shm-reader ...   (internal: a reader process of our queue)
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -80,34 +83,41 @@ json StatsJson(const std::optional<LatencyStats>& s) {
           {"samples", s->samples}};
 }
 
-int Main(const Flags& flags) {
-  std::ostringstream md;
-  json out;
-  const std::string machine = MachineLine();
-  const std::string when = absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone());
-  out["machine"] = machine;
-  out["date"] = when;
-  std::fprintf(stderr, "ipc_bench on %s\n", machine.c_str());
+// The hardware limits: cache-line ping-pong between two processes and single-thread memcpy.
+struct Limits {
+  std::optional<LatencyStats> floor;  // ping-pong round trip; empty if it failed
+  double memcpy_gbps = 0;             // 1 MiB blocks over a 10 MiB ring
+};
 
-  // --- limits -------------------------------------------------------------------------------
-  std::optional<LatencyStats> floor;
+Limits MeasureLimits(const Flags& flags, json& out) {
+  Limits limits;
   if (auto s = Try<std::vector<double>>("cache-line ping-pong", [&] {
         return CacheLinePingPong(flags.quick ? 20000 : 200000, 2000);
       })) {
-    floor = Summarize(std::move(*s));
+    limits.floor = Summarize(std::move(*s));
   }
-  const double memcpy_gbps = MemcpyBandwidthGBps(1 << 20, 10 << 20, flags.quick ? 0.2 : 1.0);
-  out["limits"] = {{"cacheline_pingpong", StatsJson(floor)}, {"memcpy_1MiB_gbps", memcpy_gbps}};
+  limits.memcpy_gbps = MemcpyBandwidthGBps(1 << 20, 10 << 20, flags.quick ? 0.2 : 1.0);
+  out["limits"] = {{"cacheline_pingpong", StatsJson(limits.floor)},
+                   {"memcpy_1MiB_gbps", limits.memcpy_gbps}};
+  return limits;
+}
 
-  // --- round trips --------------------------------------------------------------------------
+// The round trips at 64 B and 1 reader, which the targets are about.
+struct SmallRoundTrip {
+  std::optional<LatencyStats> ours, zmq, boost;
+};
+
+// Round trip writer → N readers → 64 B reply each, for every size and reader count, on every
+// transport; a table in `md`, the figures in `out`, and the 64 B, 1 reader line against `floor`.
+SmallRoundTrip RoundTrips(const Flags& flags, const std::optional<LatencyStats>& floor,
+                          const std::vector<int>& readers, std::ostringstream& md, json& out) {
   std::vector<size_t> sizes = {64, 4096, 65536, 1 << 20, 16 << 20};
-  std::vector<int> readers = {1, 2, 4};
   if (flags.quick) sizes = {64, 1 << 20};
   md << "### Round trip: writer → N readers → one 64 B reply each (µs)\n\n"
      << "| payload | readers | ours p50 | ours p99 | ZeroMQ ipc p50 | ZeroMQ p99 | Boost mq p50 | "
         "Boost p99 | ZeroMQ ÷ ours | Boost ÷ ours |\n"
      << "|---|---|---|---|---|---|---|---|---|---|\n";
-  std::optional<LatencyStats> ours_64_1, zmq_64_1, boost_64_1;
+  SmallRoundTrip small;
   for (size_t size : sizes) {
     for (int n : readers) {
       RoundTripConfig cfg{size, n, Iterations(size, flags.quick),
@@ -120,11 +130,7 @@ int Main(const Flags& flags) {
         zmq = Summarize(*s);
       if (auto s = Try<std::vector<double>>("boost", [&] { return BoostMqRoundTrip(cfg); }))
         boost = Summarize(*s);
-      if (size == 64 && n == 1) {
-        ours_64_1 = ours;
-        zmq_64_1 = zmq;
-        boost_64_1 = boost;
-      }
+      if (size == 64 && n == 1) small = {ours, zmq, boost};
       md << absl::StrFormat("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", SizeName(size),
                             n, Us(ours), Us(ours, true), Us(zmq), Us(zmq, true), Us(boost),
                             Us(boost, true), Ratio(zmq ? zmq->p50_us : 0, ours ? ours->p50_us : 0),
@@ -140,9 +146,14 @@ int Main(const Flags& flags) {
       "\nHardware floor, cache-line ping-pong between two processes: p50 %s µs, p99 %s µs; "
       "ours (64 B, 1 reader) ÷ floor = %s.\n\n",
       Us(floor), Us(floor, true),
-      Ratio(ours_64_1 ? ours_64_1->p50_us : 0, floor ? floor->p50_us : 0));
+      Ratio(small.ours ? small.ours->p50_us : 0, floor ? floor->p50_us : 0));
+  return small;
+}
 
-  // --- throughput ---------------------------------------------------------------------------
+// One-way throughput at 64 B and 1 MiB (each reader touches every byte), against the memcpy
+// limit; returns ours at 1 MiB and 1 reader in GB/s (0 if it failed).
+double Throughputs(const Flags& flags, double memcpy_gbps, const std::vector<int>& readers,
+                   std::ostringstream& md, json& out) {
   md << "### One-way throughput (each reader touches every byte)\n\n"
      << "| payload | readers | ours msg/s | ours GB/s | ZeroMQ msg/s | ZeroMQ GB/s | Boost msg/s | "
         "Boost GB/s | ours ÷ ZeroMQ | ours ÷ Boost |\n"
@@ -182,8 +193,12 @@ int Main(const Flags& flags) {
       "\nmemcpy limit (one thread, 1 MiB blocks over a 10 MiB ring): %.2f GB/s; ours at 1 MiB, 1 "
       "reader = %.0f %% of it.\n\n",
       memcpy_gbps, memcpy_gbps > 0 ? 100.0 * ours_1mib_gbps / memcpy_gbps : 0.0);
+  return ours_1mib_gbps;
+}
 
-  // --- waiting ------------------------------------------------------------------------------
+// Our waiting reader: CPU while blocked on an empty queue and while fed every 5 ms, and the
+// wake-up latency; empty if the measurement failed.
+std::optional<WakeupResult> Waiting(const Flags& flags, std::ostringstream& md, json& out) {
   const auto idle = absl::Seconds(1);
   const auto period = absl::Milliseconds(5);
   const int periodic_messages = flags.quick ? 100 : 400;
@@ -204,14 +219,20 @@ int Main(const Flags& flags) {
                      {"period_ms", 5},
                      {"wakeup", StatsJson(wake->wakeup)}};
   }
+  return wake;
+}
 
-  // --- the targets ------------------------------------------------------------------
+// The targets, each met or not, as a table in `md` and a list in `out`.
+void Targets(const SmallRoundTrip& small, double ours_1mib_gbps, double memcpy_gbps,
+             const std::optional<WakeupResult>& wake, std::ostringstream& md, json& out) {
   auto check = [&](const char* name, bool ok, const std::string& value) {
     md << absl::StrFormat("| %s | %s | %s |\n", name, value, ok ? "met" : "NOT met");
     out["targets"].push_back({{"target", name}, {"value", value}, {"met", ok}});
   };
   md << "\n### Targets\n\n| target | measured | |\n|---|---|---|\n";
-  const double o = ours_64_1 ? ours_64_1->p50_us : 0;
+  const std::optional<LatencyStats>& zmq_64_1 = small.zmq;
+  const std::optional<LatencyStats>& boost_64_1 = small.boost;
+  const double o = small.ours ? small.ours->p50_us : 0;
   check("64 B round trip, 1 reader: median ≤ 2 µs", o > 0 && o <= 2.0,
         absl::StrFormat("%.2f µs", o));
   check("… ≥ 20× lower than ZeroMQ ipc://", zmq_64_1 && o > 0 && zmq_64_1->p50_us >= 20 * o,
@@ -224,39 +245,60 @@ int Main(const Flags& flags) {
         wake ? absl::StrFormat("%.1f %%", wake->idle_cpu_percent) : "n/a");
   check("reader fed every 5 ms: < 20 % of a core", wake && wake->periodic_cpu_percent < 20,
         wake ? absl::StrFormat("%.1f %%", wake->periodic_cpu_percent) : "n/a");
+}
+
+// Replaces the IPC section of `flags.markdown` with this run's `table` (appends it, after a
+// title when the file is empty, if the section is not there).
+void WriteMarkdown(const Flags& flags, const std::string& machine, const std::string& when,
+                   const std::string& table) {
+  const std::string begin = "<!-- ipc-bench:begin -->", end = "<!-- ipc-bench:end -->";
+  std::string doc;
+  {
+    std::ifstream in(flags.markdown);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    doc = ss.str();
+  }
+  const std::string section = absl::StrCat(
+      begin, "\n## IPC: MessageQueue vs ZeroMQ, Boost.Interprocess and the hardware limits\n\n",
+      "Command: `build/release/bin/ipc_bench", flags.quick ? " --quick" : "",
+      " --markdown docs/BENCHMARKS.md`  \nMachine: ", machine, "  \nDate: ", when, "\n\n", table,
+      end);
+  const size_t b = doc.find(begin), e = doc.find(end);
+  if (b != std::string::npos && e != std::string::npos && e > b) {
+    doc.replace(b, e + end.size() - b, section);
+  } else {
+    if (doc.empty())
+      doc =
+          "# Benchmarks\n\nEvery figure below was measured in one run against a peer in the same "
+          "run.\n\n";
+    doc += section + "\n";
+  }
+  std::ofstream(flags.markdown) << doc;
+}
+
+int Main(const Flags& flags) {
+  std::ostringstream md;
+  json out;
+  const std::string machine = MachineLine();
+  const std::string when = absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::Now(), absl::UTCTimeZone());
+  out["machine"] = machine;
+  out["date"] = when;
+  std::fprintf(stderr, "ipc_bench on %s\n", machine.c_str());
+
+  const Limits limits = MeasureLimits(flags, out);
+  const std::vector<int> readers = {1, 2, 4};
+  const SmallRoundTrip small = RoundTrips(flags, limits.floor, readers, md, out);
+  const double ours_1mib_gbps = Throughputs(flags, limits.memcpy_gbps, readers, md, out);
+  const std::optional<WakeupResult> wake = Waiting(flags, md, out);
+  Targets(small, ours_1mib_gbps, limits.memcpy_gbps, wake, md, out);
 
   const std::string table = md.str();
   std::printf("IPC benchmark — %s — %s\n\n%s", machine.c_str(), when.c_str(), table.c_str());
-
   if (!flags.json_path.empty()) {
     std::ofstream(flags.json_path) << out.dump(2) << "\n";
   }
-  if (!flags.markdown.empty()) {
-    const std::string begin = "<!-- ipc-bench:begin -->", end = "<!-- ipc-bench:end -->";
-    std::string doc;
-    {
-      std::ifstream in(flags.markdown);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      doc = ss.str();
-    }
-    const std::string section = absl::StrCat(
-        begin, "\n## IPC: MessageQueue vs ZeroMQ, Boost.Interprocess and the hardware limits\n\n",
-        "Command: `build/release/bin/ipc_bench", flags.quick ? " --quick" : "",
-        " --markdown docs/BENCHMARKS.md`  \nMachine: ", machine, "  \nDate: ", when, "\n\n", table,
-        end);
-    const size_t b = doc.find(begin), e = doc.find(end);
-    if (b != std::string::npos && e != std::string::npos && e > b) {
-      doc.replace(b, e + end.size() - b, section);
-    } else {
-      if (doc.empty())
-        doc =
-            "# Benchmarks\n\nEvery figure below was measured in one run against a peer in the same "
-            "run.\n\n";
-      doc += section + "\n";
-    }
-    std::ofstream(flags.markdown) << doc;
-  }
+  if (!flags.markdown.empty()) WriteMarkdown(flags, machine, when, table);
   return 0;
 }
 

@@ -19,8 +19,8 @@
 // reader dying, fails the call) and kills its children on every error path. None is
 // thread-safe with respect to fork: call them from a process that has no other thread inside a
 // ZeroMQ or Boost.Interprocess call. Errors come back as absl::Status, never as exceptions.
-#ifndef VLLM_BENCH_IPC_PEERS_H_
-#define VLLM_BENCH_IPC_PEERS_H_
+#ifndef VLLM_BENCH_IPC_IPC_PEERS_H_
+#define VLLM_BENCH_IPC_IPC_PEERS_H_
 
 #include <cstddef>
 #include <vector>
@@ -97,4 +97,4 @@ double MemcpyBandwidthGBps(size_t block_bytes, size_t working_set_bytes, double 
 
 }  // namespace vllm::bench
 
-#endif  // VLLM_BENCH_IPC_PEERS_H_
+#endif  // VLLM_BENCH_IPC_IPC_PEERS_H_

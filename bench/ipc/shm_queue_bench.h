@@ -5,8 +5,8 @@
 //
 // Readers are this binary re-executed (`<exe> shm-reader ...`, see RunShmQueueReader): a
 // ZeroMQ context must not cross a fork, so a fresh image is the honest way to get a peer.
-#ifndef VLLM_BENCH_SHM_QUEUE_BENCH_H_
-#define VLLM_BENCH_SHM_QUEUE_BENCH_H_
+#ifndef VLLM_BENCH_IPC_SHM_QUEUE_BENCH_H_
+#define VLLM_BENCH_IPC_SHM_QUEUE_BENCH_H_
 
 #include <vector>
 
@@ -40,4 +40,4 @@ int RunShmQueueReader(int argc, char** argv);
 
 }  // namespace vllm::bench
 
-#endif  // VLLM_BENCH_SHM_QUEUE_BENCH_H_
+#endif  // VLLM_BENCH_IPC_SHM_QUEUE_BENCH_H_

@@ -1,8 +1,8 @@
 // Parts (c) and (d) of bench/kernels/cuda_decode_bench.cc: decode step time and prefill throughput
 // of a dummy-weight Llama-3-8B-shaped model on the CUDA backend, against the rooflines measured in
 // parts (a) and (b).
-#ifndef VLLM_BENCH_CUDA_DECODE_BENCH_MODEL_H_
-#define VLLM_BENCH_CUDA_DECODE_BENCH_MODEL_H_
+#ifndef VLLM_BENCH_KERNELS_CUDA_DECODE_BENCH_MODEL_H_
+#define VLLM_BENCH_KERNELS_CUDA_DECODE_BENCH_MODEL_H_
 
 #include <cuda_runtime.h>
 
@@ -52,4 +52,4 @@ int RunModelBench(double bandwidth_gbs, double gemm_peak_tflops, cudaStream_t st
 
 }  // namespace vllm::bench
 
-#endif  // VLLM_BENCH_CUDA_DECODE_BENCH_MODEL_H_
+#endif  // VLLM_BENCH_KERNELS_CUDA_DECODE_BENCH_MODEL_H_

@@ -1,7 +1,7 @@
 // Device helpers of bench/kernels/cuda_decode_bench.cc (compiled by nvcc in cuda_decode_kernels.cu
 // so the driver itself stays C++20 host code).
-#ifndef VLLM_BENCH_CUDA_DECODE_KERNELS_H_
-#define VLLM_BENCH_CUDA_DECODE_KERNELS_H_
+#ifndef VLLM_BENCH_KERNELS_CUDA_DECODE_KERNELS_H_
+#define VLLM_BENCH_KERNELS_CUDA_DECODE_KERNELS_H_
 
 #include <cuda_runtime.h>
 
@@ -20,4 +20,4 @@ cudaError_t LaunchFillBf16(void* data, int64_t n, uint32_t seed, float scale, cu
 
 }  // namespace vllm::bench
 
-#endif  // VLLM_BENCH_CUDA_DECODE_KERNELS_H_
+#endif  // VLLM_BENCH_KERNELS_CUDA_DECODE_KERNELS_H_
