@@ -14,12 +14,31 @@ namespace vllm::launcher {
 namespace {
 
 TEST(ApiServerControlTest, TheSpecCarriesWhatServeReads) {
-  auto parsed = ParseServeArgs(
-      {"--api-server-count", "3", "-dp", "2", "--host", "127.0.0.2", "--port", "0", "--api-key",
-       "k", "--max-connections", "77", "--shutdown-timeout", "3", "--served-model-name", "a", "b",
-       "--chat-template", "{{ x }}", "--max-num-seqs", "9", "--data-parallel-address",
-       "127.0.0.1", "--data-parallel-lockstep"},
-      "models/kjv-llama-tiny");
+  auto parsed = ParseServeArgs({"--api-server-count",
+                                "3",
+                                "-dp",
+                                "2",
+                                "--host",
+                                "127.0.0.2",
+                                "--port",
+                                "0",
+                                "--api-key",
+                                "k",
+                                "--max-connections",
+                                "77",
+                                "--shutdown-timeout",
+                                "3",
+                                "--served-model-name",
+                                "a",
+                                "b",
+                                "--chat-template",
+                                "{{ x }}",
+                                "--max-num-seqs",
+                                "9",
+                                "--data-parallel-address",
+                                "127.0.0.1",
+                                "--data-parallel-lockstep"},
+                               "models/kjv-llama-tiny");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const ServeArgs& args = *parsed->args;
   DpCoordinatorAddresses coordinator{"ipc:///tmp/s", "ipc:///tmp/p", "ipc:///tmp/w", ""};
