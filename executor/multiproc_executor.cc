@@ -19,6 +19,7 @@
 #include "base/status_macros.h"
 #include "config/config_codec.h"
 #include "core/codec.h"
+#include "executor/child_process.h"
 #include "ipc/ipc_address.h"
 #include "ipc/zmq_util.h"
 #include "kernels/comm/group_spec.h"
@@ -31,20 +32,9 @@
 namespace vllm::executor {
 namespace {
 
-std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
-                        strsignal(WTERMSIG(status)), ")");
-  }
-  return absl::StrCat("ended with wait status ", status);
-}
-
 absl::StatusOr<std::string> DefaultWorkerBinary() {
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return absl::InternalError("cannot read /proc/self/exe: " + ec.message());
-  return (self.parent_path() / "vllm-launch").string();
+  VLLM_ASSIGN_OR_RETURN(const std::string self, SelfExecutable());
+  return (std::filesystem::path(self).parent_path() / "vllm-launch").string();
 }
 
 absl::Span<const uint8_t> Bytes(const std::string& s) {

@@ -2,7 +2,8 @@
 // processes — start one, know when it ends, signal it, reap it — behind one interface, as
 // leveldb's Env seams the OS, so unit tests can make each of them fail
 // (tests/unit/executor/). RealProcessLauncher() is what the product uses: posix_spawn with this
-// process's environment (and one descriptor passed as fd 3), pidfd_open, kill, waitpid.
+// process's environment (and one descriptor passed as fd 3), pidfd_open, kill, waitpid — made
+// of executor/child_process.h's pieces (SpawnProcess, ReapProcess).
 //
 // Thread-safety: the real launcher is stateless and thread-safe; the executor calls Reap from
 // its monitor thread and the rest from the engine thread.

@@ -2,15 +2,15 @@
 // launch_core_engines starts on the head when data parallelism needs one): core::DpCoordinator
 // in its own process, started and supervised by the head's launcher.
 //
-// `vllm-launch dp-coordinator FLAGS` (internal): --parent-pid P --num-engines N
-// --api-servers K [--host IP] [--waves] [--cluster-key-file F]. Binds its sockets (ipc:// in
-// a private directory; or with --host, tcp://IP at free ports, CURVE with the cluster key, and
-// the reports at udp://IP:port sealed with a report key it makes), writes one line
-// "addresses <stats> <publish> <waves or -> <report key in hex or ->" on descriptor 3 (a
-// socketpair to the launcher), then runs until EOF on descriptor 3 (the launcher stops it, or is
-// gone) or its parent's death (PR_SET_PDEATHSIG); it ignores SIGTERM and SIGINT, so that a signal
-// to the whole process group leaves its end to the launcher. Exits 0 on an orderly stop, 1 on a
-// failure, 2 on bad flags.
+// `vllm-launch dp-coordinator --parent-pid P` (internal): reads its DpCoordinatorSpec (number
+// of engines and API servers, TCP host, waves, cluster key file) from descriptor 3 (a
+// socketpair to the launcher; launcher/spec/coordinator_spec.h), binds its sockets (ipc:// in
+// a private directory; or with a TCP host, tcp://IP at free ports, CURVE with the cluster key,
+// and the reports at udp://IP:port sealed with a report key it makes), writes its
+// DpCoordinatorAddresses back on descriptor 3, then runs until EOF on descriptor 3 (the
+// launcher stops it, or is gone) or its parent's death (PR_SET_PDEATHSIG); it ignores SIGTERM
+// and SIGINT, so that a signal to the whole process group leaves its end to the launcher.
+// Exits 0 on an orderly stop, 1 on a failure, 2 on bad flags or a bad spec.
 //
 // DpCoordinatorProcess is the launcher's handle on it: start, addresses, a pidfd for
 // supervision, stop. When the coordinator dies the head stops with an error naming it, as
@@ -28,6 +28,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "executor/child_process.h"
+#include "launcher/spec/coordinator_spec.h"
 
 namespace vllm::launcher {
 
@@ -35,22 +37,8 @@ inline constexpr char kDpCoordinatorSubcommand[] = "dp-coordinator";
 
 int RunDpCoordinator(const std::vector<std::string>& flags);
 
-// Where engines and API servers reach a running coordinator.
-struct DpCoordinatorAddresses {
-  // Engines' load reports: ipc:// (one node; ZMQ PUSH → PULL) or udp:// (several nodes: sealed
-  // datagrams, core::SealReportDatagram with report_key).
-  std::string stats;
-  std::string publish;     // publications to the API servers (XPUB → SUB)
-  std::string waves;       // lockstep waves to the engines (XPUB → SUB); empty: no lockstep
-  std::string report_key;  // udp:// stats: core::kReportKeyBytes bytes; else empty
-};
-
 struct DpCoordinatorProcessOptions {
-  int32_t num_engines = 2;
-  int32_t api_servers = 1;  // subscribers to wait for before unlinking ipc:// files
-  std::string tcp_host;     // an IP: TCP at free ports there (several nodes); empty: ipc://
-  bool waves = false;       // --data-parallel-lockstep
-  std::string cluster_key_file;
+  DpCoordinatorSpec spec;
   absl::Duration start_timeout = absl::Seconds(30);
 };
 
@@ -64,20 +52,22 @@ class DpCoordinatorProcess {
   ~DpCoordinatorProcess();  // Stop(4 s)
 
   const DpCoordinatorAddresses& addresses() const { return addresses_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_->pid(); }
   // Readable once the process has exited.
-  int exit_fd() const { return exit_fd_; }
+  int exit_fd() const { return process_->exit_fd(); }
   // OK while it runs; Unavailable naming it and how it ended, once it has (and was reaped).
-  absl::Status Check();
+  absl::Status Check() { return process_->Check(); }
   // EOF on its control socket, then SIGKILL after `grace`. Idempotent.
   void Stop(absl::Duration grace);
 
  private:
-  DpCoordinatorProcess() = default;
-  pid_t pid_ = -1;
-  int exit_fd_ = -1, control_fd_ = -1;
-  bool exited_ = false;
-  absl::Status exit_;
+  explicit DpCoordinatorProcess(std::unique_ptr<executor::ChildProcess> process, int control_fd)
+      : process_(std::move(process)), control_fd_(control_fd) {}
+  // Reads its one start-up line ("addresses ...") into addresses_.
+  absl::Status ReadAddresses(absl::Duration timeout);
+
+  std::unique_ptr<executor::ChildProcess> process_;
+  int control_fd_ = -1;
   DpCoordinatorAddresses addresses_;
 };
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
+#include "config/kv_events_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
 #include "worker/worker.h"
@@ -101,24 +102,29 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
   return static_cast<int64_t>(value * scale);
 }
 
-absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& argv,
-                                               const std::string& default_model) {
-  ServeArgs a;
-  config::EngineArgs& e = a.engine;
+namespace {
+
+// What the flags are parsed into that is neither a ServeArgs nor an EngineArgs field as is
+// (converted, checked against other flags, or only counted).
+struct FlagValues {
   std::string model, positional_model, load_format = "auto", kv_cache_memory = "4GiB";
   std::string scheduling_policy = "fcfs", backend;
+  std::string dtype = "auto", device = "auto";
   bool enable_prefix_caching = true, enable_chunked_prefill = true;
   int64_t seed = 0;
-  int32_t dp_local = 1, dp_start_rank = 0, dp_rpc_port = 13345;
+  int32_t dp_local = 1, dp_start_rank = 0, dp_rpc_port = 13345, dp_rank = 0;
+  int32_t api_server_count = 1;
+  bool dp_hybrid_lb = false, dp_external_lb = false;
   std::string dp_address = "127.0.0.1";
-  std::string api_key, chat_template, kv_events_config;
+  std::string api_key, chat_template, kv_events_config, cluster_key_file;
   int32_t num_gpu_blocks_override = 0;
+};
 
-  CLI::App app("Start the vLLM-compatible OpenAI API server (vllm-launch).", "vllm-launch");
-  app.set_version_flag("--version", std::string("vllm-launch 0.1.0"));
-  app.add_option("model_tag", positional_model, "The model to serve (same as --model).");
-  // ModelConfig
-  app.add_option("--model", model,
+// ModelConfig and LoadConfig.
+void AddModelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
+  config::EngineArgs& e = a.engine;
+  app.add_option("model_tag", f.positional_model, "The model to serve (same as --model).");
+  app.add_option("--model", f.model,
                  "Name or path of the Hugging Face model to use. Default: the bundled "
                  "models/kjv-llama-tiny.")
       ->group("ModelConfig");
@@ -130,7 +136,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "config.")
       ->check(CLI::Range(1, 1 << 24))
       ->group("ModelConfig");
-  app.add_option("--dtype", a.dtype,
+  app.add_option("--dtype", f.dtype,
                  "Data type for model weights and activations (CUDA; the CPU backend computes "
                  "in float32). \"auto\" will use FP16 precision for FP32 and FP16 models, and "
                  "BF16 precision for BF16 models; \"half\" / \"float16\" for FP16; "
@@ -138,58 +144,59 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "\"float32\" for FP32 precision.")
       ->check(CLI::IsMember({"auto", "float32", "float", "bfloat16", "float16", "half"}))
       ->group("ModelConfig");
-  app.add_option("--seed", seed, "Random seed for requests without one.")
+  app.add_option("--seed", f.seed, "Random seed for requests without one.")
       ->check(CLI::NonNegativeNumber)
       ->group("ModelConfig");
-  app.add_flag("--enforce-eager", a.enforce_eager,
+  app.add_flag("--enforce-eager", e.enforce_eager,
                "Always execute the model in eager mode: no CUDA graphs. Default: CUDA graphs "
                "for decode steps and eager execution for the rest.")
       ->group("ModelConfig");
-  // LoadConfig
-  app.add_option("--load-format", load_format,
+  app.add_option("--load-format", f.load_format,
                  "The format of the model weights to load: auto, safetensors, or dummy (random "
                  "weights, for profiling).")
       ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
       ->group("LoadConfig");
-  // ParallelConfig
+}
+
+// ParallelConfig: tensor, pipeline and data parallelism, the nodes, the executor backend.
+void AddParallelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
+  config::EngineArgs& e = a.engine;
   app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
                  "Number of tensor-parallel groups (alias -tp).")
       ->check(CLI::Range(1, 64))
       ->group("ParallelConfig");
-  app.add_option("--pipeline-parallel-size", a.pipeline_parallel_size,
+  app.add_option("--pipeline-parallel-size", e.pipeline_parallel_size,
                  "Number of pipeline-parallel groups (alias -pp).")
       ->check(CLI::Range(1, 64))
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-size", a.data_parallel_size,
+  app.add_option("--data-parallel-size", e.data_parallel_size,
                  "Number of data-parallel replicas (alias -dp).")
       ->check(CLI::Range(1, 1024))
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-size-local", dp_local,
+  app.add_option("--data-parallel-size-local", f.dp_local,
                  "Number of data-parallel replicas on this node (alias -dpl).")
       ->check(CLI::Range(0, 1024))
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-start-rank", dp_start_rank,
+  app.add_option("--data-parallel-start-rank", f.dp_start_rank,
                  "The first data-parallel rank on this node (with --headless; alias -dpr).")
       ->check(CLI::Range(0, 1024))
       ->group("ParallelConfig");
-  int32_t dp_rank = 0, api_server_count = 1;
-  bool dp_hybrid_lb = false, dp_external_lb = false;
-  app.add_option("--data-parallel-rank", dp_rank,
+  app.add_option("--data-parallel-rank", f.dp_rank,
                  "Data-parallel rank of this instance; set, it enables external load balancing "
                  "(alias -dpn).")
       ->check(CLI::Range(0, 1023))
       ->group("ParallelConfig");
-  app.add_flag("--data-parallel-hybrid-lb", dp_hybrid_lb,
+  app.add_flag("--data-parallel-hybrid-lb", f.dp_hybrid_lb,
                "Each node's API server balances over its local engines only (alias -dph).")
       ->group("ParallelConfig");
-  app.add_flag("--data-parallel-external-lb", dp_external_lb,
+  app.add_flag("--data-parallel-external-lb", f.dp_external_lb,
                "An external load balancer spreads requests over one API server per rank (alias "
                "-dpe).")
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-address", dp_address,
+  app.add_option("--data-parallel-address", f.dp_address,
                  "Address of the data-parallel head node (alias -dpa).")
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-rpc-port", dp_rpc_port,
+  app.add_option("--data-parallel-rpc-port", f.dp_rpc_port,
                  "RPC port of the data-parallel head (alias -dpp).")
       ->check(CLI::Range(1, 65535))
       ->group("ParallelConfig");
@@ -210,38 +217,45 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                "is a flag, off by default. Give it on the head; needs --data-parallel-size > 1 "
                "with internal load balancing. Not in vLLM.")
       ->group("ParallelConfig");
-  std::string cluster_key_file;
-  app.add_option("--cluster-key-file", cluster_key_file,
+  app.add_option("--cluster-key-file", f.cluster_key_file,
                  "A CURVE key file (mode 0600) every node of the cluster has: the data-parallel "
                  "TCP sockets then admit only peers holding it, and are encrypted. Not in vLLM.")
       ->group("ParallelConfig");
-  app.add_option("--distributed-executor-backend", backend,
+  app.add_option("--distributed-executor-backend", f.backend,
                  "Backend for the workers: uni (in-process) or mp (worker processes). Default: "
                  "uni for one worker, mp otherwise.")
       ->check(CLI::IsMember({"uni", "mp"}))
       ->group("ParallelConfig");
-  // CacheConfig
+}
+
+// CacheConfig.
+void AddCacheFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
+  config::EngineArgs& e = a.engine;
   app.add_option("--block-size", e.block_size, "Token block size of the paged KV cache.")
       ->check(CLI::IsMember({1, 8, 16, 32, 64, 128}))
       ->group("CacheConfig");
-  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
                "Enable (default) or disable automatic prefix caching.")
       ->group("CacheConfig");
-  app.add_option("--kv-cache-memory", kv_cache_memory,
+  app.add_option("--kv-cache-memory", f.kv_cache_memory,
                  "KV-cache memory per worker on the CPU (like VLLM_CPU_KVCACHE_SPACE): 4GiB, "
                  "512MiB, or bytes.")
       ->group("CacheConfig");
-  app.add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+  app.add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
                  "The fraction of GPU memory to be used for the model executor (weights, "
                  "activations and KV cache), from 0 to 1; e.g. 0.5 means 50% GPU memory "
                  "utilization. A per-instance limit (CUDA only). Default: 0.9.")
       ->check(CLI::Range(0.0, 1.0))
       ->group("CacheConfig");
-  app.add_option("--num-gpu-blocks-override", num_gpu_blocks_override,
+  app.add_option("--num-gpu-blocks-override", f.num_gpu_blocks_override,
                  "Use this many KV-cache blocks instead of the memory budget.")
       ->check(CLI::Range(1, 1 << 30))
       ->group("CacheConfig");
-  // SchedulerConfig
+}
+
+// SchedulerConfig, the KV-cache events (VllmConfig) and DeviceConfig.
+void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
+  config::EngineArgs& e = a.engine;
   app.add_option("--max-num-seqs", e.max_num_seqs, "Maximum number of sequences per iteration.")
       ->check(CLI::Range(1, 1 << 20))
       ->group("SchedulerConfig");
@@ -253,28 +267,30 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "Largest prefill chunk of one request (0: no limit).")
       ->check(CLI::Range(0, 1 << 24))
       ->group("SchedulerConfig");
-  app.add_option("--kv-events-config", kv_events_config,
+  app.add_option("--kv-events-config", f.kv_events_config,
                  "KV-cache events as JSON (vLLM's KVEventsConfig), e.g. "
                  "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://*:5557\"}': each "
                  "engine core publishes its block stores and removals on ZMQ PUB (port + its "
                  "data-parallel rank).")
       ->group("VllmConfig");
-  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", enable_chunked_prefill,
+  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f.enable_chunked_prefill,
                "Split long prompts across steps (default on).")
       ->group("SchedulerConfig");
-  app.add_option("--scheduling-policy", scheduling_policy, "fcfs or priority.")
+  app.add_option("--scheduling-policy", f.scheduling_policy, "fcfs or priority.")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->group("SchedulerConfig");
-  // DeviceConfig
-  app.add_option("--device", a.device, "Device: auto (cuda when a GPU is visible), cpu, cuda.")
+  app.add_option("--device", f.device, "Device: auto (cuda when a GPU is visible), cpu, cuda.")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->group("DeviceConfig");
-  // Frontend
+}
+
+// The OpenAI server's flags (vLLM's cli_args.py).
+void AddFrontendFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--host", a.host, "Host name to listen on.")->group("Frontend");
   app.add_option("--port", a.port, "Port to listen on.")
       ->check(CLI::Range(0, 65535))
       ->group("Frontend");
-  app.add_option("--api-key", api_key, "If set, the server requires this key in the header.")
+  app.add_option("--api-key", f.api_key, "If set, the server requires this key in the header.")
       ->group("Frontend");
   app.add_option("--max-connections", a.max_connections,
                  "Client connections served at once; past it the longest-idle connection is "
@@ -288,86 +304,79 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
                  "Ctrl-C (SIGINT) aborts at once. Default: 25.")
       ->check(CLI::Range(0.0, 86400.0))
       ->group("Frontend");
-  app.add_option("--api-server-count", api_server_count,
+  app.add_option("--api-server-count", f.api_server_count,
                  "Number of API server processes sharing the port (alias -asc). Default: 1.")
       ->check(CLI::Range(1, 64))
       ->group("Frontend");
-  app.add_option("--chat-template", chat_template,
+  app.add_option("--chat-template", f.chat_template,
                  "The chat template (a file or the template itself). Default: the model's.")
       ->group("Frontend");
+}
 
-  std::vector<std::string> args = ExpandAliases(argv);
-  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
-  ParsedServeArgs parsed;
-  try {
-    app.parse(args);
-  } catch (const CLI::CallForHelp&) {
-    parsed.text = app.help();
-    return parsed;
-  } catch (const CLI::CallForVersion&) {
-    parsed.text = "vllm-launch 0.1.0\n";
-    return parsed;
-  } catch (const CLI::ParseError& err) {
-    return absl::InvalidArgumentError(err.what());
+// The model, cache, scheduler and frontend values that need converting.
+absl::Status ApplyModelAndCacheFlags(const FlagValues& f, const std::string& default_model,
+                                     ServeArgs& a) {
+  config::EngineArgs& e = a.engine;
+  if (!f.positional_model.empty() && !f.model.empty() && f.positional_model != f.model) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model is given twice: '", f.positional_model, "' and --model '", f.model, "'"));
   }
-
-  if (!positional_model.empty() && !model.empty() && positional_model != model) {
-    return absl::InvalidArgumentError(absl::StrCat("the model is given twice: '", positional_model,
-                                                   "' and --model '", model, "'"));
-  }
-  e.model = !model.empty() ? model : !positional_model.empty() ? positional_model : default_model;
+  e.model = !f.model.empty()              ? f.model
+            : !f.positional_model.empty() ? f.positional_model
+                                          : default_model;
   if (a.served_model_names.empty()) {
     // As vLLM: the --model argument as given; the bundled default answers to its short name.
-    const bool is_default = model.empty() && positional_model.empty();
+    const bool is_default = f.model.empty() && f.positional_model.empty();
     a.served_model_names.push_back(is_default ? e.model.filename().string() : e.model.string());
   }
-  auto format = worker::ParseLoadFormat(load_format);
-  if (!format.ok()) return format.status();
-  e.load_format = *format;
-  auto bytes = ParseByteSize(kv_cache_memory);
-  if (!bytes.ok()) return bytes.status();
-  e.kv_cache_memory_bytes = *bytes;
-  e.seed = static_cast<uint64_t>(seed);
-  if (num_gpu_blocks_override > 0) e.num_gpu_blocks_override = num_gpu_blocks_override;
-  if (!api_key.empty()) a.api_key = api_key;
-  if (!chat_template.empty()) a.chat_template = chat_template;
-  e.enable_prefix_caching = enable_prefix_caching;
-  e.enable_chunked_prefill = enable_chunked_prefill;
-  if (app.count("--kv-events-config") > 0) {
-    VLLM_ASSIGN_OR_RETURN(e.kv_events, config::ParseKvEventsConfig(kv_events_config));
-    const config::KvEventsConfig& k = e.kv_events;
-    if (k.enable && k.publisher == "zmq" && a.data_parallel_size > 1) {
-      // Each replica offsets the port by its rank (vLLM does the same, and fails at start-up
-      // on anything else); refuse it before anything starts.
-      for (const std::string* ep :
-           {&k.endpoint, k.replay_endpoint ? &*k.replay_endpoint : nullptr}) {
-        if (ep != nullptr && kv_events::OffsetEndpointForRank(*ep, 1) == *ep) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "--kv-events-config: endpoint '", *ep, "' cannot be offset per data-parallel rank (",
-              "--data-parallel-size ", a.data_parallel_size,
-              "): use tcp://host:port (rank r takes port + r) or inproc://name"));
-        }
-      }
+  VLLM_ASSIGN_OR_RETURN(e.load_format, worker::ParseLoadFormat(f.load_format));
+  VLLM_ASSIGN_OR_RETURN(e.kv_cache_memory_bytes, ParseByteSize(f.kv_cache_memory));
+  e.seed = static_cast<uint64_t>(f.seed);
+  if (f.num_gpu_blocks_override > 0) e.num_gpu_blocks_override = f.num_gpu_blocks_override;
+  if (!f.api_key.empty()) a.api_key = f.api_key;
+  if (!f.chat_template.empty()) a.chat_template = f.chat_template;
+  e.enable_prefix_caching = f.enable_prefix_caching;
+  e.enable_chunked_prefill = f.enable_chunked_prefill;
+  VLLM_ASSIGN_OR_RETURN(e.scheduling_policy, config::ParseSchedulingPolicy(f.scheduling_policy));
+  if (!f.backend.empty()) {
+    VLLM_ASSIGN_OR_RETURN(e.distributed_executor_backend, config::ParseExecutorBackend(f.backend));
+  }
+  return absl::OkStatus();
+}
+
+// --kv-events-config, strictly (an unknown key or a wrong type names the key and the flag).
+absl::Status ApplyKvEventsConfig(const std::string& json, config::EngineArgs& e) {
+  VLLM_ASSIGN_OR_RETURN(e.kv_events, config::ParseKvEventsConfig(json));
+  const config::KvEventsConfig& k = e.kv_events;
+  if (!k.enable || k.publisher != "zmq" || e.data_parallel_size <= 1) return absl::OkStatus();
+  // Each replica offsets the port by its rank (vLLM does the same, and fails at start-up on
+  // anything else); refuse it before anything starts.
+  for (const std::string* ep : {&k.endpoint, k.replay_endpoint ? &*k.replay_endpoint : nullptr}) {
+    if (ep != nullptr && kv_events::OffsetEndpointForRank(*ep, 1) == *ep) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv-events-config: endpoint '", *ep, "' cannot be offset per data-parallel rank (",
+          "--data-parallel-size ", e.data_parallel_size,
+          "): use tcp://host:port (rank r takes port + r) or inproc://name"));
     }
   }
-  VLLM_ASSIGN_OR_RETURN(e.scheduling_policy, config::ParseSchedulingPolicy(scheduling_policy));
-  if (!backend.empty()) {
-    VLLM_ASSIGN_OR_RETURN(e.distributed_executor_backend, config::ParseExecutorBackend(backend));
-  }
-  e.pipeline_parallel_size = a.pipeline_parallel_size;
-  e.data_parallel_size = a.data_parallel_size;
+  return absl::OkStatus();
+}
+
+// Load balancing across nodes, as vLLM 0.33 infers it (EngineArgs.create_engine_config):
+// --data-parallel-rank N: external (this instance serves rank N alone, with its own API
+// server; a load balancer outside spreads requests over the ranks' servers); -dpl with a start
+// rank > 0 on a node that is not --headless, or --data-parallel-hybrid-lb: hybrid (each
+// node's API server balances over its own -dpl replicas only; with -dpl 1 that is external).
+// Either way no engine talks to another node (no request waves: dense models). Sets
+// a.dp_load_balancing and this node's replicas (f.dp_local, f.dp_start_rank).
+absl::Status InferDpLoadBalancing(const CLI::App& app, FlagValues& f, ServeArgs& a) {
+  const int32_t dp_size = a.engine.data_parallel_size;
   // As vLLM: without -dpl, every replica runs on this node (a headless node's count must be
   // given).
   const bool dpl_given = app.count("--data-parallel-size-local") > 0;
-  if (!dpl_given) dp_local = a.data_parallel_size;
-  // Load balancing across nodes, as vLLM 0.33 infers it (EngineArgs.create_engine_config):
-  // --data-parallel-rank N: external (this instance serves rank N alone, with its own API
-  // server; a load balancer outside spreads requests over the ranks' servers); -dpl with a
-  // start rank > 0 on a node that is not --headless, or --data-parallel-hybrid-lb: hybrid
-  // (each node's API server balances over its own -dpl replicas only; with -dpl 1 that is
-  // external). Either way no engine talks to another node (no request waves: dense models).
+  if (!dpl_given) f.dp_local = dp_size;
   const bool dpn_given = app.count("--data-parallel-rank") > 0;
-  if (dp_external_lb && !dpn_given) {
+  if (f.dp_external_lb && !dpn_given) {
     return absl::InvalidArgumentError(
         "--data-parallel-external-lb: needs --data-parallel-rank, the rank this instance serves");
   }
@@ -379,55 +388,57 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
           "--data-parallel-rank: an instance of external load balancing runs its API server; "
           "not with --headless");
     }
-    if (dpl_given && dp_local != 1) {
+    if (dpl_given && f.dp_local != 1) {
       return absl::InvalidArgumentError(
           "--data-parallel-size-local: must be 1 with --data-parallel-rank (one replica per "
           "instance)");
     }
-    if (dp_rank >= a.data_parallel_size) {
-      return absl::InvalidArgumentError(absl::StrCat("--data-parallel-rank ", dp_rank,
-                                                     ": not below --data-parallel-size ",
-                                                     a.data_parallel_size));
+    if (f.dp_rank >= dp_size) {
+      return absl::InvalidArgumentError(absl::StrCat("--data-parallel-rank ", f.dp_rank,
+                                                     ": not below --data-parallel-size ", dp_size));
     }
-    dp_local = 1;
-    dp_start_rank = dp_rank;
-  } else if (dp_hybrid_lb && a.headless) {
+    f.dp_local = 1;
+    f.dp_start_rank = f.dp_rank;
+  } else if (f.dp_hybrid_lb && a.headless) {
     return absl::InvalidArgumentError(
         "--data-parallel-hybrid-lb: every node runs its own API server; not with --headless");
-  } else if (dp_hybrid_lb && !dpl_given) {
+  } else if (f.dp_hybrid_lb && !dpl_given) {
     return absl::InvalidArgumentError(
         "--data-parallel-hybrid-lb: needs --data-parallel-size-local, this node's replicas");
   } else if (dpl_given) {
-    hybrid = dp_hybrid_lb || (dp_start_rank > 0 && !a.headless);
-    if (hybrid && dp_local == 1) {
+    hybrid = f.dp_hybrid_lb || (f.dp_start_rank > 0 && !a.headless);
+    if (hybrid && f.dp_local == 1) {
       external = true;
       hybrid = false;
     }
-    if (dp_local == a.data_parallel_size) hybrid = false;
+    if (f.dp_local == dp_size) hybrid = false;
   }
   a.dp_load_balancing = external ? DpLoadBalancing::kExternal
                         : hybrid ? DpLoadBalancing::kHybrid
                                  : DpLoadBalancing::kInternal;
-  e.data_parallel_size_local = dp_local;
-  e.data_parallel_start_rank = dp_start_rank;
-  e.data_parallel_address = dp_address;
-  e.data_parallel_rpc_port = dp_rpc_port;
+  return absl::OkStatus();
+}
+
+// This node's place in the data-parallel group: multi_node (TCP between the engines and the
+// head) and the flags that only make sense with it, --headless, lockstep.
+absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, ServeArgs& a) {
+  const int32_t dp_size = a.engine.data_parallel_size;
   const bool local_lb = a.dp_load_balancing != DpLoadBalancing::kInternal;
   // TCP between the engines and the head: replicas on other nodes, or an address given (so
   // that engines can join again on one node too, --restart-dead-engines). With external or
   // hybrid balancing every engine is on its API server's node.
-  a.multi_node = !local_lb && (a.headless || dp_local != a.data_parallel_size ||
-                               app.count("--data-parallel-address") > 0);
+  a.multi_node = !local_lb &&
+                 (a.headless || f.dp_local != dp_size || app.count("--data-parallel-address") > 0);
   if (a.headless) {
-    if (dp_local < 1) {
+    if (f.dp_local < 1) {
       return absl::InvalidArgumentError(
           "--headless needs --data-parallel-size-local: how many replicas run on this node");
     }
-    if (app.count("--data-parallel-start-rank") == 0 && dp_local != a.data_parallel_size) {
+    if (app.count("--data-parallel-start-rank") == 0 && f.dp_local != dp_size) {
       return absl::InvalidArgumentError(
           "--headless needs --data-parallel-start-rank: the first replica rank of this node");
     }
-  } else if (dp_start_rank != 0 && !local_lb) {
+  } else if (f.dp_start_rank != 0 && !local_lb) {
     return absl::InvalidArgumentError(
         "--data-parallel-start-rank: the head node (without --headless) runs ranks from 0");
   }
@@ -446,7 +457,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
     }
   }
   if (a.data_parallel_lockstep) {
-    if (a.data_parallel_size < 2 || local_lb) {
+    if (dp_size < 2 || local_lb) {
       return absl::InvalidArgumentError(
           "--data-parallel-lockstep: needs --data-parallel-size > 1 with one head balancing "
           "every replica (not hybrid or external load balancing)");
@@ -456,43 +467,91 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
           "--data-parallel-lockstep: give it on the head (its CONFIG tells every engine)");
     }
   }
-  a.api_server_count = api_server_count;
-  if (api_server_count > 1) {
+  return absl::OkStatus();
+}
+
+// --api-server-count and --cluster-key-file.
+absl::Status CheckFrontendFlags(const FlagValues& f, ServeArgs& a) {
+  a.api_server_count = f.api_server_count;
+  if (f.api_server_count > 1) {
     if (a.headless) {
       return absl::InvalidArgumentError(
           "--api-server-count: a --headless node runs no API server (give it on the head)");
     }
     // Over TCP, API server i takes the handshake port -dpp + i.
-    if (a.multi_node && dp_rpc_port + api_server_count - 1 > 65535) {
+    if (a.multi_node && f.dp_rpc_port + f.api_server_count - 1 > 65535) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--api-server-count ", api_server_count,
+          absl::StrCat("--api-server-count ", f.api_server_count,
                        ": API server i listens for engines at "
                        "--data-parallel-rpc-port + i, past 65535 from ",
-                       dp_rpc_port));
+                       f.dp_rpc_port));
     }
   }
-  if (!cluster_key_file.empty()) {
+  if (!f.cluster_key_file.empty()) {
     // Read now, so a bad file fails before anything starts (errors never echo the key).
-    if (auto keys = ipc::LoadCurveKeyFile(cluster_key_file); !keys.ok()) {
+    if (auto keys = ipc::LoadCurveKeyFile(f.cluster_key_file); !keys.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--cluster-key-file: ", keys.status().message()));
     }
-    a.cluster_key_file = cluster_key_file;
+    a.cluster_key_file = f.cluster_key_file;
   }
+  return absl::OkStatus();
+}
+
+// What the flags say, checked against each other, into a.engine and a.config.
+absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& default_model,
+                        ServeArgs& a) {
+  config::EngineArgs& e = a.engine;
+  VLLM_RETURN_IF_ERROR(ApplyModelAndCacheFlags(f, default_model, a));
+  if (app.count("--kv-events-config") > 0) {
+    VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, e));
+  }
+  VLLM_RETURN_IF_ERROR(InferDpLoadBalancing(app, f, a));
+  e.data_parallel_size_local = f.dp_local;
+  e.data_parallel_start_rank = f.dp_start_rank;
+  e.data_parallel_address = f.dp_address;
+  e.data_parallel_rpc_port = f.dp_rpc_port;
+  VLLM_RETURN_IF_ERROR(CheckDataParallelFlags(app, f, a));
+  VLLM_RETURN_IF_ERROR(CheckFrontendFlags(f, a));
   // auto is cuda when a GPU is visible; cuda without one is an error naming the flag.
-  auto device = worker::ParseDevice(a.device);
-  if (!device.ok()) return device.status();
-  auto resolved = worker::ResolveDevice(*device);
-  if (!resolved.ok()) return resolved.status();
-  e.device = *resolved;
-  auto dtype = worker::ParseModelDType(a.dtype);
-  if (!dtype.ok()) return dtype.status();
-  e.dtype = *dtype;
-  e.gpu_memory_utilization = a.gpu_memory_utilization;
-  e.enforce_eager = a.enforce_eager;
+  VLLM_ASSIGN_OR_RETURN(const config::Device device, worker::ParseDevice(f.device));
+  VLLM_ASSIGN_OR_RETURN(e.device, worker::ResolveDevice(device));
+  VLLM_ASSIGN_OR_RETURN(e.dtype, worker::ParseModelDType(f.dtype));
   // The one VllmConfig every process of the engine receives; its Validate() refuses the rest
   // (--pipeline-parallel-size above 1, --gpu-memory-utilization 0, ...).
   VLLM_ASSIGN_OR_RETURN(a.config, e.CreateEngineConfig());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& argv,
+                                               const std::string& default_model) {
+  ServeArgs a;
+  FlagValues f;
+  CLI::App app("Start the vLLM-compatible OpenAI API server (vllm-launch).", "vllm-launch");
+  app.set_version_flag("--version", std::string("vllm-launch 0.1.0"));
+  AddModelFlags(app, f, a);
+  AddParallelFlags(app, f, a);
+  AddCacheFlags(app, f, a);
+  AddSchedulerAndDeviceFlags(app, f, a);
+  AddFrontendFlags(app, f, a);
+
+  std::vector<std::string> args = ExpandAliases(argv);
+  std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
+  ParsedServeArgs parsed;
+  try {
+    app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    parsed.text = app.help();
+    return parsed;
+  } catch (const CLI::CallForVersion&) {
+    parsed.text = "vllm-launch 0.1.0\n";
+    return parsed;
+  } catch (const CLI::ParseError& err) {
+    return absl::InvalidArgumentError(err.what());
+  }
+  VLLM_RETURN_IF_ERROR(ApplyFlags(app, f, default_model, a));
   a.argv = argv;
   parsed.args = std::move(a);
   return parsed;

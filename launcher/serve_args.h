@@ -16,19 +16,15 @@
 #include "absl/time/time.h"
 #include "config/engine_args.h"
 #include "config/vllm_config.h"
+#include "launcher/spec/api_server_spec.h"  // DpLoadBalancing
 
 namespace vllm::launcher {
 
-// Who spreads requests over the data-parallel replicas (vLLM 0.33's three modes).
-enum class DpLoadBalancing {
-  kInternal,  // the head's API server(s) balance over every replica, on any node
-  kHybrid,    // each node's API server balances over its own -dpl replicas
-  kExternal,  // one replica (--data-parallel-rank) per instance; a balancer outside spreads
-};
-
 struct ServeArgs {
   // The engine's flags as parsed (vLLM's EngineArgs) and the VllmConfig made from them once
-  // (CreateEngineConfig): what the engine-core process receives.
+  // (CreateEngineConfig): what the engine-core process receives. The engine's settings (model,
+  // dtype, device, parallel sizes, cache, scheduler) live there only; the fields below are the
+  // server's own.
   config::EngineArgs engine;
   config::VllmConfig config;
   std::string host = "127.0.0.1";
@@ -42,17 +38,11 @@ struct ServeArgs {
   // Names the model answers to (--served-model-name); default: the --model argument, or
   // "kjv-llama-tiny" for the bundled default.
   std::vector<std::string> served_model_names;
-  std::string dtype = "auto";   // auto | float32 | bfloat16 | float16 (the CPU computes in float32)
-  std::string device = "auto";  // auto | cpu | cuda
-  double gpu_memory_utilization = 0.9;
-  bool enforce_eager = false;
   std::optional<std::string> chat_template;  // a file or the template itself
-  // Data parallelism: replicas of the engine (each with its own tensor-parallel group). The
-  // head node runs the API server and replicas 0 .. -dpl - 1; --headless nodes run engines
-  // only, which join the head over TCP (multi_node: the engines talk TCP — some replica is on
-  // another node, or --data-parallel-address was given).
-  int32_t data_parallel_size = 1;
-  int32_t pipeline_parallel_size = 1;
+  // Data parallelism (sizes and ranks: config.parallel): replicas of the engine (each with its
+  // own tensor-parallel group). The head node runs the API server and replicas 0 .. -dpl - 1;
+  // --headless nodes run engines only, which join the head over TCP (multi_node: the engines
+  // talk TCP — some replica is on another node, or --data-parallel-address was given).
   bool headless = false;
   bool multi_node = false;
   // kHybrid / kExternal: this instance serves replicas -dpr .. -dpr + -dpl - 1 on this node

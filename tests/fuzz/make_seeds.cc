@@ -1,6 +1,7 @@
 // Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
 // into <out>/engine_protocol/, <out>/worker_protocol/, <out>/vllm_config/,
-// <out>/engine_handshake/, <out>/dp_coordinator/ and <out>/kv_events/ (normally tests/fuzz/corpus).
+// <out>/engine_handshake/, <out>/dp_coordinator/, <out>/kv_events/, <out>/api_server_spec/ and
+// <out>/dp_coordinator_spec/ (normally tests/fuzz/corpus).
 // Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
 //   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
 // Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
@@ -17,6 +18,8 @@
 #include "core/engine_handshake.h"
 #include "ipc/handle.h"
 #include "kv_events/kv_events.h"
+#include "launcher/spec/api_server_spec.h"
+#include "launcher/spec/coordinator_spec.h"
 #include "worker/worker_protocol.h"
 
 namespace vllm::fuzz {
@@ -286,6 +289,47 @@ void HandshakeSeeds(const fs::path& dir) {
   Write(dir, "heartbeat", core::EncodeHeartbeat(3));
 }
 
+void ApiServerSpecSeeds(const fs::path& dir) {
+  launcher::ApiServerSpec s;
+  s.index = 1;
+  s.count = 2;
+  s.config.model.model = "models/kjv-llama-tiny";
+  s.frontend.served_model_names = {"kjv-llama-tiny"};
+  Write(dir, "spec", launcher::EncodeApiServerSpec(s).value());
+  s.config.parallel.data_parallel_size = 4;
+  s.config.parallel.data_parallel_size_local = 2;
+  s.frontend.host = "::";
+  s.frontend.port = 8000;
+  s.frontend.api_key = "key";
+  s.frontend.max_connections = 1000;
+  s.frontend.shutdown_timeout_s = 2.5;
+  s.frontend.served_model_names = {"a", "b"};
+  s.frontend.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
+  s.frontend.multi_node = true;
+  s.frontend.dp_load_balancing = launcher::DpLoadBalancing::kHybrid;
+  s.frontend.cluster_key_file = "/etc/vllm/cluster.key";
+  s.coordinator = {"udp://10.0.0.1:41002", "tcp://10.0.0.1:41001", "tcp://10.0.0.1:41003",
+                   std::string(core::kReportKeyBytes, 'k')};
+  Write(dir, "spec_full", launcher::EncodeApiServerSpec(s).value());
+  using Kind = launcher::ApiServerMessage::Kind;
+  Write(dir, "handshake", launcher::EncodeApiServerMessage({Kind::kHandshake, "ipc:///tmp/h", 0}));
+  Write(dir, "ready", launcher::EncodeApiServerMessage({Kind::kReady, "", 8000}));
+  Write(dir, "engine_dead",
+        launcher::EncodeApiServerMessage({Kind::kEngineDead, "killed by signal 9", 3}));
+}
+
+void CoordinatorSpecSeeds(const fs::path& dir) {
+  Write(dir, "spec", launcher::EncodeDpCoordinatorSpec({2, 1, "", false, ""}));
+  Write(dir, "spec_tcp",
+        launcher::EncodeDpCoordinatorSpec({64, 4, "10.0.0.1", true, "/etc/vllm/cluster.key"}));
+  Write(dir, "addresses",
+        launcher::EncodeDpCoordinatorAddresses({"ipc:///tmp/s", "ipc:///tmp/p", "", ""}));
+  Write(dir, "addresses_udp",
+        launcher::EncodeDpCoordinatorAddresses({"udp://10.0.0.1:41002", "tcp://10.0.0.1:41001",
+                                                "tcp://10.0.0.1:41003",
+                                                std::string(core::kReportKeyBytes, 'k')}));
+}
+
 }  // namespace
 }  // namespace vllm::fuzz
 
@@ -301,5 +345,7 @@ int main(int argc, char** argv) {
   vllm::fuzz::HandshakeSeeds(root / "engine_handshake");
   vllm::fuzz::CoordinatorSeeds(root / "dp_coordinator");
   vllm::fuzz::KvEventSeeds(root / "kv_events");
+  vllm::fuzz::ApiServerSpecSeeds(root / "api_server_spec");
+  vllm::fuzz::CoordinatorSpecSeeds(root / "dp_coordinator_spec");
   return 0;
 }
