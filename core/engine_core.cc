@@ -6,6 +6,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "ipc/zmq_util.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::core {
 
@@ -45,8 +47,21 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(EngineCoreConfig 
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config.scheduler));
   VLLM_RETURN_IF_ERROR(
       executor->InitializeKVCache(config.scheduler.num_gpu_blocks, config.scheduler.block_size));
-  return std::unique_ptr<EngineCore>(
+  const bool kv_events = config.kv_events.enable;
+  std::unique_ptr<EngineCore> engine(
       new EngineCore(std::move(config), std::move(executor), std::move(scheduler)));
+  if (kv_events) {
+    // After the model loaded, as before the move from EngineCoreProc; an error shuts the
+    // executor down with the engine.
+    VLLM_ASSIGN_OR_RETURN(engine->kv_publisher_, ipc::KvEventPublisher::Create(
+                                                     ipc::ZmqContext(), engine->config_.kv_events,
+                                                     engine->config_.engine_index));
+    if (!engine->kv_publisher_->BoundEndpoint().empty()) {
+      spdlog::info("engine {}: publishing KV-cache events on {}", engine->config_.engine_index,
+                   engine->kv_publisher_->BoundEndpoint());
+    }
+  }
+  return engine;
 }
 
 EngineCore::EngineCore(EngineCoreConfig config, std::unique_ptr<Executor> executor,
@@ -88,6 +103,23 @@ void EngineCore::Finalize(EngineCoreOutputs& outputs) {
   outputs.engine_index = config_.engine_index;
   outputs.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   if (config_.log_stats) outputs.scheduler_stats = scheduler_->MakeStats();
+}
+
+absl::StatusOr<EngineCore::StepResult> EngineCore::RunOneStep() {
+  absl::StatusOr<StepResult> result = batch_queue_size_ > 1 ? StepWithBatchQueue() : Step();
+  if (result.ok()) PublishKvEvents();
+  return result;
+}
+
+void EngineCore::PublishKvEvents() {
+  if (kv_publisher_ == nullptr) return;
+  std::vector<ipc::KvEvent> events = scheduler_->TakeKvCacheEvents();
+  if (events.empty()) return;
+  ipc::KvEventBatch batch;
+  batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  batch.events = std::move(events);
+  batch.data_parallel_rank = config_.engine_index;
+  kv_publisher_->Publish(std::move(batch));
 }
 
 absl::StatusOr<EngineCore::StepResult> EngineCore::Step() {

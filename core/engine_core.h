@@ -3,10 +3,13 @@
 //
 // core/ owns the Executor interface; executor/ implements it (UniProcExecutor,
 // MultiprocExecutor) and tests use scripted doubles. EngineCore sizes the KV cache through
-// the executor, owns the Scheduler, and turns each step into EngineCoreOutputs.
+// the executor, owns the Scheduler, and turns each step into EngineCoreOutputs. With
+// --kv-events-config it also owns the KV-event publisher, beside the scheduler whose block
+// pool records the events (vLLM's scheduler owns its publisher likewise).
 //
 // Thread-safety: none. EngineCore runs on the engine's main-loop thread; input and output
-// threads (EngineCoreProc) talk to it through queues.
+// threads (EngineCoreProc) talk to it through queues. The publisher encodes and sends on its
+// own thread ("vllm-kv-events"); RunOneStep only hands it each step's batch.
 #ifndef VLLM_CORE_ENGINE_CORE_H_
 #define VLLM_CORE_ENGINE_CORE_H_
 
@@ -24,6 +27,7 @@
 #include "core/engine_core_types.h"
 #include "core/scheduler.h"
 #include "core/scheduler_output.h"
+#include "ipc/kv_events.h"
 
 namespace vllm::core {
 
@@ -100,6 +104,12 @@ struct EngineCoreConfig {
   // The model's vocabulary: prompt token ids must lie in [0, vocab_size) (0: not checked).
   // Checked here so a bad id is the request's error, not a failed step for everyone.
   int32_t vocab_size = 0;
+  // --kv-events-config: when enabled, Create starts a KvEventPublisher (endpoints offset by
+  // engine_index, the global data-parallel rank, as vLLM's) and RunOneStep publishes each
+  // step's KV-cache events as one batch (ts = wall clock, data_parallel_rank =
+  // engine_index). The scheduler records events only with
+  // scheduler.enable_kv_cache_events.
+  ipc::KvEventsConfig kv_events;
 };
 
 class EngineCore {
@@ -107,7 +117,8 @@ class EngineCore {
   // Sizes the KV cache (available memory / (block_size x KVCacheSpec::BytesPerToken()), or
   // the override), initializes it on the executor and builds the scheduler. Fails with
   // ResourceExhausted when not one block fits, InvalidArgument when the cache cannot hold
-  // one max_model_len request or the config is invalid, or the executor's error.
+  // one max_model_len request or the config is invalid, or the executor's error; with
+  // kv_events enabled, KvEventPublisher::Create's error (e.g. Unavailable: address in use).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
       EngineCoreConfig config, std::unique_ptr<Executor> executor);
   ~EngineCore();
@@ -132,10 +143,10 @@ class EngineCore {
   // vLLM's step_with_batch_queue: keeps up to max_concurrent_batches() steps in flight,
   // blocking on the oldest only when the queue is full or nothing new can be scheduled.
   [[nodiscard]] absl::StatusOr<StepResult> StepWithBatchQueue();
-  // Step() or StepWithBatchQueue(), whichever the executor calls for.
-  [[nodiscard]] absl::StatusOr<StepResult> RunOneStep() {
-    return batch_queue_size_ > 1 ? StepWithBatchQueue() : Step();
-  }
+  // Step() or StepWithBatchQueue(), whichever the executor calls for; then, with a
+  // KV-event publisher, the KV-cache events the step recorded as one batch (none when the step
+  // failed).
+  [[nodiscard]] absl::StatusOr<StepResult> RunOneStep();
 
   // Waits for in-flight steps and shuts the executor down. Idempotent.
   void Shutdown();
@@ -151,6 +162,8 @@ class EngineCore {
              std::unique_ptr<Scheduler> scheduler);
   // Stamps engine index, time and (optionally) stats.
   void Finalize(EngineCoreOutputs& outputs);
+  // The events recorded since the last call, as one batch, to kv_publisher_ (if any).
+  void PublishKvEvents();
 
   const EngineCoreConfig config_;
   std::unique_ptr<Executor> executor_;
@@ -159,6 +172,7 @@ class EngineCore {
   // Oldest at the front.
   std::deque<std::pair<ModelOutputFuture, SchedulerOutput>> batch_queue_;
   bool shut_down_ = false;
+  std::unique_ptr<ipc::KvEventPublisher> kv_publisher_;  // null: no KV events published
 };
 
 }  // namespace vllm::core

@@ -60,6 +60,7 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
   s.policy = c.scheduler.policy;
   core_config.num_gpu_blocks_override = c.cache.num_gpu_blocks_override;
   core_config.vocab_size = built.model_config.vocab_size;
+  core_config.kv_events = c.kv_events;  // the engine core publishes what its scheduler records
 
   std::unique_ptr<core::Executor> executor;
   if (c.parallel.executor_backend() == config::ExecutorBackend::kUni) {
