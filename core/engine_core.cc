@@ -6,6 +6,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "core/kv_event_options.h"
+#include "ipc/zmq_util.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::core {
 
@@ -48,8 +51,20 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   kv_cache.sliding_window = options.sliding_window;
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config, kv_cache));
   VLLM_RETURN_IF_ERROR(executor->InitializeKVCache(kv_cache.num_blocks, block_size));
-  return std::unique_ptr<EngineCore>(
+  std::unique_ptr<EngineCore> engine(
       new EngineCore(options, std::move(executor), std::move(scheduler)));
+  if (config.kv_events.enable) {
+    // After the model loaded; an error shuts the executor down with the engine.
+    const int32_t rank = config.parallel.data_parallel_rank;
+    VLLM_ASSIGN_OR_RETURN(engine->kv_publisher_,
+                          kv_events::KvEventPublisher::Create(
+                              ipc::ZmqContext(), KvEventPublisherOptionsFrom(config.kv_events), rank));
+    if (!engine->kv_publisher_->BoundEndpoint().empty()) {
+      spdlog::info("engine {}: publishing KV-cache events on {}", rank,
+                   engine->kv_publisher_->BoundEndpoint());
+    }
+  }
+  return engine;
 }
 
 EngineCore::EngineCore(const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
@@ -91,6 +106,23 @@ void EngineCore::Finalize(EngineCoreOutputs& outputs) {
   outputs.engine_index = scheduler_->config().parallel.data_parallel_rank;
   outputs.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   if (options_.log_stats) outputs.scheduler_stats = scheduler_->MakeStats();
+}
+
+absl::StatusOr<EngineCore::StepResult> EngineCore::RunOneStep() {
+  absl::StatusOr<StepResult> result = batch_queue_size_ > 1 ? StepWithBatchQueue() : Step();
+  if (result.ok()) PublishKvEvents();
+  return result;
+}
+
+void EngineCore::PublishKvEvents() {
+  if (kv_publisher_ == nullptr) return;
+  std::vector<kv_events::KvEvent> events = scheduler_->TakeKvCacheEvents();
+  if (events.empty()) return;
+  kv_events::KvEventBatch batch;
+  batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  batch.events = std::move(events);
+  batch.data_parallel_rank = scheduler_->config().parallel.data_parallel_rank;
+  kv_publisher_->Publish(std::move(batch));
 }
 
 absl::StatusOr<EngineCore::StepResult> EngineCore::Step() {

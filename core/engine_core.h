@@ -3,10 +3,13 @@
 //
 // core/ owns the Executor interface; executor/ implements it (UniProcExecutor,
 // MultiprocExecutor) and tests use scripted doubles. EngineCore sizes the KV cache through
-// the executor, owns the Scheduler, and turns each step into EngineCoreOutputs.
+// the executor, owns the Scheduler, and turns each step into EngineCoreOutputs. With
+// --kv-events-config it also owns the KV-event publisher, beside the scheduler whose block
+// pool records the events (vLLM's scheduler owns its publisher likewise).
 //
 // Thread-safety: none. EngineCore runs on the engine's main-loop thread; input and output
-// threads (EngineCoreProc) talk to it through queues.
+// threads (EngineCoreProc) talk to it through queues. The publisher encodes and sends on its
+// own thread ("vllm-kv-events"); RunOneStep only hands it each step's batch.
 #ifndef VLLM_CORE_ENGINE_CORE_H_
 #define VLLM_CORE_ENGINE_CORE_H_
 
@@ -25,6 +28,7 @@
 #include "core/engine_core_types.h"
 #include "core/scheduler.h"
 #include "core/scheduler_output.h"
+#include "kv_events/kv_events.h"
 
 namespace vllm::core {
 
@@ -108,7 +112,10 @@ class EngineCore {
   // scheduler from `config` (resolved: VllmConfig::CheckResolved) and the KVCacheConfig
   // derived here. Outputs carry config.parallel.data_parallel_rank as their engine index.
   // Fails with ResourceExhausted when not one block fits, InvalidArgument when the cache
-  // cannot hold one max_model_len request or the config is invalid, or the executor's error.
+  // cannot hold one max_model_len request or the config is invalid, or the executor's error;
+  // with config.kv_events enabled, it starts a KvEventPublisher (endpoints offset by the
+  // data-parallel rank, as vLLM's) after the model loaded, and fails with its error (e.g.
+  // Unavailable: address in use).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
       const config::VllmConfig& config, const EngineCoreOptions& options,
       std::unique_ptr<Executor> executor);
@@ -134,10 +141,10 @@ class EngineCore {
   // vLLM's step_with_batch_queue: keeps up to max_concurrent_batches() steps in flight,
   // blocking on the oldest only when the queue is full or nothing new can be scheduled.
   [[nodiscard]] absl::StatusOr<StepResult> StepWithBatchQueue();
-  // Step() or StepWithBatchQueue(), whichever the executor calls for.
-  [[nodiscard]] absl::StatusOr<StepResult> RunOneStep() {
-    return batch_queue_size_ > 1 ? StepWithBatchQueue() : Step();
-  }
+  // Step() or StepWithBatchQueue(), whichever the executor calls for; then, with a
+  // KV-event publisher, the KV-cache events the step recorded as one batch (none when the step
+  // failed).
+  [[nodiscard]] absl::StatusOr<StepResult> RunOneStep();
 
   // Waits for in-flight steps and shuts the executor down. Idempotent.
   void Shutdown();
@@ -153,6 +160,8 @@ class EngineCore {
              std::unique_ptr<Scheduler> scheduler);
   // Stamps engine index, time and (optionally) stats.
   void Finalize(EngineCoreOutputs& outputs);
+  // The events recorded since the last call, as one batch, to kv_publisher_ (if any).
+  void PublishKvEvents();
 
   const EngineCoreOptions options_;
   std::unique_ptr<Executor> executor_;
@@ -161,6 +170,7 @@ class EngineCore {
   // Oldest at the front.
   std::deque<std::pair<ModelOutputFuture, SchedulerOutput>> batch_queue_;
   bool shut_down_ = false;
+  std::unique_ptr<kv_events::KvEventPublisher> kv_publisher_;  // null: no KV events published
 };
 
 }  // namespace vllm::core

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -24,7 +23,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
-#include "core/dp_coordinator.h"
+#include "core/dp_engine_core_proc.h"
 #include "core/engine_handshake.h"
 #include "core/kv_event_options.h"
 #include "ipc/msgpack_util.h"
@@ -71,14 +70,8 @@ struct FromFrontend {
 
 // What the output thread sends: [kind, payload], to one frontend or (kAllFrontends) to each.
 constexpr size_t kAllFrontends = static_cast<size_t>(-1);
-// The DP coordinator's report socket: one frame, the payload (EncodeLoadReport).
+// The DP coordinator's report socket: one frame, the payload (DpEngineCoreProc::SendReport).
 constexpr size_t kCoordinator = kAllFrontends - 1;
-// Load reports to the coordinator: at most one per interval, except the first of a busy
-// period (it may start a wave). vLLM's engines send on every change; the coordinator
-// publishes at most every 100 ms anyway.
-constexpr int64_t kReportIntervalNs = 100'000'000;
-// Lockstep: at least one report a second (DpCoordinatorOptions::engine_timeout).
-constexpr int64_t kLockstepKeepaliveNs = 1'000'000'000;
 struct Output {
   char kind;
   std::string payload;
@@ -168,7 +161,13 @@ class EngineCoreProc::Impl {
         }
       }
     }
-    VLLM_RETURN_IF_ERROR(ConnectCoordinator());
+    if (!coordinator_.coordinator_stats.empty()) {
+      auto connect = [this](zmq::socket_type type, const std::string& address) {
+        return Connect(type, 0, address);
+      };
+      VLLM_ASSIGN_OR_RETURN(
+          dp_, DpEngineCoreProc::Connect(options_.engine_index, coordinator_, connect));
+    }
     // From here the output thread sends heartbeats, also while the model loads.
     output_thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "vllm-ec-output");  // output queue → PUSH
@@ -176,21 +175,6 @@ class EngineCoreProc::Impl {
     });
 
     absl::StatusOr<std::unique_ptr<EngineCore>> engine = options_.make_engine();
-    if (engine.ok() && options_.kv_events.enable) {
-      absl::StatusOr<std::unique_ptr<kv_events::KvEventPublisher>> publisher =
-          kv_events::KvEventPublisher::Create(ipc::ZmqContext(),
-                                              KvEventPublisherOptionsFrom(options_.kv_events),
-                                              options_.kv_events_rank);
-      if (publisher.ok()) {
-        kv_publisher_ = std::move(*publisher);
-        if (!kv_publisher_->BoundEndpoint().empty()) {
-          spdlog::info("engine {}: publishing KV-cache events on {}", options_.engine_index,
-                       kv_publisher_->BoundEndpoint());
-        }
-      } else {
-        engine = publisher.status();
-      }
-    }
     std::string kind, payload;
     if (engine.ok()) {
       engine_ = std::move(*engine);
@@ -258,10 +242,10 @@ class EngineCoreProc::Impl {
       return absl::DataLossError("engine handshake: expected CONFIG from the frontend");
     }
     VLLM_ASSIGN_OR_RETURN(EngineAddresses addresses, DecodeAddresses(parts[1].to_string_view()));
-    if (coordinator_stats_.empty()) {  // every API server names the same one
-      coordinator_stats_ = addresses.coordinator_stats;
-      coordinator_waves_ = addresses.coordinator_waves;
-      coordinator_report_key_ = addresses.coordinator_report_key;
+    if (coordinator_.coordinator_stats.empty()) {  // every API server names the same one
+      coordinator_.coordinator_stats = addresses.coordinator_stats;
+      coordinator_.coordinator_waves = addresses.coordinator_waves;
+      coordinator_.coordinator_report_key = addresses.coordinator_report_key;
     }
 
     VLLM_ASSIGN_OR_RETURN(zmq::socket_t input,
@@ -286,69 +270,14 @@ class EngineCoreProc::Impl {
     return std::move(addresses.peers);
   }
 
-  // The DP coordinator its CONFIG named (if any): a PUSH for the load reports (the output
-  // thread's) and, in lockstep mode, a SUB for the request waves (the input thread's).
-  absl::Status ConnectCoordinator() {
-    if (coordinator_stats_.empty()) return absl::OkStatus();
-    if (absl::StartsWith(coordinator_stats_, "udp://")) {
-      // Several nodes: sealed datagrams (core/dp_coordinator.h).
-      absl::StatusOr<std::unique_ptr<ReportDatagramSender>> sender =
-          ReportDatagramSender::Create(coordinator_stats_, coordinator_report_key_);
-      if (!sender.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the DP coordinator: ", sender.status().message()));
-      }
-      report_datagrams_ = *std::move(sender);
-    } else {
-      absl::StatusOr<zmq::socket_t> push = Connect(zmq::socket_type::push, 0, coordinator_stats_);
-      if (!push.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the DP coordinator: ", push.status().message()));
-      }
-      coordinator_.emplace(std::move(*push));
-    }
-    if (!coordinator_waves_.empty()) {
-      absl::StatusOr<zmq::socket_t> sub = Connect(zmq::socket_type::sub, 0, coordinator_waves_);
-      if (!sub.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the DP coordinator's waves: ", sub.status().message()));
-      }
-      sub->set(zmq::sockopt::subscribe, "");
-      waves_.emplace(std::move(*sub));
-      spdlog::info("engine {}: lockstep: dummy steps while another engine has work",
-                   options_.engine_index);
-    }
-    return absl::OkStatus();
-  }
-
-  // The coordinator's wave messages (lockstep): decoded into the input queue.
-  void ReceiveWave() {
-    zmq::message_t msg;
-    zmq::recv_result_t got;
-    try {
-      got = waves_->recv(msg, zmq::recv_flags::dontwait);
-    } catch (const zmq::error_t& e) {
-      return;
-    }
-    if (!got) return;
-    absl::StatusOr<DpWave> wave = DecodeDpWave(msg.to_string_view());
-    if (!wave.ok() || msg.more()) {
-      spdlog::warn("engine {}: dropped a wave message: {}", options_.engine_index,
-                   wave.ok() ? std::string("multipart") : wave.status().ToString());
-      return;
-    }
-    absl::MutexLock lock(&mu_);
-    inputs_.push_back({0, Input(*wave)});
-    wake_ = true;
-  }
-
   // Reads every frontend's input socket; requests remember which frontend sent them.
   void InputLoop() {
     std::vector<zmq::pollitem_t> items;
     for (auto& f : frontends_) {
       items.push_back({static_cast<void*>(*f->input), 0, ZMQ_POLLIN, 0});
     }
-    if (waves_.has_value()) items.push_back({static_cast<void*>(*waves_), 0, ZMQ_POLLIN, 0});
+    zmq::socket_t* waves = dp_ != nullptr ? dp_->wave_socket() : nullptr;
+    if (waves != nullptr) items.push_back({static_cast<void*>(*waves), 0, ZMQ_POLLIN, 0});
     std::vector<zmq::message_t> parts;
     const int64_t frontend_timeout_ns = absl::ToInt64Nanoseconds(options_.frontend_timeout);
     while (!stop_.load()) {
@@ -360,7 +289,13 @@ class EngineCoreProc::Impl {
         continue;
       }
       const int64_t now = ipc::MonoNowNs();
-      if (waves_.has_value() && (items.back().revents & ZMQ_POLLIN)) ReceiveWave();
+      if (waves != nullptr && (items.back().revents & ZMQ_POLLIN)) {
+        if (std::optional<DpWave> wave = dp_->ReceiveWave(); wave.has_value()) {
+          absl::MutexLock lock(&mu_);
+          inputs_.push_back({0, Input(*wave)});
+          wake_ = true;
+        }
+      }
       for (size_t i = 0; i < frontends_.size(); ++i) {
         Frontend& f = *frontends_[i];
         if ((items[i].revents & ZMQ_POLLIN) == 0) {
@@ -513,72 +448,20 @@ class EngineCoreProc::Impl {
                  msgpack::type::raw_ref(result.data(), static_cast<uint32_t>(result.size()))),
             frontend});
     } else if (auto* wave = std::get_if<DpWave>(&input)) {
-      ApplyWave(*wave);
+      if (dp_ != nullptr) dp_->ApplyWave(*wave);
     }
     // StartDpWave on the input socket: our engines take waves from the coordinator only.
   }
 
-  // Lockstep: START_DP_WAVE makes an idle engine step (dummy steps) until the wave completes;
-  // messages about older waves are stale (vLLM's current_wave rule).
-  void ApplyWave(const DpWave& wave) {
-    if (wave.wave < current_wave_) return;
-    if (wave.running) {
-      current_wave_ = wave.wave;
-      if (!wave_running_) {
-        wave_running_ = true;
-        dummy_steps_in_wave_ = 0;
-        spdlog::info("engine {}: wave {} running", options_.engine_index, current_wave_);
-      }
-      return;
-    }
-    if (wave_running_) {
-      spdlog::info("engine {}: wave {} complete after {} dummy step(s)", options_.engine_index,
-                   wave.wave, dummy_steps_in_wave_);
-    }
-    wave_running_ = false;
-    dummy_steps_in_wave_ = 0;
-    current_wave_ = wave.wave + 1;
-  }
-
   // Lockstep and some engine has work: this engine steps even without work of its own.
-  bool InWave() const { return waves_.has_value() && wave_running_; }
+  bool InWave() const { return dp_ != nullptr && dp_->InWave(); }
 
-  // vLLM's execute_dummy_batch: a forward pass of one token that touches no KV cache, so the
-  // model's collectives run as often on an idle rank as on a busy one.
-  absl::Status DummyStep() {
-    ++dummy_steps_in_wave_;
-    return engine_->executor().ExecuteDummyBatch();
-  }
-
-  // The engine's figures to the coordinator when they changed: at once when the engine goes
-  // from idle to busy (that may start a wave), otherwise at most every kReportIntervalNs (a
-  // change held back goes out from a later loop turn: the loop turns at least every
-  // kPollSlice). The first report also proves the connection (the coordinator then removes
-  // its socket files).
+  // The engine's figures to the DP coordinator (if any) when DpEngineCoreProc says so.
   void MaybeReport() {
-    if (!coordinator_.has_value() && report_datagrams_ == nullptr) return;
-    const Scheduler& sched = engine_->scheduler();
-    EngineLoadReport report{options_.engine_index, static_cast<int32_t>(sched.num_waiting()),
-                            static_cast<int32_t>(sched.running().size()),
-                            std::clamp(sched.kv_cache_manager().GetUsage(), 0.0, 1.0), 0.0};
-    const int64_t now = ipc::MonoNowNs();
-    // Lockstep: a report at least every second, so the coordinator can tell a dead engine
-    // from a busy one whose figures do not change.
-    const bool keepalive = waves_.has_value() && now - last_report_ns_ >= kLockstepKeepaliveNs;
-    if (reported_ && !keepalive && report.waiting == last_report_.waiting &&
-        report.running == last_report_.running &&
-        report.kv_cache_usage == last_report_.kv_cache_usage) {
-      return;
+    if (dp_ == nullptr) return;
+    if (std::optional<std::string> report = dp_->MaybeReport(engine_->scheduler())) {
+      Send({kOutputKindOutputs, std::move(*report), kCoordinator});
     }
-    // The clock of EngineCoreOutputs' timestamp: an API server keeps the newer figures.
-    report.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    const bool became_busy =
-        last_report_.waiting + last_report_.running == 0 && report.waiting + report.running > 0;
-    if (reported_ && !became_busy && now - last_report_ns_ < kReportIntervalNs) return;
-    Send({kOutputKindOutputs, EncodeLoadReport(report), kCoordinator});
-    last_report_ = report;
-    last_report_ns_ = now;
-    reported_ = true;
   }
 
   absl::Status MainLoop() {
@@ -590,7 +473,8 @@ class EngineCoreProc::Impl {
       if (!engine_->scheduler().HasRequests()) {
         if (InWave()) {
           // Lockstep: another engine has work, so this one steps too.
-          if (absl::Status s = DummyStep(); !s.ok()) return ReportExecutorFailure(s);
+          if (absl::Status s = dp_->DummyStep(engine_->executor()); !s.ok())
+            return ReportExecutorFailure(s);
           continue;
         }
         // Idle: a worker that dies now must still take the engine down at once, or the
@@ -603,28 +487,16 @@ class EngineCoreProc::Impl {
       absl::StatusOr<EngineCore::StepResult> step = engine_->RunOneStep();
       if (!step.ok()) return ReportExecutorFailure(step.status());
       if (step->outputs.has_value()) SendStepOutputs(*step->outputs);
-      PublishKvEvents();
       MaybeReport();
       // Lockstep: a step that ran nothing (requests waiting for KV space) still steps the
       // model, as vLLM's busy loop does.
       if (!step->model_executed && InWave()) {
-        if (absl::Status s = DummyStep(); !s.ok()) return ReportExecutorFailure(s);
+        if (absl::Status s = dp_->DummyStep(engine_->executor()); !s.ok())
+          return ReportExecutorFailure(s);
       }
     }
     absl::MutexLock lock(&mu_);
     return lost_;  // OK unless the frontend was lost
-  }
-
-  // The step's KV-cache events as one batch (vLLM's scheduler does this after each update).
-  void PublishKvEvents() {
-    if (kv_publisher_ == nullptr) return;
-    std::vector<kv_events::KvEvent> events = engine_->scheduler().TakeKvCacheEvents();
-    if (events.empty()) return;
-    kv_events::KvEventBatch batch;
-    batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
-    batch.events = std::move(events);
-    batch.data_parallel_rank = options_.kv_events_rank;
-    kv_publisher_->Publish(std::move(batch));
   }
 
   // EXECUTOR_FAILED: tells every client, then the main loop goes down with `status`.
@@ -715,7 +587,7 @@ class EngineCoreProc::Impl {
       }
       for (Output& o : batch) {
         if (o.frontend == kCoordinator) {
-          SendReport(o.payload);
+          dp_->SendReport(o.payload);
           continue;
         }
         for (size_t f = 0; f < frontends_.size(); ++f) {
@@ -736,30 +608,6 @@ class EngineCoreProc::Impl {
     }
   }
 
-  // One load report to the coordinator. Never blocks: a report is a snapshot, the next one
-  // replaces a lost one.
-  void SendReport(const std::string& payload) {
-    if (report_datagrams_ != nullptr) {
-      if (!report_datagrams_->Send(payload) && !report_dropped_logged_) {
-        spdlog::warn("engine {}: a load report datagram was not sent: {}", options_.engine_index,
-                     strerror(errno));
-        report_dropped_logged_ = true;
-      }
-      return;
-    }
-    try {
-      if (!coordinator_->send(zmq::buffer(payload), zmq::send_flags::dontwait)) {
-        if (!report_dropped_logged_) {
-          spdlog::warn("engine {}: the DP coordinator does not take reports (queue full)",
-                       options_.engine_index);
-          report_dropped_logged_ = true;
-        }
-      }
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("engine {}: load report: {}", options_.engine_index, e.what());
-    }
-  }
-
   void StopThreads() {
     stop_.store(true);
     if (input_thread_.joinable()) input_thread_.join();
@@ -773,28 +621,18 @@ class EngineCoreProc::Impl {
 
   const EngineCoreProcOptions options_;
   std::atomic<bool> stop_{false};
-  std::unique_ptr<EngineCore> engine_;                         // main loop only
-  std::unique_ptr<kv_events::KvEventPublisher> kv_publisher_;  // main loop only (null: no events)
-  SchedulerStats last_sent_stats_;                             // main loop only
+  std::unique_ptr<EngineCore> engine_;  // main loop only
+  SchedulerStats last_sent_stats_;      // main loop only
   // The API servers, fixed after the handshake: input sockets are the input thread's, output
   // sockets the output thread's.
   std::vector<std::unique_ptr<Frontend>> frontends_;
   // With several frontends: the frontend of each request in the engine (main loop only).
   absl::flat_hash_map<std::string, size_t> frontend_of_;
-  // The DP coordinator, from CONFIG (empty: none; waves empty: no lockstep). The report PUSH
-  // is the output thread's, the wave SUB the input thread's.
-  std::string coordinator_stats_, coordinator_waves_, coordinator_report_key_;
-  std::optional<zmq::socket_t> coordinator_, waves_;
-  std::unique_ptr<ReportDatagramSender> report_datagrams_;  // udp:// reports (the output thread's)
-  bool report_dropped_logged_ = false;                      // output thread only
-  // Main loop only: the last report sent, and the wave state (vLLM's current_wave,
-  // engines_running).
-  EngineLoadReport last_report_;
-  int64_t last_report_ns_ = 0;
-  bool reported_ = false;
-  int32_t current_wave_ = 0;
-  bool wave_running_ = false;
-  int64_t dummy_steps_in_wave_ = 0;
+  // The DP coordinator's addresses from the first CONFIG (coordinator_stats empty: none), and
+  // the DP part of the engine when there is one (fixed after the handshake; each of its
+  // members belongs to the thread its header names).
+  EngineAddresses coordinator_;
+  std::unique_ptr<DpEngineCoreProc> dp_;
   std::thread input_thread_, output_thread_;
 
   absl::Mutex mu_;

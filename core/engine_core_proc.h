@@ -31,13 +31,13 @@
 // Over TCP (data parallelism across nodes) the frontend's sockets are tcp:// endpoints of the
 // head node, optionally CURVE with the cluster key (ipc/curve.h) on every socket.
 //
-// The DP coordinator (core/dp_coordinator.h), when CONFIG names one: the engine PUSHes a load
-// report (EncodeLoadReport) when its figures change, at most every 100 ms but at once when it
-// goes from idle to busy (sent by the output thread, never blocking: a report is a snapshot).
-// When CONFIG also names a wave address (--data-parallel-lockstep) the engine SUBscribes to
-// the coordinator's waves (vLLM's DPEngineCoreProc): while a wave runs and it has no work of
-// its own, the main loop runs Executor::ExecuteDummyBatch back to back instead of waiting, and
-// logs "engine <i>: wave <w> complete after <n> dummy step(s)" when the wave completes.
+// The DP coordinator (core/dp_coordinator.h), when CONFIG names one: the engine's
+// DpEngineCoreProc (core/dp_engine_core_proc.h, vLLM's DPEngineCoreProc) PUSHes a load
+// report when its figures change, at most every 100 ms but at once when it goes from idle to
+// busy (sent by the output thread, never blocking: a report is a snapshot). When CONFIG also
+// names a wave address (--data-parallel-lockstep) it SUBscribes to the coordinator's waves:
+// while a wave runs and the engine has no work of its own, the main loop runs
+// Executor::ExecuteDummyBatch back to back instead of waiting.
 //
 // Several frontends (--api-server-count N): the engine runs the handshake with each (the
 // addresses it was given, then the peers a CONFIG names), polls every input socket, remembers
@@ -55,10 +55,9 @@
 // "ping".
 //
 // Threads: "vllm-ec-input" (decodes frames into the input queue), the caller's thread (main
-// loop: owns the EngineCore), "vllm-ec-output" (encodes and sends), and with
-// --kv-events-config "vllm-kv-events" (kv_events::KvEventPublisher: encodes and publishes the KV
-// events the main loop hands it, never blocking the loop). The main loop blocks on
-// the input queue when there is no work, so an idle engine uses no CPU.
+// loop: owns the EngineCore, which with --kv-events-config publishes each step's KV-cache
+// events itself), "vllm-ec-output" (encodes and sends). The main loop blocks on the input
+// queue when there is no work, so an idle engine uses no CPU.
 #ifndef VLLM_CORE_ENGINE_CORE_PROC_H_
 #define VLLM_CORE_ENGINE_CORE_PROC_H_
 
@@ -75,7 +74,6 @@
 #include "config/kv_events_config.h"
 #include "core/engine_core.h"
 #include "ipc/curve.h"
-#include "kv_events/kv_events.h"
 
 namespace vllm::core {
 
@@ -95,15 +93,9 @@ struct EngineCoreProcOptions {
   std::vector<std::string> extra_handshake_addresses;
   // TCP: CURVE with the cluster key on every socket (the head must use the same key).
   std::optional<ipc::CurveKeys> curve;
-  // --kv-events-config: after each step that recorded KV-cache events, the engine publishes
-  // them as one batch (ts = wall clock, data_parallel_rank = kv_events_rank, as vLLM's
-  // scheduler and publisher do) on a KvEventPublisher whose endpoints are offset by
-  // kv_events_rank (the global data-parallel rank). Created with the engine; a publisher that
-  // cannot bind fails the start-up (FAILED). The engine's scheduler must record events
-  // (SchedulerConfig::enable_kv_cache_events) for anything to be sent.
-  config::KvEventsConfig kv_events;
-  int32_t kv_events_rank = 0;
-  // Builds the engine (loads the model through its executor); called after HELLO/CONFIG.
+  // Builds the engine (loads the model through its executor, and with --kv-events-config
+  // starts its KV-event publisher: config.kv_events); called after HELLO/CONFIG.
+  // An error (a publisher that cannot bind, too) fails the start-up (FAILED).
   std::function<absl::StatusOr<std::unique_ptr<EngineCore>>()> make_engine;
   // From HELLO to READY (vLLM's VLLM_ENGINE_READY_TIMEOUT_S, default 600 s).
   absl::Duration handshake_timeout = absl::Minutes(10);

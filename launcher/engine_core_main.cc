@@ -110,8 +110,6 @@ int RunEngineCore(const std::vector<std::string>& args) {
 
   const config::VllmConfig config = flags->config;
   core::EngineCoreProcOptions options = flags->proc;
-  options.kv_events = config.kv_events;
-  options.kv_events_rank = config.parallel.data_parallel_rank;
   if (config.kv_events.enable && !config.cache.enable_prefix_caching) {
     // vLLM's warning; the block pool then registers no blocks, so only resets are published.
     spdlog::warn(

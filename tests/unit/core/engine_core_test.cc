@@ -2,11 +2,15 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core_test_util.h"
 #include "gtest/gtest.h"
+#include "ipc/ipc_address.h"
+#include "ipc/kv_events.h"
+#include "ipc/zmq_util.h"
 
 namespace vllm::core {
 namespace {
@@ -197,6 +201,64 @@ TEST_F(EngineCoreTest, BatchQueueMatchesSynchronousStepsUnderPreemption) {
   }
   const BlockPool& pool = engine_->scheduler().kv_cache_manager().block_pool();
   EXPECT_EQ(pool.GetNumFreeBlocks(), pool.num_blocks());
+}
+
+// --kv-events-config: the engine core publishes, after each step, the events its block pool
+// recorded, as one batch stamped with its data-parallel rank.
+TEST_F(EngineCoreTest, PublishesTheKvEventsItsSchedulerRecords) {
+  auto endpoint = ipc::ScopedIpcAddress::Create("kv-events");
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  EngineCoreConfig c = Config();
+  c.engine_index = 0;  // vLLM cannot offset an ipc:// endpoint for another rank
+  c.scheduler.enable_kv_cache_events = true;
+  c.kv_events.enable = true;
+  c.kv_events.publisher = "zmq";
+  c.kv_events.endpoint = endpoint->address();
+  Init(c);
+  zmq::socket_t sub(ipc::ZmqContext(), zmq::socket_type::sub);
+  sub.set(zmq::sockopt::linger, 0);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.set(zmq::sockopt::rcvtimeo, 100);
+  sub.connect(endpoint->address());
+  // A PUB drops what it sends before the subscription arrives: new requests until one
+  // step's events get through.
+  std::optional<ipc::KvEventBatch> batch;
+  for (int i = 0; i < 100 && !batch.has_value(); ++i) {
+    ASSERT_TRUE(engine_->AddRequest(MakeRequest("r" + std::to_string(i), 8, 1)).ok());
+    for (int step = 0; step < 10 && engine_->scheduler().HasRequests(); ++step) {
+      ASSERT_TRUE(engine_->RunOneStep().ok());
+    }
+    std::vector<zmq::message_t> parts;
+    for (zmq::message_t part; sub.recv(part) && (parts.empty() || parts.back().more());) {
+      parts.push_back(std::move(part));
+    }
+    if (parts.size() == 3) {
+      auto decoded =
+          ipc::DecodeKvEventBatch({static_cast<const uint8_t*>(parts[2].data()), parts[2].size()});
+      ASSERT_TRUE(decoded.ok()) << decoded.status();
+      batch = std::move(*decoded);
+    }
+  }
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_FALSE(batch->events.empty());
+  EXPECT_EQ(batch->data_parallel_rank, 0);
+}
+
+// A publisher that cannot bind fails the engine's creation (the engine process then answers
+// FAILED), after stopping the executor.
+TEST_F(EngineCoreTest, AKvEventPublisherThatCannotBindFailsCreate) {
+  zmq::socket_t taken(ipc::ZmqContext(), zmq::socket_type::pub);
+  taken.set(zmq::sockopt::linger, 0);
+  taken.bind("tcp://*:*");
+  const std::string bound = taken.get(zmq::sockopt::last_endpoint);  // tcp://0.0.0.0:<port>
+  EngineCoreConfig c = Config();
+  c.engine_index = 0;
+  c.kv_events.enable = true;
+  c.kv_events.publisher = "zmq";
+  c.kv_events.endpoint = "tcp://*:" + bound.substr(bound.rfind(':') + 1);
+  auto engine =
+      EngineCore::Create(c, std::make_unique<ScriptedExecutor>(ScriptedExecutor::Options{}));
+  EXPECT_TRUE(absl::IsUnavailable(engine.status())) << engine.status();
 }
 
 TEST_F(EngineCoreTest, ShutdownStopsTheExecutorOnce) {
