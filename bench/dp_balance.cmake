@@ -4,6 +4,6 @@
 # dp_load_balancer.cc needs only the standard library, so it is compiled in rather than
 # linking all of frontend.
 add_executable(dp_balance_bench dp_balance_bench.cc
-               ${PROJECT_SOURCE_DIR}/frontend/dp_load_balancer.cc)
+               ${PROJECT_SOURCE_DIR}/frontend/engine/dp_load_balancer.cc)
 target_link_libraries(dp_balance_bench PRIVATE bench_support)
 vllm_target_defaults(dp_balance_bench)

@@ -52,7 +52,7 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "frontend/dp_load_balancer.h"
+#include "frontend/engine/dp_load_balancer.h"
 
 namespace vllm::bench {
 namespace {
