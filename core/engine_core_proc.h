@@ -2,7 +2,7 @@
 // EngineCoreProc): an input thread reading requests from ZMQ, the main loop stepping the
 // EngineCore, and an output thread sending EngineCoreOutputs back.
 //
-// Protocol with the frontend (EngineCoreClient, frontend/engine_core_client.h). The frontend
+// Protocol with the frontend (EngineCoreClient, frontend/engine/engine_core_client.h). The frontend
 // binds three sockets and hands the engine its handshake address:
 //
 //   handshake  frontend ROUTER  ◄── engine DEALER   [ "HELLO",  msgpack [engine_index,

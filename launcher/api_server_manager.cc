@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "executor/child_process.h"
-#include "frontend/api_server.h"
+#include "frontend/openai/api_server.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "ipc/signal_watcher.h"
 #include "launcher/api_server_control.h"

@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "frontend/dp_load_balancer.h"
+#include "frontend/engine/dp_load_balancer.h"
 
 namespace vllm::bench {
 namespace {

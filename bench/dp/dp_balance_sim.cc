@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "frontend/dp_load_balancer.h"
+#include "frontend/engine/dp_load_balancer.h"
 
 namespace vllm::bench {
 namespace {

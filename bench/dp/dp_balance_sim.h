@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/dp_load_balancer.h"
+#include "frontend/engine/dp_load_balancer.h"
 
 namespace vllm::bench {
 

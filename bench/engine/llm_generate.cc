@@ -24,9 +24,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "frontend/detokenizer.h"
+#include "frontend/engine/detokenizer.h"
+#include "frontend/engine/llm_engine.h"
 #include "frontend/jinja/chat_template.h"
-#include "frontend/llm_engine.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -54,7 +54,7 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   return ids;
 }
 
-// The prompt as the API server would tokenize it (frontend/async_llm.cc).
+// The prompt as the API server would tokenize it (frontend/engine/async_llm.cc).
 absl::StatusOr<std::vector<int32_t>> Tokenize(const PromptArg& p,
                                               const frontend::Tokenizer* tokenizer) {
   if (p.kind == PromptArg::Kind::kIds) return ParseIds(p.value);

@@ -58,7 +58,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/common/bench_util.h"
-#include "frontend/llm_engine.h"
+#include "frontend/engine/llm_engine.h"
 #include "kernels/cpu/ops.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"

@@ -41,7 +41,7 @@ struct ChatTemplateLimits {
 };
 
 // A parsed chat template. The interpreter covers a documented Jinja subset (see
-// frontend/README.md) with transformers' settings (trim_blocks, lstrip_blocks, no trailing
+// frontend/jinja/README.md) with transformers' settings (trim_blocks, lstrip_blocks, no trailing
 // newline) and renders byte for byte what transformers' apply_chat_template renders for
 // Llama 3, Qwen2/2.5, Mistral and the bundled model's templates.
 // Immutable after Parse; Render is const and thread-safe. Cheap to move.

@@ -1,4 +1,5 @@
-// Lexer and parser of the chat-template Jinja subset (see frontend/jinja/chat_template.h).
+// Parser of the chat-template Jinja subset over lexer.h's tokens (see
+// frontend/jinja/chat_template.h).
 // Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
 // refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_PARSER_H_

@@ -20,7 +20,7 @@
 namespace vllm::frontend {
 
 // Text <-> token ids, matching HF `tokenizers` (and transformers' fast tokenizers) for the
-// subset of tokenizer.json documented in frontend/README.md: BPE model (byte_fallback),
+// subset of tokenizer.json documented in frontend/tokenizer/README.md: BPE model (byte_fallback),
 // Prepend/Replace normalizers, Split/Metaspace/ByteLevel pre-tokenizers, added tokens,
 // TemplateProcessing/ByteLevel/Sequence post-processors, ByteLevel/ByteFallback/Fuse/
 // Replace/Strip/Metaspace/Sequence decoders: byte-level BPEs (GPT-2, Llama 3, Qwen2) and

@@ -14,7 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "frontend/api_server.h"
+#include "frontend/openai/api_server.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/fuzz/openai_request.h"
 
@@ -51,7 +51,7 @@ bool ParseRequest(const uint8_t* data, size_t size, http::request<http::string_b
   return true;
 }
 
-// The server's checks before it reads a body (frontend/api_server.cc Route and
+// The server's checks before it reads a body (frontend/openai/ Route and
 // CheckContentType): Host for HTTP/1.1, POST, a JSON content type.
 void Route(const http::request<http::string_body>& request) {
   if (request.version() >= 11 && request.find(http::field::host) == request.end()) return;

@@ -14,9 +14,9 @@
 
 #include "absl/status/status.h"
 #include "core/sampling_params.h"
-#include "frontend/api_server_response.h"
 #include "frontend/jinja/chat_template.h"
-#include "frontend/openai_protocol.h"
+#include "frontend/openai/api_server_response.h"
+#include "frontend/openai/openai_protocol.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/fuzz/fuzz_util.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "frontend/detokenizer.h"
+#include "frontend/engine/detokenizer.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 

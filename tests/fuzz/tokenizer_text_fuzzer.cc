@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/utf8.h"
-#include "frontend/detokenizer.h"
+#include "frontend/engine/detokenizer.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 

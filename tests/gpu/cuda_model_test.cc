@@ -20,7 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "frontend/llm_engine.h"
+#include "frontend/engine/llm_engine.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/device_communicator.h"

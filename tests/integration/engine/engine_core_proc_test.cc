@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "config/config_codec.h"
-#include "frontend/engine_core_client.h"
+#include "frontend/engine/engine_core_client.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/fixtures.h"

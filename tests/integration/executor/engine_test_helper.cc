@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "executor/multiproc_executor.h"
-#include "frontend/llm_engine.h"
+#include "frontend/engine/llm_engine.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 

@@ -16,7 +16,7 @@
 #include "core/dp_coordinator.h"
 #include "core/dp_engine_core_proc.h"
 #include "core_test_util.h"
-#include "frontend/engine_core_client.h"
+#include "frontend/engine/engine_core_client.h"
 #include "gtest/gtest.h"
 #include "ipc/ipc_address.h"
 #include "ipc/zmq_util.h"

@@ -1,5 +1,5 @@
 // ApiServer end to end over loopback: a scripted EngineClient, a Beast HTTP client.
-#include "frontend/api_server.h"
+#include "frontend/openai/api_server.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -17,7 +17,7 @@
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
-#include "frontend/openai_protocol.h"
+#include "frontend/openai/openai_protocol.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 

@@ -2,7 +2,7 @@
 // executor instead of a model): requests from several server threads at once, an abort while
 // others run, and the output thread's callbacks. Also run under TSan (label tsan-unit): every
 // thread of the serving path but the HTTP server's is here.
-#include "frontend/async_llm.h"
+#include "frontend/engine/async_llm.h"
 
 #include <filesystem>
 #include <map>
@@ -15,7 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/engine_core_proc.h"
-#include "frontend/engine_core_client.h"
+#include "frontend/engine/engine_core_client.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/unit/core/core_test_util.h"

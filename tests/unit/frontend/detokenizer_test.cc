@@ -1,6 +1,6 @@
 // IncrementalDetokenizer: streaming every golden's ids one at a time reproduces the full
 // decode; stop strings split across tokens are caught and never leak.
-#include "frontend/detokenizer.h"
+#include "frontend/engine/detokenizer.h"
 
 #include <filesystem>
 #include <fstream>

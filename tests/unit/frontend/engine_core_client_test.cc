@@ -2,7 +2,7 @@
 // over real ZMQ sockets. Regression (hardening issue, defect 3): an outputs frame the client
 // cannot decode used to be dropped silently, so its requests waited forever; now it comes
 // back from GetOutputs with the error and the request ids that could still be read.
-#include "frontend/engine_core_client.h"
+#include "frontend/engine/engine_core_client.h"
 
 #include <string>
 #include <thread>

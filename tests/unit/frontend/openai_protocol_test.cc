@@ -1,12 +1,12 @@
 // Request parsing, validation and response building of the OpenAI protocol, without a server.
-#include "frontend/openai_protocol.h"
+#include "frontend/openai/openai_protocol.h"
 
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "frontend/api_server_response.h"
+#include "frontend/openai/api_server_response.h"
 #include "gtest/gtest.h"
 
 namespace vllm::frontend {

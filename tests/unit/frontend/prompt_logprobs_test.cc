@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "frontend/llm_engine.h"
+#include "frontend/engine/llm_engine.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
 #include "worker/llama_model.h"

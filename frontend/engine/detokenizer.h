@@ -1,6 +1,6 @@
 // IncrementalDetokenizer: streaming token ids -> text, as vLLM's detokenizer does it.
-#ifndef VLLM_FRONTEND_DETOKENIZER_H_
-#define VLLM_FRONTEND_DETOKENIZER_H_
+#ifndef VLLM_FRONTEND_ENGINE_DETOKENIZER_H_
+#define VLLM_FRONTEND_ENGINE_DETOKENIZER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -71,4 +71,4 @@ class IncrementalDetokenizer {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_DETOKENIZER_H_
+#endif  // VLLM_FRONTEND_ENGINE_DETOKENIZER_H_

@@ -3,8 +3,8 @@
 // (vllm/v1/metrics/loggers.py: PrometheusStatLogger), each labelled model_name.
 //
 // Thread-safety: every metric and the registry are safe to use from any thread.
-#ifndef VLLM_FRONTEND_METRICS_H_
-#define VLLM_FRONTEND_METRICS_H_
+#ifndef VLLM_FRONTEND_OPENAI_METRICS_H_
+#define VLLM_FRONTEND_OPENAI_METRICS_H_
 
 #include <array>
 #include <cstdint>
@@ -124,4 +124,4 @@ class ServerMetrics {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_METRICS_H_
+#endif  // VLLM_FRONTEND_OPENAI_METRICS_H_

@@ -18,10 +18,13 @@
 // picked again; the others go on. Once every engine is dead, failure() and GetOutputs() return
 // the error — no caller waits forever.
 //
+// Sources: engine_core_handshake.cc (sockets, handshake, engine registry, liveness) and
+// engine_core_client.cc (requests, aborts, utility calls, outputs, load balancing).
+//
 // Thread-safety: all methods are thread-safe. GetOutputs() is meant for one consumer thread
 // (the output processor); several would split the outputs between them.
-#ifndef VLLM_FRONTEND_ENGINE_CORE_CLIENT_H_
-#define VLLM_FRONTEND_ENGINE_CORE_CLIENT_H_
+#ifndef VLLM_FRONTEND_ENGINE_ENGINE_CORE_CLIENT_H_
+#define VLLM_FRONTEND_ENGINE_ENGINE_CORE_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -40,7 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/engine_core_types.h"
-#include "frontend/dp_load_balancer.h"
+#include "frontend/engine/dp_load_balancer.h"
 #include "ipc/curve.h"
 #include "ipc/zmq_util.h"
 
@@ -234,4 +237,4 @@ class EngineCoreClient {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_ENGINE_CORE_CLIENT_H_
+#endif  // VLLM_FRONTEND_ENGINE_ENGINE_CORE_CLIENT_H_

@@ -1,11 +1,14 @@
 // LLMEngine: the in-process engine (vLLM's vllm/v1/engine/llm_engine.py with the offline
-// `LLM` class's generate loop): one EngineCore over a UniProcExecutor in the caller's
-// thread. Add requests, step until done, collect each request's tokens. Token ids in and
-// out; the tokenizer arrives with the API server.
+// `LLM` class's generate loop): one EngineCore stepped in the caller's thread, built by
+// executor::BuildEngineCore with the executor the config picks (UniProcExecutor, the worker
+// in this process; or MultiprocExecutor, vllm-launch worker processes, e.g. for tensor
+// parallelism). Add requests, step until done, collect each request's tokens. Token ids in
+// and out: text (tokenizer, chat template, detokenizer) is AsyncLLM's (async_llm.h). The
+// reference tests and the CPU benchmarks use it.
 //
 // Thread-safety: none; use from one thread.
-#ifndef VLLM_FRONTEND_LLM_ENGINE_H_
-#define VLLM_FRONTEND_LLM_ENGINE_H_
+#ifndef VLLM_FRONTEND_ENGINE_LLM_ENGINE_H_
+#define VLLM_FRONTEND_ENGINE_LLM_ENGINE_H_
 
 #include <cstdint>
 #include <filesystem>
@@ -89,4 +92,4 @@ class LLMEngine {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_LLM_ENGINE_H_
+#endif  // VLLM_FRONTEND_ENGINE_LLM_ENGINE_H_

@@ -28,8 +28,8 @@
 // a client whose requests never overlap sends every one of them to the same engine).
 //
 // Thread-safety: none; the client's submitting thread owns it.
-#ifndef VLLM_FRONTEND_DP_LOAD_BALANCER_H_
-#define VLLM_FRONTEND_DP_LOAD_BALANCER_H_
+#ifndef VLLM_FRONTEND_ENGINE_DP_LOAD_BALANCER_H_
+#define VLLM_FRONTEND_ENGINE_DP_LOAD_BALANCER_H_
 
 #include <cstdint>
 #include <optional>
@@ -89,4 +89,4 @@ class DpLoadBalancer {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_DP_LOAD_BALANCER_H_
+#endif  // VLLM_FRONTEND_ENGINE_DP_LOAD_BALANCER_H_

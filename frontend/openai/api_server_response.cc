@@ -1,4 +1,4 @@
-#include "frontend/api_server_response.h"
+#include "frontend/openai/api_server_response.h"
 
 #include <utility>
 

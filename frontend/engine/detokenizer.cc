@@ -1,4 +1,4 @@
-#include "frontend/detokenizer.h"
+#include "frontend/engine/detokenizer.h"
 
 #include <algorithm>
 #include <utility>

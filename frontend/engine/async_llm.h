@@ -12,8 +12,8 @@
 // has. An engine output
 // that cannot be decoded is never dropped silently: the requests it concerned (every request
 // in flight when none can be told) get an InternalError (HTTP 500) and the log says why.
-#ifndef VLLM_FRONTEND_ASYNC_LLM_H_
-#define VLLM_FRONTEND_ASYNC_LLM_H_
+#ifndef VLLM_FRONTEND_ENGINE_ASYNC_LLM_H_
+#define VLLM_FRONTEND_ENGINE_ASYNC_LLM_H_
 
 #include <atomic>
 #include <cstdint>
@@ -28,9 +28,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
-#include "frontend/detokenizer.h"
-#include "frontend/engine_client.h"
-#include "frontend/engine_core_client.h"
+#include "frontend/engine/detokenizer.h"
+#include "frontend/engine/engine_client.h"
+#include "frontend/engine/engine_core_client.h"
 #include "frontend/jinja/chat_template.h"
 #include "frontend/tokenizer/tokenizer.h"
 
@@ -129,4 +129,4 @@ class AsyncLLM final : public EngineClient {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_ASYNC_LLM_H_
+#endif  // VLLM_FRONTEND_ENGINE_ASYNC_LLM_H_

@@ -5,8 +5,8 @@
 // The server passes text through: the engine client owns the tokenizer, the chat template
 // and the incremental detokenizer (stop strings included), and turns engine-core outputs
 // into text deltas.
-#ifndef VLLM_FRONTEND_ENGINE_CLIENT_H_
-#define VLLM_FRONTEND_ENGINE_CLIENT_H_
+#ifndef VLLM_FRONTEND_ENGINE_ENGINE_CLIENT_H_
+#define VLLM_FRONTEND_ENGINE_ENGINE_CLIENT_H_
 
 #include <cstdint>
 #include <functional>
@@ -18,11 +18,20 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/engine_core_types.h"
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"  // ChatMessage
 
 namespace vllm::frontend {
+
+// Errors of EngineClient calls about a request field name it, so that the OpenAI error body's
+// "param" can: the field rides as the status payload kParamPayloadUrl.
+inline constexpr char kParamPayloadUrl[] = "type.vllm-launch/openai.param";
+// InvalidArgument carrying `param` (the request field at fault).
+[[nodiscard]] absl::Status InvalidParam(absl::string_view param, absl::string_view message);
+// The field attached by InvalidParam, if any.
+std::optional<std::string> ErrorParam(const absl::Status& status);
 
 // One engine request (one choice of one prompt; the server fans n > 1 out into n of them).
 struct GenerateRequest {
@@ -173,4 +182,4 @@ class EngineClient {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_ENGINE_CLIENT_H_
+#endif  // VLLM_FRONTEND_ENGINE_ENGINE_CLIENT_H_

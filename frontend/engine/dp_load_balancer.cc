@@ -1,4 +1,4 @@
-#include "frontend/dp_load_balancer.h"
+#include "frontend/engine/dp_load_balancer.h"
 
 #include <algorithm>
 #include <limits>

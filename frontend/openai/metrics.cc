@@ -1,4 +1,4 @@
-#include "frontend/metrics.h"
+#include "frontend/openai/metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,16 +2,16 @@
 // (prompts x n choices) into response bytes: SSE events while streaming, one JSON body
 // otherwise. No I/O; the API server's session owns one per in-flight request and calls it
 // from its strand only (not thread-safe).
-#ifndef VLLM_FRONTEND_API_SERVER_RESPONSE_H_
-#define VLLM_FRONTEND_API_SERVER_RESPONSE_H_
+#ifndef VLLM_FRONTEND_OPENAI_API_SERVER_RESPONSE_H_
+#define VLLM_FRONTEND_OPENAI_API_SERVER_RESPONSE_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "frontend/engine_client.h"
-#include "frontend/openai_protocol.h"
+#include "frontend/engine/engine_client.h"
+#include "frontend/openai/openai_protocol.h"
 
 namespace vllm::frontend {
 
@@ -110,4 +110,4 @@ class ResponseAssembler {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_API_SERVER_RESPONSE_H_
+#endif  // VLLM_FRONTEND_OPENAI_API_SERVER_RESPONSE_H_

@@ -5,10 +5,10 @@
 //
 // Errors are absl::Status values: InvalidArgument (HTTP 400 BadRequestError), NotFound (404
 // NotFoundError), Unauthenticated (401), ResourceExhausted (413), Unavailable (503), others
-// 500. The offending field travels as a payload (see InvalidParam / ErrorParam) and becomes
-// the body's "param".
-#ifndef VLLM_FRONTEND_OPENAI_PROTOCOL_H_
-#define VLLM_FRONTEND_OPENAI_PROTOCOL_H_
+// 500. The offending field travels as a payload (InvalidParam / ErrorParam,
+// frontend/engine/engine_client.h) and becomes the body's "param".
+#ifndef VLLM_FRONTEND_OPENAI_OPENAI_PROTOCOL_H_
+#define VLLM_FRONTEND_OPENAI_OPENAI_PROTOCOL_H_
 
 #include <cstdint>
 #include <optional>
@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/sampling_params.h"
-#include "frontend/engine_client.h"
+#include "frontend/engine/engine_client.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
@@ -35,10 +35,7 @@ inline constexpr int32_t kMaxChatMessages = 4096;
 
 // ---- Errors -------------------------------------------------------------------------------
 
-// InvalidArgument carrying `param` (the request field at fault) for the error body.
-[[nodiscard]] absl::Status InvalidParam(absl::string_view param, absl::string_view message);
-// The field attached by InvalidParam, if any.
-std::optional<std::string> ErrorParam(const absl::Status& status);
+// InvalidParam / ErrorParam (the request field at fault) are frontend/engine/engine_client.h's.
 // The HTTP status code for a non-OK status (see the file comment).
 int HttpStatusFor(const absl::Status& status);
 // vLLM's (and OpenAI's) error body: {"error": {"message", "type", "param", "code"}}, with the
@@ -202,4 +199,4 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_OPENAI_PROTOCOL_H_
+#endif  // VLLM_FRONTEND_OPENAI_OPENAI_PROTOCOL_H_

@@ -1,4 +1,4 @@
-#include "frontend/llm_engine.h"
+#include "frontend/engine/llm_engine.h"
 
 #include <algorithm>
 #include <utility>

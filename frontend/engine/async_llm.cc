@@ -1,4 +1,4 @@
-#include "frontend/async_llm.h"
+#include "frontend/engine/async_llm.h"
 
 #include <pthread.h>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "frontend/openai_protocol.h"
+#include "frontend/engine/engine_client.h"
 #include "spdlog/spdlog.h"
 
 namespace vllm::frontend {

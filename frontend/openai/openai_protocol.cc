@@ -1,4 +1,4 @@
-#include "frontend/openai_protocol.h"
+#include "frontend/openai/openai_protocol.h"
 
 #include <cmath>
 #include <limits>
@@ -15,7 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kParamPayloadUrl[] = "type.vllm-launch/openai.param";
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
@@ -469,18 +468,6 @@ json Envelope(const ResponseMeta& meta, absl::string_view object) {
 }
 
 }  // namespace
-
-absl::Status InvalidParam(absl::string_view param, absl::string_view message) {
-  absl::Status status = absl::InvalidArgumentError(message);
-  status.SetPayload(kParamPayloadUrl, absl::Cord(param));
-  return status;
-}
-
-std::optional<std::string> ErrorParam(const absl::Status& status) {
-  auto param = status.GetPayload(kParamPayloadUrl);
-  if (!param.has_value()) return std::nullopt;
-  return std::string(*param);
-}
 
 int HttpStatusFor(const absl::Status& status) {
   switch (status.code()) {

@@ -25,8 +25,8 @@
 // deadline, and beyond those a connection gets an immediate 503. Accepting backs off (10 ms
 // doubling to 1 s) when the process is out of file descriptors (EMFILE/ENFILE) instead of
 // spinning.
-#ifndef VLLM_FRONTEND_API_SERVER_H_
-#define VLLM_FRONTEND_API_SERVER_H_
+#ifndef VLLM_FRONTEND_OPENAI_API_SERVER_H_
+#define VLLM_FRONTEND_OPENAI_API_SERVER_H_
 
 #include <chrono>
 #include <cstddef>
@@ -37,8 +37,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "frontend/engine_client.h"
-#include "frontend/metrics.h"
+#include "frontend/engine/engine_client.h"
+#include "frontend/engine/listen_address.h"  // ResolveListenAddress, for the launcher
+#include "frontend/openai/metrics.h"
 
 namespace vllm::frontend {
 
@@ -79,10 +80,6 @@ inline constexpr int64_t kReservedFileDescriptors = 128;
 // The default for max_connections: the process's file-descriptor limit (RLIMIT_NOFILE, soft)
 // less kReservedFileDescriptors and kOverflowConnections, at least 16.
 int64_t DefaultMaxConnections();
-
-// Resolves `host` (an address or a name) to the address the server binds, preferring IPv4.
-// InvalidArgument naming the host when it does not resolve.
-[[nodiscard]] absl::StatusOr<std::string> ResolveListenAddress(const std::string& host);
 
 // Binds host:port once and releases it, so a command line with an address that cannot be
 // served fails before anything is started. Port 0 always succeeds. InvalidArgument for a
@@ -133,4 +130,4 @@ class ApiServer {
 
 }  // namespace vllm::frontend
 
-#endif  // VLLM_FRONTEND_API_SERVER_H_
+#endif  // VLLM_FRONTEND_OPENAI_API_SERVER_H_

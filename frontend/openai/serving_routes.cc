@@ -1,0 +1,379 @@
+// Session's OpenAI side (vLLM's vllm/entrypoints/openai/api_server.py routes): routing, the
+// API key, /v1/models, /health, /metrics, /version, /tokenize and /detokenize, and generation
+// requests from the preprocessing pool to the last engine output. See http_session.h.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "frontend/openai/http_session.h"
+
+namespace vllm::frontend::api_server_internal {
+namespace {
+
+const char* const kRoutes[][2] = {
+    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+    {"/v1/models", "GET"},       {"/health", "GET"},
+    {"/version", "GET"},         {"/metrics", "GET"},
+    {"/tokenize", "POST"},       {"/detokenize", "POST"},
+};
+
+// Compares in time that depends only on `expected`'s length, not on where the strings differ.
+bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= static_cast<unsigned char>(g ^ static_cast<unsigned char>(expected[i]));
+  }
+  // Keep the compiler from turning the loop into an early-exit comparison.
+  volatile unsigned char result = diff;
+  return result == 0;
+}
+
+}  // namespace
+
+OutputCallback Session::MakeCallback(PostTarget target, uint64_t serial, int32_t index) {
+  return [target = std::move(target), serial, index](absl::StatusOr<GenerateOutput> out) {
+    absl::ReaderMutexLock lock(&target.ctx->post_mu);
+    if (target.ctx->stopped) return;
+    net::post(target.strand,
+              [session = target.session, serial, index, out = std::move(out)]() mutable {
+                if (auto self = session.lock()) {
+                  self->OnEngineOutput(serial, index, std::move(out));
+                }
+              });
+  };
+}
+
+void Session::Route() {
+  std::string target(request_.target());
+  std::string path = target.substr(0, target.find('?'));
+  if (request_.version() >= 11 && request_.find(http::field::host) == request_.end()) {
+    // RFC 9112 section 3.2: a server MUST answer 400 to an HTTP/1.1 request without Host.
+    keep_alive_ = false;
+    return SendError(absl::InvalidArgumentError("An HTTP/1.1 request needs a Host header"));
+  }
+  const char* allowed = nullptr;
+  for (const auto& route : kRoutes) {
+    if (path == route[0]) allowed = route[1];
+  }
+  if (allowed == nullptr) {
+    return SendError(absl::NotFoundError(absl::StrCat("Not Found: ", path)));
+  }
+  if (request_.method_string() != allowed) {
+    return SendJson(http::status::method_not_allowed,
+                    ErrorJson(405, "MethodNotAllowed",
+                              absl::StrCat("Method ", std::string(request_.method_string()),
+                                           " is not allowed on ", path, "; use ", allowed)),
+                    allowed);
+  }
+  if (overflow_ && path != "/health") {
+    return SendError(absl::UnavailableError(
+        absl::StrCat("The server is at its connection limit (--max-connections ",
+                     ctx_->max_connections, "); retry later")));
+  }
+  if (ctx_->draining.load() && path != "/version" && path != "/metrics") {
+    return SendError(absl::UnavailableError("The server is shutting down"));
+  }
+  if (path.rfind("/v1/", 0) == 0 && !Authorized()) {
+    return SendError(absl::UnauthenticatedError(
+        "Invalid or missing API key: send \"Authorization: Bearer <key>\""));
+  }
+  if (path == "/v1/completions") return HandleGenerate(ApiKind::kCompletion);
+  if (path == "/v1/chat/completions") return HandleGenerate(ApiKind::kChat);
+  if (path == "/tokenize") return HandleTokenization(&frontend::HandleTokenize);
+  if (path == "/detokenize") return HandleTokenization(&frontend::HandleDetokenize);
+  if (path == "/v1/models") return HandleModels();
+  if (path == "/health") return HandleHealth();
+  if (path == "/version") {
+    return SendJson(http::status::ok, DumpJson(nlohmann::json{{"version", ctx_->options.version}}));
+  }
+  return HandleMetrics();
+}
+
+bool Session::Authorized() const {
+  if (!ctx_->options.api_key.has_value()) return true;
+  auto it = request_.find(http::field::authorization);
+  const std::string expected = "Bearer " + *ctx_->options.api_key;
+  return it != request_.end() &&
+         ConstantTimeEquals(std::string_view(it->value().data(), it->value().size()), expected);
+}
+
+void Session::HandleModels() {
+  EngineClient& e = *ctx_->engine;
+  nlohmann::json model{{"id", e.ModelName()},
+                       {"object", "model"},
+                       {"created", ctx_->created},
+                       {"owned_by", "vllm-launch"},
+                       {"root", e.ModelName()},
+                       {"parent", nullptr},
+                       {"max_model_len", e.MaxModelLen()}};
+  SendJson(http::status::ok,
+           DumpJson(nlohmann::json{{"object", "list"}, {"data", nlohmann::json::array({model})}}));
+}
+
+void Session::HandleHealth() {
+  absl::Status health = ctx_->engine->Health();
+  if (!health.ok()) {
+    return SendJson(http::status::service_unavailable,
+                    DumpJson(ErrorBody(absl::UnavailableError(health.message()))));
+  }
+  nlohmann::json live = nlohmann::json::array(), dead = nlohmann::json::array();
+  for (const EngineStatus& e : ctx_->engine->Engines()) {
+    if (e.health.ok()) {
+      live.push_back(e.rank);
+    } else {
+      dead.push_back({{"engine", e.rank}, {"error", std::string(e.health.message())}});
+    }
+  }
+  if (dead.empty()) return SendBody(http::status::ok, "text/plain", "", nullptr);
+  SendJson(http::status::ok, DumpJson(nlohmann::json{{"status", "degraded"},
+                                                     {"live_engines", std::move(live)},
+                                                     {"dead_engines", std::move(dead)}}));
+}
+
+void Session::HandleMetrics() {
+  for (const EngineStatus& e : ctx_->engine->Engines()) {
+    const EngineStats& stats = e.stats;
+    const EngineMetrics& m = ctx_->metrics.engine(e.index);
+    m.num_requests_running->Set(stats.num_requests_running);
+    m.num_requests_waiting->Set(stats.num_requests_waiting);
+    m.kv_cache_usage_perc->Set(stats.kv_cache_usage);
+    m.prefix_cache_queries->Set(static_cast<double>(stats.prefix_cache_queries));
+    m.prefix_cache_hits->Set(static_cast<double>(stats.prefix_cache_hits));
+    m.num_preemptions->Set(static_cast<double>(stats.num_preemptions));
+  }
+  SendBody(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", ctx_->registry.Render(),
+           nullptr);
+}
+
+absl::Status Session::CheckContentType() const {
+  auto it = request_.find(http::field::content_type);
+  if (it == request_.end()) return absl::OkStatus();
+  const std::string value(it->value());
+  std::string mime = absl::AsciiStrToLower(
+      absl::StripAsciiWhitespace(absl::string_view(value).substr(0, value.find(';'))));
+  if (mime == "application/json" || absl::EndsWith(mime, "+json")) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("Content-Type must be application/json, got '", value.substr(0, 100), "'"));
+}
+
+void Session::HandleTokenization(TokenizationHandler handler) {
+  if (absl::Status s = CheckContentType(); !s.ok()) return SendError(s);
+  Strand strand = stream_.get_executor();
+  auto job = [self = shared_from_this(), strand, handler, ctx = ctx_,
+              body = std::move(request_.body())]() mutable {
+    absl::StatusOr<nlohmann::json> answer = handler(body, *ctx->engine);
+    net::post(strand, [self = std::move(self), answer = std::move(answer)]() mutable {
+      if (self->closed_) return;
+      if (!answer.ok()) return self->SendError(answer.status());
+      self->SendJson(http::status::ok, DumpJson(*answer));
+    });
+  };
+  absl::MutexLock lock(&ctx_->prep_mu);
+  if (!ctx_->prep.has_value()) {
+    return SendError(absl::UnavailableError("The server is shutting down"));
+  }
+  net::post(*ctx_->prep, std::move(job));
+}
+
+void Session::HandleGenerate(ApiKind kind) {
+  if (absl::Status s = CheckContentType(); !s.ok()) return SendError(s);
+  const uint64_t serial = ++generation_serial_;
+  PostTarget target{ctx_, stream_.get_executor(), weak_from_this()};
+  auto job = [self = shared_from_this(), target = std::move(target), kind, serial,
+              body = std::move(request_.body())]() mutable {
+    Prepared prepared = Prepare(target, kind, serial, body);
+    Strand strand = target.strand;
+    net::post(strand, [self = std::move(self), serial, prepared = std::move(prepared)]() mutable {
+      self->OnPrepared(serial, std::move(prepared));
+    });
+  };
+  {
+    absl::MutexLock lock(&ctx_->prep_mu);
+    if (!ctx_->prep.has_value()) {
+      return SendError(absl::UnavailableError("The server is shutting down"));
+    }
+    net::post(*ctx_->prep, std::move(job));
+  }
+  preparing_serial_ = serial;
+  early_outputs_.clear();
+  BeginInFlight();
+  StartWatch();
+}
+
+Prepared Session::Prepare(const PostTarget& target, ApiKind kind, uint64_t serial,
+                          const std::string& body) {
+  ServerContext& ctx = *target.ctx;
+  Prepared out;
+  out.kind = kind;
+  absl::StatusOr<ParsedGeneration> parsed = ParseGeneration(kind, body, *ctx.engine);
+  if (!parsed.ok()) {
+    out.status = parsed.status();
+    return out;
+  }
+  out.meta = ResponseMeta{ctx.NewId(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-"),
+                          static_cast<int64_t>(WallSeconds()), ctx.engine->ModelName()};
+  out.options = std::move(parsed->options);
+  out.logprobs = parsed->logprobs;
+  out.echo_texts = std::move(parsed->echo_texts);
+  out.echo_logprobs = parsed->echo_logprobs;
+  std::vector<GenerateRequest> requests =
+      FanOut(parsed->prompts, out.options, out.meta.id, WallSeconds());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    std::string id = requests[i].request_id;
+    absl::Status status = ctx.engine->Generate(
+        std::move(requests[i]), MakeCallback(target, serial, static_cast<int32_t>(i)));
+    if (!status.ok()) {
+      for (const std::string& started : out.request_ids) ctx.engine->Abort(started);
+      out.request_ids.clear();
+      out.status = status;
+      return out;
+    }
+    out.request_ids.push_back(std::move(id));
+  }
+  return out;
+}
+
+void Session::OnPrepared(uint64_t serial, Prepared prepared) {
+  if (serial != preparing_serial_ || closed_ || shutting_down_) {
+    // The connection went away (or the server stops) while the request was prepared.
+    for (const std::string& id : prepared.request_ids) ctx_->engine->Abort(id);
+    if (serial == preparing_serial_) {
+      preparing_serial_ = 0;
+      EndInFlight();
+      if (!closed_) SendError(absl::UnavailableError("The server is shutting down"));
+    }
+    return;
+  }
+  preparing_serial_ = 0;
+  if (!prepared.status.ok()) {
+    early_outputs_.clear();  // outputs of engine requests Prepare aborted again
+    EndInFlight();
+    return SendError(prepared.status);
+  }
+  Generation& gen = gen_.emplace();
+  gen.serial = serial;
+  gen.stream = prepared.options.stream;
+  gen.arrival = request_arrival_;
+  gen.assembler = std::make_unique<ResponseAssembler>(
+      prepared.kind, std::move(prepared.meta), static_cast<int32_t>(prepared.request_ids.size()),
+      prepared.options.n, prepared.options.stream, prepared.options.include_usage,
+      prepared.logprobs);
+  gen.assembler->SetEcho(std::move(prepared.echo_texts));
+  gen.assembler->SetTokensAsTokenIds(prepared.options.return_tokens_as_token_ids);
+  if (prepared.echo_logprobs) {
+    gen.assembler->SetEchoLogprobs(prepared.options.params.logprobs.value_or(0));
+  }
+  for (std::string& id : prepared.request_ids) gen.subs.emplace_back().id = std::move(id);
+  if (gen.stream) {
+    QueueBytes(
+        absl::StrCat("HTTP/1.1 200 OK\r\nServer: ", ctx_->options.server_name,
+                     "\r\nContent-Type: text/event-stream; "
+                     "charset=utf-8\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n",
+                     keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
+    QueueChunk(gen.assembler->Start());
+  }
+  std::vector<EarlyOutput> early = std::move(early_outputs_);
+  early_outputs_.clear();
+  for (EarlyOutput& e : early) OnEngineOutput(serial, e.index, std::move(e.output));
+  StartWatch();
+}
+
+void Session::OnEngineOutput(uint64_t serial, int32_t index, absl::StatusOr<GenerateOutput> out) {
+  if (closed_) return;
+  if (serial == preparing_serial_) {
+    early_outputs_.push_back(EarlyOutput{index, std::move(out)});
+    return;
+  }
+  if (!gen_.has_value() || gen_->serial != serial || index < 0 ||
+      static_cast<size_t>(index) >= gen_->subs.size() || gen_->subs[index].finished) {
+    return;
+  }
+  if (!out.ok()) return FailGeneration(out.status());
+  RecordMetrics(gen_->subs[index], *out);
+  if (out->finished()) gen_->subs[index].finished = true;
+  std::string events = gen_->assembler->OnOutput(index, *out);
+  if (gen_->stream) QueueChunk(events);
+  if (gen_->assembler->AllFinished()) CompleteGeneration();
+}
+
+void Session::RecordMetrics(SubRequest& sub, const GenerateOutput& out) {
+  sub.engine_index = out.engine_index;
+  const EngineMetrics& m = ctx_->metrics.engine(sub.engine_index);
+  Clock::time_point now = Clock::now();
+  int32_t new_tokens = out.num_output_tokens - sub.num_output_tokens;
+  if (new_tokens > 0) {
+    if (!sub.got_first_token) {
+      sub.got_first_token = true;
+      m.time_to_first_token->Observe(Seconds(now - gen_->arrival));
+      m.prompt_tokens->Add(out.num_prompt_tokens);
+    } else {
+      m.inter_token_latency->Observe(Seconds(now - sub.last_token_time));
+    }
+    sub.last_token_time = now;
+    sub.num_output_tokens = out.num_output_tokens;
+    m.generation_tokens->Add(new_tokens);
+  }
+  if (out.finished()) {
+    if (!sub.got_first_token) m.prompt_tokens->Add(out.num_prompt_tokens);
+    m.e2e_request_latency->Observe(Seconds(now - gen_->arrival));
+    m.RequestSuccess(*out.finish_reason)->Add(1);
+  }
+}
+
+void Session::CompleteGeneration() {
+  std::string tail = gen_->assembler->Finish();
+  bool stream = gen_->stream;
+  gen_.reset();
+  EndInFlight();
+  if (stream) {
+    QueueChunk(tail);
+    QueueLastChunk();
+  } else {
+    SendJson(http::status::ok, std::move(tail));
+  }
+}
+
+void Session::FailGeneration(const absl::Status& status) {
+  AbortUnfinished(core::FinishReason::kError);
+  bool stream = gen_->stream;
+  gen_.reset();
+  EndInFlight();
+  if (stream) {
+    QueueChunk(ResponseAssembler::StreamError(status));
+    QueueLastChunk();
+  } else {
+    SendError(status);
+  }
+}
+
+void Session::AbortUnfinished(std::optional<core::FinishReason> reason) {
+  if (!gen_.has_value()) return;
+  for (SubRequest& sub : gen_->subs) {
+    if (!sub.finished) {
+      ctx_->engine->Abort(sub.id);
+      if (reason.has_value()) {
+        ctx_->metrics.engine(sub.engine_index).RequestSuccess(*reason)->Add(1);
+      }
+    }
+    sub.finished = true;
+  }
+}
+
+void Session::BeginInFlight() {
+  if (in_flight_) return;
+  in_flight_ = true;
+  request_arrival_ = Clock::now();
+  ctx_->AddInFlight(1);
+}
+
+void Session::EndInFlight() {
+  if (!in_flight_) return;
+  in_flight_ = false;
+  ctx_->AddInFlight(-1);
+}
+
+}  // namespace vllm::frontend::api_server_internal
