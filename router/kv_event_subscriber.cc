@@ -1,4 +1,4 @@
-#include "frontend/router/kv_event_subscriber.h"
+#include "router/kv_event_subscriber.h"
 
 #include <optional>
 #include <utility>
@@ -6,8 +6,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "frontend/router/router.h"
 #include "ipc/zmq_util.h"
+#include "router/router.h"
 
 namespace vllm::router {
 
