@@ -9,6 +9,9 @@
 
 namespace vllm::core {
 
+static_assert(config::kMaxKvEventsEndpointBytes == kv_events::kMaxEndpointBytes,
+              "the --kv-events-config endpoint limit and the publisher's differ");
+
 // Every field as it is (the two structs list the same settings).
 inline kv_events::KvEventPublisherOptions KvEventPublisherOptionsFrom(
     const config::KvEventsConfig& config) {

@@ -78,6 +78,9 @@ std::string EncodeKvEventBatch(const KvEventBatch& batch);
 
 // Largest payload DecodeKvEventBatch accepts.
 inline constexpr size_t kMaxKvEventBatchBytes = size_t{64} << 20;
+// Longest endpoint (publisher, replay, or a subscriber's) accepted; config/kv_events_config.h's
+// kMaxKvEventsEndpointBytes is the same (checked in core/kv_event_options.h).
+inline constexpr size_t kMaxEndpointBytes = 1024;
 
 // Decodes a payload (bounded: at most kMaxKvEventBatchBytes, 4 Mi elements per array, nesting
 // 10). Block hashes may be integers (vLLM's default; a negative one is taken as its 64-bit

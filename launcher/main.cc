@@ -2,7 +2,7 @@
 //   vllm-launch [serve] [MODEL] [flags]   the OpenAI-compatible server (launcher/serve_main.h)
 //   vllm-launch bench serve [flags]       the serving load generator (bench/serve/bench_serve.h)
 //   vllm-launch router [flags]            the router in front of several servers
-//                                         (frontend/router/router_main.h)
+//                                         (router/router_main.h)
 //   vllm-launch make-cluster-key FILE    writes a new cluster key for --cluster-key-file
 //   vllm-launch engine-core / worker-proc / api-server / dp-coordinator
 //                                         internal: started by the server / the executor
@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "bench/serve/bench_serve.h"
-#include "frontend/router/router_main.h"
 #include "ipc/curve.h"
 #include "launcher/dp_coordinator_main.h"
 #include "launcher/engine_core_main.h"
 #include "launcher/serve_main.h"
+#include "router/router_main.h"
 #include "worker/worker_proc.h"
 
 int main(int argc, char** argv) {

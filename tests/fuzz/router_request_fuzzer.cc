@@ -1,4 +1,4 @@
-// Fuzzes what the router (frontend/router/) reads from clients before it picks a worker: a
+// Fuzzes what the router (router/) reads from clients before it picks a worker: a
 // request body → ExtractRoutingKeys (routing text and `user`), a worker URL (POST /workers,
 // as the body's "url" or the query) → ParseWorkerUrl, and the routing text through a small
 // PrefixTree and the cache_aware and consistent_hash policies over 3 fake workers.
@@ -39,10 +39,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "base/json_util.h"
-#include "frontend/router/policy.h"
-#include "frontend/router/prefix_tree.h"
-#include "frontend/router/router.h"
 #include "nlohmann/json.hpp"
+#include "router/policy.h"
+#include "router/prefix_tree.h"
+#include "router/router.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace vllm::fuzz {

@@ -24,7 +24,7 @@ import tempfile
 MODULES = [
     "base/", "config/", "ipc/", "kv_events/", "core/", "kernels/", "kernels/comm/", "worker/",
     "executor/", "frontend/", "frontend/openai/", "frontend/engine/", "frontend/tokenizer/",
-    "frontend/jinja/", "frontend/router/", "launcher/", "bench/serve/", "bench/common/",
+    "frontend/jinja/", "router/", "launcher/", "bench/serve/", "bench/common/",
 ]
 
 _BELOW_FRONTEND = ["base", "config", "ipc", "core"]
@@ -44,7 +44,7 @@ ALLOWED = {
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],
     # The router speaks HTTP to other servers: no engine types (core/, worker/, executor/).
-    "frontend/router": ["base", "ipc", "kv_events", "frontend/tokenizer", "frontend/jinja"],
+    "router": ["base", "ipc", "kv_events", "frontend/tokenizer", "frontend/jinja"],
     "frontend": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja"],
     # The engine client (vllm/v1/engine/): no HTTP, so never frontend/openai/.
     "frontend/engine": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja"],
@@ -64,6 +64,7 @@ INTERNAL_HEADERS = {
     "frontend/jinja/ast.h", "frontend/jinja/builtins.h", "frontend/jinja/parser.h",
     "frontend/jinja/value.h", "frontend/tokenizer/bpe.h", "frontend/tokenizer/normalizer.h",
     "frontend/tokenizer/pretokenizer.h", "frontend/jinja/lexer.h", "frontend/openai/http_session.h",
+    "router/admin.h", "router/http.h", "router/metrics.h", "router/proxy.h", "router/router_state.h",
 }
 
 SOURCE_SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")

@@ -9,7 +9,7 @@
 #include "core_test_util.h"
 #include "gtest/gtest.h"
 #include "ipc/ipc_address.h"
-#include "ipc/kv_events.h"
+#include "kv_events/kv_events.h"
 #include "ipc/zmq_util.h"
 
 namespace vllm::core {
@@ -222,7 +222,7 @@ TEST_F(EngineCoreTest, PublishesTheKvEventsItsSchedulerRecords) {
   sub.connect(endpoint->address());
   // A PUB drops what it sends before the subscription arrives: new requests until one
   // step's events get through.
-  std::optional<ipc::KvEventBatch> batch;
+  std::optional<kv_events::KvEventBatch> batch;
   for (int i = 0; i < 100 && !batch.has_value(); ++i) {
     ASSERT_TRUE(engine_->AddRequest(MakeRequest("r" + std::to_string(i), 8, 1)).ok());
     for (int step = 0; step < 10 && engine_->scheduler().HasRequests(); ++step) {
@@ -234,7 +234,7 @@ TEST_F(EngineCoreTest, PublishesTheKvEventsItsSchedulerRecords) {
     }
     if (parts.size() == 3) {
       auto decoded =
-          ipc::DecodeKvEventBatch({static_cast<const uint8_t*>(parts[2].data()), parts[2].size()});
+          kv_events::DecodeKvEventBatch({static_cast<const uint8_t*>(parts[2].data()), parts[2].size()});
       ASSERT_TRUE(decoded.ok()) << decoded.status();
       batch = std::move(*decoded);
     }

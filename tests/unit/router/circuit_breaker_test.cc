@@ -1,5 +1,5 @@
 // The circuit breaker's states over a simulated clock.
-#include "frontend/router/circuit_breaker.h"
+#include "router/circuit_breaker.h"
 
 #include "gtest/gtest.h"
 

@@ -2,7 +2,7 @@
 // through parent hashes, predictions and their expiry, bounds), the policy's choices, the
 // --kv-event-source syntax, and the router's tokenization of request bodies against the
 // bundled model's tokenizer and chat template (what the API server computes).
-#include "frontend/router/kv_index.h"
+#include "router/kv_index.h"
 
 #include <filesystem>
 #include <numeric>
@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "frontend/jinja/chat_template.h"
-#include "frontend/router/kv_event_subscriber.h"
-#include "frontend/router/policy.h"
-#include "frontend/router/router.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/kv_event_subscriber.h"
+#include "router/policy.h"
+#include "router/router.h"
 
 namespace vllm::router {
 namespace {

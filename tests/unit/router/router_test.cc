@@ -1,6 +1,6 @@
 // The router's request parsing: worker URLs, routing keys, flags; an in-process router with
 // no live worker, and with fake upstreams (the circuit breaker).
-#include "frontend/router/router.h"
+#include "router/router.h"
 
 #include <sys/socket.h>
 
@@ -13,9 +13,9 @@
 #include "boost/asio.hpp"
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
-#include "frontend/router/router_main.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "router/router_main.h"
 
 namespace vllm::router {
 namespace {

@@ -1,4 +1,4 @@
-#include "frontend/router/prefix_tree.h"
+#include "router/prefix_tree.h"
 
 #include <algorithm>
 #include <queue>

@@ -9,8 +9,21 @@
 //
 // Upstream connections: keep-alive, pooled per worker; closing one is how a client's
 // disconnect reaches the worker, which aborts the request.
-#ifndef VLLM_FRONTEND_ROUTER_ROUTER_H_
-#define VLLM_FRONTEND_ROUTER_ROUTER_H_
+//
+// Endpoints:
+// - POST /v1/completions, POST /v1/chat/completions: proxied to the policy's worker. The body
+//   must be a JSON object (else 400); the router reads only the routing text (ExtractRoutingKeys)
+//   and the session key (the X-Session-Id header, else the `user` string); kv_aware also the
+//   prompt's tokens (TokenizeRequestBody). Bodies over max_payload_size: 413. Responses are
+//   relayed as they arrive (chunked to HTTP/1.1 clients; X-Router-Worker names the worker).
+// - GET /v1/models, POST /tokenize, POST /detokenize: proxied to a healthy worker (one without
+//   the endpoint answers its own 404).
+// - GET /health: 200 while at least one worker is healthy and no drain runs, else 503.
+// - GET /metrics: the router's Prometheus text (metrics.h).
+// - GET / POST / DELETE /workers: the worker list, add, remove (admin.h).
+// - The router's own errors use the OpenAI shape {"error": {"message", "type", "code"}}.
+#ifndef VLLM_ROUTER_ROUTER_H_
+#define VLLM_ROUTER_ROUTER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -24,9 +37,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "frontend/jinja/chat_template.h"
-#include "frontend/router/circuit_breaker.h"
-#include "frontend/router/policy.h"
 #include "frontend/tokenizer/tokenizer.h"
+#include "router/circuit_breaker.h"
+#include "router/policy.h"
 
 namespace vllm::router {
 
@@ -103,4 +116,4 @@ class Router {
 
 }  // namespace vllm::router
 
-#endif  // VLLM_FRONTEND_ROUTER_ROUTER_H_
+#endif  // VLLM_ROUTER_ROUTER_H_

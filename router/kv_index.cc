@@ -1,4 +1,4 @@
-#include "frontend/router/kv_index.h"
+#include "router/kv_index.h"
 
 #include <algorithm>
 #include <variant>

@@ -1,4 +1,4 @@
-#include "frontend/router/router_main.h"
+#include "router/router_main.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,13 +7,18 @@
 #include "CLI/CLI.hpp"
 
 namespace vllm::router {
+namespace {
 
-absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>& argv) {
-  ParsedRouterArgs parsed;
-  RouterOptions& o = parsed.options;
-  PolicyOptions& p = o.policy_options;
-  CLI::App app("Route OpenAI-API requests over several OpenAI-compatible servers.",
-               "vllm-launch router");
+// The circuit breaker's flags in seconds, converted to CircuitBreakerOptions after parsing.
+struct CircuitBreakerFlags {
+  double timeout = 60;
+  double window = 120;
+  double max_timeout = 600;
+  bool disabled = false;
+};
+
+// The workers, the listening address and the policy.
+void AddServerFlags(CLI::App& app, RouterOptions& o) {
   app.add_option("--worker-urls", o.worker_urls,
                  "The workers, as http://HOST:PORT (more may be added with POST /workers).");
   app.add_option("--host", o.host, "The address to listen on.")->capture_default_str();
@@ -24,6 +29,10 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
       ->check(CLI::IsMember(
           {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash", "kv_aware"}))
       ->capture_default_str();
+}
+
+// cache_aware's thresholds and tree bound.
+void AddPolicyFlags(CLI::App& app, PolicyOptions& p) {
   app.add_option("--cache-threshold", p.cache_threshold,
                  "cache_aware: the least match length / prompt length that follows a match.")
       ->check(CLI::Range(0.0, 1.0))
@@ -40,6 +49,10 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
                  "cache_aware: bytes of prompt text kept per worker (LRU eviction beyond).")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+}
+
+// Health checks, timeouts, retries and the payload bound.
+void AddUpstreamFlags(CLI::App& app, RouterOptions& o) {
   app.add_option("--health-check-interval-secs", o.health_check_interval_secs,
                  "Seconds between GET /health checks of each worker.")
       ->check(CLI::Range(0.01, 86400.0))
@@ -64,9 +77,10 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
                  "The largest request body in bytes (larger: 413).")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  CircuitBreakerOptions& cb = o.circuit_breaker;
-  double cb_timeout = 60, cb_window = 120, cb_max_timeout = 600;
-  bool cb_disabled = false;
+}
+
+// The per-worker circuit breakers.
+void AddCircuitBreakerFlags(CLI::App& app, CircuitBreakerOptions& cb, CircuitBreakerFlags* secs) {
   app.add_option("--cb-failure-threshold", cb.failure_threshold,
                  "Failed requests (connection errors, no answer, 5xx) within the window that "
                  "open a worker's circuit breaker (no requests to it for a while).")
@@ -76,26 +90,30 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
                  "Successful requests in half-open state that close the circuit.")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
-  app.add_option("--cb-timeout-duration-secs", cb_timeout,
+  app.add_option("--cb-timeout-duration-secs", secs->timeout,
                  "Seconds an opened circuit keeps requests away (doubled after each failure in "
                  "half-open state, up to --cb-max-timeout-duration-secs).")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
-  app.add_option("--cb-window-duration-secs", cb_window,
+  app.add_option("--cb-window-duration-secs", secs->window,
                  "The window in seconds over which failures are counted.")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
-  app.add_option("--cb-max-timeout-duration-secs", cb_max_timeout,
+  app.add_option("--cb-max-timeout-duration-secs", secs->max_timeout,
                  "The longest open period the backoff reaches.")
       ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
-  app.add_flag("--disable-circuit-breaker", cb_disabled, "No circuit breakers.");
+  app.add_flag("--disable-circuit-breaker", secs->disabled, "No circuit breakers.");
+}
+
+// kv_aware's event sources and tokenizer.
+void AddKvAwareFlags(CLI::App& app, RouterOptions& o) {
   app.add_option("--kv-event-source", o.kv_event_sources,
                  "kv_aware: WORKER_URL=ENDPOINT[,ENDPOINT...], the ZMQ endpoints where the "
                  "worker's engines (in data-parallel rank order) publish KV-cache events "
                  "(their --kv-events-config); repeat per worker.")
       ->take_all();
-  app.add_option("--kv-event-block-size", p.kv.default_block_size,
+  app.add_option("--kv-event-block-size", o.policy_options.kv.default_block_size,
                  "kv_aware: the workers' KV block size until their events tell it.")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
@@ -107,6 +125,21 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
   app.add_option("--chat-template", o.chat_template,
                  "kv_aware: a chat template file, if the workers use one other than "
                  "tokenizer_config.json's.");
+}
+
+}  // namespace
+
+absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>& argv) {
+  ParsedRouterArgs parsed;
+  RouterOptions& o = parsed.options;
+  CLI::App app("Route OpenAI-API requests over several OpenAI-compatible servers.",
+               "vllm-launch router");
+  AddServerFlags(app, o);
+  AddPolicyFlags(app, o.policy_options);
+  AddUpstreamFlags(app, o);
+  CircuitBreakerFlags cb_secs;
+  AddCircuitBreakerFlags(app, o.circuit_breaker, &cb_secs);
+  AddKvAwareFlags(app, o);
   app.add_option("--shutdown-grace-period-secs", o.shutdown_grace_period_secs,
                  "On SIGINT/SIGTERM, seconds the requests in flight get to finish.")
       ->check(CLI::Range(0.0, 86400.0))
@@ -124,10 +157,11 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
   auto millis = [](double secs) {
     return std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
   };
-  cb.enabled = !cb_disabled;
-  cb.timeout = millis(cb_timeout);
-  cb.window = millis(cb_window);
-  cb.max_timeout = millis(cb_max_timeout);
+  CircuitBreakerOptions& cb = o.circuit_breaker;
+  cb.enabled = !cb_secs.disabled;
+  cb.timeout = millis(cb_secs.timeout);
+  cb.window = millis(cb_secs.window);
+  cb.max_timeout = millis(cb_secs.max_timeout);
   return parsed;
 }
 

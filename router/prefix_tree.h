@@ -5,8 +5,8 @@
 // recently used leaves once the tree holds more than `max_size` bytes.
 //
 // Not thread-safe: one thread owns a tree (the router's I/O thread, or a test).
-#ifndef VLLM_FRONTEND_ROUTER_PREFIX_TREE_H_
-#define VLLM_FRONTEND_ROUTER_PREFIX_TREE_H_
+#ifndef VLLM_ROUTER_PREFIX_TREE_H_
+#define VLLM_ROUTER_PREFIX_TREE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -54,4 +54,4 @@ class PrefixTree {
 
 }  // namespace vllm::router
 
-#endif  // VLLM_FRONTEND_ROUTER_PREFIX_TREE_H_
+#endif  // VLLM_ROUTER_PREFIX_TREE_H_

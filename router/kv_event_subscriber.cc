@@ -1,4 +1,4 @@
-#include "frontend/router/kv_event_subscriber.h"
+#include "router/kv_event_subscriber.h"
 
 #include <optional>
 #include <utility>
@@ -6,8 +6,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "frontend/router/router.h"
 #include "ipc/zmq_util.h"
+#include "router/router.h"
 
 namespace vllm::router {
 
@@ -34,7 +34,7 @@ absl::StatusOr<std::vector<KvEventSource>> ParseKvEventSource(absl::string_view 
     if (!absl::StartsWith(ep, "tcp://") && !absl::StartsWith(ep, "ipc://")) {
       return bad(absl::StrCat("endpoint '", ep, "' is not tcp://HOST:PORT or ipc://PATH"));
     }
-    if (ep.size() > config::kMaxKvEventsEndpointBytes) return bad("endpoint too long");
+    if (ep.size() > kv_events::kMaxEndpointBytes) return bad("endpoint too long");
     if (out.size() >= kMaxEndpointsPerWorker) return bad("too many endpoints");
     out.push_back({url->url, rank++, std::string(ep)});
   }

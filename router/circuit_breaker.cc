@@ -1,4 +1,4 @@
-#include "frontend/router/circuit_breaker.h"
+#include "router/circuit_breaker.h"
 
 #include <algorithm>
 

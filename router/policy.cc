@@ -1,4 +1,4 @@
-#include "frontend/router/policy.h"
+#include "router/policy.h"
 
 #include <algorithm>
 #include <limits>

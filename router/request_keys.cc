@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/json_util.h"
 #include "base/utf8.h"
-#include "frontend/router/router.h"
+#include "router/router.h"
 
 namespace vllm::router {
 namespace {

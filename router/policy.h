@@ -3,8 +3,8 @@
 // generator, prefix trees, a hash ring), so they are tested without a network.
 //
 // Not thread-safe: the router calls a policy from its one I/O thread.
-#ifndef VLLM_FRONTEND_ROUTER_POLICY_H_
-#define VLLM_FRONTEND_ROUTER_POLICY_H_
+#ifndef VLLM_ROUTER_POLICY_H_
+#define VLLM_ROUTER_POLICY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -18,8 +18,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "frontend/router/kv_index.h"
-#include "frontend/router/prefix_tree.h"
+#include "router/kv_index.h"
+#include "router/prefix_tree.h"
 
 namespace vllm::router {
 
@@ -168,4 +168,4 @@ uint64_t StableHash(absl::string_view data);
 
 }  // namespace vllm::router
 
-#endif  // VLLM_FRONTEND_ROUTER_POLICY_H_
+#endif  // VLLM_ROUTER_POLICY_H_

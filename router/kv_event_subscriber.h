@@ -6,8 +6,8 @@
 // when an engine restarts. Every receive is bounded (ZMQ_MAXMSGSIZE); a malformed message or
 // payload is reported and dropped, never fatal. Replay is not requested: a sequence gap is
 // reported (the index then only misses some blocks until they are stored again).
-#ifndef VLLM_FRONTEND_ROUTER_KV_EVENT_SUBSCRIBER_H_
-#define VLLM_FRONTEND_ROUTER_KV_EVENT_SUBSCRIBER_H_
+#ifndef VLLM_ROUTER_KV_EVENT_SUBSCRIBER_H_
+#define VLLM_ROUTER_KV_EVENT_SUBSCRIBER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -69,4 +69,4 @@ class KvEventSubscriber {
 
 }  // namespace vllm::router
 
-#endif  // VLLM_FRONTEND_ROUTER_KV_EVENT_SUBSCRIBER_H_
+#endif  // VLLM_ROUTER_KV_EVENT_SUBSCRIBER_H_

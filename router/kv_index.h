@@ -17,8 +17,8 @@
 // Bounded: at most `max_blocks_per_engine` stored and `max_predicted_per_worker` predicted
 // blocks per worker (more are ignored and counted). Not thread-safe: the router calls it from
 // its one I/O thread.
-#ifndef VLLM_FRONTEND_ROUTER_KV_INDEX_H_
-#define VLLM_FRONTEND_ROUTER_KV_INDEX_H_
+#ifndef VLLM_ROUTER_KV_INDEX_H_
+#define VLLM_ROUTER_KV_INDEX_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -107,4 +107,4 @@ class KvIndex {
 
 }  // namespace vllm::router
 
-#endif  // VLLM_FRONTEND_ROUTER_KV_INDEX_H_
+#endif  // VLLM_ROUTER_KV_INDEX_H_

@@ -1,12 +1,16 @@
-// `vllm-launch router [flags]`: flag parsing (sglang-router's flag names) and the entry point.
-#ifndef VLLM_FRONTEND_ROUTER_ROUTER_MAIN_H_
-#define VLLM_FRONTEND_ROUTER_ROUTER_MAIN_H_
+// `vllm-launch router [flags]`: flag parsing and the entry point. Flag names follow
+// sglang-router (kv_aware's: vllm-router); `vllm-launch router --help` lists them with their
+// defaults. Each flag sets the RouterOptions field of the same name (router.h), except the
+// circuit breaker's *-secs flags (CircuitBreakerOptions durations) and
+// --disable-circuit-breaker.
+#ifndef VLLM_ROUTER_ROUTER_MAIN_H_
+#define VLLM_ROUTER_ROUTER_MAIN_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "frontend/router/router.h"
+#include "router/router.h"
 
 namespace vllm::router {
 
@@ -28,4 +32,4 @@ int RunRouter(const std::vector<std::string>& argv);
 
 }  // namespace vllm::router
 
-#endif  // VLLM_FRONTEND_ROUTER_ROUTER_MAIN_H_
+#endif  // VLLM_ROUTER_ROUTER_MAIN_H_

@@ -9,8 +9,8 @@
 //               previous period (at most `max_timeout`).
 // Pure: the caller passes the time, so it is tested without clocks or networks. Not
 // thread-safe (the router's one I/O thread owns it).
-#ifndef VLLM_FRONTEND_ROUTER_CIRCUIT_BREAKER_H_
-#define VLLM_FRONTEND_ROUTER_CIRCUIT_BREAKER_H_
+#ifndef VLLM_ROUTER_CIRCUIT_BREAKER_H_
+#define VLLM_ROUTER_CIRCUIT_BREAKER_H_
 
 #include <chrono>
 #include <cstdint>
@@ -64,4 +64,4 @@ std::string_view CircuitStateName(CircuitBreaker::State state);
 
 }  // namespace vllm::router
 
-#endif  // VLLM_FRONTEND_ROUTER_CIRCUIT_BREAKER_H_
+#endif  // VLLM_ROUTER_CIRCUIT_BREAKER_H_
