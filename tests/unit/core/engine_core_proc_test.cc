@@ -59,12 +59,13 @@ class EngineCoreProcTest : public ::testing::Test {
     options.handshake_address = client_->handshake_address();
     options.heartbeat_interval = absl::Milliseconds(100);
     options.make_engine = [dummy = dummy_steps_]() {
-      EngineCoreConfig config;
+      config::VllmConfig config = testing::MakeTestConfig();
       config.scheduler.max_num_seqs = 8;
       config.scheduler.max_num_batched_tokens = 64;
-      config.scheduler.max_model_len = 128;
-      config.scheduler.block_size = 4;
-      return EngineCore::Create(config, std::make_unique<LockstepExecutor>(dummy));
+      config.model.max_model_len = 128;
+      config.cache.block_size = 4;
+      return EngineCore::Create(config, EngineCoreOptions{},
+                                std::make_unique<LockstepExecutor>(dummy));
     };
     proc_ = std::make_unique<EngineCoreProc>(std::move(options));
     engine_thread_ = std::thread([this] { run_status_ = proc_->Run(); });

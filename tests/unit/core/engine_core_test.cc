@@ -9,8 +9,8 @@
 #include "core_test_util.h"
 #include "gtest/gtest.h"
 #include "ipc/ipc_address.h"
-#include "kv_events/kv_events.h"
 #include "ipc/zmq_util.h"
+#include "kv_events/kv_events.h"
 
 namespace vllm::core {
 namespace {
@@ -208,12 +208,12 @@ TEST_F(EngineCoreTest, BatchQueueMatchesSynchronousStepsUnderPreemption) {
 TEST_F(EngineCoreTest, PublishesTheKvEventsItsSchedulerRecords) {
   auto endpoint = ipc::ScopedIpcAddress::Create("kv-events");
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  EngineCoreConfig c = Config();
-  c.engine_index = 0;  // vLLM cannot offset an ipc:// endpoint for another rank
-  c.scheduler.enable_kv_cache_events = true;
-  c.kv_events.enable = true;
-  c.kv_events.publisher = "zmq";
-  c.kv_events.endpoint = endpoint->address();
+  Setup c = Config();
+  c.config.parallel.data_parallel_rank =
+      0;                             // vLLM cannot offset an ipc:// endpoint for another rank
+  c.config.kv_events.enable = true;  // the block pool records, EngineCore publishes
+  c.config.kv_events.publisher = "zmq";
+  c.config.kv_events.endpoint = endpoint->address();
   Init(c);
   zmq::socket_t sub(ipc::ZmqContext(), zmq::socket_type::sub);
   sub.set(zmq::sockopt::linger, 0);
@@ -233,8 +233,8 @@ TEST_F(EngineCoreTest, PublishesTheKvEventsItsSchedulerRecords) {
       parts.push_back(std::move(part));
     }
     if (parts.size() == 3) {
-      auto decoded =
-          kv_events::DecodeKvEventBatch({static_cast<const uint8_t*>(parts[2].data()), parts[2].size()});
+      auto decoded = kv_events::DecodeKvEventBatch(
+          {static_cast<const uint8_t*>(parts[2].data()), parts[2].size()});
       ASSERT_TRUE(decoded.ok()) << decoded.status();
       batch = std::move(*decoded);
     }
@@ -251,13 +251,13 @@ TEST_F(EngineCoreTest, AKvEventPublisherThatCannotBindFailsCreate) {
   taken.set(zmq::sockopt::linger, 0);
   taken.bind("tcp://*:*");
   const std::string bound = taken.get(zmq::sockopt::last_endpoint);  // tcp://0.0.0.0:<port>
-  EngineCoreConfig c = Config();
-  c.engine_index = 0;
-  c.kv_events.enable = true;
-  c.kv_events.publisher = "zmq";
-  c.kv_events.endpoint = "tcp://*:" + bound.substr(bound.rfind(':') + 1);
-  auto engine =
-      EngineCore::Create(c, std::make_unique<ScriptedExecutor>(ScriptedExecutor::Options{}));
+  Setup c = Config();
+  c.config.parallel.data_parallel_rank = 0;
+  c.config.kv_events.enable = true;
+  c.config.kv_events.publisher = "zmq";
+  c.config.kv_events.endpoint = "tcp://*:" + bound.substr(bound.rfind(':') + 1);
+  auto engine = EngineCore::Create(c.config, c.options,
+                                   std::make_unique<ScriptedExecutor>(ScriptedExecutor::Options{}));
   EXPECT_TRUE(absl::IsUnavailable(engine.status())) << engine.status();
 }
 

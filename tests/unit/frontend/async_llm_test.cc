@@ -49,13 +49,14 @@ class AsyncLLMTest : public ::testing::Test {
     core::EngineCoreProcOptions options;
     options.handshake_address = (*client)->handshake_address();
     options.make_engine = [] {
-      core::EngineCoreConfig config;
+      config::VllmConfig config = core::testing::MakeTestConfig();
       config.scheduler.max_num_seqs = 4;  // more requests than this: some wait
       config.scheduler.max_num_batched_tokens = 64;
-      config.scheduler.max_model_len = kMaxModelLen;
-      config.scheduler.block_size = 4;
-      config.vocab_size = kVocab;
-      return core::EngineCore::Create(config,
+      config.model.max_model_len = kMaxModelLen;
+      config.cache.block_size = 4;
+      core::EngineCoreOptions engine_options;
+      engine_options.vocab_size = kVocab;
+      return core::EngineCore::Create(config, engine_options,
                                       std::make_unique<core::testing::ScriptedExecutor>(
                                           core::testing::ScriptedExecutor::Options{}, Token));
     };
