@@ -56,9 +56,10 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   if (config.kv_events.enable) {
     // After the model loaded; an error shuts the executor down with the engine.
     const int32_t rank = config.parallel.data_parallel_rank;
-    VLLM_ASSIGN_OR_RETURN(engine->kv_publisher_,
-                          kv_events::KvEventPublisher::Create(
-                              ipc::ZmqContext(), KvEventPublisherOptionsFrom(config.kv_events), rank));
+    VLLM_ASSIGN_OR_RETURN(
+        engine->kv_publisher_,
+        kv_events::KvEventPublisher::Create(ipc::ZmqContext(),
+                                            KvEventPublisherOptionsFrom(config.kv_events), rank));
     if (!engine->kv_publisher_->BoundEndpoint().empty()) {
       spdlog::info("engine {}: publishing KV-cache events on {}", rank,
                    engine->kv_publisher_->BoundEndpoint());

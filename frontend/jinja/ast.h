@@ -1,6 +1,6 @@
 // Syntax tree of the chat-template Jinja subset (frontend/jinja/chat_template.h), produced by
 // parser.h and walked by chat_template.cc.
-// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/lint/check_layering.py
 // refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_AST_H_
 #define VLLM_FRONTEND_JINJA_AST_H_

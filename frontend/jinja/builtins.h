@@ -1,5 +1,5 @@
 // Filters, tests and methods of the chat-template Jinja subset.
-// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/lint/check_layering.py
 // refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_BUILTINS_H_
 #define VLLM_FRONTEND_JINJA_BUILTINS_H_

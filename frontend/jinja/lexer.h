@@ -1,7 +1,7 @@
 // Lexer of the chat-template Jinja subset: the source as text and tag tokens, with
 // transformers' whitespace control (trim_blocks, lstrip_blocks, "-"/"+" modifiers, one
 // trailing newline dropped) already applied to the text. Internal to frontend/jinja/ (its API
-// is chat_template.h): tools/check_layering.py refuses an include of it from elsewhere.
+// is chat_template.h): tools/lint/check_layering.py refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_LEXER_H_
 #define VLLM_FRONTEND_JINJA_LEXER_H_
 

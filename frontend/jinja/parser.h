@@ -1,6 +1,6 @@
 // Parser of the chat-template Jinja subset over lexer.h's tokens (see
 // frontend/jinja/chat_template.h).
-// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/lint/check_layering.py
 // refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_PARSER_H_
 #define VLLM_FRONTEND_JINJA_PARSER_H_

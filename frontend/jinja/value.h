@@ -1,6 +1,6 @@
 // Values of the chat-template interpreter (frontend/jinja/chat_template.h): a small dynamic type
 // with Python/Jinja semantics for truthiness, printing, equality and JSON.
-// Internal to frontend/jinja/ (its API is chat_template.h): tools/check_layering.py
+// Internal to frontend/jinja/ (its API is chat_template.h): tools/lint/check_layering.py
 // refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_JINJA_VALUE_H_
 #define VLLM_FRONTEND_JINJA_VALUE_H_

@@ -1,4 +1,4 @@
-// Internal to frontend/openai/ (tools/check_layering.py refuses an include of it from
+// Internal to frontend/openai/ (tools/lint/check_layering.py refuses an include of it from
 // elsewhere): one HTTP connection of the API server (Session) and the state it shares with the
 // listener (ServerContext). Session's connection side (reading, the disconnect watch, writing,
 // closing) is http_session.cc; its OpenAI routes and generation requests are

@@ -1,5 +1,5 @@
 // The BPE model of a Hugging Face tokenizer.json ("model": {"type": "BPE", ...}).
-// Internal to frontend/tokenizer/ (its API is tokenizer.h): tools/check_layering.py
+// Internal to frontend/tokenizer/ (its API is tokenizer.h): tools/lint/check_layering.py
 // refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_TOKENIZER_BPE_H_
 #define VLLM_FRONTEND_TOKENIZER_BPE_H_

@@ -1,6 +1,6 @@
 // The pre-tokenizer of a Hugging Face tokenizer.json: regex Split steps (PCRE2 with UTF,
 // UCP and JIT) and the GPT-2 ByteLevel step.
-// Internal to frontend/tokenizer/ (its API is tokenizer.h): tools/check_layering.py
+// Internal to frontend/tokenizer/ (its API is tokenizer.h): tools/lint/check_layering.py
 // refuses an include of it from elsewhere.
 #ifndef VLLM_FRONTEND_TOKENIZER_PRETOKENIZER_H_
 #define VLLM_FRONTEND_TOKENIZER_PRETOKENIZER_H_

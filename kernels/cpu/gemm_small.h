@@ -30,7 +30,7 @@
 namespace vllm::kernels::cpu {
 
 // Largest m for which Linear takes the small-m path: measured (docs/DECISIONS.md,
-// 2026-11-26; bench/kernels_cpu_bench.cc, LinearPath).
+// 2026-11-26; bench/kernels/kernels_cpu_bench.cc, LinearPath).
 inline constexpr int64_t kLinearSmallMMaxRows = 64;
 
 enum class GemmIsa { kPortable, kAvx2, kAvx512 };

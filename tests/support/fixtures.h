@@ -1,4 +1,4 @@
-// The reference fixtures (tests/fixtures/models/<name>/, made by tools/make_reference.py):
+// The reference fixtures (tests/fixtures/models/<name>/, made by tools/fixtures/make_reference.py):
 // loading reference.json, greedy requests, and the model's last-position logits for a token
 // sequence. Header-only: tests that include it link worker/ (and nlohmann_json) already.
 #ifndef VLLM_TESTS_SUPPORT_FIXTURES_H_

@@ -1,6 +1,6 @@
 // ChatTemplate against Python jinja2 with transformers' settings: goldens recorded by
-// tools/make_tokenizer_goldens.py (Llama 3, Qwen2, Qwen2.5, Mistral and a subset
-// exerciser) and the bundled model's chats from tools/make_tokenizer_reference.py.
+// tools/fixtures/make_tokenizer_goldens.py (Llama 3, Qwen2, Qwen2.5, Mistral and a subset
+// exerciser) and the bundled model's chats from tools/fixtures/make_tokenizer_reference.py.
 #include "frontend/jinja/chat_template.h"
 
 #include <filesystem>

@@ -1,6 +1,6 @@
 // The model against Hugging Face transformers: tests/fixtures/models/<name>/ holds a tiny
 // seeded checkpoint and reference.json (greedy tokens and logits recorded by
-// tools/make_reference.py). Greedy tokens must match exactly in every engine mode — batch
+// tools/fixtures/make_reference.py). Greedy tokens must match exactly in every engine mode — batch
 // 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — at
 // tensor-parallel sizes 1 (in-process worker) and 2 or 4 (vllm-launch worker processes, the
 // shared-memory all-reduce), and the logits within tolerance.

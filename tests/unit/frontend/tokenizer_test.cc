@@ -1,5 +1,5 @@
-// Tokenizer against Hugging Face: goldens recorded by tools/make_tokenizer_reference.py
-// (the bundled model) and tools/make_tokenizer_goldens.py (Llama-3 / Qwen2 regex BPEs, a
+// Tokenizer against Hugging Face: goldens recorded by tools/fixtures/make_tokenizer_reference.py
+// (the bundled model) and tools/fixtures/make_tokenizer_goldens.py (Llama-3 / Qwen2 regex BPEs, a
 // byte_fallback BPE, and SentencePiece-style BPEs: Llama-2 legacy, Metaspace "first" and
 // "always"/split); malformed files; a fuzz loop.
 #include "frontend/tokenizer/tokenizer.h"
