@@ -4,11 +4,15 @@
 //   node A: vllm-launch -dp 4 -dpl 2 -dpa <A> -dpp P --cluster-key-file K            (head)
 //   node B: vllm-launch -dp 4 -dpl 2 -dpr 2 -dpa <A> -dpp P --cluster-key-file K --headless
 //
-// Greedy answers equal one engine's, every engine serves, kill -9 of node B's whole process
-// tree fails only its engines' requests (the head stays up, /health says which ranks are
-// dead), node B restarted joins again and serves; TP 2 replicas across the nodes; start-up
+// Greedy answers equal one engine's and every engine serves; kill -9 of one engine core of
+// node B, then of node B's whole process tree, fails only those engines' requests (the head
+// stays up, /health says which ranks are dead), and node B's engines join again and serve; a
+// restarted head is joined again by node B's engines; TP 2 replicas across the nodes
+// (-dp 2 -tp 2), where kill -9 of one TP worker fails only its engine's streams; a head with
+// -asc 2 whose two API servers both see node B's engine, lose it and get it back; start-up
 // mistakes on node B (wrong address, wrong port, wrong -dp, no key) fail within the deadline
-// naming the flag. Skips, saying why, when not root (namespaces need it).
+// naming the flag; the Slurm and LeaderWorkerSet recipes of docs/MULTINODE.md bring up a head
+// and a headless node that serve. Skips, saying why, when not root (namespaces need it).
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
 // The multi-node test rig itself (tests/support/netns.h): two namespaces reach each other over
 // their veth link and nothing else reaches them; a downed link is a partition; nothing is left
-// behind. Skips, saying why, when not root.
+// behind (`ip netns list` shows neither). Skips, saying why, when not root.
 #include "tests/support/netns.h"
 
 #include <signal.h>

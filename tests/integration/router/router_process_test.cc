@@ -1,11 +1,13 @@
 // `vllm-launch router` in front of three real `vllm-launch` servers (the bundled model, on the
-// CPU): every policy serves completions, chat and streams; kill -9 of a worker fails no
-// request (retried elsewhere), ejects it within a health interval and re-admits it after a
-// restart; cache_aware keeps a repeated long prompt on one worker; workers are added and
-// removed at run time without dropping a stream in flight; a client leaving (mid-stream, or
-// before a non-streamed answer) ends the request on the worker; SIGTERM drains a stream in
-// flight, then the router exits; kv_aware follows the prefixes the workers' KV-cache events
-// report.
+// CPU): every policy serves completions, chat and streams; a body over --max-payload-size is
+// 413; 30 sequential requests open at most 2 connections per worker (keep-alive pool);
+// cache_aware keeps a repeated long prompt on one worker; kv_aware follows the prefixes the
+// workers' KV-cache events report; workers are added and removed at run time without dropping
+// a stream in flight; a client leaving (mid-stream, or before a non-streamed answer) ends the
+// request on the worker; SIGTERM drains a stream in flight, then the router exits 0; kill -9 of
+// a worker mid-stream ends that stream with an SSE error event (bytes had reached the client,
+// so no retry), the next requests succeed on the others (retried elsewhere), and the worker is
+// ejected within a health interval, restarted, re-admitted and served again.
 //
 // The three workers are started once for the suite (starting them is most of the test's
 // time); each test starts its own router. Every wait polls a condition with a deadline; every

@@ -1,21 +1,35 @@
 #!/usr/bin/env python3
 """vllm-launch driven by the official `openai` Python SDK, as a user's client would drive it.
 
-Starts the real server on the bundled model (tensor-parallel size 1, then 2 with worker
-processes), and through `openai.OpenAI` checks /v1/models, completions and chat completions
-(plain and streamed, usage included), greedy answers equal to the in-process engine's
-(`llm_generate --json`) and to transformers' (models/kjv-llama-tiny/training_log.json), n=2
-with a seed, logprobs, stop strings, vLLM's extra sampling fields through `extra_body`, bad
-requests (openai.BadRequestError) and --api-key (openai.AuthenticationError). Then Ctrl-C
-(SIGINT) in the middle of a stream must end it with vLLM's {"error": {...}} event, which the
-SDK raises as openai.APIError, and stop the server, leaving no process and no /dev/shm entry
-behind.
+Starts the real server on the bundled model (`--port 0`, `--api-key`) at tensor-parallel size 1,
+then 2 (worker processes; also `--served-model-name`), and through `openai.OpenAI` checks:
+
+- /v1/models lists the served name; the process tree is server → engine core (→ TP workers);
+- completions and chat completions, plain and streamed: streamed text equals the plain answer,
+  `stream_options={"include_usage": True}` ends with a usage-only chunk, usage counts equal the
+  in-process engine's prompt and output tokens;
+- greedy answers (temperature 0) equal `llm_generate --json` for the same prompts and
+  `max_tokens` (also with token-id prompts and several prompts in one request), and
+  transformers' greedy samples in models/kjv-llama-tiny/training_log.json;
+- `n=2` with a seed: two different samples, the same again on a repeat, streamed by index;
+- `logprobs` (completions: top-3 per token, greedy token on top, offsets; chat: `top_logprobs`,
+  bytes, streamed); `stop` (with `stop_reason`, streamed, `include_stop_str_in_output`);
+- vLLM's fields via `extra_body`: `top_k`, `min_p`, `stop_token_ids`, `min_tokens`,
+  `ignore_eos`, `repetition_penalty`;
+- bad requests raise openai.BadRequestError whose message and `param` name the field (also for
+  `stream=True`); an unknown model raises openai.NotFoundError; a wrong API key raises
+  openai.AuthenticationError;
+- SIGINT in the middle of a long stream: the SDK raises openai.APIError from vLLM's
+  {"error": {...}} event; the server exits 0 within 10 s, then within 5 s no process it started
+  is alive (the test is their subreaper) and no new /dev/shm entry remains. A failing test
+  SIGKILLs the server's process group and every process it saw.
 
     openai_sdk_test.py --launch build/release/bin/vllm-launch \
         --generate build/release/bin/llm_generate [--tp 1,2]
 
-Needs only the standard library and `openai` (scripts/test.sh installs a pinned version into
-build/release/pydeps; ctest puts it on PYTHONPATH). Without `openai` the test FAILS.
+(about 4 s for both TP sizes on 2 cores). Needs only the standard library and `openai`
+(scripts/test.sh installs a pinned version into build/release/pydeps; ctest puts it on
+PYTHONPATH). Without `openai` the test FAILS; it never skips.
 """
 
 import argparse

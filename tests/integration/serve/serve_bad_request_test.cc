@@ -1,6 +1,9 @@
 // Bad requests against the real server (tokenizer, chat template, engine limits included):
-// each is answered with the right 4xx and an OpenAI-style error body whose message names the
-// problem; the process survives all of them and then answers a normal request correctly.
+// malformed JSON, wrong types, out-of-range values, limits, an unknown model, bad messages,
+// /tokenize and /detokenize bodies, unsupported options, content type, path, method, malformed
+// HTTP, an oversized body (413). Each is answered with the right 4xx and vLLM's nested
+// {"error": {...}} body whose message names the problem; the process survives all of them and
+// then answers a normal request correctly.
 #include <string>
 #include <vector>
 

@@ -1,7 +1,9 @@
-// Engine failures seen from the HTTP side: kill -9 of the engine core (TP 1) or of one
-// worker (TP 2) while requests are generating. Every in-flight request gets an error (a 5xx
-// JSON body, or an SSE error event on a stream) within a deadline, never a hang; /health
-// answers 503; every child of the server exits; Ctrl-C then stops the server.
+// Engine failures seen from the HTTP side: kill -9 of the engine core (TP 1) or of worker rank
+// 0 or rank 1 (TP 2) while four requests (two streamed, two plain) are generating. Every
+// in-flight request gets an error within 5 s, never a hang: an SSE error event with code 503 on
+// a stream, a 503 JSON body otherwise; then /health and new requests answer 503, every child of
+// the server exits, and Ctrl-C stops the server. A worker killed while idle turns /health 503
+// at once, without waiting for a request to fail.
 #include <signal.h>
 #include <sys/wait.h>
 

@@ -4,6 +4,17 @@
 // processes under the server, HTTP behaviour, metrics — or, for a flag that cannot work yet, a
 // refusal that says why. A flag in --help that no check here covers fails the test, so a new
 // flag needs a row before it lands.
+//
+// Among the rows: --block-size 32 with --kv-cache-memory 32MiB gives a quarter of the default
+// blocks, --num-gpu-blocks-override 64 gives 64; --distributed-executor-backend mp makes one
+// worker, -tp 2 two; --served-model-name and --max-model-len show in /v1/models; 401 without the
+// --api-key; prefix-cache hits on a repeated prompt; --chat-template gives a shorter prompt; an
+// idle connection is evicted past --max-connections 4; --shutdown-timeout 7 shows in the drain
+// message; -dp 2 starts two engine cores that both serve; a head and a --headless node on
+// 127.0.0.1 with a key from make-cluster-key (the node's line names its ranks and the head's
+// port, the head logs the join, no "admit anyone" warning); -dph (only ranks 2-3 in /metrics);
+// -dpn 2 -dpe (one engine, labelled 2; -dpe alone exits 2); -asc 2 (both processes answer);
+// pipeline parallelism exits 2 naming itself.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>

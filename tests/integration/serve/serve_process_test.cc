@@ -1,8 +1,8 @@
 // `vllm-launch` as a user runs it, on the bundled model: it prints its ready line, answers
 // /v1/completions (the greedy text transformers produced for the model), /v1/chat/completions
-// and /health; Ctrl-C (SIGINT) stops everything within 5 s, also mid-generation; kill -9 of
-// the server mid-generation takes the engine core and its workers down within 2 s. Nothing is
-// left in /dev/shm.
+// and /health; Ctrl-C (SIGINT) stops everything within 5 s, also mid-generation at TP 2; kill -9
+// of the server mid-generation takes the engine core (and at TP 2 its workers) down within 2 s.
+// Nothing is left in /dev/shm.
 #include <signal.h>
 #include <sys/wait.h>
 

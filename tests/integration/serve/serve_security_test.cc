@@ -1,6 +1,7 @@
 // The hardening issue's defect 6: any local process could stop the server through its internal
 // ZMQ sockets. They were abstract Unix sockets (listed in /proc/net/unix, no permission check),
-// and one 'F' frame sent to the API server's output socket made it answer 503 for ever.
+// and one 'F' (EXECUTOR_FAILED) frame sent to the API server's output socket (@vllm-output-…)
+// made it answer 503 for ever.
 //
 // The server (TP 2: API server, engine core, two workers, so every kind of endpoint is made)
 // is started with XDG_RUNTIME_DIR pointing at a directory of this test, watched with inotify:

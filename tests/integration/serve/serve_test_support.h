@@ -1,7 +1,8 @@
 // What the serve integration tests share: a loopback HTTP/1.1 client (one connection per
 // request), an SSE stream reader that can hang up mid-stream, a Prometheus text parser, and a
-// fixture that starts `vllm-launch` and checks on tear-down that no process and no /dev/shm
-// entry is left behind.
+// fixture that starts `vllm-launch` (the test process is the subreaper of what it starts) and
+// checks on tear-down that no descendant, no new /dev/shm entry and no ipc:// endpoint directory
+// of a dead process (OrphanedIpcDirs) is left behind.
 //
 // Every call that waits takes a deadline; nothing here sleeps to synchronise. Not thread-safe
 // per object; distinct objects may be used from distinct threads.

@@ -1,6 +1,9 @@
-// vLLM's token-id APIs against the real server on the bundled model: POST /tokenize and POST
-// /detokenize round trips, chat /tokenize ids counted as the chat completion's prompt tokens,
-// completions' echo and return_tokens_as_token_ids.
+// vLLM's token-id APIs against the real server on the bundled model: POST /tokenize → POST
+// /detokenize round trips (with and without BOS, token strings); a prompt's and a chat's
+// /tokenize count equals the completion's and the chat completion's usage.prompt_tokens (with
+// and without the generation prompt); completions' echo (plain, streamed, token-id prompt) is
+// the prompt's text plus the same greedy continuation; with return_tokens_as_token_ids the
+// logprobs tokens are "token_id:<id>" and those ids detokenize to the generated text (chat too).
 #include <cstdint>
 #include <string>
 #include <vector>

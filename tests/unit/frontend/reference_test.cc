@@ -4,6 +4,8 @@
 // 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — at
 // tensor-parallel sizes 1 (in-process worker) and 2 or 4 (vllm-launch worker processes, the
 // shared-memory all-reduce), and the logits within tolerance.
+// The worker processes are `vllm-launch worker-proc` from the same bin/ as this test (vllm-launch
+// is a build dependency of it).
 #include <cmath>
 #include <filesystem>
 #include <fstream>
