@@ -2,7 +2,7 @@
 # Builds and runs every test, suite by suite:
 #   release  the release build (unit, integration, lint, GPU tests that skip without a GPU)
 #   asan     the unit tests under ASan+UBSan, in the build the libFuzzer targets share
-#   fuzz     the libFuzzer targets, 30 s each, two at a time (scripts/fuzz.sh)
+#   fuzz     the libFuzzer targets, 30 s each, one per core at a time (scripts/fuzz.sh)
 #   tsan     the ipc unit tests (with the shared-memory all-reduce) and the multi-threaded
 #            parts' unit tests (label tsan-unit) under TSan
 # First installs the pinned Python packages the tests import (PyPI, into build/release/pydeps).

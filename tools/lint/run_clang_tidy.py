@@ -54,13 +54,16 @@ def dependency_map(build_dir, root):
     return by_source
 
 
-def cache_key(tool_version, config_text, entry, inputs):
+def cache_key(root, tool_version, config_text, entry, inputs):
+    """The paths of the checkout are written relative to it, so that a clone in another folder
+    (CI's) finds the results of this one."""
     h = hashlib.sha256()
     h.update(tool_version.encode())
     h.update(config_text.encode())
-    h.update(entry.get("command", " ".join(entry.get("arguments", []))).encode())
+    command = entry.get("command", " ".join(entry.get("arguments", [])))
+    h.update(command.replace(root, "<root>").encode())
     for path in sorted(set(inputs)):
-        h.update(path.encode())
+        h.update(os.path.relpath(path, root).encode())
         try:
             with open(path, "rb") as f:
                 h.update(f.read())
@@ -110,7 +113,7 @@ def main(argv):
 
     def run_one(item):
         path, entry = item
-        key = cache_key(tool_version, config_text, entry, [path] + deps.get(path, []))
+        key = cache_key(root, tool_version, config_text, entry, [path] + deps.get(path, []))
         marker = os.path.join(cache_dir, key)
         # A TU the build never compiled has no dependency list: check it, never cache it.
         if path in deps and os.path.exists(marker):
