@@ -15,16 +15,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/msgpack_fields.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "config/config_fields.h"
-#include "ipc/msgpack_fields.h"
-#include "ipc/msgpack_util.h"
 
 namespace vllm::config {
 namespace {
 
-using ipc::wire::FieldReader;
-using ipc::wire::Packer;
+using wire::FieldReader;
+using wire::Packer;
 
 constexpr std::string_view kTag = "VllmConfig";
 
@@ -40,7 +40,7 @@ void Pack(Packer& pk, const T& value) {
   if constexpr (std::is_enum_v<T>) {
     PackString(pk, EnumName(value));
   } else if constexpr (std::is_same_v<T, double>) {
-    ipc::wire::PackDouble(pk, value);
+    wire::PackDouble(pk, value);
   } else if constexpr (std::is_same_v<T, std::string>) {
     PackString(pk, value);
   } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
@@ -72,6 +72,55 @@ struct ConfigEncoder {
   void operator()(std::string_view, const Part& part) {
     pk.pack_array(NumFields<Part>());
     PartEncoder fields{pk};
+    VisitFields(part, fields);
+  }
+};
+
+// The wire type of a field, for the schema fingerprint.
+template <class T>
+std::string_view WireType() {
+  if constexpr (std::is_enum_v<T>) {
+    return "enum";
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return "bool";
+  } else if constexpr (std::is_same_v<T, double>) {
+    return "f64";
+  } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::filesystem::path>) {
+    return "str";
+  } else {
+    static_assert(std::is_integral_v<T>);
+    return std::is_signed_v<T> ? "int" : "uint";
+  }
+}
+template <class T>
+std::string WireType(const std::optional<T>*) {
+  return std::string(WireType<T>()) + "?";
+}
+template <class T>
+std::string WireType(const T*) {
+  return std::string(WireType<T>());
+}
+
+// FNV-1a over "part.field:type;" for every field in wire order.
+struct Fingerprinter {
+  uint64_t hash = 14695981039346656037ull;
+  std::string_view part;
+  void Add(std::string_view text) {
+    for (const char c : text) {
+      hash ^= static_cast<uint8_t>(c);
+      hash *= 1099511628211ull;
+    }
+  }
+  template <class T>
+  void operator()(std::string_view field, const T& value, FieldBounds = {}) {
+    Add(std::string(part) + "." + std::string(field) + ":" + WireType(&value) + ";");
+  }
+};
+struct PartFingerprinter {
+  Fingerprinter& fields;
+  template <class Part>
+  void operator()(std::string_view name, const Part& part) {
+    fields.part = name;
     VisitFields(part, fields);
   }
 };
@@ -161,12 +210,23 @@ struct ConfigDecoder {
 
 }  // namespace
 
+uint64_t VllmConfigSchema() {
+  static const uint64_t kSchema = [] {
+    Fingerprinter fields;
+    PartFingerprinter parts{fields};
+    const VllmConfig config{};
+    VisitParts(config, parts);
+    return fields.hash;
+  }();
+  return kSchema;
+}
+
 std::string EncodeVllmConfig(const VllmConfig& c) {
   msgpack::sbuffer buf;
   Packer pk(buf);
-  pk.pack_array(2 + NumParts());  // tag, version, then one array per part
+  pk.pack_array(2 + NumParts());  // tag, schema fingerprint, then one array per part
   PackString(pk, kTag);
-  pk.pack(kVllmConfigVersion);
+  pk.pack(VllmConfigSchema());
   ConfigEncoder parts{pk};
   VisitParts(c, parts);
   return std::string(buf.data(), buf.size());
@@ -177,13 +237,13 @@ absl::StatusOr<VllmConfig> DecodeVllmConfig(std::string_view bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "VllmConfig: %d bytes exceeds the limit of %d", bytes.size(), kMaxEncodedConfigBytes));
   }
-  ipc::UnpackLimits limits;
+  wire::UnpackLimits limits;
   limits.max_array = 16;
   limits.max_map = 0;
   limits.max_str = kMaxPathBytes;
   limits.max_bin = 0;
   limits.max_depth = 2;
-  absl::StatusOr<msgpack::object_handle> handle = ipc::UnpackBounded(
+  absl::StatusOr<msgpack::object_handle> handle = wire::UnpackBounded(
       absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
       limits);
   if (!handle.ok()) {
@@ -194,11 +254,12 @@ absl::StatusOr<VllmConfig> DecodeVllmConfig(std::string_view bytes) {
   std::string tag;
   VLLM_RETURN_IF_ERROR(r.String("tag", kMaxNameBytes, &tag));
   if (tag != kTag) return r.Error("tag", absl::StrCat("expected 'VllmConfig', got '", tag, "'"));
-  uint8_t version = 0;
-  VLLM_RETURN_IF_ERROR(r.Int("version", &version));
-  if (version != kVllmConfigVersion) {
-    return r.Error("version",
-                   absl::StrFormat("%d, this build reads %d", version, kVllmConfigVersion));
+  uint64_t schema = 0;
+  VLLM_RETURN_IF_ERROR(r.Int("schema", &schema));
+  if (schema != VllmConfigSchema()) {
+    return r.Error("schema", absl::StrFormat("%016x, this build reads %016x (the two builds list "
+                                             "different config fields)",
+                                             schema, VllmConfigSchema()));
   }
   VllmConfig c;
   ConfigDecoder parts{r, absl::OkStatus()};

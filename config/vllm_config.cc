@@ -1,7 +1,9 @@
 #include "config/vllm_config.h"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -9,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "config/config_fields.h"
 
@@ -97,11 +100,10 @@ std::string_view CommBackendName(CommBackend backend) { return kCommBackends.Nam
 absl::Status ModelConfig::Validate() const {
   const std::string& path = model.native();
   if (path.empty()) return absl::InvalidArgumentError("--model: no model given");
-  if (path.size() > kMaxPathBytes || path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--model: not a usable path (%d bytes; at most %d, no NUL)", path.size(), kMaxPathBytes));
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("--model: not a usable path (it holds a NUL byte)");
   }
-  return CheckRange("--max-model-len", max_model_len, 0, 1 << 24);
+  return absl::OkStatus();
 }
 
 absl::Status CacheConfig::Validate() const {
@@ -110,15 +112,9 @@ absl::Status CacheConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("--block-size: %d is not one of 1, 8, 16, 32, 64, 128", block_size));
   }
-  VLLM_RETURN_IF_ERROR(
-      CheckRange("--kv-cache-memory (bytes)", kv_cache_memory_bytes, 1, int64_t{1} << 50));
   if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--gpu-memory-utilization must be in (0, 1], got %g", gpu_memory_utilization));
-  }
-  if (num_gpu_blocks_override.has_value()) {
-    VLLM_RETURN_IF_ERROR(
-        CheckRange("--num-gpu-blocks-override", *num_gpu_blocks_override, 1, 1 << 30));
   }
   return absl::OkStatus();
 }
@@ -129,12 +125,10 @@ ExecutorBackend ParallelConfig::executor_backend() const {
 }
 
 absl::Status ParallelConfig::Validate() const {
-  VLLM_RETURN_IF_ERROR(CheckRange("--tensor-parallel-size", tensor_parallel_size, 1, 64));
   if (pipeline_parallel_size != 1) {
     return absl::InvalidArgumentError(
         "--pipeline-parallel-size: only 1 is supported (pipeline parallelism is not built yet)");
   }
-  VLLM_RETURN_IF_ERROR(CheckRange("--data-parallel-size", data_parallel_size, 1, 1024));
   VLLM_RETURN_IF_ERROR(
       CheckRange("--data-parallel-size-local", data_parallel_size_local, 0, data_parallel_size));
   VLLM_RETURN_IF_ERROR(CheckRange("--data-parallel-start-rank", data_parallel_start_rank, 0,
@@ -149,11 +143,10 @@ absl::Status ParallelConfig::Validate() const {
         data_parallel_start_rank, " .. ", data_parallel_start_rank + data_parallel_size_local - 1,
         " from --data-parallel-start-rank and --data-parallel-size-local)"));
   }
-  if (data_parallel_address.empty() || data_parallel_address.size() > 255) {
+  if (data_parallel_address.empty()) {
     return absl::InvalidArgumentError(
         "--data-parallel-address: expected a host name or address of 1 to 255 characters");
   }
-  VLLM_RETURN_IF_ERROR(CheckRange("--data-parallel-rpc-port", data_parallel_rpc_port, 1, 65535));
   if (distributed_executor_backend == ExecutorBackend::kUni && world_size() != 1) {
     return absl::InvalidArgumentError(
         "--distributed-executor-backend uni runs one worker: use mp for tensor parallelism");
@@ -161,17 +154,82 @@ absl::Status ParallelConfig::Validate() const {
   return absl::OkStatus();
 }
 
-absl::Status SchedulerConfig::Validate() const {
-  VLLM_RETURN_IF_ERROR(CheckRange("--max-num-seqs", max_num_seqs, 1, 1 << 20));
-  VLLM_RETURN_IF_ERROR(CheckRange("--max-num-batched-tokens", max_num_batched_tokens, 0, 1 << 24));
-  return CheckRange("--long-prefill-token-threshold", long_prefill_token_threshold, 0, 1 << 24);
+namespace {
+
+// The flag of a field: --max-num-seqs for max_num_seqs; the KV-events fields are keys of
+// --kv-events-config.
+std::string FlagOf(std::string_view part, std::string_view field) {
+  if (part == "kv_events") return absl::StrCat("--kv-events-config ", A(field));
+  if (field == "kv_cache_memory_bytes") return "--kv-cache-memory";  // ours, in bytes
+  std::string flag = absl::StrCat("--", A(field));
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
 }
 
+template <class T>
+absl::Status CheckBounds(std::string_view part, std::string_view field, const T& value,
+                         const FieldBounds& b) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool below = std::is_unsigned_v<T> ? b.min > 0 && value < static_cast<T>(b.min)
+                                             : static_cast<int64_t>(value) < b.min;
+    // Unsigned values past INT64_MAX (a seed) are in range unless a field bounds them lower.
+    const bool bounded = b.max < std::numeric_limits<int64_t>::max();
+    const bool above = std::is_unsigned_v<T> ? bounded && value > static_cast<T>(b.max)
+                                             : static_cast<int64_t>(value) > b.max;
+    if (below || above) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %d is outside [%d, %d]", FlagOf(part, field), value, b.min, b.max));
+    }
+  } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::filesystem::path>) {
+    const std::string& text = value;
+    if (text.size() > b.max_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: %d bytes; at most %d", FlagOf(part, field), text.size(), b.max_bytes));
+    }
+    if (!b.choices.empty() &&
+        std::find(b.choices.begin(), b.choices.end(), text) == b.choices.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: '%s' is not one of %s", FlagOf(part, field), text,
+          absl::StrJoin(b.choices, ", ",
+                        [](std::string* out, std::string_view c) { absl::StrAppend(out, A(c)); })));
+    }
+  }
+  return absl::OkStatus();  // bool, double, enum: any value of the type
+}
+template <class T>
+absl::Status CheckBounds(std::string_view part, std::string_view field,
+                         const std::optional<T>& value, const FieldBounds& b) {
+  return value.has_value() ? CheckBounds(part, field, *value, b) : absl::OkStatus();
+}
+
+// Checks every field of every part against the bounds its part lists (the first failure).
+struct BoundsChecker {
+  std::string_view part;
+  absl::Status status;
+  template <class T>
+  void operator()(std::string_view field, const T& value, FieldBounds bounds = {}) {
+    if (status.ok()) status = CheckBounds(part, field, value, bounds);
+  }
+};
+struct PartBoundsChecker {
+  BoundsChecker& fields;
+  template <class Part>
+  void operator()(std::string_view name, const Part& part) {
+    fields.part = name;
+    VisitFields(part, fields);
+  }
+};
+
+}  // namespace
+
 absl::Status VllmConfig::Validate() const {
+  BoundsChecker bounds{"", absl::OkStatus()};
+  PartBoundsChecker parts{bounds};
+  VisitParts(*this, parts);
+  VLLM_RETURN_IF_ERROR(bounds.status);
   VLLM_RETURN_IF_ERROR(model.Validate());
   VLLM_RETURN_IF_ERROR(cache.Validate());
   VLLM_RETURN_IF_ERROR(parallel.Validate());
-  VLLM_RETURN_IF_ERROR(scheduler.Validate());
   VLLM_RETURN_IF_ERROR(device.Validate());
   VLLM_RETURN_IF_ERROR(load.Validate());
   // Known only once max_model_len is (resolved or given): vLLM refuses a budget that cannot

@@ -1,12 +1,19 @@
 // VllmConfig: every setting of one engine (vLLM's vllm/config/: ModelConfig, CacheConfig,
 // ParallelConfig, SchedulerConfig, DeviceConfig, LoadConfig and the VllmConfig that holds
-// them), each part with its validation. The CLI parses into it once (config::EngineArgs,
-// launcher/serve_args.h); every process of an engine — engine-core, worker-proc — receives it
-// encoded (config_codec.h) on an inherited file descriptor, never as re-spelled argv.
+// them), each part with its validation. The CLI binds its flags to these fields
+// (launcher/serve_args.cc); code that builds an engine in-process fills them through
+// config::EngineArgs. Every process of an engine — engine-core, worker-proc — receives the
+// config encoded (config_codec.h) on an inherited file descriptor, never as re-spelled argv.
+//
+// Each part lists its fields once, with the values each may hold, in its static `Fields`
+// (FieldBounds, field_bounds.h): the codec (encode, bounded decode), Validate() (every bound,
+// naming the flag: "--max-num-seqs: 0 is outside [1, 1048576]") and DescribeVllmConfig walk
+// that list. A new setting is its member, its line in `Fields`, its flag and its reader: the
+// codec changes by itself (the wire carries a fingerprint of the lists, not a version number).
 //
 // Values as the user gave them, except where a field says "resolved": the engine factory
-// (executor/engine_factory.h) fills those from the model before any worker starts, and the
-// workers receive the resolved config.
+// (executor/engine_factory.h) fills those from the model and the machine before any worker
+// starts, and the workers receive the resolved config.
 //
 // Plain value types; no I/O except DescribeVllmConfig's string.
 #ifndef VLLM_CONFIG_VLLM_CONFIG_H_
@@ -20,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "config/field_bounds.h"
 #include "config/kv_events_config.h"
 
 namespace vllm::config {
@@ -31,8 +39,9 @@ enum class LoadFormat { kAuto, kSafetensors, kDummy };
 std::string_view LoadFormatName(LoadFormat format);
 
 // --device. kAuto resolves to kCuda when a GPU is visible (worker::ResolveDevice: it needs the
-// CUDA runtime, which this library does not link); the engine factory resolves it once, and
-// everything downstream of it sees kCpu or kCuda.
+// CUDA runtime, which this library does not link); the engine factory resolves it once, in the
+// process that builds the engine (on its own node), and everything downstream of it sees kCpu
+// or kCuda.
 enum class Device { kAuto, kCpu, kCuda };
 // "auto", "cpu", "cuda"; InvalidArgument naming --device and the choices.
 [[nodiscard]] absl::StatusOr<Device> ParseDevice(std::string_view name);
@@ -62,8 +71,9 @@ enum class CommBackend { kShm, kGloo };
 [[nodiscard]] absl::StatusOr<CommBackend> ParseCommBackend(std::string_view name);
 std::string_view CommBackendName(CommBackend backend);
 
-// Longest model path accepted (PATH_MAX).
-inline constexpr size_t kMaxPathBytes = 4096;
+// The most --max-logprobs may allow: the largest logprobs / prompt_logprobs a request can ask
+// for, and the bound of every logprobs list on the wire (core/codec.h).
+inline constexpr int32_t kMaxLogprobsLimit = 1024;
 
 struct ModelConfig {
   // A Hugging Face model directory (config.json, tokenizer.json, *.safetensors).
@@ -75,7 +85,19 @@ struct ModelConfig {
   uint64_t seed = 0;
   // CUDA: no CUDA graphs.
   bool enforce_eager = false;
+  // Most log-probabilities a request may ask for, per token (logprobs, top_logprobs) and per
+  // prompt position (prompt_logprobs). vLLM's default, the OpenAI API's limit.
+  int32_t max_logprobs = 20;
 
+  template <class Self, class V>
+  static void Fields(Self& m, V& v) {
+    v("model", m.model, MaxBytes(kMaxPathBytes));
+    v("max_model_len", m.max_model_len, Range(0, 1 << 24));
+    v("dtype", m.dtype);
+    v("seed", m.seed);
+    v("enforce_eager", m.enforce_eager);
+    v("max_logprobs", m.max_logprobs, Range(0, kMaxLogprobsLimit));
+  }
   [[nodiscard]] absl::Status Validate() const;
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
@@ -83,6 +105,10 @@ struct ModelConfig {
 struct LoadConfig {
   LoadFormat load_format = LoadFormat::kAuto;
 
+  template <class Self, class V>
+  static void Fields(Self& l, V& v) {
+    v("load_format", l.load_format);
+  }
   [[nodiscard]] absl::Status Validate() const { return absl::OkStatus(); }
   friend bool operator==(const LoadConfig&, const LoadConfig&) = default;
 };
@@ -98,6 +124,14 @@ struct CacheConfig {
   // Use this many KV-cache blocks instead of sizing the cache from memory.
   std::optional<int32_t> num_gpu_blocks_override;
 
+  template <class Self, class V>
+  static void Fields(Self& c, V& v) {
+    v("block_size", c.block_size);
+    v("enable_prefix_caching", c.enable_prefix_caching);
+    v("kv_cache_memory_bytes", c.kv_cache_memory_bytes, Range(1, int64_t{1} << 50));
+    v("gpu_memory_utilization", c.gpu_memory_utilization);
+    v("num_gpu_blocks_override", c.num_gpu_blocks_override, Range(1, 1 << 30));
+  }
   [[nodiscard]] absl::Status Validate() const;
   friend bool operator==(const CacheConfig&, const CacheConfig&) = default;
 };
@@ -116,6 +150,19 @@ struct ParallelConfig {
   ExecutorBackend distributed_executor_backend = ExecutorBackend::kAuto;
   CommBackend comm_backend = CommBackend::kShm;
 
+  template <class Self, class V>
+  static void Fields(Self& p, V& v) {
+    v("tensor_parallel_size", p.tensor_parallel_size, Range(1, 64));
+    v("pipeline_parallel_size", p.pipeline_parallel_size, Range(1, 64));
+    v("data_parallel_size", p.data_parallel_size, Range(1, 1024));
+    v("data_parallel_size_local", p.data_parallel_size_local, Range(0, 1024));
+    v("data_parallel_start_rank", p.data_parallel_start_rank, Range(0, 1023));
+    v("data_parallel_rank", p.data_parallel_rank, Range(0, 1023));
+    v("data_parallel_address", p.data_parallel_address);
+    v("data_parallel_rpc_port", p.data_parallel_rpc_port, Range(1, 65535));
+    v("distributed_executor_backend", p.distributed_executor_backend);
+    v("comm_backend", p.comm_backend);
+  }
   // Ranks of one engine: tensor × pipeline.
   int32_t world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
   // This engine's replica index among those of its node (0 .. data_parallel_size_local - 1).
@@ -144,14 +191,25 @@ struct SchedulerConfig {
   int32_t long_prefill_token_threshold = 0;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
 
-  [[nodiscard]] absl::Status Validate() const;
+  template <class Self, class V>
+  static void Fields(Self& s, V& v) {
+    v("max_num_seqs", s.max_num_seqs, Range(1, 1 << 20));
+    v("max_num_batched_tokens", s.max_num_batched_tokens, Range(0, 1 << 24));
+    v("enable_chunked_prefill", s.enable_chunked_prefill);
+    v("long_prefill_token_threshold", s.long_prefill_token_threshold, Range(0, 1 << 24));
+    v("scheduling_policy", s.policy);
+  }
   friend bool operator==(const SchedulerConfig&, const SchedulerConfig&) = default;
 };
 
 struct DeviceConfig {
-  // kAuto is resolved before the config leaves the process that parsed the flags.
+  // kAuto until the engine factory resolves it (in the process that builds the engine).
   Device device = Device::kAuto;
 
+  template <class Self, class V>
+  static void Fields(Self& d, V& v) {
+    v("device", d.device);
+  }
   [[nodiscard]] absl::Status Validate() const { return absl::OkStatus(); }
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
@@ -167,7 +225,19 @@ struct VllmConfig {
   // events; its endpoint is offset by the engine's data-parallel rank.
   KvEventsConfig kv_events;
 
-  // Every part's checks, then the ones across parts. InvalidArgument naming the flag.
+  // The parts in wire order.
+  template <class Self, class V>
+  static void Parts(Self& c, V& v) {
+    v("model", c.model);
+    v("cache", c.cache);
+    v("parallel", c.parallel);
+    v("scheduler", c.scheduler);
+    v("device", c.device);
+    v("load", c.load);
+    v("kv_events", c.kv_events);
+  }
+  // Every field's bounds (each part's `Fields`), every part's own checks, then the ones across
+  // parts. InvalidArgument naming the flag.
   [[nodiscard]] absl::Status Validate() const;
   // Every field marked "resolved" is: max_model_len at least 2, max_num_batched_tokens at
   // least 1, the device not kAuto. What the engine's parts (the scheduler, the workers) require

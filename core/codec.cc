@@ -4,14 +4,12 @@
 #include <exception>
 #include <new>
 
+#include "base/msgpack_fields.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
-#include "ipc/msgpack_fields.h"
-#include "ipc/msgpack_util.h"
 
 namespace vllm::core {
 namespace {
-
-namespace wire = ipc::wire;
 
 using wire::FieldReader;
 using wire::Packer;
@@ -377,15 +375,15 @@ absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* 
   return absl::OkStatus();
 }
 
-// ipc::UnpackBounded under `limits` (no maps, no bin: no message of ours has them).
+// wire::UnpackBounded under `limits` (no maps, no bin: no message of ours has them).
 absl::StatusOr<msgpack::object_handle> Unpack(std::string_view bytes, const DecodeLimits& limits) {
-  ipc::UnpackLimits unpack_limits;
+  wire::UnpackLimits unpack_limits;
   unpack_limits.max_array = limits.max_array_elements;
   unpack_limits.max_map = 0;
   unpack_limits.max_str = limits.max_string_bytes;
   unpack_limits.max_bin = 0;
   unpack_limits.max_depth = limits.max_depth;
-  return ipc::UnpackBounded(
+  return wire::UnpackBounded(
       absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
       unpack_limits);
 }

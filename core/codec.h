@@ -42,7 +42,7 @@
 // Decoding never throws and never aborts: malformed input (wrong type, wrong field count,
 // inconsistent sizes, wrong tag or version) gives InvalidArgument; truncated or
 // malformed msgpack, or trailing bytes, gives DataLoss; input over a limit gives
-// ResourceExhausted (the codes of ipc::UnpackBounded, which every decoder goes through).
+// ResourceExhausted (the codes of wire::UnpackBounded, which every decoder goes through).
 // Decoders do not apply user-facing validation (ValidateEngineCoreRequest does that).
 // All functions are thread-safe (no shared state).
 #ifndef VLLM_CORE_CODEC_H_

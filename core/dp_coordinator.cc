@@ -16,10 +16,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/msgpack_fields.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "ipc/ipc_address.h"
-#include "ipc/msgpack_fields.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
 #include "ipc/zmq_util.h"
 #include "spdlog/spdlog.h"
@@ -27,17 +27,17 @@
 namespace vllm::core {
 namespace {
 
-using ipc::wire::FieldReader;
+using wire::FieldReader;
 
-constexpr ipc::UnpackLimits kLimits{.max_array = static_cast<size_t>(kMaxDpEngines),
-                                    .max_map = 0,
-                                    .max_str = 0,
-                                    .max_bin = 0,
-                                    .max_depth = 3};
+constexpr wire::UnpackLimits kLimits{.max_array = static_cast<size_t>(kMaxDpEngines),
+                                     .max_map = 0,
+                                     .max_str = 0,
+                                     .max_bin = 0,
+                                     .max_depth = 3};
 
 absl::StatusOr<msgpack::object_handle> Unpack(std::string_view bytes, const char* what) {
   auto oh =
-      ipc::UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kLimits);
+      wire::UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kLimits);
   if (!oh.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", oh.status().message()));
   return oh;
 }
@@ -199,19 +199,19 @@ bool ReportDatagramSender::Send(std::string_view report) {
 
 std::string EncodeLoadReport(const EngineLoadReport& report) {
   msgpack::sbuffer b;
-  ipc::wire::Packer pk(b);
+  wire::Packer pk(b);
   pk.pack_array(5);
   pk.pack(report.engine_index);
   pk.pack(report.waiting);
   pk.pack(report.running);
-  ipc::wire::PackDouble(pk, report.kv_cache_usage);
-  ipc::wire::PackDouble(pk, report.timestamp);
+  wire::PackDouble(pk, report.kv_cache_usage);
+  wire::PackDouble(pk, report.timestamp);
   return std::string(b.data(), b.size());
 }
 
 std::string EncodeLoadPublication(const LoadPublication& publication) {
   msgpack::sbuffer b;
-  ipc::wire::Packer pk(b);
+  wire::Packer pk(b);
   pk.pack_array(5);
   pk.pack(publication.sequence);
   pk.pack(publication.publish_time_ns);
@@ -222,16 +222,16 @@ std::string EncodeLoadPublication(const LoadPublication& publication) {
     pk.pack_array(5);
     pk.pack(e.waiting);
     pk.pack(e.running);
-    ipc::wire::PackDouble(pk, e.kv_cache_usage);
+    wire::PackDouble(pk, e.kv_cache_usage);
     pk.pack(e.reported);
-    ipc::wire::PackDouble(pk, e.timestamp);
+    wire::PackDouble(pk, e.timestamp);
   }
   return std::string(b.data(), b.size());
 }
 
 std::string EncodeDpWave(const DpWave& wave) {
   msgpack::sbuffer b;
-  ipc::wire::Packer pk(b);
+  wire::Packer pk(b);
   pk.pack_array(3);
   pk.pack(wave.wave);
   pk.pack(wave.running);

@@ -21,12 +21,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "core/dp_engine_core_proc.h"
 #include "core/engine_handshake.h"
 #include "core/kv_event_options.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
 #include "ipc/zmq_util.h"
 #include "spdlog/spdlog.h"
@@ -360,16 +360,16 @@ class EngineCoreProc::Impl {
       }
       case EngineCoreRequestType::kUtility: {
         VLLM_ASSIGN_OR_RETURN(auto oh,
-                              ipc::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
+                              wire::UnpackBounded({parts[1].data<uint8_t>(), parts[1].size()}));
         const msgpack::object& o = oh.get();
         if (o.type != msgpack::type::ARRAY || o.via.array.size < 2) {
           return absl::DataLossError("utility call: expected [call_id, method, ...]");
         }
         UtilityCall call;
         VLLM_ASSIGN_OR_RETURN(call.call_id,
-                              ipc::ConvertAs<uint64_t>(o.via.array.ptr[0], "call_id"));
+                              wire::ConvertAs<uint64_t>(o.via.array.ptr[0], "call_id"));
         VLLM_ASSIGN_OR_RETURN(call.method,
-                              ipc::ConvertAs<std::string>(o.via.array.ptr[1], "method"));
+                              wire::ConvertAs<std::string>(o.via.array.ptr[1], "method"));
         return Input(std::move(call));
       }
       default:

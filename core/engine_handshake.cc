@@ -7,19 +7,19 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "core/dp_coordinator.h"
-#include "ipc/msgpack_util.h"
 
 namespace vllm::core {
 namespace {
 
 // A handshake frame is a few hundred bytes: anything bigger, deeper or longer is refused.
-constexpr ipc::UnpackLimits kLimits{.max_array = kMaxFrontends,
-                                    .max_map = 0,
-                                    .max_str = kMaxHandshakeString,
-                                    .max_bin = 0,
-                                    .max_depth = 3};
+constexpr wire::UnpackLimits kLimits{.max_array = kMaxFrontends,
+                                     .max_map = 0,
+                                     .max_str = kMaxHandshakeString,
+                                     .max_bin = 0,
+                                     .max_depth = 3};
 
 std::string_view Cut(std::string_view s) { return s.substr(0, kMaxHandshakeString); }
 
@@ -34,7 +34,7 @@ std::string PackArray(const Fields&... fields) {
 
 absl::StatusOr<msgpack::object_handle> Unpack(std::string_view bytes, const char* frame) {
   auto oh =
-      ipc::UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kLimits);
+      wire::UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, kLimits);
   if (!oh.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(frame, ": ", oh.status().message()));
   }
@@ -52,7 +52,7 @@ absl::StatusOr<const msgpack::object*> Fields(const msgpack::object& o, uint32_t
 
 absl::StatusOr<int32_t> Int(const msgpack::object& o, const char* frame, const char* field,
                             int32_t min) {
-  auto v = ipc::ConvertAs<int32_t>(o, field);
+  auto v = wire::ConvertAs<int32_t>(o, field);
   if (!v.ok() || *v < min) {
     return absl::InvalidArgumentError(
         absl::StrCat(frame, ".", field, ": expected an integer >= ", min));

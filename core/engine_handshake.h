@@ -1,6 +1,6 @@
 // The frames of the start-up handshake between an engine core and the frontend (the
 // "handshake" socket of core/engine_core_proc.h) and the engine's heartbeat, each a small
-// msgpack value with a fixed schema. Every decoder is bounded (ipc::UnpackBounded) and checks
+// msgpack value with a fixed schema. Every decoder is bounded (wire::UnpackBounded) and checks
 // types and ranges; it never trusts the peer.
 //
 //   HELLO   [engine_index, data_parallel_size, host]      engine → frontend

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "config/vllm_config.h"
 
 namespace vllm::core {
 
@@ -53,8 +54,9 @@ struct SamplingParams {
 
 // Upper bounds on user-facing sizes (a request beyond them is rejected, not truncated).
 inline constexpr int32_t kMaxStopTokenIds = 1024;
-// Bounds logprobs and prompt_logprobs alike (vLLM's default max_logprobs).
-inline constexpr int32_t kMaxLogprobs = 20;
+// Bounds logprobs and prompt_logprobs alike: the most --max-logprobs may allow (the engine
+// client refuses more than the configured --max-logprobs: frontend::CheckMaxLogprobs).
+inline constexpr int32_t kMaxLogprobs = config::kMaxLogprobsLimit;
 
 // Returns OK when every field is in range, otherwise InvalidArgument naming the field, the
 // value and the accepted range (for example "top_p must be in (0, 1], got 1.5").

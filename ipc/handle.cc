@@ -5,12 +5,16 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/shm_layout.h"
 
 namespace vllm::ipc {
 namespace {
+
+using wire::ConvertAs;
+using wire::UnpackBounded;
+using wire::UnpackLimits;
 constexpr absl::string_view kTag = "vllm-mq";
 constexpr size_t kMaxReaders = 4096;
 constexpr size_t kMaxString = 512;

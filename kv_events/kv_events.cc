@@ -16,15 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "base/msgpack_fields.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
-#include "ipc/msgpack_fields.h"
-#include "ipc/msgpack_util.h"
 #include "spdlog/spdlog.h"
 
 namespace vllm::kv_events {
 namespace {
 
-namespace wire = ::vllm::ipc::wire;
 using wire::Packer;
 
 // ---------------------------------------------------------------------------------------------
@@ -387,7 +386,7 @@ absl::StatusOr<KvEventBatch> DecodeKvEventBatch(std::span<const uint8_t> payload
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KVEventBatch: %d bytes exceeds the limit of %d", payload.size(), kMaxKvEventBatchBytes));
   }
-  ipc::UnpackLimits limits;
+  wire::UnpackLimits limits;
   limits.max_array = size_t{1} << 22;
   limits.max_map = 256;
   limits.max_str = kMaxNameBytes;
@@ -395,7 +394,7 @@ absl::StatusOr<KvEventBatch> DecodeKvEventBatch(std::span<const uint8_t> payload
   limits.max_depth = 10;
   VLLM_ASSIGN_OR_RETURN(
       msgpack::object_handle handle,
-      ipc::UnpackBounded(absl::MakeConstSpan(payload.data(), payload.size()), limits));
+      wire::UnpackBounded(absl::MakeConstSpan(payload.data(), payload.size()), limits));
   const msgpack::object& root = handle.get();
   // The batch: [ts, events, data_parallel_rank] (vLLM); a map with those keys is read too.
   const msgpack::object* ts = nullptr;

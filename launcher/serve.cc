@@ -162,6 +162,7 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
     info.num_gpu_blocks = std::min(info.num_gpu_blocks, e.num_gpu_blocks);
   }
   frontend::AsyncLLMConfig config;
+  config.vllm = args.config;
   config.model_name = args.served_model_names.front();
   config.max_model_len = info.max_model_len;
   config.vocab_size = model_config.vocab_size;

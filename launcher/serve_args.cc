@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string_view>
 
 #include "CLI/CLI.hpp"
@@ -14,7 +15,6 @@
 #include "config/kv_events_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
-#include "worker/worker.h"
 
 namespace vllm::launcher {
 namespace {
@@ -104,25 +104,34 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
 
 namespace {
 
-// What the flags are parsed into that is neither a ServeArgs nor an EngineArgs field as is
-// (converted, checked against other flags, or only counted).
+// What the flags are parsed into that is not a field as is (checked against other flags, or
+// only counted). Every other flag binds to its VllmConfig or ServeArgs field directly.
 struct FlagValues {
-  std::string model, positional_model, load_format = "auto", kv_cache_memory = "4GiB";
-  std::string scheduling_policy = "fcfs", backend;
-  std::string dtype = "auto", device = "auto";
-  bool enable_prefix_caching = true, enable_chunked_prefill = true;
-  int64_t seed = 0;
-  int32_t dp_local = 1, dp_start_rank = 0, dp_rpc_port = 13345, dp_rank = 0;
-  int32_t api_server_count = 1;
+  std::string model, positional_model;
+  int32_t dp_local = 1, dp_start_rank = 0, dp_rank = 0;
   bool dp_hybrid_lb = false, dp_external_lb = false;
-  std::string dp_address = "127.0.0.1";
   std::string api_key, chat_template, kv_events_config, cluster_key_file;
-  int32_t num_gpu_blocks_override = 0;
 };
+
+// Throws CLI11's error (parsing stops; ParseServeArgs returns it) for a value its parser
+// refuses; the message names the flag.
+template <class T>
+T OrThrow(absl::StatusOr<T> value) {
+  if (!value.ok()) throw CLI::ValidationError(std::string(value.status().message()));
+  return *std::move(value);
+}
+
+// A flag whose value `parse` turns into `target` (an enum, a byte size).
+template <class T, class Parse>
+CLI::Option* AddParsedOption(CLI::App& app, const std::string& name, T& target, Parse parse,
+                             const std::string& help) {
+  return app.add_option_function<std::string>(
+      name, [&target, parse](const std::string& v) { target = OrThrow<T>(parse(v)); }, help);
+}
 
 // ModelConfig and LoadConfig.
 void AddModelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
-  config::EngineArgs& e = a.engine;
+  config::VllmConfig& c = a.config;
   app.add_option("model_tag", f.positional_model, "The model to serve (same as --model).");
   app.add_option("--model", f.model,
                  "Name or path of the Hugging Face model to use. Default: the bundled "
@@ -131,47 +140,46 @@ void AddModelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--served-model-name", a.served_model_names,
                  "The model name(s) used in the API. Default: the --model argument.")
       ->group("ModelConfig");
-  app.add_option("--max-model-len", e.max_model_len,
+  app.add_option("--max-model-len", c.model.max_model_len,
                  "Model context length (prompt and output). Default: derived from the model "
                  "config.")
-      ->check(CLI::Range(1, 1 << 24))
+      ->check(CLI::PositiveNumber)
       ->group("ModelConfig");
-  app.add_option("--dtype", f.dtype,
-                 "Data type for model weights and activations (CUDA; the CPU backend computes "
-                 "in float32). \"auto\" will use FP16 precision for FP32 and FP16 models, and "
-                 "BF16 precision for BF16 models; \"half\" / \"float16\" for FP16; "
-                 "\"bfloat16\" for a balance between precision and range; \"float\" / "
-                 "\"float32\" for FP32 precision.")
-      ->check(CLI::IsMember({"auto", "float32", "float", "bfloat16", "float16", "half"}))
+  AddParsedOption(app, "--dtype", c.model.dtype, config::ParseModelDType,
+                  "Data type for model weights and activations (CUDA; the CPU backend computes "
+                  "in float32). \"auto\" will use FP16 precision for FP32 and FP16 models, and "
+                  "BF16 precision for BF16 models; \"half\" / \"float16\" for FP16; "
+                  "\"bfloat16\" for a balance between precision and range; \"float\" / "
+                  "\"float32\" for FP32 precision.")
       ->group("ModelConfig");
-  app.add_option("--seed", f.seed, "Random seed for requests without one.")
-      ->check(CLI::NonNegativeNumber)
+  app.add_option("--seed", c.model.seed, "Random seed for requests without one.")
       ->group("ModelConfig");
-  app.add_flag("--enforce-eager", e.enforce_eager,
+  app.add_option("--max-logprobs", c.model.max_logprobs,
+                 "Maximum number of log probabilities to return per token (logprobs, "
+                 "top_logprobs) and per prompt position (prompt_logprobs); a request asking for "
+                 "more is refused. Default: 20. At most 1024 (-1, vLLM's \"no cap\", is refused).")
+      ->group("ModelConfig");
+  app.add_flag("--enforce-eager", c.model.enforce_eager,
                "Always execute the model in eager mode: no CUDA graphs. Default: CUDA graphs "
                "for decode steps and eager execution for the rest.")
       ->group("ModelConfig");
-  app.add_option("--load-format", f.load_format,
-                 "The format of the model weights to load: auto, safetensors, or dummy (random "
-                 "weights, for profiling).")
-      ->check(CLI::IsMember({"auto", "safetensors", "dummy"}))
+  AddParsedOption(app, "--load-format", c.load.load_format, config::ParseLoadFormat,
+                  "The format of the model weights to load: auto, safetensors, or dummy (random "
+                  "weights, for profiling).")
       ->group("LoadConfig");
 }
 
 // ParallelConfig: tensor, pipeline and data parallelism, the nodes, the executor backend.
 void AddParallelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
-  config::EngineArgs& e = a.engine;
-  app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
+  config::VllmConfig& c = a.config;
+  app.add_option("--tensor-parallel-size", c.parallel.tensor_parallel_size,
                  "Number of tensor-parallel groups (alias -tp).")
-      ->check(CLI::Range(1, 64))
       ->group("ParallelConfig");
-  app.add_option("--pipeline-parallel-size", e.pipeline_parallel_size,
+  app.add_option("--pipeline-parallel-size", c.parallel.pipeline_parallel_size,
                  "Number of pipeline-parallel groups (alias -pp).")
-      ->check(CLI::Range(1, 64))
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-size", e.data_parallel_size,
+  app.add_option("--data-parallel-size", c.parallel.data_parallel_size,
                  "Number of data-parallel replicas (alias -dp).")
-      ->check(CLI::Range(1, 1024))
       ->group("ParallelConfig");
   app.add_option("--data-parallel-size-local", f.dp_local,
                  "Number of data-parallel replicas on this node (alias -dpl).")
@@ -193,12 +201,11 @@ void AddParallelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                "An external load balancer spreads requests over one API server per rank (alias "
                "-dpe).")
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-address", f.dp_address,
+  app.add_option("--data-parallel-address", c.parallel.data_parallel_address,
                  "Address of the data-parallel head node (alias -dpa).")
       ->group("ParallelConfig");
-  app.add_option("--data-parallel-rpc-port", f.dp_rpc_port,
+  app.add_option("--data-parallel-rpc-port", c.parallel.data_parallel_rpc_port,
                  "RPC port of the data-parallel head (alias -dpp).")
-      ->check(CLI::Range(1, 65535))
       ->group("ParallelConfig");
   app.add_flag("--headless", a.headless,
                "Run engines only, without the API server: this node's replicas "
@@ -221,51 +228,50 @@ void AddParallelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                  "A CURVE key file (mode 0600) every node of the cluster has: the data-parallel "
                  "TCP sockets then admit only peers holding it, and are encrypted. Not in vLLM.")
       ->group("ParallelConfig");
-  app.add_option("--distributed-executor-backend", f.backend,
-                 "Backend for the workers: uni (in-process) or mp (worker processes). Default: "
-                 "uni for one worker, mp otherwise.")
-      ->check(CLI::IsMember({"uni", "mp"}))
+  AddParsedOption(app, "--distributed-executor-backend", c.parallel.distributed_executor_backend,
+                  config::ParseExecutorBackend,
+                  "Backend for the workers: uni (in-process) or mp (worker processes). Default: "
+                  "uni for one worker, mp otherwise.")
       ->group("ParallelConfig");
 }
 
 // CacheConfig.
-void AddCacheFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
-  config::EngineArgs& e = a.engine;
-  app.add_option("--block-size", e.block_size, "Token block size of the paged KV cache.")
-      ->check(CLI::IsMember({1, 8, 16, 32, 64, 128}))
+void AddCacheFlags(CLI::App& app, ServeArgs& a) {
+  config::VllmConfig& c = a.config;
+  app.add_option("--block-size", c.cache.block_size,
+                 "Token block size of the paged KV cache: 1, 8, 16, 32, 64 or 128.")
       ->group("CacheConfig");
-  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", f.enable_prefix_caching,
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.cache.enable_prefix_caching,
                "Enable (default) or disable automatic prefix caching.")
       ->group("CacheConfig");
-  app.add_option("--kv-cache-memory", f.kv_cache_memory,
-                 "KV-cache memory per worker on the CPU (like VLLM_CPU_KVCACHE_SPACE): 4GiB, "
-                 "512MiB, or bytes.")
+  c.cache.kv_cache_memory_bytes = int64_t{4} << 30;
+  AddParsedOption(app, "--kv-cache-memory", c.cache.kv_cache_memory_bytes, ParseByteSize,
+                  "KV-cache memory per worker on the CPU (like VLLM_CPU_KVCACHE_SPACE): 4GiB, "
+                  "512MiB, or bytes. Default: 4GiB.")
       ->group("CacheConfig");
-  app.add_option("--gpu-memory-utilization", e.gpu_memory_utilization,
+  app.add_option("--gpu-memory-utilization", c.cache.gpu_memory_utilization,
                  "The fraction of GPU memory to be used for the model executor (weights, "
                  "activations and KV cache), from 0 to 1; e.g. 0.5 means 50% GPU memory "
                  "utilization. A per-instance limit (CUDA only). Default: 0.9.")
-      ->check(CLI::Range(0.0, 1.0))
       ->group("CacheConfig");
-  app.add_option("--num-gpu-blocks-override", f.num_gpu_blocks_override,
-                 "Use this many KV-cache blocks instead of the memory budget.")
-      ->check(CLI::Range(1, 1 << 30))
+  app.add_option_function<int32_t>(
+         "--num-gpu-blocks-override", [&c](int32_t n) { c.cache.num_gpu_blocks_override = n; },
+         "Use this many KV-cache blocks instead of the memory budget.")
       ->group("CacheConfig");
 }
 
 // SchedulerConfig, the KV-cache events (VllmConfig) and DeviceConfig.
 void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
-  config::EngineArgs& e = a.engine;
-  app.add_option("--max-num-seqs", e.max_num_seqs, "Maximum number of sequences per iteration.")
-      ->check(CLI::Range(1, 1 << 20))
+  config::VllmConfig& c = a.config;
+  app.add_option("--max-num-seqs", c.scheduler.max_num_seqs,
+                 "Maximum number of sequences per iteration.")
       ->group("SchedulerConfig");
-  app.add_option("--max-num-batched-tokens", e.max_num_batched_tokens,
+  app.add_option("--max-num-batched-tokens", c.scheduler.max_num_batched_tokens,
                  "Maximum number of tokens per iteration.")
-      ->check(CLI::Range(1, 1 << 24))
+      ->check(CLI::PositiveNumber)
       ->group("SchedulerConfig");
-  app.add_option("--long-prefill-token-threshold", e.long_prefill_token_threshold,
+  app.add_option("--long-prefill-token-threshold", c.scheduler.long_prefill_token_threshold,
                  "Largest prefill chunk of one request (0: no limit).")
-      ->check(CLI::Range(0, 1 << 24))
       ->group("SchedulerConfig");
   app.add_option("--kv-events-config", f.kv_events_config,
                  "KV-cache events as JSON (vLLM's KVEventsConfig), e.g. "
@@ -273,14 +279,14 @@ void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                  "engine core publishes its block stores and removals on ZMQ PUB (port + its "
                  "data-parallel rank).")
       ->group("VllmConfig");
-  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f.enable_chunked_prefill,
-               "Split long prompts across steps (default on).")
+  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill",
+               c.scheduler.enable_chunked_prefill, "Split long prompts across steps (default on).")
       ->group("SchedulerConfig");
-  app.add_option("--scheduling-policy", f.scheduling_policy, "fcfs or priority.")
-      ->check(CLI::IsMember({"fcfs", "priority"}))
+  AddParsedOption(app, "--scheduling-policy", c.scheduler.policy, config::ParseSchedulingPolicy,
+                  "fcfs or priority.")
       ->group("SchedulerConfig");
-  app.add_option("--device", f.device, "Device: auto (cuda when a GPU is visible), cpu, cuda.")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+  AddParsedOption(app, "--device", c.device.device, config::ParseDevice,
+                  "Device: auto (cuda when a GPU is visible on the engine's node), cpu, cuda.")
       ->group("DeviceConfig");
 }
 
@@ -304,7 +310,7 @@ void AddFrontendFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                  "Ctrl-C (SIGINT) aborts at once. Default: 25.")
       ->check(CLI::Range(0.0, 86400.0))
       ->group("Frontend");
-  app.add_option("--api-server-count", f.api_server_count,
+  app.add_option("--api-server-count", a.api_server_count,
                  "Number of API server processes sharing the port (alias -asc). Default: 1.")
       ->check(CLI::Range(1, 64))
       ->group("Frontend");
@@ -313,50 +319,40 @@ void AddFrontendFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
       ->group("Frontend");
 }
 
-// The model, cache, scheduler and frontend values that need converting.
-absl::Status ApplyModelAndCacheFlags(const FlagValues& f, const std::string& default_model,
-                                     ServeArgs& a) {
-  config::EngineArgs& e = a.engine;
+// The model (positional or --model, or the default) and the frontend's optional strings.
+absl::Status ApplyModelFlags(const FlagValues& f, const std::string& default_model, ServeArgs& a) {
+  std::filesystem::path& model = a.config.model.model;
   if (!f.positional_model.empty() && !f.model.empty() && f.positional_model != f.model) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model is given twice: '", f.positional_model, "' and --model '", f.model, "'"));
   }
-  e.model = !f.model.empty()              ? f.model
-            : !f.positional_model.empty() ? f.positional_model
-                                          : default_model;
+  model = !f.model.empty()              ? f.model
+          : !f.positional_model.empty() ? f.positional_model
+                                        : default_model;
   if (a.served_model_names.empty()) {
     // As vLLM: the --model argument as given; the bundled default answers to its short name.
     const bool is_default = f.model.empty() && f.positional_model.empty();
-    a.served_model_names.push_back(is_default ? e.model.filename().string() : e.model.string());
+    a.served_model_names.push_back(is_default ? model.filename().string() : model.string());
   }
-  VLLM_ASSIGN_OR_RETURN(e.load_format, worker::ParseLoadFormat(f.load_format));
-  VLLM_ASSIGN_OR_RETURN(e.kv_cache_memory_bytes, ParseByteSize(f.kv_cache_memory));
-  e.seed = static_cast<uint64_t>(f.seed);
-  if (f.num_gpu_blocks_override > 0) e.num_gpu_blocks_override = f.num_gpu_blocks_override;
   if (!f.api_key.empty()) a.api_key = f.api_key;
   if (!f.chat_template.empty()) a.chat_template = f.chat_template;
-  e.enable_prefix_caching = f.enable_prefix_caching;
-  e.enable_chunked_prefill = f.enable_chunked_prefill;
-  VLLM_ASSIGN_OR_RETURN(e.scheduling_policy, config::ParseSchedulingPolicy(f.scheduling_policy));
-  if (!f.backend.empty()) {
-    VLLM_ASSIGN_OR_RETURN(e.distributed_executor_backend, config::ParseExecutorBackend(f.backend));
-  }
   return absl::OkStatus();
 }
 
 // --kv-events-config, strictly (an unknown key or a wrong type names the key and the flag).
-absl::Status ApplyKvEventsConfig(const std::string& json, config::EngineArgs& e) {
-  VLLM_ASSIGN_OR_RETURN(e.kv_events, config::ParseKvEventsConfig(json));
-  const config::KvEventsConfig& k = e.kv_events;
-  if (!k.enable || k.publisher != "zmq" || e.data_parallel_size <= 1) return absl::OkStatus();
+absl::Status ApplyKvEventsConfig(const std::string& json, config::VllmConfig& c) {
+  VLLM_ASSIGN_OR_RETURN(c.kv_events, config::ParseKvEventsConfig(json));
+  const config::KvEventsConfig& k = c.kv_events;
+  const int32_t dp_size = c.parallel.data_parallel_size;
+  if (!k.enable || k.publisher != "zmq" || dp_size <= 1) return absl::OkStatus();
   // Each replica offsets the port by its rank (vLLM does the same, and fails at start-up on
   // anything else); refuse it before anything starts.
   for (const std::string* ep : {&k.endpoint, k.replay_endpoint ? &*k.replay_endpoint : nullptr}) {
     if (ep != nullptr && kv_events::OffsetEndpointForRank(*ep, 1) == *ep) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--kv-events-config: endpoint '", *ep, "' cannot be offset per data-parallel rank (",
-          "--data-parallel-size ", e.data_parallel_size,
-          "): use tcp://host:port (rank r takes port + r) or inproc://name"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kv-events-config: endpoint '", *ep,
+                       "' cannot be offset per data-parallel rank (", "--data-parallel-size ",
+                       dp_size, "): use tcp://host:port (rank r takes port + r) or inproc://name"));
     }
   }
   return absl::OkStatus();
@@ -370,7 +366,7 @@ absl::Status ApplyKvEventsConfig(const std::string& json, config::EngineArgs& e)
 // Either way no engine talks to another node (no request waves: dense models). Sets
 // a.dp_load_balancing and this node's replicas (f.dp_local, f.dp_start_rank).
 absl::Status InferDpLoadBalancing(const CLI::App& app, FlagValues& f, ServeArgs& a) {
-  const int32_t dp_size = a.engine.data_parallel_size;
+  const int32_t dp_size = a.config.parallel.data_parallel_size;
   // As vLLM: without -dpl, every replica runs on this node (a headless node's count must be
   // given).
   const bool dpl_given = app.count("--data-parallel-size-local") > 0;
@@ -422,7 +418,7 @@ absl::Status InferDpLoadBalancing(const CLI::App& app, FlagValues& f, ServeArgs&
 // This node's place in the data-parallel group: multi_node (TCP between the engines and the
 // head) and the flags that only make sense with it, --headless, lockstep.
 absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, ServeArgs& a) {
-  const int32_t dp_size = a.engine.data_parallel_size;
+  const int32_t dp_size = a.config.parallel.data_parallel_size;
   const bool local_lb = a.dp_load_balancing != DpLoadBalancing::kInternal;
   // TCP between the engines and the head: replicas on other nodes, or an address given (so
   // that engines can join again on one node too, --restart-dead-engines). With external or
@@ -472,19 +468,19 @@ absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, Se
 
 // --api-server-count and --cluster-key-file.
 absl::Status CheckFrontendFlags(const FlagValues& f, ServeArgs& a) {
-  a.api_server_count = f.api_server_count;
-  if (f.api_server_count > 1) {
+  const int32_t rpc_port = a.config.parallel.data_parallel_rpc_port;
+  if (a.api_server_count > 1) {
     if (a.headless) {
       return absl::InvalidArgumentError(
           "--api-server-count: a --headless node runs no API server (give it on the head)");
     }
     // Over TCP, API server i takes the handshake port -dpp + i.
-    if (a.multi_node && f.dp_rpc_port + f.api_server_count - 1 > 65535) {
+    if (a.multi_node && rpc_port + a.api_server_count - 1 > 65535) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--api-server-count ", f.api_server_count,
+          absl::StrCat("--api-server-count ", a.api_server_count,
                        ": API server i listens for engines at "
                        "--data-parallel-rpc-port + i, past 65535 from ",
-                       f.dp_rpc_port));
+                       rpc_port));
     }
   }
   if (!f.cluster_key_file.empty()) {
@@ -498,29 +494,24 @@ absl::Status CheckFrontendFlags(const FlagValues& f, ServeArgs& a) {
   return absl::OkStatus();
 }
 
-// What the flags say, checked against each other, into a.engine and a.config.
+// What the flags say, checked against each other, into a.config (validated) and a.
 absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& default_model,
                         ServeArgs& a) {
-  config::EngineArgs& e = a.engine;
-  VLLM_RETURN_IF_ERROR(ApplyModelAndCacheFlags(f, default_model, a));
+  config::VllmConfig& c = a.config;
+  VLLM_RETURN_IF_ERROR(ApplyModelFlags(f, default_model, a));
   if (app.count("--kv-events-config") > 0) {
-    VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, e));
+    VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, c));
   }
   VLLM_RETURN_IF_ERROR(InferDpLoadBalancing(app, f, a));
-  e.data_parallel_size_local = f.dp_local;
-  e.data_parallel_start_rank = f.dp_start_rank;
-  e.data_parallel_address = f.dp_address;
-  e.data_parallel_rpc_port = f.dp_rpc_port;
+  c.parallel.data_parallel_size_local = f.dp_local;
+  c.parallel.data_parallel_start_rank = f.dp_start_rank;
+  c.parallel.data_parallel_rank = f.dp_start_rank;  // each engine process gets its own
   VLLM_RETURN_IF_ERROR(CheckDataParallelFlags(app, f, a));
   VLLM_RETURN_IF_ERROR(CheckFrontendFlags(f, a));
-  // auto is cuda when a GPU is visible; cuda without one is an error naming the flag.
-  VLLM_ASSIGN_OR_RETURN(const config::Device device, worker::ParseDevice(f.device));
-  VLLM_ASSIGN_OR_RETURN(e.device, worker::ResolveDevice(device));
-  VLLM_ASSIGN_OR_RETURN(e.dtype, worker::ParseModelDType(f.dtype));
-  // The one VllmConfig every process of the engine receives; its Validate() refuses the rest
-  // (--pipeline-parallel-size above 1, --gpu-memory-utilization 0, ...).
-  VLLM_ASSIGN_OR_RETURN(a.config, e.CreateEngineConfig());
-  return absl::OkStatus();
+  // The one VllmConfig every process of the engine receives: every bound of every field and
+  // the checks across them (--pipeline-parallel-size above 1, --gpu-memory-utilization 0, ...).
+  // The device stays as given: auto is resolved by the engine factory, on the engine's node.
+  return c.Validate();
 }
 
 }  // namespace
@@ -533,7 +524,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   app.set_version_flag("--version", std::string("vllm-launch 0.1.0"));
   AddModelFlags(app, f, a);
   AddParallelFlags(app, f, a);
-  AddCacheFlags(app, f, a);
+  AddCacheFlags(app, a);
   AddSchedulerAndDeviceFlags(app, f, a);
   AddFrontendFlags(app, f, a);
 

@@ -14,18 +14,16 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "config/engine_args.h"
 #include "config/vllm_config.h"
 #include "launcher/spec/api_server_spec.h"  // DpLoadBalancing
 
 namespace vllm::launcher {
 
 struct ServeArgs {
-  // The engine's flags as parsed (vLLM's EngineArgs) and the VllmConfig made from them once
-  // (CreateEngineConfig): what the engine-core process receives. The engine's settings (model,
-  // dtype, device, parallel sizes, cache, scheduler) live there only; the fields below are the
-  // server's own.
-  config::EngineArgs engine;
+  // The engine's settings (model, dtype, device, parallel sizes, cache, scheduler), bound to
+  // their flags and validated: what every engine-core process receives (each with its own
+  // data_parallel_rank). The device is as given (auto is resolved by the engine factory, on
+  // the engine's node). The fields below are the server's own.
   config::VllmConfig config;
   std::string host = "127.0.0.1";
   int32_t port = 8000;

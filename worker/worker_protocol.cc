@@ -3,14 +3,14 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/msgpack_fields.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
-#include "ipc/msgpack_fields.h"
-#include "ipc/msgpack_util.h"
 
 namespace vllm::worker {
 namespace {
 
-using ipc::wire::FieldReader;
+using wire::FieldReader;
 constexpr size_t kMaxMethodBytes = 64;
 constexpr size_t kMaxMessageBytes = 2048;
 
@@ -26,13 +26,13 @@ std::string Frame(const msgpack::sbuffer& header) {
 // `max_str` bytes) — the shape of every header and small payload here — naming `what` in errors.
 absl::StatusOr<msgpack::object_handle> UnpackFlat(absl::Span<const uint8_t> bytes,
                                                   std::string_view what, size_t max_str) {
-  ipc::UnpackLimits limits;
+  wire::UnpackLimits limits;
   limits.max_array = 8;
   limits.max_map = 0;
   limits.max_str = max_str;
   limits.max_bin = 0;
   limits.max_depth = 2;
-  auto handle = ipc::UnpackBounded(bytes, limits);
+  auto handle = wire::UnpackBounded(bytes, limits);
   if (!handle.ok()) {
     return absl::Status(handle.status().code(),
                         absl::StrFormat("%s: %s", what, handle.status().message()));
@@ -227,9 +227,9 @@ absl::StatusOr<int64_t> DecodeAvailableMemory(absl::Span<const uint8_t> bytes) {
   const msgpack::object& o = handle.get();
   if (o.type != msgpack::type::POSITIVE_INTEGER && o.type != msgpack::type::NEGATIVE_INTEGER) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("%s: expected an integer, got %s", kWhat, ipc::wire::TypeName(o.type)));
+        absl::StrFormat("%s: expected an integer, got %s", kWhat, wire::TypeName(o.type)));
   }
-  return ipc::ConvertAs<int64_t>(o, "available memory");
+  return wire::ConvertAs<int64_t>(o, "available memory");
 }
 
 std::string EncodeInitializeKVCacheArgs(const InitializeKVCacheArgs& args) {

@@ -14,7 +14,7 @@
 //   bytes 4+H..  payload: raw bytes, the method's argument or result (see the methods below)
 //
 // so that a SchedulerOutput's bytes are gathered into the ring without a copy into a msgpack
-// bin. Decoding is bounded (ipc::UnpackBounded) and never throws.
+// bin. Decoding is bounded (wire::UnpackBounded) and never throws.
 //
 // Methods (constant: payload → reply payload; every payload has one Encode/Decode below, or
 // core/codec.h's for the step):

@@ -69,14 +69,14 @@ absl::StatusOr<Stats> EmptyStep(int32_t tp, int iterations, const std::string& b
 absl::StatusOr<Stats> DecodeStep(const std::string& backend, int32_t tp, int steps,
                                  const std::string& binary) {
   config::EngineArgs args;
-  args.model = kModel;
+  args.config.model.model = kModel;
   absl::StatusOr<config::ExecutorBackend> parsed = config::ParseExecutorBackend(backend);
   if (!parsed.ok()) return parsed.status();
-  args.distributed_executor_backend = *parsed;
-  args.tensor_parallel_size = tp;
+  args.config.parallel.distributed_executor_backend = *parsed;
+  args.config.parallel.tensor_parallel_size = tp;
   args.worker_binary = binary;
-  args.max_num_seqs = 256;
-  args.kv_cache_memory_bytes = 256 << 20;
+  args.config.scheduler.max_num_seqs = 256;
+  args.config.cache.kv_cache_memory_bytes = 256 << 20;
   auto engine = frontend::LLMEngine::Create(args);
   if (!engine.ok()) return engine.status();
   for (int i = 0; i < 256; ++i) {

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   // stdout carries the results; the engine's log goes to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("engine"));
   config::EngineArgs args;
-  args.model = std::string(VLLM_SOURCE_DIR) + "/models/kjv-llama-tiny";
+  args.config.model.model = std::string(VLLM_SOURCE_DIR) + "/models/kjv-llama-tiny";
   int32_t max_tokens = 32;
   double temperature = 0.0;
   bool json = false;
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) {
-      args.model = argv[++i];
+      args.config.model.model = argv[++i];
     } else if (a == "--max-tokens" && i + 1 < argc) {
       max_tokens = std::atoi(argv[++i]);
     } else if (a == "--temperature" && i + 1 < argc) {
@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
   bool need_tokenizer = json;
   for (const PromptArg& p : prompts) need_tokenizer |= p.kind != PromptArg::Kind::kIds;
   if (need_tokenizer) {
-    auto t = frontend::Tokenizer::Load(args.model);
+    auto t = frontend::Tokenizer::Load(args.config.model.model);
     if (!t.ok()) {
       std::fprintf(stderr, "%s\n", t.status().ToString().c_str());
       return 1;

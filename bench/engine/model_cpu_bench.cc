@@ -208,14 +208,14 @@ int Main(int argc, char** argv) {
       std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
   if (std::filesystem::exists(bundled / "config.json")) {
     config::EngineArgs a;
-    a.model = bundled;
+    a.config.model.model = bundled;
     models.push_back({"kjv-llama-tiny", a});
   }
   config::EngineArgs big;
-  big.model = WriteLlama8BConfig(layers);
-  big.load_format = config::LoadFormat::kDummy;
-  big.max_model_len = 2048;
-  big.kv_cache_memory_bytes = int64_t{1} << 30;
+  big.config.model.model = WriteLlama8BConfig(layers);
+  big.config.load.load_format = config::LoadFormat::kDummy;
+  big.config.model.max_model_len = 2048;
+  big.config.cache.kv_cache_memory_bytes = int64_t{1} << 30;
   if (!tiny_only) {
     models.push_back({absl::StrCat("llama-3-8b shape, ", layers, " layers (dummy)"), big});
   }

@@ -443,17 +443,17 @@ absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
 
 absl::StatusOr<config::EngineArgs> EngineArgsFor(const Options& o) {
   config::EngineArgs args;
-  args.model = o.model;
+  args.config.model.model = o.model;
   absl::StatusOr<int64_t> kv = ParseBytes(o.kv_cache_memory);
   if (!kv.ok()) return kv.status();
-  args.kv_cache_memory_bytes = *kv;
-  args.block_size = o.block_size;
-  args.enable_prefix_caching = false;
-  args.tensor_parallel_size = o.tp;
+  args.config.cache.kv_cache_memory_bytes = *kv;
+  args.config.cache.block_size = o.block_size;
+  args.config.cache.enable_prefix_caching = false;
+  args.config.parallel.tensor_parallel_size = o.tp;
   args.worker_binary = o.launch;
   absl::StatusOr<config::Device> device = config::ParseDevice(o.device);
   if (!device.ok()) return device.status();
-  args.device = *device;
+  args.config.device.device = *device;
   return args;
 }
 

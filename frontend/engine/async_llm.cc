@@ -78,6 +78,7 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
         config_.max_model_len, prompt_len + *request.params.max_tokens, prompt_len,
         *request.params.max_tokens));
   }
+  VLLM_RETURN_IF_ERROR(CheckMaxLogprobs(request.params, config_.vllm.model.max_logprobs));
   if (request.params.prompt_logprobs.has_value() && !config_.supports_prompt_logprobs) {
     return InvalidParam("prompt_logprobs",
                         "prompt_logprobs (and echo with logprobs) is not supported by this "

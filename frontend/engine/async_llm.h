@@ -28,6 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "config/vllm_config.h"
 #include "frontend/engine/detokenizer.h"
 #include "frontend/engine/engine_client.h"
 #include "frontend/engine/engine_core_client.h"
@@ -37,6 +38,10 @@
 namespace vllm::frontend {
 
 struct AsyncLLMConfig {
+  // The engine's settings as the server was given them (what this frontend checks requests
+  // against: --max-logprobs, ...).
+  config::VllmConfig vllm;
+  // What the engines and the model resolved.
   std::string model_name;
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;

@@ -33,6 +33,12 @@ inline constexpr char kParamPayloadUrl[] = "type.vllm-launch/openai.param";
 // The field attached by InvalidParam, if any.
 std::optional<std::string> ErrorParam(const absl::Status& status);
 
+// vLLM's Processor._validate_logprobs: a request may ask for at most `max_logprobs`
+// (--max-logprobs) log-probabilities per token and per prompt position. InvalidParam naming
+// logprobs or prompt_logprobs otherwise.
+[[nodiscard]] absl::Status CheckMaxLogprobs(const core::SamplingParams& params,
+                                            int32_t max_logprobs);
+
 // One engine request (one choice of one prompt; the server fans n > 1 out into n of them).
 struct GenerateRequest {
   // Unique among in-flight requests; the server derives it from the response id.

@@ -12,12 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "core/dp_coordinator.h"
 #include "core/engine_core_proc.h"
 #include "core/engine_handshake.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
 #include "spdlog/spdlog.h"
 
@@ -29,7 +29,7 @@ constexpr absl::Duration kSlice = absl::Milliseconds(20);
 zmq::message_t Msg(std::string_view s) { return zmq::message_t(s.data(), s.size()); }
 
 absl::StatusOr<msgpack::object_handle> Unpack(const zmq::message_t& m) {
-  return ipc::UnpackBounded({m.data<uint8_t>(), m.size()});
+  return wire::UnpackBounded({m.data<uint8_t>(), m.size()});
 }
 
 }  // namespace
@@ -200,8 +200,8 @@ void EngineCoreClient::HandleOutputFrame(std::vector<zmq::message_t>& parts) {
     std::optional<int32_t> engine;
     std::string message = "failed";
     if (oh.ok() && oh->get().type == msgpack::type::ARRAY && oh->get().via.array.size == 3) {
-      auto m = ipc::ConvertAs<std::string>(oh->get().via.array.ptr[2], "message");
-      auto e = ipc::ConvertAs<int32_t>(oh->get().via.array.ptr[0], "engine");
+      auto m = wire::ConvertAs<std::string>(oh->get().via.array.ptr[2], "message");
+      auto e = wire::ConvertAs<int32_t>(oh->get().via.array.ptr[0], "engine");
       if (e.ok() && *e >= 0 && *e < num_engines_) engine = *e;
       if (m.ok()) message = absl::StrCat("failed: ", *m);
     }
@@ -226,9 +226,9 @@ void EngineCoreClient::ReceiveUtilityReply(const zmq::message_t& payload) {
     return;
   }
   const msgpack::object* f = oh->get().via.array.ptr;
-  auto id = ipc::ConvertAs<uint64_t>(f[0], "call_id");
-  auto code = ipc::ConvertAs<int32_t>(f[1], "code");
-  auto message = ipc::ConvertAs<std::string>(f[2], "message");
+  auto id = wire::ConvertAs<uint64_t>(f[0], "call_id");
+  auto code = wire::ConvertAs<int32_t>(f[1], "code");
+  auto message = wire::ConvertAs<std::string>(f[2], "message");
   if (!id.ok()) {
     spdlog::error("engine outputs: dropped a utility reply without a call id");
     return;

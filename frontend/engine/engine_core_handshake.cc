@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "core/codec.h"
 #include "core/dp_coordinator.h"
@@ -18,7 +19,6 @@
 #include "core/engine_handshake.h"
 #include "frontend/engine/engine_core_client.h"
 #include "frontend/engine/listen_address.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/wait_strategy.h"
 #include "spdlog/spdlog.h"
 

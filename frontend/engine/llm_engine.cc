@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "frontend/engine/engine_client.h"
 
 namespace vllm::frontend {
 
@@ -20,6 +21,7 @@ absl::StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Create(const config::Engin
 
 absl::Status LLMEngine::AddRequest(core::EngineCoreRequest request) {
   VLLM_RETURN_IF_ERROR(failed_);
+  VLLM_RETURN_IF_ERROR(CheckMaxLogprobs(request.sampling_params, built_.config.model.max_logprobs));
   // As vLLM: the first EOS of generation_config is the request's EOS, the others stop it
   // like stop_token_ids (Llama 3's <|eot_id|>), unless EOS is ignored.
   if (!request.eos_token_id.has_value() && !built_.model_config.eos_token_ids.empty()) {

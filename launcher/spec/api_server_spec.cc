@@ -4,25 +4,25 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "base/msgpack_fields.h"
 #include "base/status_macros.h"
 #include "config/config_codec.h"
-#include "ipc/msgpack_fields.h"
 #include "launcher/spec/spec_codec.h"
 
 namespace vllm::launcher {
 namespace {
 
-using ipc::wire::FieldReader;
-using ipc::wire::Packer;
+using wire::FieldReader;
+using wire::Packer;
 
 constexpr std::string_view kSpecTag = "ApiServerSpec";
 constexpr uint8_t kVersion = 1;
-constexpr ipc::UnpackLimits kSpecLimits{.max_array = kMaxServedModelNames,
-                                        .max_map = 0,
-                                        .max_str = kMaxChatTemplateBytes,
-                                        .max_bin = config::kMaxEncodedConfigBytes,
-                                        .max_depth = 3};
-constexpr ipc::UnpackLimits kMessageLimits{
+constexpr wire::UnpackLimits kSpecLimits{.max_array = kMaxServedModelNames,
+                                         .max_map = 0,
+                                         .max_str = kMaxChatTemplateBytes,
+                                         .max_bin = config::kMaxEncodedConfigBytes,
+                                         .max_depth = 3};
+constexpr wire::UnpackLimits kMessageLimits{
     .max_array = 3, .max_map = 0, .max_str = kMaxSpecString, .max_bin = 0, .max_depth = 1};
 
 constexpr std::string_view kBalancing[] = {"internal", "hybrid", "external"};
@@ -53,11 +53,11 @@ void PackFrontend(Packer& pk, const FrontendSettings& f) {
   pk.pack_array(10);
   pk.pack(f.host);
   pk.pack(f.port);
-  ipc::wire::PackOptional(pk, f.api_key);
+  wire::PackOptional(pk, f.api_key);
   pk.pack(f.max_connections);
-  ipc::wire::PackDouble(pk, f.shutdown_timeout_s);
+  wire::PackDouble(pk, f.shutdown_timeout_s);
   pk.pack(f.served_model_names);
-  ipc::wire::PackOptional(pk, f.chat_template);
+  wire::PackOptional(pk, f.chat_template);
   pk.pack(f.multi_node);
   pk.pack(std::string(kBalancing[static_cast<int>(f.dp_load_balancing)]));
   pk.pack(f.cluster_key_file);

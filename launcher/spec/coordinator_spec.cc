@@ -5,27 +5,27 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/msgpack_fields.h"
+#include "base/msgpack_util.h"
 #include "base/status_macros.h"
-#include "ipc/msgpack_fields.h"
-#include "ipc/msgpack_util.h"
 #include "launcher/spec/spec_codec.h"
 
 namespace vllm::launcher {
 namespace {
 
-using ipc::wire::FieldReader;
+using wire::FieldReader;
 
 constexpr std::string_view kSpecTag = "DpCoordinatorSpec";
 constexpr std::string_view kAddressesTag = "DpCoordinatorAddresses";
 constexpr uint8_t kVersion = 1;
-constexpr ipc::UnpackLimits kLimits{
+constexpr wire::UnpackLimits kLimits{
     .max_array = 8, .max_map = 0, .max_str = kMaxSpecString, .max_bin = 0, .max_depth = 1};
 
 }  // namespace
 
 std::string EncodeDpCoordinatorSpec(const DpCoordinatorSpec& s) {
   msgpack::sbuffer b;
-  ipc::wire::Packer pk(b);
+  wire::Packer pk(b);
   pk.pack_array(7);
   pk.pack(std::string(kSpecTag));
   pk.pack(kVersion);
@@ -57,7 +57,7 @@ absl::StatusOr<DpCoordinatorSpec> DecodeDpCoordinatorSpec(std::string_view bytes
 
 std::string EncodeDpCoordinatorAddresses(const DpCoordinatorAddresses& a) {
   msgpack::sbuffer b;
-  ipc::wire::Packer pk(b);
+  wire::Packer pk(b);
   pk.pack_array(6);
   pk.pack(std::string(kAddressesTag));
   pk.pack(kVersion);

@@ -35,13 +35,13 @@ std::string CutSpecString(std::string_view s) { return std::string(s.substr(0, k
 
 absl::StatusOr<msgpack::object_handle> UnpackSpec(std::string_view bytes, std::string_view what,
                                                   size_t max_bytes,
-                                                  const ipc::UnpackLimits& limits) {
+                                                  const wire::UnpackLimits& limits) {
   if (bytes.size() > max_bytes) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: %d bytes, over the limit of %d", what, bytes.size(), max_bytes));
   }
   auto handle =
-      ipc::UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, limits);
+      wire::UnpackBounded({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, limits);
   if (!handle.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), ": ", handle.status().message()));
@@ -49,9 +49,9 @@ absl::StatusOr<msgpack::object_handle> UnpackSpec(std::string_view bytes, std::s
   return handle;
 }
 
-absl::StatusOr<ipc::wire::FieldReader> OpenSpec(const msgpack::object& o, std::string_view tag,
-                                                uint8_t version, uint32_t num_fields) {
-  VLLM_ASSIGN_OR_RETURN(ipc::wire::FieldReader r, ipc::wire::FieldReader::Open(o, tag, num_fields));
+absl::StatusOr<wire::FieldReader> OpenSpec(const msgpack::object& o, std::string_view tag,
+                                           uint8_t version, uint32_t num_fields) {
+  VLLM_ASSIGN_OR_RETURN(wire::FieldReader r, wire::FieldReader::Open(o, tag, num_fields));
   std::string got;
   VLLM_RETURN_IF_ERROR(r.String("tag", 64, &got));
   if (got != tag)
@@ -64,7 +64,7 @@ absl::StatusOr<ipc::wire::FieldReader> OpenSpec(const msgpack::object& o, std::s
   return r;
 }
 
-absl::Status ReadReportKey(ipc::wire::FieldReader& r, const std::string& stats, std::string* key) {
+absl::Status ReadReportKey(wire::FieldReader& r, const std::string& stats, std::string* key) {
   std::string hex;
   VLLM_RETURN_IF_ERROR(r.String("report_key", 2 * kSpecReportKeyBytes, &hex));
   const bool datagrams = absl::StartsWith(stats, "udp://");

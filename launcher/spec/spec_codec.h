@@ -8,8 +8,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "ipc/msgpack_fields.h"
-#include "ipc/msgpack_util.h"
+#include "base/msgpack_fields.h"
+#include "base/msgpack_util.h"
 
 namespace vllm::launcher {
 
@@ -19,14 +19,14 @@ std::string CutSpecString(std::string_view s);
 // UnpackBounded with `limits`, refusing more than `max_bytes`; InvalidArgument naming `what`.
 absl::StatusOr<msgpack::object_handle> UnpackSpec(std::string_view bytes, std::string_view what,
                                                   size_t max_bytes,
-                                                  const ipc::UnpackLimits& limits);
+                                                  const wire::UnpackLimits& limits);
 
 // Opens the array [tag, version, <num_fields more>] and checks tag and version.
-absl::StatusOr<ipc::wire::FieldReader> OpenSpec(const msgpack::object& o, std::string_view tag,
-                                                uint8_t version, uint32_t num_fields);
+absl::StatusOr<wire::FieldReader> OpenSpec(const msgpack::object& o, std::string_view tag,
+                                           uint8_t version, uint32_t num_fields);
 
 // Reads a report key in hex: kReportKeyBytes bytes with a udp:// `stats` address, "" otherwise.
-absl::Status ReadReportKey(ipc::wire::FieldReader& r, const std::string& stats, std::string* key);
+absl::Status ReadReportKey(wire::FieldReader& r, const std::string& stats, std::string* key);
 
 }  // namespace vllm::launcher
 

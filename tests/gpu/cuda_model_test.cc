@@ -213,13 +213,13 @@ const Mode kModes[] = {
 
 EngineArgs CudaArgs(const std::filesystem::path& model, bool eager) {
   EngineArgs args;
-  args.model = model;
-  args.device = Device::kCuda;
-  args.dtype = ModelDType::kFloat32;
-  args.enforce_eager = eager;
-  args.gpu_memory_utilization = 0.3;
-  args.max_model_len = 128;
-  args.max_num_seqs = 16;
+  args.config.model.model = model;
+  args.config.device.device = Device::kCuda;
+  args.config.model.dtype = ModelDType::kFloat32;
+  args.config.model.enforce_eager = eager;
+  args.config.cache.gpu_memory_utilization = 0.3;
+  args.config.model.max_model_len = 128;
+  args.config.scheduler.max_num_seqs = 16;
   return args;
 }
 
@@ -228,10 +228,10 @@ void RunGreedyModes(const std::string& name, bool eager) {
   for (const Mode& mode : kModes) {
     SCOPED_TRACE(mode.name);
     EngineArgs args = CudaArgs(Fixture(name), eager);
-    args.enable_prefix_caching = mode.prefix_caching;
-    args.max_num_batched_tokens = mode.max_num_batched_tokens;
-    args.long_prefill_token_threshold = mode.long_prefill_token_threshold;
-    if (mode.num_blocks > 0) args.num_gpu_blocks_override = mode.num_blocks;
+    args.config.cache.enable_prefix_caching = mode.prefix_caching;
+    args.config.scheduler.max_num_batched_tokens = mode.max_num_batched_tokens;
+    args.config.scheduler.long_prefill_token_threshold = mode.long_prefill_token_threshold;
+    if (mode.num_blocks > 0) args.config.cache.num_gpu_blocks_override = mode.num_blocks;
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
     testing::ExpectGreedyMatchesReference(**engine, ref, mode.name, mode.repeats, mode.batch);
@@ -264,8 +264,8 @@ TEST_P(CudaFixtureTest, TensorParallelTwoGreedyTokens) {
   const Reference ref = LoadReference(Fixture(GetParam()));
   {
     EngineArgs args = CudaArgs(Fixture(GetParam()), /*eager=*/false);
-    args.tensor_parallel_size = 2;
-    args.distributed_executor_backend = config::ExecutorBackend::kMp;
+    args.config.parallel.tensor_parallel_size = 2;
+    args.config.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
     args.worker_binary = testing::BinDir() + "/vllm-launch";
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -385,9 +385,9 @@ TEST_P(CudaPromptLogprobsTest, MatchTheCpuBackend) {
   std::vector<frontend::RequestOutput> want;
   {
     EngineArgs args;
-    args.model = Fixture(GetParam());
-    args.max_model_len = 128;
-    args.kv_cache_memory_bytes = 64 << 20;
+    args.config.model.model = Fixture(GetParam());
+    args.config.model.max_model_len = 128;
+    args.config.cache.kv_cache_memory_bytes = 64 << 20;
     auto cpu = LLMEngine::Create(args);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     auto outputs = (*cpu)->Generate(PromptLogprobsRequests(ref));
@@ -399,9 +399,9 @@ TEST_P(CudaPromptLogprobsTest, MatchTheCpuBackend) {
       SCOPED_TRACE(absl::StrCat(eager ? "eager" : "graphs", chunked ? ", chunked" : ""));
       EngineArgs args = CudaArgs(Fixture(GetParam()), eager == 1);
       if (chunked == 1) {
-        args.max_num_batched_tokens = 16;
-        args.long_prefill_token_threshold = 5;
-        args.max_num_seqs = 4;
+        args.config.scheduler.max_num_batched_tokens = 16;
+        args.config.scheduler.long_prefill_token_threshold = 5;
+        args.config.scheduler.max_num_seqs = 4;
       }
       auto engine = LLMEngine::Create(args);
       ASSERT_TRUE(engine.ok()) << engine.status();
@@ -629,12 +629,12 @@ TEST(CudaBackendTest, BundledModelFirstTokensMatchTheCpu) {
   std::vector<std::vector<int32_t>> firsts[2];
   for (int cuda = 0; cuda < 2; ++cuda) {
     EngineArgs args;
-    args.model = dir;
-    args.kv_cache_memory_bytes = 64 << 20;
+    args.config.model.model = dir;
+    args.config.cache.kv_cache_memory_bytes = 64 << 20;
     if (cuda == 1) {
-      args.device = Device::kCuda;
-      args.gpu_memory_utilization = 0.3;
-      args.max_num_seqs = 16;
+      args.config.device.device = Device::kCuda;
+      args.config.cache.gpu_memory_utilization = 0.3;
+      args.config.scheduler.max_num_seqs = 16;
     }
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
@@ -659,7 +659,7 @@ TEST(CudaBackendTest, WorkerProcessEngineMatchesTransformers) {
   const Reference ref = LoadReference(Fixture("llama_mha"));
   {
     EngineArgs args = CudaArgs(Fixture("llama_mha"), /*eager=*/false);
-    args.distributed_executor_backend = config::ExecutorBackend::kMp;
+    args.config.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
     args.worker_binary = testing::BinDir() + "/vllm-launch";
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();

@@ -30,8 +30,7 @@ MODULES = [
 _BELOW_FRONTEND = ["base", "config", "ipc", "core"]
 ALLOWED = {
     "base": [],
-    # ipc: the codec's bounded msgpack reader (ipc/msgpack_fields.h, ipc/msgpack_util.h).
-    "config": ["base", "ipc"],
+    "config": ["base"],
     "ipc": ["base"],
     # vLLM's KV-cache events: types, codec, ZMQ publisher. No configuration (core/ converts).
     "kv_events": ["base", "ipc"],

@@ -30,10 +30,10 @@ int main(int argc, char** argv) {
   signal(SIGTERM, OnSignal);
   signal(SIGINT, OnSignal);
   vllm::config::EngineArgs args;
-  args.model = argv[1];
+  args.config.model.model = argv[1];
   args.worker_binary = argv[2];
-  args.tensor_parallel_size = 2;
-  args.kv_cache_memory_bytes = 16 << 20;
+  args.config.parallel.tensor_parallel_size = 2;
+  args.config.cache.kv_cache_memory_bytes = 16 << 20;
   auto engine = vllm::frontend::LLMEngine::Create(args);
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());

@@ -46,11 +46,11 @@ Reference LoadReference(const std::string& model) {
 
 config::EngineArgs MpArgs(const std::string& model, int32_t tp) {
   config::EngineArgs args;
-  args.model = kFixtures / model;
-  args.tensor_parallel_size = tp;
-  args.distributed_executor_backend = config::ExecutorBackend::kMp;
+  args.config.model.model = kFixtures / model;
+  args.config.parallel.tensor_parallel_size = tp;
+  args.config.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
   args.worker_binary = WorkerBinary();
-  args.kv_cache_memory_bytes = 32 << 20;
+  args.config.cache.kv_cache_memory_bytes = 32 << 20;
   return args;
 }
 
@@ -111,9 +111,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceThroughWorkersTest,
 TEST_F(MultiprocExecutorTest, RandomAddAbortLoadKeepsReferenceTokens) {
   const Reference ref = LoadReference("llama_gqa");
   config::EngineArgs args = MpArgs("llama_gqa", 2);
-  args.num_gpu_blocks_override = 12;  // tight: preemptions happen
-  args.max_model_len = 128;
-  args.max_num_batched_tokens = 32;  // chunked prefill
+  args.config.cache.num_gpu_blocks_override = 12;  // tight: preemptions happen
+  args.config.model.max_model_len = 128;
+  args.config.scheduler.max_num_batched_tokens = 32;  // chunked prefill
   auto engine = frontend::LLMEngine::Create(args);
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::mt19937 rng(7);

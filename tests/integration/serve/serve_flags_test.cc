@@ -321,6 +321,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                  "200",
                                  "--seed",
                                  "5",
+                                 "--max-logprobs",
+                                 "3",
                                  "--max-num-seqs",
                                  "7",
                                  "--max-num-batched-tokens",
@@ -393,6 +395,16 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   {
     const nlohmann::json too_long = {{"prompt", std::vector<int>(201, 5)}, {"max_tokens", 1}};
     EXPECT_EQ(Request(port_, "POST", "/v1/completions", too_long.dump(), key).status, 400);
+  }
+  InConfig("--max-logprobs", config, "max_logprobs=3");
+  {
+    auto with_logprobs = [](int n) {
+      return nlohmann::json{{"prompt", "In the beginning"}, {"max_tokens", 1}, {"logprobs", n}}
+          .dump();
+    };
+    Covered("--max-logprobs",
+            Request(port_, "POST", "/v1/completions", with_logprobs(3), key).status == 200 &&
+                Request(port_, "POST", "/v1/completions", with_logprobs(4), key).status == 400);
   }
   const int template_prompt_tokens = PromptTokensOfChat(port_, key);
   Covered("--chat-template",

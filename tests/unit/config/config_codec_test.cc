@@ -24,6 +24,7 @@ VllmConfig Everything() {
   c.model.dtype = ModelDType::kBFloat16;
   c.model.seed = (uint64_t{1} << 63) + 5;
   c.model.enforce_eager = true;
+  c.model.max_logprobs = 33;
   c.cache.block_size = 32;
   c.cache.enable_prefix_caching = false;
   c.cache.kv_cache_memory_bytes = int64_t{3} << 40;
@@ -121,28 +122,42 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
   };
   const std::vector<Case> cases = {
       {0, [](auto& pk) { pk.pack(std::string("EngineCoreRequest")); }, "VllmConfig.tag"},
-      {1, [](auto& pk) { pk.pack(1); }, "VllmConfig.version"},
+      {1, [](auto& pk) { pk.pack(1); }, "VllmConfig.schema"},
+      {1, [](auto& pk) { pk.pack(std::string("v2")); }, "VllmConfig.schema"},
       {2, [](auto& pk) { pk.pack(7); }, "VllmConfig.model"},
       {2,
        [](auto& pk) {
-         pk.pack_array(5);
+         pk.pack_array(6);
          pk.pack(std::string("m"));
          pk.pack(std::string("long"));  // max_model_len
          pk.pack(std::string("auto"));
          pk.pack(0);
          pk.pack(false);
+         pk.pack(20);
        },
        "VllmConfig.model.max_model_len"},
       {2,
        [](auto& pk) {
-         pk.pack_array(5);
+         pk.pack_array(6);
          pk.pack(std::string("m"));
          pk.pack(0);
          pk.pack(std::string("int4"));  // dtype
          pk.pack(0);
          pk.pack(false);
+         pk.pack(20);
        },
        "VllmConfig.model.dtype"},
+      {2,
+       [](auto& pk) {
+         pk.pack_array(6);
+         pk.pack(std::string("m"));
+         pk.pack(0);
+         pk.pack(std::string("auto"));
+         pk.pack(0);
+         pk.pack(false);
+         pk.pack(100000);  // max_logprobs past kMaxLogprobsLimit
+       },
+       "VllmConfig.model.max_logprobs"},
       {3,
        [](auto& pk) {
          pk.pack_array(5);
@@ -194,6 +209,19 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
     ASSERT_FALSE(d.ok()) << k.expected;
     EXPECT_THAT(std::string(d.status().message()), HasSubstr(k.expected)) << d.status();
   }
+}
+
+// The wire carries a fingerprint of the field lists, not a version someone must bump: a peer
+// built with other lists is refused by name.
+TEST(ConfigCodecTest, AnotherBuildsFieldListsAreRefusedByName) {
+  EXPECT_NE(VllmConfigSchema(), 0u);
+  EXPECT_EQ(VllmConfigSchema(), VllmConfigSchema());
+  const uint64_t other = VllmConfigSchema() ^ 1;
+  absl::StatusOr<VllmConfig> d =
+      DecodeVllmConfig(WithPart(1, [other](auto& pk) { pk.pack(other); }));
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("VllmConfig.schema"));
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("different config fields"));
 }
 
 TEST(ConfigCodecTest, ADecodedConfigIsValidated) {

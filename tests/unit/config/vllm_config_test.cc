@@ -55,6 +55,10 @@ TEST(VllmConfigTest, EachBadValueNamesItsFlag) {
       {[](VllmConfig& c) { c.model.model = std::string(5000, 'm'); }, "--model"},
       {[](VllmConfig& c) { c.model.model = std::string("a\0b", 3); }, "--model"},
       {[](VllmConfig& c) { c.model.max_model_len = -1; }, "--max-model-len"},
+      {[](VllmConfig& c) { c.model.max_logprobs = -1; }, "--max-logprobs"},
+      {[](VllmConfig& c) { c.model.max_logprobs = kMaxLogprobsLimit + 1; }, "--max-logprobs"},
+      {[](VllmConfig& c) { c.kv_events.publisher = "kafka"; }, "--kv-events-config publisher"},
+      {[](VllmConfig& c) { c.kv_events.max_queue_size = 0; }, "--kv-events-config max_queue_size"},
       {[](VllmConfig& c) { c.cache.block_size = 24; }, "--block-size"},
       {[](VllmConfig& c) { c.cache.kv_cache_memory_bytes = 0; }, "--kv-cache-memory"},
       {[](VllmConfig& c) { c.cache.gpu_memory_utilization = 0; }, "--gpu-memory-utilization"},
@@ -95,6 +99,19 @@ TEST(VllmConfigTest, EachBadValueNamesItsFlag) {
   }
 }
 
+// A field's bounds are its line in its part's Fields list: the message gives the range.
+TEST(VllmConfigTest, BoundsComeFromTheFieldLists) {
+  VllmConfig c = Valid();
+  c.scheduler.max_num_seqs = 0;
+  EXPECT_EQ(c.Validate().message(), "--max-num-seqs: 0 is outside [1, 1048576]");
+  c = Valid();
+  c.model.max_logprobs = 2000;
+  EXPECT_EQ(c.Validate().message(), "--max-logprobs: 2000 is outside [0, 1024]");
+  c = Valid();
+  c.model.seed = ~uint64_t{0};  // unbounded unsigned: any value
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
 TEST(VllmConfigTest, DataParallelRanksAreChecked) {
   VllmConfig c = Valid();
   c.parallel.data_parallel_size = 4;
@@ -123,26 +140,26 @@ TEST(VllmConfigTest, DescriptionNamesEveryPart) {
 
 TEST(EngineArgsTest, CreateEngineConfigPlacesEveryArgument) {
   EngineArgs a;
-  a.model = "/models/m";
-  a.load_format = LoadFormat::kDummy;
-  a.max_model_len = 512;
-  a.max_num_seqs = 8;
-  a.max_num_batched_tokens = 1024;
-  a.block_size = 32;
-  a.enable_prefix_caching = false;
-  a.enable_chunked_prefill = false;
-  a.long_prefill_token_threshold = 64;
-  a.scheduling_policy = SchedulingPolicy::kPriority;
-  a.kv_cache_memory_bytes = 123456;
-  a.num_gpu_blocks_override = 77;
-  a.seed = 9;
-  a.tensor_parallel_size = 2;
-  a.distributed_executor_backend = ExecutorBackend::kMp;
-  a.comm_backend = CommBackend::kGloo;
-  a.device = Device::kCuda;
-  a.dtype = ModelDType::kBFloat16;
-  a.gpu_memory_utilization = 0.5;
-  a.enforce_eager = true;
+  a.config.model.model = "/models/m";
+  a.config.load.load_format = LoadFormat::kDummy;
+  a.config.model.max_model_len = 512;
+  a.config.scheduler.max_num_seqs = 8;
+  a.config.scheduler.max_num_batched_tokens = 1024;
+  a.config.cache.block_size = 32;
+  a.config.cache.enable_prefix_caching = false;
+  a.config.scheduler.enable_chunked_prefill = false;
+  a.config.scheduler.long_prefill_token_threshold = 64;
+  a.config.scheduler.policy = SchedulingPolicy::kPriority;
+  a.config.cache.kv_cache_memory_bytes = 123456;
+  a.config.cache.num_gpu_blocks_override = 77;
+  a.config.model.seed = 9;
+  a.config.parallel.tensor_parallel_size = 2;
+  a.config.parallel.distributed_executor_backend = ExecutorBackend::kMp;
+  a.config.parallel.comm_backend = CommBackend::kGloo;
+  a.config.device.device = Device::kCuda;
+  a.config.model.dtype = ModelDType::kBFloat16;
+  a.config.cache.gpu_memory_utilization = 0.5;
+  a.config.model.enforce_eager = true;
   absl::StatusOr<VllmConfig> c = a.CreateEngineConfig();
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model.model, "/models/m");
@@ -166,7 +183,7 @@ TEST(EngineArgsTest, CreateEngineConfigPlacesEveryArgument) {
   EXPECT_DOUBLE_EQ(c->cache.gpu_memory_utilization, 0.5);
   EXPECT_TRUE(c->model.enforce_eager);
 
-  a.block_size = 3;
+  a.config.cache.block_size = 3;
   EXPECT_THAT(std::string(a.CreateEngineConfig().status().message()), HasSubstr("--block-size"));
 }
 

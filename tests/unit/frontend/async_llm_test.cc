@@ -23,6 +23,9 @@
 namespace vllm::frontend {
 namespace {
 
+// The fixture's --max-logprobs.
+constexpr int32_t kMaxLogprobs = 5;
+
 const std::filesystem::path kModel =
     std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
 constexpr int32_t kVocab = 4096;  // the tiny model's
@@ -72,6 +75,7 @@ class AsyncLLMTest : public ::testing::Test {
     config.max_model_len = kMaxModelLen;
     config.vocab_size = kVocab;
     config.eos_token_ids = {1};
+    config.vllm.model.max_logprobs = kMaxLogprobs;
     auto llm = AsyncLLM::Create(std::move(*client), std::move(*tokenizer), std::nullopt, config);
     ASSERT_TRUE(llm.ok()) << llm.status();
     llm_ = std::move(*llm);
@@ -170,6 +174,26 @@ TEST_F(AsyncLLMTest, ConcurrentRequestsAndAnAbort) {
   if (aborted.finish_reason.has_value()) {
     EXPECT_EQ(*aborted.finish_reason, core::FinishReason::kAbort);
   }
+}
+
+// --max-logprobs (the server's config): a request asking for more is refused naming the field
+// before it reaches an engine (vLLM's Processor._validate_logprobs); the engine stays healthy.
+TEST_F(AsyncLLMTest, MoreLogprobsThanTheConfigAllowsAreRefused) {
+  GenerateRequest request;
+  request.request_id = "greedy-for-logprobs";
+  request.prompt_text = "In the beginning";
+  request.params.max_tokens = 1;
+  request.params.logprobs = kMaxLogprobs + 1;
+  absl::Status s = llm_->Generate(request, [](absl::StatusOr<GenerateOutput>) {});
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(ErrorParam(s), "logprobs");
+  EXPECT_EQ(s.message(), "Requested sample logprobs of 6, which is greater than max allowed: 5");
+  request.params.logprobs.reset();
+  request.params.prompt_logprobs = kMaxLogprobs + 1;
+  s = llm_->Generate(request, [](absl::StatusOr<GenerateOutput>) {});
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(ErrorParam(s), "prompt_logprobs");
+  EXPECT_TRUE(llm_->Health().ok());
 }
 
 }  // namespace

@@ -81,17 +81,17 @@ TEST(OpenAiProtocolTest, RangeErrorsNameTheField) {
       {R"({"prompt": "a", "min_p": 2})", "min_p", "[0, 1]"},
       {R"({"prompt": "a", "max_tokens": 0})", "max_tokens", "at least 1"},
       {R"({"prompt": "a", "n": 0})", "n", "n must be in [1, 128]"},
-      {R"({"prompt": "a", "logprobs": 21})", "logprobs", "[0, 20]"},
+      {R"({"prompt": "a", "logprobs": 1025})", "logprobs", "[0, 1024]"},
       {R"({"prompt": "a", "presence_penalty": 3})", "presence_penalty", "[-2, 2]"},
       {R"({"prompt": "a", "temperature": "hot"})", "temperature", "must be a number"},
       {R"({"prompt": "a", "max_tokens": 1.5})", "max_tokens", "an integer"},
       {R"({"prompt": "a", "stream": 1})", "stream", "a boolean"},
-      {R"({"prompt": "a", "prompt_logprobs": 21})", "prompt_logprobs", "[0, 20]"},
-      {R"({"prompt": "a", "prompt_logprobs": -1})", "prompt_logprobs", "[0, 20]"},
+      {R"({"prompt": "a", "prompt_logprobs": 1025})", "prompt_logprobs", "[0, 1024]"},
+      {R"({"prompt": "a", "prompt_logprobs": -1})", "prompt_logprobs", "[0, 1024]"},
       {R"({"prompt": "a", "prompt_logprobs": "x"})", "prompt_logprobs", "an integer"},
       {R"({"prompt": "a", "stream": true, "prompt_logprobs": 1})", "prompt_logprobs",
        "not available when `stream=True`"},
-      {R"({"prompt": "a", "echo": true, "logprobs": 21})", "logprobs", "[0, 20]"},
+      {R"({"prompt": "a", "echo": true, "logprobs": 1025})", "logprobs", "[0, 1024]"},
       {R"({"prompt": "a", "return_tokens_as_token_ids": 1})", "return_tokens_as_token_ids",
        "a boolean"},
       {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options",
@@ -142,7 +142,7 @@ TEST(OpenAiProtocolTest, ChatParsing) {
       "top_logprobs": 2})")),
             "top_logprobs");
   EXPECT_EQ(ErrorParam(error(R"({"messages": [{"role": "user", "content": "x"}],
-      "logprobs": true, "top_logprobs": 50})")),
+      "logprobs": true, "top_logprobs": 2000})")),
             "top_logprobs");
   EXPECT_EQ(ErrorParam(error(R"({"messages": [{"role": "user", "content": "x"}],
       "max_completion_tokens": 0})")),
@@ -211,7 +211,7 @@ TEST(OpenAiProtocolTest, PromptLogprobsOptions) {
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->options.params.prompt_logprobs, 1);
   chat = ParseChatCompletionRequest(
-      json::parse(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 30})"),
+      json::parse(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 2000})"),
       kModel);
   ASSERT_FALSE(chat.ok());
   EXPECT_EQ(ErrorParam(chat.status()), "prompt_logprobs");

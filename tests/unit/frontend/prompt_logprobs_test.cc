@@ -36,11 +36,11 @@ double LogSoftmaxAt(const std::vector<float>& logits, int32_t id) {
 std::unique_ptr<LLMEngine> MakeEngine(int32_t max_num_batched_tokens,
                                       int32_t long_prefill_token_threshold) {
   config::EngineArgs args;
-  args.model = kModelDir;
-  args.enable_prefix_caching = true;
-  args.max_num_batched_tokens = max_num_batched_tokens;
-  args.long_prefill_token_threshold = long_prefill_token_threshold;
-  args.kv_cache_memory_bytes = 64 << 20;
+  args.config.model.model = kModelDir;
+  args.config.cache.enable_prefix_caching = true;
+  args.config.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  args.config.scheduler.long_prefill_token_threshold = long_prefill_token_threshold;
+  args.config.cache.kv_cache_memory_bytes = 64 << 20;
   auto engine = LLMEngine::Create(args);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? std::move(*engine) : nullptr;

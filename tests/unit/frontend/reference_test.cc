@@ -75,18 +75,18 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
   for (const Mode& mode : kModes) {
     SCOPED_TRACE(mode.name);
     config::EngineArgs args;
-    args.model = dir();
-    args.tensor_parallel_size = GetParam().tp;
+    args.config.model.model = dir();
+    args.config.parallel.tensor_parallel_size = GetParam().tp;
     if (GetParam().tp > 1) {
-      args.distributed_executor_backend = config::ExecutorBackend::kMp;
+      args.config.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
       args.worker_binary = testing::BinDir() + "/vllm-launch";
     }
-    args.enable_prefix_caching = mode.prefix_caching;
-    args.max_num_batched_tokens = mode.max_num_batched_tokens;
-    args.long_prefill_token_threshold = mode.long_prefill_token_threshold;
-    args.max_model_len = mode.max_model_len;
-    args.kv_cache_memory_bytes = 64 << 20;
-    if (mode.num_blocks > 0) args.num_gpu_blocks_override = mode.num_blocks;
+    args.config.cache.enable_prefix_caching = mode.prefix_caching;
+    args.config.scheduler.max_num_batched_tokens = mode.max_num_batched_tokens;
+    args.config.scheduler.long_prefill_token_threshold = mode.long_prefill_token_threshold;
+    args.config.model.max_model_len = mode.max_model_len;
+    args.config.cache.kv_cache_memory_bytes = 64 << 20;
+    if (mode.num_blocks > 0) args.config.cache.num_gpu_blocks_override = mode.num_blocks;
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
     testing::ExpectGreedyMatchesReference(**engine, ref, mode.name, mode.repeats, mode.batch);
@@ -146,8 +146,8 @@ TEST(BundledModelTest, GreedySamplesMatchTransformers) {
   text << in.rdbuf();
   const nlohmann::json log = nlohmann::json::parse(text.str());
   config::EngineArgs args;
-  args.model = dir;
-  args.kv_cache_memory_bytes = 64 << 20;
+  args.config.model.model = dir;
+  args.config.cache.kv_cache_memory_bytes = 64 << 20;
   auto engine = LLMEngine::Create(args);
   ASSERT_TRUE(engine.ok()) << engine.status();
   std::vector<core::EngineCoreRequest> requests;

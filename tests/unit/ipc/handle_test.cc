@@ -2,8 +2,8 @@
 
 #include <random>
 
+#include "base/msgpack_util.h"
 #include "gtest/gtest.h"
-#include "ipc/msgpack_util.h"
 
 namespace vllm::ipc {
 namespace {

@@ -6,9 +6,9 @@
 #include <random>
 #include <thread>
 
+#include "base/msgpack_util.h"
 #include "gtest/gtest.h"
 #include "ipc/curve.h"
-#include "ipc/msgpack_util.h"
 #include "ipc/zmq_util.h"
 #include "tests/support/mq_pattern.h"
 
@@ -389,9 +389,9 @@ TEST(MessageQueueMsgpackTest, EnqueueMsgpackParsesInPlace) {
   int arg = 0;
   ASSERT_TRUE(f->readers[0]
                   ->Dequeue([&](ByteSpan b) -> absl::Status {
-                    auto oh = UnpackBounded(b);
+                    auto oh = wire::UnpackBounded(b);
                     if (!oh.ok()) return oh.status();
-                    auto t = ConvertAs<std::tuple<std::string, int>>(oh->get(), "call");
+                    auto t = wire::ConvertAs<std::tuple<std::string, int>>(oh->get(), "call");
                     if (!t.ok()) return t.status();
                     method = std::get<0>(*t);
                     arg = std::get<1>(*t);

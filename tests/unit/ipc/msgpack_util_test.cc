@@ -1,8 +1,8 @@
-#include "ipc/msgpack_util.h"
+#include "base/msgpack_util.h"
 
 #include "gtest/gtest.h"
 
-namespace vllm::ipc {
+namespace vllm::wire {
 namespace {
 
 absl::Span<const uint8_t> Bytes(const msgpack::sbuffer& b) {
@@ -60,4 +60,4 @@ TEST_F(MsgpackUtilTest, RejectsTruncatedAndTrailing) {
 }
 
 }  // namespace
-}  // namespace vllm::ipc
+}  // namespace vllm::wire

@@ -23,12 +23,12 @@ TEST(ServeArgsTest, NoFlagsServeTheBundledModelLocally) {
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_TRUE(p->args.has_value());
   const ServeArgs& a = *p->args;
-  EXPECT_EQ(a.engine.model, "models/kjv-llama-tiny");
+  EXPECT_EQ(a.config.model.model, "models/kjv-llama-tiny");
   EXPECT_EQ(a.host, "127.0.0.1");
   EXPECT_EQ(a.port, 8000);
-  EXPECT_EQ(a.engine.tensor_parallel_size, 1);
-  EXPECT_TRUE(a.engine.enable_prefix_caching);
-  EXPECT_EQ(a.engine.kv_cache_memory_bytes, int64_t{4} << 30);
+  EXPECT_EQ(a.config.parallel.tensor_parallel_size, 1);
+  EXPECT_TRUE(a.config.cache.enable_prefix_caching);
+  EXPECT_EQ(a.config.cache.kv_cache_memory_bytes, int64_t{4} << 30);
   EXPECT_EQ(a.served_model_names, std::vector<std::string>{"kjv-llama-tiny"});
   EXPECT_FALSE(a.api_key.has_value());
 }
@@ -60,28 +60,31 @@ TEST(ServeArgsTest, VllmNamesAndAliases) {
                   "--port",
                   "9000",
                   "--scheduling-policy",
-                  "priority"});
+                  "priority",
+                  "--max-logprobs",
+                  "30"});
   ASSERT_TRUE(p.ok()) << p.status();
   const ServeArgs& a = *p->args;
-  EXPECT_EQ(a.engine.model, "my/model");
-  EXPECT_EQ(a.engine.tensor_parallel_size, 2);
-  EXPECT_EQ(a.engine.max_model_len, 512);
-  EXPECT_EQ(a.engine.max_num_seqs, 8);
-  EXPECT_EQ(a.engine.max_num_batched_tokens, 1024);
-  EXPECT_EQ(a.engine.block_size, 32);
-  EXPECT_FALSE(a.engine.enable_prefix_caching);
-  EXPECT_EQ(a.engine.load_format, config::LoadFormat::kDummy);
-  EXPECT_EQ(a.engine.kv_cache_memory_bytes, int64_t{512} << 20);
-  EXPECT_EQ(a.engine.seed, 7u);
+  EXPECT_EQ(a.config.model.model, "my/model");
+  EXPECT_EQ(a.config.parallel.tensor_parallel_size, 2);
+  EXPECT_EQ(a.config.model.max_model_len, 512);
+  EXPECT_EQ(a.config.scheduler.max_num_seqs, 8);
+  EXPECT_EQ(a.config.scheduler.max_num_batched_tokens, 1024);
+  EXPECT_EQ(a.config.cache.block_size, 32);
+  EXPECT_FALSE(a.config.cache.enable_prefix_caching);
+  EXPECT_EQ(a.config.load.load_format, config::LoadFormat::kDummy);
+  EXPECT_EQ(a.config.cache.kv_cache_memory_bytes, int64_t{512} << 20);
+  EXPECT_EQ(a.config.model.seed, 7u);
   EXPECT_EQ(a.api_key, "secret");
   EXPECT_EQ(a.served_model_names, std::vector<std::string>{"tiny"});
   EXPECT_EQ(a.host, "0.0.0.0");
   EXPECT_EQ(a.port, 9000);
-  EXPECT_EQ(a.engine.scheduling_policy, config::SchedulingPolicy::kPriority);
+  EXPECT_EQ(a.config.scheduler.policy, config::SchedulingPolicy::kPriority);
+  EXPECT_EQ(a.config.model.max_logprobs, 30);
   auto with_model = Parse({"--model", "other", "--tensor-parallel-size", "4"});
   ASSERT_TRUE(with_model.ok()) << with_model.status();
-  EXPECT_EQ(with_model->args->engine.model, "other");
-  EXPECT_EQ(with_model->args->engine.tensor_parallel_size, 4);
+  EXPECT_EQ(with_model->args->config.model.model, "other");
+  EXPECT_EQ(with_model->args->config.parallel.tensor_parallel_size, 4);
 }
 
 TEST(ServeArgsTest, DataParallelOnOneNode) {
@@ -246,6 +249,10 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"-asc", "3", "-dp", "2", "-dpl", "1", "-dpp", "65534"}, "--api-server-count"},
       {{"a", "--model", "b"}, "given twice"},
       {{"--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization"},
+      {{"--max-logprobs", "-1"}, "--max-logprobs"},
+      {{"--max-logprobs", "1025"}, "--max-logprobs: 1025 is outside [0, 1024]"},
+      {{"--max-num-seqs", "0"}, "--max-num-seqs: 0 is outside [1, 1048576]"},
+      {{"--scheduling-policy", "lifo"}, "--scheduling-policy: unknown value 'lifo'"},
   };
   for (const Case& c : cases) {
     auto p = Parse(c.argv);

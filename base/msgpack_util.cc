@@ -1,10 +1,10 @@
-#include "ipc/msgpack_util.h"
+#include "base/msgpack_util.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace vllm::ipc {
+namespace vllm::wire {
 namespace {
 // Let str/bin/ext objects point into the caller's buffer instead of copying into the zone.
 bool ReferenceAll(msgpack::type::object_type, std::size_t, void*) { return true; }
@@ -41,4 +41,4 @@ absl::StatusOr<msgpack::object_handle> UnpackBounded(absl::Span<const uint8_t> b
   }
 }
 
-}  // namespace vllm::ipc
+}  // namespace vllm::wire

@@ -5,8 +5,8 @@
 // Every reader returns InvalidArgument naming the struct and field ("SamplingParams.top_k:
 // expected an integer, got STR") instead of throwing, so malformed frames from another
 // process become a Status.
-#ifndef VLLM_IPC_MSGPACK_FIELDS_H_
-#define VLLM_IPC_MSGPACK_FIELDS_H_
+#ifndef VLLM_BASE_MSGPACK_FIELDS_H_
+#define VLLM_BASE_MSGPACK_FIELDS_H_
 
 #include <cstdint>
 #include <limits>
@@ -22,7 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "msgpack.hpp"
 
-namespace vllm::ipc::wire {
+namespace vllm::wire {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
@@ -145,6 +145,6 @@ class FieldReader {
   uint32_t index_ = 0;
 };
 
-}  // namespace vllm::ipc::wire
+}  // namespace vllm::wire
 
-#endif  // VLLM_IPC_MSGPACK_FIELDS_H_
+#endif  // VLLM_BASE_MSGPACK_FIELDS_H_

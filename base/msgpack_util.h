@@ -1,8 +1,8 @@
 // Bounded msgpack decoding. Every decoder in the project goes through UnpackBounded so that a
 // malformed, truncated or oversized frame from another process becomes a Status — never a
 // crash, an exception across a boundary, or an unbounded allocation.
-#ifndef VLLM_IPC_MSGPACK_UTIL_H_
-#define VLLM_IPC_MSGPACK_UTIL_H_
+#ifndef VLLM_BASE_MSGPACK_UTIL_H_
+#define VLLM_BASE_MSGPACK_UTIL_H_
 
 #include <cstdint>
 #include <msgpack.hpp>
@@ -13,7 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
-namespace vllm::ipc {
+namespace vllm::wire {
 
 // Limits for one frame: element counts of arrays and maps, byte lengths of str/bin/ext, nesting.
 struct UnpackLimits {
@@ -43,6 +43,6 @@ absl::StatusOr<T> ConvertAs(const msgpack::object& obj, absl::string_view what) 
   }
 }
 
-}  // namespace vllm::ipc
+}  // namespace vllm::wire
 
-#endif  // VLLM_IPC_MSGPACK_UTIL_H_
+#endif  // VLLM_BASE_MSGPACK_UTIL_H_

@@ -1,10 +1,10 @@
-#include "ipc/msgpack_fields.h"
+#include "base/msgpack_fields.h"
 
 #include <array>
 #include <cmath>
 #include <cstring>
 
-namespace vllm::ipc::wire {
+namespace vllm::wire {
 
 std::string_view TypeName(msgpack::type::object_type type) {
   switch (type) {
@@ -175,4 +175,4 @@ absl::Status FieldReader::StringList(std::string_view field, size_t max_bytes,
   return absl::OkStatus();
 }
 
-}  // namespace vllm::ipc::wire
+}  // namespace vllm::wire
