@@ -1,7 +1,14 @@
-# Third-party dependencies, all from Debian packages (scripts/setup.sh installs them).
+# Third-party dependencies, all from Debian packages (scripts/setup.sh installs them; its tsan
+# preset builds Abseil from Debian's source package instead: cmake/AbseilFromSource.cmake).
 # Package -> target names are recorded in ../shared/TOOLCHAIN.md.
 find_package(Threads REQUIRED)
-find_package(absl REQUIRED)
+# Abseil: Debian's libabsl-dev, or (the TSan build) its source built with our sanitizer flags,
+# which cmake/AbseilFromSource.cmake adds once those flags are set.
+set(VLLM_ABSL_SOURCE_DIR "" CACHE PATH
+    "Build Abseil from this source tree (scripts/setup.sh tsan) instead of Debian's libabsl")
+if(NOT VLLM_ABSL_SOURCE_DIR)
+  find_package(absl REQUIRED)
+endif()
 find_package(Boost 1.74 REQUIRED)
 find_package(cppzmq CONFIG REQUIRED)
 find_package(msgpack CONFIG REQUIRED)   # target msgpackc-cxx (header-only msgpack-c 4.x)

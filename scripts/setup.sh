@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every dependency from Debian packages (idempotent), then configures and builds.
+# Installs every dependency from Debian packages (idempotent), then configures and builds
+# (the tsan preset also downloads Debian's Abseil source once; see fetch_abseil_source).
 #
 #   scripts/setup.sh                   release build in build/release (CUDA compiled when nvcc
 #                                      exists)
@@ -8,7 +9,10 @@
 #                                      library is compiled once, with libFuzzer's coverage
 #                                      instrumentation, at -O1; docs/FUZZING.md)
 #   scripts/setup.sh fuzz              the libFuzzer targets only, in the same build/asan
-#   scripts/setup.sh tsan              TSan build (clang) in build/tsan, no CUDA
+#   scripts/setup.sh tsan              TSan build (clang) in build/tsan, no CUDA, with Abseil
+#                                      built from Debian's source of the installed libabsl-dev
+#                                      (downloaded once into build/third_party/, sha256-checked)
+#                                      so that TSan sees absl::Mutex's synchronisation
 #   scripts/setup.sh PRESET TARGET...  build only these targets
 #
 # Every compile goes through ccache (cmake/Ccache.cmake), so a second build of unchanged
@@ -23,6 +27,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev libsodium-dev
   procps iproute2 python3 ccache clang-format clang-tidy
+  curl patch xz-utils  # the tsan preset's Abseil source (fetch_abseil_source)
 )
 
 install_packages() {
@@ -39,6 +44,59 @@ install_packages() {
   fi
 }
 
+# Abseil for the TSan build. Debian's libabsl is not built with TSan, so TSan cannot see
+# absl::Mutex, absl::CondVar or absl::Notification synchronise and reports every access they
+# guard. The tsan preset builds Abseil itself, from Debian's source package of the installed
+# libabsl-dev with Debian's patches applied (the same options.h: absl::string_view its own type,
+# inline namespace debian3, hardened), as part of our CMake build (VLLM_ABSL_SOURCE_DIR,
+# cmake/AbseilFromSource.cmake). Downloaded once into build/third_party/ (never committed) from
+# Debian's pool ($DEBIAN_MIRROR, default deb.debian.org) and checked against the sha256 sums of
+# Debian's abseil_20220623.1-1+deb12u2.dsc.
+ABSL_DEB_VERSION=20220623.1-1+deb12u2
+ABSL_ORIG=abseil_20220623.1.orig.tar.gz
+ABSL_ORIG_SHA256=abfe2897f3a30edaa74bc34365afe3c2a3cd012091a97dc7e008f7016adcd5fe
+ABSL_DEBIAN=abseil_${ABSL_DEB_VERSION}.debian.tar.xz
+ABSL_DEBIAN_SHA256=e08490fc7b6f3beca1925953b0c4fb92df2de5e2a01295e4641e2a3d4e528eeb
+ABSL_POOL=${DEBIAN_MIRROR:-http://deb.debian.org/debian}/pool/main/a/abseil
+ABSL_SOURCE_DIR=$PWD/build/third_party/abseil-${ABSL_DEB_VERSION}
+
+# download_checked <file> <sha256>: into build/third_party/downloads/, unless already there.
+download_checked() {
+  local file=$1 sha=$2 dir=build/third_party/downloads
+  mkdir -p "$dir"
+  if ! echo "$sha  $dir/$file" | sha256sum --check --status 2>/dev/null; then
+    echo "setup: downloading $ABSL_POOL/$file"
+    curl -fsSL --retry 3 -o "$dir/$file.part" "$ABSL_POOL/$file"
+    if ! echo "$sha  $dir/$file.part" | sha256sum --check --status; then
+      echo "setup: $file does not have the pinned sha256 $sha" >&2; exit 1
+    fi
+    mv "$dir/$file.part" "$dir/$file"
+  fi
+}
+
+fetch_abseil_source() {
+  [[ -f "$ABSL_SOURCE_DIR/.vllm-patched" ]] && return
+  local installed
+  installed=$(dpkg-query -W -f='${Version}' libabsl-dev 2>/dev/null || true)
+  if [[ $installed != "$ABSL_DEB_VERSION" ]]; then
+    echo "setup: warning: libabsl-dev is '$installed'; the TSan build's Abseil is" \
+         "$ABSL_DEB_VERSION (update ABSL_* above to match)" >&2
+  fi
+  download_checked "$ABSL_ORIG" "$ABSL_ORIG_SHA256"
+  download_checked "$ABSL_DEBIAN" "$ABSL_DEBIAN_SHA256"
+  local tmp=$ABSL_SOURCE_DIR.tmp
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  tar -xzf "build/third_party/downloads/$ABSL_ORIG" -C "$tmp" --strip-components=1
+  tar -xJf "build/third_party/downloads/$ABSL_DEBIAN" -C "$tmp"
+  local p
+  while read -r p; do
+    [[ -z $p || $p == \#* ]] && continue
+    patch -d "$tmp" -p1 --quiet --forward < "$tmp/debian/patches/$p"
+  done < "$tmp/debian/patches/series"
+  touch "$tmp/.vllm-patched"
+  rm -rf "$ABSL_SOURCE_DIR" && mv "$tmp" "$ABSL_SOURCE_DIR"
+}
+
 configure_and_build() {
   local preset=$1; shift
   local targets=("$@") dir args=(-G Ninja -DVLLM_WERROR=${VLLM_WERROR:-ON})
@@ -52,11 +110,20 @@ configure_and_build() {
              -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DVLLM_FUZZ=ON
              -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF)
       [[ $preset == fuzz && ${#targets[@]} -eq 0 ]] && targets=(fuzzers) ;;
-    tsan) args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
-                 -DVLLM_SANITIZE=thread -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF) ;;
+    tsan)
+      fetch_abseil_source
+      args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+             -DVLLM_SANITIZE=thread -DVLLM_CUDA=OFF -DVLLM_BUILD_BENCH=OFF
+             "-DVLLM_ABSL_SOURCE_DIR=$ABSL_SOURCE_DIR") ;;
     *) echo "setup: unknown preset '$preset' (release, asan, fuzz, tsan)" >&2; exit 2 ;;
   esac
-  [[ -f "$dir/build.ninja" ]] || cmake -S . -B "$dir" "${args[@]}"
+  # A tsan tree configured without this Abseil (before it was built from source) is configured
+  # again.
+  local absl_line="VLLM_ABSL_SOURCE_DIR:PATH=$ABSL_SOURCE_DIR"
+  if [[ ! -f "$dir/build.ninja" ]] ||
+     { [[ $preset == tsan ]] && ! grep -qxF "$absl_line" "$dir/CMakeCache.txt"; }; then
+    cmake -S . -B "$dir" "${args[@]}"
+  fi
   cmake --build "$dir" -j "${VLLM_JOBS:-$(nproc)}" ${targets[@]+--target "${targets[@]}"}
 }
 

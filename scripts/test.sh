@@ -4,7 +4,9 @@
 #   asan     the unit tests under ASan+UBSan, in the build the libFuzzer targets share
 #   fuzz     the libFuzzer targets, 30 s each, one per core at a time (scripts/fuzz.sh)
 #   tsan     the ipc unit tests (with the shared-memory all-reduce) and the multi-threaded
-#            parts' unit tests (label tsan-unit) under TSan
+#            parts' unit tests (label tsan-unit: thread pool, DP coordinator, router, engine-core
+#            process, engine-core client, AsyncLLM, API server, MultiprocExecutor) under TSan,
+#            with Abseil built with TSan too (scripts/setup.sh tsan downloads its Debian source)
 # First installs the pinned Python packages the tests import (PyPI, into build/release/pydeps).
 # Prints each suite's build and test wall time, the slowest tests, and one closing line
 # "N passed, N failed" over all suites (tests/README.md keeps the latest figures).

@@ -52,7 +52,10 @@ void Session::DoRead() {
   parser_.emplace();
   parser_->body_limit(ctx_->options.max_body_bytes);
   parser_->header_limit(static_cast<uint32_t>(ctx_->options.max_header_bytes));
-  idle_since_ns_.store(MonoNowNs());
+  // Idle since its last response went to the socket (MarkIdleAfterWrite) when it was stamped
+  // then, not since this write handler ran: a later stamp would make it look newer than a
+  // connection answered after it, and eviction would pass over it.
+  if (idle_since_ns_.load() == 0) idle_since_ns_.store(MonoNowNs());
   if (overflow_) {
     stream_.expires_after(ctx_->options.overflow_read_timeout);
   } else {
