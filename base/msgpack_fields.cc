@@ -70,22 +70,28 @@ absl::StatusOr<FieldReader> FieldReader::Open(const msgpack::object& object, std
   return FieldReader(what, object.via.array);
 }
 
-absl::Status FieldReader::Double(std::string_view field, double* out) {
-  const msgpack::object& o = Next();
+std::optional<double> AsNumber(const msgpack::object& o) {
   switch (o.type) {
     case msgpack::type::FLOAT32:
     case msgpack::type::FLOAT64:
-      *out = o.via.f64;
-      return absl::OkStatus();
+      return o.via.f64;
     case msgpack::type::POSITIVE_INTEGER:
-      *out = static_cast<double>(o.via.u64);
-      return absl::OkStatus();
+      return static_cast<double>(o.via.u64);
     case msgpack::type::NEGATIVE_INTEGER:
-      *out = static_cast<double>(o.via.i64);
-      return absl::OkStatus();
+      return static_cast<double>(o.via.i64);
     default:
-      return Error(field, absl::StrFormat("expected a number, got %s", TypeName(o.type)));
+      return std::nullopt;
   }
+}
+
+absl::Status FieldReader::Double(std::string_view field, double* out) {
+  const msgpack::object& o = Next();
+  const std::optional<double> value = AsNumber(o);
+  if (!value.has_value()) {
+    return Error(field, absl::StrFormat("expected a number, got %s", TypeName(o.type)));
+  }
+  *out = *value;
+  return absl::OkStatus();
 }
 
 absl::Status FieldReader::Float(std::string_view field, float* out) {

@@ -29,6 +29,10 @@ using Packer = msgpack::packer<msgpack::sbuffer>;
 // Name of a msgpack type for error messages.
 std::string_view TypeName(msgpack::type::object_type type);
 
+// A float or an integer as a double (decoders accept either, so a peer may pack an integral
+// value as an integer); nullopt for any other type.
+std::optional<double> AsNumber(const msgpack::object& o);
+
 // Always msgpack float32 / float64, whatever the value. msgpack-c's pack_float/pack_double
 // write an integral value (a logprob of exactly 0.0, a temperature of 1.0) as an integer,
 // which changes the wire type with the value and, at 2^64, converts out of range (UB).

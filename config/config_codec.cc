@@ -104,7 +104,6 @@ std::string WireType(const T*) {
 // FNV-1a over "part.field:type;" for every field in wire order.
 struct Fingerprinter {
   uint64_t hash = 14695981039346656037ull;
-  std::string_view part;
   void Add(std::string_view text) {
     for (const char c : text) {
       hash ^= static_cast<uint8_t>(c);
@@ -112,16 +111,8 @@ struct Fingerprinter {
     }
   }
   template <class T>
-  void operator()(std::string_view field, const T& value, FieldBounds = {}) {
+  void operator()(std::string_view part, std::string_view field, const T& value, FieldBounds) {
     Add(std::string(part) + "." + std::string(field) + ":" + WireType(&value) + ";");
-  }
-};
-struct PartFingerprinter {
-  Fingerprinter& fields;
-  template <class Part>
-  void operator()(std::string_view name, const Part& part) {
-    fields.part = name;
-    VisitFields(part, fields);
   }
 };
 
@@ -212,11 +203,10 @@ struct ConfigDecoder {
 
 uint64_t VllmConfigSchema() {
   static const uint64_t kSchema = [] {
-    Fingerprinter fields;
-    PartFingerprinter parts{fields};
+    Fingerprinter fingerprint;
     const VllmConfig config{};
-    VisitParts(config, parts);
-    return fields.hash;
+    VisitAllFields(config, fingerprint);
+    return fingerprint.hash;
   }();
   return kSchema;
 }

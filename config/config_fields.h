@@ -60,6 +60,18 @@ void VisitParts(C& c, V& v) {
   VllmConfig::Parts(c, v);
 }
 
+// Calls `visitor(part, field, member, bounds)` for every field of every part, in wire order.
+template <PartOf<VllmConfig> C, class V>
+void VisitAllFields(C& c, V& v) {
+  auto each_part = [&v](std::string_view part, auto& members) {
+    auto each_field = [&v, part](std::string_view field, auto& value, FieldBounds bounds = {}) {
+      v(part, field, value, bounds);
+    };
+    VisitFields(members, each_field);
+  };
+  VisitParts(c, each_part);
+}
+
 // Counts the fields (or parts) it visits.
 struct FieldCounter {
   uint32_t n = 0;

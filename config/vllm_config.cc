@@ -204,28 +204,19 @@ absl::Status CheckBounds(std::string_view part, std::string_view field,
 
 // Checks every field of every part against the bounds its part lists (the first failure).
 struct BoundsChecker {
-  std::string_view part;
   absl::Status status;
   template <class T>
-  void operator()(std::string_view field, const T& value, FieldBounds bounds = {}) {
+  void operator()(std::string_view part, std::string_view field, const T& value,
+                  FieldBounds bounds) {
     if (status.ok()) status = CheckBounds(part, field, value, bounds);
-  }
-};
-struct PartBoundsChecker {
-  BoundsChecker& fields;
-  template <class Part>
-  void operator()(std::string_view name, const Part& part) {
-    fields.part = name;
-    VisitFields(part, fields);
   }
 };
 
 }  // namespace
 
 absl::Status VllmConfig::Validate() const {
-  BoundsChecker bounds{"", absl::OkStatus()};
-  PartBoundsChecker parts{bounds};
-  VisitParts(*this, parts);
+  BoundsChecker bounds;
+  VisitAllFields(*this, bounds);
   VLLM_RETURN_IF_ERROR(bounds.status);
   VLLM_RETURN_IF_ERROR(model.Validate());
   VLLM_RETURN_IF_ERROR(cache.Validate());
@@ -286,31 +277,22 @@ std::string Show(const std::optional<T>& value) {
 // Appends `name=value` for every field of every part.
 struct Describer {
   std::string out;
-  std::string prefix;
   template <class T>
-  void operator()(std::string_view name, const T& value, FieldBounds = {}) {
-    // vLLM's log line calls the device "device_config".
+  void operator()(std::string_view part, std::string_view name, const T& value, FieldBounds) {
+    // vLLM's log line calls the device "device_config", and the KV-events fields are its
+    // kv_events_config's.
     const std::string_view shown = name == "device" ? "device_config" : name;
-    absl::StrAppend(&out, out.empty() ? "" : ", ", prefix, A(shown), "=", Show(value));
-  }
-};
-struct PartDescriber {
-  Describer& fields;
-  template <class Part>
-  void operator()(std::string_view name, const Part& part) {
-    // The KV-events fields as vLLM's kv_events_config's.
-    fields.prefix = name == "kv_events" ? "kv_events_config." : "";
-    VisitFields(part, fields);
+    const std::string_view prefix = part == "kv_events" ? "kv_events_config." : "";
+    absl::StrAppend(&out, out.empty() ? "" : ", ", A(prefix), A(shown), "=", Show(value));
   }
 };
 
 }  // namespace
 
 std::string DescribeVllmConfig(const VllmConfig& c) {
-  Describer fields;
-  PartDescriber parts{fields};
-  VisitParts(c, parts);
-  return std::move(fields.out);
+  Describer describer;
+  VisitAllFields(c, describer);
+  return std::move(describer.out);
 }
 
 }  // namespace vllm::config

@@ -327,20 +327,10 @@ absl::StatusOr<KvEvent> ReadEvent(const msgpack::object& o, size_t index) {
 }
 
 absl::Status ReadTs(const msgpack::object& o, double* out) {
-  switch (o.type) {
-    case msgpack::type::FLOAT32:
-    case msgpack::type::FLOAT64:
-      *out = o.via.f64;
-      return absl::OkStatus();
-    case msgpack::type::POSITIVE_INTEGER:
-      *out = static_cast<double>(o.via.u64);
-      return absl::OkStatus();
-    case msgpack::type::NEGATIVE_INTEGER:
-      *out = static_cast<double>(o.via.i64);
-      return absl::OkStatus();
-    default:
-      return Bad("ts", absl::StrCat("expected a number, got ", TypeOf(o.type)));
-  }
+  const std::optional<double> ts = wire::AsNumber(o);
+  if (!ts.has_value()) return Bad("ts", absl::StrCat("expected a number, got ", TypeOf(o.type)));
+  *out = *ts;
+  return absl::OkStatus();
 }
 
 bool Binds(absl::string_view endpoint) {
