@@ -57,8 +57,8 @@ absl::Status CheckTimestamp(FieldReader& r, double t) {
 
 // libsodium's one-time set-up (picks implementations, opens the random source).
 absl::Status SodiumReady() {
-  static const bool ok = sodium_init() >= 0;
-  if (!ok) return absl::InternalError("libsodium could not be initialised");
+  static const bool kInitialised = sodium_init() >= 0;
+  if (!kInitialised) return absl::InternalError("libsodium could not be initialised");
   return absl::OkStatus();
 }
 
@@ -456,6 +456,9 @@ class DpCoordinator::Impl {
 
   void Stop() { stop_.store(true); }
 
+ private:
+  friend class DpCoordinator;  // its accessors read the endpoints and the counters
+
   const DpCoordinatorOptions options_;
   zmq::context_t& context_;
   zmq::socket_t stats_, publish_;
@@ -471,7 +474,6 @@ class DpCoordinator::Impl {
   std::atomic<uint64_t> received_{0}, dropped_{0}, published_{0}, waves_started_{0},
       waves_completed_{0};
 
- private:
   // Applies every report waiting (up to a bound far above one interval's worth at
   // kMaxDpEngines); true when a figure changed.
   bool DrainReports() {

@@ -27,8 +27,8 @@ class SystemProcessLauncher final : public ProcessLauncher {
 }  // namespace
 
 ProcessLauncher& RealProcessLauncher() {
-  static SystemProcessLauncher* const launcher = new SystemProcessLauncher;
-  return *launcher;
+  static SystemProcessLauncher* const kLauncher = new SystemProcessLauncher;
+  return *kLauncher;
 }
 
 }  // namespace vllm::executor

@@ -33,12 +33,12 @@ void Append(std::vector<float>& to, const std::vector<float>& from) {
 // checkpoint widened on load; half the bytes per step, the same products), unless
 // VLLM_CPU_PACKED_WEIGHTS=float32 (A/B runs).
 cpu::PackedWeight PackWeight(const float* w, int64_t n, int64_t k) {
-  static const bool float32_only = [] {
+  static const bool kFloat32Only = [] {
     const char* v = std::getenv("VLLM_CPU_PACKED_WEIGHTS");
     return v != nullptr && std::string(v) == "float32";
   }();
   return cpu::PackedWeight::Pack(w, n, k,
-                                 float32_only ? cpu::PackedWeight::Storage::kFloat32
+                                 kFloat32Only ? cpu::PackedWeight::Storage::kFloat32
                                               : cpu::PackedWeight::Storage::kBf16IfExact);
 }
 

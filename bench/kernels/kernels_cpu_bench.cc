@@ -195,14 +195,14 @@ BENCHMARK(BM_LinearPath)
 
 // Arg: 0 sgemm m = 128 only, 1 small-m m = 8 only, 2 both in turn; weights 4096 × 4096.
 void BM_LinearMixed(benchmark::State& state) {
-  constexpr int64_t n = 4096, k = 4096;
-  const std::vector<float> x = Filled(128 * k, 1);
-  const std::vector<float> w = Filled(n * k, 2);
-  std::vector<float> y(128 * n);
+  constexpr int64_t kN = 4096, kK = 4096;
+  const std::vector<float> x = Filled(128 * kK, 1);
+  const std::vector<float> w = Filled(kN * kK, 2);
+  std::vector<float> y(128 * kN);
   const int64_t mode = state.range(0);
   for (auto _ : state) {
-    if (mode != 1) LinearBlas(x.data(), w.data(), nullptr, y.data(), 128, n, k);
-    if (mode != 0) LinearSmallM(x.data(), w.data(), nullptr, y.data(), 8, n, k, BestGemmIsa());
+    if (mode != 1) LinearBlas(x.data(), w.data(), nullptr, y.data(), 128, kN, kK);
+    if (mode != 0) LinearSmallM(x.data(), w.data(), nullptr, y.data(), 8, kN, kK, BestGemmIsa());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }

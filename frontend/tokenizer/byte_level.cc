@@ -24,7 +24,7 @@ std::string EncodeCodePoint(uint32_t cp) {
 }
 
 const ByteLevelTables& Tables() {
-  static const ByteLevelTables* const tables = [] {
+  static const ByteLevelTables* const kTables = [] {
     auto* t = new ByteLevelTables;
     t->code_point_to_byte.fill(-1);
     uint32_t next = 256;
@@ -37,7 +37,7 @@ const ByteLevelTables& Tables() {
     }
     return t;
   }();
-  return *tables;
+  return *kTables;
 }
 
 }  // namespace

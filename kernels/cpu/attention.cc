@@ -139,7 +139,7 @@ template <int DC, int NV>
 VLLM_ATTN_TARGET inline void ChunkScores(const float* const* q, const float* k, int32_t k_stride,
                                          __mmask16 valid, const float* pk, __m512* s) {
   static_assert(NV >= 1 && NV <= 4);
-  constexpr int32_t d = 16 * DC;
+  constexpr int32_t kD = 16 * DC;
   const auto key = [&](int32_t i) VLLM_ATTN_TARGET {
     _mm_prefetch(reinterpret_cast<const char*>(pk + static_cast<int64_t>(i) * k_stride),
                  _MM_HINT_T1);
@@ -150,7 +150,7 @@ VLLM_ATTN_TARGET inline void ChunkScores(const float* const* q, const float* k, 
   __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
   if constexpr (NV == 1) {
 #pragma GCC unroll 2
-    for (int32_t i = 0; i < d; i += 4) {
+    for (int32_t i = 0; i < kD; i += 4) {
       s0 = fma(q[0], i, key(i), s0);
       s1 = fma(q[0], i + 1, key(i + 1), s1);
       s2 = fma(q[0], i + 2, key(i + 2), s2);
@@ -159,7 +159,7 @@ VLLM_ATTN_TARGET inline void ChunkScores(const float* const* q, const float* k, 
     s[0] = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
   } else if constexpr (NV == 2) {
 #pragma GCC unroll 4
-    for (int32_t i = 0; i < d; i += 2) {
+    for (int32_t i = 0; i < kD; i += 2) {
       const __m512 k0 = key(i), k1 = key(i + 1);
       s0 = fma(q[0], i, k0, s0);
       s1 = fma(q[0], i + 1, k1, s1);
@@ -170,7 +170,7 @@ VLLM_ATTN_TARGET inline void ChunkScores(const float* const* q, const float* k, 
     s[1] = _mm512_add_ps(s2, s3);
   } else {
 #pragma GCC unroll 8
-    for (int32_t i = 0; i < d; ++i) {
+    for (int32_t i = 0; i < kD; ++i) {
       const __m512 k0 = key(i);
       s0 = fma(q[0], i, k0, s0);
       s1 = fma(q[1], i, k0, s1);
@@ -191,7 +191,7 @@ template <int DC>
 VLLM_ATTN_TARGET inline void ChunkSoftmaxPv(const Shape& sh, __m512 scores, __mmask16 valid,
                                             int32_t m, const float* v, const float* pv,
                                             float* acc_mem, float* max, float* sum) {
-  constexpr int32_t d = 16 * DC;
+  constexpr int32_t kD = 16 * DC;
   alignas(64) float p[16];
   if (sh.soft_cap > 0.0f) {
     _mm512_store_ps(p, scores);
@@ -228,8 +228,8 @@ VLLM_ATTN_TARGET inline void ChunkSoftmaxPv(const Shape& sh, __m512 scores, __mm
 #pragma GCC unroll 4
     for (int set = 0; set < kSets; ++set) {
       const __m512 w = _mm512_set1_ps(p[i + set]);
-      const float* value = v + static_cast<int64_t>(i + set) * d;
-      const float* pf = pv + static_cast<int64_t>(i + set) * d;
+      const float* value = v + static_cast<int64_t>(i + set) * kD;
+      const float* pf = pv + static_cast<int64_t>(i + set) * kD;
 #pragma GCC unroll 16
       for (int c = 0; c < DC; ++c) {
         _mm_prefetch(reinterpret_cast<const char*>(pf + 16 * c), _MM_HINT_T1);
@@ -239,7 +239,7 @@ VLLM_ATTN_TARGET inline void ChunkSoftmaxPv(const Shape& sh, __m512 scores, __mm
   }
   for (; i < m; ++i) {
     const __m512 w = _mm512_set1_ps(p[i]);
-    const float* value = v + static_cast<int64_t>(i) * d;
+    const float* value = v + static_cast<int64_t>(i) * kD;
     for (int c = 0; c < DC; ++c) {
       part[0][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(value + 16 * c), part[0][c]);
     }
@@ -254,15 +254,15 @@ VLLM_ATTN_TARGET inline void ChunkSoftmaxPv(const Shape& sh, __m512 scores, __mm
 template <int DC, int NV>
 VLLM_ATTN_TARGET void ChunkVectors(const Shape& sh, TileState& st, int32_t vec0, const float* k,
                                    const float* v, int32_t m, const float* pk, const float* pv) {
-  constexpr int32_t d = 16 * DC;
+  constexpr int32_t kD = 16 * DC;
   const float* q[NV];
-  for (int j = 0; j < NV; ++j) q[j] = st.q.data() + static_cast<int64_t>(vec0 + j) * d;
+  for (int j = 0; j < NV; ++j) q[j] = st.q.data() + static_cast<int64_t>(vec0 + j) * kD;
   const auto valid = static_cast<__mmask16>((1u << m) - 1);
   __m512 s[NV];
   ChunkScores<DC, NV>(q, k, sh.block_size, valid, pk, s);
   for (int j = 0; j < NV; ++j) {
     const int64_t vec = vec0 + j;
-    ChunkSoftmaxPv<DC>(sh, s[j], valid, m, v, j == 0 ? pv : v, st.acc.data() + vec * d,
+    ChunkSoftmaxPv<DC>(sh, s[j], valid, m, v, j == 0 ? pv : v, st.acc.data() + vec * kD,
                        &st.max[vec], &st.sum[vec]);
   }
 }
@@ -271,15 +271,15 @@ template <int DC>
 VLLM_ATTN_TARGET void AccumulateBlock(const Shape& sh, TileState& st, int32_t vec0, int32_t nvec,
                                       const float* k, const float* v, int32_t n,
                                       const float* next_k, const float* next_v) {
-  constexpr int32_t d = 16 * DC;
+  constexpr int32_t kD = 16 * DC;
   for (int32_t i0 = 0; i0 < n; i0 += 16) {
     const int32_t m = std::min<int32_t>(16, n - i0);
     const float* kc = k + i0;
-    const float* vc = v + static_cast<int64_t>(i0) * d;
+    const float* vc = v + static_cast<int64_t>(i0) * kD;
     // The first group of vectors prefetches the next block; the others pass this chunk
     // (already in L1) so they prefetch nothing new.
     const float* pk = next_k + i0;
-    const float* pv = next_v + static_cast<int64_t>(i0) * d;
+    const float* pv = next_v + static_cast<int64_t>(i0) * kD;
     int32_t j = 0;
     for (; j + 4 <= nvec; j += 4) {
       ChunkVectors<DC, 4>(sh, st, vec0 + j, kc, vc, m, pk, pv);

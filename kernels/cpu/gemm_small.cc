@@ -236,8 +236,8 @@ bool GemmIsaSupported(GemmIsa isa) {
 }
 
 GemmIsa BestGemmIsa() {
-  static const GemmIsa best = ResolveBestIsa();
-  return best;
+  static const GemmIsa kBest = ResolveBestIsa();
+  return kBest;
 }
 
 const char* GemmIsaName(GemmIsa isa) {
@@ -252,11 +252,11 @@ const char* GemmIsaName(GemmIsa isa) {
 }
 
 bool SmallMLinearEnabled() {
-  static const bool enabled = [] {
+  static const bool kEnabled = [] {
     const char* v = std::getenv("VLLM_CPU_GEMM_ISA");
     return v == nullptr || std::string_view(v) != "blas";
   }();
-  return enabled;
+  return kEnabled;
 }
 
 void LinearSmallM(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,

@@ -143,8 +143,8 @@ void ThreadPool::Run(int64_t num_tasks, TaskFn fn, void* context) {
 }
 
 ThreadPool& KernelThreadPool() {
-  static ThreadPool* const pool = new ThreadPool(DefaultThreads());
-  return *pool;
+  static ThreadPool* const kPool = new ThreadPool(DefaultThreads());
+  return *kPool;
 }
 
 }  // namespace vllm::kernels::cpu

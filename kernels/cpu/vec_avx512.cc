@@ -10,12 +10,12 @@ namespace vllm::kernels::cpu::internal {
 
 bool UseAvx512Loops() {
 #if VLLM_HAVE_AVX512_HELPERS
-  static const bool use = [] {
+  static const bool kUse = [] {
     const char* cap = std::getenv("VLLM_CPU_VEC_ISA");
     if (cap != nullptr && std::string_view(cap) == "portable") return false;
     return GemmIsaSupported(GemmIsa::kAvx512);  // the same target (avx512f, avx2, fma)
   }();
-  return use;
+  return kUse;
 #else
   return false;
 #endif

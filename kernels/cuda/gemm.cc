@@ -40,11 +40,11 @@ absl::Status CublasError(const char* what, cublasStatus_t s) {
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 bool TuningEnabled() {
-  static const bool enabled = [] {
+  static const bool kEnabled = [] {
     const char* v = std::getenv("VLLM_CUBLASLT_TUNE");
     return v == nullptr || std::strcmp(v, "0") != 0;
   }();
-  return enabled;
+  return kEnabled;
 }
 
 }  // namespace
