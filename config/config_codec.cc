@@ -78,7 +78,7 @@ struct ConfigEncoder {
 
 // The wire type of a field, for the schema fingerprint.
 template <class T>
-std::string_view WireType() {
+std::string WireType(const T*) {
   if constexpr (std::is_enum_v<T>) {
     return "enum";
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -94,11 +94,7 @@ std::string_view WireType() {
 }
 template <class T>
 std::string WireType(const std::optional<T>*) {
-  return std::string(WireType<T>()) + "?";
-}
-template <class T>
-std::string WireType(const T*) {
-  return std::string(WireType<T>());
+  return WireType(static_cast<const T*>(nullptr)) + "?";
 }
 
 // FNV-1a over "part.field:type;" for every field in wire order.
@@ -116,23 +112,11 @@ struct Fingerprinter {
   }
 };
 
-absl::Status ReadString(FieldReader& r, std::string_view field, const FieldBounds& bounds,
-                        std::string* out) {
-  VLLM_RETURN_IF_ERROR(r.String(field, bounds.max_bytes, out));
-  if (bounds.choices.empty() ||
-      std::find(bounds.choices.begin(), bounds.choices.end(), *out) != bounds.choices.end()) {
-    return absl::OkStatus();
-  }
-  std::string choices;
-  for (std::string_view c : bounds.choices) {
-    choices += absl::StrFormat("%s\"%s\"", choices.empty() ? "" : " or ", c);
-  }
-  return r.Error(field, absl::StrCat("expected ", choices));
-}
-
-// Reads one field of type T from `r` (the next element), checking `bounds`.
+// Reads one field of type T from `r` (the next element): its type only. The values each field
+// may hold are its bounds in its part's `Fields` list, which VllmConfig::Validate() checks once
+// the whole config is read (DecodeVllmConfig); strings are bounded here by the frame's limit.
 template <class T>
-absl::Status Read(FieldReader& r, std::string_view field, const FieldBounds& bounds, T* out) {
+absl::Status Read(FieldReader& r, std::string_view field, T* out) {
   if constexpr (std::is_enum_v<T>) {
     std::string name;
     VLLM_RETURN_IF_ERROR(r.String(field, kMaxNameBytes, &name));
@@ -145,29 +129,22 @@ absl::Status Read(FieldReader& r, std::string_view field, const FieldBounds& bou
   } else if constexpr (std::is_same_v<T, double>) {
     return r.Double(field, out);
   } else if constexpr (std::is_same_v<T, std::string>) {
-    return ReadString(r, field, bounds, out);
+    return r.String(field, kMaxPathBytes, out);
   } else if constexpr (std::is_same_v<T, std::filesystem::path>) {
     std::string path;
-    VLLM_RETURN_IF_ERROR(ReadString(r, field, bounds, &path));
+    VLLM_RETURN_IF_ERROR(r.String(field, kMaxPathBytes, &path));
     *out = path;
     return absl::OkStatus();
   } else {
     static_assert(std::is_integral_v<T>);
-    VLLM_RETURN_IF_ERROR(r.Int(field, out));
-    const auto value = static_cast<int64_t>(*out);
-    if (value < bounds.min || value > bounds.max) {
-      return r.Error(field, absl::StrFormat("%d outside [%d, %d]", value, bounds.min, bounds.max));
-    }
-    return absl::OkStatus();
+    return r.Int(field, out);
   }
 }
-absl::Status Read(FieldReader& r, std::string_view field, const FieldBounds& bounds,
-                  std::optional<std::string>* out) {
-  return r.OptionalString(field, bounds.max_bytes, out);
+absl::Status Read(FieldReader& r, std::string_view field, std::optional<std::string>* out) {
+  return r.OptionalString(field, kMaxPathBytes, out);
 }
 template <class T>
-absl::Status Read(FieldReader& r, std::string_view field, const FieldBounds&,
-                  std::optional<T>* out) {
+absl::Status Read(FieldReader& r, std::string_view field, std::optional<T>* out) {
   static_assert(std::is_integral_v<T>);
   return r.OptionalInt(field, out);
 }
@@ -177,8 +154,8 @@ struct PartDecoder {
   FieldReader& r;
   absl::Status status;
   template <class T>
-  void operator()(std::string_view field, T& value, FieldBounds bounds = {}) {
-    if (status.ok()) status = Read(r, field, bounds, &value);
+  void operator()(std::string_view field, T& value, FieldBounds = {}) {
+    if (status.ok()) status = Read(r, field, &value);
   }
 };
 struct ConfigDecoder {

@@ -157,7 +157,7 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
          pk.pack(false);
          pk.pack(100000);  // max_logprobs past kMaxLogprobsLimit
        },
-       "VllmConfig.model.max_logprobs"},
+       "--max-logprobs: 100000 is outside [0, 1024]"},
       {3,
        [](auto& pk) {
          pk.pack_array(5);
@@ -189,7 +189,7 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
          for (int i = 0; i < 3; ++i) pk.pack(1);
          pk.pack(std::string(""));
        },
-       "VllmConfig.kv_events.publisher"},
+       "--kv-events-config publisher: 'kafka' is not one of null, zmq"},
       {8,
        [](auto& pk) {
          pk.pack_array(8);
@@ -202,7 +202,7 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
          pk.pack(1);
          pk.pack(std::string(""));
        },
-       "VllmConfig.kv_events.buffer_steps"},
+       "--kv-events-config buffer_steps"},
   };
   for (const Case& k : cases) {
     absl::StatusOr<VllmConfig> d = DecodeVllmConfig(WithPart(k.index, k.part));
