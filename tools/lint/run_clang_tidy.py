@@ -163,8 +163,8 @@ def top_level_names(text):
 
 
 def unity_groups(items):
-    """[(path, entry)] -> [[(path, entry)]]: the files of one folder with the same compile
-    flags, in groups of at most MAX_GROUP, no two of a group defining the same name."""
+    """[(path, entry)] -> [[(path, entry)]]: the files with the same compile flags in path
+    order, in groups of at most MAX_GROUP, no two of a group defining the same name."""
     by_key = {}
     for path, entry in items:
         key = (entry["directory"], compile_flags(path, entry))
@@ -219,8 +219,8 @@ def run_tool(command, cwd):
 class Checker:
     """Checks groups of TUs; thread-safe (each call writes only its own temporary file)."""
 
-    def __init__(self, tool, build_dir, root, headers, unity_dir):
-        self.tool, self.build_dir, self.root, self.unity_dir = tool, build_dir, root, unity_dir
+    def __init__(self, tool, root, headers, unity_dir):
+        self.tool, self.root, self.unity_dir = tool, root, unity_dir
         # The configuration by name: clang-tidy looks for .clang-tidy above the main file, and
         # a unity TU lives in a temporary folder. -w: only readability-* findings count; the
         # compiler's warnings (errors under the build's -Werror, clang's differing from gcc's)
@@ -229,27 +229,27 @@ class Checker:
                         "--header-filter=" + headers, "--extra-arg=-w"]
 
     def check(self, group):
-        """Returns [([paths], ok, output, CPU seconds)], one per clang-tidy run that counts."""
-        if len(group) == 1:
-            path = group[0][0]
-            rc, out, err, cpu = run_tool([self.tool, "-p", self.build_dir] + self.options +
-                                         [path], self.root)
-            ok = rc == 0 and not findings(out)
-            return [([path], ok, out + (err if not ok else ""), cpu)]
+        """Returns [(group, ok, output, CPU seconds)], one per clang-tidy run. Each run gets
+        the group's compile command after "--" (a file compiled twice, with two commands, is
+        checked once per command)."""
         path0, entry0 = group[0]
-        fd, unity = tempfile.mkstemp(suffix=".cc", dir=self.unity_dir)
-        with os.fdopen(fd, "w") as f:
-            f.write(unity_source(group))
-        rc, out, err, cpu = run_tool([self.tool] + self.options + [unity, "--"] +
+        source = path0
+        if len(group) > 1:
+            fd, source = tempfile.mkstemp(suffix=".cc", dir=self.unity_dir)
+            with os.fdopen(fd, "w") as f:
+                f.write(unity_source(group))
+        rc, out, err, cpu = run_tool([self.tool] + self.options + [source, "--"] +
                                      list(compile_flags(path0, entry0)), entry0["directory"])
-        os.unlink(unity)
-        if "[clang-diagnostic-error]" in out or (rc != 0 and not findings(out)):
+        if len(group) > 1:
+            os.unlink(source)
+        if len(group) > 1 and ("[clang-diagnostic-error]" in out or
+                               (rc != 0 and not findings(out))):
             # The files do not compile as one TU: check each half on its own.
             half = len(group) // 2
             return ([([], True, "", cpu)] + self.check(group[:half]) +
                     self.check(group[half:]))
         ok = rc == 0 and not findings(out)
-        return [([p for p, _ in group], ok, out + (err if not ok else ""), cpu)]
+        return [(group, ok, out + (err if not ok else ""), cpu)]
 
 
 def findings(out):
@@ -318,13 +318,13 @@ def check(root, build_dir, jobs, files, deps=None, cache_dir=None):
                                    os.path.expanduser("~/.cache/vllm-launch/clang-tidy"))
     os.makedirs(cache_dir, exist_ok=True)
 
-    markers, pending = {}, []
+    markers, pending = {}, []  # markers: {id(entry): its cache file}
     for path, entry in entries:
         key = cache_key(root, tool_version, config_text, entry, [path] + deps.get(path, []))
         # A TU the build never compiled has no dependency list: check it, never cache it.
         if path in deps:
-            markers[path] = os.path.join(cache_dir, key)
-            if os.path.exists(markers[path]):
+            markers[id(entry)] = os.path.join(cache_dir, key)
+            if os.path.exists(markers[id(entry)]):
                 continue
         pending.append((path, entry))
     groups = unity_groups(pending)
@@ -333,9 +333,10 @@ def check(root, build_dir, jobs, files, deps=None, cache_dir=None):
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tidy-unity-") as unity_dir, \
             concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        checker = Checker(tool, build_dir, root, headers, unity_dir)
+        checker = Checker(tool, root, headers, unity_dir)
         for results in pool.map(checker.check, groups):
-            for paths, ok, text, seconds in results:
+            for group, ok, text, seconds in results:
+                paths = [p for p, _ in group]
                 cpu += seconds
                 runs += 1
                 if os.environ.get("VLLM_TIDY_VERBOSE"):
@@ -344,9 +345,9 @@ def check(root, build_dir, jobs, files, deps=None, cache_dir=None):
                           f"{'' if ok else ', findings'}: "
                           + " ".join(os.path.relpath(p, root) for p in paths[:3]), flush=True)
                 if ok:
-                    for p in paths:
-                        if p in markers:
-                            open(markers[p], "w").close()
+                    for _, entry in group:
+                        if id(entry) in markers:
+                            open(markers[id(entry)], "w").close()
                 else:
                     failed += paths
                     print_new_findings(text, seen)
