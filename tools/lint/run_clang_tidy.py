@@ -17,7 +17,7 @@ Cost. A TU's parse is mostly third-party headers (Boost.Beast and Asio, nlohmann
 spdlog, ZeroMQ), the same for most files. So the files with the same compile flags are checked
 in unity TUs of up to MAX_GROUP files, each an #include of its files (a folder's files
 together), and the common headers are parsed once per group instead of once per file:
-measured on 2 cores, 540 s of CPU for the tree instead of 1150 s (docs/DECISIONS.md). Findings
+measured on 2 cores, 432 s of CPU for the tree instead of 995 s (docs/DECISIONS.md). Findings
 still name the file and line they are in. Two files that define the same name at namespace
 scope (seen in the text: a line in column 0) go to different groups; a file's main() is
 renamed while it is read and the macros it defines are undefined after it. A group that
