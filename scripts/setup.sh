@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every dependency from Debian packages (idempotent), then configures and builds
-# (the tsan preset also downloads Debian's Abseil source once; see fetch_abseil_source).
+# (the tsan preset also downloads Debian's Abseil source once; see fetch_abseil_source), and
+# XGrammar's C++ sources from its PyPI sdist once (every preset; see fetch_xgrammar_source).
 #
 #   scripts/setup.sh                   release build in build/release (CUDA compiled when nvcc
 #                                      exists)
@@ -27,7 +28,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev libsodium-dev
   procps iproute2 python3 ccache clang-format clang-tidy
-  curl patch xz-utils  # the tsan preset's Abseil source (fetch_abseil_source)
+  curl patch xz-utils  # Abseil's and XGrammar's sources (fetch_abseil_source, fetch_xgrammar_source)
 )
 
 install_packages() {
@@ -60,13 +61,14 @@ ABSL_DEBIAN_SHA256=e08490fc7b6f3beca1925953b0c4fb92df2de5e2a01295e4641e2a3d4e528
 ABSL_POOL=${DEBIAN_MIRROR:-http://deb.debian.org/debian}/pool/main/a/abseil
 ABSL_SOURCE_DIR=$PWD/build/third_party/abseil-${ABSL_DEB_VERSION}
 
-# download_checked <file> <sha256>: into build/third_party/downloads/, unless already there.
+# download_checked <file> <sha256> [<url>]: into build/third_party/downloads/, unless already
+# there (default url: Debian's abseil pool).
 download_checked() {
-  local file=$1 sha=$2 dir=build/third_party/downloads
+  local file=$1 sha=$2 url=${3:-$ABSL_POOL/$1} dir=build/third_party/downloads
   mkdir -p "$dir"
   if ! echo "$sha  $dir/$file" | sha256sum --check --status 2>/dev/null; then
-    echo "setup: downloading $ABSL_POOL/$file"
-    curl -fsSL --retry 3 -o "$dir/$file.part" "$ABSL_POOL/$file"
+    echo "setup: downloading $url"
+    curl -fsSL --retry 3 -o "$dir/$file.part" "$url"
     if ! echo "$sha  $dir/$file.part" | sha256sum --check --status; then
       echo "setup: $file does not have the pinned sha256 $sha" >&2; exit 1
     fi
@@ -97,9 +99,36 @@ fetch_abseil_source() {
   rm -rf "$ABSL_SOURCE_DIR" && mv "$tmp" "$ABSL_SOURCE_DIR"
 }
 
+# XGrammar, the grammar engine of structured outputs (vLLM's default backend; structured_output/).
+# Its PyPI sdist carries the C++ core (include/, cpp/, 3rdparty/picojson, 3rdparty/dlpack); the
+# wheel holds only the Python extension. Downloaded once from PyPI's file host ($PYPI_FILES,
+# default files.pythonhosted.org; the path is PyPI's for this exact file) and checked against
+# the sha256 PyPI lists for it. cmake/XGrammarFromSource.cmake compiles its C++ core into a
+# static library with our own target definition (XGrammar's CMakeLists adds -flto and -Werror
+# globally, and builds Python bindings).
+XGRAMMAR_VERSION=0.2.8
+XGRAMMAR_SDIST=xgrammar-${XGRAMMAR_VERSION}.tar.gz
+XGRAMMAR_SDIST_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+XGRAMMAR_URL=${PYPI_FILES:-https://files.pythonhosted.org}/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/${XGRAMMAR_SDIST}
+XGRAMMAR_SOURCE_DIR=$PWD/build/third_party/xgrammar-${XGRAMMAR_VERSION}
+
+fetch_xgrammar_source() {
+  [[ -f "$XGRAMMAR_SOURCE_DIR/.vllm-extracted" ]] && return
+  download_checked "$XGRAMMAR_SDIST" "$XGRAMMAR_SDIST_SHA256" "$XGRAMMAR_URL"
+  local tmp=$XGRAMMAR_SOURCE_DIR.tmp top=xgrammar-${XGRAMMAR_VERSION}
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  tar -xzf "build/third_party/downloads/$XGRAMMAR_SDIST" -C "$tmp" --strip-components=1 \
+    "$top/LICENSE" "$top/NOTICE" "$top/include" "$top/cpp" "$top/3rdparty/picojson" \
+    "$top/3rdparty/dlpack/include" "$top/3rdparty/dlpack/LICENSE"
+  touch "$tmp/.vllm-extracted"
+  rm -rf "$XGRAMMAR_SOURCE_DIR" && mv "$tmp" "$XGRAMMAR_SOURCE_DIR"
+}
+
 configure_and_build() {
   local preset=$1; shift
-  local targets=("$@") dir args=(-G Ninja -DVLLM_WERROR=${VLLM_WERROR:-ON})
+  local targets=("$@") dir args=(-G Ninja -DVLLM_WERROR=${VLLM_WERROR:-ON}
+                                   "-DVLLM_XGRAMMAR_SOURCE_DIR=$XGRAMMAR_SOURCE_DIR")
+  fetch_xgrammar_source
   dir="build/${preset}"
   case "$preset" in
     release) args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
@@ -117,10 +146,11 @@ configure_and_build() {
              "-DVLLM_ABSL_SOURCE_DIR=$ABSL_SOURCE_DIR") ;;
     *) echo "setup: unknown preset '$preset' (release, asan, fuzz, tsan)" >&2; exit 2 ;;
   esac
-  # A tsan tree configured without this Abseil (before it was built from source) is configured
-  # again.
+  # A tree configured without these sources (before they were built from source, or from another
+  # version) is configured again.
   local absl_line="VLLM_ABSL_SOURCE_DIR:PATH=$ABSL_SOURCE_DIR"
-  if [[ ! -f "$dir/build.ninja" ]] ||
+  local xgrammar_line="VLLM_XGRAMMAR_SOURCE_DIR:PATH=$XGRAMMAR_SOURCE_DIR"
+  if [[ ! -f "$dir/build.ninja" ]] || ! grep -qxF "$xgrammar_line" "$dir/CMakeCache.txt" ||
      { [[ $preset == tsan ]] && ! grep -qxF "$absl_line" "$dir/CMakeCache.txt"; }; then
     cmake -S . -B "$dir" "${args[@]}"
   fi

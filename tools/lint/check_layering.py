@@ -22,12 +22,12 @@ import tempfile
 
 # Longest prefix wins. A module's files are the files below its folder.
 MODULES = [
-    "base/", "config/", "ipc/", "kv_events/", "core/", "kernels/", "kernels/comm/", "worker/",
+    "base/", "config/", "ipc/", "kv_events/", "structured_output/", "core/", "kernels/", "kernels/comm/", "worker/",
     "executor/", "frontend/", "frontend/openai/", "frontend/engine/", "frontend/tokenizer/",
     "frontend/jinja/", "router/", "launcher/", "bench/serve/", "bench/common/",
 ]
 
-_BELOW_FRONTEND = ["base", "config", "ipc", "core"]
+_BELOW_FRONTEND = ["base", "config", "ipc", "structured_output", "core"]
 ALLOWED = {
     "base": [],
     "config": ["base"],
@@ -36,10 +36,14 @@ ALLOWED = {
     "kv_events": ["base", "ipc"],
     "kernels": ["base"],
     "kernels/comm": ["base", "ipc", "kernels"],
-    "core": ["base", "config", "ipc", "kv_events"],
+    # vLLM's vllm/v1/structured_output/: XGrammar over the model's tokenizer (the engine core
+    # reads tokenizer.json for the vocabulary, as vLLM's StructuredOutputManager does).
+    "structured_output": ["base", "config", "frontend/tokenizer"],
+    "core": ["base", "config", "ipc", "kv_events", "structured_output"],
     "worker": ["base", "config", "ipc", "core", "kernels", "kernels/comm"],
     # UniProcExecutor runs a Worker in its own process (docs/DECISIONS.md).
-    "executor": ["base", "config", "ipc", "core", "kernels", "kernels/comm", "worker"],
+    "executor": ["base", "config", "ipc", "structured_output", "core", "kernels", "kernels/comm",
+                 "worker"],
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],
     # The router speaks HTTP to other servers: no engine types (core/, worker/, executor/).

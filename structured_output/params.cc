@@ -1,0 +1,240 @@
+#include "structured_output/params.h"
+
+#include <exception>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "structured_output/json_schema_walk.h"
+#include "xgrammar/xgrammar.h"
+
+namespace vllm::structured_output {
+namespace {
+
+using Json = nlohmann::json;
+
+// The deepest nesting of [ and { in JSON text, outside strings; stops counting past `limit`
+// (so that a hostile document is refused before a recursive parser sees it).
+int JsonDepth(std::string_view text, int limit) {
+  int depth = 0;
+  int max_depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+      if (max_depth > limit) return max_depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+// Keywords XGrammar 0.2.8's JSON-schema converter ignores (it logs a warning and generates
+// values that may break them); vLLM's has_xgrammar_unsupported_json_features refuses these.
+constexpr std::string_view kIgnoredKeywords[] = {
+    "not",         "if",       "then",        "else",        "dependentRequired",
+    "dependentSchemas", "uniqueItems", "contains", "minContains", "maxContains",
+};
+
+// Walks the subschemas of `schema`. InvalidArgument naming the first keyword XGrammar would
+// ignore, with its path.
+absl::Status CheckSchemaKeywords(const Json& schema, const std::string& path) {
+  if (!schema.is_object()) return absl::OkStatus();
+  for (std::string_view keyword : kIgnoredKeywords) {
+    if (schema.contains(keyword)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the schema uses '", std::string(keyword), "' at ", path,
+          ", which the xgrammar backend does not support (it would be ignored)"));
+    }
+  }
+  const auto type = schema.find("type");
+  if (schema.contains("multipleOf") && type != schema.end() && *type == "number") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the schema uses 'multipleOf' on a number at ", path,
+        ", which the xgrammar backend does not support (only on integers)"));
+  }
+  absl::Status status;
+  ForEachSubschema(schema, path, [&status](const Json& sub, const std::string& sub_path) {
+    if (status.ok()) status = CheckSchemaKeywords(sub, sub_path);
+  });
+  return status;
+}
+
+absl::Status CheckJsonSchema(const std::string& text) {
+  if (JsonDepth(text, kMaxSchemaDepth) > kMaxSchemaDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the schema nests deeper than %d levels", kMaxSchemaDepth));
+  }
+  Json schema = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (schema.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
+  if (!schema.is_object() && !schema.is_boolean()) {
+    return absl::InvalidArgumentError("the schema must be a JSON object or a boolean");
+  }
+  return CheckSchemaKeywords(schema, "#");
+}
+
+// Runs an XGrammar parse, turning its exceptions into InvalidArgument.
+template <class F>
+absl::Status Parse(F&& parse) {
+  try {
+    parse();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+}
+
+}  // namespace
+
+const char* ConstraintKindName(ConstraintKind kind) {
+  switch (kind) {
+    case ConstraintKind::kJson: return "json";
+    case ConstraintKind::kJsonObject: return "json_object";
+    case ConstraintKind::kRegex: return "regex";
+    case ConstraintKind::kChoice: return "choice";
+    case ConstraintKind::kGrammar: return "grammar";
+    case ConstraintKind::kStructuralTag: return "structural_tag";
+  }
+  return "?";
+}
+
+std::string GrammarSpec::Key() const {
+  return absl::StrCat(static_cast<int>(kind), any_whitespace ? "w" : "n", ":", text);
+}
+
+absl::Status ValidateStructuredOutputsParams(const StructuredOutputsParams& params) {
+  const int count = static_cast<int>(params.json.has_value()) +
+                    static_cast<int>(params.regex.has_value()) +
+                    static_cast<int>(params.choice.has_value()) +
+                    static_cast<int>(params.grammar.has_value()) +
+                    static_cast<int>(params.json_object) +
+                    static_cast<int>(params.structural_tag.has_value());
+  if (count == 0) {
+    return absl::InvalidArgumentError(
+        "structured_outputs: set one of json, regex, choice, grammar, json_object, structural_tag");
+  }
+  if (count > 1) {
+    return absl::InvalidArgumentError(
+        "structured_outputs: you can only use one kind of structured outputs constraint, but "
+        "several of json, regex, choice, grammar, json_object, structural_tag are set");
+  }
+  if (params.whitespace_pattern.has_value()) {
+    return absl::InvalidArgumentError(
+        "structured_outputs.whitespace_pattern: the xgrammar backend does not support a "
+        "whitespace pattern (use disable_any_whitespace for compact JSON)");
+  }
+  auto check_size = [](const std::optional<std::string>& text, const char* field) {
+    if (text.has_value() && text->size() > kMaxSpecBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "structured_outputs.%s: %d bytes; at most %d", field, text->size(), kMaxSpecBytes));
+    }
+    return absl::OkStatus();
+  };
+  for (const absl::Status& s :
+       {check_size(params.json, "json"), check_size(params.regex, "regex"),
+        check_size(params.grammar, "grammar"), check_size(params.structural_tag, "structural_tag")}) {
+    if (!s.ok()) return s;
+  }
+  if (params.choice.has_value()) {
+    if (params.choice->empty()) {
+      return absl::InvalidArgumentError("structured_outputs.choice: the list is empty");
+    }
+    if (params.choice->size() > kMaxChoices) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "structured_outputs.choice: %d choices; at most %d", params.choice->size(), kMaxChoices));
+    }
+    for (const std::string& c : *params.choice) {
+      if (c.size() > kMaxChoiceBytes) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "structured_outputs.choice: a choice of %d bytes; at most %d", c.size(),
+            kMaxChoiceBytes));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ChoiceAsGrammar(const std::vector<std::string>& choices) {
+  std::string out = "root ::= ";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) out += " | ";
+    out += '"';
+    for (char c : choices[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out;
+}
+
+GrammarSpec ToGrammarSpec(const StructuredOutputsParams& params, bool disable_any_whitespace) {
+  GrammarSpec spec;
+  spec.any_whitespace = !(disable_any_whitespace || params.disable_any_whitespace);
+  if (params.json.has_value()) {
+    spec.kind = ConstraintKind::kJson;
+    spec.text = *params.json;
+  } else if (params.regex.has_value()) {
+    spec.kind = ConstraintKind::kRegex;
+    spec.text = *params.regex;
+  } else if (params.choice.has_value()) {
+    spec.kind = ConstraintKind::kChoice;
+    spec.text = ChoiceAsGrammar(*params.choice);
+  } else if (params.grammar.has_value()) {
+    spec.kind = ConstraintKind::kGrammar;
+    spec.text = *params.grammar;
+  } else if (params.structural_tag.has_value()) {
+    spec.kind = ConstraintKind::kStructuralTag;
+    spec.text = *params.structural_tag;
+  } else {
+    spec.kind = ConstraintKind::kJsonObject;
+  }
+  return spec;
+}
+
+absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
+  switch (spec.kind) {
+    case ConstraintKind::kJson: {
+      const absl::Status s = CheckJsonSchema(spec.text);
+      if (!s.ok()) return s;
+      return Parse([&] { xgrammar::Grammar::FromJSONSchema(spec.text, spec.any_whitespace); });
+    }
+    case ConstraintKind::kJsonObject: return absl::OkStatus();
+    case ConstraintKind::kRegex:
+      return Parse([&] { xgrammar::Grammar::FromRegex(spec.text); });
+    case ConstraintKind::kChoice:
+    case ConstraintKind::kGrammar:
+      return Parse([&] { xgrammar::Grammar::FromEBNF(spec.text); });
+    case ConstraintKind::kStructuralTag: {
+      if (JsonDepth(spec.text, kMaxSchemaDepth) > kMaxSchemaDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("the structural tag nests deeper than %d levels", kMaxSchemaDepth));
+      }
+      try {
+        auto result = xgrammar::Grammar::FromStructuralTag(spec.text);
+        if (std::holds_alternative<xgrammar::StructuralTagError>(result)) {
+          return absl::InvalidArgumentError(std::visit(
+              [](const auto& e) { return std::string(e.what()); },
+              std::get<xgrammar::StructuralTagError>(result)));
+        }
+      } catch (const std::exception& e) {
+        return absl::InvalidArgumentError(e.what());
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("unknown constraint kind");
+}
+
+}  // namespace vllm::structured_output
