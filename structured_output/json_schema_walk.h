@@ -12,15 +12,21 @@
 
 namespace vllm::structured_output {
 
-inline constexpr std::string_view kSubschemaKeywords[] = {
-    "items",         "additionalProperties", "additionalItems", "unevaluatedProperties",
-    "unevaluatedItems", "propertyNames",     "not",             "if",
-    "then",          "else",                 "contains"};
+inline constexpr std::string_view kSubschemaKeywords[] = {"items",
+                                                          "additionalProperties",
+                                                          "additionalItems",
+                                                          "unevaluatedProperties",
+                                                          "unevaluatedItems",
+                                                          "propertyNames",
+                                                          "not",
+                                                          "if",
+                                                          "then",
+                                                          "else",
+                                                          "contains"};
 inline constexpr std::string_view kSubschemaListKeywords[] = {"anyOf", "oneOf", "allOf",
                                                               "prefixItems"};
-inline constexpr std::string_view kSubschemaMapKeywords[] = {"properties", "patternProperties",
-                                                             "$defs", "definitions",
-                                                             "dependentSchemas"};
+inline constexpr std::string_view kSubschemaMapKeywords[] = {
+    "properties", "patternProperties", "$defs", "definitions", "dependentSchemas"};
 
 // Calls fn(subschema, path) for every direct subschema of `schema` (an object; anything else
 // has none). `Json` is nlohmann::json or const nlohmann::json; the caller recurses.

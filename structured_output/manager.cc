@@ -105,8 +105,7 @@ struct CompileJob {
 struct CompileCache {
   std::mutex mu;
   std::once_flag backend_once;
-  absl::StatusOr<std::shared_ptr<XgrammarBackend>> backend =
-      absl::UnknownError("no backend yet");
+  absl::StatusOr<std::shared_ptr<XgrammarBackend>> backend = absl::UnknownError("no backend yet");
   std::list<std::shared_ptr<CompileJob>> lru;  // front: most recently used
   absl::flat_hash_map<std::string, std::list<std::shared_ptr<CompileJob>>::iterator> by_key;
   int64_t bytes = 0;
@@ -123,8 +122,8 @@ StructuredOutputManager::StructuredOutputManager(Options options)
 
 StructuredOutputManager::~StructuredOutputManager() = default;
 
-std::unique_ptr<RequestState> StructuredOutputManager::Submit(
-    const StructuredOutputsParams& params, std::optional<int32_t> eos_token_id) {
+std::unique_ptr<RequestState> StructuredOutputManager::Submit(const StructuredOutputsParams& params,
+                                                              std::optional<int32_t> eos_token_id) {
   auto state = std::unique_ptr<RequestState>(new RequestState());
   state->eos_token_id_ = eos_token_id;
   state->submitted_ = absl::Now();
@@ -148,8 +147,8 @@ std::unique_ptr<RequestState> StructuredOutputManager::Submit(
   ++stats_.cache_misses;
   compile_pool_->Post([cache = cache_, job = state->job_, options = options_] {
     std::call_once(cache->backend_once, [&] {
-      auto backend = XgrammarBackend::Create(options.model_dir, options.vocab_size,
-                                             options.stop_token_ids);
+      auto backend =
+          XgrammarBackend::Create(options.model_dir, options.vocab_size, options.stop_token_ids);
       if (backend.ok()) {
         cache->backend = std::shared_ptr<XgrammarBackend>(std::move(*backend));
       } else {

@@ -43,8 +43,16 @@ int JsonDepth(std::string_view text, int limit) {
 // Keywords XGrammar 0.2.8's JSON-schema converter ignores (it logs a warning and generates
 // values that may break them); vLLM's has_xgrammar_unsupported_json_features refuses these.
 constexpr std::string_view kIgnoredKeywords[] = {
-    "not",         "if",       "then",        "else",        "dependentRequired",
-    "dependentSchemas", "uniqueItems", "contains", "minContains", "maxContains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentRequired",
+    "dependentSchemas",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
 };
 
 // Walks the subschemas of `schema`. InvalidArgument naming the first keyword XGrammar would
@@ -53,16 +61,16 @@ absl::Status CheckSchemaKeywords(const Json& schema, const std::string& path) {
   if (!schema.is_object()) return absl::OkStatus();
   for (std::string_view keyword : kIgnoredKeywords) {
     if (schema.contains(keyword)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the schema uses '", std::string(keyword), "' at ", path,
-          ", which the xgrammar backend does not support (it would be ignored)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the schema uses '", std::string(keyword), "' at ", path,
+                       ", which the xgrammar backend does not support (it would be ignored)"));
     }
   }
   const auto type = schema.find("type");
   if (schema.contains("multipleOf") && type != schema.end() && *type == "number") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the schema uses 'multipleOf' on a number at ", path,
-        ", which the xgrammar backend does not support (only on integers)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the schema uses 'multipleOf' on a number at ", path,
+                     ", which the xgrammar backend does not support (only on integers)"));
   }
   absl::Status status;
   ForEachSubschema(schema, path, [&status](const Json& sub, const std::string& sub_path) {
@@ -99,12 +107,18 @@ absl::Status Parse(F&& parse) {
 
 const char* ConstraintKindName(ConstraintKind kind) {
   switch (kind) {
-    case ConstraintKind::kJson: return "json";
-    case ConstraintKind::kJsonObject: return "json_object";
-    case ConstraintKind::kRegex: return "regex";
-    case ConstraintKind::kChoice: return "choice";
-    case ConstraintKind::kGrammar: return "grammar";
-    case ConstraintKind::kStructuralTag: return "structural_tag";
+    case ConstraintKind::kJson:
+      return "json";
+    case ConstraintKind::kJsonObject:
+      return "json_object";
+    case ConstraintKind::kRegex:
+      return "regex";
+    case ConstraintKind::kChoice:
+      return "choice";
+    case ConstraintKind::kGrammar:
+      return "grammar";
+    case ConstraintKind::kStructuralTag:
+      return "structural_tag";
   }
   return "?";
 }
@@ -114,12 +128,10 @@ std::string GrammarSpec::Key() const {
 }
 
 absl::Status ValidateStructuredOutputsParams(const StructuredOutputsParams& params) {
-  const int count = static_cast<int>(params.json.has_value()) +
-                    static_cast<int>(params.regex.has_value()) +
-                    static_cast<int>(params.choice.has_value()) +
-                    static_cast<int>(params.grammar.has_value()) +
-                    static_cast<int>(params.json_object) +
-                    static_cast<int>(params.structural_tag.has_value());
+  const int count =
+      static_cast<int>(params.json.has_value()) + static_cast<int>(params.regex.has_value()) +
+      static_cast<int>(params.choice.has_value()) + static_cast<int>(params.grammar.has_value()) +
+      static_cast<int>(params.json_object) + static_cast<int>(params.structural_tag.has_value());
   if (count == 0) {
     return absl::InvalidArgumentError(
         "structured_outputs: set one of json, regex, choice, grammar, json_object, structural_tag");
@@ -141,9 +153,9 @@ absl::Status ValidateStructuredOutputsParams(const StructuredOutputsParams& para
     }
     return absl::OkStatus();
   };
-  for (const absl::Status& s :
-       {check_size(params.json, "json"), check_size(params.regex, "regex"),
-        check_size(params.grammar, "grammar"), check_size(params.structural_tag, "structural_tag")}) {
+  for (const absl::Status& s : {check_size(params.json, "json"), check_size(params.regex, "regex"),
+                                check_size(params.grammar, "grammar"),
+                                check_size(params.structural_tag, "structural_tag")}) {
     if (!s.ok()) return s;
   }
   if (params.choice.has_value()) {
@@ -156,9 +168,9 @@ absl::Status ValidateStructuredOutputsParams(const StructuredOutputsParams& para
     }
     for (const std::string& c : *params.choice) {
       if (c.size() > kMaxChoiceBytes) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "structured_outputs.choice: a choice of %d bytes; at most %d", c.size(),
-            kMaxChoiceBytes));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("structured_outputs.choice: a choice of %d bytes; at most %d", c.size(),
+                            kMaxChoiceBytes));
       }
     }
   }
@@ -210,7 +222,8 @@ absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
       if (!s.ok()) return s;
       return Parse([&] { xgrammar::Grammar::FromJSONSchema(spec.text, spec.any_whitespace); });
     }
-    case ConstraintKind::kJsonObject: return absl::OkStatus();
+    case ConstraintKind::kJsonObject:
+      return absl::OkStatus();
     case ConstraintKind::kRegex:
       return Parse([&] { xgrammar::Grammar::FromRegex(spec.text); });
     case ConstraintKind::kChoice:
@@ -224,9 +237,9 @@ absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
       try {
         auto result = xgrammar::Grammar::FromStructuralTag(spec.text);
         if (std::holds_alternative<xgrammar::StructuralTagError>(result)) {
-          return absl::InvalidArgumentError(std::visit(
-              [](const auto& e) { return std::string(e.what()); },
-              std::get<xgrammar::StructuralTagError>(result)));
+          return absl::InvalidArgumentError(
+              std::visit([](const auto& e) { return std::string(e.what()); },
+                         std::get<xgrammar::StructuralTagError>(result)));
         }
       } catch (const std::exception& e) {
         return absl::InvalidArgumentError(e.what());

@@ -47,9 +47,8 @@ void BoundStringsAsPatterns(nlohmann::json& schema) {
     schema.erase("minLength");
     schema.erase("maxLength");
   }
-  ForEachSubschema(schema, "", [](nlohmann::json& sub, const std::string&) {
-    BoundStringsAsPatterns(sub);
-  });
+  ForEachSubschema(schema, "",
+                   [](nlohmann::json& sub, const std::string&) { BoundStringsAsPatterns(sub); });
 }
 
 std::string SchemaForXgrammar(const std::string& text) {
@@ -155,9 +154,8 @@ absl::StatusOr<std::unique_ptr<XgrammarBackend>> XgrammarBackend::Create(
     return std::unique_ptr<XgrammarBackend>(
         new XgrammarBackend(std::move(compiler), vocab_size, std::move(stop_token_ids)));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("XGrammar could not read the tokenizer in ", model_dir.string(), ": ",
-                     e.what()));
+    return absl::InvalidArgumentError(absl::StrCat("XGrammar could not read the tokenizer in ",
+                                                   model_dir.string(), ": ", e.what()));
   }
 }
 
@@ -170,10 +168,13 @@ absl::StatusOr<std::shared_ptr<const xgrammar::CompiledGrammar>> XgrammarBackend
           return compiler_->CompileJSONSchema(SchemaForXgrammar(spec.text), spec.any_whitespace);
         case ConstraintKind::kJsonObject:
           return compiler_->CompileJSONSchema(R"({"type": "object"})", spec.any_whitespace);
-        case ConstraintKind::kRegex: return compiler_->CompileRegex(spec.text);
+        case ConstraintKind::kRegex:
+          return compiler_->CompileRegex(spec.text);
         case ConstraintKind::kChoice:
-        case ConstraintKind::kGrammar: return compiler_->CompileGrammar(spec.text);
-        case ConstraintKind::kStructuralTag: return compiler_->CompileStructuralTag(spec.text);
+        case ConstraintKind::kGrammar:
+          return compiler_->CompileGrammar(spec.text);
+        case ConstraintKind::kStructuralTag:
+          return compiler_->CompileStructuralTag(spec.text);
       }
       return compiler_->CompileBuiltinJSONGrammar();
     }();

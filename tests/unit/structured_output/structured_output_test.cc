@@ -56,13 +56,16 @@ TEST(ParamsTest, ChoiceAsGrammarEscapes) {
 
 TEST(ValidateGrammarSpecTest, AcceptsAndRefuses) {
   auto json = [](std::string text) { return GrammarSpec{ConstraintKind::kJson, text, true}; };
-  EXPECT_TRUE(ValidateGrammarSpec(json(R"({"type":"object","properties":{"a":{"type":"integer"}}})")).ok());
+  EXPECT_TRUE(
+      ValidateGrammarSpec(json(R"({"type":"object","properties":{"a":{"type":"integer"}}})")).ok());
   EXPECT_FALSE(ValidateGrammarSpec(json("{not json")).ok());
   EXPECT_FALSE(ValidateGrammarSpec(json("[1, 2]")).ok());
   absl::Status s = ValidateGrammarSpec(json(R"({"type":"array","uniqueItems":true})"));
   EXPECT_NE(s.message().find("uniqueItems"), std::string_view::npos) << s;
   // A property named like a keyword is not the keyword.
-  EXPECT_TRUE(ValidateGrammarSpec(json(R"({"type":"object","properties":{"not":{"type":"string"}}})")).ok());
+  EXPECT_TRUE(
+      ValidateGrammarSpec(json(R"({"type":"object","properties":{"not":{"type":"string"}}})"))
+          .ok());
   std::string deep;
   for (int i = 0; i < 10000; ++i) deep += R"({"type":"array","items":)";
   deep += "true";
@@ -71,8 +74,10 @@ TEST(ValidateGrammarSpecTest, AcceptsAndRefuses) {
   EXPECT_NE(s.message().find("deeper"), std::string_view::npos) << s;
   EXPECT_TRUE(ValidateGrammarSpec({ConstraintKind::kRegex, "[a-z]+@[a-z]+\\.com", true}).ok());
   EXPECT_FALSE(ValidateGrammarSpec({ConstraintKind::kRegex, "(a", true}).ok());
-  EXPECT_TRUE(ValidateGrammarSpec({ConstraintKind::kGrammar, R"(root ::= "a" root | "b")", true}).ok());
-  EXPECT_FALSE(ValidateGrammarSpec({ConstraintKind::kGrammar, "root ::= undefined_rule", true}).ok());
+  EXPECT_TRUE(
+      ValidateGrammarSpec({ConstraintKind::kGrammar, R"(root ::= "a" root | "b")", true}).ok());
+  EXPECT_FALSE(
+      ValidateGrammarSpec({ConstraintKind::kGrammar, "root ::= undefined_rule", true}).ok());
 }
 
 // Walks the grammar: each step takes a random allowed token (the EOS when it is the only one),
@@ -134,7 +139,8 @@ TEST_F(BackendTest, RegexWalksMatchTheRegex) {
   const std::string re = "[a-z]{3,8}@(kjv|bible)\\.org";
   for (uint32_t seed = 0; seed < 8; ++seed) {
     bool ended = false;
-    std::string text = Walk(*backend_, *tokenizer_, {ConstraintKind::kRegex, re, true}, seed, &ended);
+    std::string text =
+        Walk(*backend_, *tokenizer_, {ConstraintKind::kRegex, re, true}, seed, &ended);
     EXPECT_TRUE(ended);
     EXPECT_TRUE(std::regex_match(text, std::regex(re))) << text;
   }
@@ -144,8 +150,9 @@ TEST_F(BackendTest, ChoiceWalksPickAChoice) {
   const std::vector<std::string> choices = {"positive", "negative", "neutral \"quoted\""};
   for (uint32_t seed = 0; seed < 8; ++seed) {
     bool ended = false;
-    std::string text = Walk(*backend_, *tokenizer_,
-                            {ConstraintKind::kChoice, ChoiceAsGrammar(choices), true}, seed, &ended);
+    std::string text =
+        Walk(*backend_, *tokenizer_, {ConstraintKind::kChoice, ChoiceAsGrammar(choices), true},
+             seed, &ended);
     EXPECT_TRUE(ended);
     EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
   }
