@@ -160,6 +160,10 @@ namespace {
 // --kv-events-config.
 std::string FlagOf(std::string_view part, std::string_view field) {
   if (part == "kv_events") return absl::StrCat("--kv-events-config ", A(field));
+  if (part == "structured_outputs") {
+    if (field == "max_compile_seconds") return "--max-structured-output-compile-seconds";
+    return absl::StrCat("--structured-outputs-config ", A(field));
+  }
   if (field == "kv_cache_memory_bytes") return "--kv-cache-memory";  // ours, in bytes
   std::string flag = absl::StrCat("--", A(field));
   std::replace(flag.begin(), flag.end(), '_', '-');

@@ -214,6 +214,40 @@ struct DeviceConfig {
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
 
+inline constexpr std::string_view kStructuredOutputBackends[] = {"auto", "xgrammar"};
+inline constexpr std::string_view kReasoningParsers[] = {"", "deepseek_r1", "qwen3"};
+
+// --structured-outputs-config (vLLM's StructuredOutputsConfig), plus our bound on compile time.
+struct StructuredOutputsConfig {
+  // "auto" and "xgrammar" both mean XGrammar, our only backend (vLLM's guidance, outlines and
+  // lm-format-enforcer are refused by name).
+  std::string backend = "auto";
+  // Never fall back to another backend: we have none to fall back to, so always true in effect.
+  bool disable_fallback = false;
+  // Compact JSON (no free whitespace) for every request.
+  bool disable_any_whitespace = false;
+  // No properties beyond those a schema lists: XGrammar's strict mode, always on.
+  bool disable_additional_properties = false;
+  // Structured outputs start after the reasoning (<think>...</think>) this parser finds; ""
+  // constrains from the first token. Also --reasoning-parser.
+  std::string reasoning_parser;
+  // A request whose grammar takes longer than this to compile fails (ours:
+  // --max-structured-output-compile-seconds).
+  int32_t max_compile_seconds = 30;
+
+  template <class Self, class V>
+  static void Fields(Self& s, V& v) {
+    v("backend", s.backend, OneOf(kStructuredOutputBackends));
+    v("disable_fallback", s.disable_fallback);
+    v("disable_any_whitespace", s.disable_any_whitespace);
+    v("disable_additional_properties", s.disable_additional_properties);
+    v("reasoning_parser", s.reasoning_parser, OneOf(kReasoningParsers));
+    v("max_compile_seconds", s.max_compile_seconds, Range(1, 3600));
+  }
+  [[nodiscard]] absl::Status Validate() const { return absl::OkStatus(); }
+  friend bool operator==(const StructuredOutputsConfig&, const StructuredOutputsConfig&) = default;
+};
+
 struct VllmConfig {
   ModelConfig model;
   CacheConfig cache;
@@ -224,6 +258,7 @@ struct VllmConfig {
   // --kv-events-config (vLLM's kv_events_config): each engine core publishes its KV-cache
   // events; its endpoint is offset by the engine's data-parallel rank.
   KvEventsConfig kv_events;
+  StructuredOutputsConfig structured_outputs;
 
   // The parts in wire order.
   template <class Self, class V>
@@ -235,6 +270,7 @@ struct VllmConfig {
     v("device", c.device);
     v("load", c.load);
     v("kv_events", c.kv_events);
+    v("structured_outputs", c.structured_outputs);
   }
   // Every field's bounds (each part's `Fields`), every part's own checks, then the ones across
   // parts. InvalidArgument naming the flag.

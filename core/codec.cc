@@ -18,8 +18,31 @@ constexpr size_t kMaxIdBytes = kMaxRequestIdBytes;
 
 // ---- Encoding --------------------------------------------------------------------------
 
+void PackStructuredOutputs(Packer& pk,
+                           const std::optional<structured_output::StructuredOutputsParams>& so) {
+  if (!so.has_value()) {
+    pk.pack_nil();
+    return;
+  }
+  pk.pack_array(10);
+  wire::PackOptional(pk, so->json);
+  wire::PackOptional(pk, so->regex);
+  if (so->choice.has_value()) {
+    wire::PackList<std::string>(pk, *so->choice);
+  } else {
+    pk.pack_nil();
+  }
+  wire::PackOptional(pk, so->grammar);
+  pk.pack(so->json_object);
+  wire::PackOptional(pk, so->structural_tag);
+  pk.pack(so->disable_any_whitespace);
+  pk.pack(so->disable_additional_properties);
+  pk.pack(so->disable_fallback);
+  wire::PackOptional(pk, so->whitespace_pattern);
+}
+
 void PackSamplingParams(Packer& pk, const SamplingParams& p) {
-  pk.pack_array(15);
+  pk.pack_array(16);
   pk.pack(p.n);
   wire::PackDouble(pk, p.temperature);
   wire::PackDouble(pk, p.top_p);
@@ -35,6 +58,7 @@ void PackSamplingParams(Packer& pk, const SamplingParams& p) {
   pk.pack(p.ignore_eos);
   wire::PackOptional(pk, p.logprobs);
   wire::PackOptional(pk, p.prompt_logprobs);
+  PackStructuredOutputs(pk, p.structured_outputs);
 }
 
 void PackRequest(Packer& pk, const EngineCoreRequest& r) {
@@ -108,7 +132,7 @@ void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
 }
 
 void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
-  pk.pack_array(7);
+  pk.pack_array(9);
   pk.pack(o.step_id);
   pk.pack_array(static_cast<uint32_t>(o.scheduled_new_reqs.size()));
   for (const NewRequestData& r : o.scheduled_new_reqs) {
@@ -133,6 +157,8 @@ void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
   pk.pack(o.total_num_scheduled_tokens);
   wire::PackList<std::string>(pk, o.finished_req_ids);
   wire::PackList<std::string>(pk, o.preempted_req_ids);
+  wire::PackList<int32_t>(pk, o.structured_output_indices);
+  wire::PackList<int32_t>(pk, o.grammar_bitmask);
 }
 
 void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
@@ -159,8 +185,40 @@ std::string EncodeEnvelope(WireTag tag, PackBody&& pack_body) {
 
 // ---- Decoding --------------------------------------------------------------------------
 
+absl::Status ReadStructuredOutputs(const msgpack::object& o,
+                                   std::optional<structured_output::StructuredOutputsParams>* out) {
+  if (o.type == msgpack::type::NIL) {
+    out->reset();
+    return absl::OkStatus();
+  }
+  constexpr size_t kMaxSpec = structured_output::kMaxSpecBytes;
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "StructuredOutputsParams", 10));
+  structured_output::StructuredOutputsParams& so = out->emplace();
+  VLLM_RETURN_IF_ERROR(r.OptionalString("json", kMaxSpec, &so.json));
+  VLLM_RETURN_IF_ERROR(r.OptionalString("regex", kMaxSpec, &so.regex));
+  const msgpack::object& choice = r.Next();
+  if (choice.type != msgpack::type::NIL) {
+    VLLM_ASSIGN_OR_RETURN(auto list, r.List("choice", choice));
+    if (list.size() > structured_output::kMaxChoices) {
+      return r.Error("choice", "too many choices");
+    }
+    so.choice.emplace(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      VLLM_RETURN_IF_ERROR(
+          r.ReadString(list[i], "choice", structured_output::kMaxChoiceBytes, &(*so.choice)[i]));
+    }
+  }
+  VLLM_RETURN_IF_ERROR(r.OptionalString("grammar", kMaxSpec, &so.grammar));
+  VLLM_RETURN_IF_ERROR(r.Bool("json_object", &so.json_object));
+  VLLM_RETURN_IF_ERROR(r.OptionalString("structural_tag", kMaxSpec, &so.structural_tag));
+  VLLM_RETURN_IF_ERROR(r.Bool("disable_any_whitespace", &so.disable_any_whitespace));
+  VLLM_RETURN_IF_ERROR(r.Bool("disable_additional_properties", &so.disable_additional_properties));
+  VLLM_RETURN_IF_ERROR(r.Bool("disable_fallback", &so.disable_fallback));
+  return r.OptionalString("whitespace_pattern", kMaxSpec, &so.whitespace_pattern);
+}
+
 absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SamplingParams", 15));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SamplingParams", 16));
   VLLM_RETURN_IF_ERROR(r.Int("n", &p->n));
   VLLM_RETURN_IF_ERROR(r.Double("temperature", &p->temperature));
   VLLM_RETURN_IF_ERROR(r.Double("top_p", &p->top_p));
@@ -175,7 +233,8 @@ absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
   VLLM_RETURN_IF_ERROR(r.IntList("stop_token_ids", &p->stop_token_ids));
   VLLM_RETURN_IF_ERROR(r.Bool("ignore_eos", &p->ignore_eos));
   VLLM_RETURN_IF_ERROR(r.OptionalInt("logprobs", &p->logprobs));
-  return r.OptionalInt("prompt_logprobs", &p->prompt_logprobs);
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("prompt_logprobs", &p->prompt_logprobs));
+  return ReadStructuredOutputs(r.Next(), &p->structured_outputs);
 }
 
 absl::Status ReadRequest(const msgpack::object& o, EngineCoreRequest* q) {
@@ -311,7 +370,7 @@ absl::Status ReadCached(const msgpack::object& o, CachedRequestData* c) {
 }
 
 absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 7));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 9));
   VLLM_RETURN_IF_ERROR(r.Int("step_id", &out->step_id));
   VLLM_ASSIGN_OR_RETURN(auto list, r.List("scheduled_new_reqs", r.Next()));
   out->scheduled_new_reqs.resize(list.size());
@@ -329,6 +388,18 @@ absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out)
   VLLM_RETURN_IF_ERROR(r.Int("total_num_scheduled_tokens", &out->total_num_scheduled_tokens));
   VLLM_RETURN_IF_ERROR(r.StringList("finished_req_ids", kMaxIdBytes, &out->finished_req_ids));
   VLLM_RETURN_IF_ERROR(r.StringList("preempted_req_ids", kMaxIdBytes, &out->preempted_req_ids));
+  VLLM_RETURN_IF_ERROR(r.IntList("structured_output_indices", &out->structured_output_indices));
+  VLLM_RETURN_IF_ERROR(r.IntList("grammar_bitmask", &out->grammar_bitmask));
+  for (int32_t index : out->structured_output_indices) {
+    if (index < 0 || static_cast<size_t>(index) >= out->num_scheduled_reqs()) {
+      return r.Error("structured_output_indices", "must index the scheduled requests");
+    }
+  }
+  const size_t rows = out->structured_output_indices.size();
+  if ((rows == 0) != out->grammar_bitmask.empty() ||
+      (rows > 0 && out->grammar_bitmask.size() % rows != 0)) {
+    return r.Error("grammar_bitmask", "must hold one equal row per structured_output_indices");
+  }
   if (out->num_scheduled_tokens.size() != out->num_scheduled_reqs()) {
     return r.Error("num_scheduled_tokens", "one entry per scheduled request");
   }

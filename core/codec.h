@@ -8,7 +8,11 @@
 //                      presence_penalty: float, frequency_penalty: float,
 //                      repetition_penalty: float, seed: int?, max_tokens: int?, min_tokens,
 //                      stop_token_ids: [int], ignore_eos: bool, logprobs: int?,
-//                      prompt_logprobs: int?]
+//                      prompt_logprobs: int?, structured_outputs: StructuredOutputsParams?]
+//   StructuredOutputsParams [json: str?, regex: str?, choice: [str]?, grammar: str?,
+//                      json_object: bool, structural_tag: str?, disable_any_whitespace: bool,
+//                      disable_additional_properties: bool, disable_fallback: bool,
+//                      whitespace_pattern: str?]
 //   EngineCoreRequest [request_id: str, prompt_token_ids: [int], sampling_params,
 //                      eos_token_id: int?, arrival_time: float, priority: int,
 //                      cache_salt: str?, data_parallel_rank: int?]
@@ -30,7 +34,8 @@
 //                      new_block_ids_offsets: [uint], num_computed_tokens: [int]]
 //   SchedulerOutput   [step_id: uint, scheduled_new_reqs: [NewRequestData], scheduled_cached_reqs,
 //                      num_scheduled_tokens: [int], total_num_scheduled_tokens,
-//                      finished_req_ids: [str], preempted_req_ids: [str]]
+//                      finished_req_ids: [str], preempted_req_ids: [str],
+//                      structured_output_indices: [int], grammar_bitmask: [int]]
 //   ModelRunnerOutput [req_ids: [str], sampled_token_ids: [[int]],
 //                      logprobs: [[TokenLogprobs]], prompt_logprobs: [[TokenLogprobs]]]
 //                     (each of the last two empty or one list per request)
@@ -63,7 +68,7 @@
 namespace vllm::core {
 
 // 2: SamplingParams.prompt_logprobs, EngineCoreOutput / ModelRunnerOutput prompt_logprobs.
-inline constexpr uint32_t kWireVersion = 2;
+inline constexpr uint32_t kWireVersion = 3;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

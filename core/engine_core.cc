@@ -49,10 +49,20 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   kv_cache.num_blocks =
       static_cast<int32_t>(std::min<int64_t>(num_blocks, std::numeric_limits<int32_t>::max()));
   kv_cache.sliding_window = options.sliding_window;
-  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::Create(config, kv_cache));
+  // vLLM's StructuredOutputManager(vllm_config): the tokenizer is read on the first
+  // constrained request, on a compile thread.
+  structured_output::StructuredOutputManager::Options so_options;
+  so_options.model_dir = config.model.model;
+  so_options.vocab_size = options.vocab_size;
+  so_options.stop_token_ids = options.eos_token_ids;
+  so_options.disable_any_whitespace = config.structured_outputs.disable_any_whitespace;
+  so_options.max_compile_seconds = config.structured_outputs.max_compile_seconds;
+  auto so_manager = std::make_unique<structured_output::StructuredOutputManager>(so_options);
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
+                        Scheduler::Create(config, kv_cache, so_manager.get()));
   VLLM_RETURN_IF_ERROR(executor->InitializeKVCache(kv_cache.num_blocks, block_size));
   std::unique_ptr<EngineCore> engine(
-      new EngineCore(options, std::move(executor), std::move(scheduler)));
+      new EngineCore(options, std::move(executor), std::move(so_manager), std::move(scheduler)));
   if (config.kv_events.enable) {
     // After the model loaded; an error shuts the executor down with the engine.
     const int32_t rank = config.parallel.data_parallel_rank;
@@ -68,10 +78,13 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   return engine;
 }
 
-EngineCore::EngineCore(const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
-                       std::unique_ptr<Scheduler> scheduler)
+EngineCore::EngineCore(
+    const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
+    std::unique_ptr<structured_output::StructuredOutputManager> structured_output_manager,
+    std::unique_ptr<Scheduler> scheduler)
     : options_(options),
       executor_(std::move(executor)),
+      structured_output_manager_(std::move(structured_output_manager)),
       scheduler_(std::move(scheduler)),
       batch_queue_size_(std::max(executor_->max_concurrent_batches(), 1)) {}
 
@@ -130,7 +143,15 @@ absl::StatusOr<EngineCore::StepResult> EngineCore::Step() {
   VLLM_CHECK(!shut_down_) << "Step after Shutdown";
   if (!scheduler_->HasRequests()) return StepResult{};
   SchedulerOutput scheduler_output = scheduler_->Schedule();
-  VLLM_ASSIGN_OR_RETURN(ModelRunnerOutput model_output, executor_->ExecuteModel(scheduler_output));
+  ModelRunnerOutput model_output;
+  if (scheduler_output.num_scheduled_reqs() > 0 || !scheduler_output.finished_req_ids.empty() ||
+      !scheduler_output.preempted_req_ids.empty()) {
+    VLLM_ASSIGN_OR_RETURN(model_output, executor_->ExecuteModel(scheduler_output));
+  } else if (scheduler_->num_waiting_for_fsm() > 0) {
+    // Nothing for the workers while grammars compile: wait for one (briefly, so that new
+    // requests are still taken in promptly) instead of spinning empty steps.
+    structured_output_manager_->WaitForCompiles(absl::Milliseconds(1));
+  }
   VLLM_ASSIGN_OR_RETURN(EngineCoreOutputs outputs,
                         scheduler_->UpdateFromOutput(scheduler_output, model_output));
   Finalize(outputs);

@@ -103,6 +103,8 @@ struct EngineCoreOptions {
   int32_t vocab_size = 0;
   // Attach SchedulerStats to every step's outputs.
   bool log_stats = true;
+  // The model's stop tokens, which end a structured output whose request names no EOS.
+  std::vector<int32_t> eos_token_ids;
 };
 
 class EngineCore {
@@ -157,6 +159,7 @@ class EngineCore {
 
  private:
   EngineCore(const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
+             std::unique_ptr<structured_output::StructuredOutputManager> structured_output_manager,
              std::unique_ptr<Scheduler> scheduler);
   // Stamps engine index, time and (optionally) stats.
   void Finalize(EngineCoreOutputs& outputs);
@@ -165,6 +168,8 @@ class EngineCore {
 
   const EngineCoreOptions options_;
   std::unique_ptr<Executor> executor_;
+  // Before scheduler_, which points to it (and whose requests hold its grammars).
+  std::unique_ptr<structured_output::StructuredOutputManager> structured_output_manager_;
   std::unique_ptr<Scheduler> scheduler_;
   const int32_t batch_queue_size_;
   // Oldest at the front.

@@ -6,7 +6,7 @@ namespace vllm::core {
 
 bool IsFinished(RequestStatus status) {
   return status != RequestStatus::kWaiting && status != RequestStatus::kRunning &&
-         status != RequestStatus::kPreempted;
+         status != RequestStatus::kPreempted && status != RequestStatus::kWaitingForFsm;
 }
 
 FinishReason GetFinishReason(RequestStatus status) {

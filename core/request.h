@@ -14,6 +14,7 @@
 #include "core/engine_core_types.h"
 #include "core/kv_cache_utils.h"
 #include "core/sampling_params.h"
+#include "structured_output/manager.h"
 
 namespace vllm::core {
 
@@ -21,6 +22,9 @@ enum class RequestStatus : uint8_t {
   kWaiting,
   kRunning,
   kPreempted,  // waiting again after its blocks were freed (recompute)
+  // Waiting for its structured-output grammar to compile (vLLM's WAITING_FOR_FSM): kept out of
+  // the waiting queue until it is ready.
+  kWaitingForFsm,
   kFinishedStopped,
   kFinishedLengthCapped,
   kFinishedAborted,
@@ -102,6 +106,10 @@ struct alignas(64) Request {
   // --- Written by the KVCacheManager (cold).
   // Hashes of the full blocks of all_token_ids, extended lazily.
   std::vector<BlockHash> block_hashes;
+
+  // --- Written by the Scheduler: the grammar of a request with structured_outputs (vLLM's
+  // request.structured_output_request); null otherwise.
+  std::unique_ptr<structured_output::RequestState> structured_output;
 };
 
 }  // namespace vllm::core

@@ -74,6 +74,9 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return absl::InvalidArgumentError(absl::StrFormat("prompt_logprobs must be in [0, %d], got %d",
                                                       kMaxLogprobs, *p.prompt_logprobs));
   }
+  if (p.structured_outputs.has_value()) {
+    return structured_output::ValidateStructuredOutputsParams(*p.structured_outputs);
+  }
   return absl::OkStatus();
 }
 

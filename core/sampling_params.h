@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "config/vllm_config.h"
+#include "structured_output/params.h"
 
 namespace vllm::core {
 
@@ -48,6 +49,10 @@ struct SamplingParams {
   // the top `prompt_logprobs` alternatives, from the raw logits. Unset returns none. A request
   // asking for them never reads the prefix cache (the cached positions' logits are gone).
   std::optional<int32_t> prompt_logprobs;
+  // The output's constraint (JSON schema, regex, choice, grammar, ...; vLLM's
+  // structured_outputs); unset for free text. Only the engine core reads it: the scheduler
+  // strips it from the copy workers get (they receive the step's token bitmask instead).
+  std::optional<structured_output::StructuredOutputsParams> structured_outputs;
 
   friend bool operator==(const SamplingParams&, const SamplingParams&) = default;
 };

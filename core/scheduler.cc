@@ -28,16 +28,20 @@ inline void PrefetchAhead(const std::vector<Request*>& requests, size_t i) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const config::VllmConfig& config,
-                                                             const KVCacheConfig& kv_cache_config) {
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
+    structured_output::StructuredOutputManager* structured_output_manager) {
   VLLM_RETURN_IF_ERROR(config.CheckResolved());
   VLLM_RETURN_IF_ERROR(ValidateKVCacheConfig(config, kv_cache_config));
-  return std::unique_ptr<Scheduler>(new Scheduler(config, kv_cache_config));
+  return std::unique_ptr<Scheduler>(
+      new Scheduler(config, kv_cache_config, structured_output_manager));
 }
 
-Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config)
+Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
+                     structured_output::StructuredOutputManager* structured_output_manager)
     : config_(config),
       kv_cache_config_(kv_cache_config),
+      structured_output_manager_(structured_output_manager),
       kv_cache_manager_(kv_cache_config.num_blocks, config.cache.block_size,
                         config.model.max_model_len, config.cache.enable_prefix_caching,
                         config.kv_events.enable, kv_cache_config.sliding_window),
@@ -49,11 +53,23 @@ absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
     return absl::AlreadyExistsError(absl::StrFormat(
         "request_id %s is already in use by an unfinished request", request.request_id));
   }
+  if (request.sampling_params.structured_outputs.has_value() &&
+      structured_output_manager_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "structured_outputs: this engine has no structured-output backend");
+  }
   auto owned = std::make_unique<Request>(std::move(request), config_.model.max_model_len);
   owned->arrival_seq = next_arrival_seq_++;
   Request* raw = owned.get();
   requests_.emplace(raw->request_id, std::move(owned));
-  waiting_.Add(raw);
+  if (raw->sampling_params.structured_outputs.has_value()) {
+    raw->structured_output = structured_output_manager_->Submit(
+        *raw->sampling_params.structured_outputs, raw->eos_token_id);
+    raw->status = RequestStatus::kWaitingForFsm;
+    waiting_for_fsm_.push_back(raw);
+  } else {
+    waiting_.Add(raw);
+  }
   return absl::OkStatus();
 }
 
@@ -76,6 +92,8 @@ void Scheduler::FinishRequests(std::span<const std::string> request_ids,
     if (request->is_finished()) continue;  // listed twice
     if (request->status == RequestStatus::kRunning) {
       running_doomed.insert(request);
+    } else if (request->status == RequestStatus::kWaitingForFsm) {
+      std::erase(waiting_for_fsm_, request);
     } else {
       waiting_doomed.insert(request);
     }
@@ -222,6 +240,7 @@ SchedulerOutput Scheduler::Schedule() {
   scheduled_new_.clear();
   scheduled_resumed_.clear();
   preempted_.clear();
+  if (!waiting_for_fsm_.empty()) PromoteCompiledRequests();
   int32_t token_budget = config_.scheduler.max_num_batched_tokens;
   ScheduleRunning(&token_budget);
   ScheduleWaiting(&token_budget);
@@ -231,6 +250,7 @@ SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput output;
   output.step_id = next_step_id_++;
   BuildOutput(&output);
+  if (structured_output_manager_ != nullptr) FillGrammarBitmask(&output);
   VLLM_CHECK(output.total_num_scheduled_tokens ==
              config_.scheduler.max_num_batched_tokens - token_budget)
       << "scheduled tokens do not match the budget used";
@@ -246,6 +266,7 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
     d.req_id = r->request_id;
     d.prompt_token_ids.assign(r->prompt_token_ids().begin(), r->prompt_token_ids().end());
     d.sampling_params = r->sampling_params;
+    d.sampling_params.structured_outputs.reset();  // workers get the step's bitmask instead
     d.block_ids = r->block_ids;
     d.num_computed_tokens = r->num_computed_tokens;
     output->num_scheduled_tokens.push_back(r->num_scheduled_tokens);
@@ -419,7 +440,12 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
   StepRecord record = std::move(inflight_steps_.front());
   inflight_steps_.pop_front();
   EngineCoreOutputs result;
-  result.outputs.reserve(num_scheduled);
+  result.outputs.reserve(num_scheduled + pending_outputs_.size());
+  for (EngineCoreOutput& out : pending_outputs_) {
+    result.finished_requests.push_back(out.request_id);
+    result.outputs.push_back(std::move(out));
+  }
+  pending_outputs_.clear();
   stopped_.clear();
   bool release_zombies = false;
   for (size_t i = 0; i < num_scheduled; ++i) {
@@ -444,7 +470,7 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
     for (int32_t token : sampled) {
       request.all_token_ids.push_back(token);
       ++num_appended;
-      if (CheckStop(request)) {
+      if ((request.structured_output != nullptr && AdvanceGrammar(request)) || CheckStop(request)) {
         stopped = true;
         break;
       }

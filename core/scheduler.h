@@ -43,13 +43,18 @@ class Scheduler {
   // record events), as vLLM's Scheduler.__init__ does; both are copied. `config` was validated
   // in config/; InvalidArgument when it is not resolved (VllmConfig::CheckResolved) or the
   // cache cannot serve it (ValidateKVCacheConfig).
+  // `structured_output_manager` (owned by the caller, outliving the scheduler; may be null,
+  // then requests with structured_outputs are refused) compiles grammars and fills bitmasks.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
-      const config::VllmConfig& config, const KVCacheConfig& kv_cache_config);
+      const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
+      structured_output::StructuredOutputManager* structured_output_manager = nullptr);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Validates the request (ValidateEngineCoreRequest; InvalidArgument) and queues it.
-  // AlreadyExists when a request with this id is unfinished.
+  // AlreadyExists when a request with this id is unfinished. A request with
+  // structured_outputs waits (kWaitingForFsm, outside the waiting queue) until its grammar
+  // compiled; FailedPrecondition when this scheduler has no StructuredOutputManager.
   [[nodiscard]] absl::Status AddRequest(EngineCoreRequest request);
 
   // Finishes the given requests with `finished_status` (a finished status; kFinishedAborted
@@ -59,7 +64,10 @@ class Scheduler {
   void FinishRequests(std::span<const std::string> request_ids, RequestStatus finished_status);
 
   // Plans one step. Never fails; an empty output (no tokens) is possible when nothing can
-  // run (e.g. all running requests have steps in flight).
+  // run (e.g. all running requests have steps in flight, or grammars are compiling). First
+  // moves requests whose grammar compiled to the waiting queue (and fails those whose grammar
+  // did not compile: their outputs come with the next UpdateFromOutput); last fills the token
+  // bitmask rows of the constrained requests that sample in this step.
   SchedulerOutput Schedule();
 
   // Applies the model's results for a step planned by Schedule(): appends sampled tokens,
@@ -75,6 +83,8 @@ class Scheduler {
   // Gauges now, and counters since the previous call (which it resets).
   SchedulerStats MakeStats();
 
+  // Requests whose grammar is still compiling.
+  size_t num_waiting_for_fsm() const { return waiting_for_fsm_.size(); }
   int32_t GetNumUnfinishedRequests() const { return static_cast<int32_t>(requests_.size()); }
   bool HasUnfinishedRequests() const { return !requests_.empty(); }
   // True when there is something to tell the workers even without unfinished requests.
@@ -97,7 +107,18 @@ class Scheduler {
   const Request* GetRequest(std::string_view request_id) const;
 
  private:
-  Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config);
+  Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
+            structured_output::StructuredOutputManager* structured_output_manager);
+
+  // Structured outputs (scheduler_structured_output.cc). Moves requests whose grammar compiled
+  // from waiting_for_fsm_ to the waiting queue, and finishes those that failed.
+  void PromoteCompiledRequests();
+  // Fills output->structured_output_indices and grammar_bitmask (after BuildOutput).
+  void FillGrammarBitmask(SchedulerOutput* output);
+  // Advances the request's grammar over the token just appended; true when that finished the
+  // request (the grammar refused the token: error; it accepted the stop token or allows
+  // nothing else now: stopped).
+  bool AdvanceGrammar(Request& request);
 
   // Frees `request`'s blocks and sends it back to the waiting queue.
   void PreemptRequest(Request* request);
@@ -126,6 +147,15 @@ class Scheduler {
 
   const config::VllmConfig config_;
   const KVCacheConfig kv_cache_config_;
+  structured_output::StructuredOutputManager* const structured_output_manager_;
+  // Requests whose grammar is compiling, in arrival order.
+  std::vector<Request*> waiting_for_fsm_;
+  // Outputs of requests finished outside a step (their grammar failed), for the next
+  // UpdateFromOutput.
+  std::vector<EngineCoreOutput> pending_outputs_;
+  // Per-step scratch of FillGrammarBitmask / AdvanceGrammar.
+  std::vector<structured_output::Grammar*> grammar_scratch_;
+  std::vector<int32_t> grammar_row_scratch_;
   KVCacheManager kv_cache_manager_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::unique_ptr<Request>> zombies_;

@@ -80,6 +80,12 @@ struct SchedulerOutput {
   std::vector<std::string> finished_req_ids;
   // Requests preempted in this step (their blocks were freed; they are waiting again).
   std::vector<std::string> preempted_req_ids;
+  // Structured outputs (vLLM's GrammarOutput): the scheduled requests (indices in
+  // num_scheduled_tokens order) that sample under a grammar this step, and one token bitmask
+  // row per index, BitmaskWords(vocab) int32 words each (bit j of word w: token 32w + j is
+  // allowed). Workers set the logits of the disallowed tokens to -inf before sampling.
+  std::vector<int32_t> structured_output_indices;
+  std::vector<int32_t> grammar_bitmask;
 
   size_t num_scheduled_reqs() const {
     return scheduled_new_reqs.size() + scheduled_cached_reqs.size();

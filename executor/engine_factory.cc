@@ -49,6 +49,7 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
   options.sliding_window =
       built.model_config.AllLayersSliding() ? built.model_config.layer_windows.front() : 0;
   options.vocab_size = built.model_config.vocab_size;
+  options.eos_token_ids = built.model_config.eos_token_ids;
 
   std::unique_ptr<core::Executor> executor;
   if (c.parallel.executor_backend() == config::ExecutorBackend::kUni) {

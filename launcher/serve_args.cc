@@ -15,6 +15,7 @@
 #include "config/kv_events_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
+#include "nlohmann/json.hpp"
 
 namespace vllm::launcher {
 namespace {
@@ -110,7 +111,8 @@ struct FlagValues {
   std::string model, positional_model;
   int32_t dp_local = 1, dp_start_rank = 0, dp_rank = 0;
   bool dp_hybrid_lb = false, dp_external_lb = false;
-  std::string api_key, chat_template, kv_events_config, cluster_key_file;
+  std::string api_key, chat_template, kv_events_config, cluster_key_file, structured_outputs_config,
+      reasoning_parser;
 };
 
 // Throws CLI11's error (parsing stops; ParseServeArgs returns it) for a value its parser
@@ -279,6 +281,17 @@ void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                  "engine core publishes its block stores and removals on ZMQ PUB (port + its "
                  "data-parallel rank).")
       ->group("VllmConfig");
+  app.add_option("--structured-outputs-config", f.structured_outputs_config,
+                 "Structured outputs as JSON (vLLM's StructuredOutputsConfig), e.g. "
+                 "'{\"backend\": \"xgrammar\", \"disable_any_whitespace\": true}'.")
+      ->group("VllmConfig");
+  app.add_option("--reasoning-parser", f.reasoning_parser,
+                 "Split <think>...</think> into reasoning_content (not supported yet).")
+      ->group("VllmConfig");
+  app.add_option("--max-structured-output-compile-seconds",
+                 c.structured_outputs.max_compile_seconds,
+                 "A request whose grammar takes longer to compile fails (ours; default 30).")
+      ->group("VllmConfig");
   app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill",
                c.scheduler.enable_chunked_prefill, "Split long prompts across steps (default on).")
       ->group("SchedulerConfig");
@@ -354,6 +367,51 @@ absl::Status ApplyKvEventsConfig(const std::string& json, config::VllmConfig& c)
                        "' cannot be offset per data-parallel rank (", "--data-parallel-size ",
                        dp_size, "): use tcp://host:port (rank r takes port + r) or inproc://name"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// --structured-outputs-config, strictly (an unknown key or a wrong type names the key and the
+// flag), and --reasoning-parser.
+absl::Status ApplyStructuredOutputsConfig(const FlagValues& f, config::VllmConfig& c) {
+  config::StructuredOutputsConfig& s = c.structured_outputs;
+  auto error = [](const std::string& key, const std::string& problem) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--structured-outputs-config ", key, ": ", problem));
+  };
+  if (!f.structured_outputs_config.empty()) {
+    const nlohmann::json j = nlohmann::json::parse(f.structured_outputs_config, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError("--structured-outputs-config: expected a JSON object");
+    }
+    for (const auto& [key, v] : j.items()) {
+      if (key == "backend") {
+        if (!v.is_string()) return error(key, "expected a string");
+        s.backend = v.get<std::string>();
+        if (s.backend != "auto" && s.backend != "xgrammar") {
+          return error(key, absl::StrCat("'", s.backend,
+                                         "' is not available: this server's backend is xgrammar "
+                                         "(auto or xgrammar)"));
+        }
+      } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
+                 key == "disable_additional_properties" || key == "enable_in_reasoning") {
+        if (!v.is_boolean()) return error(key, "expected true or false");
+        if (key == "disable_fallback") s.disable_fallback = v.get<bool>();
+        if (key == "disable_any_whitespace") s.disable_any_whitespace = v.get<bool>();
+        if (key == "disable_additional_properties") s.disable_additional_properties = v.get<bool>();
+        if (key == "enable_in_reasoning" && v.get<bool>()) {
+          return error(key, "reasoning parsers are not supported yet");
+        }
+      } else if (key == "reasoning_parser" || key == "reasoning_parser_plugin") {
+        if (!v.is_string()) return error(key, "expected a string");
+        if (!v.get<std::string>().empty()) return error(key, "not supported yet");
+      } else {
+        return error(key, "not a StructuredOutputsConfig field");
+      }
+    }
+  }
+  if (!f.reasoning_parser.empty()) {
+    return absl::InvalidArgumentError("--reasoning-parser: not supported yet");
   }
   return absl::OkStatus();
 }
@@ -502,6 +560,7 @@ absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& d
   if (app.count("--kv-events-config") > 0) {
     VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, c));
   }
+  VLLM_RETURN_IF_ERROR(ApplyStructuredOutputsConfig(f, c));
   VLLM_RETURN_IF_ERROR(InferDpLoadBalancing(app, f, a));
   c.parallel.data_parallel_size_local = f.dp_local;
   c.parallel.data_parallel_start_rank = f.dp_start_rank;

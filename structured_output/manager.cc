@@ -106,6 +106,8 @@ struct CompileCache {
   std::mutex mu;
   std::once_flag backend_once;
   absl::StatusOr<std::shared_ptr<XgrammarBackend>> backend = absl::UnknownError("no backend yet");
+  std::condition_variable compiled;  // notified when a job is done (under mu)
+  uint64_t num_done = 0;
   std::list<std::shared_ptr<CompileJob>> lru;  // front: most recently used
   absl::flat_hash_map<std::string, std::list<std::shared_ptr<CompileJob>>::iterator> by_key;
   int64_t bytes = 0;
@@ -184,8 +186,10 @@ std::unique_ptr<RequestState> StructuredOutputManager::Submit(const StructuredOu
         cache->by_key.erase(victim->spec.Key());
         cache->lru.pop_back();
       }
+      job->done.store(true, std::memory_order_release);
+      ++cache->num_done;
     }
-    job->done.store(true, std::memory_order_release);
+    cache->compiled.notify_all();
   });
   return state;
 }
@@ -225,6 +229,13 @@ void StructuredOutputManager::FillBitmasks(std::span<Grammar* const> grammars,
   } else {
     fill_pool_->ParallelFor(grammars.size(), fill);
   }
+}
+
+void StructuredOutputManager::WaitForCompiles(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(cache_->mu);
+  const uint64_t seen = cache_->num_done;
+  cache_->compiled.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                            [&] { return cache_->num_done != seen; });
 }
 
 StructuredOutputStats StructuredOutputManager::TakeStats() { return std::exchange(stats_, {}); }

@@ -83,6 +83,10 @@ class StructuredOutputManager {
   // reason in `error` when it did not compile or took longer than max_compile_seconds.
   PollResult Poll(RequestState& state, std::string* error);
 
+  // Returns when a compile finishes or after `timeout` (the engine's idle wait while only
+  // compiling requests are left).
+  void WaitForCompiles(absl::Duration timeout);
+
   int32_t vocab_size() const { return options_.vocab_size; }
   int32_t bitmask_words() const { return BitmaskWords(options_.vocab_size); }
   // Fills row i of `out` (bitmask_words() words each) for grammars[i].

@@ -1,5 +1,6 @@
 #include "structured_output/params.h"
 
+#include <algorithm>
 #include <exception>
 #include <string_view>
 
@@ -40,37 +41,94 @@ int JsonDepth(std::string_view text, int limit) {
   return max_depth;
 }
 
-// Keywords XGrammar 0.2.8's JSON-schema converter ignores (it logs a warning and generates
-// values that may break them); vLLM's has_xgrammar_unsupported_json_features refuses these.
+// Keywords XGrammar 0.2.8's JSON-schema converter ignores wherever they appear (it logs a
+// warning and generates values that may break them).
 constexpr std::string_view kIgnoredKeywords[] = {
-    "not",
-    "if",
-    "then",
-    "else",
-    "dependentRequired",
-    "dependentSchemas",
-    "uniqueItems",
-    "contains",
-    "minContains",
-    "maxContains",
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+};
+// The string formats XGrammar generates (others it ignores).
+constexpr std::string_view kXgrammarFormats[] = {
+    "email",         "date",
+    "time",          "date-time",
+    "duration",      "ipv4",
+    "ipv6",          "hostname",
+    "uuid",          "uri",
+    "uri-reference", "uri-template",
+    "json-pointer",  "relative-json-pointer",
 };
 
-// Walks the subschemas of `schema`. InvalidArgument naming the first keyword XGrammar would
-// ignore, with its path.
-absl::Status CheckSchemaKeywords(const Json& schema, const std::string& path) {
-  if (!schema.is_object()) return absl::OkStatus();
+bool HasType(const Json& schema, std::string_view type) {
+  const auto it = schema.find("type");
+  if (it == schema.end()) return false;
+  if (it->is_string()) return it->get_ref<const std::string&>() == type;
+  if (!it->is_array()) return false;
+  for (const Json& t : *it) {
+    if (t.is_string() && t.get_ref<const std::string&>() == type) return true;
+  }
+  return false;
+}
+
+bool PatternWithLength(const Json& schema) {
+  return (schema.contains("pattern") || schema.contains("format")) &&
+         (schema.contains("minLength") || schema.contains("maxLength"));
+}
+
+// Why XGrammar cannot honour this node (vLLM's has_xgrammar_unsupported_json_features, plus
+// the keywords XGrammar ignores), or "".
+std::string Unsupported(const Json& schema) {
   for (std::string_view keyword : kIgnoredKeywords) {
-    if (schema.contains(keyword)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the schema uses '", std::string(keyword), "' at ", path,
-                       ", which the xgrammar backend does not support (it would be ignored)"));
+    if (schema.contains(keyword)) return std::string(keyword);
+  }
+  if ((HasType(schema, "integer") || HasType(schema, "number")) && schema.contains("multipleOf")) {
+    return "multipleOf";
+  }
+  if (HasType(schema, "array")) {
+    for (const char* keyword : {"uniqueItems", "contains", "minContains", "maxContains"}) {
+      if (schema.contains(keyword)) return keyword;
     }
   }
-  const auto type = schema.find("type");
-  if (schema.contains("multipleOf") && type != schema.end() && *type == "number") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the schema uses 'multipleOf' on a number at ", path,
-                     ", which the xgrammar backend does not support (only on integers)"));
+  if (HasType(schema, "string")) {
+    const auto format = schema.find("format");
+    if (format != schema.end()) {
+      const bool known =
+          format->is_string() &&
+          std::find(std::begin(kXgrammarFormats), std::end(kXgrammarFormats),
+                    format->get_ref<const std::string&>()) != std::end(kXgrammarFormats);
+      if (!known) return absl::StrCat("format ", format->dump());
+    }
+    if (PatternWithLength(schema)) return "pattern or format with minLength/maxLength";
+  }
+  if (HasType(schema, "object")) {
+    const auto names = schema.find("propertyNames");
+    if (names != schema.end()) {
+      if (names->is_object() && PatternWithLength(*names)) {
+        return "propertyNames with a pattern or format and a length";
+      }
+      const auto additional = schema.find("additionalProperties");
+      const auto unevaluated = schema.find("unevaluatedProperties");
+      if (schema.contains("properties") || schema.contains("patternProperties") ||
+          (additional != schema.end() && additional->is_object()) ||
+          (unevaluated != schema.end() && *unevaluated != true)) {
+        return "propertyNames beside properties";
+      }
+    }
+    const auto pattern_properties = schema.find("patternProperties");
+    if (pattern_properties != schema.end() && pattern_properties->is_object() &&
+        (schema.contains("properties") || pattern_properties->size() > 1)) {
+      return "patternProperties beside properties, or several patterns";
+    }
+  }
+  return "";
+}
+
+// Walks the subschemas of `schema`. InvalidArgument naming the first construct XGrammar
+// cannot honour, with its path.
+absl::Status CheckSchemaKeywords(const Json& schema, const std::string& path) {
+  if (!schema.is_object()) return absl::OkStatus();
+  if (std::string why = Unsupported(schema); !why.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the schema uses ", why, " at ", path,
+                                                   ", which the xgrammar backend does not "
+                                                   "support"));
   }
   absl::Status status;
   ForEachSubschema(schema, path, [&status](const Json& sub, const std::string& sub_path) {
@@ -99,11 +157,22 @@ absl::Status Parse(F&& parse) {
     parse();
     return absl::OkStatus();
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(e.what());
+    return absl::InvalidArgumentError(XgrammarMessage(e.what()));
   }
 }
 
 }  // namespace
+
+std::string XgrammarMessage(const char* what) {
+  std::string_view m(what);
+  if (!m.empty() && m.front() == '[') {
+    const size_t cc = m.find(".cc:");
+    const size_t colon = cc == std::string_view::npos ? cc : m.find(": ", cc);
+    if (colon != std::string_view::npos) m.remove_prefix(colon + 2);
+  }
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.remove_suffix(1);
+  return std::string(m);
+}
 
 const char* ConstraintKindName(ConstraintKind kind) {
   switch (kind) {
@@ -242,7 +311,7 @@ absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
                          std::get<xgrammar::StructuralTagError>(result)));
         }
       } catch (const std::exception& e) {
-        return absl::InvalidArgumentError(e.what());
+        return absl::InvalidArgumentError(XgrammarMessage(e.what()));
       }
       return absl::OkStatus();
     }

@@ -85,6 +85,10 @@ struct GrammarSpec {
 // vLLM's choice_as_grammar: root ::= "a" | "b", with `"` and `\` escaped.
 [[nodiscard]] std::string ChoiceAsGrammar(const std::vector<std::string>& choices);
 
+// XGrammar's exception text without its log prefix ("[time] file.cc:line: ") and trailing
+// newline.
+[[nodiscard]] std::string XgrammarMessage(const char* what);
+
 // Parses the spec with XGrammar (no tokenizer needed), as vLLM's frontend does before a
 // request reaches the engine: InvalidArgument naming the field and XGrammar's message for a
 // schema, regex, grammar or structural tag it cannot read, and for JSON-schema keywords XGrammar

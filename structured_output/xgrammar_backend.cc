@@ -1,5 +1,6 @@
 #include "structured_output/xgrammar_backend.h"
 
+#include <algorithm>
 #include <exception>
 #include <fstream>
 #include <sstream>
@@ -130,11 +131,18 @@ absl::StatusOr<std::unique_ptr<XgrammarBackend>> XgrammarBackend::Create(
   const int32_t tokenizer_vocab = (*tokenizer)->vocab_size();
   if (vocab_size < tokenizer_vocab) vocab_size = tokenizer_vocab;
   std::vector<std::string> encoded_vocab(static_cast<size_t>(tokenizer_vocab));
+  // A special added token (<|eot_id|>, <|im_end|>) is "" for XGrammar, which then never allows
+  // it inside the grammar: its byte-level spelling would otherwise read as the literal text
+  // "<|eot_id|>", valid inside a JSON string, and the request would stop on it mid-string.
   for (int32_t id = 0; id < tokenizer_vocab; ++id) {
-    encoded_vocab[static_cast<size_t>(id)] = (*tokenizer)->IdToToken(id).value_or("");
+    if (!(*tokenizer)->IsSpecial(id)) {
+      encoded_vocab[static_cast<size_t>(id)] = (*tokenizer)->IdToToken(id).value_or("");
+    }
   }
-  if (stop_token_ids.empty() && (*tokenizer)->eos_token_id().has_value()) {
-    stop_token_ids.push_back(*(*tokenizer)->eos_token_id());
+  if (const std::optional<int32_t> eos = (*tokenizer)->eos_token_id();
+      eos.has_value() &&
+      std::find(stop_token_ids.begin(), stop_token_ids.end(), *eos) == stop_token_ids.end()) {
+    stop_token_ids.push_back(*eos);
   }
   try {
     const nlohmann::json metadata = nlohmann::json::parse(
@@ -180,15 +188,20 @@ absl::StatusOr<std::shared_ptr<const xgrammar::CompiledGrammar>> XgrammarBackend
     }();
     return std::make_shared<const xgrammar::CompiledGrammar>(std::move(compiled));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("structured outputs ", ConstraintKindName(spec.kind), ": ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "structured outputs ", ConstraintKindName(spec.kind), ": ", XgrammarMessage(e.what())));
   }
 }
 
 std::unique_ptr<Grammar> XgrammarBackend::MakeGrammar(const xgrammar::CompiledGrammar& compiled,
                                                       std::optional<int32_t> eos_token_id) const {
-  std::vector<int32_t> stops =
-      eos_token_id.has_value() ? std::vector<int32_t>{*eos_token_id} : stop_token_ids_;
+  // Every token that may end the request ends a complete grammar: the model's stop tokens and
+  // the request's EOS.
+  std::vector<int32_t> stops = stop_token_ids_;
+  if (eos_token_id.has_value() &&
+      std::find(stops.begin(), stops.end(), *eos_token_id) == stops.end()) {
+    stops.push_back(*eos_token_id);
+  }
   auto matcher = std::make_unique<xgrammar::GrammarMatcher>(
       compiled, std::vector<int>(stops.begin(), stops.end()));
   return std::unique_ptr<Grammar>(new Grammar(std::move(matcher), vocab_size_, std::move(stops)));

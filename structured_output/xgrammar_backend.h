@@ -80,7 +80,7 @@ class XgrammarBackend {
   // when the spec does not parse.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<const xgrammar::CompiledGrammar>> Compile(
       const GrammarSpec& spec) const;
-  // A fresh matcher. `eos_token_id`: the request's own stop token (nullopt: the backend's).
+  // A fresh matcher; its stop tokens are the backend's and `eos_token_id` (the request's).
   [[nodiscard]] std::unique_ptr<Grammar> MakeGrammar(const xgrammar::CompiledGrammar& compiled,
                                                      std::optional<int32_t> eos_token_id) const;
   // Bytes the compiled grammar holds (the compile cache's budget).

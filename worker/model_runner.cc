@@ -136,6 +136,7 @@ void ModelRunner::AddPromptLogprobsRows(const RequestState& s, int32_t r, int32_
     row.on_host = true;  // never sampled: its raw logits come back for the logprobs
     row.logits_only = true;
     row_sampling_.push_back(row);
+    row_bitmask_.push_back(nullptr);
   }
 }
 
@@ -149,6 +150,26 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   sampling_rows_.clear();
   prompt_positions_.clear();
   row_sampling_.clear();
+  row_bitmask_.clear();
+  // Structured outputs: the bitmask row of each constrained scheduled request.
+  std::vector<const int32_t*> grammar_row(scheduled_.size(), nullptr);
+  if (!so.structured_output_indices.empty()) {
+    const size_t words = (static_cast<size_t>(backend_->config().vocab_size) + 31) / 32;
+    if (so.grammar_bitmask.size() != words * so.structured_output_indices.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SchedulerOutput: grammar_bitmask has %d words for %d rows of a %d-token vocabulary",
+          so.grammar_bitmask.size(), so.structured_output_indices.size(),
+          backend_->config().vocab_size));
+    }
+    for (size_t i = 0; i < so.structured_output_indices.size(); ++i) {
+      const auto r = static_cast<size_t>(so.structured_output_indices[i]);
+      if (r >= grammar_row.size()) {
+        return absl::InvalidArgumentError(
+            "SchedulerOutput: structured_output_indices out of range");
+      }
+      grammar_row[r] = so.grammar_bitmask.data() + i * words;
+    }
+  }
   max_query_len_ = 0;
   max_seq_len_ = 0;
   query_start_loc_.assign(1, 0);
@@ -200,8 +221,11 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
       row.top_p = static_cast<float>(p.top_p);
       row.min_p = static_cast<float>(p.min_p);
       row.u = cpu::CounterUniform(s.seed, s.token_ids.size());
-      row.on_host = !backend_->samples_on_device() || NeedsHostSampling(p);
+      // A constrained row is sampled on the host, after its bitmask is applied.
+      row.on_host =
+          !backend_->samples_on_device() || NeedsHostSampling(p) || grammar_row[r] != nullptr;
       row_sampling_.push_back(row);
+      row_bitmask_.push_back(grammar_row[r]);
     }
   }
   block_tables_.assign(scheduled_.size() * static_cast<size_t>(max_blocks), 0);
@@ -220,8 +244,12 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   return absl::OkStatus();
 }
 
-int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs* logprobs) {
+int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs* logprobs,
+                            const int32_t* bitmask) {
   const int64_t vocab = backend_->config().vocab_size;
+  // Before everything else, as vLLM applies the grammar bitmask to the logits the sampler
+  // (and its logprobs) sees.
+  if (bitmask != nullptr) cpu::ApplyTokenBitmask(logits, vocab, bitmask);
   std::vector<float> raw;
   if (logprobs != nullptr) raw.assign(logits, logits + vocab);
   const cpu::SamplingRow row = ToSamplingRow(s.sampling_params);
@@ -312,7 +340,8 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
       if ((host_row + 1) * vocab > result_.host_logits.size()) {
         return absl::InternalError("the model backend returned too few host logits rows");
       }
-      token = Sample(s, result_.host_logits.data() + host_row * vocab, want ? &lp : nullptr);
+      token = Sample(s, result_.host_logits.data() + host_row * vocab, want ? &lp : nullptr,
+                     row_bitmask_[i]);
       ++host_row;
     } else if (token < 0 || token >= vocab) {
       return absl::InternalError(absl::StrFormat("the device sampled token %d", token));

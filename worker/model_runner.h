@@ -79,7 +79,9 @@ class ModelRunner {
   [[nodiscard]] absl::Status UpdateStates(const core::SchedulerOutput& so);
   // Fills the flattened batch for the scheduled requests (in num_scheduled_tokens order).
   [[nodiscard]] absl::Status PrepareInputs(const core::SchedulerOutput& so);
-  int32_t Sample(RequestState& state, float* logits, core::TokenLogprobs* logprobs);
+  // `bitmask`: the request's structured-output row this step (null: unconstrained).
+  int32_t Sample(RequestState& state, float* logits, core::TokenLogprobs* logprobs,
+                 const int32_t* bitmask);
   // Starts assembling `s`'s prompt logprobs when it asks for them (a new or resumed request).
   void ResetPromptLogprobs(RequestState& s) const;
   // Adds the logits rows of `s`'s prompt positions in [nc, seq_len) that predict a prompt
@@ -106,6 +108,8 @@ class ModelRunner {
   // give the prompt logprob of token p + 1.
   std::vector<int32_t> prompt_positions_;
   std::vector<RowSampling> row_sampling_;
+  // Per logits row: the row of so.grammar_bitmask that constrains it, or null.
+  std::vector<const int32_t*> row_bitmask_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;
 };

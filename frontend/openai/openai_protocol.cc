@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "base/json_util.h"
 #include "base/status_macros.h"
+#include "frontend/openai/structured_output_request.h"
 
 namespace vllm::frontend {
 namespace {
@@ -186,6 +187,8 @@ absl::Status ParseCommon(const json& body, GenerationOptions* options) {
   }
   VLLM_RETURN_IF_ERROR(ParseStop(body, options));
   VLLM_RETURN_IF_ERROR(ParseStreamOptions(body, options));
+  VLLM_RETURN_IF_ERROR(RejectUnhonouredFields(body));
+  VLLM_RETURN_IF_ERROR(ParseStructuredOutputs(body, &p));
   VLLM_RETURN_IF_ERROR(
       Assign(GetBool(body, "include_stop_str_in_output"), &options->include_stop_str_in_output));
   VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "skip_special_tokens"), &options->skip_special_tokens));

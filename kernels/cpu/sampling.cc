@@ -122,6 +122,18 @@ void WriteBackFilter(float* logits, int64_t vocab_size, const RankedCandidates& 
 
 }  // namespace
 
+void ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask) {
+  const float kMasked = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w * 32 < vocab_size; ++w) {
+    const auto word = static_cast<uint32_t>(bitmask[w]);
+    if (word == 0xffffffffu) continue;  // all allowed: the common case for free-text spans
+    const int64_t end = std::min<int64_t>(32, vocab_size - w * 32);
+    for (int64_t j = 0; j < end; ++j) {
+      if (((word >> j) & 1u) == 0) logits[w * 32 + j] = kMasked;
+    }
+  }
+}
+
 int32_t SampleRow(float* logits, int64_t vocab_size, const SamplingRow& row, double u) {
   VLLM_CHECK(vocab_size > 0) << "SampleRow: empty vocabulary";
   if (row.temperature < kGreedyTemperature) return Argmax(logits, vocab_size);

@@ -36,6 +36,11 @@ struct SamplingRow {
 void ApplyPenalties(float* logits, int64_t vocab_size, std::span<const int32_t> prompt_ids,
                     std::span<const int32_t> output_ids, const SamplingRow& row);
 
+// Structured outputs: sets the logits of the tokens `bitmask` disallows to -inf, in place
+// (vLLM's apply_grammar_bitmask; XGrammar's packed layout: bit j of word w is token 32w + j,
+// set when allowed; ceil(vocab_size / 32) words).
+void ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask);
+
 // Samples one token from `logits` (modified in place: the row is scaled and filtered).
 // Greedy when row.temperature < 1e-5, vLLM's _SAMPLING_EPS (u unused, the row untouched).
 // Otherwise: logits / temperature; softmax; drop tokens with p < min_p × p_max; keep the top_k most

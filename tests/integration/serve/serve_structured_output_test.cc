@@ -1,0 +1,220 @@
+// Structured outputs against the real server on the bundled model (CPU), whose free text is
+// King James English, so the grammar does all the work: regex, choice, EBNF grammar,
+// json_object and JSON schemas through structured_outputs, response_format and the old
+// guided_* fields, each output checked by an independent matcher (std::regex, nlohmann's JSON
+// parser and hand checks of the schema); n > 1 and streaming; a greedy unconstrained request
+// answers the same alone and beside constrained ones; bad and hostile specs get a 400 and the
+// server keeps serving. One server for every case.
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/serve/serve_test_support.h"
+
+namespace vllm {
+namespace {
+
+using nlohmann::json;
+
+class ServeStructuredOutputTest : public testing::ServeTest {
+ protected:
+  json Post(const std::string& path, const json& body, int want_status = 200) {
+    auto r = testing::Http(port_, "POST", path, body.dump());
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return json();
+    EXPECT_EQ(r->status, want_status)
+        << path << " " << body.dump().substr(0, 300) << " -> " << r->body.substr(0, 600);
+    return r->Json();
+  }
+  // A completion's text (finish_reason must be stop).
+  std::string Complete(json body) {
+    body["prompt"] = "And God said";
+    if (!body.contains("max_tokens")) body["max_tokens"] = 64;
+    json r = Post("/v1/completions", body);
+    if (!r.contains("choices")) return "";
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+    return r["choices"][0]["text"].get<std::string>();
+  }
+};
+
+TEST_F(ServeStructuredOutputTest, ConstraintsAreFollowedAndBadSpecsRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartServer());
+  {
+    SCOPED_TRACE("regex, greedy and sampled");
+    const std::string re = "[A-Z][a-z]{2,7} [0-9]{1,3}:[0-9]{1,3}";
+    for (double temperature : {0.0, 1.0}) {
+      std::string text = Complete(
+          {{"structured_outputs", {{"regex", re}}}, {"temperature", temperature}, {"seed", 7}});
+      EXPECT_TRUE(std::regex_match(text, std::regex(re))) << text;
+    }
+  }
+  {
+    SCOPED_TRACE("choice, n = 3, and the old guided_choice");
+    const std::vector<std::string> choices = {"light", "darkness", "the firmament"};
+    json r = Post("/v1/completions", {{"prompt", "And God called the"},
+                                      {"max_tokens", 16},
+                                      {"n", 3},
+                                      {"temperature", 1.0},
+                                      {"seed", 1},
+                                      {"structured_outputs", {{"choice", choices}}}});
+    ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
+    for (const json& c : r["choices"]) {
+      EXPECT_NE(std::find(choices.begin(), choices.end(), c["text"].get<std::string>()),
+                choices.end())
+          << c.dump();
+    }
+    std::string text = Complete({{"guided_choice", choices}});
+    EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
+  }
+  {
+    SCOPED_TRACE("EBNF grammar");
+    const std::string grammar = R"(root ::= verse (", " verse)*
+verse ::= book " " [1-9] [0-9]? ":" [1-9] [0-9]?
+book ::= "Genesis" | "Exodus" | "Psalms")";
+    std::string text = Complete({{"structured_outputs", {{"grammar", grammar}}}});
+    const std::regex verse("(Genesis|Exodus|Psalms) [1-9][0-9]?:[1-9][0-9]?");
+    const std::regex list(
+        "(Genesis|Exodus|Psalms) [1-9][0-9]?:[1-9][0-9]?"
+        "(, (Genesis|Exodus|Psalms) [1-9][0-9]?:[1-9][0-9]?)*");
+    EXPECT_TRUE(std::regex_match(text, list)) << text;
+  }
+  {
+    SCOPED_TRACE("JSON schema: structured_outputs, response_format and guided_json");
+    const json schema = {{"type", "object"},
+                         {"properties",
+                          {{"book", {{"type", "string"}, {"enum", {"Genesis", "Exodus"}}}},
+                           {"chapter", {{"type", "integer"}, {"minimum", 1}, {"maximum", 50}}},
+                           {"words", {{"type", "string"}, {"maxLength", 12}}},
+                           {"holy", {{"type", "boolean"}}}}},
+                         {"required", {"book", "chapter", "words", "holy"}},
+                         {"additionalProperties", false}};
+    auto check = [](const std::string& text) {
+      json doc = json::parse(text, nullptr, false);
+      ASSERT_FALSE(doc.is_discarded()) << text;
+      ASSERT_TRUE(doc.is_object()) << text;
+      EXPECT_EQ(doc.size(), 4u) << text;
+      EXPECT_TRUE(doc["book"] == "Genesis" || doc["book"] == "Exodus") << text;
+      ASSERT_TRUE(doc["chapter"].is_number_integer()) << text;
+      EXPECT_GE(doc["chapter"].get<int>(), 1);
+      EXPECT_LE(doc["chapter"].get<int>(), 50);
+      ASSERT_TRUE(doc["words"].is_string()) << text;
+      EXPECT_TRUE(doc["holy"].is_boolean()) << text;
+    };
+    for (double temperature : {0.0, 1.0}) {
+      check(Complete({{"structured_outputs", {{"json", schema}, {"disable_any_whitespace", true}}},
+                      {"temperature", temperature},
+                      {"seed", 3},
+                      {"max_tokens", 200}}));
+    }
+    check(Complete({{"guided_json", schema.dump()},
+                    {"structured_outputs", {{"disable_any_whitespace", true}}},
+                    {"max_tokens", 200}}));
+    json chat =
+        Post("/v1/chat/completions",
+             {{"messages", {{{"role", "user"}, {"content", "Name a verse"}}}},
+              {"max_tokens", 200},
+              {"structured_outputs", {{"disable_any_whitespace", true}}},
+              {"response_format",
+               {{"type", "json_schema"},
+                {"json_schema", {{"name", "verse"}, {"schema", schema}, {"strict", true}}}}}});
+    ASSERT_TRUE(chat.contains("choices")) << chat.dump();
+    EXPECT_EQ(chat["choices"][0]["finish_reason"], "stop") << chat.dump();
+    check(chat["choices"][0]["message"]["content"].get<std::string>());
+  }
+  {
+    SCOPED_TRACE("json_object, streamed");
+    testing::StreamResult s = testing::RunStream(
+        port_, "/v1/completions",
+        {{"prompt", "And God said"},
+         {"max_tokens", 120},
+         {"stream", true},
+         {"structured_outputs", {{"json_object", true}, {"disable_any_whitespace", true}}}},
+        absl::Now() + absl::Seconds(60));
+    ASSERT_EQ(s.status, 200) << s.error;
+    ASSERT_TRUE(s.done);
+    std::string text;
+    std::string finish;
+    for (const json& e : s.events) {
+      text += e["choices"][0]["text"].get<std::string>();
+      if (!e["choices"][0]["finish_reason"].is_null()) finish = e["choices"][0]["finish_reason"];
+    }
+    if (finish == "stop") {
+      json doc = json::parse(text, nullptr, false);
+      EXPECT_TRUE(doc.is_object()) << text;
+    } else {
+      EXPECT_EQ(finish, "length");
+      EXPECT_EQ(text.front(), '{') << text;
+    }
+  }
+  {
+    SCOPED_TRACE("bad and hostile specs: 400 naming the field, the server keeps serving");
+    auto refused = [&](const json& body, const std::string& param) {
+      json b = body;
+      b["prompt"] = "x";
+      b["max_tokens"] = 4;
+      json r = Post("/v1/completions", b, 400);
+      EXPECT_EQ(r["error"]["param"], param) << r.dump();
+    };
+    refused({{"structured_outputs", {{"regex", "(a"}}}}, "structured_outputs.regex");
+    refused({{"structured_outputs", {{"grammar", "root ::= nowhere"}}}},
+            "structured_outputs.grammar");
+    refused({{"structured_outputs", {{"json", "{not json"}}}}, "structured_outputs.json");
+    refused({{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}}, "structured_outputs");
+    refused({{"structured_outputs", {{"json", {{"type", "string"}}}, {"whitespace_pattern", " "}}}},
+            "structured_outputs.whitespace_pattern");
+    refused({{"structured_outputs", {{"json", {{"not", {{"type", "string"}}}}}}}},
+            "structured_outputs.json");
+    refused({{"response_format", {{"type", "xml"}}}}, "response_format.type");
+    refused({{"guided_decoding_backend", "outlines"}, {"guided_regex", "a"}},
+            "guided_decoding_backend");
+    refused({{"logit_bias", {{"5", 10}}}}, "logit_bias");
+    std::string deep;
+    for (int i = 0; i < 10000; ++i) deep += R"({"type":"array","items":)";
+    deep += "true" + std::string(10000, '}');
+    refused({{"structured_outputs", {{"json", deep}}}}, "structured_outputs.json");
+    // Large but legal: a 100 000-value enum and a 500 KB pattern either compile or are refused,
+    // within the request's time, and nothing else waits on them.
+    json big_enum = json::array();
+    for (int i = 0; i < 100000; ++i) big_enum.push_back(std::to_string(i));
+    auto r = testing::Http(port_, "POST", "/v1/completions",
+                           json{{"prompt", "x"},
+                                {"max_tokens", 4},
+                                {"structured_outputs", {{"json", {{"enum", big_enum}}}}}}
+                               .dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->status == 200 || r->status == 400) << r->body.substr(0, 300);
+    r = testing::Http(port_, "POST", "/v1/completions",
+                      json{{"prompt", "x"},
+                           {"max_tokens", 4},
+                           {"structured_outputs", {{"regex", std::string(500000, 'a') + "(a+)+$"}}}}
+                          .dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->status == 200 || r->status == 400) << r->body.substr(0, 300);
+    EXPECT_FALSE(Complete({{"structured_outputs", {{"regex", "[0-9]{4}"}}}}).empty());
+  }
+  {
+    SCOPED_TRACE("greedy free text is unchanged beside constrained requests");
+    json body = {{"prompt", "In the beginning"}, {"max_tokens", 24}, {"temperature", 0}};
+    json alone = Post("/v1/completions", body);
+    std::vector<std::thread> others;
+    for (int i = 0; i < 4; ++i) {
+      others.emplace_back([&, i] {
+        Post("/v1/completions", {{"prompt", "And God said"},
+                                 {"max_tokens", 40},
+                                 {"temperature", 1.0},
+                                 {"seed", i},
+                                 {"structured_outputs", {{"regex", "[a-z ]{10,30}"}}}});
+      });
+    }
+    json beside = Post("/v1/completions", body);
+    for (std::thread& t : others) t.join();
+    EXPECT_EQ(alone["choices"][0]["text"], beside["choices"][0]["text"]);
+  }
+}
+
+}  // namespace
+}  // namespace vllm

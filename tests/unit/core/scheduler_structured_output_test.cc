@@ -1,0 +1,194 @@
+// The scheduler with structured outputs (vLLM's WAITING_FOR_FSM, get_grammar_bitmask and the
+// grammar advance in update_from_output), with a real StructuredOutputManager over the bundled
+// model's tokenizer and a fake model that samples under the step's bitmask row.
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/scheduler.h"
+#include "core_test_util.h"
+#include "frontend/tokenizer/tokenizer.h"
+#include "gtest/gtest.h"
+#include "structured_output/manager.h"
+
+namespace vllm::core {
+namespace {
+
+using structured_output::StructuredOutputManager;
+using structured_output::StructuredOutputsParams;
+
+constexpr int32_t kVocab = 4096;
+constexpr int32_t kModelEos = 1;  // the bundled model's <|end_of_text|>
+
+std::filesystem::path ModelDir() {
+  return std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
+}
+
+class SchedulerStructuredOutputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    StructuredOutputManager::Options options;
+    options.model_dir = ModelDir();
+    options.vocab_size = kVocab;
+    options.stop_token_ids = {kModelEos};
+    options.max_compile_seconds = 30;
+    manager_ = std::make_unique<StructuredOutputManager>(options);
+    testing::SchedulerSetup setup;
+    setup.kv_cache.num_blocks = 1000;
+    setup.config.scheduler.max_num_batched_tokens = budget_;
+    auto scheduler = Scheduler::Create(setup.config, setup.kv_cache, manager_.get());
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+    auto tokenizer = frontend::Tokenizer::Load(ModelDir());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = std::move(*tokenizer);
+  }
+
+  EngineCoreRequest Constrained(const std::string& id, StructuredOutputsParams so) {
+    EngineCoreRequest r = testing::MakeRequest(id, 8, 64);
+    for (int32_t& t : r.prompt_token_ids) t %= kVocab;
+    r.eos_token_id = kModelEos;
+    r.sampling_params.structured_outputs = std::move(so);
+    return r;
+  }
+
+  // One step: the fake model samples, for a request with a bitmask row, the highest allowed
+  // token (never the EOS while another is allowed), else token 100. Returns the outputs.
+  EngineCoreOutputs Step(SchedulerOutput* so_out = nullptr) {
+    SchedulerOutput so = scheduler_->Schedule();
+    auto decoded = DecodeSchedulerOutput(Encode(so));  // the bitmask survives the wire
+    EXPECT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, so);
+    const size_t words = static_cast<size_t>((kVocab + 31) / 32);
+    ModelRunnerOutput out;
+    for (size_t i = 0; i < so.num_scheduled_reqs(); ++i) {
+      const std::string& id = so.scheduled_req_id(i);
+      out.req_ids.push_back(id);
+      auto& sampled = out.sampled_token_ids.emplace_back();
+      const Request* r = scheduler_->GetRequest(id);
+      if (r == nullptr || r->num_computed_tokens != r->num_tokens()) continue;  // mid-prefill
+      int32_t token = 100;
+      for (size_t k = 0; k < so.structured_output_indices.size(); ++k) {
+        if (so.structured_output_indices[k] != static_cast<int32_t>(i)) continue;
+        const int32_t* row = so.grammar_bitmask.data() + k * words;
+        token = -1;
+        for (int32_t t = kVocab - 1; t >= 0; --t) {
+          if (((row[t / 32] >> (t % 32)) & 1) && (t != kModelEos || token < 0)) {
+            if (t != kModelEos) {
+              token = t;
+              break;
+            }
+            token = t;
+          }
+        }
+      }
+      sampled.push_back(token);
+    }
+    auto result = scheduler_->UpdateFromOutput(so, out);
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (so_out != nullptr) *so_out = so;
+    return result.ok() ? std::move(*result) : EngineCoreOutputs{};
+  }
+
+  // Steps until `id` finishes (deadline 30 s, 500 steps); its tokens and finish reason.
+  std::pair<std::vector<int32_t>, std::optional<FinishReason>> RunToEnd(const std::string& id) {
+    std::vector<int32_t> tokens;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (int step = 0; step < 5000 && std::chrono::steady_clock::now() < deadline; ++step) {
+      SchedulerOutput so;
+      EngineCoreOutputs outputs = Step(&so);
+      // Nothing ran while a grammar compiles: wait for it as the engine does.
+      if (so.num_scheduled_reqs() == 0) manager_->WaitForCompiles(absl::Milliseconds(5));
+      for (const EngineCoreOutput& o : outputs.outputs) {
+        if (o.request_id != id) continue;
+        tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        if (o.finish_reason.has_value()) return {tokens, o.finish_reason};
+      }
+    }
+    return {tokens, std::nullopt};
+  }
+
+  std::string Text(const std::vector<int32_t>& tokens) {
+    return tokenizer_->Decode(tokens, /*skip_special_tokens=*/true);
+  }
+
+  int32_t budget_ = 8192;
+  std::unique_ptr<StructuredOutputManager> manager_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<frontend::Tokenizer> tokenizer_;
+};
+
+TEST_F(SchedulerStructuredOutputTest, RegexRequestWaitsForItsGrammarThenFollowsIt) {
+  StructuredOutputsParams so;
+  so.regex = "[a-z]{2,6}-[0-9]{3}";
+  ASSERT_TRUE(scheduler_->AddRequest(Constrained("a", so)).ok());
+  EXPECT_EQ(scheduler_->GetRequest("a")->status, RequestStatus::kWaitingForFsm);
+  EXPECT_EQ(scheduler_->num_waiting_for_fsm(), 1u);
+  ASSERT_TRUE(scheduler_->AddRequest(testing::MakeRequest("free", 8, 4)).ok());
+  auto [tokens, reason] = RunToEnd("a");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);
+  const std::string text = Text(tokens);
+  EXPECT_TRUE(std::regex_match(text, std::regex("[a-z]{2,6}-[0-9]{3}"))) << text;
+  EXPECT_EQ(scheduler_->num_waiting_for_fsm(), 0u);
+}
+
+TEST_F(SchedulerStructuredOutputTest, OnlyConstrainedSamplingRowsGetABitmask) {
+  budget_ = 4;  // an 8-token prompt takes two chunks
+  SetUp();
+  StructuredOutputsParams so;
+  so.choice = std::vector<std::string>{"yes", "no"};
+  ASSERT_TRUE(scheduler_->AddRequest(Constrained("c", so)).ok());
+  // Wait for the grammar (the first steps may schedule nothing).
+  SchedulerOutput first;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (first.num_scheduled_reqs() == 0 && std::chrono::steady_clock::now() < deadline) {
+    Step(&first);
+    if (first.num_scheduled_reqs() == 0) manager_->WaitForCompiles(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(first.num_scheduled_reqs(), 1u);
+  EXPECT_TRUE(first.structured_output_indices.empty()) << "a first prefill chunk samples nothing";
+  SchedulerOutput second;
+  Step(&second);
+  ASSERT_EQ(second.structured_output_indices.size(), 1u);
+  EXPECT_EQ(second.grammar_bitmask.size(), static_cast<size_t>((kVocab + 31) / 32));
+  auto [tokens, reason] = RunToEnd("c");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);
+}
+
+TEST_F(SchedulerStructuredOutputTest, GrammarThatFailsToCompileFinishesTheRequestWithAnError) {
+  StructuredOutputsParams so;
+  so.grammar = "root ::= undefined_rule";
+  ASSERT_TRUE(scheduler_->AddRequest(Constrained("bad", so)).ok());
+  auto [tokens, reason] = RunToEnd("bad");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kError);
+  EXPECT_TRUE(tokens.empty());
+  EXPECT_FALSE(scheduler_->HasUnfinishedRequests());
+}
+
+TEST_F(SchedulerStructuredOutputTest, AbortWhileCompiling) {
+  StructuredOutputsParams so;
+  so.json = R"({"type":"object","properties":{"a":{"type":"string"}}})";
+  ASSERT_TRUE(scheduler_->AddRequest(Constrained("x", so)).ok());
+  std::vector<std::string> ids = {"x"};
+  scheduler_->FinishRequests(ids, RequestStatus::kFinishedAborted);
+  EXPECT_EQ(scheduler_->num_waiting_for_fsm(), 0u);
+  EXPECT_FALSE(scheduler_->HasUnfinishedRequests());
+}
+
+TEST(SchedulerWithoutManagerTest, RefusesStructuredOutputs) {
+  testing::SchedulerSetup setup;
+  setup.kv_cache.num_blocks = 1000;
+  auto scheduler = Scheduler::Create(setup.config, setup.kv_cache);
+  ASSERT_TRUE(scheduler.ok());
+  EngineCoreRequest r = testing::MakeRequest("r", 4);
+  r.sampling_params.structured_outputs.emplace().regex = "a";
+  EXPECT_TRUE(absl::IsFailedPrecondition((*scheduler)->AddRequest(std::move(r))));
+}
+
+}  // namespace
+}  // namespace vllm::core
