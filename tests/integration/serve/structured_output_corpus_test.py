@@ -4,8 +4,10 @@
 Starts the real server on the bundled model (`--port 0`, `--max-num-seqs 16`), then for every
 schema in tests/fixtures/schemas sends a chat completion with
 `response_format: {"type": "json_schema", "json_schema": {"name": "s", "schema": S, "strict":
-true}}`, at temperature 0 and at temperature 1 with a fixed seed, `max_tokens` 512, 16 in
-flight, and classifies each answer (classify()):
+true}}`, at temperature 0 and at temperature 1 with a fixed seed, `max_tokens` 512,
+`frequency_penalty` 1.0 (without it the tiny model pads with whitespace, which vLLM's
+any_whitespace grammar allows, until max_tokens: FREQUENCY_PENALTY), 16 in flight, and
+classifies each answer (classify()):
 
 - HTTP 400: refused (the message is recorded and grouped in the table);
 - finish_reason "stop": the content must parse as JSON (RFC 8259: no raw control characters
