@@ -110,6 +110,24 @@ absl::StatusOr<Value> Length(const Value& v) {
   return TypeError("length", v);
 }
 
+// value | select('test', args...): the items for which the test holds (reject: fails).
+absl::StatusOr<Value> SelectOrReject(const std::string& name, const Value& value,
+                                     const std::vector<Value>& args) {
+  absl::StatusOr<List> items = Items(value);
+  if (!items.ok()) return items.status();
+  if (args.empty() || !args[0].is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " needs the name of a test"));
+  }
+  const std::vector<Value> test_args(args.begin() + 1, args.end());
+  List out;
+  for (const Value& item : *items) {
+    absl::StatusOr<bool> holds = ApplyTest(args[0].as_string(), item, test_args);
+    if (!holds.ok()) return holds.status();
+    if (*holds == (name == "select")) out.push_back(item);
+  }
+  return Value(std::move(out));
+}
+
 }  // namespace
 
 absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
@@ -212,22 +230,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
       return Value(static_cast<int64_t>(std::strtoll(value.as_string().c_str(), nullptr, 10)));
     return Value(int64_t{0});
   }
-  if (name == "select" || name == "reject") {
-    // value | select('test', args...): the items for which the test holds (reject: fails).
-    absl::StatusOr<List> items = Items(value);
-    if (!items.ok()) return items.status();
-    if (args.empty() || !args[0].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " needs the name of a test"));
-    }
-    const std::vector<Value> test_args(args.begin() + 1, args.end());
-    List out;
-    for (const Value& item : *items) {
-      absl::StatusOr<bool> holds = ApplyTest(args[0].as_string(), item, test_args);
-      if (!holds.ok()) return holds.status();
-      if (*holds == (name == "select")) out.push_back(item);
-    }
-    return Value(std::move(out));
-  }
+  if (name == "select" || name == "reject") return SelectOrReject(name, value, args);
   if (name == "items") {
     if (!value.is_map()) return TypeError(name, value);
     List out;
