@@ -244,11 +244,24 @@ class MistralToolParser final : public ToolParser {
   ExtractedToolCalls Extract(std::string_view model_output) const override {
     MistralStream stream(options_.random);
     ExtractedToolCalls result = ExtractWithStream(&stream, model_output);
-    if (!result.tools_called && stream.array_form()) {
-      // vLLM answers a malformed array with the text after [TOOL_CALLS], stripped.
-      const size_t at = model_output.find(kToolCalls);
-      result.content = std::string(StripAscii(model_output.substr(at + kToolCalls.size())));
+    if (result.tools_called || !stream.array_form()) return result;
+    // vLLM retries a malformed array with the text from its first "[{" to its last "}]" (its
+    // regex \[{.*}\]), and answers with the text after [TOOL_CALLS], stripped, when that fails
+    // too.
+    const size_t bot = model_output.find(kToolCalls);
+    const std::string_view after = StripAscii(model_output.substr(bot + kToolCalls.size()));
+    const size_t first = after.find("[{");
+    const size_t last = after.rfind("}]");
+    if (first != std::string_view::npos && last != std::string_view::npos && first < last) {
+      MistralStream retry(options_.random);
+      ExtractedToolCalls second = ExtractWithStream(
+          &retry, std::string(kToolCalls) + std::string(after.substr(first, last + 2 - first)));
+      if (second.tools_called) {
+        if (bot > 0) second.content = std::string(model_output.substr(0, bot));
+        return second;
+      }
     }
+    result.content = std::string(after);
     return result;
   }
 

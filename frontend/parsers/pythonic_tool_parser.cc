@@ -2,10 +2,12 @@
 // 3.2 and Llama 4 write them (vLLM's PythonicToolParser). Keyword arguments become the JSON
 // object json.dumps writes for them.
 //
-// As vLLM: the output must begin with '[' and be nothing but the list (whitespace after it);
-// a function name starts with a letter and is followed directly by '('; an argument is
-// name=literal (PythonLiteralRewriter: no positional arguments, no expressions). The whole
-// output is content otherwise, and there is never content beside calls.
+// As vLLM: the output must begin with '[' and the first call's name directly (its regex gate),
+// and be nothing but the list (whitespace after it); a function name starts with a letter; an
+// argument is name=literal (PythonLiteralRewriter: no expressions). The whole output is content
+// otherwise, and there is never content beside calls. Positional arguments make it content too
+// (vLLM's gate refuses them in a lone call; after an earlier call its greedy pattern lets them
+// through and vLLM drops them).
 #include <optional>
 #include <set>
 #include <string>
@@ -32,15 +34,17 @@ class PythonicStream final : public ToolStreamBase {
 
  private:
   enum class Mode {
-    kStart,       // the first byte: '['
-    kBeforeCall,  // a function name, or ']' after at least one call
-    kName,        // the function's name, up to '('
-    kBeforeArg,   // an argument name, or ')'
-    kArgName,     // up to '='
-    kValue,       // the argument's literal
-    kAfterArg,    // ',' or ')'
-    kAfterCall,   // ',' or ']'
-    kAfterList,   // whitespace only
+    kStart,        // the first byte: '['
+    kBeforeCall,   // a function name, or ']' after at least one call
+    kName,         // the function's name, up to '('
+    kBeforeParen,  // whitespace, then '('
+    kBeforeArg,    // an argument name, or ')'
+    kArgName,      // up to '='
+    kArgEquals,    // whitespace, then '='
+    kValue,        // the argument's literal
+    kAfterArg,     // ',' or ')'
+    kAfterCall,    // ',' or ']'
+    kAfterList,    // whitespace only
   };
 
   void Process(DeltaMessage* out) override {
@@ -57,77 +61,102 @@ class PythonicStream final : public ToolStreamBase {
 
   // Handles one byte outside argument values; false after a Fail.
   bool Step(char c, DeltaMessage* out) {
+    const bool ok = mode_ == Mode::kStart || mode_ == Mode::kBeforeCall ||
+                            mode_ == Mode::kAfterCall || mode_ == Mode::kAfterList
+                        ? StepList(c)
+                        : StepCall(c, out);
+    if (!ok) Fail(out);
+    return ok;
+  }
+
+  // The list around the calls. vLLM's regex gate wants the first call's name right after '['.
+  bool StepList(char c) {
     const bool space = IsJsonSpace(c);
     switch (mode_) {
       case Mode::kStart:
-        if (c != '[') break;
         mode_ = Mode::kBeforeCall;
-        return true;
+        return c == '[';
       case Mode::kBeforeCall:
-        if (space) return true;
+        if (space) return !first_call_;
         if (c == ']' && calls() > 0) {
           mode_ = Mode::kAfterList;
           return true;
         }
-        if (!IsLetter(c)) break;
         token_ = std::string(1, c);
         mode_ = Mode::kName;
-        return true;
-      case Mode::kName:
-        if (IsNameChar(c) && token_.size() < kMaxNameBytes) {
-          token_.push_back(c);
-          return true;
-        }
-        if (c != '(' || !StartCall(out)) break;
-        arguments_.clear();  // (not = "{": GCC 12 warns wrongly, PR105329)
-        arguments_.push_back('{');
-        argument_names_.clear();
-        UpdateCall(token_, arguments_, out);
-        mode_ = Mode::kBeforeArg;
-        return true;
-      case Mode::kBeforeArg:
-        if (space) return true;
-        if (c == ')') return EndCall(out);
-        if (!IsLetter(c) && c != '_') break;
-        token_ = std::string(1, c);
-        mode_ = Mode::kArgName;
-        return true;
-      case Mode::kArgName:
-        if (IsNameChar(c) && token_.size() < kMaxNameBytes) {
-          token_.push_back(c);
-          return true;
-        }
-        if (c != '=' || !argument_names_.insert(token_).second) break;  // f(a=1, a=2): an error
-        if (argument_names_.size() > 1) arguments_ += ", ";
-        AppendJsonString(token_, &arguments_);
-        arguments_ += ": ";
-        UpdateCall(std::nullopt, arguments_, out);
-        value_.emplace();
-        mode_ = Mode::kValue;
-        return true;
-      case Mode::kAfterArg:
-        if (space) return true;
-        if (c == ',') {
-          mode_ = Mode::kBeforeArg;
-          return true;
-        }
-        if (c == ')') return EndCall(out);
-        break;
+        return IsLetter(c);
       case Mode::kAfterCall:
         if (space) return true;
-        if (c == ',' || c == ']') {
-          mode_ = c == ',' ? Mode::kBeforeCall : Mode::kAfterList;
+        mode_ = c == ',' ? Mode::kBeforeCall : Mode::kAfterList;
+        return c == ',' || c == ']';
+      default:  // kAfterList
+        return space;
+    }
+  }
+
+  // A call: name(arg=literal, ...). Python's whitespace, except where vLLM's regex gate wants
+  // none: between the first call's name and '(', and around its first argument's name.
+  bool StepCall(char c, DeltaMessage* out) {
+    const bool space = IsJsonSpace(c);
+    const bool strict = first_call_ && argument_names_.empty();
+    switch (mode_) {
+      case Mode::kName:
+      case Mode::kBeforeParen:
+        if (mode_ == Mode::kName && IsNameChar(c) && token_.size() < kMaxNameBytes) {
+          token_.push_back(c);
           return true;
         }
-        break;
-      case Mode::kAfterList:
+        if (space && !first_call_) {
+          mode_ = Mode::kBeforeParen;
+          return true;
+        }
+        return c == '(' && BeginCall(out);
+      case Mode::kBeforeArg:
+        if (space) return !strict;
+        if (c == ')') return EndCall(out);
+        token_ = std::string(1, c);
+        mode_ = Mode::kArgName;
+        return IsLetter(c) || (c == '_' && !strict);
+      case Mode::kArgName:
+      case Mode::kArgEquals:
+        if (mode_ == Mode::kArgName && IsNameChar(c) && token_.size() < kMaxNameBytes) {
+          token_.push_back(c);
+          return true;
+        }
+        if (space && !strict) {
+          mode_ = Mode::kArgEquals;
+          return true;
+        }
+        return c == '=' && BeginArgument(out);
+      case Mode::kAfterArg:
         if (space) return true;
-        break;
-      case Mode::kValue:
-        break;
+        if (c == ')') return EndCall(out);
+        mode_ = Mode::kBeforeArg;
+        return c == ',';
+      default:
+        return false;
     }
-    Fail(out);
-    return false;
+  }
+
+  bool BeginCall(DeltaMessage* out) {
+    if (!StartCall(out)) return false;
+    arguments_.clear();  // (not = "{": GCC 12 warns wrongly, PR105329)
+    arguments_.push_back('{');
+    argument_names_.clear();
+    UpdateCall(token_, arguments_, out);
+    mode_ = Mode::kBeforeArg;
+    return true;
+  }
+
+  bool BeginArgument(DeltaMessage* out) {
+    if (!argument_names_.insert(token_).second) return false;  // f(a=1, a=2): an error
+    if (argument_names_.size() > 1) arguments_ += ", ";
+    AppendJsonString(token_, &arguments_);
+    arguments_ += ": ";
+    UpdateCall(std::nullopt, arguments_, out);
+    value_.emplace();
+    mode_ = Mode::kValue;
+    return true;
   }
 
   bool ProcessValue(DeltaMessage* out) {
@@ -146,6 +175,7 @@ class PythonicStream final : public ToolStreamBase {
   bool EndCall(DeltaMessage* out) {
     arguments_ += "}";
     UpdateCall(std::nullopt, arguments_, out);
+    first_call_ = false;
     mode_ = Mode::kAfterCall;
     return true;
   }
@@ -156,6 +186,7 @@ class PythonicStream final : public ToolStreamBase {
   }
 
   Mode mode_ = Mode::kStart;
+  bool first_call_ = true;
   std::string token_;
   std::string arguments_;
   std::set<std::string> argument_names_;
