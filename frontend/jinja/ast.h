@@ -25,7 +25,7 @@ struct Expr {
     kName,       // name
     kAttr,       // a.name
     kItem,       // a[b]
-    kSlice,      // a[b:c] (b, c may be null)
+    kSlice,      // a[b:c] or a[b:c:args[0]] (b, c may be null; args empty: no step)
     kCall,       // a(args, kwargs)
     kFilter,     // a | name(args)
     kTest,       // a is [not] name(args); negate

@@ -30,6 +30,36 @@ std::string Strip(const std::string& s, bool left, bool right) {
   return s.substr(b, e - b);
 }
 
+// Python's str.strip(chars): drops from the chosen ends every code point found in `chars`.
+std::string StripChars(const std::string& s, const std::string& chars, bool left, bool right) {
+  std::vector<std::string_view> set;
+  for (size_t pos = 0; pos < chars.size();) {
+    const size_t len = std::max<size_t>(base::ValidUtf8SequenceLength(chars, pos), 1);
+    set.push_back(std::string_view(chars).substr(pos, len));
+    pos += len;
+  }
+  auto in_set = [&](std::string_view cp) {
+    return std::find(set.begin(), set.end(), cp) != set.end();
+  };
+  size_t b = 0;
+  size_t e = s.size();
+  while (left && b < e) {
+    const size_t len = std::max<size_t>(base::ValidUtf8SequenceLength(s, b), 1);
+    if (!in_set(std::string_view(s).substr(b, len))) break;
+    b += len;
+  }
+  while (right && e > b) {
+    size_t start = e - 1;
+    while (start > b && e - start < 4 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) {
+      --start;
+    }
+    if (base::ValidUtf8SequenceLength(s, start) != e - start) start = e - 1;
+    if (!in_set(std::string_view(s).substr(start, e - start))) break;
+    e = start;
+  }
+  return s.substr(b, e - b);
+}
+
 std::string MapCase(std::string s, bool upper) {
   // ASCII only: Python's str.upper() also maps non-ASCII letters; documented limitation.
   for (char& c : s)
@@ -78,6 +108,24 @@ absl::StatusOr<Value> Length(const Value& v) {
   if (v.is_list()) return Value(static_cast<int64_t>(v.as_list().size()));
   if (v.is_map()) return Value(static_cast<int64_t>(v.as_map().size()));
   return TypeError("length", v);
+}
+
+// value | select('test', args...): the items for which the test holds (reject: fails).
+absl::StatusOr<Value> SelectOrReject(const std::string& name, const Value& value,
+                                     const std::vector<Value>& args) {
+  absl::StatusOr<List> items = Items(value);
+  if (!items.ok()) return items.status();
+  if (args.empty() || !args[0].is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " needs the name of a test"));
+  }
+  const std::vector<Value> test_args(args.begin() + 1, args.end());
+  List out;
+  for (const Value& item : *items) {
+    absl::StatusOr<bool> holds = ApplyTest(args[0].as_string(), item, test_args);
+    if (!holds.ok()) return holds.status();
+    if (*holds == (name == "select")) out.push_back(item);
+  }
+  return Value(std::move(out));
 }
 
 }  // namespace
@@ -182,6 +230,7 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
       return Value(static_cast<int64_t>(std::strtoll(value.as_string().c_str(), nullptr, 10)));
     return Value(int64_t{0});
   }
+  if (name == "select" || name == "reject") return SelectOrReject(name, value, args);
   if (name == "items") {
     if (!value.is_map()) return TypeError(name, value);
     List out;
@@ -230,9 +279,13 @@ absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
   };
   if (object.is_string()) {
     const std::string& s = object.as_string();
-    if (name == "strip" && args.empty()) return Value(Strip(s, true, true));
-    if (name == "lstrip" && args.empty()) return Value(Strip(s, true, false));
-    if (name == "rstrip" && args.empty()) return Value(Strip(s, false, true));
+    if (name == "strip" || name == "lstrip" || name == "rstrip") {
+      const bool left = name != "rstrip";
+      const bool right = name != "lstrip";
+      if (args.empty() || args[0].is_none()) return Value(Strip(s, left, right));
+      if (!args[0].is_string()) return TypeError(name + " argument", args[0]);
+      return Value(StripChars(s, args[0].as_string(), left, right));
+    }
     if (name == "upper" || name == "lower") return Value(MapCase(s, name == "upper"));
     if (name == "startswith") return Value(s.starts_with(str_arg(0)));
     if (name == "endswith") return Value(s.ends_with(str_arg(0)));

@@ -17,7 +17,8 @@ namespace vllm::frontend::jinja {
 using Kwargs = std::vector<std::pair<std::string, Value>>;
 
 // `value | name(args)`. Filters: trim, length/count, tojson(indent=), upper, lower,
-// capitalize, first, last, string, default/d, join, list, reverse, int, items.
+// capitalize, first, last, string, default/d, join, list, reverse, int, items, select and
+// reject (with a test's name and arguments).
 // InvalidArgument for an unknown filter or a value of the wrong type.
 [[nodiscard]] absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& value,
                                                 const std::vector<Value>& args,
@@ -28,9 +29,9 @@ using Kwargs = std::vector<std::pair<std::string, Value>>;
 [[nodiscard]] absl::StatusOr<bool> ApplyTest(const std::string& name, const Value& value,
                                              const std::vector<Value>& args);
 
-// `object.name(args)` for str (strip, lstrip, rstrip, upper, lower, startswith, endswith,
-// split, replace, title) and dict (items, keys, values, get). NotFound when `object` has
-// no such method (the caller then tries a plain attribute call).
+// `object.name(args)` for str (strip, lstrip, rstrip (with the characters to strip or
+// none), upper, lower, startswith, endswith, split, replace, title) and dict (items, keys, values,
+// get). NotFound when `object` has no such method (the caller then tries a plain attribute call).
 [[nodiscard]] absl::StatusOr<Value> CallMethod(const Value& object, const std::string& name,
                                                const std::vector<Value>& args);
 

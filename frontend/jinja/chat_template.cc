@@ -11,6 +11,7 @@
 #include "frontend/jinja/ast.h"
 #include "frontend/jinja/builtins.h"
 #include "frontend/jinja/parser.h"
+#include "nlohmann/json.hpp"  // RenderJson's inputs
 
 namespace vllm::frontend {
 namespace {
@@ -257,6 +258,13 @@ class Renderer {
       return Error(e, absl::StrCat("cannot slice ", obj.TypeName()));
     const auto n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size()
                                                       : base::CountCodePoints(obj.as_string()));
+    if (!e.args.empty()) {
+      absl::StatusOr<Value> step = Eval(*e.args[0]);
+      if (!step.ok()) return step.status();
+      if (!step->is_none() && !step->is_int()) return Error(e, "slice step must be an integer");
+      if (step->is_int() && step->as_int() == 0) return Error(e, "slice step cannot be zero");
+      if (step->is_int() && step->as_int() != 1) return SliceWithStep(e, obj, step->as_int());
+    }
     auto bound = [&](const jinja::ExprPtr& x, int64_t dflt) -> absl::StatusOr<int64_t> {
       if (x == nullptr) return dflt;
       absl::StatusOr<Value> v = Eval(*x);
@@ -280,6 +288,56 @@ class Renderer {
     const size_t begin = CodePointOffset(str, *lo);
     const size_t end = begin + CodePointOffset(std::string_view(str).substr(begin), *hi - *lo);
     return Value(str.substr(begin, end - begin));
+  }
+
+  // Python's slicing with a step other than 1 (slice.indices: bounds clamped to [-1, n - 1]
+  // going backwards).
+  absl::StatusOr<Value> SliceWithStep(const Expr& e, const Value& obj, int64_t step) {
+    // Strings slice by code point: where each starts (a stray byte is one).
+    std::vector<size_t> starts;
+    if (obj.is_string()) {
+      const std::string& str = obj.as_string();
+      for (size_t pos = 0; pos < str.size();) {
+        starts.push_back(pos);
+        const size_t len = base::ValidUtf8SequenceLength(str, pos);
+        pos += len == 0 ? 1 : len;
+      }
+      starts.push_back(str.size());
+    }
+    const auto n = static_cast<int64_t>(obj.is_list() ? obj.as_list().size() : starts.size() - 1);
+    auto bound = [&](const jinja::ExprPtr& x, int64_t dflt) -> absl::StatusOr<int64_t> {
+      if (x == nullptr) return dflt;
+      absl::StatusOr<Value> v = Eval(*x);
+      if (!v.ok()) return v.status();
+      if (v->is_none()) return dflt;
+      if (!v->is_int()) return Error(e, "slice bounds must be integers");
+      int64_t i = v->as_int();
+      if (i < 0) {
+        i = i < -n ? (step < 0 ? -1 : 0) : i + n;
+      } else if (i >= n) {
+        i = step < 0 ? n - 1 : n;
+      }
+      return i;
+    };
+    absl::StatusOr<int64_t> lo = bound(e.b, step < 0 ? n - 1 : 0);
+    if (!lo.ok()) return lo.status();
+    absl::StatusOr<int64_t> hi = bound(e.c, step < 0 ? -1 : n);
+    if (!hi.ok()) return hi.status();
+    std::vector<int64_t> picked;
+    for (int64_t i = *lo; step > 0 ? i < *hi : i > *hi;) {
+      picked.push_back(i);
+      if (__builtin_add_overflow(i, step, &i)) break;
+    }
+    if (obj.is_list()) {
+      List out;
+      out.reserve(picked.size());
+      for (int64_t i : picked) out.push_back(obj.as_list()[i]);
+      return Value(std::move(out));
+    }
+    const std::string& str = obj.as_string();
+    std::string out;
+    for (int64_t i : picked) out.append(str, starts[i], starts[i + 1] - starts[i]);
+    return Value(std::move(out));
   }
 
   absl::StatusOr<Value> Call(const Expr& e) {
@@ -583,12 +641,50 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
   for (const ChatMessage& m : messages) {
     msgs.push_back(Value::MakeMap(Map{{"role", Value(m.role)}, {"content", Value(m.content)}}));
   }
-  Renderer r(source_,
-             Map{{"messages", Value(std::move(msgs))},
-                 {"add_generation_prompt", Value(add_generation_prompt)},
-                 {"bos_token", Value(bos_token)},
-                 {"eos_token", Value(eos_token)}},
-             limits);
+  return RenderGlobals(Map{{"messages", Value(std::move(msgs))},
+                           {"add_generation_prompt", Value(add_generation_prompt)},
+                           {"bos_token", Value(bos_token)},
+                           {"eos_token", Value(eos_token)}},
+                       limits);
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderJson(
+    const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+    const nlohmann::ordered_json& extra, bool add_generation_prompt, const std::string& bos_token,
+    const std::string& eos_token, const Limits& limits) const {
+  if (!messages.is_array())
+    return absl::InvalidArgumentError("chat template: messages must be a list");
+  if (!tools.is_array() && !tools.is_null()) {
+    return absl::InvalidArgumentError("chat template: tools must be a list or null");
+  }
+  if (!extra.is_object()) {
+    return absl::InvalidArgumentError("chat template: template variables must be an object");
+  }
+  static constexpr std::string_view kReserved[] = {"messages", "tools", "add_generation_prompt",
+                                                   "bos_token", "eos_token"};
+  Map globals;
+  for (const auto& [key, value] : extra.items()) {
+    if (std::find(std::begin(kReserved), std::end(kReserved), key) != std::end(kReserved)) {
+      continue;
+    }
+    absl::StatusOr<Value> v = jinja::ValueFromJson(value);
+    if (!v.ok()) return v.status();
+    globals.emplace_back(key, *std::move(v));
+  }
+  absl::StatusOr<Value> msgs = jinja::ValueFromJson(messages);
+  if (!msgs.ok()) return msgs.status();
+  absl::StatusOr<Value> tool_list = jinja::ValueFromJson(tools);
+  if (!tool_list.ok()) return tool_list.status();
+  globals.emplace_back("messages", *std::move(msgs));
+  globals.emplace_back("tools", *std::move(tool_list));
+  globals.emplace_back("add_generation_prompt", Value(add_generation_prompt));
+  globals.emplace_back("bos_token", Value(bos_token));
+  globals.emplace_back("eos_token", Value(eos_token));
+  return RenderGlobals(std::move(globals), limits);
+}
+
+absl::StatusOr<std::string> ChatTemplate::RenderGlobals(Map globals, const Limits& limits) const {
+  Renderer r(source_, std::move(globals), limits);
   absl::Status s = r.Run(*body_);
   if (!s.ok()) return s;
   return r.TakeOutput();

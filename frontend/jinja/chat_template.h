@@ -7,14 +7,17 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace vllm::frontend {
 
 namespace jinja {
 struct Node;
+class Value;
 }  // namespace jinja
 
 // One chat message as the OpenAI API sends it (text content only).
@@ -68,12 +71,33 @@ class ChatTemplate {
                                                    const std::string& eos_token,
                                                    const Limits& limits = Limits()) const;
 
+  // Renders with everything transformers' apply_chat_template passes a template (tool
+  // calling, reasoning, template kwargs): `messages`, a JSON array of message objects with
+  // whatever fields they have (role; content as a string, null or a list of parts;
+  // tool_calls with their arguments as objects, as vLLM passes them; tool_call_id;
+  // reasoning_content; ...); `tools`, a JSON array of tool schemas, or null (the template
+  // then sees `tools` as none); `extra`, a JSON object of more variables (the request's
+  // chat_template_kwargs: enable_thinking, date_string, ...; its keys named like the other
+  // arguments are ignored); add_generation_prompt, bos_token and eos_token. JSON values
+  // become Python's (null: None, true: True, objects: dicts in their key order, so parse
+  // requests with nlohmann::ordered_json for `tojson` to keep the client's order, as
+  // Python does). Fails as Render above does, and with InvalidArgument when `messages` is not
+  // an array, `tools` neither an array nor null, `extra` not an object, or an input nests
+  // deeper than 128 levels or weighs over 64 MiB.
+  [[nodiscard]] absl::StatusOr<std::string> RenderJson(
+      const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+      const nlohmann::ordered_json& extra, bool add_generation_prompt, const std::string& bos_token,
+      const std::string& eos_token, const Limits& limits = Limits()) const;
+
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
   ~ChatTemplate();
 
  private:
   ChatTemplate();
+  // Renders with these top-level variables.
+  absl::StatusOr<std::string> RenderGlobals(
+      std::vector<std::pair<std::string, jinja::Value>> globals, const Limits& limits) const;
   std::string source_;
   std::unique_ptr<std::vector<std::unique_ptr<jinja::Node>>> body_;
 };

@@ -481,22 +481,32 @@ class Parser {
           if (!x.ok()) return x;
           lo = *std::move(x);
         }
+        ExprPtr step;
         if (IsOp(":")) {
           slice = true;
           ++i_;
-          if (!IsOp("]")) {
+          if (!IsOp("]") && !IsOp(":")) {
             Result x = ParseExpression();
             if (!x.ok()) return x;
             hi = *std::move(x);
           }
+          if (IsOp(":")) {  // a[lo:hi:step]
+            ++i_;
+            if (!IsOp("]")) {
+              Result x = ParseExpression();
+              if (!x.ok()) return x;
+              step = *std::move(x);
+            }
+          }
         }
-        if (!IsOp("]")) return Error("expected ']' (slice steps are not supported)");
+        if (!IsOp("]")) return Error("expected ']'");
         ++i_;
         auto a = NewExpr(slice ? Expr::Kind::kSlice : Expr::Kind::kItem, at);
         if (!slice && lo == nullptr) return Error("empty subscript");
         a->a = std::move(e);
         a->b = std::move(lo);
         a->c = std::move(hi);
+        if (step != nullptr) a->args.push_back(std::move(step));
         if (absl::Status s = SetHeight(*a); !s.ok()) return s;
         e = std::move(a);
       } else if (IsOp("(")) {

@@ -6,31 +6,13 @@
 #include <charconv>
 #include <cmath>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/python_repr.h"
+#include "nlohmann/json.hpp"
 
 namespace vllm::frontend::jinja {
 namespace {
-
-// Python's repr of a float: shortest round-trip digits, always with '.0' or an exponent.
-std::string FloatRepr(double d) {
-  if (std::isnan(d)) return "nan";
-  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), d);
-  std::string s(buf, res.ptr);
-  const size_t e = s.find('e');
-  if (e != std::string::npos) {
-    // Python writes 1e+20 as "1e+20" and 1e-07 with two exponent digits.
-    std::string mant = s.substr(0, e);
-    std::string exp = s.substr(e + 1);
-    const char sign = exp[0] == '-' ? '-' : '+';
-    if (exp[0] == '-' || exp[0] == '+') exp = exp.substr(1);
-    if (exp.size() < 2) exp = "0" + exp;
-    return absl::StrCat(mant, "e", std::string(1, sign), exp);
-  }
-  if (s.find('.') == std::string::npos) s += ".0";
-  return s;
-}
 
 // Per element of a list or map in weight(): about what one takes in memory, so a container
 // within kMaxValueBytes has at most ~1M elements.
@@ -212,7 +194,7 @@ void Value::AppendRepr(std::string* out) const {
   } else if (is_int()) {
     absl::StrAppend(out, as_int());
   } else if (is_double()) {
-    *out += FloatRepr(as_double());
+    *out += base::PythonFloatRepr(as_double());
   } else if (is_string()) {
     *out += StringRepr(as_string());
   } else if (is_list()) {
@@ -252,7 +234,7 @@ void Value::AppendJson(std::string* out, int indent, int depth) const {
     const double d = as_double();
     *out += std::isnan(d)   ? "NaN"
             : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                            : FloatRepr(d);
+                            : base::PythonFloatRepr(d);
   } else if (is_string()) {
     JsonString(as_string(), out);
   } else if (is_list()) {
@@ -333,6 +315,64 @@ std::string Value::TypeName() const {
   if (is_string()) return "str";
   if (is_list()) return "list";
   return is_namespace() ? "Namespace" : "dict";
+}
+
+namespace {
+
+// A JSON input as a template value: null is None, objects are dicts in their key order,
+// integers beyond int64 floats. Bounded: depth (recursion) and weight as every value.
+absl::StatusOr<Value> ValueFromJsonAt(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxValueDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template: an input nests deeper than ", kMaxValueDepth, " levels"));
+  }
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      const auto u = j.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<int64_t>(u));
+      return Value(static_cast<double>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List items;
+      items.reserve(j.size());
+      for (const auto& x : j) {
+        absl::StatusOr<Value> v = ValueFromJsonAt(x, depth + 1);
+        if (!v.ok()) return v;
+        items.push_back(*std::move(v));
+      }
+      return Value(std::move(items));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Map m;
+      m.reserve(j.size());
+      for (const auto& [k, x] : j.items()) {
+        absl::StatusOr<Value> v = ValueFromJsonAt(x, depth + 1);
+        if (!v.ok()) return v;
+        m.emplace_back(k, *std::move(v));
+      }
+      return Value::MakeMap(std::move(m));
+    }
+    default:
+      return Value(None{});
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Value> ValueFromJson(const nlohmann::ordered_json& j) {
+  absl::StatusOr<Value> v = ValueFromJsonAt(j, 0);
+  if (v.ok() && v->weight() > kMaxValueBytes) {
+    return absl::InvalidArgumentError("chat template: an input is larger than 64 MiB");
+  }
+  return v;
 }
 
 }  // namespace vllm::frontend::jinja

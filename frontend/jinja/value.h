@@ -13,6 +13,9 @@
 #include <variant>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "nlohmann/json_fwd.hpp"
+
 namespace vllm::frontend::jinja {
 
 // Resource bounds of one render. No string (and no container, measured by weight() below) may
@@ -120,6 +123,11 @@ class Value {
                std::shared_ptr<MapBox>>
       v_;
 };
+
+// A JSON input (ChatTemplate::RenderJson) as a value: null is None, objects are maps in their
+// key order, integers beyond int64 doubles. InvalidArgument when it nests deeper than
+// kMaxValueDepth (checked before recursing) or weighs over kMaxValueBytes.
+absl::StatusOr<Value> ValueFromJson(const nlohmann::ordered_json& j);
 
 }  // namespace vllm::frontend::jinja
 

@@ -24,7 +24,8 @@ import tempfile
 MODULES = [
     "base/", "config/", "ipc/", "kv_events/", "structured_output/", "core/", "kernels/", "kernels/comm/", "worker/",
     "executor/", "frontend/", "frontend/openai/", "frontend/engine/", "frontend/tokenizer/",
-    "frontend/jinja/", "router/", "launcher/", "bench/serve/", "bench/common/",
+    "frontend/jinja/", "frontend/parsers/", "router/", "launcher/", "bench/serve/",
+    "bench/common/",
 ]
 
 _BELOW_FRONTEND = ["base", "config", "ipc", "structured_output", "core"]
@@ -46,14 +47,17 @@ ALLOWED = {
                  "worker"],
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],
+    # vLLM's tool-call and reasoning parsers: text in, calls and reasoning out.
+    "frontend/parsers": ["base"],
     # The router speaks HTTP to other servers: no engine types (core/, worker/, executor/).
     "router": ["base", "ipc", "kv_events", "frontend/tokenizer", "frontend/jinja"],
-    "frontend": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja"],
+    "frontend": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja",
+                                   "frontend/parsers"],
     # The engine client (vllm/v1/engine/): no HTTP, so never frontend/openai/.
     "frontend/engine": _BELOW_FRONTEND + ["executor", "frontend/tokenizer", "frontend/jinja"],
     # The OpenAI server (vllm/entrypoints/openai/) over the engine client.
     "frontend/openai": _BELOW_FRONTEND + ["executor", "frontend/engine", "frontend/tokenizer",
-                                          "frontend/jinja"],
+                                          "frontend/jinja", "frontend/parsers"],
     "bench/serve": ["base"],
     "bench/common": ["base"],
     "launcher": None,  # anything of ours except tests/
@@ -67,7 +71,10 @@ INTERNAL_HEADERS = {
     "frontend/jinja/ast.h", "frontend/jinja/builtins.h", "frontend/jinja/parser.h",
     "frontend/jinja/value.h", "frontend/tokenizer/bpe.h", "frontend/tokenizer/normalizer.h",
     "frontend/tokenizer/pretokenizer.h", "frontend/jinja/lexer.h", "frontend/openai/http_session.h",
-    "router/admin.h", "router/http.h", "router/metrics.h", "router/proxy.h", "router/router_state.h",
+    "frontend/parsers/json_rewriter.h", "frontend/parsers/python_literal.h",
+    "frontend/parsers/text_util.h", "frontend/parsers/tool_call_object.h",
+    "frontend/parsers/tool_stream_base.h", "router/admin.h", "router/http.h", "router/metrics.h",
+    "router/proxy.h", "router/router_state.h",
 }
 
 SOURCE_SUFFIXES = (".h", ".hpp", ".cc", ".cpp", ".cu", ".cuh")
