@@ -85,16 +85,20 @@ run_fuzz_suite() {
 # up as those tests' failure.
 OPENAI_VERSION=3.54.0
 LIZARD_VERSION=1.24.3
+JSONSCHEMA_VERSION=4.26.0  # the structured-output corpus test validates outputs with it
 install_pydeps() {
   local dir=build/release/pydeps
-  local check="import sys, openai, lizard
-sys.exit(openai.__version__ != '${OPENAI_VERSION}' or lizard.version != '${LIZARD_VERSION}')"
+  local check="import sys, openai, lizard, jsonschema
+from importlib.metadata import version
+sys.exit(openai.__version__ != '${OPENAI_VERSION}' or lizard.version != '${LIZARD_VERSION}' or
+         version('jsonschema') != '${JSONSCHEMA_VERSION}')"
   PYTHONPATH=$dir python3 -c "$check" 2>/dev/null && return
-  echo "=== pip install openai==${OPENAI_VERSION} lizard==${LIZARD_VERSION} into ${dir}"
+  echo "=== pip install openai==${OPENAI_VERSION} lizard==${LIZARD_VERSION}" \
+       "jsonschema==${JSONSCHEMA_VERSION} into ${dir}"
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
       --no-warn-conflicts --upgrade --target "$dir" "openai==${OPENAI_VERSION}" \
-      "lizard==${LIZARD_VERSION}" ||
-    echo "pip install FAILED: serve_openai_sdk_test and size_test will fail"
+      "lizard==${LIZARD_VERSION}" "jsonschema==${JSONSCHEMA_VERSION}" ||
+    echo "pip install FAILED: serve_openai_sdk_test, the corpus test and size_test will fail"
 }
 
 install_pydeps

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <memory>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -150,12 +151,42 @@ absl::Status CheckJsonSchema(const std::string& text) {
   return CheckSchemaKeywords(schema, "#");
 }
 
-// Runs an XGrammar parse, turning its exceptions into InvalidArgument.
+// A grammar that admits no string (a $ref cycle with no way out, an empty enum) parses, but
+// has no first token to allow: compiled over a 256-byte vocabulary (cheap), its first mask is
+// empty. InvalidArgument then. The compiler is per thread (the API server validates on several).
+absl::Status CheckAdmitsSomething(const xgrammar::Grammar& grammar) {
+  thread_local const std::unique_ptr<xgrammar::GrammarCompiler> compiler = [] {
+    std::vector<std::string> bytes(257);
+    for (int b = 0; b < 256; ++b)
+      bytes[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
+    bytes[256] = "";  // the stop token
+    xgrammar::TokenizerInfo info(bytes, xgrammar::VocabType::RAW, 257, std::vector<int32_t>{256});
+    return std::make_unique<xgrammar::GrammarCompiler>(info, /*max_threads=*/1,
+                                                       /*cache_enabled=*/false);
+  }();
+  xgrammar::CompiledGrammar compiled = compiler->CompileGrammar(grammar);
+  xgrammar::GrammarMatcher matcher(compiled);
+  int32_t words[9] = {};
+  int64_t shape[1] = {9};
+  DLTensor t{};
+  t.data = words;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = DLDataType{kDLInt, 32, 1};
+  t.shape = shape;
+  matcher.FillNextTokenBitmask(&t);
+  for (int32_t w : words) {
+    if (w != 0) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("the constraint admits no output at all");
+}
+
+// Runs an XGrammar parse (a function returning the Grammar), then CheckAdmitsSomething, turning
+// XGrammar's exceptions into InvalidArgument.
 template <class F>
 absl::Status Parse(F&& parse) {
   try {
-    parse();
-    return absl::OkStatus();
+    return CheckAdmitsSomething(parse());
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(XgrammarMessage(e.what()));
   }
@@ -289,15 +320,16 @@ absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
     case ConstraintKind::kJson: {
       const absl::Status s = CheckJsonSchema(spec.text);
       if (!s.ok()) return s;
-      return Parse([&] { xgrammar::Grammar::FromJSONSchema(spec.text, spec.any_whitespace); });
+      return Parse(
+          [&] { return xgrammar::Grammar::FromJSONSchema(spec.text, spec.any_whitespace); });
     }
     case ConstraintKind::kJsonObject:
       return absl::OkStatus();
     case ConstraintKind::kRegex:
-      return Parse([&] { xgrammar::Grammar::FromRegex(spec.text); });
+      return Parse([&] { return xgrammar::Grammar::FromRegex(spec.text); });
     case ConstraintKind::kChoice:
     case ConstraintKind::kGrammar:
-      return Parse([&] { xgrammar::Grammar::FromEBNF(spec.text); });
+      return Parse([&] { return xgrammar::Grammar::FromEBNF(spec.text); });
     case ConstraintKind::kStructuralTag: {
       if (JsonDepth(spec.text, kMaxSchemaDepth) > kMaxSchemaDepth) {
         return absl::InvalidArgumentError(
@@ -307,13 +339,13 @@ absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
         auto result = xgrammar::Grammar::FromStructuralTag(spec.text);
         if (std::holds_alternative<xgrammar::StructuralTagError>(result)) {
           return absl::InvalidArgumentError(
-              std::visit([](const auto& e) { return std::string(e.what()); },
+              std::visit([](const auto& e) { return XgrammarMessage(e.what()); },
                          std::get<xgrammar::StructuralTagError>(result)));
         }
+        return CheckAdmitsSomething(std::get<xgrammar::Grammar>(result));
       } catch (const std::exception& e) {
         return absl::InvalidArgumentError(XgrammarMessage(e.what()));
       }
-      return absl::OkStatus();
     }
   }
   return absl::InvalidArgumentError("unknown constraint kind");

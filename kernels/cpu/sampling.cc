@@ -122,8 +122,15 @@ void WriteBackFilter(float* logits, int64_t vocab_size, const RankedCandidates& 
 
 }  // namespace
 
-void ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask) {
+bool ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask) {
   const float kMasked = -std::numeric_limits<float>::infinity();
+  bool any = false;
+  for (int64_t w = 0; w * 32 < vocab_size && !any; ++w) {
+    const int64_t end = std::min<int64_t>(32, vocab_size - w * 32);
+    const uint32_t valid = end == 32 ? 0xffffffffu : (1u << end) - 1;
+    any = (static_cast<uint32_t>(bitmask[w]) & valid) != 0;
+  }
+  if (!any) return false;
   for (int64_t w = 0; w * 32 < vocab_size; ++w) {
     const auto word = static_cast<uint32_t>(bitmask[w]);
     if (word == 0xffffffffu) continue;  // all allowed: the common case for free-text spans
@@ -132,6 +139,7 @@ void ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask
       if (((word >> j) & 1u) == 0) logits[w * 32 + j] = kMasked;
     }
   }
+  return true;
 }
 
 int32_t SampleRow(float* logits, int64_t vocab_size, const SamplingRow& row, double u) {

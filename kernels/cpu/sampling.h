@@ -38,8 +38,10 @@ void ApplyPenalties(float* logits, int64_t vocab_size, std::span<const int32_t> 
 
 // Structured outputs: sets the logits of the tokens `bitmask` disallows to -inf, in place
 // (vLLM's apply_grammar_bitmask; XGrammar's packed layout: bit j of word w is token 32w + j,
-// set when allowed; ceil(vocab_size / 32) words).
-void ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask);
+// set when allowed; ceil(vocab_size / 32) words). A mask that allows no token of the
+// vocabulary is not applied (false): the row is sampled free and the grammar then refuses the
+// token, which fails that request alone (a row of -inf would have no token to sample).
+bool ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask);
 
 // Samples one token from `logits` (modified in place: the row is scaled and filtered).
 // Greedy when row.temperature < 1e-5, vLLM's _SAMPLING_EPS (u unused, the row untouched).

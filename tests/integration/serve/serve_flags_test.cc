@@ -274,7 +274,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
 
   // Flags that cannot work yet are refused, naming the flag, before anything starts.
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"}}) {
+       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"},
+                                             {"--reasoning-parser", "deepseek_r1"}}) {
     const CliResult r = RunCli(args);
     Covered(args[0],
             r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
@@ -357,7 +358,11 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                  "--shutdown-timeout",
                                  "7",
                                  "--chat-template",
-                                 chat_template}));
+                                 chat_template,
+                                 "--structured-outputs-config",
+                                 R"({"backend": "xgrammar", "disable_any_whitespace": true})",
+                                 "--max-structured-output-compile-seconds",
+                                 "5"}));
   log = Log();
   const std::string config = ConfigLine(log);
   ASSERT_FALSE(config.empty()) << log;
@@ -397,6 +402,33 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     EXPECT_EQ(Request(port_, "POST", "/v1/completions", too_long.dump(), key).status, 400);
   }
   InConfig("--max-logprobs", config, "max_logprobs=3");
+  InConfig("--max-structured-output-compile-seconds", config, "max_compile_seconds=5");
+  {
+    // disable_any_whitespace: JSON comes out with XGrammar's fixed separators ", " and ": "
+    // (as Python's json.dumps), never a newline, tab or run of spaces.
+    const nlohmann::json body = {
+        {"prompt", "In the beginning"},
+        {"max_tokens", 60},
+        {"structured_outputs",
+         {{"json",
+           {{"type", "object"},
+            {"properties", {{"a", {{"type", "integer"}}}, {"b", {{"type", "boolean"}}}}},
+            {"required", {"a", "b"}}}}}}};
+    const nlohmann::json r =
+        Request(port_, "POST", "/v1/completions", body.dump(), key).Json();
+    const std::string text = r.contains("choices") ? r["choices"][0].value("text", "") : "";
+    Covered("--structured-outputs-config",
+            !text.empty() && text.front() == '{' &&
+                text.find_first_of("\n\t") == std::string::npos &&
+                !absl::StrContains(text, "  ") && absl::StartsWith(text, "{\"a\": ") &&
+                absl::StrContains(config, "disable_any_whitespace=True"),
+            r.dump());
+  }
+  {
+    const CliResult r = RunCli({"--structured-outputs-config", R"({"backend": "outlines"})"});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "--structured-outputs-config backend")) << r.output;
+  }
   {
     auto with_logprobs = [](int n) {
       return nlohmann::json{{"prompt", "In the beginning"}, {"max_tokens", 1}, {"logprobs", n}}

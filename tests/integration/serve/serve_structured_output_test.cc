@@ -169,6 +169,7 @@ book ::= "Genesis" | "Exodus" | "Psalms")";
     refused({{"structured_outputs", {{"json", {{"not", {{"type", "string"}}}}}}}},
             "structured_outputs.json");
     refused({{"response_format", {{"type", "xml"}}}}, "response_format.type");
+    refused({{"structured_outputs", {{"json", {{"$ref", "#"}}}}}}, "structured_outputs.json");
     refused({{"guided_decoding_backend", "outlines"}, {"guided_regex", "a"}},
             "guided_decoding_backend");
     refused({{"logit_bias", {{"5", 10}}}}, "logit_bias");

@@ -60,6 +60,9 @@ TEST(ValidateGrammarSpecTest, AcceptsAndRefuses) {
       ValidateGrammarSpec(json(R"({"type":"object","properties":{"a":{"type":"integer"}}})")).ok());
   EXPECT_FALSE(ValidateGrammarSpec(json("{not json")).ok());
   EXPECT_FALSE(ValidateGrammarSpec(json("[1, 2]")).ok());
+  // Parses, but admits no value: refused before the engine (where no token could be sampled).
+  absl::Status cycle = ValidateGrammarSpec(json(R"({"$ref": "#"})"));
+  EXPECT_NE(cycle.message().find("admits no output"), std::string_view::npos) << cycle;
   absl::Status s = ValidateGrammarSpec(json(R"({"type":"array","uniqueItems":true})"));
   EXPECT_NE(s.message().find("uniqueItems"), std::string_view::npos) << s;
   // A property named like a keyword is not the keyword.
