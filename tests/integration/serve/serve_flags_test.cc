@@ -273,9 +273,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   }
 
   // Flags that cannot work yet are refused, naming the flag, before anything starts.
-  for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"},
-                                             {"--reasoning-parser", "deepseek_r1"}}) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--pipeline-parallel-size", "2"}, {"--reasoning-parser", "deepseek_r1"}}) {
     const CliResult r = RunCli(args);
     Covered(args[0],
             r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
@@ -414,13 +413,12 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
            {{"type", "object"},
             {"properties", {{"a", {{"type", "integer"}}}, {"b", {{"type", "boolean"}}}}},
             {"required", {"a", "b"}}}}}}};
-    const nlohmann::json r =
-        Request(port_, "POST", "/v1/completions", body.dump(), key).Json();
+    const nlohmann::json r = Request(port_, "POST", "/v1/completions", body.dump(), key).Json();
     const std::string text = r.contains("choices") ? r["choices"][0].value("text", "") : "";
     Covered("--structured-outputs-config",
             !text.empty() && text.front() == '{' &&
-                text.find_first_of("\n\t") == std::string::npos &&
-                !absl::StrContains(text, "  ") && absl::StartsWith(text, "{\"a\": ") &&
+                text.find_first_of("\n\t") == std::string::npos && !absl::StrContains(text, "  ") &&
+                absl::StartsWith(text, "{\"a\": ") &&
                 absl::StrContains(config, "disable_any_whitespace=True"),
             r.dump());
   }
