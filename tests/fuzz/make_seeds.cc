@@ -54,6 +54,9 @@ core::SamplingParams Sampling(bool full) {
   p.stop_token_ids = {2, 128009};
   p.ignore_eos = true;
   p.logprobs = 5;
+  structured_output::StructuredOutputsParams& so = p.structured_outputs.emplace();
+  so.json = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+  so.disable_any_whitespace = true;
   return p;
 }
 
@@ -132,6 +135,8 @@ void EngineSeeds(const fs::path& dir) {
   so.total_num_scheduled_tokens = 6;
   so.finished_req_ids = {"cmpl-d-0"};
   so.preempted_req_ids = {"cmpl-e-0"};
+  so.structured_output_indices = {0, 2};
+  so.grammar_bitmask = {-1, 0x0f, 0, 1};  // two rows of a 64-token vocabulary
   Write(dir, "scheduler_output_full", core::Encode(so));
   Write(dir, "scheduler_output_empty", core::Encode(core::SchedulerOutput{}));
 
