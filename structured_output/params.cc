@@ -155,7 +155,7 @@ absl::Status CheckJsonSchema(const std::string& text) {
 // has no first token to allow: compiled over a 256-byte vocabulary (cheap), its first mask is
 // empty. InvalidArgument then. The compiler is per thread (the API server validates on several).
 absl::Status CheckAdmitsSomething(const xgrammar::Grammar& grammar) {
-  thread_local const std::unique_ptr<xgrammar::GrammarCompiler> compiler = [] {
+  thread_local const std::unique_ptr<xgrammar::GrammarCompiler> kCompiler = [] {
     std::vector<std::string> bytes(257);
     for (int b = 0; b < 256; ++b)
       bytes[static_cast<size_t>(b)] = std::string(1, static_cast<char>(b));
@@ -164,7 +164,7 @@ absl::Status CheckAdmitsSomething(const xgrammar::Grammar& grammar) {
     return std::make_unique<xgrammar::GrammarCompiler>(info, /*max_threads=*/1,
                                                        /*cache_enabled=*/false);
   }();
-  xgrammar::CompiledGrammar compiled = compiler->CompileGrammar(grammar);
+  xgrammar::CompiledGrammar compiled = kCompiler->CompileGrammar(grammar);
   xgrammar::GrammarMatcher matcher(compiled);
   int32_t words[9] = {};
   int64_t shape[1] = {9};

@@ -123,7 +123,7 @@ void WriteBackFilter(float* logits, int64_t vocab_size, const RankedCandidates& 
 }  // namespace
 
 bool ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask) {
-  const float kMasked = -std::numeric_limits<float>::infinity();
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
   bool any = false;
   for (int64_t w = 0; w * 32 < vocab_size && !any; ++w) {
     const int64_t end = std::min<int64_t>(32, vocab_size - w * 32);

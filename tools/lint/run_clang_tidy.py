@@ -5,7 +5,7 @@
         exit 0: clean; 1: findings (printed once each); 2: usage or a missing tool/build
     tools/lint/run_clang_tidy.py --self-test    checks the checker on a synthetic tree
 
-Product TUs: the C++ entries of BUILD_DIR/compile_commands.json outside tests/. CUDA .cu
+Product TUs: the C++ entries of BUILD_DIR/compile_commands.json outside tests/ and build/. CUDA .cu
 files are compiled by nvcc and are not checked: clang-tidy 14's CUDA mode cannot read the
 CUDA 12+ headers (its wrapper includes texture_fetch_functions.h, which CUDA 12 removed).
 Headers of ours are checked through the TUs that include them: .clang-tidy's
@@ -46,7 +46,8 @@ import time
 
 SUFFIXES = (".cc", ".cpp")
 HEADER_SUFFIXES = (".h", ".cuh", ".inc")
-NOT_PRODUCT = ("tests/",)
+# tests/, and third-party sources built in a build tree (build/third_party/: XGrammar, Abseil).
+NOT_PRODUCT = ("tests/", "build/")
 # ERE's special characters, for the checkout's path in --header-filter.
 ERE_SPECIAL = set(".[]()*+?{}|^$\\")
 # The most files one unity TU holds (bounds the work a failed group repeats).
