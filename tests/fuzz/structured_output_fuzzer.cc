@@ -37,9 +37,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(vllm::frontend::ErrorParam(s).has_value(), "a refusal names no field");
     }
   }
-  for (so::ConstraintKind kind : {so::ConstraintKind::kJson, so::ConstraintKind::kRegex,
-                                  so::ConstraintKind::kGrammar,
-                                  so::ConstraintKind::kStructuralTag}) {
+  for (so::ConstraintKind kind :
+       {so::ConstraintKind::kJson, so::ConstraintKind::kRegex, so::ConstraintKind::kGrammar,
+        so::ConstraintKind::kStructuralTag}) {
     const absl::Status s = so::ValidateGrammarSpec({kind, text, size % 2 == 0});
     FUZZ_CHECK(s.ok() || absl::IsInvalidArgument(s), std::string(s.message()));
   }
