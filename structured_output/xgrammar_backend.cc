@@ -33,7 +33,7 @@ DLTensor RowTensor(std::span<int32_t> row, int64_t* shape) {
 // string: invalid JSON. Such a string gets the equal pattern instead, which XGrammar matches as
 // JSON string content (control characters, '"' and '\\' excluded). The schema the client
 // validates against is unchanged: every string the pattern admits meets the length bounds.
-void BoundStringsAsPatterns(nlohmann::json& schema) {
+void BoundStringsAsPatterns(nlohmann::ordered_json& schema) {
   if (!schema.is_object()) return;
   const auto type = schema.find("type");
   const auto min = schema.find("minLength");
@@ -48,12 +48,16 @@ void BoundStringsAsPatterns(nlohmann::json& schema) {
     schema.erase("minLength");
     schema.erase("maxLength");
   }
-  ForEachSubschema(schema, "",
-                   [](nlohmann::json& sub, const std::string&) { BoundStringsAsPatterns(sub); });
+  ForEachSubschema(schema, "", [](nlohmann::ordered_json& sub, const std::string&) {
+    BoundStringsAsPatterns(sub);
+  });
 }
 
 std::string SchemaForXgrammar(const std::string& text) {
-  nlohmann::json schema = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // Ordered: XGrammar generates properties in the schema's order, which a sorted copy would
+  // change.
+  nlohmann::ordered_json schema =
+      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return text;  // XGrammar reports it
   BoundStringsAsPatterns(schema);
   return schema.dump();
@@ -164,6 +168,24 @@ absl::StatusOr<std::unique_ptr<XgrammarBackend>> XgrammarBackend::Create(
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("XGrammar could not read the tokenizer in ",
                                                    model_dir.string(), ": ", e.what()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<XgrammarBackend>> XgrammarBackend::CreateFromVocab(
+    const std::vector<std::string>& encoded_vocab, bool byte_level, int32_t vocab_size,
+    std::vector<int32_t> stop_token_ids) {
+  try {
+    vocab_size = std::max(vocab_size, static_cast<int32_t>(encoded_vocab.size()));
+    xgrammar::TokenizerInfo info(
+        encoded_vocab, byte_level ? xgrammar::VocabType::BYTE_LEVEL : xgrammar::VocabType::RAW,
+        vocab_size, std::vector<int32_t>(stop_token_ids));
+    auto compiler = std::make_unique<xgrammar::GrammarCompiler>(info, /*max_threads=*/1,
+                                                                /*cache_enabled=*/false);
+    return std::unique_ptr<XgrammarBackend>(
+        new XgrammarBackend(std::move(compiler), vocab_size, std::move(stop_token_ids)));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("XGrammar could not read the vocabulary: ", XgrammarMessage(e.what())));
   }
 }
 

@@ -72,6 +72,11 @@ class XgrammarBackend {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<XgrammarBackend>> Create(
       const std::filesystem::path& model_dir, int32_t vocab_size,
       std::vector<int32_t> stop_token_ids);
+  // From the vocabulary itself (`encoded_vocab[id]`, tokenizer.json's spelling; "" for a token
+  // never allowed), byte-level or raw: benchmarks and tests of vocabularies without a model.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<XgrammarBackend>> CreateFromVocab(
+      const std::vector<std::string>& encoded_vocab, bool byte_level, int32_t vocab_size,
+      std::vector<int32_t> stop_token_ids);
   ~XgrammarBackend();
   XgrammarBackend(const XgrammarBackend&) = delete;
   XgrammarBackend& operator=(const XgrammarBackend&) = delete;

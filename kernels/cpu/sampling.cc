@@ -132,11 +132,16 @@ bool ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask
   }
   if (!any) return false;
   for (int64_t w = 0; w * 32 < vocab_size; ++w) {
-    const auto word = static_cast<uint32_t>(bitmask[w]);
-    if (word == 0xffffffffu) continue;  // all allowed: the common case for free-text spans
     const int64_t end = std::min<int64_t>(32, vocab_size - w * 32);
-    for (int64_t j = 0; j < end; ++j) {
-      if (((word >> j) & 1u) == 0) logits[w * 32 + j] = kMasked;
+    const uint32_t valid = end == 32 ? 0xffffffffu : (1u << end) - 1;
+    uint32_t masked = ~static_cast<uint32_t>(bitmask[w]) & valid;
+    if (masked == valid) {  // none allowed: most words of a constrained row
+      std::fill_n(logits + w * 32, end, kMasked);
+      continue;
+    }
+    while (masked != 0) {  // the disallowed tokens of a mixed word, lowest first
+      logits[w * 32 + __builtin_ctz(masked)] = kMasked;
+      masked &= masked - 1;
     }
   }
   return true;
