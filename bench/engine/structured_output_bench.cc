@@ -9,14 +9,14 @@
 // real BPE vocabulary of that size. The grammar is a JSON schema of five fields; the requests
 // are at its first token (state 0: XGrammar's precomputed mask) or inside the first string
 // value, after `{"name": "ab` (state 1: most of the vocabulary allowed and checked).
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
-#include <span>
+#include <cstring>
 #include <map>
-#include <tuple>
 #include <random>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -36,7 +36,8 @@ constexpr char kSchema[] = R"({"type":"object","properties":{
 std::vector<std::string> SyntheticVocab(int32_t size) {
   std::vector<std::string> vocab = {""};
   for (int b = 0; b < 256; ++b) vocab.emplace_back(1, static_cast<char>(b));
-  for (const char* t : {"{\"", "\":", "\",", "\"}", ": \"", "\", \"", "[\"", "\"]", "true", "false"}) {
+  for (const char* t :
+       {"{\"", "\":", "\",", "\"}", ": \"", "\", \"", "[\"", "\"]", "true", "false"}) {
     vocab.push_back(t);
   }
   std::mt19937 rng(1);
@@ -65,8 +66,8 @@ Setup& Get(int32_t vocab_size, int32_t batch, int32_t state = 0) {
   static std::map<std::tuple<int32_t, int32_t, int32_t>, Setup> cache;
   Setup& s = cache[{vocab_size, batch, state}];
   if (s.backend == nullptr) {
-    s.backend = *XgrammarBackend::CreateFromVocab(SyntheticVocab(vocab_size), false, vocab_size,
-                                                  {0});
+    s.backend =
+        *XgrammarBackend::CreateFromVocab(SyntheticVocab(vocab_size), false, vocab_size, {0});
     auto compiled = s.backend->Compile({ConstraintKind::kJson, kSchema, true});
     for (int32_t i = 0; i < batch; ++i) {
       s.grammars.push_back(s.backend->MakeGrammar(**compiled, 0));

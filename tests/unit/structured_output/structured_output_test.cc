@@ -179,6 +179,19 @@ TEST_F(BackendTest, JsonSchemaWalksGiveValidJson) {
   }
 }
 
+TEST_F(BackendTest, PropertiesComeInTheSchemasOrder) {
+  // "zeta" before "alpha", and a length-bounded string (compiled through the pattern rewrite).
+  const std::string schema = R"({"type":"object","properties":{
+      "zeta":{"type":"string","maxLength":3},"alpha":{"type":"integer"}},
+      "required":["zeta","alpha"]})";
+  for (uint32_t seed = 0; seed < 4; ++seed) {
+    bool ended = false;
+    std::string text =
+        Walk(*backend_, *tokenizer_, {ConstraintKind::kJson, schema, false}, seed, &ended);
+    EXPECT_EQ(text.rfind("{\"zeta\"", 0), 0u) << text;
+  }
+}
+
 TEST_F(BackendTest, OnlyStopAllowedOnceComplete) {
   auto compiled = backend_->Compile({ConstraintKind::kChoice, ChoiceAsGrammar({"yes"}), true});
   ASSERT_TRUE(compiled.ok());
