@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "structured_output/json_schema_walk.h"
+#include "structured_output/xgrammar_row.h"
 #include "xgrammar/xgrammar.h"
 
 namespace vllm::structured_output {
@@ -167,14 +168,7 @@ absl::Status CheckAdmitsSomething(const xgrammar::Grammar& grammar) {
   xgrammar::CompiledGrammar compiled = kCompiler->CompileGrammar(grammar);
   xgrammar::GrammarMatcher matcher(compiled);
   int32_t words[9] = {};
-  int64_t shape[1] = {9};
-  DLTensor t{};
-  t.data = words;
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = DLDataType{kDLInt, 32, 1};
-  t.shape = shape;
-  matcher.FillNextTokenBitmask(&t);
+  FillRow(matcher, words);
   for (int32_t w : words) {
     if (w != 0) return absl::OkStatus();
   }

@@ -10,23 +10,11 @@
 #include "frontend/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "structured_output/json_schema_walk.h"
+#include "structured_output/xgrammar_row.h"
 #include "xgrammar/xgrammar.h"
 
 namespace vllm::structured_output {
 namespace {
-
-DLTensor RowTensor(std::span<int32_t> row, int64_t* shape) {
-  shape[0] = static_cast<int64_t>(row.size());
-  DLTensor t{};
-  t.data = row.data();
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = DLDataType{kDLInt, 32, 1};
-  t.shape = shape;
-  t.strides = nullptr;
-  t.byte_offset = 0;
-  return t;
-}
 
 // XGrammar 0.2.8 turns a string with minLength/maxLength (and no pattern or format) into a
 // repetition of [^"\\\r\n], which lets raw control characters (a tab, a form feed) into the
@@ -95,11 +83,7 @@ void Grammar::Rollback(int32_t num_tokens) {
   num_accepted_tokens_ -= num_tokens;
 }
 
-void Grammar::FillBitmask(std::span<int32_t> row) {
-  int64_t shape[1];
-  DLTensor t = RowTensor(row, shape);
-  matcher_->FillNextTokenBitmask(&t);
-}
+void Grammar::FillBitmask(std::span<int32_t> row) { FillRow(*matcher_, row); }
 
 bool Grammar::IsTerminated() const { return matcher_->IsTerminated(); }
 

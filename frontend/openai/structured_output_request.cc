@@ -1,7 +1,9 @@
 #include "frontend/openai/structured_output_request.h"
 
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "frontend/engine/engine_client.h"
@@ -52,6 +54,30 @@ absl::StatusOr<std::vector<std::string>> Choices(const std::string& field, const
   return choices;
 }
 
+// The Set* helpers read `value` as the field's type into *out.
+absl::Status SetText(const std::string& field, const json& value, std::optional<std::string>* out) {
+  auto text = Text(field, value);
+  if (!text.ok()) return text.status();
+  *out = std::move(*text);
+  return absl::OkStatus();
+}
+
+absl::Status SetJsonText(const std::string& field, const json& value,
+                         std::optional<std::string>* out) {
+  auto text = JsonText(field, value);
+  if (!text.ok()) return text.status();
+  *out = std::move(*text);
+  return absl::OkStatus();
+}
+
+absl::Status SetChoices(const std::string& field, const json& value,
+                        std::optional<std::vector<std::string>>* out) {
+  auto choices = Choices(field, value);
+  if (!choices.ok()) return choices.status();
+  *out = std::move(*choices);
+  return absl::OkStatus();
+}
+
 absl::Status Bool(const std::string& field, const json& value, bool* out) {
   if (!value.is_boolean()) return WrongType(field, "a boolean", value);
   *out = value.get<bool>();
@@ -67,29 +93,17 @@ absl::Status ParseStructuredOutputsField(const json& so, StructuredOutputsParams
     if (value.is_null()) continue;
     absl::Status s;
     if (key == "json") {
-      auto text = JsonText(field, value);
-      if (!text.ok()) return text.status();
-      p->json = std::move(*text);
+      s = SetJsonText(field, value, &p->json);
     } else if (key == "regex") {
-      auto text = Text(field, value);
-      if (!text.ok()) return text.status();
-      p->regex = std::move(*text);
+      s = SetText(field, value, &p->regex);
     } else if (key == "choice") {
-      auto choices = Choices(field, value);
-      if (!choices.ok()) return choices.status();
-      p->choice = std::move(*choices);
+      s = SetChoices(field, value, &p->choice);
     } else if (key == "grammar") {
-      auto text = Text(field, value);
-      if (!text.ok()) return text.status();
-      p->grammar = std::move(*text);
+      s = SetText(field, value, &p->grammar);
     } else if (key == "structural_tag") {
-      auto text = JsonText(field, value);
-      if (!text.ok()) return text.status();
-      p->structural_tag = std::move(*text);
+      s = SetJsonText(field, value, &p->structural_tag);
     } else if (key == "whitespace_pattern") {
-      auto text = Text(field, value);
-      if (!text.ok()) return text.status();
-      p->whitespace_pattern = std::move(*text);
+      s = SetText(field, value, &p->whitespace_pattern);
     } else if (key == "json_object") {
       s = Bool(field, value, &p->json_object);
     } else if (key == "disable_any_whitespace") {
@@ -140,9 +154,10 @@ absl::Status ParseResponseFormat(const json& body, StructuredOutputsParams* p, S
       src->json_object = "response_format.json_schema";
       return absl::OkStatus();
     }
-    auto text = JsonText("response_format.json_schema.schema", *schema);
-    if (!text.ok()) return text.status();
-    p->json = std::move(*text);
+    if (absl::Status s = SetJsonText("response_format.json_schema.schema", *schema, &p->json);
+        !s.ok()) {
+      return s;
+    }
     src->json = "response_format.json_schema.schema";
     return absl::OkStatus();
   }
@@ -167,33 +182,23 @@ absl::Status ParseGuidedFields(const json& body, StructuredOutputsParams* p, Sou
     if (key.rfind("guided_", 0) != 0 || value.is_null()) continue;
     if (key == "guided_json") {
       deprecated("guided_json", "structured_outputs.json");
-      auto text = JsonText(key, value);
-      if (!text.ok()) return text.status();
-      p->json = std::move(*text);
+      if (absl::Status s = SetJsonText(key, value, &p->json); !s.ok()) return s;
       src->json = key;
     } else if (key == "guided_regex") {
       deprecated("guided_regex", "structured_outputs.regex");
-      auto text = Text(key, value);
-      if (!text.ok()) return text.status();
-      p->regex = std::move(*text);
+      if (absl::Status s = SetText(key, value, &p->regex); !s.ok()) return s;
       src->regex = key;
     } else if (key == "guided_choice") {
       deprecated("guided_choice", "structured_outputs.choice");
-      auto choices = Choices(key, value);
-      if (!choices.ok()) return choices.status();
-      p->choice = std::move(*choices);
+      if (absl::Status s = SetChoices(key, value, &p->choice); !s.ok()) return s;
       src->choice = key;
     } else if (key == "guided_grammar") {
       deprecated("guided_grammar", "structured_outputs.grammar");
-      auto text = Text(key, value);
-      if (!text.ok()) return text.status();
-      p->grammar = std::move(*text);
+      if (absl::Status s = SetText(key, value, &p->grammar); !s.ok()) return s;
       src->grammar = key;
     } else if (key == "guided_whitespace_pattern") {
       deprecated("guided_whitespace_pattern", "structured_outputs.whitespace_pattern");
-      auto text = Text(key, value);
-      if (!text.ok()) return text.status();
-      p->whitespace_pattern = std::move(*text);
+      if (absl::Status s = SetText(key, value, &p->whitespace_pattern); !s.ok()) return s;
     } else if (key == "guided_decoding_backend") {
       auto text = Text(key, value);
       if (!text.ok()) return text.status();

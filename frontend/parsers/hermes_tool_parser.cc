@@ -59,14 +59,7 @@ class HermesStream final : public ToolStreamBase {
   }
 
   bool ProcessCall(DeltaMessage* out) {
-    const size_t n = call_->Feed(buffer_);
-    Consume(n, !current_call_sent());
-    UpdateCall(call_->name(), call_->arguments(), out);
-    if (call_->state() == ToolCallObjectParser::State::kError) {
-      Fail(out);
-      return false;
-    }
-    if (call_->state() != ToolCallObjectParser::State::kDone) return false;
+    if (!FeedCall(*call_, out)) return false;
     mode_ = Mode::kAfterCall;
     return true;
   }

@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "base/python_repr.h"
+#include "base/utf8.h"
 #include "frontend/parsers/text_util.h"
 #include "frontend/parsers/tool_parser.h"
 
@@ -62,24 +63,6 @@ bool IsJsonNumber(std::string_view s, bool* is_integer) {
 
 }  // namespace
 
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 void AppendJsonStringChar(uint32_t cp, std::string* out) {
   switch (cp) {
     case '"':
@@ -109,7 +92,7 @@ void AppendJsonStringChar(uint32_t cp, std::string* out) {
   if (cp < 0x20 || (cp >= 0xD800 && cp <= 0xDFFF)) {
     AppendEscapedUnit(cp, out);
   } else {
-    AppendUtf8(cp, out);
+    base::AppendUtf8(cp, out);
   }
 }
 
@@ -372,7 +355,7 @@ void JsonRewriter::StepUnicode(char c, std::string* out) {
 
 void JsonRewriter::EmitCodePoint(uint32_t cp, std::string* out) {
   AppendJsonStringChar(cp, out);
-  if (top_is_string_ && !(cp >= 0xD800 && cp <= 0xDFFF)) AppendUtf8(cp, &decoded_);
+  if (top_is_string_ && !(cp >= 0xD800 && cp <= 0xDFFF)) base::AppendUtf8(cp, &decoded_);
 }
 
 void JsonRewriter::FlushHighSurrogate(std::string* out) {

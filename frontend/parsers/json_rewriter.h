@@ -18,9 +18,6 @@ namespace vllm::frontend::parsers {
 // (which UTF-8 cannot hold) as \uXXXX, everything else as UTF-8.
 void AppendJsonStringChar(uint32_t cp, std::string* out);
 
-// Appends `cp` (< 0x110000, not a surrogate) as UTF-8.
-void AppendUtf8(uint32_t cp, std::string* out);
-
 // Appends `s` (UTF-8) as a JSON string literal, quotes included, escaped as above.
 void AppendJsonString(std::string_view s, std::string* out);
 

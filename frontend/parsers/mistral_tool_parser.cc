@@ -137,14 +137,7 @@ class MistralStream final : public ToolStreamBase {
   }
 
   bool ProcessArrayCall(DeltaMessage* out) {
-    const size_t n = object_->Feed(buffer_);
-    Consume(n, !current_call_sent());
-    UpdateCall(object_->name(), object_->arguments(), out);
-    if (object_->state() == ToolCallObjectParser::State::kError) {
-      Fail(out);
-      return false;
-    }
-    if (object_->state() != ToolCallObjectParser::State::kDone) return false;
+    if (!FeedCall(*object_, out)) return false;
     mode_ = Mode::kArrayAfter;
     return true;
   }

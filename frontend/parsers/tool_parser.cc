@@ -130,6 +130,17 @@ void ToolStreamBase::UpdateCallWithId(const std::optional<std::string>& name,
   }
 }
 
+bool ToolStreamBase::FeedCall(ToolCallObjectParser& call, DeltaMessage* out) {
+  const size_t n = call.Feed(buffer_);
+  Consume(n, !current_call_sent());
+  UpdateCall(call.name(), call.arguments(), out);
+  if (call.state() == ToolCallObjectParser::State::kError) {
+    Fail(out);
+    return false;
+  }
+  return call.state() == ToolCallObjectParser::State::kDone;
+}
+
 void ToolStreamBase::Consume(size_t n, bool hold) {
   if (hold) held_raw_.append(buffer_, 0, n);
   buffer_.erase(0, n);

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "frontend/parsers/tool_call_object.h"
 #include "frontend/parsers/tool_parser.h"
 
 namespace vllm::frontend::parsers {
@@ -58,6 +59,9 @@ class ToolStreamBase : public ToolStreamParser {
   // Like UpdateCall, with a call id the model wrote (mistral's [CALL_ID]) when non-empty.
   void UpdateCallWithId(const std::optional<std::string>& name, std::string_view arguments,
                         std::string_view model_id, DeltaMessage* out);
+  // Feeds buffer_ to the call object being read and sends what is new of it: true once the
+  // object is complete; false while it needs more text, or when it is malformed (after Fail).
+  bool FeedCall(ToolCallObjectParser& call, DeltaMessage* out);
   bool current_call_sent() const { return name_sent_; }
   int calls() const { return calls_; }
   // Moves the first `n` bytes of buffer_ into held_raw_ (or drops them when `hold` is false).
