@@ -248,6 +248,33 @@ struct StructuredOutputsConfig {
   friend bool operator==(const StructuredOutputsConfig&, const StructuredOutputsConfig&) = default;
 };
 
+inline constexpr std::string_view kToolCallParsers[] = {"", "hermes", "llama3_json", "mistral",
+                                                        "pythonic"};
+
+// Tool calling in the OpenAI server (vLLM's frontend flags of the same names).
+struct ToolCallingConfig {
+  // tool_choice "auto" parses function calls out of the text with tool_call_parser.
+  bool enable_auto_tool_choice = false;
+  // The model family's call format ("" none): needed for any tool_choice but "none".
+  std::string tool_call_parser;
+  // tool_choice "none" leaves the tools out of the prompt too.
+  bool exclude_tools_when_tool_choice_none = false;
+
+  template <class Self, class V>
+  static void Fields(Self& s, V& v) {
+    v("enable_auto_tool_choice", s.enable_auto_tool_choice);
+    v("tool_call_parser", s.tool_call_parser, OneOf(kToolCallParsers));
+    v("exclude_tools_when_tool_choice_none", s.exclude_tools_when_tool_choice_none);
+  }
+  [[nodiscard]] absl::Status Validate() const {
+    if (enable_auto_tool_choice && tool_call_parser.empty()) {
+      return absl::InvalidArgumentError("--enable-auto-tool-choice requires --tool-call-parser");
+    }
+    return absl::OkStatus();
+  }
+  friend bool operator==(const ToolCallingConfig&, const ToolCallingConfig&) = default;
+};
+
 struct VllmConfig {
   ModelConfig model;
   CacheConfig cache;
@@ -259,6 +286,7 @@ struct VllmConfig {
   // events; its endpoint is offset by the engine's data-parallel rank.
   KvEventsConfig kv_events;
   StructuredOutputsConfig structured_outputs;
+  ToolCallingConfig tool_calling;
 
   // The parts in wire order.
   template <class Self, class V>
@@ -271,6 +299,7 @@ struct VllmConfig {
     v("load", c.load);
     v("kv_events", c.kv_events);
     v("structured_outputs", c.structured_outputs);
+    v("tool_calling", c.tool_calling);
   }
   // Every field's bounds (each part's `Fields`), every part's own checks, then the ones across
   // parts. InvalidArgument naming the flag.

@@ -176,6 +176,11 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
   server_options.port = static_cast<uint16_t>(args.port);
   server_options.api_key = args.api_key;
   server_options.max_connections = args.max_connections;
+  server_options.tool_call_parser = args.config.tool_calling.tool_call_parser;
+  server_options.enable_auto_tool_choice = args.config.tool_calling.enable_auto_tool_choice;
+  server_options.exclude_tools_when_tool_choice_none =
+      args.config.tool_calling.exclude_tools_when_tool_choice_none;
+  server_options.reasoning_parser = args.config.structured_outputs.reasoning_parser;
   if (role.count > 1) {
     server_options.reuse_port = true;
     server_options.server_name = absl::StrCat("vllm-launch api-server/", role.index);

@@ -286,8 +286,20 @@ void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                  "'{\"backend\": \"xgrammar\", \"disable_any_whitespace\": true}'.")
       ->group("VllmConfig");
   app.add_option("--reasoning-parser", f.reasoning_parser,
-                 "Split <think>...</think> into reasoning_content (not supported yet).")
+                 "deepseek_r1 or qwen3: chat answers split <think>...</think> into reasoning, "
+                 "and structured outputs start after it.")
       ->group("VllmConfig");
+  app.add_flag("--enable-auto-tool-choice", c.tool_calling.enable_auto_tool_choice,
+               "tool_choice \"auto\": parse function calls out of the text (needs "
+               "--tool-call-parser).")
+      ->group("Frontend");
+  app.add_option("--tool-call-parser", c.tool_calling.tool_call_parser,
+                 "The model's tool-call format: hermes, llama3_json, mistral or pythonic.")
+      ->group("Frontend");
+  app.add_flag("--exclude-tools-when-tool-choice-none",
+               c.tool_calling.exclude_tools_when_tool_choice_none,
+               "Leave the tools out of the prompt when tool_choice is \"none\".")
+      ->group("Frontend");
   app.add_option("--max-structured-output-compile-seconds",
                  c.structured_outputs.max_compile_seconds,
                  "A request whose grammar takes longer to compile fails (ours; default 30).")
@@ -400,19 +412,20 @@ absl::Status ApplyStructuredOutputsConfig(const FlagValues& f, config::VllmConfi
         if (key == "disable_any_whitespace") s.disable_any_whitespace = v.get<bool>();
         if (key == "disable_additional_properties") s.disable_additional_properties = v.get<bool>();
         if (key == "enable_in_reasoning" && v.get<bool>()) {
-          return error(key, "reasoning parsers are not supported yet");
+          return error(key, "not supported: structured outputs start after the reasoning");
         }
-      } else if (key == "reasoning_parser" || key == "reasoning_parser_plugin") {
+      } else if (key == "reasoning_parser") {
         if (!v.is_string()) return error(key, "expected a string");
-        if (!v.get<std::string>().empty()) return error(key, "not supported yet");
+        s.reasoning_parser = v.get<std::string>();
+      } else if (key == "reasoning_parser_plugin") {
+        if (!v.is_string()) return error(key, "expected a string");
+        if (!v.get<std::string>().empty()) return error(key, "plugins are not supported");
       } else {
         return error(key, "not a StructuredOutputsConfig field");
       }
     }
   }
-  if (!f.reasoning_parser.empty()) {
-    return absl::InvalidArgumentError("--reasoning-parser: not supported yet");
-  }
+  if (!f.reasoning_parser.empty()) s.reasoning_parser = f.reasoning_parser;
   return absl::OkStatus();
 }
 

@@ -153,30 +153,32 @@ void AsyncLLM::Abort(const std::string& request_id) {
 
 absl::Status AsyncLLM::Health() const { return client_->failure(); }
 
-absl::StatusOr<std::vector<int32_t>> AsyncLLM::TokenizeChat(
-    const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-    bool continue_final_message, bool add_special_tokens) const {
+absl::StatusOr<std::vector<int32_t>> AsyncLLM::TokenizeChat(const ChatTemplateInput& input) const {
   if (!chat_template_.has_value()) {
     return absl::InvalidArgumentError(
         "the model has no chat template (tokenizer_config.json chat_template); pass "
         "--chat-template or use /v1/completions");
   }
-  if (continue_final_message && add_generation_prompt) {
+  if (input.continue_final_message && input.add_generation_prompt) {
     return absl::InvalidArgumentError(
         "continue_final_message and add_generation_prompt cannot both be true");
   }
   VLLM_ASSIGN_OR_RETURN(std::string prompt,
-                        chat_template_->Render(messages, add_generation_prompt,
-                                               tokenizer_->bos_token(), tokenizer_->eos_token()));
-  if (continue_final_message && !messages.empty()) {
+                        chat_template_->RenderJson(
+                            input.messages, input.tools, input.kwargs, input.add_generation_prompt,
+                            tokenizer_->bos_token(), tokenizer_->eos_token()));
+  if (input.continue_final_message && input.messages.is_array() && !input.messages.empty()) {
     // Cut what the template appended after the final message's content (end-of-turn tokens).
-    const std::string& last = messages.back().content;
-    const size_t at = prompt.rfind(last);
-    if (at != std::string::npos) prompt.resize(at + last.size());
+    const auto& content = input.messages.back().find("content");
+    if (content != input.messages.back().end() && content->is_string()) {
+      const std::string last = content->get<std::string>();
+      const size_t at = prompt.rfind(last);
+      if (at != std::string::npos) prompt.resize(at + last.size());
+    }
   }
   // As vLLM: the template writes BOS where the model wants it, so a chat is tokenized
   // without the tokenizer's special tokens unless the request asks for them.
-  return tokenizer_->Encode(prompt, add_special_tokens);
+  return tokenizer_->Encode(prompt, input.add_special_tokens);
 }
 
 absl::StatusOr<std::vector<int32_t>> AsyncLLM::Tokenize(std::string_view text,

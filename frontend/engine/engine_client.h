@@ -22,8 +22,22 @@
 #include "core/engine_core_types.h"
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"  // ChatMessage
+#include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
+
+// What a chat's template renders (transformers' apply_chat_template arguments; see
+// ChatTemplate::RenderJson): the messages as the template sees them (frontend/openai's
+// TemplateMessages), the request's tools (an array, or null), its template variables
+// (chat_template_kwargs), and the prompt flags.
+struct ChatTemplateInput {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null: the template sees `tools` as none
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
+  bool add_special_tokens = false;
+};
 
 // Errors of EngineClient calls about a request field name it, so that the OpenAI error body's
 // "param" can: the field rides as the status payload kParamPayloadUrl.
@@ -154,15 +168,13 @@ class EngineClient {
   virtual std::string ModelName() const = 0;
   virtual int32_t MaxModelLen() const = 0;
 
-  // The prompt token ids of a chat: the messages rendered with the model's chat template
-  // (which writes BOS itself where the model wants it), then tokenized, with the tokenizer's
-  // special tokens (BOS) added only when `add_special_tokens` (vLLM's default for chat:
-  // false). A chat completion sends exactly these ids (add_special_tokens as the request
-  // says), and POST /tokenize returns them. InvalidArgument (HTTP 400) for messages the
-  // template rejects or a model without a chat template.
+  // The prompt token ids of a chat: `input` rendered with the model's chat template (which
+  // writes BOS itself where the model wants it), then tokenized, with the tokenizer's special
+  // tokens (BOS) added only when input.add_special_tokens (vLLM's default for chat: false). A
+  // chat completion sends exactly these ids, and POST /tokenize returns them. InvalidArgument
+  // (HTTP 400) for messages the template rejects or a model without a chat template.
   [[nodiscard]] virtual absl::StatusOr<std::vector<int32_t>> TokenizeChat(
-      const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-      bool continue_final_message, bool add_special_tokens) const = 0;
+      const ChatTemplateInput& input) const = 0;
 
   // The token ids of `text` as a completion with a text prompt sends them
   // (`add_special_tokens`: true there). Internal only on a tokenizer failure.

@@ -346,10 +346,26 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(EngineClient* engin
     return absl::InvalidArgumentError(
         absl::StrCat("max_connections must be >= 0, got ", options.max_connections));
   }
+  if (options.enable_auto_tool_choice && options.tool_call_parser.empty()) {
+    return absl::InvalidArgumentError("--enable-auto-tool-choice requires --tool-call-parser");
+  }
+  std::unique_ptr<parsers::ToolParser> tool_parser;
+  if (!options.tool_call_parser.empty()) {
+    VLLM_ASSIGN_OR_RETURN(tool_parser, parsers::MakeToolParser(options.tool_call_parser));
+  }
+  std::unique_ptr<parsers::ReasoningParser> reasoning_parser;
+  if (!options.reasoning_parser.empty()) {
+    VLLM_ASSIGN_OR_RETURN(reasoning_parser, parsers::MakeReasoningParser(options.reasoning_parser));
+  }
   const int64_t max_connections =
       options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
-  auto impl = std::make_unique<Impl>(
-      std::make_shared<ServerContext>(engine, std::move(options), max_connections));
+  auto ctx = std::make_shared<ServerContext>(engine, std::move(options), max_connections);
+  ctx->tool_parser = std::move(tool_parser);
+  ctx->reasoning_parser = std::move(reasoning_parser);
+  ctx->chat_parsers =
+      ChatParsers{ctx->tool_parser.get(), ctx->options.enable_auto_tool_choice,
+                  ctx->options.exclude_tools_when_tool_choice_none, ctx->reasoning_parser.get()};
+  auto impl = std::make_unique<Impl>(std::move(ctx));
   VLLM_RETURN_IF_ERROR(impl->Listen());
   return std::unique_ptr<ApiServer>(new ApiServer(std::move(impl)));
 }

@@ -70,6 +70,15 @@ struct ApiServerOptions {
   // The Server header of every answer (with several API servers, "vllm-launch api-server/<i>"
   // says which process answered).
   std::string server_name = "vllm-launch";
+  // Tool calling (vLLM's flags): --tool-call-parser (hermes, llama3_json, mistral, pythonic;
+  // "" none), --enable-auto-tool-choice (tool_choice "auto" parses calls from the text; needs
+  // the parser), --exclude-tools-when-tool-choice-none.
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
+  bool exclude_tools_when_tool_choice_none = false;
+  // --reasoning-parser (deepseek_r1, qwen3; "" none): chat answers split <think>...</think>
+  // into reasoning.
+  std::string reasoning_parser;
 };
 
 // Connections answered past max_connections (one request each, /health normally).

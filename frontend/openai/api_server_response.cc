@@ -32,7 +32,8 @@ std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
 }
 
 absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view body,
-                                                 const EngineClient& engine) {
+                                                 const EngineClient& engine,
+                                                 const ChatParsers& parsers) {
   VLLM_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonObject(body));
   const std::string model_name = engine.ModelName();
   ParsedGeneration parsed;
@@ -56,13 +57,28 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
     return parsed;
   }
   VLLM_ASSIGN_OR_RETURN(ChatCompletionRequest r, ParseChatCompletionRequest(json, model_name));
+  VLLM_ASSIGN_OR_RETURN(ToolRequest tools, ParseToolRequest(json, parsers));
+  VLLM_RETURN_IF_ERROR(ApplyToolChoiceGrammar(json, tools, &r.options.params));
+  ChatTemplateInput input;
+  VLLM_ASSIGN_OR_RETURN(input.messages, TemplateMessages(json));
+  VLLM_ASSIGN_OR_RETURN(input.kwargs, TemplateKwargs(json));
+  if (tools.choice != ToolChoice::kNone || !parsers.exclude_tools_when_tool_choice_none) {
+    input.tools = tools.tools;
+  }
+  input.add_generation_prompt = r.add_generation_prompt;
+  input.continue_final_message = r.continue_final_message;
+  input.add_special_tokens = r.add_special_tokens;
   // The same ids POST /tokenize returns for these messages.
-  VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                        engine.TokenizeChat(r.messages, r.add_generation_prompt,
-                                            r.continue_final_message, r.add_special_tokens));
+  VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, engine.TokenizeChat(input));
   parsed.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
   parsed.options = std::move(r.options);
   parsed.logprobs = r.logprobs;
+  VLLM_ASSIGN_OR_RETURN(parsed.chat_output, ChatOutputFor(json, tools, input.kwargs, parsers));
+  if (tools.choice != ToolChoice::kNone && parsers.tool_parser != nullptr &&
+      (parsers.tool_parser->name() == "hermes" || parsers.tool_parser->name() == "mistral")) {
+    // Their call markers are special tokens for some models (vLLM's adjust_request).
+    parsed.options.skip_special_tokens = false;
+  }
   return parsed;
 }
 
@@ -73,8 +89,16 @@ absl::StatusOr<nlohmann::json> HandleTokenize(std::string_view body, const Engin
   if (r.prompt.has_value()) {
     VLLM_ASSIGN_OR_RETURN(ids, engine.Tokenize(*r.prompt, r.add_special_tokens));
   } else {
-    VLLM_ASSIGN_OR_RETURN(ids, engine.TokenizeChat(r.messages, r.add_generation_prompt,
-                                                   r.continue_final_message, r.add_special_tokens));
+    ChatTemplateInput input;
+    VLLM_ASSIGN_OR_RETURN(input.messages, TemplateMessages(json));
+    VLLM_ASSIGN_OR_RETURN(input.kwargs, TemplateKwargs(json));
+    if (const auto t = json.find("tools"); t != json.end() && t->is_array() && !t->empty()) {
+      input.tools = nlohmann::ordered_json(*t);
+    }
+    input.add_generation_prompt = r.add_generation_prompt;
+    input.continue_final_message = r.continue_final_message;
+    input.add_special_tokens = r.add_special_tokens;
+    VLLM_ASSIGN_OR_RETURN(ids, engine.TokenizeChat(input));
   }
   std::optional<std::vector<std::string>> token_strs;
   if (r.return_token_strs) {
@@ -103,6 +127,24 @@ ResponseAssembler::ResponseAssembler(ApiKind kind, ResponseMeta meta, int32_t nu
     choices_[i].choice.index = i;
     if (logprobs_) choices_[i].choice.logprobs.emplace();
   }
+}
+
+void ResponseAssembler::SetChatOutput(ChatOutputOptions options) {
+  chat_output_ = std::move(options);
+  if (kind_ != ApiKind::kChat || !chat_output_.active() || !stream_) return;
+  for (ChoiceState& state : choices_) {
+    state.parser = std::make_unique<ChatOutputStream>(chat_output_);
+  }
+}
+
+void ResponseAssembler::ParseDelta(ChoiceState& state, const GenerateOutput& output,
+                                   Choice* delta) {
+  ChatMessageParts parts = state.parser->Feed(delta->text);
+  if (output.finished()) {
+    parts.Append(state.parser->Finish());
+    delta->tool_calls_finish = state.parser->tools_called() && !chat_output_.named;
+  }
+  delta->chat = std::move(parts);
 }
 
 void ResponseAssembler::SetEcho(std::vector<std::string> prompt_texts) {
@@ -163,8 +205,13 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
     acc.finish_reason = output.finish_reason;
     acc.stop_string = output.stop_string;
     acc.stop_token_id = output.stop_token_id;
+    if (output.finished() && kind_ == ApiKind::kChat && chat_output_.active()) {
+      acc.chat = ParseChatOutput(chat_output_, acc.text);
+      acc.tool_calls_finish = !acc.chat->tool_calls.empty() && !chat_output_.named;
+    }
     return "";
   }
+  const bool parsed = state.parser != nullptr;
   if (text.empty() && logprobs.empty() && !output.finished() &&
       !output.prompt_logprobs.has_value()) {
     return "";
@@ -179,6 +226,14 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
   delta.stop_string = output.stop_string;
   delta.stop_token_id = output.stop_token_id;
   acc.text_offset += delta.text.size();
+  if (parsed) {
+    ParseDelta(state, output, &delta);
+    // Text held back by the parsers (a possible tag) waits for the next step.
+    if (delta.chat->empty() && logprobs_ == false && !output.finished() &&
+        !output.prompt_logprobs.has_value()) {
+      return "";
+    }
+  }
   return SseEvent(kind_ == ApiKind::kChat ? BuildChatChunk(meta_, delta, /*first=*/false)
                                           : BuildCompletionChunk(meta_, delta));
 }

@@ -6,11 +6,14 @@
 #define VLLM_FRONTEND_OPENAI_API_SERVER_RESPONSE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "frontend/engine/engine_client.h"
+#include "frontend/openai/chat_output.h"
+#include "frontend/openai/chat_tools.h"
 #include "frontend/openai/openai_protocol.h"
 
 namespace vllm::frontend {
@@ -36,14 +39,18 @@ struct ParsedGeneration {
   std::vector<std::string> echo_texts;
   // echo with logprobs: each choice's logprobs start with its prompt's (vLLM's echo).
   bool echo_logprobs = false;
+  // Chat: how each choice's text becomes its message (reasoning, tool calls).
+  ChatOutputOptions chat_output;
 };
 
 // Parses a /v1/completions or /v1/chat/completions body against `engine`'s model and chat
 // template. Every failure is a Status for the error body (400 for a malformed or invalid body,
 // 404 for another model); never throws. CPU-heavy for large bodies (JSON, chat template): the
 // server runs it off its I/O threads.
+// `parsers`: the server's tool-call and reasoning parsers (chat only).
 [[nodiscard]] absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view body,
-                                                               const EngineClient& engine);
+                                                               const EngineClient& engine,
+                                                               const ChatParsers& parsers = {});
 
 // POST /tokenize and POST /detokenize: the body parsed, tokenized or decoded by `engine`, and
 // vLLM's response body (see openai_protocol.h). Failures are Statuses for the error body
@@ -70,6 +77,9 @@ class ResponseAssembler {
   // token with null logprobs, then at most `num_top` alternatives each). Call before the
   // first OnOutput.
   void SetEchoLogprobs(int32_t num_top) { echo_logprobs_top_ = num_top; }
+  // Chat: parse each choice's text into reasoning, content and tool calls. Call before the
+  // first OnOutput.
+  void SetChatOutput(ChatOutputOptions options);
 
   // Streaming: the events that open the stream (chat: one role chunk per choice).
   std::string Start();
@@ -92,7 +102,10 @@ class ResponseAssembler {
     int32_t output_tokens = 0;
     bool finished = false;
     std::string echo;  // text still to put before the choice's next text (echo)
+    std::unique_ptr<ChatOutputStream> parser;  // a stream's output parsing (SetChatOutput)
   };
+  // A streamed chat choice's delta through its output parser.
+  void ParseDelta(ChoiceState& state, const GenerateOutput& output, Choice* delta);
 
   Usage TotalUsage() const;
 
@@ -104,6 +117,7 @@ class ResponseAssembler {
   const bool logprobs_;
   bool tokens_as_ids_ = false;
   int32_t echo_logprobs_top_ = -1;  // -1: no echo logprobs
+  ChatOutputOptions chat_output_;   // the streams' parsers refer to it
   std::vector<ChoiceState> choices_;
   int32_t num_finished_ = 0;
 };

@@ -80,6 +80,10 @@ struct ServerContext {
 
   EngineClient* const engine;
   const ApiServerOptions options;
+  // The server's parsers (set once by ApiServer::Create, before any request).
+  std::unique_ptr<parsers::ToolParser> tool_parser;
+  std::unique_ptr<parsers::ReasoningParser> reasoning_parser;
+  ChatParsers chat_parsers;
   const int64_t max_connections;
   MetricsRegistry registry;
   ServerMetrics metrics;
@@ -157,6 +161,7 @@ struct Prepared {
   bool logprobs = false;
   std::vector<std::string> echo_texts;   // per prompt (echo), else empty
   bool echo_logprobs = false;            // echo with logprobs
+  ChatOutputOptions chat_output;         // chat: reasoning and tool-call parsing
   std::vector<std::string> request_ids;  // started in the engine, in choice order
 };
 

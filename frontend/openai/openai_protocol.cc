@@ -187,7 +187,6 @@ absl::Status ParseCommon(const json& body, GenerationOptions* options) {
   }
   VLLM_RETURN_IF_ERROR(ParseStop(body, options));
   VLLM_RETURN_IF_ERROR(ParseStreamOptions(body, options));
-  VLLM_RETURN_IF_ERROR(RejectUnhonouredFields(body));
   VLLM_RETURN_IF_ERROR(ParseStructuredOutputs(body, &p));
   VLLM_RETURN_IF_ERROR(
       Assign(GetBool(body, "include_stop_str_in_output"), &options->include_stop_str_in_output));
@@ -448,6 +447,9 @@ json CompletionLogprobs(const std::vector<PositionLogprobs>& positions, size_t o
 
 json FinishReasonJson(const Choice& choice) {
   if (!choice.finish_reason.has_value()) return nullptr;
+  if (choice.tool_calls_finish && *choice.finish_reason == core::FinishReason::kStop) {
+    return "tool_calls";
+  }
   return std::string(core::FinishReasonName(*choice.finish_reason));
 }
 
@@ -544,6 +546,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body,
   VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
   VLLM_ASSIGN_OR_RETURN(request.prompts, ParsePrompts(body));
   VLLM_RETURN_IF_ERROR(RejectUnsupportedCompletionFields(body));
+  VLLM_RETURN_IF_ERROR(RejectUnhonouredFields(body, /*chat=*/false));
   GenerationOptions& options = request.options;
   VLLM_RETURN_IF_ERROR(ParseCommon(body, &options));
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens,
@@ -570,6 +573,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const json& bod
   ChatCompletionRequest request;
   VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
   VLLM_ASSIGN_OR_RETURN(request.messages, ParseMessages(body));
+  VLLM_RETURN_IF_ERROR(RejectUnhonouredFields(body, /*chat=*/true));
   GenerationOptions& options = request.options;
   VLLM_RETURN_IF_ERROR(ParseCommon(body, &options));
   VLLM_RETURN_IF_ERROR(ParseTemplateFlags(body, &request));
@@ -649,13 +653,63 @@ json BuildCompletionResponse(const ResponseMeta& meta, const std::vector<Choice>
   return out;
 }
 
+namespace {
+
+// reasoning under vLLM 0.33's name and the older reasoning_content (the same text).
+void AddReasoning(const ChatMessageParts& parts, json* message) {
+  if (!parts.reasoning.has_value()) return;
+  (*message)["reasoning"] = *parts.reasoning;
+  (*message)["reasoning_content"] = *parts.reasoning;
+}
+
+json ChatMessageJson(const Choice& c) {
+  if (!c.chat.has_value()) return json{{"role", "assistant"}, {"content", c.text}};
+  const ChatMessageParts& parts = *c.chat;
+  json message{{"role", "assistant"},
+               {"content", parts.content.has_value() ? json(*parts.content) : json()}};
+  AddReasoning(parts, &message);
+  if (!parts.tool_calls.empty()) {
+    json calls = json::array();
+    for (const parsers::ToolCall& call : parts.tool_calls) {
+      calls.push_back(json{{"id", call.id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+    }
+    message["tool_calls"] = std::move(calls);
+  }
+  return message;
+}
+
+// A stream step's delta: each field only when it has something.
+void AddChatParts(const ChatMessageParts& parts, json* delta) {
+  if (parts.content.has_value()) (*delta)["content"] = *parts.content;
+  AddReasoning(parts, delta);
+  if (parts.tool_call_deltas.empty()) return;
+  json calls = json::array();
+  for (const parsers::ToolCallDelta& d : parts.tool_call_deltas) {
+    json call{{"index", d.index}};
+    json function = json::object();
+    if (d.id.has_value()) {
+      call["id"] = *d.id;
+      call["type"] = "function";
+    }
+    if (d.name.has_value()) function["name"] = *d.name;
+    function["arguments"] = d.arguments;
+    call["function"] = std::move(function);
+    calls.push_back(std::move(call));
+  }
+  (*delta)["tool_calls"] = std::move(calls);
+}
+
+}  // namespace
+
 json BuildChatCompletionResponse(const ResponseMeta& meta, const std::vector<Choice>& choices,
                                  const Usage& usage) {
   json out = Envelope(meta, "chat.completion");
   json list = json::array();
   for (const Choice& c : choices) {
     list.push_back(json{{"index", c.index},
-                        {"message", {{"role", "assistant"}, {"content", c.text}}},
+                        {"message", ChatMessageJson(c)},
                         {"logprobs", c.logprobs.has_value() ? ChatLogprobs(*c.logprobs) : json()},
                         {"finish_reason", FinishReasonJson(c)},
                         {"stop_reason", StopReasonJson(c)}});
@@ -688,7 +742,11 @@ json BuildChatChunk(const ResponseMeta& meta, const Choice& c, bool first) {
   json out = Envelope(meta, "chat.completion.chunk");
   json delta = json::object();
   if (first) delta["role"] = "assistant";
-  if (first || !c.text.empty()) delta["content"] = c.text;
+  if (c.chat.has_value() && !first) {
+    AddChatParts(*c.chat, &delta);
+  } else if (first || !c.text.empty()) {
+    delta["content"] = c.text;
+  }
   json choice{{"index", c.index},
               {"delta", std::move(delta)},
               {"logprobs", c.logprobs.has_value() ? ChatLogprobs(*c.logprobs) : json()},

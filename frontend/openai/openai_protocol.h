@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "core/sampling_params.h"
 #include "frontend/engine/engine_client.h"
+#include "frontend/openai/chat_output.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
@@ -160,6 +161,12 @@ struct Choice {
   // of a completion, at the top level of a chat response (its first choice's); in a stream,
   // in the choice's first chunk.
   std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
+  // Chat with output parsing (a reasoning parser, tool calls): the message's fields (a chunk:
+  // this step's delta of them); unset: `text` is the content.
+  std::optional<ChatMessageParts> chat;
+  // finish_reason "tool_calls" in place of "stop": the choice made calls (tool_choice not a
+  // named function).
+  bool tool_calls_finish = false;
 };
 
 // Identity of one response, shared by all its chunks.

@@ -209,7 +209,8 @@ Prepared Session::Prepare(const PostTarget& target, ApiKind kind, uint64_t seria
   ServerContext& ctx = *target.ctx;
   Prepared out;
   out.kind = kind;
-  absl::StatusOr<ParsedGeneration> parsed = ParseGeneration(kind, body, *ctx.engine);
+  absl::StatusOr<ParsedGeneration> parsed =
+      ParseGeneration(kind, body, *ctx.engine, ctx.chat_parsers);
   if (!parsed.ok()) {
     out.status = parsed.status();
     return out;
@@ -220,6 +221,7 @@ Prepared Session::Prepare(const PostTarget& target, ApiKind kind, uint64_t seria
   out.logprobs = parsed->logprobs;
   out.echo_texts = std::move(parsed->echo_texts);
   out.echo_logprobs = parsed->echo_logprobs;
+  out.chat_output = std::move(parsed->chat_output);
   std::vector<GenerateRequest> requests =
       FanOut(parsed->prompts, out.options, out.meta.id, WallSeconds());
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -264,6 +266,7 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
       prepared.logprobs);
   gen.assembler->SetEcho(std::move(prepared.echo_texts));
   gen.assembler->SetTokensAsTokenIds(prepared.options.return_tokens_as_token_ids);
+  gen.assembler->SetChatOutput(std::move(prepared.chat_output));
   if (prepared.echo_logprobs) {
     gen.assembler->SetEchoLogprobs(prepared.options.params.logprobs.value_or(0));
   }

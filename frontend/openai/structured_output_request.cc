@@ -257,21 +257,27 @@ absl::Status ParseStructuredOutputs(const json& body, core::SamplingParams* para
   return absl::OkStatus();
 }
 
-absl::Status RejectUnhonouredFields(const json& body) {
+absl::Status RejectUnhonouredFields(const json& body, bool chat) {
   auto set = [&body](const char* field) {
     const auto it = body.find(field);
     return it != body.end() && !it->is_null() && !(it->is_array() && it->empty());
   };
-  for (const char* field : {"tools", "functions", "function_call", "logit_bias"}) {
+  if (set("logit_bias")) {
+    return InvalidParam("logit_bias", "logit_bias is not supported by this server yet");
+  }
+  if (chat) return absl::OkStatus();  // tools: ParseToolRequest (frontend/openai/chat_tools.h)
+  for (const char* field : {"tools", "functions", "function_call"}) {
     if (set(field)) {
-      return InvalidParam(field, absl::StrCat(field, " is not supported by this server yet"));
+      return InvalidParam(field, absl::StrCat(field,
+                                              " is a chat completions field: send it to "
+                                              "/v1/chat/completions"));
     }
   }
   if (const auto it = body.find("tool_choice");
-      it != body.end() && !it->is_null() && *it != "none" && *it != "auto") {
+      it != body.end() && !it->is_null() && *it != "none") {
     return InvalidParam("tool_choice",
-                        "tool_choice needs tools, which this server does not "
-                        "support yet");
+                        "tool_choice is a chat completions field: send it to "
+                        "/v1/chat/completions");
   }
   return absl::OkStatus();
 }

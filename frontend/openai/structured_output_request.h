@@ -20,10 +20,10 @@ namespace vllm::frontend {
 [[nodiscard]] absl::Status ParseStructuredOutputs(const nlohmann::json& body,
                                                   core::SamplingParams* params);
 
-// Fields vLLM has that this server does not honour yet: InvalidParam naming the field when a
-// request sets one to anything but its no-op value (tools, tool_choice other than "none",
-// functions, function_call, logit_bias).
-[[nodiscard]] absl::Status RejectUnhonouredFields(const nlohmann::json& body);
+// Fields this server does not honour on this endpoint: InvalidParam naming the field when a
+// request sets one to anything but its no-op value (logit_bias; on /v1/completions also the
+// chat fields tools, tool_choice other than "none", functions and function_call).
+[[nodiscard]] absl::Status RejectUnhonouredFields(const nlohmann::json& body, bool chat);
 
 }  // namespace vllm::frontend
 

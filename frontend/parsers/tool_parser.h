@@ -123,6 +123,15 @@ std::vector<std::string> ToolParserNames();
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ToolParser>> MakeToolParser(
     std::string_view name, ToolParserOptions options = {});
 
+// The parsers of the forced tool choices, whose output a grammar built from the tools shapes
+// (frontend/parsers/forced_tool_parser.cc). "required": the output is a JSON array of
+// {"name": ..., "parameters": {...}} objects, each a call (arguments: json.dumps of
+// "parameters"); anything else has no calls. Named (`tool_choice` naming `function`): the
+// whole output is that function's arguments, as generated; blank output has no call.
+std::unique_ptr<ToolParser> MakeRequiredToolParser(ToolParserOptions options = {});
+std::unique_ptr<ToolParser> MakeNamedToolParser(std::string function,
+                                                ToolParserOptions options = {});
+
 }  // namespace vllm::frontend::parsers
 
 #endif  // VLLM_FRONTEND_PARSERS_TOOL_PARSER_H_

@@ -16,6 +16,13 @@ then 2 (worker processes; also `--served-model-name`), and through `openai.OpenA
   bytes, streamed); `stop` (with `stop_reason`, streamed, `include_stop_str_in_output`);
 - vLLM's fields via `extra_body`: `top_k`, `min_p`, `stop_token_ids`, `min_tokens`,
   `ignore_eos`, `repetition_penalty`;
+- tool calling (the server runs with `--enable-auto-tool-choice --tool-call-parser hermes`):
+  `tool_choice` "required" (also `parallel_tool_calls=False`, `n=2`) and a named function
+  give calls whose arguments validate against the tool's schema (jsonschema), streamed calls
+  reassemble to the same calls, finish_reason "tool_calls" / "stop"; "auto" answers the
+  bundled model's prose as content; "none" answers as if no tools were sent (the bundled
+  template ignores them); `response_format` json_schema through
+  `client.beta.chat.completions.parse` with a pydantic model;
 - bad requests raise openai.BadRequestError whose message and `param` name the field (also for
   `stream=True`); an unknown model raises openai.NotFoundError; a wrong API key raises
   openai.AuthenticationError;
@@ -46,7 +53,9 @@ import time
 import unittest
 
 try:
+    import jsonschema
     import openai
+    import pydantic
 except ImportError as e:  # a failure, never a skip: the test setup installs the SDK
     print(f"FAIL: cannot import openai ({e}); run scripts/test.sh, which installs it into "
           "build/release/pydeps, or put it on PYTHONPATH", file=sys.stderr)
@@ -61,6 +70,18 @@ MAX_TOKENS = 40  # greedy answers compared with the in-process engine
 COMPLETION_PROMPTS = ["In the beginning", "And the LORD said", "The LORD is my shepherd"]
 CHAT_PROMPTS = ["Blessed are the meek", "Who was Moses?"]  # both end with EOS before 40 tokens
 PR_SET_CHILD_SUBREAPER = 36
+TOOL_SCHEMAS = {
+    "get_weather": {"type": "object",
+                    "properties": {"city": {"type": "string", "maxLength": 12},
+                                   "unit": {"enum": ["celsius", "fahrenheit"]}},
+                    "required": ["city", "unit"], "additionalProperties": False},
+    "get_time": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "EST"]}},
+                 "required": ["zone"], "additionalProperties": False},
+}
+TOOLS = [{"type": "function",
+          "function": {"name": name, "description": f"{name} somewhere", "parameters": schema}}
+         for name, schema in TOOL_SCHEMAS.items()]
+TOOL_QUESTION = "What is the weather in Ur of the Chaldees?"
 
 ARGS = None  # parsed command line
 REFERENCE = {}  # ("prompt" | "chat", text) -> llm_generate's JSON answer
@@ -186,7 +207,8 @@ class ServerTest(unittest.TestCase):
         cls.log = tempfile.TemporaryFile()
         # No model argument: the server's default, the bundled model.
         cmd = [ARGS.launch, "--host", "127.0.0.1", "--port", "0", "-tp", str(cls.TP),
-               "--kv-cache-memory", "64MiB", "--api-key", API_KEY]
+               "--kv-cache-memory", "64MiB", "--api-key", API_KEY,
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
         if cls.MODEL_NAME:
             cmd += ["--served-model-name", cls.MODEL_NAME]
         cls.server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -295,6 +317,44 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(usage.prompt_tokens, prompt_tokens)
         self.assertEqual(usage.completion_tokens, completion_tokens)
         self.assertEqual(usage.total_tokens, prompt_tokens + completion_tokens)
+
+    def tool_chat(self, tool_choice, **kw):
+        kw.setdefault("max_tokens", 200)
+        kw.setdefault("temperature", 0)
+        return self.client.chat.completions.create(
+            model=self.model, messages=[{"role": "user", "content": TOOL_QUESTION}],
+            tools=TOOLS, tool_choice=tool_choice, **kw)
+
+    def assert_calls(self, calls):
+        """Each call names a tool, has a vLLM id, and arguments valid for the tool's schema."""
+        self.assertTrue(calls)
+        for call in calls:
+            self.assertEqual(call.type, "function")
+            self.assertRegex(call.id, r"^chatcmpl-tool-[0-9a-f]{32}$")
+            self.assertIn(call.function.name, TOOL_SCHEMAS)
+            jsonschema.validate(json.loads(call.function.arguments),
+                                TOOL_SCHEMAS[call.function.name])
+
+    def streamed_tool_chat(self, tool_choice, **kw):
+        """The stream's calls reassembled by index, as (id, name, arguments), its content and
+        its finish_reason."""
+        calls, content, finish = {}, "", None
+        for chunk in self.tool_chat(tool_choice, stream=True, **kw):
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                finish = choice.finish_reason or finish
+                for d in choice.delta.tool_calls or []:
+                    entry = calls.setdefault(d.index, ["", "", ""])
+                    if d.id:
+                        self.assertEqual(entry[0], "", "a second id for one call")
+                        entry[0] = d.id
+                        self.assertEqual(d.type, "function")
+                    if d.function and d.function.name:
+                        entry[1] = d.function.name
+                    if d.function and d.function.arguments:
+                        entry[2] += d.function.arguments
+        self.assertEqual(sorted(calls), list(range(len(calls))))
+        return [tuple(calls[i]) for i in sorted(calls)], content, finish
 
     def assert_bad_request(self, call, param, words):
         """`call` raises openai.BadRequestError whose message names `param` and `words`."""
@@ -529,6 +589,79 @@ class ServerTest(unittest.TestCase):
             self.client.completions.create(model="no-such-model", prompt=prompt, max_tokens=1)
         self.assertIn("no-such-model", str(ctx.exception))
         self.complete(prompt, max_tokens=1)  # the server still serves
+
+    def test_tool_choice_required(self):
+        r = self.tool_chat("required")
+        choice = r.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls", choice)
+        self.assertEqual(choice.message.content, "")  # vLLM: forced choices answer ""
+        self.assert_calls(choice.message.tool_calls)
+        calls, content, finish = self.streamed_tool_chat("required")
+        self.assertEqual(finish, "tool_calls")
+        self.assertEqual(content, "")
+        self.assertEqual([(c[1], c[2]) for c in calls],
+                         [(c.function.name, c.function.arguments)
+                          for c in choice.message.tool_calls])
+        self.assertTrue(all(re.fullmatch(r"chatcmpl-tool-[0-9a-f]{32}", c[0]) for c in calls))
+        one = self.tool_chat("required", parallel_tool_calls=False, temperature=1, seed=3)
+        self.assertEqual(len(one.choices[0].message.tool_calls), 1)
+        self.assert_calls(one.choices[0].message.tool_calls)
+        two = self.tool_chat("required", n=2, temperature=1, seed=5)
+        self.assertEqual(len(two.choices), 2)
+        for c in two.choices:
+            if c.finish_reason == "tool_calls":
+                self.assert_calls(c.message.tool_calls)
+
+    def test_tool_choice_named(self):
+        named = {"type": "function", "function": {"name": "get_time"}}
+        r = self.tool_chat(named)
+        choice = r.choices[0]
+        self.assertEqual(choice.finish_reason, "stop", choice)  # OpenAI's rule for a named one
+        calls = choice.message.tool_calls
+        self.assertEqual([c.function.name for c in calls], ["get_time"])
+        self.assert_calls(calls)
+        streamed, content, finish = self.streamed_tool_chat(named)
+        self.assertEqual(finish, "stop")
+        self.assertEqual([(c[1], c[2]) for c in streamed],
+                         [("get_time", calls[0].function.arguments)])
+
+    def test_tool_choice_auto_and_none(self):
+        plain = self.chat(TOOL_QUESTION, temperature=0, max_tokens=60)
+        # The bundled model writes prose, never <tool_call>: auto answers it as content.
+        auto = self.tool_chat("auto", max_tokens=60)
+        self.assertIsNone(auto.choices[0].message.tool_calls)
+        self.assertNotEqual(auto.choices[0].finish_reason, "tool_calls")
+        self.assertEqual(auto.choices[0].message.content, plain.choices[0].message.content)
+        none = self.tool_chat("none", max_tokens=60)
+        self.assertEqual(none.choices[0].message.content, plain.choices[0].message.content)
+        self.assertIsNone(none.choices[0].message.tool_calls)
+        _, content, _ = self.streamed_tool_chat("auto", max_tokens=60)
+        self.assertEqual(content, plain.choices[0].message.content)
+
+    def test_tool_errors(self):
+        self.assert_bad_request(
+            lambda: self.tool_chat({"type": "function", "function": {"name": "nope"}}),
+            "tool_choice", "does not match any of the specified `tools`")
+        self.assert_bad_request(
+            lambda: self.client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": "a"}], tools=[]),
+            "tools", "must not be an empty array")
+        self.assert_bad_request(
+            lambda: self.complete("a", extra_body={"tools": TOOLS}), "tools",
+            "chat completions field")
+
+    def test_response_format_parse(self):
+        class Verse(pydantic.BaseModel):
+            book: str = pydantic.Field(max_length=10)
+            testament: str = pydantic.Field(pattern="^(old|new)$")
+            canonical: bool
+
+        r = self.client.beta.chat.completions.parse(
+            model=self.model, messages=[{"role": "user", "content": "Name a book."}],
+            response_format=Verse, max_tokens=200, temperature=0)
+        parsed = r.choices[0].message.parsed
+        self.assertIsInstance(parsed, Verse)
+        self.assertIn(parsed.testament, ("old", "new"))
 
     def test_api_key(self):
         for key in ("wrong-key", API_KEY + "x"):

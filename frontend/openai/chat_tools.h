@@ -1,0 +1,90 @@
+// The tool-calling and reasoning side of a chat request, as vLLM's serving_chat does it: the
+// request's `tools`, `tool_choice` and `parallel_tool_calls` checked against the server's
+// --enable-auto-tool-choice / --tool-call-parser; the grammar a forced tool choice constrains
+// the output with (vLLM's get_json_schema_from_tools); the messages and template variables
+// the chat template renders (tool calls with their arguments as objects, tool results, the
+// request's chat_template_kwargs). Pure functions over JSON; no I/O.
+#ifndef VLLM_FRONTEND_OPENAI_CHAT_TOOLS_H_
+#define VLLM_FRONTEND_OPENAI_CHAT_TOOLS_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/sampling_params.h"
+#include "frontend/openai/chat_output.h"
+#include "frontend/parsers/reasoning_parser.h"
+#include "frontend/parsers/tool_parser.h"
+#include "nlohmann/json.hpp"
+
+namespace vllm::frontend {
+
+// At most this many tools in one request (each is a function schema in the prompt).
+inline constexpr size_t kMaxTools = 1024;
+
+// The server's parsers (ApiServerOptions: --tool-call-parser, --enable-auto-tool-choice,
+// --exclude-tools-when-tool-choice-none, --reasoning-parser). Immutable, shared by requests.
+struct ChatParsers {
+  const parsers::ToolParser* tool_parser = nullptr;  // unset: no --tool-call-parser
+  bool enable_auto_tool_choice = false;
+  bool exclude_tools_when_tool_choice_none = false;
+  const parsers::ReasoningParser* reasoning_parser = nullptr;  // unset: no --reasoning-parser
+};
+
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+// A chat request's tool calling, parsed and checked.
+struct ToolRequest {
+  // The request's tools (an array of {"type": "function", "function": {...}}), or null.
+  nlohmann::ordered_json tools;
+  // vLLM's default: "auto" when tools are given, "none" otherwise.
+  ToolChoice choice = ToolChoice::kNone;
+  std::string function;  // kNamed: the function's name
+  // Only an explicit false limits the output to one call.
+  bool parallel_tool_calls = true;
+};
+
+// Reads tools / tool_choice / parallel_tool_calls (vLLM's check_tool_usage) and checks the
+// choice against the server: "auto" needs --enable-auto-tool-choice and --tool-call-parser,
+// "required" and a named function --tool-call-parser (vLLM 0.33's messages). InvalidParam
+// naming the field otherwise; an explicit null tool_choice without a parser is "none". `functions`
+// and `function_call` (OpenAI's deprecated form) are refused by name.
+[[nodiscard]] absl::StatusOr<ToolRequest> ParseToolRequest(const nlohmann::json& body,
+                                                           const ChatParsers& parsers);
+
+// "required" and a named function: the JSON schema the output must follow (a named
+// function's parameters; for "required" an array of {"name", "parameters"} objects, at most
+// one with parallel_tool_calls false, the tools' $defs merged), set as the request's
+// structured output in place of any structured_outputs / response_format it had (as vLLM's
+// adjust_request). A named choice beside json/regex/choice constraints is refused, as vLLM
+// does. The schema is checked as structured_outputs.json is: InvalidParam naming "tools".
+[[nodiscard]] absl::Status ApplyToolChoiceGrammar(const nlohmann::json& body,
+                                                  const ToolRequest& tools,
+                                                  core::SamplingParams* params);
+
+// The messages as the chat template sees them (vLLM's parse_chat_messages with the "string"
+// content format): content parts joined with "\n", assistant tool_calls with their
+// arguments parsed into objects ({} for empty, malformed or non-object arguments), empty
+// tool_calls dropped, reasoning / reasoning_content as both names, tool_call_id and name
+// kept. The body's messages were checked by ParseChatCompletionRequest (or
+// ParseTokenizeRequest) already; InvalidParam for a malformed tool call.
+[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateMessages(const nlohmann::json& body);
+
+// The template's extra variables: the request's chat_template_kwargs, and reasoning_effort
+// (with enable_thinking = effort != "none" when the kwargs do not set it, as vLLM).
+[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateKwargs(const nlohmann::json& body);
+
+// How the request's output is parsed (vLLM's serving_chat): the server's reasoning parser
+// (include_reasoning false: split off and not sent; enable_thinking false in the kwargs: qwen3
+// reads all as content), and tool calls by choice: "auto" with the server's parser when
+// --enable-auto-tool-choice is on, "required" and a named function with their own parsers,
+// "none" none. InvalidParam for a malformed include_reasoning.
+[[nodiscard]] absl::StatusOr<ChatOutputOptions> ChatOutputFor(const nlohmann::json& body,
+                                                              const ToolRequest& tools,
+                                                              const nlohmann::ordered_json& kwargs,
+                                                              const ChatParsers& parsers);
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_OPENAI_CHAT_TOOLS_H_
