@@ -9,6 +9,11 @@
 // CPU sampler (kernels/cpu/sampling.h). A CPU backend samples nothing: the runner marks every
 // row on_host and samples them all on the host.
 //
+// Structured outputs: a row's grammar bitmask (RowSampling::bitmask) is applied once, by
+// whoever samples the row, right before sampling: the device backend on the rows it samples
+// (kernels::cuda::ApplyTokenBitmask), the runner on on_host rows (kernels::cpu::
+// ApplyTokenBitmask), whose logits the backend returns unmasked.
+//
 // Thread-safety: none; the worker's thread owns a backend.
 #ifndef VLLM_WORKER_MODEL_BACKEND_H_
 #define VLLM_WORKER_MODEL_BACKEND_H_
@@ -33,6 +38,11 @@ struct RowSampling {
   float min_p = 0.0f;
   double u = 0.5;        // CounterUniform(seed, position) of the token to sample
   bool on_host = false;  // the runner samples this row on the CPU from its logits
+  // Structured outputs: the row's grammar bitmask, ceil(vocab_size / 32) packed words (bit i
+  // set: token i allowed; XGrammar's layout), owned by the runner's SchedulerOutput and valid
+  // during Execute; null: unconstrained. A device-sampled row is masked by the backend before
+  // its sampler (an on_host row is left to the runner); a mask allowing nothing is ignored.
+  const int32_t* bitmask = nullptr;
   // A prompt position's row (prompt_logprobs): never sampled, only its raw logits come back
   // (on_host is set too). A step may have up to its token count of them, beyond the
   // max_num_seqs sampled rows.

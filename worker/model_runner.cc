@@ -136,7 +136,6 @@ void ModelRunner::AddPromptLogprobsRows(const RequestState& s, int32_t r, int32_
     row.on_host = true;  // never sampled: its raw logits come back for the logprobs
     row.logits_only = true;
     row_sampling_.push_back(row);
-    row_bitmask_.push_back(nullptr);
   }
 }
 
@@ -150,7 +149,6 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   sampling_rows_.clear();
   prompt_positions_.clear();
   row_sampling_.clear();
-  row_bitmask_.clear();
   // Structured outputs: the bitmask row of each constrained scheduled request.
   std::vector<const int32_t*> grammar_row(scheduled_.size(), nullptr);
   if (!so.structured_output_indices.empty()) {
@@ -221,11 +219,10 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
       row.top_p = static_cast<float>(p.top_p);
       row.min_p = static_cast<float>(p.min_p);
       row.u = cpu::CounterUniform(s.seed, s.token_ids.size());
-      // A constrained row is sampled on the host, after its bitmask is applied.
-      row.on_host =
-          !backend_->samples_on_device() || NeedsHostSampling(p) || grammar_row[r] != nullptr;
+      row.on_host = !backend_->samples_on_device() || NeedsHostSampling(p);
+      // Applied by the device to a row it samples, by Sample to an on_host row.
+      row.bitmask = grammar_row[r];
       row_sampling_.push_back(row);
-      row_bitmask_.push_back(grammar_row[r]);
     }
   }
   block_tables_.assign(scheduled_.size() * static_cast<size_t>(max_blocks), 0);
@@ -341,7 +338,7 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
         return absl::InternalError("the model backend returned too few host logits rows");
       }
       token = Sample(s, result_.host_logits.data() + host_row * vocab, want ? &lp : nullptr,
-                     row_bitmask_[i]);
+                     row_sampling_[i].bitmask);
       ++host_row;
     } else if (token < 0 || token >= vocab) {
       return absl::InternalError(absl::StrFormat("the device sampled token %d", token));

@@ -12,7 +12,8 @@
 // The device is behind a ModelBackend (model_backend.h): the CPU backend (LlamaModel) or the
 // CUDA one. On a backend that samples on the device, rows whose requests need penalties or
 // logprobs are marked on_host and sampled here from their copied-back logits; every other
-// row's token comes from the device.
+// row's token comes from the device. A structured-output request's grammar bitmask row
+// travels with its logits row (RowSampling::bitmask) and is applied where the row is sampled.
 //
 // Sampling is reproducible: the draw for the token at position p of a request uses
 // CounterUniform(seed, p), with the request's seed or, when it has none, one derived from
@@ -107,9 +108,8 @@ class ModelRunner {
   // Per logits row: -1 for a row to sample from, else the prompt position whose logits
   // give the prompt logprob of token p + 1.
   std::vector<int32_t> prompt_positions_;
+  // Per logits row; `bitmask` points into the step's so.grammar_bitmask.
   std::vector<RowSampling> row_sampling_;
-  // Per logits row: the row of so.grammar_bitmask that constrains it, or null.
-  std::vector<const int32_t*> row_bitmask_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;
 };

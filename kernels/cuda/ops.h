@@ -134,6 +134,19 @@ cudaError_t SampleRows(const T* logits, int64_t num_rows, int64_t vocab_size,
                        const SamplingParams* params, const double* u, int32_t* out,
                        cudaStream_t stream);
 
+// Structured outputs (vLLM's apply_grammar_bitmask), in place, one launch for a step's rows:
+// for each i < num_masks, kernels::cpu::ApplyTokenBitmask(logits row logits_rows[i], vocab_size,
+// bitmask row i) — the tokens the row's bits disallow become -inf (XGrammar's packed layout:
+// bit j of word w is token 32w + j, set when allowed; bits past vocab_size are ignored), and
+// a mask row that allows no token of the vocabulary leaves its logits row unchanged.
+// `logits` is [rows, vocab_size]; `bitmask` is [num_masks, ceil(vocab_size / 32)] int32 and
+// `logits_rows` [num_masks], both on the device; each logits_rows[i] is a row of `logits`
+// (not checked) and no two are equal. Token-wise identical to the CPU (only -inf is written).
+// Cost: one block per (mask row, vocabulary chunk); each block reads its whole mask row.
+template <typename T>
+cudaError_t ApplyTokenBitmask(T* logits, int64_t vocab_size, const int32_t* bitmask,
+                              const int32_t* logits_rows, int64_t num_masks, cudaStream_t stream);
+
 }  // namespace vllm::kernels::cuda
 
 #endif  // VLLM_KERNELS_CUDA_OPS_H_

@@ -140,6 +140,9 @@ class CudaLlamaModel {
   // Device logits of the last Forward or ComputeLogits: [rows, vocab_size] of dtype(),
   // row-major.
   const void* logits() const { return logits_.get(); }
+  // The same buffer, for the sampler's in-place filters (the grammar bitmask) until the next
+  // Forward or ComputeLogits overwrites it.
+  void* mutable_logits() { return logits_.get(); }
 
   const HfConfig& config() const { return config_; }
   const CudaModelOptions& options() const { return options_; }

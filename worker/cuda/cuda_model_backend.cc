@@ -21,6 +21,12 @@ constexpr float kGreedyTemperature = 1e-5f;
 
 size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
 
+// Whether the device applies the row's grammar bitmask (the runner masks on_host rows).
+bool MaskedOnDevice(const RowSampling& r) { return r.bitmask != nullptr && !r.on_host; }
+
+// Words of one grammar bitmask row.
+int64_t MaskWords(int64_t vocab_size) { return (vocab_size + 31) / 32; }
+
 const char* DTypeName(kc::GemmDType dtype) {
   switch (dtype) {
     case kc::GemmDType::kFloat16:
@@ -61,7 +67,8 @@ std::vector<int32_t> CudaGraphBatchSizes(int32_t max_num_seqs, int32_t max_num_b
 
 CudaModelBackend::Layout CudaModelBackend::MakeLayout(int64_t num_tokens, int64_t num_seqs,
                                                       int64_t num_logits, int64_t max_blocks,
-                                                      int64_t num_prompt_rows) {
+                                                      int64_t num_prompt_rows, int64_t num_masks,
+                                                      int64_t mask_words) {
   Layout l;
   size_t at = 0;
   auto take = [&at](size_t bytes) {
@@ -79,8 +86,12 @@ CudaModelBackend::Layout CudaModelBackend::MakeLayout(int64_t num_tokens, int64_
   l.block_tables = take(num_seqs * max_blocks * sizeof(int32_t));
   l.logits_indices = take(num_logits * sizeof(int32_t));
   l.params = take(num_logits * sizeof(kc::SamplingParams));
-  // Last, so a step without prompt rows has the same offsets as before (graphs included).
+  // Last, so a step without prompt rows or bitmasks has the same offsets as before (graphs
+  // included).
   l.prompt_rows = take(num_prompt_rows * sizeof(int32_t));
+  l.mask_rows = take(num_masks * sizeof(int32_t));
+  l.bitmask = take(num_masks * mask_words * sizeof(int32_t));
+  l.num_masks = num_masks;
   l.total = at;
   return l;
 }
@@ -177,8 +188,9 @@ absl::StatusOr<std::unique_ptr<ModelBackend>> CreateCudaModelBackend(
 absl::Status CudaModelBackend::AllocateInputs(int32_t block_size) {
   block_size_ = block_size;
   max_blocks_ = (max_model_len_ + block_size - 1) / block_size;
-  // Up to a step's every token may be a prompt-logprobs row.
-  const Layout l = MakeLayout(max_tokens_, max_seqs_, max_seqs_, max_blocks_, max_tokens_);
+  // Up to a step's every token may be a prompt-logprobs row, every sampled row constrained.
+  const Layout l = MakeLayout(max_tokens_, max_seqs_, max_seqs_, max_blocks_, max_tokens_,
+                              max_seqs_, MaskWords(model_->vocab_size()));
   if (staging_.bytes() >= l.total) return absl::OkStatus();
   DestroyGraphs();  // they point into the old buffer
   staging_.Reset();
@@ -189,8 +201,8 @@ absl::Status CudaModelBackend::AllocateInputs(int32_t block_size) {
 }
 
 absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
-                                      std::span<const int32_t> prompt_rows,
-                                      CudaForwardInputs* out) {
+                                      std::span<const int32_t> prompt_rows, CudaForwardInputs* out,
+                                      Layout* layout) {
   const int64_t t = static_cast<int64_t>(in.token_ids.size());
   const int64_t s = static_cast<int64_t>(in.seq_lens.size());
   const int64_t n = static_cast<int64_t>(in.logits_indices.size());
@@ -199,8 +211,11 @@ absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
   const int64_t sp = graph ? graph_size : s;
   const int64_t np = graph ? graph_size : n;
   const int64_t width = graph ? max_blocks_ : in.max_blocks_per_seq;
+  const int64_t num_masks = std::count_if(in.sampling.begin(), in.sampling.end(), MaskedOnDevice);
   const Layout l =
-      MakeLayout(tp, sp, np, width, graph ? 0 : static_cast<int64_t>(prompt_rows.size()));
+      MakeLayout(tp, sp, np, width, graph ? 0 : static_cast<int64_t>(prompt_rows.size()), num_masks,
+                 MaskWords(model_->vocab_size()));
+  *layout = l;
   char* h = staging_.as<char>();
   auto* slots = reinterpret_cast<int64_t*>(h + l.slots);
   auto* u = reinterpret_cast<double*>(h + l.u);
@@ -254,6 +269,7 @@ absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
     std::copy(prompt_rows.begin(), prompt_rows.end(),
               reinterpret_cast<int32_t*>(h + l.prompt_rows));
   }
+  PackBitmasks(in, l);
   VLLM_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(inputs_.get(), staging_.get(), l.total, cudaMemcpyHostToDevice, stream_),
       "input upload"));
@@ -278,6 +294,46 @@ absl::Status CudaModelBackend::Upload(const StepInputs& in, int32_t graph_size,
   return absl::OkStatus();
 }
 
+void CudaModelBackend::PackBitmasks(const StepInputs& in, const Layout& l) {
+  if (l.num_masks == 0) return;
+  const int64_t words = MaskWords(model_->vocab_size());
+  char* h = staging_.as<char>();
+  auto* rows = reinterpret_cast<int32_t*>(h + l.mask_rows);
+  auto* bits = reinterpret_cast<int32_t*>(h + l.bitmask);
+  int64_t k = 0;
+  for (size_t j = 0; j < in.sampling.size(); ++j) {
+    if (!MaskedOnDevice(in.sampling[j])) continue;
+    rows[k] = static_cast<int32_t>(j);  // the row's place among the forward's logits rows
+    std::memcpy(bits + k * words, in.sampling[j].bitmask, words * sizeof(int32_t));
+    ++k;
+  }
+}
+
+absl::Status CudaModelBackend::Sample(const Layout& l, int64_t num_rows, bool all_greedy) {
+  const int64_t vocab = model_->vocab_size();
+  const char* d = inputs_.as<char>();
+  const auto* params = reinterpret_cast<const kc::SamplingParams*>(d + l.params);
+  const auto* u = reinterpret_cast<const double*>(d + l.u);
+  const auto* mask_rows = reinterpret_cast<const int32_t*>(d + l.mask_rows);
+  const auto* bitmask = reinterpret_cast<const int32_t*>(d + l.bitmask);
+  int32_t* tokens = tokens_dev_.as<int32_t>();
+  return CudaStatus(
+      WithDType(model_->dtype(),
+                [&](auto tag) {
+                  using T = decltype(tag);
+                  T* logits = static_cast<T*>(model_->mutable_logits());
+                  // Launches nothing without constrained rows.
+                  const cudaError_t masked = kc::ApplyTokenBitmask<T>(
+                      logits, vocab, bitmask, mask_rows, l.num_masks, stream_);
+                  if (masked != cudaSuccess) return masked;
+                  if (all_greedy) {
+                    return kc::ArgmaxRows<T>(logits, num_rows, vocab, tokens, stream_);
+                  }
+                  return kc::SampleRows<T>(logits, num_rows, vocab, params, u, tokens, stream_);
+                }),
+      "sampler");
+}
+
 absl::StatusOr<int64_t> CudaModelBackend::DetermineAvailableMemory() {
   VLLM_RETURN_IF_ERROR(SelectDevice());
   // A dummy batch at the limits (DummyStep): max_tokens tokens over min(max_seqs, max_tokens)
@@ -289,20 +345,10 @@ absl::StatusOr<int64_t> CudaModelBackend::DetermineAvailableMemory() {
   {
     VLLM_ASSIGN_OR_RETURN(CudaKVCache profile_cache, model_->AllocateKVCache(1, block_size_));
     CudaForwardInputs fi;
-    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), 0, {}, &fi));
+    Layout l;
+    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), 0, {}, &fi, &l));
     VLLM_RETURN_IF_ERROR(model_->Forward(fi, &profile_cache, stream_));
-    const auto* params = reinterpret_cast<const kc::SamplingParams*>(inputs_.as<char>() +
-                                                                     MakeLayout(t, s, s, 1).params);
-    const auto* u = reinterpret_cast<const double*>(inputs_.as<char>() + MakeLayout(t, s, s, 1).u);
-    VLLM_RETURN_IF_ERROR(CudaStatus(WithDType(model_->dtype(),
-                                              [&](auto tag) {
-                                                using T = decltype(tag);
-                                                return kc::SampleRows<T>(
-                                                    static_cast<const T*>(model_->logits()), s,
-                                                    model_->vocab_size(), params, u,
-                                                    tokens_dev_.as<int32_t>(), stream_);
-                                              }),
-                                    "profile sampler"));
+    VLLM_RETURN_IF_ERROR(Sample(l, s, /*all_greedy=*/false));
     VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "profile run"));
   }
   size_t free_bytes = 0, total_bytes = 0;
@@ -352,7 +398,8 @@ absl::Status CudaModelBackend::CaptureGraphs() {
     const int32_t b = *it;
     const DummyStep dummy(/*num_tokens=*/b, /*num_seqs=*/b, /*max_seq_len=*/1);
     CudaForwardInputs fi;
-    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), b, {}, &fi));
+    Layout l;
+    VLLM_RETURN_IF_ERROR(Upload(dummy.inputs(), b, {}, &fi, &l));
     // Eager warm-up: makes this shape's cuBLASLt plans before the capture.
     VLLM_RETURN_IF_ERROR(model_->Forward(fi, &cache_, stream_));
     VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "graph warm-up"));
@@ -538,13 +585,12 @@ absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* resul
 absl::Status CudaModelBackend::EnqueueStep(const StepInputs& in, int32_t graph_size,
                                            bool all_greedy, bool any_host,
                                            std::span<const int32_t> prompt_rows) {
-  const int64_t t = static_cast<int64_t>(in.token_ids.size());
-  const int64_t s = static_cast<int64_t>(in.seq_lens.size());
   const int64_t n = static_cast<int64_t>(in.logits_indices.size());
   const size_t es = static_cast<size_t>(model_->dtype_bytes());
   const int64_t vocab = model_->vocab_size();
   CudaForwardInputs fi;
-  VLLM_RETURN_IF_ERROR(Upload(in, graph_size, prompt_rows, &fi));
+  Layout l;
+  VLLM_RETURN_IF_ERROR(Upload(in, graph_size, prompt_rows, &fi, &l));
   if (graph_size > 0) {
     VLLM_RETURN_IF_ERROR(
         CudaStatus(cudaGraphLaunch(graphs_.at(graph_size), stream_), "cudaGraphLaunch"));
@@ -553,25 +599,13 @@ absl::Status CudaModelBackend::EnqueueStep(const StepInputs& in, int32_t graph_s
     VLLM_RETURN_IF_ERROR(model_->Forward(fi, &cache_, stream_));
   }
   if (n > 0) {
-    const Layout l = graph_size > 0 ? MakeLayout(graph_size, graph_size, graph_size, max_blocks_)
-                                    : MakeLayout(t, s, n, in.max_blocks_per_seq);
-    const auto* params = reinterpret_cast<const kc::SamplingParams*>(inputs_.as<char>() + l.params);
-    const auto* u = reinterpret_cast<const double*>(inputs_.as<char>() + l.u);
-    int32_t* tokens = tokens_dev_.as<int32_t>();
-    VLLM_RETURN_IF_ERROR(CudaStatus(
-        WithDType(model_->dtype(),
-                  [&](auto tag) {
-                    using T = decltype(tag);
-                    const T* logits = static_cast<const T*>(model_->logits());
-                    if (all_greedy) {
-                      return kc::ArgmaxRows<T>(logits, n, vocab, tokens, stream_);
-                    }
-                    return kc::SampleRows<T>(logits, n, vocab, params, u, tokens, stream_);
-                  }),
-        "sampler"));
-    VLLM_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(tokens_host_.get(), tokens, n * sizeof(int32_t),
-                                                    cudaMemcpyDeviceToHost, stream_),
-                                    "token download"));
+    // The grammar bitmask and the sampler run after the graph, never inside it.
+    VLLM_RETURN_IF_ERROR(Sample(l, n, all_greedy));
+    VLLM_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(tokens_host_.get(), tokens_dev_.get(), n * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "token download"));
+    // Also the device-masked rows' logits; only the on_host rows' (never masked here) are read.
     if (any_host) {
       VLLM_RETURN_IF_ERROR(
           CudaStatus(cudaMemcpyAsync(logits_host_.get(), model_->logits(), n * vocab * es,

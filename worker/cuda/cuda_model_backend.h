@@ -9,6 +9,15 @@
 // logprobs), those rows' logits — come back with one device-to-host copy each, followed by
 // the step's only host synchronisation.
 //
+// Structured outputs: the grammar bitmask rows of the device-sampled rows (RowSampling::
+// bitmask on a row that is not on_host) travel in the same upload, after the other arrays,
+// with the logits row each constrains; one kc::ApplyTokenBitmask launch masks those rows of
+// the model's logits between the forward (or the graph replay: the mask is never captured)
+// and the sampler. On_host rows come back unmasked for the runner's CPU mask, so each row is
+// masked exactly once. The input buffers hold max_num_seqs bitmask rows (ceil(vocab / 32)
+// words each: 4 MB at 256 rows of a 128 K vocabulary, counted by the profile run), so a
+// constrained step allocates nothing.
+//
 // Prompt logprobs: the runner's `logits_only` rows (prompt positions, up to the step's token
 // count) are not in the forward's logits, which cover the sampled rows only (at most
 // max_num_seqs). Their batch rows travel in the same upload; after the step's
@@ -119,23 +128,34 @@ class CudaModelBackend final : public ModelBackend {
 
  private:
   // Byte offsets of the arrays in the staging / device input buffer (16-byte aligned).
+  // `num_masks`: the bitmask rows (device-sampled rows with a grammar bitmask).
   struct Layout {
     size_t slots = 0, u = 0, ids = 0, positions = 0, query_start_loc = 0, seq_lens = 0,
-           block_tables = 0, logits_indices = 0, params = 0, prompt_rows = 0, total = 0;
+           block_tables = 0, logits_indices = 0, params = 0, prompt_rows = 0, mask_rows = 0,
+           bitmask = 0, total = 0;
+    int64_t num_masks = 0;
   };
-  // `num_prompt_rows` (the logits_only rows' batch rows) are last: the other offsets do not
-  // depend on them.
+  // `num_prompt_rows` (the logits_only rows' batch rows) and then the `num_masks` bitmask
+  // rows' logits rows and `mask_words` words each are last: the other offsets do not depend
+  // on them.
   static Layout MakeLayout(int64_t num_tokens, int64_t num_seqs, int64_t num_logits,
-                           int64_t max_blocks, int64_t num_prompt_rows = 0);
+                           int64_t max_blocks, int64_t num_prompt_rows = 0, int64_t num_masks = 0,
+                           int64_t mask_words = 0);
 
   CudaModelBackend(const CudaBackendOptions& options, int32_t device);
   absl::Status SelectDevice() const;
   absl::Status AllocateInputs(int32_t block_size);
-  // Packs `in` (sampled rows only) and `prompt_rows` (empty with a graph) into the staging
-  // buffer — padded to `graph_size` rows when non-zero — copies it to the device (one copy)
-  // and fills *out with device pointers.
+  // Packs `in` (sampled rows only), `prompt_rows` (empty with a graph) and the bitmask rows
+  // of in's device-sampled rows into the staging buffer — padded to `graph_size` rows when
+  // non-zero — copies it to the device (one copy), fills *out with device pointers and
+  // *layout with the offsets used.
   absl::Status Upload(const StepInputs& in, int32_t graph_size,
-                      std::span<const int32_t> prompt_rows, CudaForwardInputs* out);
+                      std::span<const int32_t> prompt_rows, CudaForwardInputs* out, Layout* layout);
+  // Packs the bitmask rows of in's device-sampled rows at l.mask_rows / l.bitmask of the
+  // staging buffer (l from MakeLayout with their count).
+  void PackBitmasks(const StepInputs& in, const Layout& l);
+  // The sampler over the model's logits (after the grammar bitmask, when the step has any).
+  absl::Status Sample(const Layout& l, int64_t num_rows, bool all_greedy);
   // Upload, the forward pass (graph replay when graph_size > 0), the sampler and the async
   // downloads of tokens (and logits when any_host) into the pinned buffers; no synchronisation.
   absl::Status EnqueueStep(const StepInputs& in, int32_t graph_size, bool all_greedy, bool any_host,

@@ -1,17 +1,23 @@
 // ModelRunner on a small dummy-weight Llama: persistent request state from deltas, chunked
 // prefill sampling only at the end, seeded sampling independent of the batch, logprobs,
-// and malformed SchedulerOutputs rejected with an error instead of a crash.
+// grammar bitmasks (on the host, and passed to a device-sampling backend), and malformed
+// SchedulerOutputs rejected with an error instead of a crash.
 #include "worker/model_runner.h"
 
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/sampling.h"
 #include "worker/weights.h"
 #include "worker/worker.h"
 
@@ -339,6 +345,113 @@ TEST_F(ModelRunnerTest, MalformedStepsAreRejected) {
   auto out = worker->ExecuteModel(good);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->sampled_token_ids[0].size(), 1u);
+}
+
+// A backend that samples on the "device" (ModelBackend's contract as CudaModelBackend keeps
+// it, without a GPU): every logits row scores token t as -|t - 50|, so greedy picks 50
+// unmasked; a row it samples is masked with its bitmask first (kernels::cpu::
+// ApplyTokenBitmask standing in for the CUDA kernel); an on_host row comes back unmasked.
+// Records what the runner passed for each row.
+class FakeDeviceBackend final : public ModelBackend {
+ public:
+  struct SeenRow {
+    bool on_host = false;
+    bool has_bitmask = false;
+  };
+  FakeDeviceBackend(const HfConfig& config, std::vector<SeenRow>* seen)
+      : config_(config), seen_(seen) {}
+  const HfConfig& config() const override { return config_; }
+  int32_t num_kv_heads() const override { return 1; }
+  int32_t kv_dtype_bytes() const override { return 4; }
+  int64_t weight_bytes() const override { return 0; }
+  bool samples_on_device() const override { return true; }
+  absl::StatusOr<int64_t> DetermineAvailableMemory() override { return int64_t{1} << 20; }
+  absl::Status InitializeKVCache(int32_t, int32_t) override { return absl::OkStatus(); }
+  absl::Status Execute(const StepInputs& in, StepResult* result) override {
+    const int64_t vocab = config_.vocab_size;
+    result->tokens.assign(in.sampling.size(), -1);
+    result->host_logits.clear();
+    std::vector<float> row(vocab);
+    for (size_t i = 0; i < in.sampling.size(); ++i) {
+      const RowSampling& r = in.sampling[i];
+      seen_->push_back({r.on_host, r.bitmask != nullptr});
+      for (int64_t t = 0; t < vocab; ++t) row[t] = -std::abs(static_cast<float>(t) - 50.0f);
+      if (r.on_host) {
+        result->host_logits.insert(result->host_logits.end(), row.begin(), row.end());
+        continue;
+      }
+      if (r.bitmask != nullptr) kernels::cpu::ApplyTokenBitmask(row.data(), vocab, r.bitmask);
+      result->tokens[i] =
+          static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const HfConfig config_;
+  std::vector<SeenRow>* seen_;
+};
+
+// One bitmask row for kVocab tokens allowing `tokens`.
+std::vector<int32_t> MaskAllowing(std::initializer_list<int32_t> tokens) {
+  std::vector<int32_t> m((kVocab + 31) / 32, 0);
+  for (int32_t t : tokens) m[t / 32] |= static_cast<int32_t>(1u << (t % 32));
+  return m;
+}
+
+// Structured outputs on a device-sampling backend: a constrained row without penalties or
+// logprobs stays on the device with its bitmask (no longer forced to the host); one with a
+// penalty goes to the host with its bitmask, and the runner masks its (unmasked) logits; an
+// unconstrained row carries none. Only allowed tokens are sampled either way.
+TEST_F(ModelRunnerTest, GrammarBitmaskTravelsWithTheRowItConstrains) {
+  auto config = LoadHfConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  std::vector<FakeDeviceBackend::SeenRow> seen;
+  ModelRunner runner(std::make_unique<FakeDeviceBackend>(*config, &seen), 1);
+  ASSERT_TRUE(runner.InitializeKVCache(32, kBlockSize).ok());
+  core::SchedulerOutput so;
+  for (const char* id : {"free", "device", "host"}) {
+    core::NewRequestData d = NewRequest(id, 4, 10 * static_cast<int32_t>(so.num_scheduled_reqs()));
+    if (std::string(id) == "host") d.sampling_params.repetition_penalty = 1.2;
+    so.scheduled_new_reqs.push_back(d);
+    so.num_scheduled_tokens.push_back(4);
+    so.total_num_scheduled_tokens += 4;
+  }
+  // Prompt tokens are 3, 10, 17, 24: the allowed 7 and 20 are unpenalised, 20 the closest to 50.
+  so.structured_output_indices = {1, 2};
+  for (int k = 0; k < 2; ++k) {
+    const std::vector<int32_t> m = MaskAllowing({7, 20});
+    so.grammar_bitmask.insert(so.grammar_bitmask.end(), m.begin(), m.end());
+  }
+  auto out = runner.ExecuteModel(so);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_FALSE(seen[0].on_host);
+  EXPECT_FALSE(seen[0].has_bitmask);
+  EXPECT_FALSE(seen[1].on_host) << "a constrained row no longer needs the host";
+  EXPECT_TRUE(seen[1].has_bitmask);
+  EXPECT_TRUE(seen[2].on_host);
+  EXPECT_TRUE(seen[2].has_bitmask);
+  EXPECT_EQ(out->sampled_token_ids[0], std::vector<int32_t>{50});
+  EXPECT_EQ(out->sampled_token_ids[1], std::vector<int32_t>{20});
+  EXPECT_EQ(out->sampled_token_ids[2], std::vector<int32_t>{20}) << "the host row was not masked";
+}
+
+// The CPU backend samples every row on the host: the runner masks a constrained row there.
+TEST_F(ModelRunnerTest, CpuBackendSamplesOnlyAllowedTokens) {
+  auto worker = MakeWorker();
+  for (int32_t allowed : {7, 61}) {
+    core::SchedulerOutput so;
+    so.scheduled_new_reqs.push_back(
+        NewRequest(absl::StrCat("c", allowed), 5, allowed == 7 ? 0 : 8));
+    so.num_scheduled_tokens = {5};
+    so.total_num_scheduled_tokens = 5;
+    so.structured_output_indices = {0};
+    so.grammar_bitmask = MaskAllowing({allowed});
+    auto out = worker->ExecuteModel(so);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->sampled_token_ids[0], std::vector<int32_t>{allowed});
+  }
 }
 
 TEST_F(ModelRunnerTest, ExecuteBeforeKVCacheFails) {
