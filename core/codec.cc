@@ -102,8 +102,18 @@ void PackOutput(Packer& pk, const EngineCoreOutput& o) {
   PackLogprobsList(pk, o.prompt_logprobs);
 }
 
+void PackStructuredOutputStats(Packer& pk, const structured_output::StructuredOutputStats& s) {
+  pk.pack_array(6);
+  pk.pack(s.cache_hits);
+  pk.pack(s.cache_misses);
+  pk.pack(s.compile_failures);
+  pk.pack(s.compile_timeouts);
+  wire::PackList<int64_t>(pk, s.compile_seconds_counts);
+  wire::PackDouble(pk, s.compile_seconds_sum);
+}
+
 void PackStats(Packer& pk, const SchedulerStats& s) {
-  pk.pack_array(5);
+  pk.pack_array(6);
   pk.pack(s.num_running_reqs);
   pk.pack(s.num_waiting_reqs);
   wire::PackDouble(pk, s.kv_cache_usage);
@@ -113,6 +123,7 @@ void PackStats(Packer& pk, const SchedulerStats& s) {
   pk.pack(s.prefix_cache_stats.queries);
   pk.pack(s.prefix_cache_stats.hits);
   pk.pack(s.num_preemptions);
+  PackStructuredOutputStats(pk, s.structured_output_stats);
 }
 
 void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
@@ -295,8 +306,25 @@ absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
   return ReadLogprobsList(r, "prompt_logprobs", r.Next(), &out->prompt_logprobs);
 }
 
+absl::Status ReadStructuredOutputStats(const msgpack::object& o,
+                                       structured_output::StructuredOutputStats* s) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "StructuredOutputStats", 6));
+  VLLM_RETURN_IF_ERROR(r.Int("cache_hits", &s->cache_hits));
+  VLLM_RETURN_IF_ERROR(r.Int("cache_misses", &s->cache_misses));
+  VLLM_RETURN_IF_ERROR(r.Int("compile_failures", &s->compile_failures));
+  VLLM_RETURN_IF_ERROR(r.Int("compile_timeouts", &s->compile_timeouts));
+  // A fixed number of buckets: the reader opens exactly that many, never a longer list.
+  VLLM_ASSIGN_OR_RETURN(FieldReader counts,
+                        FieldReader::Open(r.Next(), "StructuredOutputStats.compile_seconds_counts",
+                                          static_cast<uint32_t>(s->compile_seconds_counts.size())));
+  for (int64_t& count : s->compile_seconds_counts) {
+    VLLM_RETURN_IF_ERROR(counts.Int("count", &count));
+  }
+  return r.Double("compile_seconds_sum", &s->compile_seconds_sum);
+}
+
 absl::Status ReadStats(const msgpack::object& o, SchedulerStats* s) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerStats", 5));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerStats", 6));
   VLLM_RETURN_IF_ERROR(r.Int("num_running_reqs", &s->num_running_reqs));
   VLLM_RETURN_IF_ERROR(r.Int("num_waiting_reqs", &s->num_waiting_reqs));
   VLLM_RETURN_IF_ERROR(r.Double("kv_cache_usage", &s->kv_cache_usage));
@@ -305,7 +333,8 @@ absl::Status ReadStats(const msgpack::object& o, SchedulerStats* s) {
   VLLM_RETURN_IF_ERROR(p.Int("requests", &s->prefix_cache_stats.requests));
   VLLM_RETURN_IF_ERROR(p.Int("queries", &s->prefix_cache_stats.queries));
   VLLM_RETURN_IF_ERROR(p.Int("hits", &s->prefix_cache_stats.hits));
-  return r.Int("num_preemptions", &s->num_preemptions);
+  VLLM_RETURN_IF_ERROR(r.Int("num_preemptions", &s->num_preemptions));
+  return ReadStructuredOutputStats(r.Next(), &s->structured_output_stats);
 }
 
 absl::Status ReadOutputs(const msgpack::object& o, EngineCoreOutputs* out) {

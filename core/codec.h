@@ -22,8 +22,11 @@
 //                      (FinishReason), stop_reason: int?, num_cached_tokens: int,
 //                      logprobs: [TokenLogprobs], prompt_logprobs: [TokenLogprobs]]
 //   PrefixCacheStats  [reset: bool, requests, queries, hits]
+//   StructuredOutputStats [cache_hits, cache_misses, compile_failures, compile_timeouts,
+//                      compile_seconds_counts: [int] (exactly one per bucket of
+//                      kCompileSecondsBuckets, plus +Inf), compile_seconds_sum: float]
 //   SchedulerStats    [num_running_reqs, num_waiting_reqs, kv_cache_usage: float,
-//                      prefix_cache_stats, num_preemptions]
+//                      prefix_cache_stats, num_preemptions, structured_output_stats]
 //   EngineCoreOutputs [engine_index, outputs: [EngineCoreOutput], scheduler_stats?,
 //                      timestamp: float, finished_requests: [str], wave_complete: int?,
 //                      start_wave: int?]
@@ -68,7 +71,8 @@
 namespace vllm::core {
 
 // 2: SamplingParams.prompt_logprobs, EngineCoreOutput / ModelRunnerOutput prompt_logprobs.
-inline constexpr uint32_t kWireVersion = 3;
+// 3: structured outputs. 4: SchedulerStats.structured_output_stats.
+inline constexpr uint32_t kWireVersion = 4;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

@@ -57,6 +57,12 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   so_options.stop_token_ids = options.eos_token_ids;
   so_options.disable_any_whitespace = config.structured_outputs.disable_any_whitespace;
   so_options.max_compile_seconds = config.structured_outputs.max_compile_seconds;
+  so_options.reasoning = options.reasoning_tokens;
+  if (!config.structured_outputs.reasoning_parser.empty() && !so_options.reasoning.has_value()) {
+    VLLM_ASSIGN_OR_RETURN(so_options.reasoning,
+                          structured_output::LoadReasoningTokens(
+                              config.structured_outputs.reasoning_parser, config.model.model));
+  }
   auto so_manager = std::make_unique<structured_output::StructuredOutputManager>(so_options);
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                         Scheduler::Create(config, kv_cache, so_manager.get()));

@@ -29,6 +29,7 @@
 #include "core/scheduler.h"
 #include "core/scheduler_output.h"
 #include "kv_events/kv_events.h"
+#include "structured_output/reasoning.h"
 
 namespace vllm::core {
 
@@ -105,6 +106,10 @@ struct EngineCoreOptions {
   bool log_stats = true;
   // The model's stop tokens, which end a structured output whose request names no EOS.
   std::vector<int32_t> eos_token_ids;
+  // The think tokens of config.structured_outputs.reasoning_parser in the model's tokenizer
+  // (structured_output::LoadReasoningTokens; engine_factory reads them before any worker
+  // starts). Unset with a parser configured: EngineCore::Create reads them itself.
+  std::optional<structured_output::ReasoningTokens> reasoning_tokens;
 };
 
 class EngineCore {
@@ -117,7 +122,9 @@ class EngineCore {
   // cannot hold one max_model_len request or the config is invalid, or the executor's error;
   // with config.kv_events enabled, it starts a KvEventPublisher (endpoints offset by the
   // data-parallel rank, as vLLM's) after the model loaded, and fails with its error (e.g.
-  // Unavailable: address in use).
+  // Unavailable: address in use). With config.structured_outputs.reasoning_parser set, fails
+  // with InvalidArgument naming --reasoning-parser when the tokenizer lacks the parser's think
+  // tokens.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EngineCore>> Create(
       const config::VllmConfig& config, const EngineCoreOptions& options,
       std::unique_ptr<Executor> executor);

@@ -520,7 +520,8 @@ class EngineCoreProc::Impl {
       send = send || s.num_running_reqs != last_sent_stats_.num_running_reqs ||
              s.num_waiting_reqs != last_sent_stats_.num_waiting_reqs ||
              s.kv_cache_usage != last_sent_stats_.kv_cache_usage || s.num_preemptions != 0 ||
-             s.prefix_cache_stats != PrefixCacheStats{};
+             s.prefix_cache_stats != PrefixCacheStats{} ||
+             s.structured_output_stats != structured_output::StructuredOutputStats{};
       if (send) last_sent_stats_ = s;
     }
     return send;

@@ -13,6 +13,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "core/sampling_params.h"
+#include "structured_output/stats.h"
 
 namespace vllm::core {
 
@@ -123,6 +124,8 @@ struct SchedulerStats {
   double kv_cache_usage = 0.0;
   PrefixCacheStats prefix_cache_stats;
   int64_t num_preemptions = 0;
+  // Grammar compiles and compile-cache lookups (ours: vLLM reports none).
+  structured_output::StructuredOutputStats structured_output_stats;
 
   friend bool operator==(const SchedulerStats&, const SchedulerStats&) = default;
 };

@@ -64,7 +64,7 @@ absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
   requests_.emplace(raw->request_id, std::move(owned));
   if (raw->sampling_params.structured_outputs.has_value()) {
     raw->structured_output = structured_output_manager_->Submit(
-        *raw->sampling_params.structured_outputs, raw->eos_token_id);
+        *raw->sampling_params.structured_outputs, raw->eos_token_id, raw->prompt_token_ids());
     raw->status = RequestStatus::kWaitingForFsm;
     waiting_for_fsm_.push_back(raw);
   } else {
@@ -518,6 +518,9 @@ SchedulerStats Scheduler::MakeStats() {
   stats.prefix_cache_stats = kv_cache_manager_.MakePrefixCacheStats();
   stats.num_preemptions = num_preemptions_since_stats_;
   num_preemptions_since_stats_ = 0;
+  if (structured_output_manager_ != nullptr) {
+    stats.structured_output_stats = structured_output_manager_->TakeStats();
+  }
   return stats;
 }
 

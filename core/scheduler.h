@@ -67,7 +67,8 @@ class Scheduler {
   // run (e.g. all running requests have steps in flight, or grammars are compiling). First
   // moves requests whose grammar compiled to the waiting queue (and fails those whose grammar
   // did not compile: their outputs come with the next UpdateFromOutput); last fills the token
-  // bitmask rows of the constrained requests that sample in this step.
+  // bitmask rows of the constrained requests that sample in this step (not of those still
+  // reasoning: StructuredOutputManager::ShouldFillBitmask).
   SchedulerOutput Schedule();
 
   // Applies the model's results for a step planned by Schedule(): appends sampled tokens,
@@ -80,7 +81,8 @@ class Scheduler {
   [[nodiscard]] absl::StatusOr<EngineCoreOutputs> UpdateFromOutput(
       const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output);
 
-  // Gauges now, and counters since the previous call (which it resets).
+  // Gauges now, and counters since the previous call (which it resets), the structured-output
+  // manager's included.
   SchedulerStats MakeStats();
 
   // Requests whose grammar is still compiling.
@@ -117,7 +119,8 @@ class Scheduler {
   void FillGrammarBitmask(SchedulerOutput* output);
   // Advances the request's grammar over the token just appended; true when that finished the
   // request (the grammar refused the token: error; it accepted the stop token or allows
-  // nothing else now: stopped).
+  // nothing else now: stopped). While the request reasons (a reasoning parser is configured)
+  // the grammar is left alone, up to and including the think-end token.
   bool AdvanceGrammar(Request& request);
 
   // Frees `request`'s blocks and sends it back to the waiting queue.

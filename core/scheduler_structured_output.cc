@@ -42,10 +42,14 @@ void Scheduler::FillGrammarBitmask(SchedulerOutput* output) {
   for (size_t i = 0; i < record.requests.size(); ++i) {
     const Request* r = record.requests[i];
     // Only a request that samples in this step (its last prompt chunk, or a decode) needs a
-    // row; a finished grammar (the stop token accepted) constrains nothing more.
+    // row; a finished grammar (the stop token accepted) constrains nothing more, nor does one
+    // whose request still reasons (every token allowed).
     if (r->structured_output == nullptr || r->num_computed_tokens != r->num_tokens()) continue;
     structured_output::Grammar* grammar = r->structured_output->grammar();
-    if (grammar == nullptr || grammar->IsTerminated()) continue;
+    if (grammar == nullptr || grammar->IsTerminated() ||
+        !structured_output_manager_->ShouldFillBitmask(*r->structured_output)) {
+      continue;
+    }
     output->structured_output_indices.push_back(static_cast<int32_t>(i));
     grammar_scratch_.push_back(grammar);
   }
@@ -59,6 +63,8 @@ bool Scheduler::AdvanceGrammar(Request& request) {
   structured_output::Grammar* grammar = request.structured_output->grammar();
   if (grammar == nullptr || grammar->IsTerminated()) return false;
   const int32_t token = request.all_token_ids.back();
+  // While the request reasons the grammar sees nothing, so none of its checks below apply.
+  if (!structured_output_manager_->ShouldAdvance(*request.structured_output, token)) return false;
   if (!grammar->AcceptTokens(std::span<const int32_t>(&token, 1))) {
     // The worker samples under the bitmask, so this is a token the grammar never allowed.
     spdlog::error("request {}: the structured-output grammar refused token {}", request.request_id,

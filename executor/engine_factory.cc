@@ -8,6 +8,7 @@
 #include "executor/multiproc_executor.h"
 #include "executor/uniproc_executor.h"
 #include "spdlog/spdlog.h"
+#include "structured_output/reasoning.h"
 #include "worker/worker.h"
 
 namespace vllm::executor {
@@ -50,6 +51,13 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
       built.model_config.AllLayersSliding() ? built.model_config.layer_windows.front() : 0;
   options.vocab_size = built.model_config.vocab_size;
   options.eos_token_ids = built.model_config.eos_token_ids;
+  if (!c.structured_outputs.reasoning_parser.empty()) {
+    // Before any worker loads the model: a parser that does not fit the tokenizer is a flag
+    // error (vLLM's StructuredOutputManager refuses it at start too).
+    VLLM_ASSIGN_OR_RETURN(options.reasoning_tokens,
+                          structured_output::LoadReasoningTokens(
+                              c.structured_outputs.reasoning_parser, c.model.model));
+  }
 
   std::unique_ptr<core::Executor> executor;
   if (c.parallel.executor_backend() == config::ExecutorBackend::kUni) {

@@ -124,10 +124,13 @@ StructuredOutputManager::StructuredOutputManager(Options options)
 
 StructuredOutputManager::~StructuredOutputManager() = default;
 
-std::unique_ptr<RequestState> StructuredOutputManager::Submit(const StructuredOutputsParams& params,
-                                                              std::optional<int32_t> eos_token_id) {
+std::unique_ptr<RequestState> StructuredOutputManager::Submit(
+    const StructuredOutputsParams& params, std::optional<int32_t> eos_token_id,
+    std::span<const int32_t> prompt_token_ids) {
   auto state = std::unique_ptr<RequestState>(new RequestState());
   state->eos_token_id_ = eos_token_id;
+  state->reasoning_ended_ =
+      !options_.reasoning.has_value() || PromptEndsReasoning(*options_.reasoning, prompt_token_ids);
   state->submitted_ = absl::Now();
   GrammarSpec spec = ToGrammarSpec(params, options_.disable_any_whitespace);
   std::string key = spec.Key();
@@ -213,10 +216,17 @@ StructuredOutputManager::PollResult StructuredOutputManager::Poll(RequestState& 
     *error = std::string(job.result.status().message());
     return PollResult::kFailed;
   }
-  if (job.seconds > 0) stats_.compile_seconds.push_back(job.seconds);
+  if (job.seconds > 0) stats_.ObserveCompileSeconds(job.seconds);
   job.seconds = 0;  // counted once, by the first request that waited for it
   state.grammar_ = (*cache_->backend)->MakeGrammar(**job.result, state.eos_token_id_);
   return PollResult::kReady;
+}
+
+bool StructuredOutputManager::ShouldAdvance(RequestState& state, int32_t token) {
+  if (state.reasoning_ended_) return true;
+  // Only the explicit end: the think-end token itself belongs to the reasoning.
+  if (token == options_.reasoning->end_id) state.reasoning_ended_ = true;
+  return false;
 }
 
 void StructuredOutputManager::FillBitmasks(std::span<Grammar* const> grammars,

@@ -23,6 +23,8 @@
 
 #include "absl/time/time.h"
 #include "structured_output/params.h"
+#include "structured_output/reasoning.h"
+#include "structured_output/stats.h"
 #include "structured_output/xgrammar_backend.h"
 
 namespace vllm::structured_output {
@@ -31,28 +33,24 @@ class TaskPool;
 struct CompileJob;
 struct CompileCache;
 
-// Counters since the previous TakeStats() (for /metrics).
-struct StructuredOutputStats {
-  int64_t cache_hits = 0;
-  int64_t cache_misses = 0;
-  int64_t compile_failures = 0;
-  int64_t compile_timeouts = 0;
-  // Wall seconds of each compile that finished.
-  std::vector<double> compile_seconds;
-};
-
 // One request's structured-output state (vLLM's StructuredOutputRequest).
 class RequestState {
  public:
   ~RequestState();
   // The matcher, once compiled (Poll returned kReady).
   Grammar* grammar() const { return grammar_.get(); }
+  // False while the request reasons (a reasoning parser is configured and neither the prompt
+  // nor a sampled token has ended the reasoning yet): the grammar then neither constrains nor
+  // advances (vLLM's StructuredOutputRequest.reasoning_ended). Never goes back to false, so it
+  // survives a preemption: recomputed tokens are not sampled again.
+  bool reasoning_ended() const { return reasoning_ended_; }
 
  private:
   friend class StructuredOutputManager;
   RequestState();
   std::shared_ptr<CompileJob> job_;
   std::optional<int32_t> eos_token_id_;
+  bool reasoning_ended_ = true;
   absl::Time submitted_;
   std::unique_ptr<Grammar> grammar_;
 };
@@ -68,15 +66,21 @@ class StructuredOutputManager {
     int32_t num_compile_threads = 2;
     int32_t num_fill_threads = 2;
     int64_t cache_bytes = int64_t{512} << 20;
+    // Set with a reasoning parser (--reasoning-parser; LoadReasoningTokens): constrained
+    // requests are free until their reasoning ends.
+    std::optional<ReasoningTokens> reasoning;
   };
   explicit StructuredOutputManager(Options options);
   ~StructuredOutputManager();
   StructuredOutputManager(const StructuredOutputManager&) = delete;
   StructuredOutputManager& operator=(const StructuredOutputManager&) = delete;
 
-  // Starts compiling (or finds in the cache) the request's grammar.
+  // Starts compiling (or finds in the cache) the request's grammar. With a reasoning parser,
+  // the request reasons first unless `prompt_token_ids` already ended the reasoning
+  // (PromptEndsReasoning).
   std::unique_ptr<RequestState> Submit(const StructuredOutputsParams& params,
-                                       std::optional<int32_t> eos_token_id);
+                                       std::optional<int32_t> eos_token_id,
+                                       std::span<const int32_t> prompt_token_ids = {});
 
   enum class PollResult : uint8_t { kCompiling, kReady, kFailed };
   // kReady once the grammar compiled (the state's grammar() is then set); kFailed with the
@@ -89,9 +93,19 @@ class StructuredOutputManager {
 
   int32_t vocab_size() const { return options_.vocab_size; }
   int32_t bitmask_words() const { return BitmaskWords(options_.vocab_size); }
+  // vLLM's should_fill_bitmask: whether the request's next token is constrained (its
+  // reasoning, if any, has ended). A request that reasons gets no bitmask row: every token is
+  // allowed.
+  bool ShouldFillBitmask(const RequestState& state) const { return state.reasoning_ended_; }
+  // vLLM's should_advance, for `token` just sampled by the request: whether the grammar takes
+  // it. False while the request reasons, and for the think-end token that ends the reasoning
+  // (which this marks ended: the grammar takes the tokens after it).
+  bool ShouldAdvance(RequestState& state, int32_t token);
+
   // Fills row i of `out` (bitmask_words() words each) for grammars[i].
   void FillBitmasks(std::span<Grammar* const> grammars, std::span<int32_t> out);
 
+  // The counters since the previous call (which it resets).
   StructuredOutputStats TakeStats();
 
  private:

@@ -222,6 +222,7 @@ EngineStats AsyncLLM::Stats() const {
     sum.prefix_cache_queries += e.stats.prefix_cache_queries;
     sum.prefix_cache_hits += e.stats.prefix_cache_hits;
     sum.num_preemptions += e.stats.num_preemptions;
+    sum.structured_output += e.stats.structured_output;
     if (e.health.ok()) {
       kv += e.stats.kv_cache_usage;
       ++live;
@@ -409,6 +410,7 @@ void AsyncLLM::OutputLoop() {
       e.prefix_cache_queries += s.prefix_cache_stats.queries;
       e.prefix_cache_hits += s.prefix_cache_stats.hits;
       e.num_preemptions += s.num_preemptions;
+      e.structured_output += s.structured_output_stats;
     }
     std::vector<std::string> to_abort;
     for (const core::EngineCoreOutput& o : outs.outputs) {

@@ -23,6 +23,7 @@
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"  // ChatMessage
 #include "nlohmann/json.hpp"
+#include "structured_output/stats.h"
 
 namespace vllm::frontend {
 
@@ -127,6 +128,8 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // tokens looked up since start
   int64_t prefix_cache_hits = 0;     // tokens found since start
   int64_t num_preemptions = 0;       // requests preempted since start
+  // Grammar compiles and compile-cache lookups since start.
+  structured_output::StructuredOutputStats structured_output;
 };
 
 // One data-parallel engine as /health and /metrics report it.

@@ -70,6 +70,7 @@ class LLMEngine {
     int64_t prefix_cache_queries = 0;
     int64_t prefix_cache_hits = 0;
     int64_t num_steps = 0;
+    structured_output::StructuredOutputStats structured_output;
   };
   const Totals& totals() const { return totals_; }
 

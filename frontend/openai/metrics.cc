@@ -98,6 +98,17 @@ void Metric::Observe(double value) {
   ++bucket_counts_[bucket];
 }
 
+void Metric::SetHistogram(std::span<const int64_t> bucket_counts, double sum) {
+  absl::MutexLock lock(&mu_);
+  if (bucket_counts.size() != bucket_counts_.size()) return;
+  count_ = 0;
+  for (size_t i = 0; i < bucket_counts.size(); ++i) {
+    bucket_counts_[i] = static_cast<uint64_t>(std::max<int64_t>(bucket_counts[i], 0));
+    count_ += bucket_counts_[i];
+  }
+  value_ = sum;
+}
+
 double Metric::value() const {
   absl::MutexLock lock(&mu_);
   return value_;
@@ -231,6 +242,53 @@ ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name, 
                            "Histogram of e2e request latency in seconds.", std::move(l),
                            E2eBuckets());
   });
+  AddStructuredOutputMetrics(r, labels);
+}
+
+void ServerMetrics::AddStructuredOutputMetrics(MetricsRegistry* r,
+                                               const std::function<MetricLabels(int32_t)>& labels) {
+  const int32_t n = static_cast<int32_t>(engines_.size());
+  auto each = [&](Metric* EngineMetrics::*field, auto make) {
+    for (int32_t e = 0; e < n; ++e) engines_[e].*field = make(labels(e));
+  };
+  each(&EngineMetrics::structured_output_cache_queries, [&](MetricLabels l) {
+    return r->AddCounter("vllm:structured_output_cache_queries_total",
+                         "Structured-output requests that looked their grammar up in the "
+                         "compile cache.",
+                         std::move(l));
+  });
+  each(&EngineMetrics::structured_output_cache_hits, [&](MetricLabels l) {
+    return r->AddCounter("vllm:structured_output_cache_hits_total",
+                         "Structured-output requests whose grammar was in the compile cache.",
+                         std::move(l));
+  });
+  auto with_reason = [&](int32_t e, const char* reason) {
+    MetricLabels l = labels(e);
+    l.emplace_back("reason", reason);
+    return l;
+  };
+  for (int32_t e = 0; e < n; ++e) {
+    const char* help = "Structured-output requests failed because their grammar did not compile.";
+    engines_[e].structured_output_compile_failed = r->AddCounter(
+        "vllm:structured_output_compile_errors_total", help, with_reason(e, "failed"));
+    engines_[e].structured_output_compile_timeout = r->AddCounter(
+        "vllm:structured_output_compile_errors_total", help, with_reason(e, "timeout"));
+  }
+  each(&EngineMetrics::structured_output_compile_seconds, [&](MetricLabels l) {
+    return r->AddHistogram("vllm:structured_output_compile_seconds",
+                           "Histogram of structured-output grammar compile time in seconds.",
+                           std::move(l),
+                           std::vector<double>(structured_output::kCompileSecondsBuckets.begin(),
+                                               structured_output::kCompileSecondsBuckets.end()));
+  });
+}
+
+void EngineMetrics::SetStructuredOutput(const structured_output::StructuredOutputStats& s) const {
+  structured_output_cache_queries->Set(static_cast<double>(s.cache_hits + s.cache_misses));
+  structured_output_cache_hits->Set(static_cast<double>(s.cache_hits));
+  structured_output_compile_failed->Set(static_cast<double>(s.compile_failures));
+  structured_output_compile_timeout->Set(static_cast<double>(s.compile_timeouts));
+  structured_output_compile_seconds->SetHistogram(s.compile_seconds_counts, s.compile_seconds_sum);
 }
 
 const EngineMetrics& ServerMetrics::engine(int32_t index) const {

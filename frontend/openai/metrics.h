@@ -8,7 +8,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "core/engine_core_types.h"
+#include "structured_output/stats.h"
 
 namespace vllm::frontend {
 
@@ -36,6 +39,10 @@ class Metric {
   void Set(double value);
   // Histogram: records one observation.
   void Observe(double value);
+  // Histogram mirrored from a cumulative source (the engine's counts): sets the count of each
+  // bucket (one per bound plus +Inf, not cumulative) and the sum. Counts of another length are
+  // ignored.
+  void SetHistogram(std::span<const int64_t> bucket_counts, double sum);
 
   double value() const;
   uint64_t count() const;  // histogram observations
@@ -102,6 +109,17 @@ struct EngineMetrics {
   Metric* time_to_first_token;  // vllm:time_to_first_token_seconds
   Metric* inter_token_latency;  // vllm:inter_token_latency_seconds
   Metric* e2e_request_latency;  // vllm:e2e_request_latency_seconds
+  // Structured outputs (ours; vLLM 0.33 has no such metrics), from the engine's
+  // StructuredOutputStats.
+  Metric* structured_output_cache_queries;  // vllm:structured_output_cache_queries_total
+  Metric* structured_output_cache_hits;     // vllm:structured_output_cache_hits_total
+  // vllm:structured_output_compile_errors_total{reason="failed"|"timeout"}
+  Metric* structured_output_compile_failed;
+  Metric* structured_output_compile_timeout;
+  Metric* structured_output_compile_seconds;  // vllm:structured_output_compile_seconds
+
+  // Mirrors the engine's cumulative structured-output counters into the series above.
+  void SetStructuredOutput(const structured_output::StructuredOutputStats& stats) const;
 };
 
 // The vLLM metrics the server maintains. As vLLM's PrometheusStatLogger, every series is
@@ -119,6 +137,10 @@ class ServerMetrics {
   int32_t num_engines() const { return static_cast<int32_t>(engines_.size()); }
 
  private:
+  // The vllm:structured_output_* families, one series per engine.
+  void AddStructuredOutputMetrics(MetricsRegistry* registry,
+                                  const std::function<MetricLabels(int32_t)>& labels);
+
   std::vector<EngineMetrics> engines_;
 };
 

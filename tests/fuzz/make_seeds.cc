@@ -91,6 +91,10 @@ void EngineSeeds(const fs::path& dir) {
   stats.kv_cache_usage = 0.375;
   stats.prefix_cache_stats = {true, 10, 320, 64};
   stats.num_preemptions = 2;
+  stats.structured_output_stats.cache_hits = 4;
+  stats.structured_output_stats.cache_misses = 1;
+  stats.structured_output_stats.compile_timeouts = 1;
+  stats.structured_output_stats.ObserveCompileSeconds(0.04);
   Write(dir, "scheduler_stats", core::Encode(stats));
 
   core::EngineCoreOutputs outputs;

@@ -4,7 +4,8 @@
 // guided_* fields, each output checked by an independent matcher (std::regex, nlohmann's JSON
 // parser and hand checks of the schema); n > 1 and streaming; a greedy unconstrained request
 // answers the same alone and beside constrained ones; bad and hostile specs get a 400 and the
-// server keeps serving. One server for every case.
+// server keeps serving; /metrics counts the grammar compiles and compile-cache hits. One server
+// for every case.
 #include <regex>
 #include <string>
 #include <thread>
@@ -214,6 +215,42 @@ book ::= "Genesis" | "Exodus" | "Psalms")";
     json beside = Post("/v1/completions", body);
     for (std::thread& t : others) t.join();
     EXPECT_EQ(alone["choices"][0]["text"], beside["choices"][0]["text"]);
+  }
+  {
+    SCOPED_TRACE("/metrics: grammar compiles and compile-cache hits");
+    // Every earlier request has answered, and an engine's counters reach the server before the
+    // outputs of the step that follows them, so the deltas below are exact.
+    const testing::MetricSamples before = testing::ScrapeMetrics(port_);
+    const std::string labels = R"({model_name="kjv-llama-tiny",engine="0")";
+    for (const char* name :
+         {"vllm:structured_output_cache_queries_total", "vllm:structured_output_cache_hits_total",
+          "vllm:structured_output_compile_seconds_count"}) {
+      EXPECT_TRUE(before.contains(name + labels + "}")) << name;
+    }
+    for (const char* reason : {"failed", "timeout"}) {
+      EXPECT_TRUE(before.contains("vllm:structured_output_compile_errors_total" + labels +
+                                  ",reason=\"" + reason + "\"}"))
+          << reason;
+    }
+    // The earlier cases compiled grammars and asked for the same one more than once.
+    EXPECT_GT(testing::SumOf(before, "vllm:structured_output_compile_seconds_count"), 0);
+    EXPECT_GT(testing::SumOf(before, "vllm:structured_output_cache_hits_total"), 0);
+    // A regex no earlier case used: one miss and one compile, then one hit.
+    const std::string re = "[0-9]{2}-metrics-[a-z]{2}";
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_TRUE(
+          std::regex_match(Complete({{"structured_outputs", {{"regex", re}}}}), std::regex(re)));
+    }
+    const testing::MetricSamples after = testing::ScrapeMetrics(port_);
+    auto delta = [&](const std::string& name) {
+      return testing::SumOf(after, name) - testing::SumOf(before, name);
+    };
+    EXPECT_EQ(delta("vllm:structured_output_cache_queries_total"), 2);
+    EXPECT_EQ(delta("vllm:structured_output_cache_hits_total"), 1);
+    EXPECT_EQ(delta("vllm:structured_output_compile_seconds_count"), 1);
+    EXPECT_GT(delta("vllm:structured_output_compile_seconds_sum"), 0);
+    EXPECT_EQ(after.at("vllm:structured_output_compile_seconds_bucket" + labels + R"(,le="+Inf"})"),
+              after.at("vllm:structured_output_compile_seconds_count" + labels + "}"));
   }
 }
 

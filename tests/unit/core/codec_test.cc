@@ -58,7 +58,14 @@ EngineCoreOutputs FullOutputs() {
   b.finish_reason = FinishReason::kStop;
   b.stop_reason = 99;
   o.outputs = {a, b};
-  o.scheduler_stats = SchedulerStats{4, 2, 0.5, PrefixCacheStats{true, 3, 300, 128}, 1};
+  structured_output::StructuredOutputStats so;
+  so.cache_hits = 5;
+  so.cache_misses = 2;
+  so.compile_failures = 1;
+  so.compile_timeouts = 1;
+  so.ObserveCompileSeconds(0.02);
+  so.ObserveCompileSeconds(100.0);
+  o.scheduler_stats = SchedulerStats{4, 2, 0.5, PrefixCacheStats{true, 3, 300, 128}, 1, so};
   o.timestamp = 12.5;
   o.finished_requests = {"b"};
   o.wave_complete = 7;
@@ -148,6 +155,38 @@ TEST_F(CodecTest, SchedulerStatsRoundTrip) {
   auto decoded = DecodeSchedulerStats(Encode(stats));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(*decoded, stats);
+}
+
+// The compile-time histogram has a fixed number of buckets: a frame with another count is
+// refused, never read into a longer list.
+TEST_F(CodecTest, StructuredOutputStatsNeedExactlyTheirBuckets) {
+  for (size_t buckets : {structured_output::kCompileSecondsBuckets.size(),
+                         structured_output::kCompileSecondsBuckets.size() + 2, size_t{0}}) {
+    msgpack::sbuffer buffer;
+    msgpack::packer<msgpack::sbuffer> pk(buffer);
+    pk.pack_array(3);
+    pk.pack(static_cast<int>(WireTag::kSchedulerStats));
+    pk.pack(kWireVersion);
+    pk.pack_array(6);
+    pk.pack(1);
+    pk.pack(0);
+    pk.pack(0.5);
+    pk.pack_array(4);
+    pk.pack(false);
+    pk.pack(0);
+    pk.pack(0);
+    pk.pack(0);
+    pk.pack(0);
+    pk.pack_array(6);
+    for (int i = 0; i < 4; ++i) pk.pack(0);
+    pk.pack_array(static_cast<uint32_t>(buckets));
+    for (size_t i = 0; i < buckets; ++i) pk.pack(1);
+    pk.pack(1.5);
+    auto result = DecodeSchedulerStats(std::string_view(buffer.data(), buffer.size()));
+    ASSERT_TRUE(absl::IsInvalidArgument(result.status())) << buckets << ": " << result.status();
+    EXPECT_NE(result.status().message().find("compile_seconds_counts"), std::string_view::npos)
+        << result.status();
+  }
 }
 
 TEST_F(CodecTest, SchedulerOutputRoundTrip) {

@@ -3,6 +3,9 @@
 // model's tokenizer and a fake model that samples under the step's bitmask row.
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -34,9 +37,11 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
     options.vocab_size = kVocab;
     options.stop_token_ids = {kModelEos};
     options.max_compile_seconds = 30;
+    options.reasoning = reasoning_;
     manager_ = std::make_unique<StructuredOutputManager>(options);
     testing::SchedulerSetup setup;
-    setup.kv_cache.num_blocks = 1000;
+    setup.kv_cache.num_blocks = num_blocks_;
+    setup.config.model.max_model_len = max_model_len_;
     setup.config.scheduler.max_num_batched_tokens = budget_;
     auto scheduler = Scheduler::Create(setup.config, setup.kv_cache, manager_.get());
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
@@ -55,7 +60,8 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
   }
 
   // One step: the fake model samples, for a request with a bitmask row, the highest allowed
-  // token (never the EOS while another is allowed), else token 100. Returns the outputs.
+  // token (never the EOS while another is allowed), else free_token_ of the request (token 100
+  // unless a test sets it). Each sample is recorded in samples_. Returns the outputs.
   EngineCoreOutputs Step(SchedulerOutput* so_out = nullptr) {
     SchedulerOutput so = scheduler_->Schedule();
     auto decoded = DecodeSchedulerOutput(Encode(so));  // the bitmask survives the wire
@@ -69,9 +75,11 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
       auto& sampled = out.sampled_token_ids.emplace_back();
       const Request* r = scheduler_->GetRequest(id);
       if (r == nullptr || r->num_computed_tokens != r->num_tokens()) continue;  // mid-prefill
-      int32_t token = 100;
+      int32_t token = free_token_ ? free_token_(*r) : 100;
+      bool row = false;
       for (size_t k = 0; k < so.structured_output_indices.size(); ++k) {
         if (so.structured_output_indices[k] != static_cast<int32_t>(i)) continue;
+        row = true;
         const int32_t* row = so.grammar_bitmask.data() + k * words;
         token = -1;
         for (int32_t t = kVocab - 1; t >= 0; --t) {
@@ -85,6 +93,7 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
         }
       }
       sampled.push_back(token);
+      samples_[id].push_back({r->num_output_tokens(), row});
     }
     auto result = scheduler_->UpdateFromOutput(so, out);
     EXPECT_TRUE(result.ok()) << result.status();
@@ -114,6 +123,15 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
     return tokenizer_->Decode(tokens, /*skip_special_tokens=*/true);
   }
 
+  struct Sample {
+    int32_t output_index = 0;  // the request's output tokens before this one
+    bool had_row = false;      // sampled under a bitmask row
+  };
+  std::map<std::string, std::vector<Sample>> samples_;
+  std::function<int32_t(const Request&)> free_token_;
+  std::optional<structured_output::ReasoningTokens> reasoning_;
+  int32_t num_blocks_ = 1000;
+  int32_t max_model_len_ = 8192;
   int32_t budget_ = 8192;
   std::unique_ptr<StructuredOutputManager> manager_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -178,6 +196,133 @@ TEST_F(SchedulerStructuredOutputTest, AbortWhileCompiling) {
   scheduler_->FinishRequests(ids, RequestStatus::kFinishedAborted);
   EXPECT_EQ(scheduler_->num_waiting_for_fsm(), 0u);
   EXPECT_FALSE(scheduler_->HasUnfinishedRequests());
+}
+
+// With a reasoning parser (vLLM's structured_outputs_config.reasoning_parser): <think> = 3000
+// and </think> = 3001 of the test vocabulary. The fake model reasons kReasoningTokens tokens
+// (200), then samples </think>, then follows the bitmask.
+constexpr int32_t kThinkStart = 3000;
+constexpr int32_t kThinkEnd = 3001;
+constexpr int32_t kReasoningTokens = 30;
+const char kRegex[] = "[a-z]{2,6}-[0-9]{3}";
+
+class SchedulerReasoningTest : public SchedulerStructuredOutputTest {
+ protected:
+  void SetUp() override {
+    reasoning_ = structured_output::ReasoningTokens{kThinkStart, kThinkEnd, {}};
+    free_token_ = [](const Request& r) {
+      if (r.structured_output == nullptr) return 100;
+      const int32_t k = r.num_output_tokens();
+      return k < kReasoningTokens ? 200 : k == kReasoningTokens ? kThinkEnd : 100;
+    };
+    SchedulerStructuredOutputTest::SetUp();
+  }
+
+  // A regex request whose prompt ends with `tail` (the rest: tokens 500.., no think token).
+  EngineCoreRequest Reasoning(const std::string& id, std::vector<int32_t> tail,
+                              int32_t max_tokens = 64) {
+    StructuredOutputsParams so;
+    so.regex = kRegex;
+    EngineCoreRequest r = Constrained(id, so);
+    for (size_t i = 0; i < r.prompt_token_ids.size(); ++i) {
+      r.prompt_token_ids[i] = 500 + static_cast<int32_t>(i);
+    }
+    r.prompt_token_ids.insert(r.prompt_token_ids.end(), tail.begin(), tail.end());
+    r.sampling_params.max_tokens = max_tokens;
+    return r;
+  }
+
+  // Every sample of `id` had a bitmask row exactly when it came after the think-end token
+  // (`first_constrained` is the first output index sampled under the grammar).
+  void ExpectRowsFrom(const std::string& id, int32_t first_constrained) {
+    ASSERT_FALSE(samples_[id].empty());
+    for (const Sample& sample : samples_[id]) {
+      EXPECT_EQ(sample.had_row, sample.output_index >= first_constrained)
+          << "output token " << sample.output_index;
+    }
+  }
+
+  // The text after the think-end token matches the regex; the tokens before it are the
+  // reasoning.
+  void ExpectReasonedThenFollowed(const std::vector<int32_t>& tokens) {
+    ASSERT_GT(tokens.size(), static_cast<size_t>(kReasoningTokens + 1));
+    EXPECT_EQ(std::vector<int32_t>(tokens.begin(), tokens.begin() + kReasoningTokens),
+              std::vector<int32_t>(kReasoningTokens, 200));
+    EXPECT_EQ(tokens[kReasoningTokens], kThinkEnd);
+    const std::string text =
+        Text(std::vector<int32_t>(tokens.begin() + kReasoningTokens + 1, tokens.end()));
+    EXPECT_TRUE(std::regex_match(text, std::regex(kRegex))) << text;
+  }
+};
+
+TEST_F(SchedulerReasoningTest, FreeWhileReasoningThenConstrainedAfterTheThinkEnd) {
+  // DeepSeek-R1's template opens the reasoning in the prompt: "<think>\n".
+  ASSERT_TRUE(scheduler_->AddRequest(Reasoning("r", {kThinkStart, 10})).ok());
+  auto [tokens, reason] = RunToEnd("r");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);  // the grammar ended it, never refused a token
+  ExpectReasonedThenFollowed(tokens);
+  ExpectRowsFrom("r", kReasoningTokens + 1);
+  EXPECT_FALSE(scheduler_->HasUnfinishedRequests());
+}
+
+TEST_F(SchedulerReasoningTest, APromptWithNeitherThinkTokenReasonsFirst) {
+  ASSERT_TRUE(scheduler_->AddRequest(Reasoning("r", {})).ok());
+  auto [tokens, reason] = RunToEnd("r");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);
+  ExpectReasonedThenFollowed(tokens);
+  ExpectRowsFrom("r", kReasoningTokens + 1);
+}
+
+TEST_F(SchedulerReasoningTest, APromptThatEndsTheReasoningIsConstrainedFromTheFirstToken) {
+  // Qwen3 with enable_thinking=false: "<think>\n\n</think>\n\n" closes the prompt.
+  ASSERT_TRUE(scheduler_->AddRequest(Reasoning("q", {kThinkStart, 10, kThinkEnd, 10})).ok());
+  auto [tokens, reason] = RunToEnd("q");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);
+  EXPECT_TRUE(std::regex_match(Text(tokens), std::regex(kRegex))) << Text(tokens);
+  ExpectRowsFrom("q", 0);
+}
+
+TEST_F(SchedulerReasoningTest, PreemptedWhileReasoningKeepsTheGateRight) {
+  // 8 blocks of 16 tokens: "b" (60-token prompt, 60 tokens out) and "r" outgrow the cache
+  // while "r" reasons, and "r" (admitted last) is preempted and recomputed.
+  num_blocks_ = 8;
+  max_model_len_ = 128;
+  SetUp();
+  // Compile the grammar first (a prompt that ends the reasoning), so that "r" and "b" are
+  // admitted in the same step, "r" last.
+  ASSERT_TRUE(scheduler_->AddRequest(Reasoning("warm", {kThinkEnd}, 4)).ok());
+  ASSERT_TRUE(RunToEnd("warm").second.has_value());
+  ASSERT_TRUE(scheduler_->AddRequest(testing::MakeRequest("b", 60, 60)).ok());
+  ASSERT_TRUE(scheduler_->AddRequest(Reasoning("r", {kThinkStart}, 100)).ok());
+  std::vector<int32_t> tokens;
+  std::optional<FinishReason> reason;
+  int32_t preempted_at = -1;  // r's output tokens when it was preempted
+  bool preempted_reasoning = false;
+  for (int step = 0; step < 1000 && !reason.has_value(); ++step) {
+    SchedulerOutput so;
+    EngineCoreOutputs outputs = Step(&so);
+    for (const std::string& id : so.preempted_req_ids) {
+      const Request* r = scheduler_->GetRequest(id);
+      if (id != "r" || r == nullptr || preempted_at >= 0) continue;
+      preempted_at = r->num_output_tokens();
+      preempted_reasoning = !r->structured_output->reasoning_ended();
+    }
+    for (const EngineCoreOutput& o : outputs.outputs) {
+      if (o.request_id != "r") continue;
+      tokens.insert(tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      reason = o.finish_reason;
+    }
+  }
+  ASSERT_GE(preempted_at, 1) << "r was never preempted";
+  EXPECT_TRUE(preempted_reasoning) << "preempted after " << preempted_at << " tokens";
+  EXPECT_LT(preempted_at, kReasoningTokens);
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);
+  ExpectReasonedThenFollowed(tokens);
+  ExpectRowsFrom("r", kReasoningTokens + 1);
 }
 
 TEST(SchedulerWithoutManagerTest, RefusesStructuredOutputs) {

@@ -1,8 +1,10 @@
 // ResolveVllmConfig: max_model_len defaults to the model's max_position_embeddings and a
 // longer one is refused; a sliding window (attention within the window is implemented) does
-// not limit the context.
+// not limit the context. BuildEngineCore refuses a reasoning parser whose think tokens the
+// model's tokenizer lacks, before any worker starts.
 #include "executor/engine_factory.h"
 
+#include <filesystem>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -42,6 +44,22 @@ TEST(ResolveVllmConfigTest, SlidingWindowDoesNotLimitTheContext) {
   EXPECT_EQ(longer->model.max_model_len, 33);
   auto too_long = ResolveVllmConfig(Cpu(32769), Model(32768, 32));
   EXPECT_FALSE(too_long.ok());
+}
+
+TEST(BuildEngineCoreTest, ReasoningParserWithoutThinkTokensIsRefused) {
+  config::VllmConfig c;
+  c.device.device = config::Device::kCpu;
+  c.model.model = (std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny").string();
+  c.structured_outputs.reasoning_parser = "deepseek_r1";
+  // A worker binary that does not exist: the refusal must come before any worker is needed.
+  EngineRuntimeOptions runtime;
+  runtime.worker_binary = "/nonexistent/vllm-launch";
+  auto built = BuildEngineCore(c, runtime);
+  ASSERT_FALSE(built.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(built.status())) << built.status();
+  const std::string message(built.status().message());
+  EXPECT_NE(message.find("--reasoning-parser deepseek_r1"), std::string::npos) << message;
+  EXPECT_NE(message.find("<think>"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -176,7 +176,21 @@ class FakeEngine : public EngineClient {
     }
     return out;
   }
-  EngineStats Stats() const override { return {3, 2, 0.25, 100, 40}; }
+  EngineStats Stats() const override {
+    EngineStats stats;
+    stats.num_requests_running = 3;
+    stats.num_requests_waiting = 2;
+    stats.kv_cache_usage = 0.25;
+    stats.prefix_cache_queries = 100;
+    stats.prefix_cache_hits = 40;
+    stats.structured_output.cache_hits = 6;
+    stats.structured_output.cache_misses = 3;
+    stats.structured_output.compile_failures = 2;
+    stats.structured_output.compile_timeouts = 1;
+    stats.structured_output.ObserveCompileSeconds(0.02);
+    stats.structured_output.ObserveCompileSeconds(0.5);
+    return stats;
+  }
 
   // Waits until `id` was aborted; false after the deadline.
   bool WaitForAbort(const std::string& id) {
@@ -550,14 +564,43 @@ TEST_F(ApiServerTest, MetricsAfterRequests) {
            "\"length\"} 1\n",
            "vllm:request_success_total{model_name=\"fake-model\",engine=\"0\",finished_reason="
            "\"abort\"} 0\n",
+           "vllm:structured_output_cache_queries_total{model_name=\"fake-model\",engine=\"0\"} "
+           "9\n",
+           "vllm:structured_output_cache_hits_total{model_name=\"fake-model\",engine=\"0\"} 6\n",
+           "# TYPE vllm:structured_output_compile_errors_total counter\n",
+           "vllm:structured_output_compile_errors_total{model_name=\"fake-model\",engine=\"0\","
+           "reason=\"failed\"} 2\n",
+           "vllm:structured_output_compile_errors_total{model_name=\"fake-model\",engine=\"0\","
+           "reason=\"timeout\"} 1\n",
+           "# TYPE vllm:structured_output_compile_seconds histogram\n",
+           "vllm:structured_output_compile_seconds_bucket{model_name=\"fake-model\",engine=\"0\","
+           "le=\"0.01\"} 0\n",
+           "vllm:structured_output_compile_seconds_bucket{model_name=\"fake-model\",engine=\"0\","
+           "le=\"0.025000000000000001\"} 1\n",
+           "vllm:structured_output_compile_seconds_bucket{model_name=\"fake-model\",engine=\"0\","
+           "le=\"+Inf\"} 2\n",
+           "vllm:structured_output_compile_seconds_count{model_name=\"fake-model\",engine=\"0\"} "
+           "2\n",
+           "vllm:structured_output_compile_seconds_sum{model_name=\"fake-model\",engine=\"0\"} "
+           "0.52000000000000002\n",
        }) {
     EXPECT_NE(r.body.find(line), std::string::npos) << line << "\n" << r.body;
   }
-  // The finished_reason series form one family: one HELP/TYPE header.
-  const std::string type_line = "# TYPE vllm:request_success_total counter\n";
-  const size_t first = r.body.find(type_line);
-  ASSERT_NE(first, std::string::npos) << r.body;
-  EXPECT_EQ(r.body.find(type_line, first + 1), std::string::npos) << r.body;
+  // The finished_reason series form one family: one HELP/TYPE header; so do the reason series
+  // of the compile errors.
+  for (const char* type_line : {"# TYPE vllm:request_success_total counter\n",
+                                "# TYPE vllm:structured_output_compile_errors_total "
+                                "counter\n"}) {
+    const size_t first = r.body.find(type_line);
+    ASSERT_NE(first, std::string::npos) << r.body;
+    EXPECT_EQ(r.body.find(type_line, first + 1), std::string::npos) << r.body;
+  }
+  // Scraped twice, the mirrored histogram does not double.
+  Reply again = c.Send(http::verb::get, "/metrics");
+  EXPECT_NE(again.body.find("vllm:structured_output_compile_seconds_count{model_name=\"fake-"
+                            "model\",engine=\"0\"} 2\n"),
+            std::string::npos)
+      << again.body;
 }
 
 TEST_F(ApiServerTest, ApiKey) {
