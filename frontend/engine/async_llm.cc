@@ -111,6 +111,11 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   state->want_logprobs = r.sampling_params.logprobs.has_value();
   state->want_prompt_logprobs = r.sampling_params.prompt_logprobs.has_value();
   state->first_prompt_token = r.prompt_token_ids.front();
+  state->stop_ids = r.sampling_params.stop_token_ids;
+  if (!r.sampling_params.ignore_eos) {
+    state->stop_ids.insert(state->stop_ids.end(), config_.eos_token_ids.begin(),
+                           config_.eos_token_ids.end());
+  }
   // An engine that dies between the pick and the send is not picked again: try the next.
   absl::Status sent;
   for (int32_t attempt = 0; attempt < client_->num_engines(); ++attempt) {
@@ -274,7 +279,14 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
   GenerateOutput delta;
   delta.token_ids_delta.assign(out.new_token_ids.begin(), out.new_token_ids.end());
   state->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
-  delta.text_delta = state->detokenizer->Append(delta.token_ids_delta);
+  // vLLM's stop_terminated: the request ended on a stop token (not a grammar's end, a stop
+  // string or a length).
+  const bool stop_terminated =
+      out.finished() && out.finish_reason == core::FinishReason::kStop &&
+      !out.new_token_ids.empty() &&
+      std::find(state->stop_ids.begin(), state->stop_ids.end(), out.new_token_ids.back()) !=
+          state->stop_ids.end();
+  delta.text_delta = state->detokenizer->Append(delta.token_ids_delta, stop_terminated);
   if (state->want_logprobs) {
     for (const core::TokenLogprobs& lp : out.logprobs)
       delta.logprobs.push_back(DecodedPosition(lp));

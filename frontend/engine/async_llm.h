@@ -93,6 +93,9 @@ class AsyncLLM final : public EngineClient {
     bool want_prompt_logprobs = false;
     int32_t first_prompt_token = 0;
     int32_t engine_index = 0;  // the engine it was sent to
+    // The ids whose sampling stops the request (EOS ids, stop_token_ids): their text is not
+    // part of the output (IncrementalDetokenizer::Append's stop_terminated).
+    std::vector<int32_t> stop_ids;
   };
 
   AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,

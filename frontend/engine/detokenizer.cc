@@ -1,6 +1,7 @@
 #include "frontend/engine/detokenizer.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "base/utf8.h"
@@ -74,13 +75,20 @@ size_t IncrementalDetokenizer::Releasable() const {
   return end;
 }
 
-std::string IncrementalDetokenizer::Append(std::span<const int32_t> new_ids) {
+std::string IncrementalDetokenizer::Append(std::span<const int32_t> new_ids,
+                                           bool stop_terminated) {
   if (stopped_) return "";
+  std::optional<int32_t> skipped;
+  if (stop_terminated && !options_.include_stop_str_in_output && !new_ids.empty()) {
+    skipped = new_ids.back();
+    new_ids = new_ids.first(new_ids.size() - 1);
+  }
   for (int32_t id : new_ids) {
     ids_.push_back(id);
     CheckStop(DecodeNew());
     if (stopped_) break;
   }
+  if (skipped.has_value() && !stopped_) ids_.push_back(*skipped);
   const size_t end = std::max(Releasable(), released_);
   std::string delta = text_.substr(released_, end - released_);
   released_ = end;

@@ -34,8 +34,11 @@ class IncrementalDetokenizer {
                          DetokenizerOptions options);
 
   // Adds generated ids and returns the newly releasable text ("" once stopped()). Ids out of
-  // the vocabulary decode to nothing.
-  std::string Append(std::span<const int32_t> new_ids);
+  // the vocabulary decode to nothing. `stop_terminated`: the last id is the token that
+  // stopped the request (EOS or one of stop_token_ids); unless include_stop_str_in_output it
+  // is kept but not decoded, so its text never shows (vLLM's stop_terminated), whatever
+  // skip_special_tokens says.
+  std::string Append(std::span<const int32_t> new_ids, bool stop_terminated = false);
 
   // Returns the text still held back for stop-string matching; call when the request
   // finishes for another reason (EOS, length). The deltas of Append plus Flush() == text().

@@ -208,7 +208,9 @@ class ServerTest(unittest.TestCase):
         # No model argument: the server's default, the bundled model.
         cmd = [ARGS.launch, "--host", "127.0.0.1", "--port", "0", "-tp", str(cls.TP),
                "--kv-cache-memory", "64MiB", "--api-key", API_KEY,
-               "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+               "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+               # Compact JSON: the bundled model, left free, pads JSON with whitespace.
+               "--structured-outputs-config", '{"disable_any_whitespace": true}']
         if cls.MODEL_NAME:
             cmd += ["--served-model-name", cls.MODEL_NAME]
         cls.server = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -591,26 +593,37 @@ class ServerTest(unittest.TestCase):
         self.complete(prompt, max_tokens=1)  # the server still serves
 
     def test_tool_choice_required(self):
-        r = self.tool_chat("required")
+        # One call (parallel_tool_calls=False: the grammar's array holds one element).
+        r = self.tool_chat("required", parallel_tool_calls=False)
         choice = r.choices[0]
         self.assertEqual(choice.finish_reason, "tool_calls", choice)
         self.assertEqual(choice.message.content, "")  # vLLM: forced choices answer ""
+        self.assertEqual(len(choice.message.tool_calls), 1)
         self.assert_calls(choice.message.tool_calls)
-        calls, content, finish = self.streamed_tool_chat("required")
+        calls, content, finish = self.streamed_tool_chat("required", parallel_tool_calls=False)
         self.assertEqual(finish, "tool_calls")
         self.assertEqual(content, "")
         self.assertEqual([(c[1], c[2]) for c in calls],
                          [(c.function.name, c.function.arguments)
                           for c in choice.message.tool_calls])
         self.assertTrue(all(re.fullmatch(r"chatcmpl-tool-[0-9a-f]{32}", c[0]) for c in calls))
-        one = self.tool_chat("required", parallel_tool_calls=False, temperature=1, seed=3)
-        self.assertEqual(len(one.choices[0].message.tool_calls), 1)
-        self.assert_calls(one.choices[0].message.tool_calls)
-        two = self.tool_chat("required", n=2, temperature=1, seed=5)
+        two = self.tool_chat("required", parallel_tool_calls=False, n=2, temperature=1, seed=5)
         self.assertEqual(len(two.choices), 2)
         for c in two.choices:
-            if c.finish_reason == "tool_calls":
-                self.assert_calls(c.message.tool_calls)
+            self.assertEqual(c.finish_reason, "tool_calls", c)
+            self.assert_calls(c.message.tool_calls)
+        # Any number of calls: the bundled model keeps adding them, so the array is cut by
+        # max_tokens: finish_reason "length", no calls (vLLM's answer for a cut array); the
+        # stream sends the complete calls it saw, each valid.
+        many = self.tool_chat("required", max_tokens=60)
+        self.assertEqual(many.choices[0].finish_reason, "length")
+        self.assertIsNone(many.choices[0].message.tool_calls)
+        self.assertEqual(many.choices[0].message.content, "")
+        calls, _, finish = self.streamed_tool_chat("required", max_tokens=60)
+        self.assertEqual(finish, "length")
+        self.assertGreaterEqual(len(calls), 1)
+        for _, name, arguments in calls[:-1]:  # the last may be cut
+            jsonschema.validate(json.loads(arguments), TOOL_SCHEMAS[name])
 
     def test_tool_choice_named(self):
         named = {"type": "function", "function": {"name": "get_time"}}

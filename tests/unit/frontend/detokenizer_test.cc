@@ -159,6 +159,32 @@ TEST_F(DetokenizerTest, StopStringSplitAcrossTokensIsCaught) {
   }
 }
 
+TEST_F(DetokenizerTest, StopTokenTextIsNotOutput) {
+  // vLLM's stop_terminated: the token that stopped the request (EOS <|eot_id|> = 2, or a stop
+  // token id such as ".") is not in the text, even with skip_special_tokens false, unless
+  // include_stop_str_in_output.
+  const std::vector<int32_t> amen = Ids("Amen.");
+  ASSERT_GE(amen.size(), 2u);
+  for (const bool skip : {true, false}) {
+    for (const bool include : {false, true}) {
+      DetokenizerOptions opts;
+      opts.skip_special_tokens = skip;
+      opts.include_stop_str_in_output = include;
+      IncrementalDetokenizer eos(*tok_, {}, opts);
+      std::vector<int32_t> ids = amen;
+      ids.push_back(2);
+      std::string text = eos.Append(ids, /*stop_terminated=*/true) + eos.Flush();
+      EXPECT_EQ(text, include && !skip ? "Amen.<|eot_id|>" : "Amen.") << skip << include;
+
+      IncrementalDetokenizer dot(*tok_, {}, opts);
+      text = dot.Append(amen, /*stop_terminated=*/true) + dot.Flush();
+      EXPECT_EQ(text, include ? "Amen." : tok_->Decode(std::span(amen).first(amen.size() - 1),
+                                                       skip))
+          << skip << include;
+    }
+  }
+}
+
 TEST_F(DetokenizerTest, HoldsIncompleteUtf8) {
   // "é" is two bytes; ids 76 ("h") and 132 (half of "é") from the reference decode.
   IncrementalDetokenizer d(*tok_, {}, {});
