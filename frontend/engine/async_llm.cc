@@ -281,11 +281,10 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
   state->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
   // vLLM's stop_terminated: the request ended on a stop token (not a grammar's end, a stop
   // string or a length).
-  const bool stop_terminated =
-      out.finished() && out.finish_reason == core::FinishReason::kStop &&
-      !out.new_token_ids.empty() &&
-      std::find(state->stop_ids.begin(), state->stop_ids.end(), out.new_token_ids.back()) !=
-          state->stop_ids.end();
+  const bool stop_terminated = out.finished() && out.finish_reason == core::FinishReason::kStop &&
+                               !out.new_token_ids.empty() &&
+                               std::find(state->stop_ids.begin(), state->stop_ids.end(),
+                                         out.new_token_ids.back()) != state->stop_ids.end();
   delta.text_delta = state->detokenizer->Append(delta.token_ids_delta, stop_terminated);
   if (state->want_logprobs) {
     for (const core::TokenLogprobs& lp : out.logprobs)

@@ -75,8 +75,7 @@ size_t IncrementalDetokenizer::Releasable() const {
   return end;
 }
 
-std::string IncrementalDetokenizer::Append(std::span<const int32_t> new_ids,
-                                           bool stop_terminated) {
+std::string IncrementalDetokenizer::Append(std::span<const int32_t> new_ids, bool stop_terminated) {
   if (stopped_) return "";
   std::optional<int32_t> skipped;
   if (stop_terminated && !options_.include_stop_str_in_output && !new_ids.empty()) {

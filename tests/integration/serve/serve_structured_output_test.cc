@@ -5,7 +5,14 @@
 // parser and hand checks of the schema); n > 1 and streaming; a greedy unconstrained request
 // answers the same alone and beside constrained ones; bad and hostile specs get a 400 and the
 // server keeps serving; /metrics counts the grammar compiles and compile-cache hits. One server
-// for every case.
+// for every case. Then --reasoning-parser on the bundled model given <think> and </think>
+// tokens: chat answers put the text before </think> in `reasoning` (streamed alike), and a
+// constraint starts only after the reasoning ends (a prompt that ends it is constrained from
+// the first token, one that opens it is not).
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <thread>
@@ -251,6 +258,107 @@ book ::= "Genesis" | "Exodus" | "Psalms")";
     EXPECT_GT(delta("vllm:structured_output_compile_seconds_sum"), 0);
     EXPECT_EQ(after.at("vllm:structured_output_compile_seconds_bucket" + labels + R"(,le="+Inf"})"),
               after.at("vllm:structured_output_compile_seconds_count" + labels + "}"));
+  }
+}
+
+// The bundled model with two of its rare subword ids (4089 "abas", 4092 "ishon") given to
+// <think> and </think> as added tokens, in a temporary directory (weights and configs linked).
+class ThinkModel {
+ public:
+  ThinkModel() {
+    char pattern[] = "/tmp/vllm-think-model-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) return;
+    dir_ = pattern;
+    const std::filesystem::path bundled =
+        std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny";
+    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"}) {
+      std::filesystem::create_symlink(bundled / f, dir_ / f);
+    }
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+      std::ifstream in(bundled / f);
+      json j = json::parse(in);
+      for (const auto& [id, text] : {std::pair{4089, "<think>"}, std::pair{4092, "</think>"}}) {
+        if (std::string(f) == "tokenizer.json") {
+          j["added_tokens"].push_back({{"id", id},
+                                       {"content", text},
+                                       {"single_word", false},
+                                       {"lstrip", false},
+                                       {"rstrip", false},
+                                       {"normalized", false},
+                                       {"special", false}});
+        } else {
+          j["added_tokens_decoder"][std::to_string(id)] = {
+              {"content", text}, {"lstrip", false},      {"normalized", false},
+              {"rstrip", false}, {"single_word", false}, {"special", false}};
+        }
+      }
+      std::ofstream(dir_ / f) << j.dump();
+    }
+  }
+  ~ThinkModel() {
+    std::error_code ignored;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+TEST_F(ServeStructuredOutputTest, ReasoningComesFirst) {
+  ThinkModel model;
+  ASSERT_FALSE(model.dir().empty());
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--model", model.dir().string(), "--served-model-name",
+                                       "kjv-think", "--reasoning-parser", "deepseek_r1"}));
+  {
+    SCOPED_TRACE("chat: the text before </think> is reasoning, streamed alike");
+    json body{{"messages", {{{"role", "user"}, {"content", "Who was Moses?"}}}},
+              {"max_tokens", 24},
+              {"temperature", 0}};
+    json r = Post("/v1/chat/completions", body);
+    ASSERT_TRUE(r.contains("choices")) << r.dump();
+    const json& message = r["choices"][0]["message"];
+    // The bundled model never writes </think> here: deepseek_r1 reads it all as reasoning.
+    ASSERT_TRUE(message["reasoning"].is_string()) << message.dump();
+    EXPECT_FALSE(message["reasoning"].get<std::string>().empty());
+    EXPECT_EQ(message["reasoning_content"], message["reasoning"]);
+    EXPECT_TRUE(message["content"].is_null()) << message.dump();
+    body["stream"] = true;
+    testing::StreamResult stream =
+        testing::RunStream(port_, "/v1/chat/completions", body, absl::Now() + absl::Seconds(30));
+    ASSERT_TRUE(stream.done) << stream.error;
+    std::string reasoning, content;
+    for (const json& e : stream.events) {
+      if (!e.contains("choices") || e["choices"].empty()) continue;
+      const json& delta = e["choices"][0]["delta"];
+      if (delta.contains("reasoning")) reasoning += delta["reasoning"].get<std::string>();
+      if (delta.contains("content")) content += delta["content"].get<std::string>();
+    }
+    EXPECT_EQ(reasoning, message["reasoning"].get<std::string>());
+    EXPECT_EQ(content, "");
+  }
+  {
+    SCOPED_TRACE("a constraint applies after the reasoning");
+    const json schema = {{"type", "object"},
+                         {"properties", {{"answer", {{"enum", {"yea", "nay"}}}}}},
+                         {"required", {"answer"}}};
+    json body{{"max_tokens", 16},
+              {"temperature", 0},
+              {"structured_outputs", {{"json", schema}, {"disable_any_whitespace", true}}}};
+    body["prompt"] = "Is the LORD good?<think>I know it.</think>";
+    json r = Post("/v1/completions", body);
+    ASSERT_TRUE(r.contains("choices")) << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    const json answer = json::parse(r["choices"][0]["text"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(answer.is_object()) << r.dump();
+    EXPECT_TRUE(answer["answer"] == "yea" || answer["answer"] == "nay") << answer.dump();
+    // Reasoning still open: free King James English, no JSON.
+    body["prompt"] = "Is the LORD good?<think>";
+    r = Post("/v1/completions", body);
+    ASSERT_TRUE(r.contains("choices")) << r.dump();
+    const std::string text = r["choices"][0]["text"].get<std::string>();
+    EXPECT_FALSE(text.starts_with("{")) << text;
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << text;
   }
 }
 

@@ -2,13 +2,14 @@
 // the request checks against the server's parsers, the grammar of forced tool choices, the
 // messages and variables the template renders, and each choice's text parsed into reasoning,
 // content and tool calls, whole and streamed (every split of the text gives the whole answer).
+#include "frontend/openai/chat_tools.h"
+
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "frontend/engine/engine_client.h"
 #include "frontend/openai/chat_output.h"
-#include "frontend/openai/chat_tools.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -36,8 +37,7 @@ class ChatToolsTest : public ::testing::Test {
     with_parser_.enable_auto_tool_choice = true;
   }
   static json Body(json tool_choice = nullptr) {
-    json body{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-              {"tools", {kWeather, kTime}}};
+    json body{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", {kWeather, kTime}}};
     if (!tool_choice.is_null()) body["tool_choice"] = tool_choice;
     return body;
   }
@@ -61,8 +61,7 @@ TEST_F(ChatToolsTest, ToolChoiceDefaultsAndServerChecks) {
 
   auto s = ParseToolRequest(Body(), none_).status();
   EXPECT_EQ(ParamOf(s), "tool_choice");
-  EXPECT_NE(s.message().find("--enable-auto-tool-choice and --tool-call-parser"),
-            std::string::npos)
+  EXPECT_NE(s.message().find("--enable-auto-tool-choice and --tool-call-parser"), std::string::npos)
       << s;
   // An explicit null falls back to plain text without a parser.
   json null_choice = Body();
@@ -95,8 +94,8 @@ TEST_F(ChatToolsTest, BadToolsAndChoicesNameTheField) {
       {choice_without_tools, "tool_choice", "`tools` must be set"},
       {Body("sometimes"), "tool_choice", "Invalid value for `tool_choice`"},
       {Body(json{{"type", "function"}}), "tool_choice.function", "Correct usage"},
-      {Body(json{{"type", "function"}, {"function", json::object()}}),
-       "tool_choice.function.name", "Expected field `name`"},
+      {Body(json{{"type", "function"}, {"function", json::object()}}), "tool_choice.function.name",
+       "Expected field `name`"},
       {Body(json{{"type", "function"}, {"function", {{"name", "nope"}}}}), "tool_choice",
        "does not match any of the specified `tools`"},
       {bad_tool, "tools", "needs a string \"name\""},
@@ -254,9 +253,8 @@ TEST_F(ChatToolsTest, RequiredOutputBecomesCalls) {
   ChatOutputOptions o;
   o.tools = parsers::MakeRequiredToolParser();
   o.forced = true;
-  const std::string text =
-      R"([{"name": "get_weather", "parameters": {"city":"Ur","unit":"c"}}, )"
-      R"({"name": "get_time", "parameters": {}}])";
+  const std::string text = R"([{"name": "get_weather", "parameters": {"city":"Ur","unit":"c"}}, )"
+                           R"({"name": "get_time", "parameters": {}}])";
   ChatMessageParts m = ParseChatOutput(o, text);
   ASSERT_EQ(m.tool_calls.size(), 2u);
   EXPECT_EQ(m.tool_calls[0].name, "get_weather");

@@ -178,8 +178,8 @@ TEST_F(DetokenizerTest, StopTokenTextIsNotOutput) {
 
       IncrementalDetokenizer dot(*tok_, {}, opts);
       text = dot.Append(amen, /*stop_terminated=*/true) + dot.Flush();
-      EXPECT_EQ(text, include ? "Amen." : tok_->Decode(std::span(amen).first(amen.size() - 1),
-                                                       skip))
+      EXPECT_EQ(text,
+                include ? "Amen." : tok_->Decode(std::span(amen).first(amen.size() - 1), skip))
           << skip << include;
     }
   }
