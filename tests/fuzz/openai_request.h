@@ -16,6 +16,7 @@
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"
 #include "frontend/openai/api_server_response.h"
+#include "frontend/openai/chat_tools.h"
 #include "frontend/openai/openai_protocol.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -111,10 +112,31 @@ inline void CheckChat(const nlohmann::json& body) {
   CheckOptions(request->options);
   FUZZ_CHECK(!(request->add_generation_prompt && request->continue_final_message),
              "accepted add_generation_prompt with continue_final_message");
+  // Tool calling (as ParseGeneration, with a server that runs the hermes parser): a choice
+  // refused is a 400; one accepted constrains required / named choices by a grammar.
+  static const auto* hermes = frontend::parsers::MakeToolParser("hermes")->release();
+  const frontend::ChatParsers parsers{hermes, true, false, nullptr};
+  auto tools = frontend::ParseToolRequest(body, parsers);
+  if (!tools.ok()) return CheckErrorBody(tools.status());
+  core::SamplingParams params = request->options.params;
+  if (absl::Status s = frontend::ApplyToolChoiceGrammar(body, *tools, &params); !s.ok()) {
+    return CheckErrorBody(s);
+  }
+  FUZZ_CHECK(params.structured_outputs.has_value() ==
+                 (tools->choice == frontend::ToolChoice::kRequired ||
+                  tools->choice == frontend::ToolChoice::kNamed ||
+                  request->options.params.structured_outputs.has_value()),
+             "a forced tool choice without its grammar");
+  auto messages = frontend::TemplateMessages(body);
+  if (!messages.ok()) return CheckErrorBody(messages.status());
+  FUZZ_CHECK(messages->size() == request->messages.size(), "template messages lost or added");
+  auto kwargs = frontend::TemplateKwargs(body);
+  if (!kwargs.ok()) return CheckErrorBody(kwargs.status());
+  if (!frontend::ChatOutputFor(body, *tools, *kwargs, parsers).ok()) return;
   const ServedModel& served = Served();
-  auto prompt =
-      served.chat_template->Render(request->messages, request->add_generation_prompt,
-                                   served.tokenizer->bos_token(), served.tokenizer->eos_token());
+  auto prompt = served.chat_template->RenderJson(
+      *messages, tools->tools, *kwargs, request->add_generation_prompt,
+      served.tokenizer->bos_token(), served.tokenizer->eos_token());
   if (!prompt.ok()) {
     // The bundled template raises on role orders it does not support: a 400, never a crash.
     return CheckErrorBody(prompt.status());
