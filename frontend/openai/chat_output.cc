@@ -2,10 +2,14 @@
 
 #include <utility>
 
-#include "frontend/parsers/text_util.h"
 
 namespace vllm::frontend {
 namespace {
+
+// Python's str.strip() on ASCII whitespace leaves nothing.
+bool IsBlank(const std::string& text) {
+  return text.find_first_not_of(" \t\n\r\v\f") == std::string::npos;
+}
 
 void AppendText(std::optional<std::string>* to, std::optional<std::string> text) {
   if (!text.has_value()) return;
@@ -38,7 +42,7 @@ ChatMessageParts ParseChatOutput(const ChatOutputOptions& options, std::string_v
     if (calls.tools_called) {
       out.tool_calls = std::move(calls.tool_calls);
       content = std::move(calls.content);
-      if (content.has_value() && parsers::StripAscii(*content).empty()) content.reset();
+      if (content.has_value() && IsBlank(*content)) content.reset();
       if (!options.parallel_tool_calls && out.tool_calls.size() > 1) out.tool_calls.resize(1);
     }
   }
