@@ -8,9 +8,12 @@
 // for every case. Then --reasoning-parser on the bundled model given <think> and </think>
 // tokens: chat answers put the text before </think> in `reasoning` (streamed alike), and a
 // constraint starts only after the reasoning ends (a prompt that ends it is constrained from
-// the first token, one that opens it is not).
+// the first token, one that opens it is not). And constrained requests under data parallelism
+// (-dp 2), chunked prefill (prompts longer than the step's token budget) and preemption (a KV
+// cache too small for them all): every answer still follows its schema.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -259,6 +262,74 @@ book ::= "Genesis" | "Exodus" | "Psalms")";
     EXPECT_EQ(after.at("vllm:structured_output_compile_seconds_bucket" + labels + R"(,le="+Inf"})"),
               after.at("vllm:structured_output_compile_seconds_count" + labels + "}"));
   }
+}
+
+TEST_F(ServeStructuredOutputTest, DataParallelChunkedPrefillAndPreemption) {
+  // 40 blocks of 16 tokens per engine for 12 requests of ~110 prompt + up to ~60 output
+  // tokens each: the scheduler must preempt; a 32-token budget chunks every prompt.
+  ASSERT_NO_FATAL_FAILURE(
+      StartServer({"-dp", "2", "--num-gpu-blocks-override", "40", "--max-num-batched-tokens", "32",
+                   "--max-num-seqs", "8", "--enable-chunked-prefill", "--max-model-len", "512"}));
+  const std::vector<std::string> books = {"Genesis", "Exodus", "Ruth", "Job"};
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"book", {{"enum", books}}},
+                         {"chapter", {{"type", "integer"}, {"minimum", 1}, {"maximum", 50}}},
+                         {"words", {{"type", "string"}, {"maxLength", 24}}}}},
+                       {"required", {"book", "chapter", "words"}},
+                       {"additionalProperties", false}};
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "And the LORD spake unto Moses, saying, ";
+  constexpr int kRequests = 12;
+  std::vector<json> answers(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      // Prompts differ from their first token, so no two share cached blocks.
+      json body{{"prompt", std::to_string(i) + " " + prompt},
+                {"max_tokens", 96},
+                {"temperature", 1},
+                {"seed", i},
+                {"structured_outputs", {{"json", schema}, {"disable_any_whitespace", true}}}};
+      auto r = testing::Http(port_, "POST", "/v1/completions", body.dump(), "application/json",
+                             absl::Seconds(120));
+      if (r.ok() && r->status == 200) answers[i] = r->Json();
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  int stopped = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(answers[i].contains("choices")) << answers[i].dump();
+    const json& choice = answers[i]["choices"][0];
+    const std::string text = choice["text"].get<std::string>();
+    if (choice["finish_reason"] != "stop") continue;  // cut by max_tokens: a prefix
+    ++stopped;
+    const json v = json::parse(text, nullptr, false);
+    ASSERT_TRUE(v.is_object()) << text;
+    EXPECT_EQ(v.size(), 3u) << text;
+    EXPECT_NE(std::find(books.begin(), books.end(), v.value("book", "")), books.end()) << text;
+    ASSERT_TRUE(v["chapter"].is_number_integer()) << text;
+    EXPECT_GE(v["chapter"].get<int>(), 1);
+    EXPECT_LE(v["chapter"].get<int>(), 50);
+    ASSERT_TRUE(v["words"].is_string()) << text;
+  }
+  EXPECT_GE(stopped, kRequests / 2);
+  const testing::MetricSamples m = testing::ScrapeMetrics(port_);
+  EXPECT_GT(testing::SumOf(m, "vllm:num_preemptions_total"), 0) << "no preemption happened";
+  // Both engines served constrained requests.
+  int engines_used = 0;
+  for (const char* engine : {"0", "1"}) {
+    double n = 0;
+    for (const auto& [name, value] : m) {
+      if (name.starts_with("vllm:request_success_total") &&
+          name.find(std::string("engine=\"") + engine + "\"") != std::string::npos) {
+        n += value;
+      }
+    }
+    engines_used += n > 0;
+  }
+  EXPECT_EQ(engines_used, 2);
 }
 
 // The bundled model with two of its rare subword ids (4089 "abas", 4092 "ishon") given to
