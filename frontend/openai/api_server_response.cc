@@ -34,7 +34,7 @@ std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
 absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view body,
                                                  const EngineClient& engine,
                                                  const ChatParsers& parsers) {
-  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonObject(body));
+  VLLM_ASSIGN_OR_RETURN(nlohmann::ordered_json json, ParseJsonObject(body));
   const std::string model_name = engine.ModelName();
   ParsedGeneration parsed;
   parsed.kind = kind;
@@ -83,7 +83,7 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
 }
 
 absl::StatusOr<nlohmann::json> HandleTokenize(std::string_view body, const EngineClient& engine) {
-  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonObject(body));
+  VLLM_ASSIGN_OR_RETURN(nlohmann::ordered_json json, ParseJsonObject(body));
   VLLM_ASSIGN_OR_RETURN(TokenizeRequest r, ParseTokenizeRequest(json, engine.ModelName()));
   std::vector<int32_t> ids;
   if (r.prompt.has_value()) {
@@ -93,7 +93,7 @@ absl::StatusOr<nlohmann::json> HandleTokenize(std::string_view body, const Engin
     VLLM_ASSIGN_OR_RETURN(input.messages, TemplateMessages(json));
     VLLM_ASSIGN_OR_RETURN(input.kwargs, TemplateKwargs(json));
     if (const auto t = json.find("tools"); t != json.end() && t->is_array() && !t->empty()) {
-      input.tools = nlohmann::ordered_json(*t);
+      input.tools = *t;
     }
     input.add_generation_prompt = r.add_generation_prompt;
     input.continue_final_message = r.continue_final_message;
@@ -108,7 +108,7 @@ absl::StatusOr<nlohmann::json> HandleTokenize(std::string_view body, const Engin
 }
 
 absl::StatusOr<nlohmann::json> HandleDetokenize(std::string_view body, const EngineClient& engine) {
-  VLLM_ASSIGN_OR_RETURN(nlohmann::json json, ParseJsonObject(body));
+  VLLM_ASSIGN_OR_RETURN(nlohmann::ordered_json json, ParseJsonObject(body));
   VLLM_ASSIGN_OR_RETURN(DetokenizeRequest r, ParseDetokenizeRequest(json, engine.ModelName()));
   VLLM_ASSIGN_OR_RETURN(std::string prompt, engine.Detokenize(r.tokens));
   return BuildDetokenizeResponse(prompt);

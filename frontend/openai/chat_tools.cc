@@ -5,14 +5,16 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "base/json_util.h"
+#include "base/ordered_json.h"
 #include "frontend/engine/engine_client.h"
 #include "structured_output/params.h"
 
 namespace vllm::frontend {
 namespace {
 
-using nlohmann::json;
+// Request bodies keep the client's key order (base/ordered_json.h), and so does what is built
+// from them.
+using json = nlohmann::ordered_json;
 using nlohmann::ordered_json;
 
 const json* Find(const json& object, const char* name) {
@@ -190,7 +192,8 @@ absl::StatusOr<ordered_json> TemplateToolCalls(const json& calls) {
         arguments = ordered_json(*a);
       } else if (a->is_string() && !a->get<std::string>().empty()) {
         // Malformed arguments in the history become {} so the conversation can go on.
-        absl::StatusOr<json> parsed = base::ParseJson(a->get<std::string>(), "arguments");
+        absl::StatusOr<ordered_json> parsed =
+            base::ParseOrderedJson(a->get<std::string>(), "arguments");
         if (parsed.ok() && parsed->is_object()) arguments = ordered_json(*parsed);
       }
     }

@@ -50,7 +50,7 @@ struct ToolRequest {
 // "required" and a named function --tool-call-parser (vLLM 0.33's messages). InvalidParam
 // naming the field otherwise; an explicit null tool_choice without a parser is "none". `functions`
 // and `function_call` (OpenAI's deprecated form) are refused by name.
-[[nodiscard]] absl::StatusOr<ToolRequest> ParseToolRequest(const nlohmann::json& body,
+[[nodiscard]] absl::StatusOr<ToolRequest> ParseToolRequest(const nlohmann::ordered_json& body,
                                                            const ChatParsers& parsers);
 
 // "required" and a named function: the JSON schema the output must follow (a named
@@ -59,7 +59,7 @@ struct ToolRequest {
 // structured output in place of any structured_outputs / response_format it had (as vLLM's
 // adjust_request). A named choice beside json/regex/choice constraints is refused, as vLLM
 // does. The schema is checked as structured_outputs.json is: InvalidParam naming "tools".
-[[nodiscard]] absl::Status ApplyToolChoiceGrammar(const nlohmann::json& body,
+[[nodiscard]] absl::Status ApplyToolChoiceGrammar(const nlohmann::ordered_json& body,
                                                   const ToolRequest& tools,
                                                   core::SamplingParams* params);
 
@@ -69,18 +69,20 @@ struct ToolRequest {
 // tool_calls dropped, reasoning / reasoning_content as both names, tool_call_id and name
 // kept. The body's messages were checked by ParseChatCompletionRequest (or
 // ParseTokenizeRequest) already; InvalidParam for a malformed tool call.
-[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateMessages(const nlohmann::json& body);
+[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateMessages(
+    const nlohmann::ordered_json& body);
 
 // The template's extra variables: the request's chat_template_kwargs, and reasoning_effort
 // (with enable_thinking = effort != "none" when the kwargs do not set it, as vLLM).
-[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateKwargs(const nlohmann::json& body);
+[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateKwargs(
+    const nlohmann::ordered_json& body);
 
 // How the request's output is parsed (vLLM's serving_chat): the server's reasoning parser
 // (include_reasoning false: split off and not sent; enable_thinking false in the kwargs: qwen3
 // reads all as content), and tool calls by choice: "auto" with the server's parser when
 // --enable-auto-tool-choice is on, "required" and a named function with their own parsers,
 // "none" none. InvalidParam for a malformed include_reasoning.
-[[nodiscard]] absl::StatusOr<ChatOutputOptions> ChatOutputFor(const nlohmann::json& body,
+[[nodiscard]] absl::StatusOr<ChatOutputOptions> ChatOutputFor(const nlohmann::ordered_json& body,
                                                               const ToolRequest& tools,
                                                               const nlohmann::ordered_json& kwargs,
                                                               const ChatParsers& parsers);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/json_util.h"
+#include "base/ordered_json.h"
 #include "base/status_macros.h"
 #include "frontend/openai/structured_output_request.h"
 
@@ -15,38 +16,40 @@ namespace vllm::frontend {
 namespace {
 
 using nlohmann::json;
+// Request bodies keep their keys in the client's order (base/ordered_json.h).
+using Body = nlohmann::ordered_json;
 
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 // A short rendering of a JSON value for error messages.
-std::string Show(const json& value) {
-  std::string text = DumpJson(value);
+std::string Show(const Body& value) {
+  std::string text = value.dump(-1, ' ', false, Body::error_handler_t::replace);
   if (text.size() > 64) text = text.substr(0, 61) + "...";
   return text;
 }
 
-absl::Status WrongType(const char* name, const char* expected, const json& value) {
+absl::Status WrongType(const char* name, const char* expected, const Body& value) {
   return InvalidParam(name, absl::StrCat(name, " must be ", expected, ", got ", value.type_name(),
                                          " ", Show(value)));
 }
 
 // Field readers: a missing field or null yields nullopt (OpenAI: null means default).
-const json* Find(const json& body, const char* name) {
+const Body* Find(const Body& body, const char* name) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
-absl::StatusOr<std::optional<double>> GetNumber(const json& body, const char* name) {
-  const json* v = Find(body, name);
+absl::StatusOr<std::optional<double>> GetNumber(const Body& body, const char* name) {
+  const Body* v = Find(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_number()) return WrongType(name, "a number", *v);
   return v->get<double>();
 }
 
 // An integer in [lo, hi]; a float with an integral value is accepted (as pydantic does).
-absl::StatusOr<int64_t> AsInt(const json& v, const char* name, int64_t lo, int64_t hi) {
+absl::StatusOr<int64_t> AsInt(const Body& v, const char* name, int64_t lo, int64_t hi) {
   int64_t out = 0;
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
@@ -71,23 +74,23 @@ absl::StatusOr<int64_t> AsInt(const json& v, const char* name, int64_t lo, int64
   return out;
 }
 
-absl::StatusOr<std::optional<int64_t>> GetInt(const json& body, const char* name, int64_t lo,
+absl::StatusOr<std::optional<int64_t>> GetInt(const Body& body, const char* name, int64_t lo,
                                               int64_t hi) {
-  const json* v = Find(body, name);
+  const Body* v = Find(body, name);
   if (v == nullptr) return std::nullopt;
   VLLM_ASSIGN_OR_RETURN(int64_t out, AsInt(*v, name, lo, hi));
   return out;
 }
 
-absl::StatusOr<std::optional<bool>> GetBool(const json& body, const char* name) {
-  const json* v = Find(body, name);
+absl::StatusOr<std::optional<bool>> GetBool(const Body& body, const char* name) {
+  const Body* v = Find(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_boolean()) return WrongType(name, "a boolean", *v);
   return v->get<bool>();
 }
 
-absl::StatusOr<std::optional<std::string>> GetString(const json& body, const char* name) {
-  const json* v = Find(body, name);
+absl::StatusOr<std::optional<std::string>> GetString(const Body& body, const char* name) {
+  const Body* v = Find(body, name);
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) return WrongType(name, "a string", *v);
   return v->get<std::string>();
@@ -101,7 +104,7 @@ absl::Status Assign(absl::StatusOr<std::optional<U>> value, T* out) {
   return absl::OkStatus();
 }
 
-absl::Status CheckModel(const json& body, absl::string_view served_model, std::string* model) {
+absl::Status CheckModel(const Body& body, absl::string_view served_model, std::string* model) {
   VLLM_ASSIGN_OR_RETURN(std::optional<std::string> name, GetString(body, "model"));
   if (!name.has_value() || *name == served_model) {
     *model = std::string(served_model);
@@ -113,10 +116,10 @@ absl::Status CheckModel(const json& body, absl::string_view served_model, std::s
   return status;
 }
 
-absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const json& array, const char* name) {
+absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const Body& array, const char* name) {
   std::vector<int32_t> ids;
   ids.reserve(array.size());
-  for (const json& item : array) {
+  for (const Body& item : array) {
     if (!item.is_number_integer()) {
       return WrongType(name, "a list of token ids (integers)", item);
     }
@@ -126,8 +129,8 @@ absl::StatusOr<std::vector<int32_t>> ParseTokenIds(const json& array, const char
   return ids;
 }
 
-absl::Status ParseStop(const json& body, GenerationOptions* options) {
-  const json* v = Find(body, "stop");
+absl::Status ParseStop(const Body& body, GenerationOptions* options) {
+  const Body* v = Find(body, "stop");
   if (v == nullptr) return absl::OkStatus();
   if (v->is_string()) {
     options->stop.push_back(v->get<std::string>());
@@ -136,7 +139,7 @@ absl::Status ParseStop(const json& body, GenerationOptions* options) {
       return InvalidParam("stop", absl::StrCat("stop has ", v->size(), " strings; at most ",
                                                kMaxStopStrings, " are allowed"));
     }
-    for (const json& s : *v) {
+    for (const Body& s : *v) {
       if (!s.is_string()) return WrongType("stop", "a string or a list of strings", s);
       options->stop.push_back(s.get<std::string>());
     }
@@ -153,9 +156,9 @@ absl::Status ParseStop(const json& body, GenerationOptions* options) {
   return absl::OkStatus();
 }
 
-absl::Status ParseStreamOptions(const json& body, GenerationOptions* options) {
+absl::Status ParseStreamOptions(const Body& body, GenerationOptions* options) {
   VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "stream"), &options->stream));
-  const json* so = Find(body, "stream_options");
+  const Body* so = Find(body, "stream_options");
   if (so == nullptr) return absl::OkStatus();
   if (!so->is_object()) return WrongType("stream_options", "an object", *so);
   if (!options->stream) {
@@ -165,7 +168,7 @@ absl::Status ParseStreamOptions(const json& body, GenerationOptions* options) {
 }
 
 // Sampling fields common to both endpoints (max_tokens and logprobs are endpoint-specific).
-absl::Status ParseCommon(const json& body, GenerationOptions* options) {
+absl::Status ParseCommon(const Body& body, GenerationOptions* options) {
   core::SamplingParams& p = options->params;
   VLLM_RETURN_IF_ERROR(Assign(GetInt(body, "n", 1, kMaxN), &options->n));
   VLLM_RETURN_IF_ERROR(Assign(GetNumber(body, "temperature"), &p.temperature));
@@ -181,7 +184,7 @@ absl::Status ParseCommon(const json& body, GenerationOptions* options) {
                         GetInt(body, "seed", std::numeric_limits<int64_t>::min(),
                                std::numeric_limits<int64_t>::max()));
   if (seed.has_value()) p.seed = *seed;
-  if (const json* ids = Find(body, "stop_token_ids"); ids != nullptr) {
+  if (const Body* ids = Find(body, "stop_token_ids"); ids != nullptr) {
     if (!ids->is_array()) return WrongType("stop_token_ids", "a list of integers", *ids);
     VLLM_ASSIGN_OR_RETURN(p.stop_token_ids, ParseTokenIds(*ids, "stop_token_ids"));
   }
@@ -226,8 +229,8 @@ absl::Status ValidateParams(const core::SamplingParams& params,
   return InvalidParam(field, message);
 }
 
-absl::StatusOr<std::vector<Prompt>> ParsePrompts(const json& body) {
-  const json* v = Find(body, "prompt");
+absl::StatusOr<std::vector<Prompt>> ParsePrompts(const Body& body) {
+  const Body* v = Find(body, "prompt");
   if (v == nullptr) return InvalidParam("prompt", "prompt is required");
   std::vector<Prompt> prompts;
   if (v->is_string()) {
@@ -240,7 +243,7 @@ absl::StatusOr<std::vector<Prompt>> ParsePrompts(const json& body) {
       return InvalidParam("prompt", absl::StrCat("prompt has ", v->size(), " entries; at most ",
                                                  kMaxPrompts, " are allowed"));
     }
-    for (const json& item : *v) {
+    for (const Body& item : *v) {
       if (item.is_string()) {
         prompts.push_back(Prompt{item.get<std::string>(), {}});
       } else if (item.is_array()) {
@@ -263,7 +266,7 @@ absl::StatusOr<std::vector<Prompt>> ParsePrompts(const json& body) {
   return prompts;
 }
 
-absl::Status RejectUnsupportedCompletionFields(const json& body) {
+absl::Status RejectUnsupportedCompletionFields(const Body& body) {
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> best_of, GetInt(body, "best_of", 1, kMaxN));
   if (best_of.value_or(1) != 1) {
     return InvalidParam("best_of", absl::StrCat("best_of must be 1, got ", *best_of));
@@ -283,8 +286,8 @@ absl::Status CheckChoiceCount(size_t num_prompts, int32_t n) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ParseContent(const json& message, const std::string& role) {
-  const json* content = Find(message, "content");
+absl::StatusOr<std::string> ParseContent(const Body& message, const std::string& role) {
+  const Body* content = Find(message, "content");
   if (content == nullptr) {
     if (role == "assistant") return std::string();
     return InvalidParam("messages", absl::StrCat("a ", role, " message needs a content"));
@@ -294,7 +297,7 @@ absl::StatusOr<std::string> ParseContent(const json& message, const std::string&
     return WrongType("messages", "content as a string or a list of text parts", *content);
   }
   std::vector<std::string> texts;
-  for (const json& part : *content) {
+  for (const Body& part : *content) {
     if (!part.is_object()) return WrongType("messages", "a content part object", part);
     auto type = part.find("type");
     if (type == part.end() || *type != "text") {
@@ -311,8 +314,8 @@ absl::StatusOr<std::string> ParseContent(const json& message, const std::string&
   return absl::StrJoin(texts, "\n");
 }
 
-absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& body) {
-  const json* v = Find(body, "messages");
+absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const Body& body) {
+  const Body* v = Find(body, "messages");
   if (v == nullptr) return InvalidParam("messages", "messages is required");
   if (!v->is_array()) return WrongType("messages", "a list of messages", *v);
   if (v->empty()) return InvalidParam("messages", "messages must not be empty");
@@ -321,7 +324,7 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& body) {
                                                  kMaxChatMessages, " are allowed"));
   }
   std::vector<ChatMessage> messages;
-  for (const json& m : *v) {
+  for (const Body& m : *v) {
     if (!m.is_object()) return WrongType("messages", "a list of message objects", m);
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) {
@@ -341,7 +344,7 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& body) {
 
 // vLLM refuses a request's own chat template unless started with
 // --trust-request-chat-template (which we do not have).
-absl::Status RejectRequestChatTemplate(const json& body) {
+absl::Status RejectRequestChatTemplate(const Body& body) {
   if (Find(body, "chat_template") == nullptr) return absl::OkStatus();
   return InvalidParam("chat_template",
                       "Chat template is passed with request, but this server renders only the "
@@ -352,13 +355,13 @@ absl::Status RejectRequestChatTemplate(const json& body) {
 // add_generation_prompt / continue_final_message, top-level or in chat_template_kwargs, of a
 // chat completion or a chat /tokenize body.
 template <typename Request>
-absl::Status ParseTemplateFlags(const json& body, Request* request) {
+absl::Status ParseTemplateFlags(const Body& body, Request* request) {
   VLLM_RETURN_IF_ERROR(RejectRequestChatTemplate(body));
   VLLM_RETURN_IF_ERROR(
       Assign(GetBool(body, "add_generation_prompt"), &request->add_generation_prompt));
   VLLM_RETURN_IF_ERROR(
       Assign(GetBool(body, "continue_final_message"), &request->continue_final_message));
-  if (const json* kwargs = Find(body, "chat_template_kwargs"); kwargs != nullptr) {
+  if (const Body* kwargs = Find(body, "chat_template_kwargs"); kwargs != nullptr) {
     if (!kwargs->is_object()) return WrongType("chat_template_kwargs", "an object", *kwargs);
     VLLM_RETURN_IF_ERROR(
         Assign(GetBool(*kwargs, "add_generation_prompt"), &request->add_generation_prompt));
@@ -531,8 +534,8 @@ std::string DumpJson(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-absl::StatusOr<json> ParseJsonObject(std::string_view body) {
-  VLLM_ASSIGN_OR_RETURN(json value, base::ParseJson(body, "Invalid JSON in request body"));
+absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body) {
+  VLLM_ASSIGN_OR_RETURN(Body value, base::ParseOrderedJson(body, "Invalid JSON in request body"));
   if (!value.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("The request body must be a JSON object, got ", value.type_name()));
@@ -540,7 +543,7 @@ absl::StatusOr<json> ParseJsonObject(std::string_view body) {
   return value;
 }
 
-absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body,
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Body& body,
                                                          absl::string_view served_model) {
   CompletionRequest request;
   VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
@@ -568,7 +571,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body,
   return request;
 }
 
-absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const json& body,
+absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Body& body,
                                                                  absl::string_view served_model) {
   ChatCompletionRequest request;
   VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
@@ -597,7 +600,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const json& bod
   return request;
 }
 
-absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body,
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const Body& body,
                                                      absl::string_view served_model) {
   TokenizeRequest request;
   VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
@@ -606,7 +609,7 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body,
     VLLM_RETURN_IF_ERROR(ParseTemplateFlags(body, &request));
     request.add_special_tokens = false;
   } else {
-    const json* prompt = Find(body, "prompt");
+    const Body* prompt = Find(body, "prompt");
     if (prompt == nullptr) {
       return InvalidParam("prompt", "prompt (a string) or messages (a chat) is required");
     }
@@ -618,11 +621,11 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const json& body,
   return request;
 }
 
-absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(const json& body,
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(const Body& body,
                                                          absl::string_view served_model) {
   DetokenizeRequest request;
   VLLM_RETURN_IF_ERROR(CheckModel(body, served_model, &request.model));
-  const json* tokens = Find(body, "tokens");
+  const Body* tokens = Find(body, "tokens");
   if (tokens == nullptr) return InvalidParam("tokens", "tokens (a list of token ids) is required");
   if (!tokens->is_array()) return WrongType("tokens", "a list of token ids (integers)", *tokens);
   VLLM_ASSIGN_OR_RETURN(request.tokens, ParseTokenIds(*tokens, "tokens"));

@@ -51,7 +51,9 @@ std::string DumpJson(const nlohmann::json& value);
 // Parses a request body; InvalidArgument (400) when it is not JSON (syntax, a number out of
 // double range such as 1e309), nests deeper than base::kMaxJsonDepth, or is not an object.
 // Never throws.
-[[nodiscard]] absl::StatusOr<nlohmann::json> ParseJsonObject(std::string_view body);
+// Keys stay in the body's order (base::ParseOrderedJson): schemas and tools reach XGrammar and
+// the chat template as the client wrote them, as in vLLM.
+[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> ParseJsonObject(std::string_view body);
 
 // ---- Requests -----------------------------------------------------------------------------
 
@@ -131,13 +133,13 @@ struct DetokenizeRequest {
 // served one. Every other problem is InvalidArgument naming the field, the value and the
 // accepted range. Unknown fields are ignored (as in vLLM).
 [[nodiscard]] absl::StatusOr<CompletionRequest> ParseCompletionRequest(
-    const nlohmann::json& body, absl::string_view served_model);
+    const nlohmann::ordered_json& body, absl::string_view served_model);
 [[nodiscard]] absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(
-    const nlohmann::json& body, absl::string_view served_model);
-[[nodiscard]] absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(const nlohmann::json& body,
-                                                                   absl::string_view served_model);
+    const nlohmann::ordered_json& body, absl::string_view served_model);
+[[nodiscard]] absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(
+    const nlohmann::ordered_json& body, absl::string_view served_model);
 [[nodiscard]] absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(
-    const nlohmann::json& body, absl::string_view served_model);
+    const nlohmann::ordered_json& body, absl::string_view served_model);
 
 // ---- Responses ----------------------------------------------------------------------------
 

@@ -13,7 +13,8 @@
 namespace vllm::frontend {
 namespace {
 
-using nlohmann::json;
+// Request bodies keep the client's key order (base/ordered_json.h).
+using json = nlohmann::ordered_json;
 using structured_output::StructuredOutputsParams;
 
 // Where each constraint came from, for the error message's field.

@@ -17,13 +17,13 @@ namespace vllm::frontend {
 // (vLLM: "You can only use one kind of structured outputs constraint"), for what XGrammar
 // cannot honour (whitespace_pattern, schema keywords it would ignore), and for a schema, regex,
 // grammar or structural tag XGrammar cannot parse (with its message).
-[[nodiscard]] absl::Status ParseStructuredOutputs(const nlohmann::json& body,
+[[nodiscard]] absl::Status ParseStructuredOutputs(const nlohmann::ordered_json& body,
                                                   core::SamplingParams* params);
 
 // Fields this server does not honour on this endpoint: InvalidParam naming the field when a
 // request sets one to anything but its no-op value (logit_bias; on /v1/completions also the
 // chat fields tools, tool_choice other than "none", functions and function_call).
-[[nodiscard]] absl::Status RejectUnhonouredFields(const nlohmann::json& body, bool chat);
+[[nodiscard]] absl::Status RejectUnhonouredFields(const nlohmann::ordered_json& body, bool chat);
 
 }  // namespace vllm::frontend
 

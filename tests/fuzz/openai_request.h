@@ -83,7 +83,7 @@ inline void Tokenize(const std::string& text) {
   }
 }
 
-inline void CheckCompletion(const nlohmann::json& body) {
+inline void CheckCompletion(const nlohmann::ordered_json& body) {
   auto request = frontend::ParseCompletionRequest(body, kServedModel);
   if (!request.ok()) return CheckErrorBody(request.status());
   FUZZ_CHECK(request->model == kServedModel, "accepted another model");
@@ -102,7 +102,7 @@ inline void CheckCompletion(const nlohmann::json& body) {
   }
 }
 
-inline void CheckChat(const nlohmann::json& body) {
+inline void CheckChat(const nlohmann::ordered_json& body) {
   auto request = frontend::ParseChatCompletionRequest(body, kServedModel);
   if (!request.ok()) return CheckErrorBody(request.status());
   FUZZ_CHECK(request->model == kServedModel, "accepted another model");
@@ -146,7 +146,7 @@ inline void CheckChat(const nlohmann::json& body) {
 
 // POST /tokenize: the completion form through the tokenizer, the chat form through the chat
 // template (as AsyncLLM::TokenizeChat: the same template, then Encode).
-inline void CheckTokenize(const nlohmann::json& body) {
+inline void CheckTokenize(const nlohmann::ordered_json& body) {
   auto request = frontend::ParseTokenizeRequest(body, kServedModel);
   if (!request.ok()) return CheckErrorBody(request.status());
   FUZZ_CHECK(request->model == kServedModel, "accepted another model");
@@ -169,7 +169,7 @@ inline void CheckTokenize(const nlohmann::json& body) {
 
 // POST /detokenize: accepted ids are non-negative; those inside the vocabulary decode to
 // valid UTF-8 and have token strings.
-inline void CheckDetokenize(const nlohmann::json& body) {
+inline void CheckDetokenize(const nlohmann::ordered_json& body) {
   auto request = frontend::ParseDetokenizeRequest(body, kServedModel);
   if (!request.ok()) return CheckErrorBody(request.status());
   const frontend::Tokenizer& tokenizer = *Served().tokenizer;
@@ -190,7 +190,7 @@ inline void CheckDetokenize(const nlohmann::json& body) {
 
 // The whole body path. Returns whether the body was a JSON object.
 inline bool CheckGenerationBody(std::string_view body) {
-  absl::StatusOr<nlohmann::json> json = frontend::ParseJsonObject(body);
+  absl::StatusOr<nlohmann::ordered_json> json = frontend::ParseJsonObject(body);
   if (!json.ok()) {
     CheckErrorBody(json.status());
     return false;

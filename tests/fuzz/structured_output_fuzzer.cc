@@ -21,7 +21,8 @@ namespace so = vllm::structured_output;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(vllm::fuzz::AsText(data, size));
-  const nlohmann::json body = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json body =
+      nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!body.is_discarded() && body.is_object()) {
     vllm::core::SamplingParams params;
     const absl::Status s = vllm::frontend::ParseStructuredOutputs(body, &params);

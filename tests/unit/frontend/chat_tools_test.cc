@@ -201,6 +201,13 @@ TEST_F(ChatToolsTest, TemplateMessagesAsVllmPassesThem) {
   EXPECT_EQ((*m)[2]["name"], "f");
   EXPECT_FALSE((*m)[3].contains("tool_calls"));  // empty: dropped
 
+  // Arguments given as text keep their key order (json.loads), as the template renders them.
+  ordered_json ordered = ordered_json::parse(
+      R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
+          "function": {"name": "f", "arguments": "{\"z\": 1, \"a\": 2}"}}]}]})");
+  EXPECT_EQ((*TemplateMessages(ordered))[0]["tool_calls"][0]["function"]["arguments"].dump(),
+            R"({"z":1,"a":2})");
+
   json bad = body;
   bad["messages"][1]["tool_calls"][0]["type"] = "custom";
   EXPECT_EQ(ParamOf(TemplateMessages(bad).status()), "tool_calls");

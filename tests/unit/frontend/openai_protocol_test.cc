@@ -414,6 +414,32 @@ TEST(OpenAiProtocolTest, DeepNestingIs400) {
       ParseJsonObject(R"({"x": )" + std::string(128, '[') + std::string(128, ']') + "}").ok());
 }
 
+// Request bodies keep the client's key order (as Python's json.loads): a schema's properties
+// are generated in it and a template's tojson renders it. A key given twice keeps its first
+// place and its last value; an object of 200,000 keys parses (linearly: hash-indexed keys).
+TEST(OpenAiProtocolTest, BodiesKeepTheirKeyOrder) {
+  auto body = ParseJsonObject(
+      R"({"z": 1, "a": {"y": [{"q": 1, "b": 2}], "c": 3}, "m": 4, "z": 5, "a2": null})");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_EQ(body->dump(), R"({"z":5,"a":{"y":[{"q":1,"b":2}],"c":3},"m":4,"a2":null})");
+  std::string wide = "{";
+  for (int i = 200000; i > 0; --i) absl::StrAppend(&wide, "\"k", i, "\":", i, i > 1 ? "," : "}");
+  auto parsed = ParseJsonObject(wide);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 200000u);
+  EXPECT_EQ(parsed->begin().key(), "k200000");
+  EXPECT_EQ((*parsed)["k1"], 1);
+  // The structured-output schema reaches XGrammar in the client's order.
+  core::SamplingParams params;
+  auto r = ParseCompletionRequest(
+      *ParseJsonObject(R"({"prompt": "a", "structured_outputs": {"json": {"type": "object",
+          "properties": {"reasoning": {"type": "string"}, "answer": {"type": "string"}}}}})"),
+      kModel);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string& schema = *r->options.params.structured_outputs->json;
+  EXPECT_LT(schema.find("reasoning"), schema.find("answer")) << schema;
+}
+
 TEST(OpenAiProtocolTest, InvalidUtf8IsReplacedNotThrown) {
   EXPECT_EQ(DumpJson(json("a\xff")), "\"a\xEF\xBF\xBD\"");
 }
