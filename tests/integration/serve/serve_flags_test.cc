@@ -273,14 +273,24 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   }
 
   // Flags that cannot work yet are refused, naming the flag, before anything starts.
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"--pipeline-parallel-size", "2"}, {"--reasoning-parser", "deepseek_r1"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"}}) {
     const CliResult r = RunCli(args);
     Covered(args[0],
             r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
                 (absl::StrContains(r.output, "not built yet") ||
                  absl::StrContains(r.output, "not supported yet") ||
                  absl::StrContains(r.output, "only 1 is supported")),
+            r.output);
+  }
+  {
+    // --reasoning-parser needs <think> and </think> in the tokenizer (vLLM raises the same);
+    // the bundled model has neither, so the server refuses to start. Its effect on a model
+    // that has them is serve_structured_output_test's (ReasoningComesFirst).
+    const CliResult r = RunCli({"--reasoning-parser", "deepseek_r1"});
+    Covered("--reasoning-parser",
+            r.exit_code != 0 && absl::StrContains(r.output, "--reasoning-parser deepseek_r1") &&
+                absl::StrContains(r.output, "<think>"),
             r.output);
   }
   {
@@ -312,7 +322,9 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
 
   // 2. Everything else away from its default at once (the single-replica flags).
   const std::string key = "sekrit";
-  const std::string chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}";
+  const std::string chat_template =
+      "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools | tojson }}"
+      "{% endif %}";
   ASSERT_NO_FATAL_FAILURE(Start({"--model",
                                  kModel,
                                  "--served-model-name",
@@ -360,6 +372,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                  chat_template,
                                  "--structured-outputs-config",
                                  R"({"backend": "xgrammar", "disable_any_whitespace": true})",
+                                 "--enable-auto-tool-choice",
+                                 "--tool-call-parser",
+                                 "hermes",
+                                 "--exclude-tools-when-tool-choice-none",
                                  "--max-structured-output-compile-seconds",
                                  "5"}));
   log = Log();
@@ -442,6 +458,44 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
           absl::StrCat(template_prompt_tokens, " prompt tokens, default template ",
                        default_prompt_tokens));
   Covered("--no-enable-prefix-caching", PrefixHitsOfARepeat(port_, key) == 0);
+  {
+    // Tool calling: "auto" is served (a 400 without --enable-auto-tool-choice), "required"
+    // answers a call parsed by the forced-choice parser (needs --tool-call-parser), and with
+    // tool_choice "none" the template sees no tools (the prompt is as long as without them).
+    const nlohmann::json tool = {{"type", "function"},
+                                 {"function",
+                                  {{"name", "pick"},
+                                   {"parameters",
+                                    {{"type", "object"},
+                                     {"properties", {{"x", {{"enum", {"a", "b"}}}}}},
+                                     {"required", {"x"}}}}}}};
+    auto chat = [&](const nlohmann::json& extra) {
+      nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", "Choose"}}}},
+                             {"max_tokens", 60}};
+      body.update(extra);
+      return Request(port_, "POST", "/v1/chat/completions", body.dump(), key);
+    };
+    const auto plain = chat(nlohmann::json::object());
+    const auto auto_choice = chat({{"tools", {tool}}});
+    Covered("--enable-auto-tool-choice",
+            auto_choice.status == 200 && absl::StrContains(config, "enable_auto_tool_choice=True"),
+            auto_choice.body);
+    const nlohmann::json required =
+        chat({{"tools", {tool}}, {"tool_choice", "required"}, {"parallel_tool_calls", false}})
+            .Json();
+    Covered("--tool-call-parser",
+            required.contains("choices") &&
+                required["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "pick" &&
+                absl::StrContains(config, "tool_call_parser='hermes'"),
+            required.dump());
+    const auto none = chat({{"tools", {tool}}, {"tool_choice", "none"}});
+    Covered(
+        "--exclude-tools-when-tool-choice-none",
+        none.status == 200 && plain.status == 200 &&
+            none.Json()["usage"]["prompt_tokens"] == plain.Json()["usage"]["prompt_tokens"] &&
+            auto_choice.Json()["usage"]["prompt_tokens"] > plain.Json()["usage"]["prompt_tokens"],
+        none.body);
+  }
   {
     // Four connections at most: past them a new one evicts the longest-idle one.
     std::vector<int> idle;
