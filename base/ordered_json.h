@@ -67,7 +67,7 @@ class Builder {
  private:
   struct Frame {
     Json value;
-    std::string key;                                // the key of the next value (objects)
+    std::string key;                                 // the key of the next value (objects)
     absl::flat_hash_map<std::string, size_t> index;  // key -> its place (objects)
   };
 
