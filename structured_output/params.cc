@@ -1,12 +1,18 @@
 #include "structured_output/params.h"
 
 #include <algorithm>
+#include <deque>
 #include <exception>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "structured_output/json_schema_walk.h"
 #include "structured_output/xgrammar_row.h"
@@ -309,7 +315,9 @@ GrammarSpec ToGrammarSpec(const StructuredOutputsParams& params, bool disable_an
   return spec;
 }
 
-absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
+namespace {
+
+absl::Status ValidateUncached(const GrammarSpec& spec) {
   switch (spec.kind) {
     case ConstraintKind::kJson: {
       const absl::Status s = CheckJsonSchema(spec.text);
@@ -344,5 +352,62 @@ absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
   }
   return absl::InvalidArgumentError("unknown constraint kind");
 }
+
+// The results of recent checks by spec: clients send the same schema again and again, and a
+// check is an XGrammar compile (about 1 ms of CPU for a small schema, more for large ones),
+// which the API server would otherwise pay on every request. Oldest first out past kMaxBytes
+// of keys.
+class ValidationCache {
+ public:
+  static ValidationCache& Get() {
+    static ValidationCache* cache = new ValidationCache();
+    return *cache;
+  }
+  std::optional<absl::Status> Find(const std::string& key) {
+    absl::MutexLock lock(&mu_);
+    const auto it = results_.find(key);
+    if (it == results_.end()) return std::nullopt;
+    ++hits_;
+    return it->second;
+  }
+  void Add(const std::string& key, const absl::Status& result) {
+    if (key.size() > kMaxBytes / 4) return;
+    absl::MutexLock lock(&mu_);
+    if (!results_.emplace(key, result).second) return;
+    order_.push_back(key);
+    bytes_ += key.size();
+    while (bytes_ > kMaxBytes && !order_.empty()) {
+      bytes_ -= order_.front().size();
+      results_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  int64_t hits() {
+    absl::MutexLock lock(&mu_);
+    return hits_;
+  }
+
+ private:
+  static constexpr size_t kMaxBytes = size_t{8} << 20;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, absl::Status> results_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
+absl::Status ValidateGrammarSpec(const GrammarSpec& spec) {
+  const std::string key = spec.Key();
+  ValidationCache& cache = ValidationCache::Get();
+  if (std::optional<absl::Status> known = cache.Find(key); known.has_value()) return *known;
+  absl::Status result = ValidateUncached(spec);
+  // Out of memory is not a property of the spec.
+  if (result.code() != absl::StatusCode::kResourceExhausted) cache.Add(key, result);
+  return result;
+}
+
+int64_t ValidationCacheHits() { return ValidationCache::Get().hits(); }
 
 }  // namespace vllm::structured_output

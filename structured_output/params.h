@@ -94,6 +94,9 @@ struct GrammarSpec {
 // schema, regex, grammar or structural tag it cannot read, and for JSON-schema keywords XGrammar
 // would silently ignore ("not", "if", "uniqueItems", ...; vLLM refuses them for xgrammar too).
 [[nodiscard]] absl::Status ValidateGrammarSpec(const GrammarSpec& spec);
+// ValidateGrammarSpec remembers its answers by spec (at most 8 MiB of specs, oldest out first;
+// thread-safe), so a spec seen again costs a hash look-up: the checks answered so, since start.
+int64_t ValidationCacheHits();
 
 }  // namespace vllm::structured_output
 

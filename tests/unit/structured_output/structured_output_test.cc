@@ -54,6 +54,23 @@ TEST(ParamsTest, ChoiceAsGrammarEscapes) {
   EXPECT_EQ(ChoiceAsGrammar({"yes", "a\"b\\c"}), R"(root ::= "yes" | "a\"b\\c")");
 }
 
+// A spec seen again is answered from the cache, with the same answer.
+TEST(ValidateGrammarSpecTest, RemembersAnswers) {
+  const GrammarSpec good{ConstraintKind::kRegex, "[a-z]{1,7} cached", true};
+  const GrammarSpec bad{ConstraintKind::kRegex, "(unclosed cached", true};
+  const absl::Status first_good = ValidateGrammarSpec(good);
+  const absl::Status first_bad = ValidateGrammarSpec(bad);
+  ASSERT_TRUE(first_good.ok()) << first_good;
+  ASSERT_FALSE(first_bad.ok());
+  const int64_t hits = ValidationCacheHits();
+  EXPECT_EQ(ValidateGrammarSpec(good), first_good);
+  EXPECT_EQ(ValidateGrammarSpec(bad), first_bad);
+  EXPECT_EQ(ValidationCacheHits(), hits + 2);
+  // any_whitespace is part of the spec.
+  EXPECT_TRUE(ValidateGrammarSpec({ConstraintKind::kRegex, "[a-z]{1,7} cached", false}).ok());
+  EXPECT_EQ(ValidationCacheHits(), hits + 2);
+}
+
 TEST(ValidateGrammarSpecTest, AcceptsAndRefuses) {
   auto json = [](std::string text) { return GrammarSpec{ConstraintKind::kJson, text, true}; };
   EXPECT_TRUE(
