@@ -78,6 +78,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -210,6 +211,75 @@ def install_peer(venv, wheel):
 
 # ---------------------------------------------------------------------------------------------
 # Servers.
+
+# ---------------------------------------------------------------------------------------------
+# Who used the CPUs during a run (the machine is shared; the load average alone mixes our own
+# server and client in).
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_s():
+    """(busy, steal) CPU seconds of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / CLK_TCK, (v[7] if len(v) > 7 else 0) / CLK_TCK
+
+
+def group_cpu_s(pgid):
+    """User + system CPU seconds of the live processes of process group `pgid`."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()  # fields[0] is stat's third field (state)
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_sample(pgid):
+    busy, steal = machine_cpu_s()
+    return {"t": time.monotonic(), "busy": busy, "steal": steal,
+            "server": group_cpu_s(pgid) if pgid else 0.0, "client": children_cpu_s()}
+
+
+def cpu_shares(a, b):
+    """Percent of the machine (all CPUs) each party used between samples a and b."""
+    cap = max(b["t"] - a["t"], 1e-9) * (os.cpu_count() or 1) / 100.0
+    server, client = b["server"] - a["server"], b["client"] - a["client"]
+    others = (b["busy"] - a["busy"]) - server - client
+    return {"cpu_server_pct": round(server / cap, 1), "cpu_client_pct": round(client / cap, 1),
+            "cpu_others_pct": round(max(others, 0.0) / cap, 1),
+            "cpu_steal_pct": round((b["steal"] - a["steal"]) / cap, 1)}
+
+
+def wait_quiet(args, pgid):
+    """Waits (at most --quiet-wait seconds) until processes other than the server and this
+    driver used under --quiet-pct % of the machine over a 3 s window; returns the seconds
+    waited, or None when it never got that quiet."""
+    if not args.quiet_wait:
+        return 0.0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < args.quiet_wait:
+        a = cpu_sample(pgid)
+        time.sleep(3)
+        if cpu_shares(a, cpu_sample(pgid))["cpu_others_pct"] < args.quiet_pct:
+            return round(time.monotonic() - t0, 1)
+    log(f"the machine did not get under {args.quiet_pct} % of others' CPU in "
+        f"{args.quiet_wait} s; measuring anyway")
+    return None
+
 
 def http_get(url, timeout=5.0):
     try:
@@ -357,7 +427,7 @@ def vllm_server(args, port, log_path):
 # Client runs.
 
 def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, seed,
-                schema_path=None, ignore_eos=True):
+                schema_path=None, ignore_eos=True, pgid=None):
     fname = f"{tag}.json"
     cmd = [launcher, "bench", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--model", args.served_model_name, "--dataset-name", "random",
@@ -371,10 +441,13 @@ def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, se
         cmd.append("--ignore-eos")
     if schema_path:
         cmd += ["--json-schema-path", schema_path]
+    waited = wait_quiet(args, pgid)
     load = os.getloadavg()
+    cpu0 = cpu_sample(pgid)
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     wall = time.monotonic() - t0
+    shares = cpu_shares(cpu0, cpu_sample(pgid))
     load_after = os.getloadavg()
     path = os.path.join(out_dir, fname)
     if not os.path.exists(path):
@@ -391,7 +464,10 @@ def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, se
     keep.update(concurrency=concurrency, num_prompts=num_prompts, rc=p.returncode,
                 loadavg_before=[round(x, 2) for x in load],
                 loadavg_after=[round(x, 2) for x in load_after], wall_s=round(wall, 2),
-                command=" ".join(cmd))
+                command=" ".join(cmd), quiet_wait_s=waited, **shares)
+    server_cpus = shares["cpu_server_pct"] / 100.0 * (os.cpu_count() or 1)
+    keep["tokens_per_server_cpu_s"] = (res.get("output_throughput") or 0) / server_cpus \
+        if server_cpus > 0 else None
     done = res.get("completed") or 0
     keep["mean_output_tokens"] = (res.get("total_output_tokens") or 0) / done if done else None
     if res.get("failed"):
@@ -457,7 +533,7 @@ def run_one_server(args, launcher, srv, name, rd, log_dir, concurrencies, npromp
             w = bench_serve(args, launcher, srv.port, min(16, args.warmup_prompts),
                             args.warmup_prompts, log_dir, f"{name}-r{rd}-warmup-{kind}",
                             args.seed + 7919 + (JSON_SEED_OFFSET if kind == "json" else 0),
-                            schema_path if kind == "json" else None, ignore_eos)
+                            schema_path if kind == "json" else None, ignore_eos, srv.proc.pid)
             log(f"{name} warm-up ({kind}): {w['output_throughput']:.0f} out tok/s")
     if args.greedy_prompts:
         greedy_out[f"{name}/{rd}"] = greedy(srv, args)
@@ -467,14 +543,16 @@ def run_one_server(args, launcher, srv, name, rd, log_dir, concurrencies, npromp
             seed = args.seed + c + (JSON_SEED_OFFSET if kind == "json" else 0)
             tag = f"{name}-r{rd}-c{c}" + ("-json" if kind == "json" else "")
             r = bench_serve(args, launcher, srv.port, c, nprompts[c], log_dir, tag, seed,
-                            schema_path if kind == "json" else None, ignore_eos)
+                            schema_path if kind == "json" else None, ignore_eos, srv.proc.pid)
             r.update(server=name, round=rd, kind=kind)
             runs.append(r)
             log(f"round {rd} {name} c={c} {kind}: {r['output_throughput']:.0f} out tok/s, "
                 f"{r['request_throughput']:.2f} req/s, {r['mean_output_tokens'] or 0:.1f} "
                 f"tokens/req, TTFT p50 {r['median_ttft_ms']:.0f} p99 {r['p99_ttft_ms']:.0f} ms, "
                 f"failed {r['failed']}, valid JSON {r.get('valid_json_outputs')}, load before "
-                f"{r['loadavg_before']} after {r['loadavg_after']}")
+                f"{r['loadavg_before']} after {r['loadavg_after']}; CPU % of the machine: "
+                f"server {r['cpu_server_pct']}, client {r['cpu_client_pct']}, others "
+                f"{r['cpu_others_pct']}, steal {r['cpu_steal_pct']}")
             if not srv.alive():
                 raise RuntimeError(f"{name} died during the run; log tail:\n"
                                    f"{tail(srv.log_path)}")
@@ -582,6 +660,21 @@ def structured_notes(runs, concurrencies):
     return out
 
 
+def run_listing(runs):
+    """Every measured run in order, with who else used the CPUs meanwhile."""
+    lines = ["| round | server | max concurrency | kind | out tok/s | req/s | 1-min load before "
+             "| CPU % server / client / others / steal | out tokens per server CPU-s |",
+             "|---:|---|---:|---|---:|---:|---:|---|---:|"]
+    for r in runs:
+        per_cpu = r.get("tokens_per_server_cpu_s")
+        lines.append(f"| {r['round']} | {r['server']} | {r['concurrency']} | {r['kind']} "
+                     f"| {r['output_throughput']:,.0f} | {r['request_throughput']:.1f} "
+                     f"| {r['loadavg_before'][0]:.2f} | {r.get('cpu_server_pct')} / "
+                     f"{r.get('cpu_client_pct')} / {r.get('cpu_others_pct')} / "
+                     f"{r.get('cpu_steal_pct')} | {f'{per_cpu:,.0f}' if per_cpu else '—'} |")
+    return "\n".join(lines)
+
+
 def parse_num_prompts(text, concurrencies):
     d = {}
     for part in text.split(","):
@@ -649,6 +742,10 @@ def main():
     ap.add_argument("--greedy-max-tokens", type=int, default=32)
     ap.add_argument("--ports", default="8741,8742", help="ours,vllm")
     ap.add_argument("--startup-timeout", type=float, default=900.0)
+    ap.add_argument("--quiet-wait", type=float, default=0.0,
+                    help="before each client run wait up to this many seconds for the machine "
+                         "to be quiet (others under --quiet-pct %% of all CPUs over 3 s)")
+    ap.add_argument("--quiet-pct", type=float, default=10.0)
     ap.add_argument("--only", choices=["ours", "vllm"], help="run one server (no ratio)")
     ap.add_argument("--vllm-env", action="append", default=[], metavar="K=V")
     ap.add_argument("--vllm-arg", action="append", default=[], metavar="ARG")
@@ -752,6 +849,8 @@ def main():
     print(md)
     if args.structured:
         print("\n" + "\n".join(structured_notes(runs, concurrencies)))
+    print("\nEvery run (CPU %: share of all the machine's CPUs over the client run):\n")
+    print(run_listing(runs))
     loads = [r["loadavg_before"][0] for r in runs]
     if loads:
         print(f"\n1-min load average before the runs: {min(loads):.2f}–{max(loads):.2f}")
