@@ -324,6 +324,14 @@ class Server:
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.logf,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, cwd=REPO)
+        try:
+            self._wait_healthy()
+        except BaseException:  # Ctrl-C while waiting too: never leave a server behind
+            if self.proc is not None:
+                self.stop()
+            raise
+
+    def _wait_healthy(self):
         t0 = time.monotonic()
         while True:
             if self.proc.poll() is not None:
