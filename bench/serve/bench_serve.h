@@ -28,6 +28,12 @@ struct BenchServeFlags {
   // Output length for prompts-file lines that do not give one (vLLM's --custom-output-len).
   int custom_output_len = 256;
   RandomDatasetOptions random;
+  // JSON schemas that constrain requests (vLLM's benchmark_serving_structured_output.py flag
+  // names): one schema file, a .jsonl file of schemas or a directory of *.json files; empty:
+  // every request unconstrained.
+  std::string json_schema_path;
+  // Share of the requests sent with a schema, chosen by --seed.
+  double structured_output_ratio = 1.0;
   bool save_result = false;
   std::string result_dir;
   std::string result_filename;

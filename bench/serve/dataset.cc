@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <random>
+#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 
 namespace vllm::bench_serve {
 namespace {
@@ -18,6 +21,40 @@ namespace {
 int64_t UniformInt(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
   return lo + static_cast<int64_t>(rng() % span);
+}
+
+// Parses `text` as one schema (a JSON object); `where` names it in the error.
+absl::StatusOr<std::shared_ptr<const nlohmann::json>> ParseSchema(const std::string& text,
+                                                                  const std::string& where) {
+  nlohmann::json schema = nlohmann::json::parse(text, nullptr, false);
+  if (schema.is_discarded() || !schema.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--json-schema-path: ", where, " is not a JSON object"));
+  }
+  return std::make_shared<const nlohmann::json>(std::move(schema));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("--json-schema-path: cannot read ", path.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::Status LoadJsonLines(const std::filesystem::path& path, JsonSchemaList& schemas) {
+  std::ifstream in(path);
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("--json-schema-path: cannot read ", path.string()));
+  std::string line;
+  for (int line_number = 1; std::getline(in, line); ++line_number) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    auto schema = ParseSchema(line, absl::StrCat(path.string(), ":", line_number));
+    if (!schema.ok()) return schema.status();
+    schemas.push_back(*std::move(schema));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -92,6 +129,66 @@ absl::StatusOr<std::vector<SampleRequest>> LoadPromptsFile(const std::string& pa
   requests.reserve(num_prompts);
   for (int i = 0; i < num_prompts; ++i) requests.push_back(prompts[i % prompts.size()]);
   return requests;
+}
+
+absl::StatusOr<JsonSchemaList> LoadJsonSchemas(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool is_directory = fs::is_directory(path, ec);
+  JsonSchemaList schemas;
+  if (is_directory) {
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& entry : fs::directory_iterator(path, ec)) {
+      if (entry.path().extension() == ".json" && entry.is_regular_file()) {
+        files.push_back(entry.path());
+      }
+    }
+    if (ec) {
+      return absl::NotFoundError(
+          absl::StrCat("--json-schema-path: cannot list ", path, ": ", ec.message()));
+    }
+    std::sort(files.begin(), files.end());
+    for (const fs::path& file : files) {
+      absl::StatusOr<std::string> text = ReadFile(file);
+      if (!text.ok()) return text.status();
+      auto schema = ParseSchema(*text, file.string());
+      if (!schema.ok()) return schema.status();
+      schemas.push_back(*std::move(schema));
+    }
+  } else if (absl::EndsWith(path, ".jsonl")) {
+    if (absl::Status status = LoadJsonLines(path, schemas); !status.ok()) return status;
+  } else {
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) return text.status();
+    auto schema = ParseSchema(*text, path);
+    if (!schema.ok()) return schema.status();
+    schemas.push_back(*std::move(schema));
+  }
+  if (schemas.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--json-schema-path: no schema in ", path));
+  }
+  return schemas;
+}
+
+absl::Status AssignJsonSchemas(const JsonSchemaList& schemas, double ratio, uint64_t seed,
+                               std::vector<SampleRequest>& requests) {
+  if (!(ratio >= 0.0 && ratio <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--structured-output-ratio must be in [0, 1], got ", ratio));
+  }
+  if (schemas.empty()) return absl::InvalidArgumentError("no JSON schema to assign");
+  // As vLLM: random.sample(range(n), int(n * ratio)), here a seeded partial Fisher-Yates.
+  const size_t count = static_cast<size_t>(static_cast<double>(requests.size()) * ratio);
+  std::vector<size_t> order(requests.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t j = static_cast<size_t>(
+        UniformInt(rng, static_cast<int64_t>(i), static_cast<int64_t>(order.size() - 1)));
+    std::swap(order[i], order[j]);
+    requests[order[i]].json_schema = schemas[order[i] % schemas.size()];
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace vllm::bench_serve

@@ -1,14 +1,18 @@
 // Prompt sources for `vllm-launch bench serve`: vLLM's `random` dataset (prompts of random token
-// ids, sent as the OpenAI `prompt` token array) and a `prompts` file (JSON lines or plain text).
-// Pure functions of their inputs and a seed; thread-compatible.
+// ids, sent as the OpenAI `prompt` token array), a `prompts` file (JSON lines or plain text), and
+// the JSON schemas that constrain requests (--json-schema-path). Pure functions of their inputs
+// and a seed; thread-compatible.
 #ifndef VLLM_BENCH_SERVE_DATASET_H_
 #define VLLM_BENCH_SERVE_DATASET_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 namespace vllm::bench_serve {
 
@@ -23,7 +27,12 @@ struct SampleRequest {
   int prompt_len = 0;
   // max_tokens sent with the request.
   int expected_output_len = 0;
+  // The JSON schema the output must follow, sent as `structured_outputs: {"json": schema}`;
+  // null for an unconstrained request. Shared by every request that uses the same schema.
+  std::shared_ptr<const nlohmann::json> json_schema;
 };
+
+using JsonSchemaList = std::vector<std::shared_ptr<const nlohmann::json>>;
 
 // Parameters of vLLM's random dataset (flags --random-*).
 struct RandomDatasetOptions {
@@ -53,6 +62,20 @@ struct RandomDatasetOptions {
 [[nodiscard]] absl::StatusOr<std::vector<SampleRequest>> LoadPromptsFile(const std::string& path,
                                                                          int num_prompts,
                                                                          int default_output_len);
+
+// Reads the schemas of --json-schema-path: a directory (every `*.json` file directly in it, one
+// schema each, in file-name order), a JSON-lines file (name ending in `.jsonl`: one schema per
+// non-empty line), or any other file holding one schema. A schema is a JSON object. Fails with
+// NotFound when the path cannot be read, InvalidArgument when a file or line is not a JSON
+// object or no schema is found.
+[[nodiscard]] absl::StatusOr<JsonSchemaList> LoadJsonSchemas(const std::string& path);
+
+// Constrains floor(size * ratio) of `requests` (vLLM's --structured-output-ratio; which ones is
+// drawn from `seed`, all of them at ratio 1): request i gets schemas[i % schemas.size()], so the
+// schemas cycle over the dataset in order. Fails with InvalidArgument on a ratio outside [0, 1]
+// or an empty schema list.
+[[nodiscard]] absl::Status AssignJsonSchemas(const JsonSchemaList& schemas, double ratio,
+                                             uint64_t seed, std::vector<SampleRequest>& requests);
 
 }  // namespace vllm::bench_serve
 

@@ -134,6 +134,21 @@ BenchmarkMetrics CalculateMetrics(const std::vector<RequestOutput>& outputs, dou
   return metrics;
 }
 
+StructuredOutputSummary SummarizeStructuredOutputs(const std::vector<RequestOutput>& outputs,
+                                                   const std::vector<bool>& constrained) {
+  StructuredOutputSummary summary;
+  for (size_t i = 0; i < outputs.size() && i < constrained.size(); ++i) {
+    if (!constrained[i]) continue;
+    ++summary.requests;
+    const RequestOutput& output = outputs[i];
+    if (!output.success) continue;
+    ++summary.completed;
+    if (nlohmann::json::accept(output.generated_text)) ++summary.valid_json;
+    if (output.finish_reason == "length") ++summary.cut_at_max_tokens;
+  }
+  return summary;
+}
+
 std::string FormatResultTable(const BenchmarkRunInfo& info, const BenchmarkMetrics& metrics) {
   std::string out = Center(" Serving Benchmark Result ", '=', 50) + "\n";
   out += Row("Successful requests:", metrics.completed);
@@ -159,6 +174,13 @@ std::string FormatResultTable(const BenchmarkRunInfo& info, const BenchmarkMetri
     for (const auto& [p, value] : summary.percentiles_ms) {
       out += Row(absl::StrCat("P", PercentileWord(p), " ", name.label, " (ms):"), value);
     }
+  }
+  if (metrics.structured_output.has_value()) {
+    const StructuredOutputSummary& so = *metrics.structured_output;
+    out += Center("Structured Outputs", '-', 50) + "\n";
+    out += Row("Requests with a JSON schema:", so.requests);
+    out += Row("Outputs that parse as JSON:", so.valid_json);
+    out += Row("Outputs cut at max_tokens:", so.cut_at_max_tokens);
   }
   out += std::string(50, '=') + "\n";
   return out;
@@ -205,6 +227,16 @@ nlohmann::json BuildResultJson(const BenchmarkRunInfo& info, const BenchmarkMetr
   result["itls"] = std::move(itls);
   result["generated_texts"] = std::move(texts);
   result["errors"] = std::move(errors);
+  if (metrics.structured_output.has_value()) {
+    const StructuredOutputSummary& so = *metrics.structured_output;
+    result["structured_output_requests"] = so.requests;
+    result["structured_output_completed"] = so.completed;
+    result["valid_json_outputs"] = so.valid_json;
+    result["cut_at_max_tokens"] = so.cut_at_max_tokens;
+    result["correct_rate(%)"] = so.requests == 0 ? 0.0
+                                                 : 100.0 * static_cast<double>(so.valid_json) /
+                                                       static_cast<double>(so.requests);
+  }
   // vLLM saves mean/median/std/p* for every selected metric.
   for (const MetricName& name : kMetricNames) {
     if (!Selected(info, name.key)) continue;

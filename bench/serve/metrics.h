@@ -28,6 +28,8 @@ struct RequestOutput {
   // Prompt length: the dataset's, else the server's usage.prompt_tokens.
   int64_t prompt_len = 0;
   std::string generated_text;
+  // The last string "finish_reason" the stream gave ("stop", "length"); empty if none.
+  std::string finish_reason;
   // Empty on success; what went wrong otherwise.
   std::string error;
 };
@@ -39,6 +41,18 @@ struct MetricSummary {
   double std_ms = 0.0;
   // (percentile, value) in the order asked for.
   std::vector<std::pair<double, double>> percentiles_ms;
+};
+
+// What the requests sent with a JSON schema produced (--json-schema-path; vLLM's
+// benchmark_serving_structured_output.py reports the share as "correct_rate(%)").
+struct StructuredOutputSummary {
+  int64_t requests = 0;   // requests sent with a schema
+  int64_t completed = 0;  // of them, successful
+  // Of those, the generated text is one JSON value (surrounding whitespace allowed; vLLM's
+  // script instead extracts the first {...} after removing all spaces and newlines).
+  int64_t valid_json = 0;
+  // Of those, finish_reason "length": cut at max_tokens, so usually not complete JSON.
+  int64_t cut_at_max_tokens = 0;
 };
 
 // vLLM's BenchmarkMetrics.
@@ -56,6 +70,8 @@ struct BenchmarkMetrics {
   MetricSummary tpot;
   MetricSummary itl;
   MetricSummary e2el;
+  // Set when some requests carried a JSON schema.
+  std::optional<StructuredOutputSummary> structured_output;
 };
 
 // numpy.percentile(values, p) with linear interpolation; p in [0, 100]. Like vLLM's
@@ -74,6 +90,11 @@ MetricSummary Summarize(const std::vector<double>& values, const std::vector<dou
 BenchmarkMetrics CalculateMetrics(const std::vector<RequestOutput>& outputs, double duration_s,
                                   const std::vector<double>& percentiles);
 
+// Counts the outputs of the requests whose `constrained[i]` is true (`outputs` and
+// `constrained` in dataset order, same size).
+StructuredOutputSummary SummarizeStructuredOutputs(const std::vector<RequestOutput>& outputs,
+                                                   const std::vector<bool>& constrained);
+
 // The run's configuration as it appears in the table and the JSON.
 struct BenchmarkRunInfo {
   std::string date;     // %Y%m%d-%H%M%S
@@ -88,11 +109,15 @@ struct BenchmarkRunInfo {
   std::vector<std::string> percentile_metrics;
 };
 
-// vLLM's result table ("============ Serving Benchmark Result ============" ... "=====").
+// vLLM's result table ("============ Serving Benchmark Result ============" ... "====="),
+// with a "Structured Outputs" section before the last line when `metrics.structured_output`.
 std::string FormatResultTable(const BenchmarkRunInfo& info, const BenchmarkMetrics& metrics);
 
 // vLLM's result JSON (the keys `vllm bench serve --save-result` writes; request_rate is the
-// string "inf" for an unlimited rate, request_goodput is null).
+// string "inf" for an unlimited rate, request_goodput is null), plus with
+// `metrics.structured_output`: structured_output_requests, structured_output_completed,
+// valid_json_outputs, cut_at_max_tokens and "correct_rate(%)" (valid_json_outputs per request
+// sent with a schema, as vLLM's structured-output script names it).
 nlohmann::json BuildResultJson(const BenchmarkRunInfo& info, const BenchmarkMetrics& metrics,
                                const std::vector<RequestOutput>& outputs);
 

@@ -34,6 +34,7 @@ std::string BuildRequestBody(BenchBackend backend, const RequestSettings& settin
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   if (settings.ignore_eos) body["ignore_eos"] = true;
+  if (request.json_schema != nullptr) body["structured_outputs"] = {{"json", *request.json_schema}};
   return body.dump();
 }
 
@@ -92,6 +93,10 @@ void SseResponseParser::HandleLine(absl::string_view raw_line, double now_s) {
       text = &choice["text"];
     }
     if (text != nullptr && text->is_string()) output_.generated_text += text->get<std::string>();
+    const auto finish_reason = choice.find("finish_reason");
+    if (finish_reason != choice.end() && finish_reason->is_string()) {
+      output_.finish_reason = finish_reason->get<std::string>();
+    }
     return;
   }
   const auto usage = chunk.find("usage");

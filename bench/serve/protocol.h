@@ -28,8 +28,10 @@ struct RequestSettings {
 
 // The JSON body vLLM's request functions send: "model", "prompt" (or "messages"),
 // "temperature", "max_tokens" (chat: "max_completion_tokens"), "stream": true,
-// "stream_options": {"include_usage": true}, and "ignore_eos" when set. Token-id prompts are
-// sent as an array of ints; the chat backend needs a text prompt (checked by the caller).
+// "stream_options": {"include_usage": true}, "ignore_eos" when set, and
+// "structured_outputs": {"json": schema} when the request has a JSON schema (vLLM's request
+// field, which ours takes too, on both endpoints). Token-id prompts are sent as an array of
+// ints; the chat backend needs a text prompt (checked by the caller).
 std::string BuildRequestBody(BenchBackend backend, const RequestSettings& settings,
                              const SampleRequest& request);
 
@@ -37,9 +39,10 @@ std::string BuildRequestBody(BenchBackend backend, const RequestSettings& settin
 // the time they arrived in seconds since the request was sent; Finish() gives the result.
 // A line is `data: {json}` or `data: [DONE]`; blank lines and SSE comments (":...") are
 // skipped. A chunk with non-empty "choices" is a token chunk (the first sets TTFT, later ones
-// add an ITL gap, its text is appended); a chunk with "usage" sets the output (and, when the
-// dataset did not know it, input) token count; a chunk with "error" or anything that is not
-// such JSON makes the request fail with that message, like a malformed stream in vLLM.
+// add an ITL gap, its text is appended, a string "finish_reason" is kept); a chunk with "usage"
+// sets the output (and, when the dataset did not know it, input) token count; a chunk with
+// "error" or anything that is not such JSON makes the request fail with that message, like a
+// malformed stream in vLLM.
 class SseResponseParser {
  public:
   // `prompt_len`: the dataset's prompt length (0 if unknown: usage.prompt_tokens is used).

@@ -50,6 +50,10 @@ struct FakeServerConfig {
   std::chrono::milliseconds chunk_delay{0};
   bool send_usage = true;
   int prompt_tokens_in_usage = 7;
+  // When set, chunk i carries texts[i % size] instead of the request's tag and "x"s.
+  std::vector<std::string> texts;
+  // When set, the last token chunk carries this finish_reason.
+  std::string finish_reason;
 };
 
 // Serves POST /v1/completions and /v1/chat/completions as a stream of `num_chunks` token
@@ -165,10 +169,15 @@ class FakeOpenAIServer {
     std::this_thread::sleep_for(config_.first_chunk_delay);
     for (int i = 0; i < config_.num_chunks; ++i) {
       if (i > 0) std::this_thread::sleep_for(config_.chunk_delay);
-      const std::string text = i == 0 ? tag + ":" : "x";
+      const std::string text = !config_.texts.empty() ? config_.texts[i % config_.texts.size()]
+                               : i == 0               ? tag + ":"
+                                                      : "x";
       nlohmann::json chunk;
       chunk["choices"] = chat ? nlohmann::json::array({{{"delta", {{"content", text}}}}})
                               : nlohmann::json::array({{{"text", text}, {"index", 0}}});
+      if (i == config_.num_chunks - 1 && !config_.finish_reason.empty()) {
+        chunk["choices"][0]["finish_reason"] = config_.finish_reason;
+      }
       if (!WriteChunk(socket, "data: " + chunk.dump() + "\n\n")) {
         --in_flight_;
         return false;
@@ -505,6 +514,64 @@ TEST_F(BenchServeRunTest, DrawsAProgressBarOnStderr) {
   EXPECT_THAT(err, HasSubstr("3/3"));
 }
 
+// Writes `text` to `path`.
+void WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+TEST_F(BenchServeRunTest, JsonSchemasConstrainRequestsAndOutputsAreCounted) {
+  FakeServerConfig config;
+  config.num_chunks = 3;
+  config.texts = {"{\"a\":", " 1", "}"};
+  config.finish_reason = "stop";
+  FakeOpenAIServer server(config);
+  std::filesystem::create_directories(dir_);
+  const std::filesystem::path schemas = dir_ / "schemas.jsonl";
+  WriteFile(schemas, "{\"type\": \"object\"}\n\n{\"type\": \"array\"}\n");
+  ASSERT_EQ(Run(server.port(), {"--model", "m", "--num-prompts", "8", "--random-input-len", "4",
+                                "--random-output-len", "3", "--json-schema-path", schemas.string(),
+                                "--structured-output-ratio", "0.5", "--seed", "5"}),
+            0);
+  int with_object = 0, with_array = 0;
+  for (const nlohmann::json& body : server.bodies()) {
+    if (!body.contains("structured_outputs")) continue;
+    const nlohmann::json& schema = body["structured_outputs"]["json"];
+    with_object += schema == nlohmann::json{{"type", "object"}};
+    with_array += schema == nlohmann::json{{"type", "array"}};
+  }
+  EXPECT_EQ(with_object + with_array, 4);  // int(8 * 0.5)
+  EXPECT_GT(with_object, 0);
+  EXPECT_GT(with_array, 0);
+  const nlohmann::json result = Result();
+  EXPECT_EQ(result["structured_output_requests"], 4);
+  EXPECT_EQ(result["valid_json_outputs"], 4);
+  EXPECT_EQ(result["cut_at_max_tokens"], 0);
+  EXPECT_EQ(result["correct_rate(%)"], 100.0);
+}
+
+TEST_F(BenchServeRunTest, CountsOutputsThatAreNotJsonOrCutAtMaxTokens) {
+  FakeServerConfig config;
+  config.num_chunks = 2;
+  config.texts = {"{\"a\":", " 1"};
+  config.finish_reason = "length";
+  FakeOpenAIServer server(config);
+  std::filesystem::create_directories(dir_);
+  WriteFile(dir_ / "b.json", "{\"type\": \"string\"}");
+  WriteFile(dir_ / "a.json", "{\"type\": \"object\"}");
+  ASSERT_EQ(Run(server.port(), {"--model", "m", "--num-prompts", "4", "--random-input-len", "4",
+                                "--random-output-len", "2", "--json-schema-path", dir_.string()}),
+            0);
+  ASSERT_EQ(server.bodies().size(), 4u);
+  for (const nlohmann::json& body : server.bodies()) {
+    EXPECT_TRUE(body.contains("structured_outputs")) << body.dump();
+  }
+  const nlohmann::json result = Result();
+  EXPECT_EQ(result["structured_output_requests"], 4);
+  EXPECT_EQ(result["valid_json_outputs"], 0);
+  EXPECT_EQ(result["cut_at_max_tokens"], 4);
+}
+
 TEST(BenchServeFlagsTest, ParsesVllmFlags) {
   auto flags =
       ParseBenchServeFlags({"--base-url", "http://localhost:9000/prefix", "--backend", "openai",
@@ -531,7 +598,11 @@ TEST(BenchServeFlagsTest, RejectsBadFlags) {
   EXPECT_FALSE(ParseBenchServeFlags({"--request-rate", "fast"}).ok());
   EXPECT_FALSE(ParseBenchServeFlags({"--percentile-metrics", "ttft,foo"}).ok());
   EXPECT_FALSE(ParseBenchServeFlags({"--dataset-name", "prompts"}).ok());
-  EXPECT_FALSE(ParseBenchServeFlags({"--backend", "openai-chat"}).ok());  // random + chat
+  EXPECT_FALSE(ParseBenchServeFlags({"--backend", "openai-chat"}).ok());          // random + chat
+  EXPECT_FALSE(ParseBenchServeFlags({"--structured-output-ratio", "0.5"}).ok());  // no schemas
+  EXPECT_FALSE(
+      ParseBenchServeFlags({"--json-schema-path", "x", "--structured-output-ratio", "1.5"}).ok());
+  EXPECT_EQ(RunBenchServe({"--json-schema-path", "/nonexistent/schema.json"}), 2);
   EXPECT_EQ(RunBenchServe({"--max-concurrency", "0"}), 2);
   EXPECT_EQ(RunBenchServe({"--dataset-name", "prompts", "--dataset-path", "/nonexistent/x"}), 2);
 }
@@ -634,6 +705,77 @@ TEST(BenchServeDatasetTest, PromptsFileJsonAndTextLinesCycle) {
   EXPECT_EQ(LoadPromptsFile("/nonexistent/prompts", 1, 8).status().code(),
             absl::StatusCode::kNotFound);
   std::filesystem::remove(path);
+}
+
+TEST(BenchServeDatasetTest, LoadsSchemasFromAFileJsonLinesOrADirectory) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("bench_serve_schemas_", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "many");
+  WriteFile(dir / "one.json", "{\n  \"type\": \"object\",\n  \"required\": [\"a\"]\n}\n");
+  WriteFile(dir / "list.jsonl", "{\"type\": \"string\"}\n\n{\"type\": \"integer\"}\n");
+  WriteFile(dir / "many" / "2.json", "{\"title\": \"second\"}");
+  WriteFile(dir / "many" / "1.json", "{\"title\": \"first\"}");
+  WriteFile(dir / "many" / "notes.txt", "not a schema");
+  WriteFile(dir / "bad.jsonl", "{\"type\": \"string\"}\n[1, 2]\n");
+  WriteFile(dir / "broken.json", "{\"type\": ");
+
+  auto one = LoadJsonSchemas((dir / "one.json").string());
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one->at(0))["required"][0], "a");
+  auto list = LoadJsonSchemas((dir / "list.jsonl").string());
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list->at(1))["type"], "integer");
+  auto many = LoadJsonSchemas((dir / "many").string());
+  ASSERT_TRUE(many.ok()) << many.status();
+  ASSERT_EQ(many->size(), 2u);
+  EXPECT_EQ((*many->at(0))["title"], "first");
+  EXPECT_EQ((*many->at(1))["title"], "second");
+
+  EXPECT_EQ(LoadJsonSchemas((dir / "missing.json").string()).status().code(),
+            absl::StatusCode::kNotFound);
+  auto bad = LoadJsonSchemas((dir / "bad.jsonl").string());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("bad.jsonl:2"));
+  EXPECT_EQ(LoadJsonSchemas((dir / "broken.json").string()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::filesystem::create_directories(dir / "empty");
+  EXPECT_EQ(LoadJsonSchemas((dir / "empty").string()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchServeDatasetTest, SchemasCycleOverTheChosenShareOfRequests) {
+  const JsonSchemaList schemas = {std::make_shared<const nlohmann::json>(nlohmann::json{{"n", 0}}),
+                                  std::make_shared<const nlohmann::json>(nlohmann::json{{"n", 1}}),
+                                  std::make_shared<const nlohmann::json>(nlohmann::json{{"n", 2}})};
+  const auto assign = [&](double ratio, uint64_t seed) {
+    std::vector<SampleRequest> requests(10);
+    EXPECT_TRUE(AssignJsonSchemas(schemas, ratio, seed, requests).ok());
+    std::vector<int> picked;  // schema number per request, -1 unconstrained
+    for (const SampleRequest& request : requests) {
+      picked.push_back(request.json_schema ? (*request.json_schema)["n"].get<int>() : -1);
+    }
+    return picked;
+  };
+  EXPECT_THAT(assign(1.0, 0), ::testing::ElementsAre(0, 1, 2, 0, 1, 2, 0, 1, 2, 0));
+  EXPECT_THAT(assign(0.0, 0), ::testing::Each(-1));
+  const std::vector<int> some = assign(0.35, 7);
+  EXPECT_EQ(std::count(some.begin(), some.end(), -1), 7);  // int(10 * 0.35) = 3 constrained
+  for (size_t i = 0; i < some.size(); ++i) {
+    if (some[i] != -1) {
+      EXPECT_EQ(some[i], static_cast<int>(i % 3));
+    }
+  }
+  EXPECT_EQ(assign(0.35, 7), some);  // same seed, same requests
+  bool differs = false;
+  for (uint64_t seed = 8; seed < 20 && !differs; ++seed) differs = assign(0.35, seed) != some;
+  EXPECT_TRUE(differs);
+  std::vector<SampleRequest> requests(2);
+  EXPECT_FALSE(AssignJsonSchemas(schemas, 1.5, 0, requests).ok());
+  EXPECT_FALSE(AssignJsonSchemas({}, 1.0, 0, requests).ok());
 }
 
 TEST(BenchServeDatasetTest, ArrivalOffsetsFollowTheRate) {
@@ -789,6 +931,38 @@ TEST(BenchServeProtocolTest, RequestBodiesCarryVllmFields) {
   EXPECT_EQ(chat["messages"][0]["content"], "hi");
   EXPECT_EQ(chat["max_completion_tokens"], 2);
   EXPECT_EQ(chat["stream"], true);
+  EXPECT_FALSE(completion.contains("structured_outputs"));
+  EXPECT_FALSE(chat.contains("structured_outputs"));
+}
+
+TEST(BenchServeProtocolTest, RequestWithASchemaSendsStructuredOutputsJson) {
+  const nlohmann::json schema = {
+      {"type", "object"}, {"properties", {{"name", {{"type", "string"}}}}}, {"required", {"name"}}};
+  SampleRequest request;
+  request.prompt_token_ids = {5, 6};
+  request.expected_output_len = 9;
+  request.json_schema = std::make_shared<const nlohmann::json>(schema);
+  RequestSettings settings{"m", 0.0, true};
+  const auto body =
+      nlohmann::json::parse(BuildRequestBody(BenchBackend::kOpenAICompletions, settings, request));
+  ASSERT_TRUE(body.contains("structured_outputs")) << body.dump();
+  EXPECT_EQ(body["structured_outputs"], nlohmann::json({{"json", schema}}));
+  EXPECT_EQ(body["ignore_eos"], true);
+  EXPECT_EQ(body["max_tokens"], 9);
+  request.prompt = "hi";
+  const auto chat =
+      nlohmann::json::parse(BuildRequestBody(BenchBackend::kOpenAIChat, settings, request));
+  EXPECT_EQ(chat["structured_outputs"]["json"], schema);
+}
+
+TEST(BenchServeProtocolTest, KeepsTheFinishReason) {
+  SseResponseParser parser(BenchBackend::kOpenAICompletions, 1);
+  parser.Feed("data: {\"choices\":[{\"text\":\"{}\",\"finish_reason\":null}]}\n\n", 0.1);
+  parser.Feed("data: {\"choices\":[{\"text\":\"\",\"finish_reason\":\"stop\"}]}\n\n", 0.2);
+  const RequestOutput output = parser.Finish(0.3);
+  ASSERT_TRUE(output.success) << output.error;
+  EXPECT_EQ(output.finish_reason, "stop");
+  EXPECT_EQ(output.generated_text, "{}");
 }
 
 }  // namespace
