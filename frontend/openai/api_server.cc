@@ -362,8 +362,11 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(EngineClient* engin
   auto ctx = std::make_shared<ServerContext>(engine, std::move(options), max_connections);
   ctx->tool_parser = std::move(tool_parser);
   ctx->reasoning_parser = std::move(reasoning_parser);
+  // As vLLM 0.33: without --enable-auto-tool-choice the parser is not loaded, and every
+  // tool_choice but "none" is refused.
   ctx->chat_parsers =
-      ChatParsers{ctx->tool_parser.get(), ctx->options.enable_auto_tool_choice,
+      ChatParsers{ctx->options.enable_auto_tool_choice ? ctx->tool_parser.get() : nullptr,
+                  ctx->options.enable_auto_tool_choice,
                   ctx->options.exclude_tools_when_tool_choice_none, ctx->reasoning_parser.get()};
   auto impl = std::make_unique<Impl>(std::move(ctx));
   VLLM_RETURN_IF_ERROR(impl->Listen());

@@ -256,7 +256,8 @@ absl::StatusOr<ToolRequest> ParseToolRequest(const json& body, const ChatParsers
                                  ? std::string("\"required\"")
                                  : absl::StrCat("function \"", request.function, "\"");
     return InvalidParam("tool_choice", absl::StrCat("tool_choice=", what,
-                                                    " requires --tool-call-parser to be set"));
+                                                    " requires --tool-call-parser to be set (with "
+                                                    "--enable-auto-tool-choice)"));
   }
   return request;
 }

@@ -25,6 +25,7 @@ inline constexpr size_t kMaxTools = 1024;
 
 // The server's parsers (ApiServerOptions: --tool-call-parser, --enable-auto-tool-choice,
 // --exclude-tools-when-tool-choice-none, --reasoning-parser). Immutable, shared by requests.
+// As vLLM 0.33, the server sets the tool parser only with --enable-auto-tool-choice.
 struct ChatParsers {
   const parsers::ToolParser* tool_parser = nullptr;  // unset: no --tool-call-parser
   bool enable_auto_tool_choice = false;
