@@ -366,7 +366,6 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(EngineClient* engin
   // tool_choice but "none" is refused.
   ctx->chat_parsers =
       ChatParsers{ctx->options.enable_auto_tool_choice ? ctx->tool_parser.get() : nullptr,
-                  ctx->options.enable_auto_tool_choice,
                   ctx->options.exclude_tools_when_tool_choice_none, ctx->reasoning_parser.get()};
   auto impl = std::make_unique<Impl>(std::move(ctx));
   VLLM_RETURN_IF_ERROR(impl->Listen());

@@ -59,15 +59,12 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
   VLLM_ASSIGN_OR_RETURN(ChatCompletionRequest r, ParseChatCompletionRequest(json, model_name));
   VLLM_ASSIGN_OR_RETURN(ToolRequest tools, ParseToolRequest(json, parsers));
   VLLM_RETURN_IF_ERROR(ApplyToolChoiceGrammar(json, tools, &r.options.params));
-  ChatTemplateInput input;
-  VLLM_ASSIGN_OR_RETURN(input.messages, TemplateMessages(json));
-  VLLM_ASSIGN_OR_RETURN(input.kwargs, TemplateKwargs(json));
-  if (tools.choice != ToolChoice::kNone || !parsers.exclude_tools_when_tool_choice_none) {
-    input.tools = tools.tools;
-  }
-  input.add_generation_prompt = r.add_generation_prompt;
-  input.continue_final_message = r.continue_final_message;
-  input.add_special_tokens = r.add_special_tokens;
+  const bool exclude_tools =
+      tools.choice == ToolChoice::kNone && parsers.exclude_tools_when_tool_choice_none;
+  VLLM_ASSIGN_OR_RETURN(
+      ChatTemplateInput input,
+      TemplateInputFor(json, exclude_tools ? nlohmann::ordered_json() : tools.tools,
+                       r.add_generation_prompt, r.continue_final_message, r.add_special_tokens));
   // The same ids POST /tokenize returns for these messages.
   VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, engine.TokenizeChat(input));
   parsed.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
@@ -75,9 +72,8 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
   parsed.logprobs = r.logprobs;
   VLLM_ASSIGN_OR_RETURN(parsed.chat_output, ChatOutputFor(json, tools, input.kwargs, parsers));
   if (tools.choice != ToolChoice::kNone && parsers.tool_parser != nullptr &&
-      (parsers.tool_parser->name() == "hermes" || parsers.tool_parser->name() == "mistral")) {
-    // Their call markers are special tokens for some models (vLLM's adjust_request).
-    parsed.options.skip_special_tokens = false;
+      parsers.tool_parser->reads_special_tokens()) {
+    parsed.options.skip_special_tokens = false;  // vLLM's adjust_request
   }
   return parsed;
 }
@@ -89,15 +85,13 @@ absl::StatusOr<nlohmann::json> HandleTokenize(std::string_view body, const Engin
   if (r.prompt.has_value()) {
     VLLM_ASSIGN_OR_RETURN(ids, engine.Tokenize(*r.prompt, r.add_special_tokens));
   } else {
-    ChatTemplateInput input;
-    VLLM_ASSIGN_OR_RETURN(input.messages, TemplateMessages(json));
-    VLLM_ASSIGN_OR_RETURN(input.kwargs, TemplateKwargs(json));
+    nlohmann::ordered_json tools;
     if (const auto t = json.find("tools"); t != json.end() && t->is_array() && !t->empty()) {
-      input.tools = *t;
+      tools = *t;
     }
-    input.add_generation_prompt = r.add_generation_prompt;
-    input.continue_final_message = r.continue_final_message;
-    input.add_special_tokens = r.add_special_tokens;
+    VLLM_ASSIGN_OR_RETURN(ChatTemplateInput input,
+                          TemplateInputFor(json, std::move(tools), r.add_generation_prompt,
+                                           r.continue_final_message, r.add_special_tokens));
     VLLM_ASSIGN_OR_RETURN(ids, engine.TokenizeChat(input));
   }
   std::optional<std::vector<std::string>> token_strs;

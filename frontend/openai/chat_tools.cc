@@ -107,6 +107,15 @@ absl::StatusOr<ToolChoice> ParseChoice(const json& body, const json& tools, std:
   return ToolChoice::kNamed;
 }
 
+// vLLM's _params_or_empty_object: missing, null or empty parameters still constrain the
+// arguments to an object.
+ordered_json ParamsOrEmptyObject(ordered_json params) {
+  if (params.is_null() || params.empty()) {
+    return ordered_json{{"type", "object"}, {"properties", ordered_json::object()}};
+  }
+  return params;
+}
+
 absl::StatusOr<ordered_json> RequiredSchema(const ToolRequest& tools) {
   ordered_json any_of = ordered_json::array();
   ordered_json defs = ordered_json::object();
@@ -132,10 +141,10 @@ absl::StatusOr<ordered_json> RequiredSchema(const ToolRequest& tools) {
       }
       params.erase("$defs");
     }
-    if (params.empty()) params = {{"type", "object"}, {"properties", ordered_json::object()}};
-    any_of.push_back(ordered_json{
-        {"properties", {{"name", {{"type", "string"}, {"enum", {name}}}}, {"parameters", params}}},
-        {"required", {"name", "parameters"}}});
+    any_of.push_back(ordered_json{{"properties",
+                                   {{"name", {{"type", "string"}, {"enum", {name}}}},
+                                    {"parameters", ParamsOrEmptyObject(std::move(params))}}},
+                                  {"required", {"name", "parameters"}}});
   }
   ordered_json schema{{"type", "array"},
                       {"minItems", 1},
@@ -290,10 +299,7 @@ absl::Status ApplyToolChoiceGrammar(const json& body, const ToolRequest& tools,
     for (const ordered_json& tool : tools.tools) {
       const ordered_json& function = tool["function"];
       if (function["name"] != tools.function) continue;
-      const auto p = function.find("parameters");
-      schema = p == function.end() || p->is_null() || p->empty()
-                   ? ordered_json{{"type", "object"}, {"properties", ordered_json::object()}}
-                   : *p;
+      schema = ParamsOrEmptyObject(function.value("parameters", ordered_json()));
       break;
     }
   }
@@ -378,6 +384,24 @@ absl::StatusOr<ordered_json> TemplateKwargs(const json& body) {
   return kwargs;
 }
 
+absl::StatusOr<ChatTemplateInput> TemplateInputFor(const json& body, ordered_json tools,
+                                                   bool add_generation_prompt,
+                                                   bool continue_final_message,
+                                                   bool add_special_tokens) {
+  ChatTemplateInput input;
+  auto messages = TemplateMessages(body);
+  if (!messages.ok()) return messages.status();
+  auto kwargs = TemplateKwargs(body);
+  if (!kwargs.ok()) return kwargs.status();
+  input.messages = *std::move(messages);
+  input.kwargs = *std::move(kwargs);
+  input.tools = std::move(tools);
+  input.add_generation_prompt = add_generation_prompt;
+  input.continue_final_message = continue_final_message;
+  input.add_special_tokens = add_special_tokens;
+  return input;
+}
+
 absl::StatusOr<ChatOutputOptions> ChatOutputFor(const json& body, const ToolRequest& tools,
                                                 const ordered_json& kwargs,
                                                 const ChatParsers& parsers) {
@@ -395,7 +419,7 @@ absl::StatusOr<ChatOutputOptions> ChatOutputFor(const json& body, const ToolRequ
     case ToolChoice::kNone:
       break;
     case ToolChoice::kAuto:
-      if (parsers.enable_auto_tool_choice && parsers.tool_parser != nullptr) {
+      if (parsers.tool_parser != nullptr) {
         // The server's parser, shared (not owned).
         out.tools = std::shared_ptr<const parsers::ToolParser>(std::shared_ptr<void>(),
                                                                parsers.tool_parser);

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/sampling_params.h"
+#include "frontend/engine/engine_client.h"
 #include "frontend/openai/chat_output.h"
 #include "frontend/parsers/reasoning_parser.h"
 #include "frontend/parsers/tool_parser.h"
@@ -25,10 +26,9 @@ inline constexpr size_t kMaxTools = 1024;
 
 // The server's parsers (ApiServerOptions: --tool-call-parser, --enable-auto-tool-choice,
 // --exclude-tools-when-tool-choice-none, --reasoning-parser). Immutable, shared by requests.
-// As vLLM 0.33, the server sets the tool parser only with --enable-auto-tool-choice.
 struct ChatParsers {
-  const parsers::ToolParser* tool_parser = nullptr;  // unset: no --tool-call-parser
-  bool enable_auto_tool_choice = false;
+  // Set only with --enable-auto-tool-choice and --tool-call-parser (as vLLM 0.33 loads it).
+  const parsers::ToolParser* tool_parser = nullptr;
   bool exclude_tools_when_tool_choice_none = false;
   const parsers::ReasoningParser* reasoning_parser = nullptr;  // unset: no --reasoning-parser
 };
@@ -77,6 +77,14 @@ struct ToolRequest {
 // (with enable_thinking = effort != "none" when the kwargs do not set it, as vLLM).
 [[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateKwargs(
     const nlohmann::ordered_json& body);
+
+// What the chat template renders for `body` (chat completions and /tokenize alike):
+// TemplateMessages, TemplateKwargs, `tools` (an array, or null) and the prompt flags.
+[[nodiscard]] absl::StatusOr<ChatTemplateInput> TemplateInputFor(const nlohmann::ordered_json& body,
+                                                                 nlohmann::ordered_json tools,
+                                                                 bool add_generation_prompt,
+                                                                 bool continue_final_message,
+                                                                 bool add_special_tokens);
 
 // How the request's output is parsed (vLLM's serving_chat): the server's reasoning parser
 // (include_reasoning false: split off and not sent; enable_thinking false in the kwargs: qwen3

@@ -107,6 +107,7 @@ class HermesToolParser final : public ToolParser {
   explicit HermesToolParser(ToolParserOptions options) : options_(std::move(options)) {}
 
   std::string_view name() const override { return "hermes"; }
+  bool reads_special_tokens() const override { return true; }  // <tool_call> (Qwen)
 
   ExtractedToolCalls Extract(std::string_view model_output) const override {
     HermesStream stream(options_.random);

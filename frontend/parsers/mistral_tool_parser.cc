@@ -233,6 +233,7 @@ class MistralToolParser final : public ToolParser {
   explicit MistralToolParser(ToolParserOptions options) : options_(std::move(options)) {}
 
   std::string_view name() const override { return "mistral"; }
+  bool reads_special_tokens() const override { return true; }  // [TOOL_CALLS]
 
   ExtractedToolCalls Extract(std::string_view model_output) const override {
     MistralStream stream(options_.random);

@@ -110,6 +110,9 @@ class ToolParser {
   // A parser for one streamed output. On outputs with well-formed calls, the stream's
   // content and calls (reassembled) equal Extract's (README.md lists the exceptions).
   virtual std::unique_ptr<ToolStreamParser> NewStream() const = 0;
+  // Whether its call markers may be special tokens, so a request with tools must be
+  // detokenized with skip_special_tokens false (vLLM's adjust_request: hermes, mistral).
+  virtual bool reads_special_tokens() const { return false; }
 };
 
 // The names MakeToolParser accepts, in a stable order.

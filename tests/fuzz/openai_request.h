@@ -115,7 +115,7 @@ inline void CheckChat(const nlohmann::ordered_json& body) {
   // Tool calling (as ParseGeneration, with a server that runs the hermes parser): a choice
   // refused is a 400; one accepted constrains required / named choices by a grammar.
   static const auto* hermes = frontend::parsers::MakeToolParser("hermes")->release();
-  const frontend::ChatParsers parsers{hermes, true, false, nullptr};
+  const frontend::ChatParsers parsers{hermes, false, nullptr};
   auto tools = frontend::ParseToolRequest(body, parsers);
   if (!tools.ok()) return CheckErrorBody(tools.status());
   core::SamplingParams params = request->options.params;

@@ -400,16 +400,8 @@ class CudaAttentionTest : public ::testing::Test {
   std::mt19937 rng_{20240611};
 };
 
-using ElementTypes = ::testing::Types<float, __half, __nv_bfloat16>;
-class TypeNames {
- public:
-  template <typename T>
-  static std::string GetName(int) {
-    if constexpr (std::is_same_v<T, float>) return "f32";
-    if constexpr (std::is_same_v<T, __half>) return "f16";
-    return "bf16";
-  }
-};
+using gpu_test::ElementTypes;
+using gpu_test::TypeNames;
 TYPED_TEST_SUITE(CudaAttentionTest, ElementTypes, TypeNames);
 
 // Fixture models (16, 32), Llama-3-8B (128), MHA and GQA ratios 1..16, head_dims without a

@@ -87,16 +87,8 @@ class CudaOpsTest : public ::testing::Test {
   std::mt19937 rng_{20240607};
 };
 
-using ElementTypes = ::testing::Types<float, __half, __nv_bfloat16>;
-class TypeNames {
- public:
-  template <typename T>
-  static std::string GetName(int) {
-    if constexpr (std::is_same_v<T, float>) return "f32";
-    if constexpr (std::is_same_v<T, __half>) return "f16";
-    return "bf16";
-  }
-};
+using gpu_test::ElementTypes;
+using gpu_test::TypeNames;
 TYPED_TEST_SUITE(CudaOpsTest, ElementTypes, TypeNames);
 
 // (num_tokens, hidden): fixture models, Llama-3-8B, sizes with no 16-byte vector, one token.

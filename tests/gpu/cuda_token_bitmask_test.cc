@@ -39,16 +39,8 @@ class CudaTokenBitmaskTest : public ::testing::Test {
   std::mt19937 rng_{20250611};
 };
 
-using ElementTypes = ::testing::Types<float, __half, __nv_bfloat16>;
-class TypeNames {
- public:
-  template <typename T>
-  static std::string GetName(int) {
-    if constexpr (std::is_same_v<T, float>) return "f32";
-    if constexpr (std::is_same_v<T, __half>) return "f16";
-    return "bf16";
-  }
-};
+using gpu_test::ElementTypes;
+using gpu_test::TypeNames;
 TYPED_TEST_SUITE(CudaTokenBitmaskTest, ElementTypes, TypeNames);
 
 enum class MaskKind { kSparse, kDense, kFull, kEmpty, kLastTokenOnly, kTailGarbageOnly };

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -25,6 +26,18 @@ namespace vllm::kernels::cuda::gpu_test {
     const cudaError_t vllm_e = (expr);                                             \
     ASSERT_EQ(vllm_e, cudaSuccess) << #expr << ": " << cudaGetErrorString(vllm_e); \
   } while (0)
+
+// The element types of the CUDA kernels' typed tests, named f32, f16 and bf16.
+using ElementTypes = ::testing::Types<float, __half, __nv_bfloat16>;
+class TypeNames {
+ public:
+  template <typename T>
+  static std::string GetName(int) {
+    if constexpr (std::is_same_v<T, float>) return "f32";
+    if constexpr (std::is_same_v<T, __half>) return "f16";
+    return "bf16";
+  }
+};
 
 template <typename T>
 T FromF(float x);

@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/serve/serve_test_support.h"
+#include "tests/support/tokenizer_json.h"
 
 namespace vllm {
 namespace {
@@ -349,18 +350,12 @@ class ThinkModel {
       std::ifstream in(bundled / f);
       json j = json::parse(in);
       for (const auto& [id, text] : {std::pair{4089, "<think>"}, std::pair{4092, "</think>"}}) {
+        json token = testing::AddedTokenJson(id, text);
         if (std::string(f) == "tokenizer.json") {
-          j["added_tokens"].push_back({{"id", id},
-                                       {"content", text},
-                                       {"single_word", false},
-                                       {"lstrip", false},
-                                       {"rstrip", false},
-                                       {"normalized", false},
-                                       {"special", false}});
+          j["added_tokens"].push_back(std::move(token));
         } else {
-          j["added_tokens_decoder"][std::to_string(id)] = {
-              {"content", text}, {"lstrip", false},      {"normalized", false},
-              {"rstrip", false}, {"single_word", false}, {"special", false}};
+          token.erase("id");
+          j["added_tokens_decoder"][std::to_string(id)] = std::move(token);
         }
       }
       std::ofstream(dir_ / f) << j.dump();

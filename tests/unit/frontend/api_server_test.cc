@@ -134,19 +134,8 @@ class FakeEngine : public EngineClient {
       absl::StrAppend(&out, m["role"].get<std::string>(), ": ", m["content"].get<std::string>(),
                       "\n");
     }
-    {
-      absl::MutexLock lock(&chat_mu_);
-      last_chat_input_ = input;
-    }
     return Tokenize(out, input.add_special_tokens);
   }
-  // The last chat TokenizeChat rendered (tools, kwargs, messages as the template sees them).
-  ChatTemplateInput LastChatInput() const {
-    absl::MutexLock lock(&chat_mu_);
-    return last_chat_input_;
-  }
-  mutable absl::Mutex chat_mu_;
-  mutable ChatTemplateInput last_chat_input_ ABSL_GUARDED_BY(chat_mu_);
   // Ids are the text's bytes (BOS 1 first when add_special_tokens); "oops" fails.
   absl::StatusOr<std::vector<int32_t>> Tokenize(std::string_view text,
                                                 bool add_special_tokens) const override {

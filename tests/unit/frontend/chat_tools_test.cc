@@ -34,7 +34,6 @@ class ChatToolsTest : public ::testing::Test {
     hermes_ = *parsers::MakeToolParser("hermes");
     qwen3_ = *parsers::MakeReasoningParser("qwen3");
     with_parser_.tool_parser = hermes_.get();
-    with_parser_.enable_auto_tool_choice = true;
   }
   static json Body(json tool_choice = nullptr) {
     json body{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", {kWeather, kTime}}};

@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "structured_output/manager.h"
 #include "structured_output/stats.h"
+#include "tests/support/tokenizer_json.h"
 
 namespace vllm::structured_output {
 namespace {
@@ -34,13 +35,7 @@ std::unique_ptr<frontend::Tokenizer> ThinkingTokenizer() {
   nlohmann::json j = nlohmann::json::parse(
       ReadText(kSource / "tests/fixtures/tokenizer/qwen2_bpe/tokenizer.json"));
   for (auto [id, text] : {std::pair<int, const char*>{2002, "<think>"}, {2003, "</think>"}}) {
-    j["added_tokens"].push_back({{"id", id},
-                                 {"content", text},
-                                 {"single_word", false},
-                                 {"lstrip", false},
-                                 {"rstrip", false},
-                                 {"normalized", false},
-                                 {"special", false}});
+    j["added_tokens"].push_back(testing::AddedTokenJson(id, text));
   }
   auto tokenizer = frontend::Tokenizer::FromJson(j.dump(), "");
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
@@ -75,13 +70,7 @@ TEST(ReasoningTokensTest, ATokenizerWithoutThinkTokensIsRefusedByName) {
   // Only the end token missing: named.
   nlohmann::json j = nlohmann::json::parse(
       ReadText(kSource / "tests/fixtures/tokenizer/qwen2_bpe/tokenizer.json"));
-  j["added_tokens"].push_back({{"id", 2002},
-                               {"content", "<think>"},
-                               {"single_word", false},
-                               {"lstrip", false},
-                               {"rstrip", false},
-                               {"normalized", false},
-                               {"special", false}});
+  j["added_tokens"].push_back(testing::AddedTokenJson(2002, "<think>"));
   auto tokenizer = frontend::Tokenizer::FromJson(j.dump(), "");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   auto no_end = FindReasoningTokens("deepseek_r1", **tokenizer);
