@@ -164,6 +164,7 @@ std::string FlagOf(std::string_view part, std::string_view field) {
     if (field == "max_compile_seconds") return "--max-structured-output-compile-seconds";
     return absl::StrCat("--structured-outputs-config ", A(field));
   }
+  if (part == "speculative") return absl::StrCat("--speculative-config ", A(field));
   if (field == "kv_cache_memory_bytes") return "--kv-cache-memory";  // ours, in bytes
   std::string flag = absl::StrCat("--", A(field));
   std::replace(flag.begin(), flag.end(), '_', '-');
@@ -227,6 +228,7 @@ absl::Status VllmConfig::Validate() const {
   VLLM_RETURN_IF_ERROR(parallel.Validate());
   VLLM_RETURN_IF_ERROR(device.Validate());
   VLLM_RETURN_IF_ERROR(load.Validate());
+  VLLM_RETURN_IF_ERROR(speculative.Validate());
   // Known only once max_model_len is (resolved or given): vLLM refuses a budget that cannot
   // hold one whole prompt when prompts are not chunked.
   if (!scheduler.enable_chunked_prefill && scheduler.max_num_batched_tokens > 0 &&

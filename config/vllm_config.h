@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "config/field_bounds.h"
 #include "config/kv_events_config.h"
+#include "config/speculative_config.h"
 
 namespace vllm::config {
 
@@ -287,6 +288,7 @@ struct VllmConfig {
   KvEventsConfig kv_events;
   StructuredOutputsConfig structured_outputs;
   ToolCallingConfig tool_calling;
+  SpeculativeConfig speculative;
 
   // The parts in wire order.
   template <class Self, class V>
@@ -300,6 +302,7 @@ struct VllmConfig {
     v("kv_events", c.kv_events);
     v("structured_outputs", c.structured_outputs);
     v("tool_calling", c.tool_calling);
+    v("speculative", c.speculative);
   }
   // Every field's bounds (each part's `Fields`), every part's own checks, then the ones across
   // parts. InvalidArgument naming the flag.

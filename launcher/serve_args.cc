@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "config/kv_events_config.h"
+#include "config/speculative_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
 #include "nlohmann/json.hpp"
@@ -112,7 +113,7 @@ struct FlagValues {
   int32_t dp_local = 1, dp_start_rank = 0, dp_rank = 0;
   bool dp_hybrid_lb = false, dp_external_lb = false;
   std::string api_key, chat_template, kv_events_config, cluster_key_file, structured_outputs_config,
-      reasoning_parser;
+      reasoning_parser, speculative_config;
 };
 
 // Throws CLI11's error (parsing stops; ParseServeArgs returns it) for a value its parser
@@ -284,6 +285,11 @@ void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--structured-outputs-config", f.structured_outputs_config,
                  "Structured outputs as JSON (vLLM's StructuredOutputsConfig), e.g. "
                  "'{\"backend\": \"xgrammar\", \"disable_any_whitespace\": true}'.")
+      ->group("VllmConfig");
+  app.add_option("--speculative-config", f.speculative_config,
+                 "Speculative decoding as JSON (vLLM's SpeculativeConfig), e.g. "
+                 "'{\"method\": \"ngram\", \"num_speculative_tokens\": 3, "
+                 "\"prompt_lookup_max\": 4}'; methods ngram and suffix.")
       ->group("VllmConfig");
   app.add_option("--reasoning-parser", f.reasoning_parser,
                  "deepseek_r1 or qwen3: chat answers split <think>...</think> into reasoning, "
@@ -574,6 +580,9 @@ absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& d
     VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, c));
   }
   VLLM_RETURN_IF_ERROR(ApplyStructuredOutputsConfig(f, c));
+  if (app.count("--speculative-config") > 0) {
+    VLLM_ASSIGN_OR_RETURN(c.speculative, config::ParseSpeculativeConfig(f.speculative_config));
+  }
   VLLM_RETURN_IF_ERROR(InferDpLoadBalancing(app, f, a));
   c.parallel.data_parallel_size_local = f.dp_local;
   c.parallel.data_parallel_start_rank = f.dp_start_rank;

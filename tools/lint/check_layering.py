@@ -22,13 +22,13 @@ import tempfile
 
 # Longest prefix wins. A module's files are the files below its folder.
 MODULES = [
-    "base/", "config/", "ipc/", "kv_events/", "structured_output/", "core/", "kernels/", "kernels/comm/", "worker/",
+    "base/", "config/", "ipc/", "kv_events/", "structured_output/", "spec_decode/", "core/", "kernels/", "kernels/comm/", "worker/",
     "executor/", "frontend/", "frontend/openai/", "frontend/engine/", "frontend/tokenizer/",
     "frontend/jinja/", "frontend/parsers/", "router/", "launcher/", "bench/serve/",
     "bench/common/",
 ]
 
-_BELOW_FRONTEND = ["base", "config", "ipc", "structured_output", "core"]
+_BELOW_FRONTEND = ["base", "config", "ipc", "structured_output", "spec_decode", "core"]
 ALLOWED = {
     "base": [],
     "config": ["base"],
@@ -40,10 +40,13 @@ ALLOWED = {
     # vLLM's vllm/v1/structured_output/: XGrammar over the model's tokenizer (the engine core
     # reads tokenizer.json for the vocabulary, as vLLM's StructuredOutputManager does).
     "structured_output": ["base", "config", "frontend/tokenizer"],
-    "core": ["base", "config", "ipc", "kv_events", "structured_output"],
+    # vLLM's vllm/v1/spec_decode/ proposers that run in the engine core (n-gram, suffix), and
+    # the counters the scheduler keeps.
+    "spec_decode": ["base", "config"],
+    "core": ["base", "config", "ipc", "kv_events", "structured_output", "spec_decode"],
     "worker": ["base", "config", "ipc", "core", "kernels", "kernels/comm"],
     # UniProcExecutor runs a Worker in its own process (docs/DECISIONS.md).
-    "executor": ["base", "config", "ipc", "structured_output", "core", "kernels", "kernels/comm",
+    "executor": ["base", "config", "ipc", "structured_output", "spec_decode", "core", "kernels", "kernels/comm",
                  "worker"],
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],

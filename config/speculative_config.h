@@ -1,0 +1,74 @@
+// --speculative-config (vLLM's SpeculativeConfig, vllm/config/speculative.py): the setting and
+// its strict JSON parser (vLLM's keys; one we do not honour is refused by name, never ignored).
+#ifndef VLLM_CONFIG_SPECULATIVE_CONFIG_H_
+#define VLLM_CONFIG_SPECULATIVE_CONFIG_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "config/field_bounds.h"
+
+namespace vllm::config {
+
+// The methods --speculative-config accepts (vLLM 0.33's names plus medusa, which 0.33 dropped
+// and we keep); "" is no speculation.
+inline constexpr std::string_view kSpeculativeMethods[] = {
+    "", "ngram", "suffix", "eagle", "eagle3", "medusa", "draft_model", "mtp"};
+// The most draft tokens per request per step.
+inline constexpr int32_t kMaxSpeculativeTokens = 16;
+
+// --speculative-config (vLLM's SpeculativeConfig): the proposer and how many tokens it drafts
+// per request per step; the target model verifies them in one forward pass. Values as resolved
+// by ParseSpeculativeConfig (vLLM's defaults filled in, e.g. ngram's prompt_lookup_min/max 5).
+struct SpeculativeConfig {
+  std::string method;  // "" (off) or one of kSpeculativeMethods
+  // k: draft tokens per request per step (suffix: the most; it proposes as many as it trusts).
+  int32_t num_speculative_tokens = 0;
+  // The draft: an EAGLE/EAGLE-3/Medusa head's or a draft model's directory.
+  std::filesystem::path model;
+  int32_t draft_tensor_parallel_size = 1;
+  // ngram: the n-gram lengths matched against the request's earlier tokens (longest first).
+  int32_t prompt_lookup_min = 0;
+  int32_t prompt_lookup_max = 0;
+  // suffix (vLLM's suffix_decoding_*): tree depth, requests whose outputs are cached, draft
+  // length per matched token, and the least probability a drafted token may have.
+  int32_t suffix_decoding_max_tree_depth = 24;
+  int32_t suffix_decoding_max_cached_requests = 10000;
+  double suffix_decoding_max_spec_factor = 1.0;
+  double suffix_decoding_min_token_prob = 0.1;
+
+  bool enabled() const { return !method.empty(); }
+
+  template <class Self, class V>
+  static void Fields(Self& s, V& v) {
+    v("method", s.method, OneOf(kSpeculativeMethods));
+    v("num_speculative_tokens", s.num_speculative_tokens, Range(0, kMaxSpeculativeTokens));
+    v("model", s.model, MaxBytes(kMaxPathBytes));
+    v("draft_tensor_parallel_size", s.draft_tensor_parallel_size, Range(1, 1));
+    v("prompt_lookup_min", s.prompt_lookup_min, Range(0, 1 << 20));
+    v("prompt_lookup_max", s.prompt_lookup_max, Range(0, 1 << 20));
+    v("suffix_decoding_max_tree_depth", s.suffix_decoding_max_tree_depth, Range(1, 1 << 16));
+    v("suffix_decoding_max_cached_requests", s.suffix_decoding_max_cached_requests,
+      Range(0, 1 << 30));
+    v("suffix_decoding_max_spec_factor", s.suffix_decoding_max_spec_factor);
+    v("suffix_decoding_min_token_prob", s.suffix_decoding_min_token_prob);
+  }
+  // The rules across fields (vLLM's SpeculativeConfig.__post_init__), naming the key.
+  [[nodiscard]] absl::Status Validate() const;
+  friend bool operator==(const SpeculativeConfig&, const SpeculativeConfig&) = default;
+};
+
+// Parses the flag's JSON object into a SpeculativeConfig with vLLM's defaults filled in (ngram:
+// prompt_lookup_min/max 5 when neither is given, else the one given for both; suffix:
+// num_speculative_tokens min(suffix_decoding_max_tree_depth, kMaxSpeculativeTokens) when not
+// given) and Validate()d. InvalidArgument naming the key: an unknown key, a wrong type, a
+// value out of range, or a vLLM key this server does not honour.
+[[nodiscard]] absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(std::string_view json);
+
+}  // namespace vllm::config
+
+#endif  // VLLM_CONFIG_SPECULATIVE_CONFIG_H_
