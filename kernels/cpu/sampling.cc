@@ -10,86 +10,27 @@
 #include <vector>
 
 #include "base/status_macros.h"
+#include "kernels/cpu/sampling_internal.h"
 
 namespace vllm::kernels::cpu {
+namespace internal {
 namespace {
-
-// vLLM's _SAMPLING_EPS: temperatures below it are greedy (dividing by them would overflow).
-constexpr float kGreedyTemperature = 1e-5f;
 
 // Smallest prefix sorted at once; the prefix then doubles as the walk needs more.
 constexpr int64_t kMinSortedPrefix = 64;
-
-struct Candidate {
-  float prob;  // unnormalised: exp(logit - max logit), so the best token has 1
-  int32_t id;
-};
 
 bool RanksBefore(const Candidate& a, const Candidate& b) {
   return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
 }
 
-// Candidates in sampling order, sorted lazily: [0, sorted_) is in final order and every
-// element there ranks before every element after it. A peaked distribution then costs a
-// partial sort of a few dozen entries instead of a full sort of the vocabulary.
-class RankedCandidates {
- public:
-  explicit RankedCandidates(std::vector<Candidate> c) : c_(std::move(c)) {}
-
-  int64_t size() const { return static_cast<int64_t>(c_.size()); }
-
-  // Every candidate, in no particular order (for order-free passes that must not sort).
-  const std::vector<Candidate>& unordered() const { return c_; }
-
-  // Σ prob over every candidate.
-  double Mass() const {
-    double mass = 0.0;
-    for (const Candidate& x : c_) mass += x.prob;
-    return mass;
-  }
-
-  // The i-th most likely candidate (i < size()).
-  const Candidate& At(int64_t i) {
-    if (i >= sorted_) SortPrefix(std::max({i + 1, 2 * sorted_, kMinSortedPrefix}));
-    return c_[i];
-  }
-
-  // Keeps the n most likely candidates.
-  void Truncate(int64_t n) {
-    if (n >= size()) return;
-    SortPrefix(n);
-    c_.resize(n);
-  }
-
- private:
-  void SortPrefix(int64_t n) {
-    n = std::min(n, size());
-    if (n <= sorted_) return;
-    auto begin = c_.begin() + sorted_;
-    if (n < size()) std::nth_element(begin, c_.begin() + n, c_.end(), RanksBefore);
-    std::sort(begin, c_.begin() + n, RanksBefore);
-    sorted_ = n;
-  }
-
-  std::vector<Candidate> c_;
-  int64_t sorted_ = 0;
-};
-
-int32_t Argmax(const float* logits, int64_t vocab_size) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab_size; ++i) {
-    if (logits[i] > logits[best]) best = i;  // strict: ties stay with the lowest id
-  }
-  return static_cast<int32_t>(best);
-}
-
 // Softmax numerators of the tokens min-p keeps (p >= min_p · p_max, and p > 0: a token whose
-// probability underflowed can never be drawn).
-std::vector<Candidate> MinPCandidates(const float* logits, int64_t vocab_size, float min_p) {
-  const float max_logit = logits[Argmax(logits, vocab_size)];
+// probability underflowed can never be drawn). Sets *max_logit to the row's maximum.
+std::vector<Candidate> MinPCandidates(const float* logits, int64_t vocab_size, float min_p,
+                                      float* max_logit) {
+  *max_logit = logits[Argmax(logits, vocab_size)];
   std::vector<Candidate> c;
   for (int64_t i = 0; i < vocab_size; ++i) {
-    const float p = std::exp(logits[i] - max_logit);
+    const float p = UnnormalisedProb(logits[i], *max_logit);
     if (p > 0.0f && p >= min_p) c.push_back({p, static_cast<int32_t>(i)});
   }
   return c;
@@ -122,6 +63,66 @@ void WriteBackFilter(float* logits, int64_t vocab_size, const RankedCandidates& 
 
 }  // namespace
 
+double RankedCandidates::Mass() const {
+  double mass = 0.0;
+  for (const Candidate& x : c_) mass += x.prob;
+  return mass;
+}
+
+const Candidate& RankedCandidates::At(int64_t i) {
+  if (i >= sorted_) SortPrefix(std::max({i + 1, 2 * sorted_, kMinSortedPrefix}));
+  return c_[i];
+}
+
+void RankedCandidates::Truncate(int64_t n) {
+  if (n >= size()) return;
+  SortPrefix(n);
+  c_.resize(n);
+}
+
+void RankedCandidates::SortPrefix(int64_t n) {
+  n = std::min(n, size());
+  if (n <= sorted_) return;
+  auto begin = c_.begin() + sorted_;
+  if (n < size()) std::nth_element(begin, c_.begin() + n, c_.end(), RanksBefore);
+  std::sort(begin, c_.begin() + n, RanksBefore);
+  sorted_ = n;
+}
+
+int32_t Argmax(const float* logits, int64_t vocab_size) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab_size; ++i) {
+    if (logits[i] > logits[best]) best = i;  // strict: ties stay with the lowest id
+  }
+  return static_cast<int32_t>(best);
+}
+
+FilteredRow FilterRow(float* logits, int64_t vocab_size, const SamplingRow& row) {
+  for (int64_t i = 0; i < vocab_size; ++i) logits[i] /= row.temperature;
+  float max_logit = 0.0f;
+  RankedCandidates c(MinPCandidates(logits, vocab_size, row.min_p, &max_logit));
+  VLLM_CHECK(c.size() > 0) << "SampleRow: no finite logit in the row";
+  if (row.top_k > 0) c.Truncate(row.top_k);
+  double total = c.Mass();
+  if (row.top_p < 1.0f) total = ApplyTopP(c, row.top_p, total);
+  WriteBackFilter(logits, vocab_size, c);
+  return FilteredRow{std::move(c), total, max_logit};
+}
+
+int32_t DrawRanked(RankedCandidates& c, double total, double u) {
+  // Inverse CDF in ranked order; the fallback covers the walk's sum rounding below u·total
+  // when u is within an ulp or so of 1.
+  const double target = u * total;
+  double cum = 0.0;
+  for (int64_t i = 0; i < c.size(); ++i) {
+    cum += c.At(i).prob;
+    if (cum > target) return c.At(i).id;
+  }
+  return c.At(c.size() - 1).id;
+}
+
+}  // namespace internal
+
 bool ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask) {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   bool any = false;
@@ -149,25 +150,11 @@ bool ApplyTokenBitmask(float* logits, int64_t vocab_size, const int32_t* bitmask
 
 int32_t SampleRow(float* logits, int64_t vocab_size, const SamplingRow& row, double u) {
   VLLM_CHECK(vocab_size > 0) << "SampleRow: empty vocabulary";
-  if (row.temperature < kGreedyTemperature) return Argmax(logits, vocab_size);
-
-  for (int64_t i = 0; i < vocab_size; ++i) logits[i] /= row.temperature;
-  RankedCandidates c(MinPCandidates(logits, vocab_size, row.min_p));
-  VLLM_CHECK(c.size() > 0) << "SampleRow: no finite logit in the row";
-  if (row.top_k > 0) c.Truncate(row.top_k);
-  double total = c.Mass();
-  if (row.top_p < 1.0f) total = ApplyTopP(c, row.top_p, total);
-  WriteBackFilter(logits, vocab_size, c);
-
-  // Inverse CDF in ranked order; the fallback covers the walk's sum rounding below u·total
-  // when u is within an ulp or so of 1.
-  const double target = u * total;
-  double cum = 0.0;
-  for (int64_t i = 0; i < c.size(); ++i) {
-    cum += c.At(i).prob;
-    if (cum > target) return c.At(i).id;
+  if (row.temperature < internal::kGreedyTemperature) {
+    return internal::Argmax(logits, vocab_size);
   }
-  return c.At(c.size() - 1).id;
+  internal::FilteredRow p = internal::FilterRow(logits, vocab_size, row);
+  return internal::DrawRanked(p.kept, p.total, u);
 }
 
 double CounterUniform(uint64_t seed, uint64_t counter) {
