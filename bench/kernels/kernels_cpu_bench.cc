@@ -24,6 +24,11 @@
 //                   tiny-*: the bundled model's heads (8 query / 4 KV, head_dim 32) at the
 //                   serving benchmark's shapes, one thread.
 //   SampleRow       one 128K-vocab row: top-k 50, top-p 0.9, unfiltered.
+//   RejectionSample one request's verification (rejection_sampler.h), k = 1..5 drafts at
+//                   vocab 32000 and 128256, greedy and random (temperature 0.8, top-p 0.9,
+//                   one-hot q as n-gram), every draft accepted: the k + 1 rows all read,
+//                   the most a request costs. Time per request; restoring the rows that
+//                   random sampling filters in place is not timed.
 //
 // All times are wall-clock (UseRealTime): OpenBLAS runs its own threads.
 #include <algorithm>
@@ -38,6 +43,7 @@
 #include "kernels/cpu/gemm_small.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/rejection_sampler.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -355,6 +361,49 @@ BENCHMARK(BM_SampleRow)
     ->Arg(1)
     ->Arg(2)
     ->ArgName("mode")
+    ->Unit(benchmark::kMicrosecond);
+
+// Args: vocab, k, mode (0 greedy, 1 random).
+void BM_RejectionSample(benchmark::State& state) {
+  const int64_t vocab = state.range(0);
+  const auto k = static_cast<int32_t>(state.range(1));
+  SamplingRow row;
+  if (state.range(2) == 0) {
+    row.temperature = 0.0f;
+  } else {
+    row.temperature = 0.8f;
+    row.top_p = 0.9f;
+  }
+  std::vector<float> logits = Filled((k + 1) * vocab, 7);
+  for (float& x : logits) x *= 16.0f;
+  std::vector<int32_t> draft;
+  for (int32_t j = 0; j < k; ++j) {  // the target all but sure of each draft: all accepted
+    draft.push_back(static_cast<int32_t>((j * 7919 + 13) % vocab));
+    logits[j * vocab + draft.back()] = 40.0f;
+  }
+  std::vector<double> u_accept(k), u_sample(k + 1);
+  std::vector<float> rows = logits;
+  std::vector<int32_t> out;
+  uint64_t counter = 0;
+  for (auto _ : state) {
+    if (row.temperature > 0.0f) {
+      state.PauseTiming();
+      std::copy(logits.begin(), logits.end(), rows.begin());
+      state.ResumeTiming();
+    }
+    for (double& u : u_accept) u = CounterUniform(1, counter++);
+    for (double& u : u_sample) u = CounterUniform(1, counter++);
+    out.clear();
+    const int32_t accepted =
+        RejectionSample(rows.data(), vocab, draft, nullptr, row, u_accept, u_sample, &out);
+    if (accepted != k) state.SkipWithError("a draft was rejected");
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_RejectionSample)
+    ->Name("RejectionSample")
+    ->ArgsProduct({{32000, 128256}, {1, 2, 3, 4, 5}, {0, 1}})
+    ->ArgNames({"vocab", "k", "random"})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
