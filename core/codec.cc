@@ -143,7 +143,7 @@ void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
 }
 
 void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
-  pk.pack_array(9);
+  pk.pack_array(10);
   pk.pack(o.step_id);
   pk.pack_array(static_cast<uint32_t>(o.scheduled_new_reqs.size()));
   for (const NewRequestData& r : o.scheduled_new_reqs) {
@@ -170,6 +170,7 @@ void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
   wire::PackList<std::string>(pk, o.preempted_req_ids);
   wire::PackList<int32_t>(pk, o.structured_output_indices);
   wire::PackList<int32_t>(pk, o.grammar_bitmask);
+  wire::PackList<int32_t>(pk, o.num_scheduled_spec_tokens);
 }
 
 void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
@@ -399,7 +400,7 @@ absl::Status ReadCached(const msgpack::object& o, CachedRequestData* c) {
 }
 
 absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 9));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 10));
   VLLM_RETURN_IF_ERROR(r.Int("step_id", &out->step_id));
   VLLM_ASSIGN_OR_RETURN(auto list, r.List("scheduled_new_reqs", r.Next()));
   out->scheduled_new_reqs.resize(list.size());
@@ -429,12 +430,23 @@ absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out)
       (rows > 0 && out->grammar_bitmask.size() % rows != 0)) {
     return r.Error("grammar_bitmask", "must hold one equal row per structured_output_indices");
   }
+  VLLM_RETURN_IF_ERROR(r.IntList("num_scheduled_spec_tokens", &out->num_scheduled_spec_tokens));
   if (out->num_scheduled_tokens.size() != out->num_scheduled_reqs()) {
     return r.Error("num_scheduled_tokens", "one entry per scheduled request");
   }
+  if (!out->num_scheduled_spec_tokens.empty() &&
+      out->num_scheduled_spec_tokens.size() != out->num_scheduled_reqs()) {
+    return r.Error("num_scheduled_spec_tokens", "empty or one entry per scheduled request");
+  }
   int64_t total = 0;
-  for (int32_t n : out->num_scheduled_tokens) {
+  for (size_t i = 0; i < out->num_scheduled_tokens.size(); ++i) {
+    const int32_t n = out->num_scheduled_tokens[i];
     if (n <= 0) return r.Error("num_scheduled_tokens", "entries must be positive");
+    if (!out->num_scheduled_spec_tokens.empty() &&
+        (out->num_scheduled_spec_tokens[i] < 0 || out->num_scheduled_spec_tokens[i] >= n)) {
+      return r.Error("num_scheduled_spec_tokens",
+                     "entries must be at least 0 and below the request's scheduled tokens");
+    }
     total += n;
   }
   if (total != out->total_num_scheduled_tokens) {

@@ -38,7 +38,8 @@
 //   SchedulerOutput   [step_id: uint, scheduled_new_reqs: [NewRequestData], scheduled_cached_reqs,
 //                      num_scheduled_tokens: [int], total_num_scheduled_tokens,
 //                      finished_req_ids: [str], preempted_req_ids: [str],
-//                      structured_output_indices: [int], grammar_bitmask: [int]]
+//                      structured_output_indices: [int], grammar_bitmask: [int],
+//                      num_scheduled_spec_tokens: [int]]
 //   ModelRunnerOutput [req_ids: [str], sampled_token_ids: [[int]],
 //                      logprobs: [[TokenLogprobs]], prompt_logprobs: [[TokenLogprobs]]]
 //                     (each of the last two empty or one list per request)

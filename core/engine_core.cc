@@ -64,11 +64,16 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
                               config.structured_outputs.reasoning_parser, config.model.model));
   }
   auto so_manager = std::make_unique<structured_output::StructuredOutputManager>(so_options);
+  std::unique_ptr<spec_decode::Proposer> proposer;
+  if (config.speculative.enabled()) {
+    VLLM_ASSIGN_OR_RETURN(proposer, spec_decode::MakeProposer(config.speculative));
+  }
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                        Scheduler::Create(config, kv_cache, so_manager.get()));
+                        Scheduler::Create(config, kv_cache, so_manager.get(), proposer.get()));
   VLLM_RETURN_IF_ERROR(executor->InitializeKVCache(kv_cache.num_blocks, block_size));
-  std::unique_ptr<EngineCore> engine(
-      new EngineCore(options, std::move(executor), std::move(so_manager), std::move(scheduler)));
+  std::unique_ptr<EngineCore> engine(new EngineCore(options, std::move(executor),
+                                                    std::move(so_manager), std::move(proposer),
+                                                    std::move(scheduler)));
   if (config.kv_events.enable) {
     // After the model loaded; an error shuts the executor down with the engine.
     const int32_t rank = config.parallel.data_parallel_rank;
@@ -87,10 +92,11 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
 EngineCore::EngineCore(
     const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
     std::unique_ptr<structured_output::StructuredOutputManager> structured_output_manager,
-    std::unique_ptr<Scheduler> scheduler)
+    std::unique_ptr<spec_decode::Proposer> proposer, std::unique_ptr<Scheduler> scheduler)
     : options_(options),
       executor_(std::move(executor)),
       structured_output_manager_(std::move(structured_output_manager)),
+      proposer_(std::move(proposer)),
       scheduler_(std::move(scheduler)),
       batch_queue_size_(std::max(executor_->max_concurrent_batches(), 1)) {}
 

@@ -167,6 +167,7 @@ class EngineCore {
  private:
   EngineCore(const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
              std::unique_ptr<structured_output::StructuredOutputManager> structured_output_manager,
+             std::unique_ptr<spec_decode::Proposer> proposer,
              std::unique_ptr<Scheduler> scheduler);
   // Stamps engine index, time and (optionally) stats.
   void Finalize(EngineCoreOutputs& outputs);
@@ -177,6 +178,9 @@ class EngineCore {
   std::unique_ptr<Executor> executor_;
   // Before scheduler_, which points to it (and whose requests hold its grammars).
   std::unique_ptr<structured_output::StructuredOutputManager> structured_output_manager_;
+  // Speculative decoding's drafter (--speculative-config ngram / suffix); null without it.
+  // Before scheduler_, which points to it.
+  std::unique_ptr<spec_decode::Proposer> proposer_;
   std::unique_ptr<Scheduler> scheduler_;
   const int32_t batch_queue_size_;
   // Oldest at the front.

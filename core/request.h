@@ -66,6 +66,8 @@ struct alignas(64) Request {
   // and the length of the block table before this step's allocation.
   int32_t num_scheduled_tokens = 0;
   int32_t num_blocks_before_step = 0;
+  // Of num_scheduled_tokens, the draft tokens (speculative decoding).
+  int32_t num_scheduled_spec_tokens = 0;
   // Prompt tokens found in the prefix cache when first scheduled; -1 until then.
   int32_t num_cached_tokens = -1;
 
@@ -100,6 +102,9 @@ struct alignas(64) Request {
   uint64_t arrival_seq = 0;
 
   // --- Written by the Scheduler (cold).
+  // Speculative decoding: the draft tokens proposed after the last sampled token (vLLM's
+  // request.spec_token_ids), scheduled with it in the next step and then cleared.
+  std::vector<int32_t> spec_token_ids;
   std::optional<int32_t> stop_reason;
   int32_t num_preemptions = 0;
 

@@ -1,6 +1,7 @@
 #include "core/scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
@@ -30,22 +31,27 @@ inline void PrefetchAhead(const std::vector<Request*>& requests, size_t i) {
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
-    structured_output::StructuredOutputManager* structured_output_manager) {
+    structured_output::StructuredOutputManager* structured_output_manager,
+    spec_decode::Proposer* proposer) {
   VLLM_RETURN_IF_ERROR(config.CheckResolved());
   VLLM_RETURN_IF_ERROR(ValidateKVCacheConfig(config, kv_cache_config));
   return std::unique_ptr<Scheduler>(
-      new Scheduler(config, kv_cache_config, structured_output_manager));
+      new Scheduler(config, kv_cache_config, structured_output_manager, proposer));
 }
 
 Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
-                     structured_output::StructuredOutputManager* structured_output_manager)
+                     structured_output::StructuredOutputManager* structured_output_manager,
+                     spec_decode::Proposer* proposer)
     : config_(config),
       kv_cache_config_(kv_cache_config),
       structured_output_manager_(structured_output_manager),
+      proposer_(config.speculative.num_speculative_tokens > 0 ? proposer : nullptr),
       kv_cache_manager_(kv_cache_config.num_blocks, config.cache.block_size,
                         config.model.max_model_len, config.cache.enable_prefix_caching,
                         config.kv_events.enable, kv_cache_config.sliding_window),
-      waiting_(config.scheduler.policy) {}
+      waiting_(config.scheduler.policy) {
+  spec_stats_.num_spec_tokens = config.speculative.num_speculative_tokens;
+}
 
 absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
   VLLM_RETURN_IF_ERROR(ValidateEngineCoreRequest(request, config_.model.max_model_len));
@@ -118,6 +124,10 @@ void Scheduler::EraseFinished(Request* request) {
 
 void Scheduler::FreeRequest(Request& request) {
   kv_cache_manager_.Free(request);
+  if (proposer_ != nullptr) {
+    proposer_->OnRequestFinished(request.request_id, request.all_token_ids,
+                                 request.num_prompt_tokens);
+  }
   finished_req_ids_.push_back(request.request_id);
 }
 
@@ -125,6 +135,7 @@ void Scheduler::PreemptRequest(Request* request) {
   kv_cache_manager_.Free(*request);
   request->status = RequestStatus::kPreempted;
   request->num_computed_tokens = 0;
+  request->spec_token_ids.clear();
   ++request->num_preemptions;
   // Outputs of steps already in flight describe a computation we are discarding.
   request->num_stale_steps = request->num_inflight_steps;
@@ -145,6 +156,7 @@ Request* Scheduler::PopPreemptionVictim(size_t* req_index, int32_t* token_budget
   if (victim->num_scheduled_tokens > 0) {
     *token_budget += victim->num_scheduled_tokens;
     victim->num_scheduled_tokens = 0;
+    victim->num_scheduled_spec_tokens = 0;
     std::erase(scheduled_running_, victim);
   }
   return victim;
@@ -155,7 +167,11 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
   while (req_index < running_.size() && *token_budget > 0) {
     PrefetchAhead(running_, req_index);
     Request* request = running_[req_index];
-    int32_t num_new_tokens = request->num_tokens() - request->num_computed_tokens;
+    // A decode with drafts schedules them after its last sampled token (vLLM's
+    // num_tokens_with_spec); the budget or max_model_len may cut them short.
+    int32_t num_new_tokens = request->num_tokens() +
+                             static_cast<int32_t>(request->spec_token_ids.size()) -
+                             request->num_computed_tokens;
     if (config_.scheduler.long_prefill_token_threshold > 0) {
       num_new_tokens = std::min(num_new_tokens, config_.scheduler.long_prefill_token_threshold);
     }
@@ -187,6 +203,8 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
     }
     if (!allocated) break;
     request->num_scheduled_tokens = num_new_tokens;
+    request->num_scheduled_spec_tokens = std::max(
+        0, request->num_computed_tokens + num_new_tokens - request->num_tokens());
     request->num_blocks_before_step = num_blocks_before;
     scheduled_running_.push_back(request);
     *token_budget -= num_new_tokens;
@@ -295,14 +313,18 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
     c.resumed_from_preemption.push_back(resumed ? 1 : 0);
     // A resumed request's worker state is gone: send all its tokens.
     const int32_t begin = resumed ? 0 : r->num_computed_tokens;
-    const int32_t end =
-        resumed ? r->num_tokens() : r->num_computed_tokens + r->num_scheduled_tokens;
+    const int32_t end = resumed ? r->num_tokens()
+                                : r->num_computed_tokens + r->num_scheduled_tokens -
+                                      r->num_scheduled_spec_tokens;
     if (end - begin == 1) {
       c.new_token_ids.push_back(r->all_token_ids[begin]);  // the common decode case
     } else {
       c.new_token_ids.insert(c.new_token_ids.end(), r->all_token_ids.begin() + begin,
                              r->all_token_ids.begin() + end);
     }
+    // Then its draft tokens, which the worker verifies.
+    c.new_token_ids.insert(c.new_token_ids.end(), r->spec_token_ids.begin(),
+                           r->spec_token_ids.begin() + r->num_scheduled_spec_tokens);
     c.new_token_ids_offsets.push_back(static_cast<uint32_t>(c.new_token_ids.size()));
     const size_t first_new_block = resumed ? 0 : r->num_blocks_before_step;
     if (first_new_block < r->block_ids.size()) {
@@ -336,15 +358,26 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
     spare_records_.pop_back();
   }
   record.requests.reserve(output->num_scheduled_tokens.size());
-  auto advance = [&record](Request* r) {
+  record.num_spec_tokens.clear();
+  auto advance = [&record, output](Request* r) {
+    if (r->num_scheduled_spec_tokens > 0) {
+      if (record.num_spec_tokens.empty()) {
+        record.num_spec_tokens.resize(output->num_scheduled_tokens.size(), 0);
+      }
+      record.num_spec_tokens[record.requests.size()] = r->num_scheduled_spec_tokens;
+    }
+    // Drafts are used once: new ones come with the output of this step.
+    if (!r->spec_token_ids.empty()) r->spec_token_ids.clear();
     r->num_computed_tokens += r->num_scheduled_tokens;
     r->num_scheduled_tokens = 0;
+    r->num_scheduled_spec_tokens = 0;
     ++r->num_inflight_steps;
     record.requests.push_back(r);
   };
   for (Request* r : scheduled_new_) advance(r);
   for (Request* r : scheduled_running_) advance(r);
   for (Request* r : scheduled_resumed_) advance(r);
+  output->num_scheduled_spec_tokens = record.num_spec_tokens;
 }
 
 bool Scheduler::CheckStop(Request& request) const {
@@ -402,8 +435,17 @@ absl::Status Scheduler::MatchModelOutput(const SchedulerOutput& scheduler_output
       output_index_[i] = it->second;
     }
   }
+  const std::vector<int32_t>& num_spec = inflight_steps_.front().num_spec_tokens;
   for (size_t i = 0; i < num_scheduled; ++i) {
-    for (int32_t token : model_output.sampled_token_ids[output_index_[i]]) {
+    const std::vector<int32_t>& sampled = model_output.sampled_token_ids[output_index_[i]];
+    // A request samples at most one token plus its accepted drafts.
+    const size_t most = 1 + static_cast<size_t>(num_spec.empty() ? 0 : num_spec[i]);
+    if (sampled.size() > most) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ModelRunnerOutput: %d tokens for request %s, which could sample at most %d",
+          sampled.size(), scheduler_output.scheduled_req_id(i), most));
+    }
+    for (int32_t token : sampled) {
       if (token < 0) {
         return absl::InvalidArgumentError(
             absl::StrFormat("ModelRunnerOutput: negative token id %d for request %s", token,
@@ -462,6 +504,14 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
     }
     const std::vector<int32_t>& sampled = model_output.sampled_token_ids[output_index_[i]];
     if (sampled.empty() || request.status != RequestStatus::kRunning) continue;
+    if (!record.num_spec_tokens.empty() && record.num_spec_tokens[i] > 0) {
+      // The rejected drafts' KV is stale: those positions are computed again (vLLM's
+      // num_computed_tokens -= num_rejected).
+      const auto num_draft = record.num_spec_tokens[i];
+      const auto num_accepted = static_cast<int32_t>(sampled.size()) - 1;
+      request.num_computed_tokens -= num_draft - num_accepted;
+      spec_stats_.Observe(num_draft, num_accepted);
+    }
     // Prompt logprobs go with the request's first generated token only (a request recomputed
     // after a preemption gets them from the worker again).
     const bool first_output = request.num_output_tokens() == 0;
@@ -492,6 +542,8 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
       out.finish_reason = GetFinishReason(request.status);
       out.stop_reason = request.stop_reason;
       stopped_.push_back(&request);
+    } else if (proposer_ != nullptr) {
+      propose_scratch_.push_back(&request);
     }
   }
   if (!stopped_.empty()) {
@@ -507,7 +559,45 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
   }
   record.requests.clear();
   spare_records_.push_back(std::move(record.requests));
+  if (!propose_scratch_.empty()) ProposeDrafts();
   return result;
+}
+
+void Scheduler::ProposeDrafts() {
+  const int32_t k = config_.speculative.num_speculative_tokens;
+  propose_requests_.clear();
+  size_t kept = 0;
+  for (Request* r : propose_scratch_) {
+    // Only a request whose next step is a plain decode (everything but its last token
+    // computed) that is unconstrained (drafts are not checked against grammars yet).
+    if (r->is_finished() || r->structured_output != nullptr ||
+        r->num_computed_tokens != r->num_tokens() - 1) {
+      continue;
+    }
+    // The drafts and the token after them must fit max_tokens and max_model_len.
+    const int32_t room = std::min(r->max_tokens - r->num_output_tokens(),
+                                  config_.model.max_model_len - r->num_tokens()) -
+                         1;
+    if (room <= 0) continue;
+    spec_decode::ProposeRequest& p = propose_requests_.emplace_back();
+    p.request_id = r->request_id;
+    p.token_ids = r->all_token_ids;
+    p.num_prompt_tokens = r->num_prompt_tokens;
+    p.max_draft_tokens = std::min(k, room);
+    propose_scratch_[kept++] = r;
+  }
+  propose_scratch_.resize(kept);
+  if (!propose_requests_.empty()) {
+    proposer_->Propose(propose_requests_, &drafts_);
+    for (size_t i = 0; i < propose_scratch_.size() && i < drafts_.size(); ++i) {
+      std::vector<int32_t>& draft = drafts_[i];
+      if (static_cast<int32_t>(draft.size()) > propose_requests_[i].max_draft_tokens) {
+        draft.resize(static_cast<size_t>(propose_requests_[i].max_draft_tokens));
+      }
+      propose_scratch_[i]->spec_token_ids.assign(draft.begin(), draft.end());
+    }
+  }
+  propose_scratch_.clear();
 }
 
 SchedulerStats Scheduler::MakeStats() {
@@ -520,6 +610,10 @@ SchedulerStats Scheduler::MakeStats() {
   num_preemptions_since_stats_ = 0;
   if (structured_output_manager_ != nullptr) {
     stats.structured_output_stats = structured_output_manager_->TakeStats();
+  }
+  if (proposer_ != nullptr) {
+    stats.spec_decoding_stats = std::exchange(spec_stats_, {});
+    spec_stats_.num_spec_tokens = config_.speculative.num_speculative_tokens;
   }
   return stats;
 }

@@ -33,6 +33,8 @@
 #include "core/request.h"
 #include "core/request_queue.h"
 #include "core/scheduler_output.h"
+#include "spec_decode/proposer.h"
+#include "spec_decode/stats.h"
 
 namespace vllm::core {
 
@@ -45,9 +47,14 @@ class Scheduler {
   // cache cannot serve it (ValidateKVCacheConfig).
   // `structured_output_manager` (owned by the caller, outliving the scheduler; may be null,
   // then requests with structured_outputs are refused) compiles grammars and fills bitmasks.
+  // `proposer` (owned by the caller, outliving the scheduler; null: no speculative decoding)
+  // drafts tokens for the requests that decode next, after each step's output is applied; up to
+  // config.speculative.num_speculative_tokens of them are scheduled with the request's last
+  // sampled token and verified by the worker.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
-      structured_output::StructuredOutputManager* structured_output_manager = nullptr);
+      structured_output::StructuredOutputManager* structured_output_manager = nullptr,
+      spec_decode::Proposer* proposer = nullptr);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -110,7 +117,8 @@ class Scheduler {
 
  private:
   Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
-            structured_output::StructuredOutputManager* structured_output_manager);
+            structured_output::StructuredOutputManager* structured_output_manager,
+            spec_decode::Proposer* proposer);
 
   // Structured outputs (scheduler_structured_output.cc). Moves requests whose grammar compiled
   // from waiting_for_fsm_ to the waiting queue, and finishes those that failed.
@@ -122,6 +130,11 @@ class Scheduler {
   // nothing else now: stopped). While the request reasons (a reasoning parser is configured)
   // the grammar is left alone, up to and including the think-end token.
   bool AdvanceGrammar(Request& request);
+
+  // Speculative decoding: drafts (proposer_) for the requests of propose_scratch_ (those that
+  // got tokens in the step just applied and decode next), each at most k and what max_tokens
+  // and max_model_len leave; constrained requests get none.
+  void ProposeDrafts();
 
   // Frees `request`'s blocks and sends it back to the waiting queue.
   void PreemptRequest(Request* request);
@@ -151,6 +164,12 @@ class Scheduler {
   const config::VllmConfig config_;
   const KVCacheConfig kv_cache_config_;
   structured_output::StructuredOutputManager* const structured_output_manager_;
+  spec_decode::Proposer* const proposer_;
+  spec_decode::SpecDecodingStats spec_stats_;
+  // Per-step scratch of ProposeDrafts.
+  std::vector<Request*> propose_scratch_;
+  std::vector<spec_decode::ProposeRequest> propose_requests_;
+  std::vector<std::vector<int32_t>> drafts_;
   // Requests whose grammar is compiling, in arrival order.
   std::vector<Request*> waiting_for_fsm_;
   // Outputs of requests finished outside a step (their grammar failed), for the next
@@ -167,6 +186,8 @@ class Scheduler {
   struct StepRecord {
     uint64_t step_id = 0;
     std::vector<Request*> requests;
+    // Draft tokens scheduled per request (empty: none in this step).
+    std::vector<int32_t> num_spec_tokens;
   };
   std::deque<StepRecord> inflight_steps_;
   std::vector<std::vector<Request*>> spare_records_;

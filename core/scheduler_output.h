@@ -86,6 +86,11 @@ struct SchedulerOutput {
   // allowed). Workers set the logits of the disallowed tokens to -inf before sampling.
   std::vector<int32_t> structured_output_indices;
   std::vector<int32_t> grammar_bitmask;
+  // Speculative decoding (vLLM's scheduled_spec_decode_tokens): per scheduled request, in
+  // num_scheduled_tokens order, how many of its scheduled tokens are draft tokens — the last
+  // ones of its new_token_ids, after the token it sampled last. The worker verifies them and
+  // returns the accepted drafts and one more token. Empty when no request has drafts.
+  std::vector<int32_t> num_scheduled_spec_tokens;
 
   size_t num_scheduled_reqs() const {
     return scheduled_new_reqs.size() + scheduled_cached_reqs.size();
@@ -101,7 +106,8 @@ struct SchedulerOutput {
 
 // The model's answer to one SchedulerOutput. Entry i of each list belongs to req_ids[i];
 // the order is the worker's choice. A request in the middle of a chunked prefill has no
-// sampled tokens (its entry is empty).
+// sampled tokens (its entry is empty); one with d draft tokens scheduled has 1 to d + 1 (the
+// accepted drafts, then the token sampled after them).
 struct ModelRunnerOutput {
   std::vector<std::string> req_ids;
   std::vector<std::vector<int32_t>> sampled_token_ids;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "kernels/cpu/rejection_sampler.h"
 #include "kernels/cpu/sampling.h"
 #include "xxhash.h"
 
@@ -12,6 +13,10 @@ namespace vllm::worker {
 namespace {
 
 namespace cpu = ::vllm::kernels::cpu;
+
+// Salts a request's seed for the accept/reject draws of speculative decoding, so that they are
+// independent of the draws that sample tokens (CounterUniform(seed, position)).
+constexpr uint64_t kAcceptSeedSalt = 0x9e3779b97f4a7c15ULL;
 
 cpu::SamplingRow ToSamplingRow(const core::SamplingParams& p) {
   cpu::SamplingRow row;
@@ -149,6 +154,12 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   sampling_rows_.clear();
   prompt_positions_.clear();
   row_sampling_.clear();
+  spec_rows_.clear();
+  if (!so.num_scheduled_spec_tokens.empty() &&
+      so.num_scheduled_spec_tokens.size() != scheduled_.size()) {
+    return absl::InvalidArgumentError(
+        "SchedulerOutput: num_scheduled_spec_tokens must be empty or one entry per request");
+  }
   // Structured outputs: the bitmask row of each constrained scheduled request.
   std::vector<const int32_t*> grammar_row(scheduled_.size(), nullptr);
   if (!so.structured_output_indices.empty()) {
@@ -207,8 +218,31 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
     // Rows stay ascending: prompt positions end before the last token, the sampled row.
     if (s.prompt_logprobs_pending)
       AddPromptLogprobsRows(s, static_cast<int32_t>(r), nc, seq_len, first_row);
-    // Samples only when every known token is computed (not mid-way through a chunked prefill).
-    if (seq_len == static_cast<int32_t>(s.token_ids.size())) {
+    const int32_t num_spec = so.num_scheduled_spec_tokens.empty() ? 0
+                                                                   : so.num_scheduled_spec_tokens[r];
+    if (num_spec > 0) {
+      if (num_spec >= n || seq_len != static_cast<int32_t>(s.token_ids.size())) {
+        return Bad(id, absl::StrFormat("%d draft tokens in a step of %d", num_spec, n));
+      }
+      if (grammar_row[r] != nullptr) {
+        return Bad(id, "draft tokens for a request under a grammar are not supported");
+      }
+      // Verification: the rows of the last real token and of every draft, sampled together
+      // on the host by the rejection sampler.
+      for (int32_t j = 0; j <= num_spec; ++j) {
+        logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1 - num_spec + j);
+        sampling_rows_.push_back(static_cast<int32_t>(r));
+        prompt_positions_.push_back(-1);
+        spec_rows_.resize(logits_indices_.size(), -1);
+        spec_rows_.back() = j;
+        RowSampling row;
+        row.on_host = true;
+        row.logits_only = true;  // the device samples nothing here
+        row_sampling_.push_back(row);
+      }
+    } else if (seq_len == static_cast<int32_t>(s.token_ids.size())) {
+      // Samples only when every known token is computed (not mid-way through a chunked
+      // prefill).
       logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1);
       sampling_rows_.push_back(static_cast<int32_t>(r));
       prompt_positions_.push_back(-1);
@@ -265,6 +299,52 @@ int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs*
   return token;
 }
 
+void ModelRunner::VerifyDrafts(RequestState& s, int32_t num_spec, float* logits,
+                               core::ModelRunnerOutput* out, size_t r) {
+  const int64_t vocab = backend_->config().vocab_size;
+  const auto rows = static_cast<size_t>(num_spec) + 1;
+  // The request's real tokens; its drafts follow them in token_ids.
+  const size_t num_real = s.token_ids.size() - static_cast<size_t>(num_spec);
+  const std::span<const int32_t> all(s.token_ids);
+  const std::span<const int32_t> draft = all.subspan(num_real);
+  const bool want = s.sampling_params.logprobs.has_value();
+  // Logprobs are the target's, of the raw rows (before penalties and temperature).
+  if (want) spec_raw_.assign(logits, logits + rows * vocab);
+  const cpu::SamplingRow row = ToSamplingRow(s.sampling_params);
+  // Row j predicts the token after draft[0..j): penalties count those drafts as output.
+  for (size_t j = 0; j < rows; ++j) {
+    cpu::ApplyPenalties(logits + j * vocab, vocab, all.first(s.num_prompt_tokens),
+                        all.subspan(s.num_prompt_tokens, num_real + j - s.num_prompt_tokens), row);
+  }
+  spec_u_accept_.resize(static_cast<size_t>(num_spec));
+  spec_u_sample_.resize(rows);
+  for (size_t j = 0; j < rows; ++j) {
+    spec_u_sample_[j] = cpu::CounterUniform(s.seed, num_real + j);
+    if (j < static_cast<size_t>(num_spec)) {
+      spec_u_accept_[j] = cpu::CounterUniform(s.seed ^ kAcceptSeedSalt, num_real + j);
+    }
+  }
+  spec_tokens_.clear();
+  cpu::RejectionSample(logits, vocab, draft, /*draft_probs=*/nullptr, row, spec_u_accept_,
+                       spec_u_sample_, &spec_tokens_);
+  std::vector<int32_t>& sampled = out->sampled_token_ids[r];
+  sampled.assign(spec_tokens_.begin(), spec_tokens_.end());
+  if (want) {
+    if (out->logprobs.empty()) out->logprobs.resize(out->req_ids.size());
+    for (size_t j = 0; j < spec_tokens_.size(); ++j) {
+      cpu::RowLogprobs lp = cpu::ComputeLogprobs(spec_raw_.data() + j * vocab, vocab,
+                                                 spec_tokens_[j], *s.sampling_params.logprobs);
+      core::TokenLogprobs& t = out->logprobs[r].emplace_back();
+      t.token_ids = std::move(lp.token_ids);
+      t.logprobs = std::move(lp.logprobs);
+      t.sampled_token_rank = lp.sampled_token_rank;
+    }
+  }
+  // The worker keeps the accepted drafts and the token after them; the rejected drafts go.
+  s.token_ids.resize(num_real);
+  s.token_ids.insert(s.token_ids.end(), spec_tokens_.begin(), spec_tokens_.end());
+}
+
 void ModelRunner::AddPromptLogprobs(RequestState& s, int32_t position, const float* logits) {
   const int64_t vocab = backend_->config().vocab_size;
   // Prompt token ids were range-checked when fed (PrepareInputs); the target was fed or is
@@ -312,6 +392,7 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
   }
 
   bool any_logprobs = false;
+  spec_rows_.resize(sampling_rows_.size(), -1);
   for (size_t i = 0; i < sampling_rows_.size(); ++i) {
     any_logprobs |= prompt_positions_[i] < 0 &&
                     scheduled_[sampling_rows_[i]]->sampling_params.logprobs.has_value();
@@ -328,6 +409,17 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
       }
       AddPromptLogprobs(s, prompt_positions_[i], result_.host_logits.data() + host_row * vocab);
       ++host_row;
+      continue;
+    }
+    if (IsSpecRow(i)) {
+      const auto num_spec = static_cast<size_t>(so.num_scheduled_spec_tokens[r]);
+      if ((host_row + num_spec + 1) * vocab > result_.host_logits.size()) {
+        return absl::InternalError("the model backend returned too few host logits rows");
+      }
+      VerifyDrafts(s, static_cast<int32_t>(num_spec), result_.host_logits.data() + host_row * vocab,
+                   &out, r);
+      host_row += num_spec + 1;
+      i += num_spec;
       continue;
     }
     core::TokenLogprobs lp;

@@ -83,6 +83,14 @@ class ModelRunner {
   // `bitmask`: the request's structured-output row this step (null: unconstrained).
   int32_t Sample(RequestState& state, float* logits, core::TokenLogprobs* logprobs,
                  const int32_t* bitmask);
+  // Speculative decoding: verifies `s`'s `num_spec` drafts (the last tokens of s.token_ids)
+  // against the num_spec + 1 host logits rows at `logits` (modified) with the rejection
+  // sampler, fills out->sampled_token_ids[r] (and logprobs[r]) with the accepted drafts and the
+  // token after them, and keeps those in s.token_ids in place of the drafts.
+  void VerifyDrafts(RequestState& s, int32_t num_spec, float* logits, core::ModelRunnerOutput* out,
+                    size_t r);
+  // Whether logits row i starts a request's verification rows.
+  bool IsSpecRow(size_t i) const { return spec_rows_[i] == 0; }
   // Starts assembling `s`'s prompt logprobs when it asks for them (a new or resumed request).
   void ResetPromptLogprobs(RequestState& s) const;
   // Adds the logits rows of `s`'s prompt positions in [nc, seq_len) that predict a prompt
@@ -110,6 +118,11 @@ class ModelRunner {
   std::vector<int32_t> prompt_positions_;
   // Per logits row; `bitmask` points into the step's so.grammar_bitmask.
   std::vector<RowSampling> row_sampling_;
+  // Per logits row: j for the j-th verification row of a request with drafts, else -1.
+  std::vector<int32_t> spec_rows_;
+  std::vector<float> spec_raw_;
+  std::vector<double> spec_u_accept_, spec_u_sample_;
+  std::vector<int32_t> spec_tokens_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;
 };

@@ -3,7 +3,8 @@
 // tools/fixtures/make_reference.py). Greedy tokens must match exactly in every engine mode — batch
 // 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — at
 // tensor-parallel sizes 1 (in-process worker) and 2 or 4 (vllm-launch worker processes, the
-// shared-memory all-reduce), and the logits within tolerance.
+// shared-memory all-reduce), and with speculative decoding (n-gram and suffix drafts verified
+// in those modes) — and the logits within tolerance.
 // The worker processes are `vllm-launch worker-proc` from the same bin/ as this test (vllm-launch
 // is a build dependency of it).
 #include <cmath>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "config/speculative_config.h"
 #include "frontend/engine/llm_engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -44,7 +46,17 @@ struct Mode {
   int32_t num_blocks;  // 0: from the memory budget
   int32_t max_model_len;
   int32_t repeats;  // run the prompts this many times on one engine (cache hits)
+  // --speculative-config JSON, or null: greedy tokens must not change with drafts.
+  const char* speculative = nullptr;
 };
+
+// Drafts from the requests' own tokens, short n-grams so that the fixtures' greedy loops give
+// both accepted and rejected drafts.
+constexpr const char* kNgram =
+    R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3})";
+constexpr const char* kSuffix =
+    R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": 0.0})";
 
 const Mode kModes[] = {
     {"batch1", 1, false, 0, 0, 0, 0, 1},
@@ -55,6 +67,13 @@ const Mode kModes[] = {
     // 14 blocks of 16 tokens hold about two of the longest requests (64 + 24 tokens): the
     // rest wait, and running ones are preempted and recomputed.
     {"preemption", 8, true, 0, 0, 14, 128, 1},
+    // Speculative decoding: the same tokens, with drafts verified in every mode.
+    {"batch1_ngram", 1, false, 0, 0, 0, 0, 1, kNgram},
+    {"batch8_prefix_caching_ngram", 8, true, 0, 0, 0, 0, 2, kNgram},
+    {"chunked_prefill_ngram", 8, true, 16, 5, 0, 0, 1, kNgram},
+    {"preemption_ngram", 8, true, 0, 0, 14, 128, 1, kNgram},
+    {"batch8_suffix", 8, false, 0, 0, 0, 0, 2, kSuffix},
+    {"preemption_suffix", 8, true, 0, 0, 14, 128, 1, kSuffix},
 };
 
 struct Case {
@@ -72,6 +91,7 @@ class ReferenceTest : public ::testing::TestWithParam<Case> {
 TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
   const Reference ref = LoadReference(dir());
   ASSERT_EQ(ref.prompts.size(), ref.greedy.size());
+  int64_t accepted = 0, rejected = 0;  // draft tokens, over the speculative modes
   for (const Mode& mode : kModes) {
     SCOPED_TRACE(mode.name);
     config::EngineArgs args;
@@ -87,6 +107,11 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
     args.config.model.max_model_len = mode.max_model_len;
     args.config.cache.kv_cache_memory_bytes = 64 << 20;
     if (mode.num_blocks > 0) args.config.cache.num_gpu_blocks_override = mode.num_blocks;
+    if (mode.speculative != nullptr) {
+      auto spec = config::ParseSpeculativeConfig(mode.speculative);
+      ASSERT_TRUE(spec.ok()) << spec.status();
+      args.config.speculative = *spec;
+    }
     auto engine = LLMEngine::Create(args);
     ASSERT_TRUE(engine.ok()) << engine.status();
     testing::ExpectGreedyMatchesReference(**engine, ref, mode.name, mode.repeats, mode.batch);
@@ -97,6 +122,66 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
     if (mode.prefix_caching && mode.repeats > 1) {
       EXPECT_GT(totals.prefix_cache_hits, 0) << "the second pass hit no cached prefix";
     }
+    if (mode.speculative != nullptr) {
+      const spec_decode::SpecDecodingStats& spec = totals.spec_decoding;
+      EXPECT_GT(spec.num_drafts, 0) << "no draft was verified";
+      ::testing::Test::RecordProperty(
+          absl::StrCat("acceptance_", mode.name),
+          absl::StrFormat("%d of %d draft tokens", spec.num_accepted_tokens,
+                          spec.num_draft_tokens));
+      accepted += spec.num_accepted_tokens;
+      rejected += spec.num_draft_tokens - spec.num_accepted_tokens;
+    }
+  }
+  // Both verification outcomes were exercised.
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(rejected, 0);
+}
+
+// Logprobs of the tokens a request emits are the target's whether they came from accepted
+// drafts or were sampled: the same as without drafts, within the reference tolerance.
+TEST_P(ReferenceTest, SpeculativeLogprobsMatchPlain) {
+  if (GetParam().tp != 1) GTEST_SKIP() << "one tensor-parallel size is enough for logprobs";
+  const Reference ref = LoadReference(dir());
+  std::vector<std::vector<core::TokenLogprobs>> plain;
+  for (const char* spec : {static_cast<const char*>(nullptr), kNgram}) {
+    SCOPED_TRACE(spec == nullptr ? "plain" : spec);
+    config::EngineArgs args;
+    args.config.model.model = dir();
+    args.config.cache.kv_cache_memory_bytes = 64 << 20;
+    if (spec != nullptr) {
+      auto parsed = config::ParseSpeculativeConfig(spec);
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      args.config.speculative = *parsed;
+    }
+    auto engine = LLMEngine::Create(args);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<core::EngineCoreRequest> requests;
+    for (size_t i = 0; i < ref.prompts.size(); ++i) {
+      core::EngineCoreRequest r =
+          testing::GreedyRequest(absl::StrCat("lp-", i), ref.prompts[i], ref.max_new_tokens);
+      r.sampling_params.logprobs = 2;
+      requests.push_back(std::move(r));
+    }
+    auto outputs = (*engine)->Generate(std::move(requests));
+    ASSERT_TRUE(outputs.ok()) << outputs.status();
+    for (size_t i = 0; i < outputs->size(); ++i) {
+      const std::vector<core::TokenLogprobs>& got = (*outputs)[i].logprobs;
+      ASSERT_EQ(got.size(), (*outputs)[i].output_token_ids.size());
+      if (spec == nullptr) {
+        plain.push_back(got);
+        continue;
+      }
+      ASSERT_EQ(got.size(), plain[i].size()) << "prompt " << i;
+      for (size_t t = 0; t < got.size(); ++t) {
+        ASSERT_EQ(got[t].token_ids, plain[i][t].token_ids) << "prompt " << i << " token " << t;
+        for (size_t j = 0; j < got[t].logprobs.size(); ++j) {
+          EXPECT_NEAR(got[t].logprobs[j], plain[i][t].logprobs[j], 1e-4f)
+              << "prompt " << i << " token " << t;
+        }
+      }
+    }
+    if (spec != nullptr) EXPECT_GT((*engine)->totals().spec_decoding.num_accepted_tokens, 0);
   }
 }
 

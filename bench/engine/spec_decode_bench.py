@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Speculative decoding on the bundled model: output tokens/s and acceptance vs k.
+
+    python3 bench/engine/spec_decode_bench.py [--methods off,ngram,suffix] [--k 1,2,3,4,5]
+        [--concurrency 1,4,16] [--num-prompts 1:16,4:32,16:64] [--output-len 128]
+        [--json FILE] [--png FILE] [--log-dir DIR]
+
+Issue 31's benchmark. Run by hand, never by CI. Python 3 standard library only (the PNG needs
+matplotlib; without it the PNG is skipped and said so).
+
+Two prompt sets, written as JSON lines into the log directory and sent with `vllm-launch bench
+serve --dataset-name prompts` at temperature 0:
+  - "continuation": the opening words of KJV verses; the model continues in its own words.
+  - "quote": a passage, a blank line, then the passage's first words again; continuing means
+    quoting it (prompt lookup's best case, as "repeat the passage above" prompts are for
+    large models).
+For each method ("off": no --speculative-config; "ngram" with prompt_lookup_min 2 and
+prompt_lookup_max 4; "suffix") and each k, one server is started (`vllm-launch --port P
+[--speculative-config ...]`, its own process group, stopped before the next), a warm-up run is
+discarded, then each concurrency is run on each set. Acceptance comes from the server's
+/metrics (vllm:spec_decode_num_drafts / num_accepted_tokens, before and after each run): mean
+acceptance length = 1 + accepted / drafts, as vLLM's log line reports it. The table gives
+output tok/s, the speed-up over "off" at the same concurrency and set, and the acceptance length.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_vs_vllm as common  # noqa: E402  (Server, http_get, log)
+
+REPO = common.REPO
+
+# Public-domain KJV text (the bundled model's training corpus).
+VERSES = [
+    "In the beginning God created the heaven and the earth.",
+    "And the earth was without form, and void; and darkness was upon the face of the deep.",
+    "And God said, Let there be light: and there was light.",
+    "The LORD is my shepherd; I shall not want.",
+    "He maketh me to lie down in green pastures: he leadeth me beside the still waters.",
+    "For God so loved the world, that he gave his only begotten Son.",
+    "Blessed are the meek: for they shall inherit the earth.",
+    "And the LORD spake unto Moses, saying, Speak unto the children of Israel.",
+    "Hear, O Israel: The LORD our God is one LORD.",
+    "Thy word is a lamp unto my feet, and a light unto my path.",
+    "And he said unto them, Go ye into all the world, and preach the gospel to every creature.",
+    "Then Jesus said unto his disciples, If any man will come after me, let him deny himself.",
+    "And it came to pass in those days, that there went out a decree from Caesar Augustus.",
+    "Now the serpent was more subtil than any beast of the field which the LORD God had made.",
+    "And Abraham said, God will provide himself a lamb for a burnt offering.",
+    "Vanity of vanities, saith the Preacher, vanity of vanities; all is vanity.",
+]
+
+
+def prompt_sets(out_dir, output_len):
+    cont, quote = [], []
+    for i, v in enumerate(VERSES):
+        words = v.split()
+        cont.append({"prompt": " ".join(words[:5]), "output_len": output_len})
+        passage = " ".join(VERSES[(i + j) % len(VERSES)] for j in range(4))
+        quote.append({"prompt": passage + "\n\n" + " ".join(passage.split()[:6]),
+                      "output_len": output_len})
+    paths = {}
+    for name, rows in (("continuation", cont), ("quote", quote)):
+        paths[name] = os.path.join(out_dir, f"{name}.jsonl")
+        with open(paths[name], "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return paths
+
+
+def spec_counters(base):
+    code, body = common.http_get(base + "/metrics", timeout=5)
+    out = {"drafts": 0.0, "accepted": 0.0, "draft_tokens": 0.0}
+    if code != 200:
+        return out
+    text = body.decode() if isinstance(body, bytes) else body
+    for key, name in (("drafts", "vllm:spec_decode_num_drafts_total"),
+                      ("accepted", "vllm:spec_decode_num_accepted_tokens_total"),
+                      ("draft_tokens", "vllm:spec_decode_num_draft_tokens_total")):
+        for m in re.finditer(r"^" + re.escape(name) + r"(\{[^}]*\})? ([0-9.e+]+)$", text, re.M):
+            out[key] += float(m.group(2))
+    return out
+
+
+def bench(launcher, port, dataset, concurrency, num_prompts, out_dir, tag, seed):
+    fname = f"{tag}.json"
+    cmd = [launcher, "bench", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--dataset-name", "prompts", "--dataset-path", dataset, "--num-prompts",
+           str(num_prompts), "--max-concurrency", str(concurrency), "--seed", str(seed),
+           "--temperature", "0", "--disable-tqdm", "--save-result", "--result-dir", out_dir,
+           "--result-filename", fname]
+    import subprocess
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    path = os.path.join(out_dir, fname)
+    if not os.path.exists(path):
+        raise RuntimeError(f"bench serve wrote no result (rc {p.returncode}):\n{p.stdout}\n"
+                           f"{p.stderr}")
+    with open(path) as f:
+        res = json.load(f)
+    return {"output_throughput": res.get("output_throughput"),
+            "completed": res.get("completed"), "failed": res.get("failed"),
+            "total_output_tokens": res.get("total_output_tokens"), "command": " ".join(cmd)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--launcher", default=os.path.join(REPO, "build/release/bin/vllm-launch"))
+    ap.add_argument("--methods", default="off,ngram,suffix")
+    ap.add_argument("--k", default="1,2,3,4,5")
+    ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--num-prompts", default="1:16,4:32,16:64")
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--port", type=int, default=8731)
+    ap.add_argument("--startup-timeout", type=float, default=120)
+    ap.add_argument("--json")
+    ap.add_argument("--png")
+    ap.add_argument("--log-dir")
+    args = ap.parse_args()
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="spec_bench_")
+    os.makedirs(log_dir, exist_ok=True)
+    sets = prompt_sets(log_dir, args.output_len)
+    conc = [int(c) for c in args.concurrency.split(",")]
+    nums = dict(tuple(int(x) for x in kv.split(":")) for kv in args.num_prompts.split(","))
+    configs = []
+    for m in args.methods.split(","):
+        if m == "off":
+            configs.append(("off", 0, []))
+            continue
+        for k in (int(x) for x in args.k.split(",")):
+            spec = {"method": m, "num_speculative_tokens": k}
+            if m == "ngram":
+                spec.update(prompt_lookup_min=2, prompt_lookup_max=4)
+            configs.append((m, k, ["--speculative-config", json.dumps(spec)]))
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                if line.startswith("model name")), "?")
+    common.log(f"logs in {log_dir}; CPU {cpu}, {os.cpu_count()} cores")
+    runs = []
+    for method, k, extra in configs:
+        cmd = [args.launcher, "--host", "127.0.0.1", "--port", str(args.port)] + extra
+        server = common.Server(f"{method}-k{k}", cmd, dict(os.environ), args.port,
+                               os.path.join(log_dir, f"server-{method}-{k}.log"),
+                               args.startup_timeout)
+        server.start()
+        try:
+            bench(args.launcher, args.port, sets["continuation"], 4, 8, log_dir,
+                  f"warmup-{method}-{k}", 99)
+            for name, path in sets.items():
+                for c in conc:
+                    before = spec_counters(server.base)
+                    r = bench(args.launcher, args.port, path, c, nums.get(c, 4 * c), log_dir,
+                              f"{method}-{k}-{name}-c{c}", c)
+                    after = spec_counters(server.base)
+                    drafts = after["drafts"] - before["drafts"]
+                    accepted = after["accepted"] - before["accepted"]
+                    r.update(method=method, k=k, set=name, concurrency=c,
+                             drafts=drafts, accepted=accepted,
+                             draft_tokens=after["draft_tokens"] - before["draft_tokens"],
+                             acceptance_length=(1 + accepted / drafts) if drafts else None)
+                    runs.append(r)
+                    common.log(f"{method} k={k} {name} c={c}: "
+                               f"{r['output_throughput']:.1f} out tok/s, "
+                               f"acceptance length {r['acceptance_length']}")
+        finally:
+            server.stop()
+    base = {(r["set"], r["concurrency"]): r["output_throughput"] for r in runs
+            if r["method"] == "off"}
+    print(f"\nCPU: {cpu}, {os.cpu_count()} cores; output {args.output_len} tokens, temperature 0\n")
+    print("| set | c | method | k | out tok/s | speed-up vs off | mean acceptance length |")
+    print("|---|---|---|---|---|---|---|")
+    for r in runs:
+        off = base.get((r["set"], r["concurrency"]))
+        up = f"{r['output_throughput'] / off:.2f}x" if off else "-"
+        al = f"{r['acceptance_length']:.2f}" if r["acceptance_length"] else "-"
+        print(f"| {r['set']} | {r['concurrency']} | {r['method']} | {r['k'] or '-'} | "
+              f"{r['output_throughput']:.1f} | {up} | {al} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": cpu, "runs": runs}, f, indent=1)
+    if args.png:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("matplotlib is not installed: no PNG")
+            return
+        fig, axes = plt.subplots(1, len(sets), figsize=(6 * len(sets), 4), squeeze=False)
+        for ax, name in zip(axes[0], sets):
+            for method in sorted({r["method"] for r in runs} - {"off"}):
+                for c in conc:
+                    pts = sorted((r["k"], r["output_throughput"] / base[(name, c)]) for r in runs
+                                 if r["method"] == method and r["set"] == name and
+                                 r["concurrency"] == c and base.get((name, c)))
+                    if pts:
+                        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                                label=f"{method} c={c}")
+            ax.axhline(1.0, color="gray", linewidth=0.8)
+            ax.set_title(f"{name} prompts")
+            ax.set_xlabel("k (num_speculative_tokens)")
+            ax.set_ylabel("output tok/s vs no speculation")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"vllm-launch speculative decoding, bundled model ({cpu})", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=110)
+        print(f"wrote {args.png}")
+
+
+if __name__ == "__main__":
+    main()
