@@ -13,6 +13,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "core/sampling_params.h"
+#include "spec_decode/stats.h"
 #include "structured_output/stats.h"
 
 namespace vllm::core {
@@ -126,6 +127,9 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;
   // Grammar compiles and compile-cache lookups (ours: vLLM reports none).
   structured_output::StructuredOutputStats structured_output_stats;
+  // Speculative decoding's drafts and accepted tokens (vLLM's spec_decoding_stats; all zero
+  // when no draft was verified in the interval or speculative decoding is off).
+  spec_decode::SpecDecodingStats spec_decoding_stats;
 
   friend bool operator==(const SchedulerStats&, const SchedulerStats&) = default;
 };
