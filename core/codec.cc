@@ -7,6 +7,7 @@
 #include "base/msgpack_fields.h"
 #include "base/msgpack_util.h"
 #include "base/status_macros.h"
+#include "config/speculative_config.h"
 
 namespace vllm::core {
 namespace {
@@ -112,8 +113,17 @@ void PackStructuredOutputStats(Packer& pk, const structured_output::StructuredOu
   wire::PackDouble(pk, s.compile_seconds_sum);
 }
 
+void PackSpecDecodingStats(Packer& pk, const spec_decode::SpecDecodingStats& s) {
+  pk.pack_array(5);
+  pk.pack(s.num_spec_tokens);
+  pk.pack(s.num_drafts);
+  pk.pack(s.num_draft_tokens);
+  pk.pack(s.num_accepted_tokens);
+  wire::PackList<int64_t>(pk, s.num_accepted_tokens_per_pos);
+}
+
 void PackStats(Packer& pk, const SchedulerStats& s) {
-  pk.pack_array(6);
+  pk.pack_array(7);
   pk.pack(s.num_running_reqs);
   pk.pack(s.num_waiting_reqs);
   wire::PackDouble(pk, s.kv_cache_usage);
@@ -124,6 +134,7 @@ void PackStats(Packer& pk, const SchedulerStats& s) {
   pk.pack(s.prefix_cache_stats.hits);
   pk.pack(s.num_preemptions);
   PackStructuredOutputStats(pk, s.structured_output_stats);
+  PackSpecDecodingStats(pk, s.spec_decoding_stats);
 }
 
 void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
@@ -324,8 +335,33 @@ absl::Status ReadStructuredOutputStats(const msgpack::object& o,
   return r.Double("compile_seconds_sum", &s->compile_seconds_sum);
 }
 
+absl::Status ReadSpecDecodingStats(const msgpack::object& o, spec_decode::SpecDecodingStats* s) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SpecDecodingStats", 5));
+  VLLM_RETURN_IF_ERROR(r.Int("num_spec_tokens", &s->num_spec_tokens));
+  if (s->num_spec_tokens < 0 || s->num_spec_tokens > config::kMaxSpeculativeTokens) {
+    return r.Error("num_spec_tokens", absl::StrFormat("%d is not in [0, %d]", s->num_spec_tokens,
+                                                      config::kMaxSpeculativeTokens));
+  }
+  VLLM_RETURN_IF_ERROR(r.Int("num_drafts", &s->num_drafts));
+  VLLM_RETURN_IF_ERROR(r.Int("num_draft_tokens", &s->num_draft_tokens));
+  VLLM_RETURN_IF_ERROR(r.Int("num_accepted_tokens", &s->num_accepted_tokens));
+  // One entry per draft position: checked before anything is read into the vector.
+  VLLM_ASSIGN_OR_RETURN(auto per_pos, r.List("num_accepted_tokens_per_pos", r.Next()));
+  if (per_pos.size() > static_cast<size_t>(config::kMaxSpeculativeTokens)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "SpecDecodingStats.num_accepted_tokens_per_pos: %d entries exceed the limit of %d",
+        per_pos.size(), config::kMaxSpeculativeTokens));
+  }
+  s->num_accepted_tokens_per_pos.resize(per_pos.size());
+  for (size_t i = 0; i < per_pos.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(
+        r.ReadInt(per_pos[i], "num_accepted_tokens_per_pos", &s->num_accepted_tokens_per_pos[i]));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadStats(const msgpack::object& o, SchedulerStats* s) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerStats", 6));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerStats", 7));
   VLLM_RETURN_IF_ERROR(r.Int("num_running_reqs", &s->num_running_reqs));
   VLLM_RETURN_IF_ERROR(r.Int("num_waiting_reqs", &s->num_waiting_reqs));
   VLLM_RETURN_IF_ERROR(r.Double("kv_cache_usage", &s->kv_cache_usage));
@@ -335,7 +371,8 @@ absl::Status ReadStats(const msgpack::object& o, SchedulerStats* s) {
   VLLM_RETURN_IF_ERROR(p.Int("queries", &s->prefix_cache_stats.queries));
   VLLM_RETURN_IF_ERROR(p.Int("hits", &s->prefix_cache_stats.hits));
   VLLM_RETURN_IF_ERROR(r.Int("num_preemptions", &s->num_preemptions));
-  return ReadStructuredOutputStats(r.Next(), &s->structured_output_stats);
+  VLLM_RETURN_IF_ERROR(ReadStructuredOutputStats(r.Next(), &s->structured_output_stats));
+  return ReadSpecDecodingStats(r.Next(), &s->spec_decoding_stats);
 }
 
 absl::Status ReadOutputs(const msgpack::object& o, EngineCoreOutputs* out) {

@@ -25,8 +25,12 @@
 //   StructuredOutputStats [cache_hits, cache_misses, compile_failures, compile_timeouts,
 //                      compile_seconds_counts: [int] (exactly one per bucket of
 //                      kCompileSecondsBuckets, plus +Inf), compile_seconds_sum: float]
+//   SpecDecodingStats [num_spec_tokens (0 to config::kMaxSpeculativeTokens), num_drafts,
+//                      num_draft_tokens, num_accepted_tokens, num_accepted_tokens_per_pos: [int]
+//                      (at most kMaxSpeculativeTokens entries: ResourceExhausted)]
 //   SchedulerStats    [num_running_reqs, num_waiting_reqs, kv_cache_usage: float,
-//                      prefix_cache_stats, num_preemptions, structured_output_stats]
+//                      prefix_cache_stats, num_preemptions, structured_output_stats,
+//                      spec_decoding_stats]
 //   EngineCoreOutputs [engine_index, outputs: [EngineCoreOutput], scheduler_stats?,
 //                      timestamp: float, finished_requests: [str], wave_complete: int?,
 //                      start_wave: int?]
@@ -73,7 +77,8 @@ namespace vllm::core {
 
 // 2: SamplingParams.prompt_logprobs, EngineCoreOutput / ModelRunnerOutput prompt_logprobs.
 // 3: structured outputs. 4: SchedulerStats.structured_output_stats.
-inline constexpr uint32_t kWireVersion = 4;
+// 5: SchedulerStats.spec_decoding_stats.
+inline constexpr uint32_t kWireVersion = 5;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

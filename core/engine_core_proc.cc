@@ -521,7 +521,8 @@ class EngineCoreProc::Impl {
              s.num_waiting_reqs != last_sent_stats_.num_waiting_reqs ||
              s.kv_cache_usage != last_sent_stats_.kv_cache_usage || s.num_preemptions != 0 ||
              s.prefix_cache_stats != PrefixCacheStats{} ||
-             s.structured_output_stats != structured_output::StructuredOutputStats{};
+             s.structured_output_stats != structured_output::StructuredOutputStats{} ||
+             !s.spec_decoding_stats.empty();
       if (send) last_sent_stats_ = s;
     }
     return send;

@@ -127,7 +127,8 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;
   // Grammar compiles and compile-cache lookups (ours: vLLM reports none).
   structured_output::StructuredOutputStats structured_output_stats;
-  // Drafts verified and accepted (speculative decoding; zero without it).
+  // Speculative decoding's drafts and accepted tokens (vLLM's spec_decoding_stats; all zero
+  // when no draft was verified in the interval or speculative decoding is off).
   spec_decode::SpecDecodingStats spec_decoding_stats;
 
   friend bool operator==(const SchedulerStats&, const SchedulerStats&) = default;

@@ -33,6 +33,9 @@ AsyncLLM::AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tok
       chat_template_(std::move(chat_template)),
       config_(std::move(config)) {
   stats_.resize(client_->num_engines());
+  const absl::Time now = absl::Now();
+  spec_decoding_logging_.assign(client_->num_engines(), SpecDecodingLogging(now));
+  next_stats_log_ = now + kStatsLogInterval;
   output_thread_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "vllm-output");  // engine outputs → request callbacks
     OutputLoop();
@@ -228,6 +231,7 @@ EngineStats AsyncLLM::Stats() const {
     sum.prefix_cache_hits += e.stats.prefix_cache_hits;
     sum.num_preemptions += e.stats.num_preemptions;
     sum.structured_output += e.stats.structured_output;
+    sum.spec_decoding += e.stats.spec_decoding;
     if (e.health.ok()) {
       kv += e.stats.kv_cache_usage;
       ++live;
@@ -382,8 +386,17 @@ void AsyncLLM::AbortInEngines(const std::vector<std::pair<std::string, int32_t>>
   for (const auto& [engine, list] : by_engine) (void)client_->AbortRequests(list, engine);
 }
 
+void AsyncLLM::MaybeLogStats(absl::Time now) {
+  if (now < next_stats_log_) return;
+  next_stats_log_ = now + kStatsLogInterval;
+  for (SpecDecodingLogging& logging : spec_decoding_logging_) {
+    if (std::string line = logging.Take(now); !line.empty()) spdlog::info("{}", line);
+  }
+}
+
 void AsyncLLM::OutputLoop() {
   while (!stop_.load()) {
+    MaybeLogStats(absl::Now());
     absl::StatusOr<EngineCoreClient::ReceivedOutputs> received =
         client_->GetOutputs(absl::Now() + absl::Milliseconds(100));
     if (absl::IsDeadlineExceeded(received.status())) continue;
@@ -422,6 +435,10 @@ void AsyncLLM::OutputLoop() {
       e.prefix_cache_hits += s.prefix_cache_stats.hits;
       e.num_preemptions += s.num_preemptions;
       e.structured_output += s.structured_output_stats;
+      e.spec_decoding += s.spec_decoding_stats;
+      if (!s.spec_decoding_stats.empty()) {
+        spec_decoding_logging_[outs.engine_index].Observe(s.spec_decoding_stats);
+      }
     }
     std::vector<std::string> to_abort;
     for (const core::EngineCoreOutput& o : outs.outputs) {

@@ -32,6 +32,7 @@
 #include "frontend/engine/detokenizer.h"
 #include "frontend/engine/engine_client.h"
 #include "frontend/engine/engine_core_client.h"
+#include "frontend/engine/spec_decode_logging.h"
 #include "frontend/jinja/chat_template.h"
 #include "frontend/tokenizer/tokenizer.h"
 
@@ -78,6 +79,9 @@ class AsyncLLM final : public EngineClient {
       std::span<const int32_t> ids) const override;
   EngineStats Stats() const override;
   std::vector<EngineStatus> Engines() const override;
+  int32_t NumSpeculativeTokens() const override {
+    return config_.vllm.speculative.enabled() ? config_.vllm.speculative.num_speculative_tokens : 0;
+  }
 
   EngineCoreClient& client() { return *client_; }
 
@@ -101,6 +105,9 @@ class AsyncLLM final : public EngineClient {
   AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,
            std::optional<ChatTemplate> chat_template, AsyncLLMConfig config);
   void OutputLoop();
+  // Every kStatsLogInterval: each engine's speculative-decoding line, when it verified drafts
+  // in the interval. Runs on the output thread.
+  void MaybeLogStats(absl::Time now);
   // Applies one engine output to its request; returns the delta to deliver, and whether the
   // request is over (then its state was removed). Runs on the output thread.
   std::optional<GenerateOutput> Process(const core::EngineCoreOutput& out, OutputCallback* cb,
@@ -126,6 +133,9 @@ class AsyncLLM final : public EngineClient {
   const AsyncLLMConfig config_;
   std::thread output_thread_;
   std::atomic<bool> stop_{false};
+  // Per engine; the output thread's own.
+  std::vector<SpecDecodingLogging> spec_decoding_logging_;
+  absl::Time next_stats_log_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<RequestState>> requests_ ABSL_GUARDED_BY(mu_);

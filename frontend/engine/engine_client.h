@@ -23,6 +23,7 @@
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"  // ChatMessage
 #include "nlohmann/json.hpp"
+#include "spec_decode/stats.h"
 #include "structured_output/stats.h"
 
 namespace vllm::frontend {
@@ -130,6 +131,8 @@ struct EngineStats {
   int64_t num_preemptions = 0;       // requests preempted since start
   // Grammar compiles and compile-cache lookups since start.
   structured_output::StructuredOutputStats structured_output;
+  // Speculative decoding's drafts and accepted tokens since start (all zero without it).
+  spec_decode::SpecDecodingStats spec_decoding;
 };
 
 // One data-parallel engine as /health and /metrics report it.
@@ -199,6 +202,10 @@ class EngineClient {
 
   // Each data-parallel engine, in rank order (at least one).
   virtual std::vector<EngineStatus> Engines() const { return {{0, 0, Health(), Stats()}}; }
+
+  // --speculative-config's num_speculative_tokens (k), 0 without speculative decoding (then
+  // /metrics has no vllm:spec_decode_* families, as in vLLM).
+  virtual int32_t NumSpeculativeTokens() const { return 0; }
 };
 
 }  // namespace vllm::frontend

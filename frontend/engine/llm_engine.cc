@@ -76,6 +76,7 @@ absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
     totals_.prefix_cache_queries += stats->prefix_cache_stats.queries;
     totals_.prefix_cache_hits += stats->prefix_cache_stats.hits;
     totals_.structured_output += stats->structured_output_stats;
+    totals_.spec_decoding += stats->spec_decoding_stats;
   }
   for (core::EngineCoreOutput& o : step.outputs->outputs) {
     auto it = outputs_.find(o.request_id);

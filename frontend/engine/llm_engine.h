@@ -24,6 +24,7 @@
 #include "config/engine_args.h"
 #include "core/engine_core.h"
 #include "executor/engine_factory.h"
+#include "spec_decode/stats.h"
 
 namespace vllm::frontend {
 
@@ -71,6 +72,7 @@ class LLMEngine {
     int64_t prefix_cache_hits = 0;
     int64_t num_steps = 0;
     structured_output::StructuredOutputStats structured_output;
+    spec_decode::SpecDecodingStats spec_decoding;
   };
   const Totals& totals() const { return totals_; }
 

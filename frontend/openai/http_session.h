@@ -74,7 +74,7 @@ struct ServerContext {
         options(std::move(o)),
         max_connections(max_conn),
         metrics(&registry, e->ModelName(), static_cast<int32_t>(e->Engines().size()),
-                e->Engines().empty() ? 0 : e->Engines()[0].rank),
+                e->Engines().empty() ? 0 : e->Engines()[0].rank, e->NumSpeculativeTokens()),
         created(static_cast<int64_t>(WallSeconds())),
         id_seed(std::random_device{}()) {}
 

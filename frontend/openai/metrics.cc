@@ -175,7 +175,7 @@ std::string MetricsRegistry::Render() const {
 }
 
 ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name, int32_t num_engines,
-                             int32_t first_rank)
+                             int32_t first_rank, int32_t num_spec_tokens)
     : engines_(std::max(num_engines, 1)) {
   const int32_t n = static_cast<int32_t>(engines_.size());
   auto labels = [&](int32_t e) {
@@ -243,6 +243,7 @@ ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name, 
                            E2eBuckets());
   });
   AddStructuredOutputMetrics(r, labels);
+  if (num_spec_tokens > 0) AddSpecDecodingMetrics(r, labels, num_spec_tokens);
 }
 
 void ServerMetrics::AddStructuredOutputMetrics(MetricsRegistry* r,
@@ -289,6 +290,42 @@ void EngineMetrics::SetStructuredOutput(const structured_output::StructuredOutpu
   structured_output_compile_failed->Set(static_cast<double>(s.compile_failures));
   structured_output_compile_timeout->Set(static_cast<double>(s.compile_timeouts));
   structured_output_compile_seconds->SetHistogram(s.compile_seconds_counts, s.compile_seconds_sum);
+}
+
+void ServerMetrics::AddSpecDecodingMetrics(MetricsRegistry* r,
+                                           const std::function<MetricLabels(int32_t)>& labels,
+                                           int32_t num_spec_tokens) {
+  const int32_t n = static_cast<int32_t>(engines_.size());
+  auto each = [&](Metric* EngineMetrics::*field, const char* name, const char* help) {
+    for (int32_t e = 0; e < n; ++e) engines_[e].*field = r->AddCounter(name, help, labels(e));
+  };
+  each(&EngineMetrics::spec_decode_num_drafts, "vllm:spec_decode_num_drafts_total",
+       "Number of spec decoding drafts.");
+  each(&EngineMetrics::spec_decode_num_draft_tokens, "vllm:spec_decode_num_draft_tokens_total",
+       "Number of draft tokens.");
+  each(&EngineMetrics::spec_decode_num_accepted_tokens,
+       "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.");
+  for (int32_t e = 0; e < n; ++e) {
+    for (int32_t pos = 0; pos < num_spec_tokens; ++pos) {
+      MetricLabels l = labels(e);
+      l.emplace_back("position", std::to_string(pos));
+      engines_[e].spec_decode_num_accepted_tokens_per_pos.push_back(
+          r->AddCounter("vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                        "Accepted tokens per draft position.", std::move(l)));
+    }
+  }
+}
+
+void EngineMetrics::SetSpecDecoding(const spec_decode::SpecDecodingStats& s) const {
+  if (spec_decode_num_drafts == nullptr) return;
+  spec_decode_num_drafts->Set(static_cast<double>(s.num_drafts));
+  spec_decode_num_draft_tokens->Set(static_cast<double>(s.num_draft_tokens));
+  spec_decode_num_accepted_tokens->Set(static_cast<double>(s.num_accepted_tokens));
+  for (size_t pos = 0; pos < spec_decode_num_accepted_tokens_per_pos.size(); ++pos) {
+    const int64_t n =
+        pos < s.num_accepted_tokens_per_pos.size() ? s.num_accepted_tokens_per_pos[pos] : 0;
+    spec_decode_num_accepted_tokens_per_pos[pos]->Set(static_cast<double>(n));
+  }
 }
 
 const EngineMetrics& ServerMetrics::engine(int32_t index) const {

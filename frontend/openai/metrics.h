@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "core/engine_core_types.h"
+#include "spec_decode/stats.h"
 #include "structured_output/stats.h"
 
 namespace vllm::frontend {
@@ -118,8 +119,19 @@ struct EngineMetrics {
   Metric* structured_output_compile_timeout;
   Metric* structured_output_compile_seconds;  // vllm:structured_output_compile_seconds
 
+  // Speculative decoding (vLLM's SpecDecodingProm), registered only when it is configured
+  // (null and empty otherwise).
+  Metric* spec_decode_num_drafts = nullptr;           // vllm:spec_decode_num_drafts_total
+  Metric* spec_decode_num_draft_tokens = nullptr;     // vllm:spec_decode_num_draft_tokens_total
+  Metric* spec_decode_num_accepted_tokens = nullptr;  // vllm:spec_decode_num_accepted_tokens_total
+  // vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0".."k-1"}
+  std::vector<Metric*> spec_decode_num_accepted_tokens_per_pos;
+
   // Mirrors the engine's cumulative structured-output counters into the series above.
   void SetStructuredOutput(const structured_output::StructuredOutputStats& stats) const;
+  // The same for the speculative-decoding counters (nothing when they are not registered; a
+  // position past the engine's list reads 0).
+  void SetSpecDecoding(const spec_decode::SpecDecodingStats& stats) const;
 };
 
 // The vLLM metrics the server maintains. As vLLM's PrometheusStatLogger, every series is
@@ -128,9 +140,10 @@ struct EngineMetrics {
 class ServerMetrics {
  public:
   // Builds the set for `num_engines` (>= 1) engines in `registry`.
-  // Engine e's series carry engine="<first_rank + e>" (its data-parallel rank).
+  // Engine e's series carry engine="<first_rank + e>" (its data-parallel rank). With
+  // `num_spec_tokens` (k) > 0, the vllm:spec_decode_* families too, with k positions.
   ServerMetrics(MetricsRegistry* registry, const std::string& model_name, int32_t num_engines,
-                int32_t first_rank = 0);
+                int32_t first_rank = 0, int32_t num_spec_tokens = 0);
 
   // Engine `index`'s series (an index out of range is clamped: never a crash on a stray one).
   const EngineMetrics& engine(int32_t index) const;
@@ -140,6 +153,11 @@ class ServerMetrics {
   // The vllm:structured_output_* families, one series per engine.
   void AddStructuredOutputMetrics(MetricsRegistry* registry,
                                   const std::function<MetricLabels(int32_t)>& labels);
+  // The vllm:spec_decode_* families (vLLM's SpecDecodingProm), one series per engine and,
+  // per position, `num_spec_tokens` more.
+  void AddSpecDecodingMetrics(MetricsRegistry* registry,
+                              const std::function<MetricLabels(int32_t)>& labels,
+                              int32_t num_spec_tokens);
 
   std::vector<EngineMetrics> engines_;
 };

@@ -145,6 +145,7 @@ void Session::HandleMetrics() {
     m.prefix_cache_hits->Set(static_cast<double>(stats.prefix_cache_hits));
     m.num_preemptions->Set(static_cast<double>(stats.num_preemptions));
     m.SetStructuredOutput(stats.structured_output);
+    m.SetSpecDecoding(stats.spec_decoding);
   }
   SendBody(http::status::ok, "text/plain; version=0.0.4; charset=utf-8", ctx_->registry.Render(),
            nullptr);

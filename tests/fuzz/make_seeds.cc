@@ -95,6 +95,9 @@ void EngineSeeds(const fs::path& dir) {
   stats.structured_output_stats.cache_misses = 1;
   stats.structured_output_stats.compile_timeouts = 1;
   stats.structured_output_stats.ObserveCompileSeconds(0.04);
+  stats.spec_decoding_stats.num_spec_tokens = 3;
+  stats.spec_decoding_stats.Observe(3, 2);
+  stats.spec_decoding_stats.Observe(3, 0);
   Write(dir, "scheduler_stats", core::Encode(stats));
 
   core::EngineCoreOutputs outputs;

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <vector>
 
+#include "config/speculative_config.h"
 #include "gtest/gtest.h"
 #include "msgpack.hpp"
 
@@ -65,7 +67,12 @@ EngineCoreOutputs FullOutputs() {
   so.compile_timeouts = 1;
   so.ObserveCompileSeconds(0.02);
   so.ObserveCompileSeconds(100.0);
-  o.scheduler_stats = SchedulerStats{4, 2, 0.5, PrefixCacheStats{true, 3, 300, 128}, 1, so};
+  spec_decode::SpecDecodingStats spec;
+  spec.num_spec_tokens = 3;
+  spec.Observe(3, 2);
+  spec.Observe(2, 0);
+  spec.Observe(3, 3);
+  o.scheduler_stats = SchedulerStats{4, 2, 0.5, PrefixCacheStats{true, 3, 300, 128}, 1, so, spec};
   o.timestamp = 12.5;
   o.finished_requests = {"b"};
   o.wave_complete = 7;
@@ -157,34 +164,74 @@ TEST_F(CodecTest, SchedulerStatsRoundTrip) {
   EXPECT_EQ(*decoded, stats);
 }
 
+// A SchedulerStats frame written by hand: `buckets` compile-time counts, and speculative
+// decoding's num_spec_tokens and `per_pos` per-position counts (1 each).
+std::string StatsFrame(size_t buckets, int64_t num_spec_tokens, size_t per_pos) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(3);
+  pk.pack(static_cast<int>(WireTag::kSchedulerStats));
+  pk.pack(kWireVersion);
+  pk.pack_array(7);
+  pk.pack(1);
+  pk.pack(0);
+  pk.pack(0.5);
+  pk.pack_array(4);
+  pk.pack(false);
+  pk.pack(0);
+  pk.pack(0);
+  pk.pack(0);
+  pk.pack(0);
+  pk.pack_array(6);
+  for (int i = 0; i < 4; ++i) pk.pack(0);
+  pk.pack_array(static_cast<uint32_t>(buckets));
+  for (size_t i = 0; i < buckets; ++i) pk.pack(1);
+  pk.pack(1.5);
+  pk.pack_array(5);
+  pk.pack(num_spec_tokens);
+  pk.pack(1);
+  pk.pack(static_cast<int64_t>(per_pos));
+  pk.pack(static_cast<int64_t>(per_pos));
+  pk.pack_array(static_cast<uint32_t>(per_pos));
+  for (size_t i = 0; i < per_pos; ++i) pk.pack(1);
+  return std::string(buffer.data(), buffer.size());
+}
+
 // The compile-time histogram has a fixed number of buckets: a frame with another count is
 // refused, never read into a longer list.
 TEST_F(CodecTest, StructuredOutputStatsNeedExactlyTheirBuckets) {
   for (size_t buckets : {structured_output::kCompileSecondsBuckets.size(),
                          structured_output::kCompileSecondsBuckets.size() + 2, size_t{0}}) {
-    msgpack::sbuffer buffer;
-    msgpack::packer<msgpack::sbuffer> pk(buffer);
-    pk.pack_array(3);
-    pk.pack(static_cast<int>(WireTag::kSchedulerStats));
-    pk.pack(kWireVersion);
-    pk.pack_array(6);
-    pk.pack(1);
-    pk.pack(0);
-    pk.pack(0.5);
-    pk.pack_array(4);
-    pk.pack(false);
-    pk.pack(0);
-    pk.pack(0);
-    pk.pack(0);
-    pk.pack(0);
-    pk.pack_array(6);
-    for (int i = 0; i < 4; ++i) pk.pack(0);
-    pk.pack_array(static_cast<uint32_t>(buckets));
-    for (size_t i = 0; i < buckets; ++i) pk.pack(1);
-    pk.pack(1.5);
-    auto result = DecodeSchedulerStats(std::string_view(buffer.data(), buffer.size()));
+    auto result = DecodeSchedulerStats(StatsFrame(buckets, 0, 0));
     ASSERT_TRUE(absl::IsInvalidArgument(result.status())) << buckets << ": " << result.status();
     EXPECT_NE(result.status().message().find("compile_seconds_counts"), std::string_view::npos)
+        << result.status();
+  }
+}
+
+// At most config::kMaxSpeculativeTokens per-position counts (ResourceExhausted past it, before
+// anything is read into the list) and num_spec_tokens within [0, kMaxSpeculativeTokens].
+TEST_F(CodecTest, SpecDecodingStatsAreBounded) {
+  const size_t buckets = structured_output::kCompileSecondsBuckets.size() + 1;
+  const auto k = static_cast<size_t>(config::kMaxSpeculativeTokens);
+  auto full = DecodeSchedulerStats(StatsFrame(buckets, config::kMaxSpeculativeTokens, k));
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->spec_decoding_stats.num_spec_tokens, config::kMaxSpeculativeTokens);
+  EXPECT_EQ(full->spec_decoding_stats.num_accepted_tokens_per_pos, std::vector<int64_t>(k, 1));
+
+  auto too_many = DecodeSchedulerStats(StatsFrame(buckets, config::kMaxSpeculativeTokens, k + 1));
+  ASSERT_TRUE(absl::IsResourceExhausted(too_many.status())) << too_many.status();
+  EXPECT_NE(too_many.status().message().find("num_accepted_tokens_per_pos"), std::string_view::npos)
+      << too_many.status();
+  // Inside an EngineCoreOutputs frame too: the whole frame is refused.
+  EngineCoreOutputs outs = FullOutputs();
+  outs.scheduler_stats->spec_decoding_stats.num_accepted_tokens_per_pos.assign(k + 1, 1);
+  EXPECT_TRUE(absl::IsResourceExhausted(DecodeEngineCoreOutputs(Encode(outs)).status()));
+
+  for (int64_t bad : {int64_t{-1}, int64_t{config::kMaxSpeculativeTokens} + 1}) {
+    auto result = DecodeSchedulerStats(StatsFrame(buckets, bad, 0));
+    ASSERT_TRUE(absl::IsInvalidArgument(result.status())) << bad << ": " << result.status();
+    EXPECT_NE(result.status().message().find("num_spec_tokens"), std::string_view::npos)
         << result.status();
   }
 }

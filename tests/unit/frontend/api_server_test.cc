@@ -178,8 +178,15 @@ class FakeEngine : public EngineClient {
     stats.structured_output.compile_timeouts = 1;
     stats.structured_output.ObserveCompileSeconds(0.02);
     stats.structured_output.ObserveCompileSeconds(0.5);
+    // Exported only when NumSpeculativeTokens() says speculative decoding is configured.
+    stats.spec_decoding.num_spec_tokens = 3;
+    stats.spec_decoding.num_drafts = 8;
+    stats.spec_decoding.num_draft_tokens = 24;
+    stats.spec_decoding.num_accepted_tokens = 9;
+    stats.spec_decoding.num_accepted_tokens_per_pos = {6, 3};  // shorter than k: position 2 is 0
     return stats;
   }
+  int32_t NumSpeculativeTokens() const override { return num_spec_tokens_.load(); }
 
   // Waits until `id` was aborted; false after the deadline.
   bool WaitForAbort(const std::string& id) {
@@ -207,6 +214,7 @@ class FakeEngine : public EngineClient {
   }
 
   std::atomic<bool> healthy_{true};
+  std::atomic<int32_t> num_spec_tokens_{0};
 
  private:
   void Run() {
@@ -590,6 +598,45 @@ TEST_F(ApiServerTest, MetricsAfterRequests) {
                             "model\",engine=\"0\"} 2\n"),
             std::string::npos)
       << again.body;
+  // Without speculative decoding, no vllm:spec_decode_* family (as vLLM registers none).
+  EXPECT_EQ(r.body.find("spec_decode"), std::string::npos) << r.body;
+}
+
+// With speculative decoding configured, vLLM's SpecDecodingProm counters per engine, and one
+// per-position series for each of the k positions.
+TEST_F(ApiServerTest, SpecDecodeMetricsWhenConfigured) {
+  server_.reset();
+  engine_.num_spec_tokens_ = 3;
+  StartServer();
+  Client c(server_->port());
+  Reply r = c.Send(http::verb::get, "/metrics");
+  ASSERT_EQ(r.status, 200);
+  const std::string labels = "{model_name=\"fake-model\",engine=\"0\"";
+  for (const std::string& line : {
+           std::string("# HELP vllm:spec_decode_num_drafts_total Number of spec decoding "
+                       "drafts.\n# TYPE vllm:spec_decode_num_drafts_total counter\n"),
+           absl::StrCat("vllm:spec_decode_num_drafts_total", labels, "} 8\n"),
+           std::string("# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.\n"),
+           absl::StrCat("vllm:spec_decode_num_draft_tokens_total", labels, "} 24\n"),
+           std::string("# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted "
+                       "tokens.\n"),
+           absl::StrCat("vllm:spec_decode_num_accepted_tokens_total", labels, "} 9\n"),
+           std::string("# HELP vllm:spec_decode_num_accepted_tokens_per_pos_total Accepted "
+                       "tokens per draft position.\n# TYPE "
+                       "vllm:spec_decode_num_accepted_tokens_per_pos_total counter\n"),
+           absl::StrCat("vllm:spec_decode_num_accepted_tokens_per_pos_total", labels,
+                        ",position=\"0\"} 6\n"),
+           absl::StrCat("vllm:spec_decode_num_accepted_tokens_per_pos_total", labels,
+                        ",position=\"1\"} 3\n"),
+           absl::StrCat("vllm:spec_decode_num_accepted_tokens_per_pos_total", labels,
+                        ",position=\"2\"} 0\n"),
+       }) {
+    EXPECT_NE(r.body.find(line), std::string::npos) << line << "\n" << r.body;
+  }
+  // k positions, no more; one header for the family.
+  EXPECT_EQ(r.body.find("position=\"3\""), std::string::npos) << r.body;
+  const std::string type_line = "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total";
+  EXPECT_EQ(r.body.find(type_line, r.body.find(type_line) + 1), std::string::npos) << r.body;
 }
 
 TEST_F(ApiServerTest, ApiKey) {
