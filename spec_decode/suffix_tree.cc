@@ -74,7 +74,7 @@ int32_t SuffixTree::AddChild(int32_t parent, int32_t token, int32_t slot, int32_
   c.next_sibling = p.first_child;
   if (p.first_child != kNone) nodes_[static_cast<size_t>(p.first_child)].prev_sibling = child;
   p.first_child = child;
-  // A new child (count 1) never displaces a known best: arctic-inference appends it last.
+  // A new child (count 1) never displaces a known best (arctic-inference appends it last).
   if (p.best_child == kNone) p.best_child = child;
   edges_[EdgeKey(parent, token)] = child;
   return child;
@@ -118,7 +118,7 @@ int32_t SuffixTree::Enter(int32_t child) {
   Node& e = nodes_[static_cast<size_t>(entered)];
   ++e.count;
   Node& p = nodes_[static_cast<size_t>(e.parent)];
-  // >=: among equal counts the one that reached it last leads (arctic-inference's order).
+  // >=: among equal counts the one that reached it last leads.
   if (p.best_child != kDirty &&
       (p.best_child == kNone || e.count >= nodes_[static_cast<size_t>(p.best_child)].count)) {
     p.best_child = entered;
