@@ -23,20 +23,6 @@ int32_t SuffixTree::TokenAt(const Node& node, int32_t i) const {
   return seqs_[static_cast<size_t>(node.ref_slot)].tokens[static_cast<size_t>(node.ref_pos + i)];
 }
 
-int32_t SuffixTree::BestChild(int32_t node) {
-  Node& n = nodes_[static_cast<size_t>(node)];
-  if (n.best_child != kDirty) return n.best_child;
-  int32_t best = kNone;
-  for (int32_t c = n.first_child; c != kNone; c = nodes_[static_cast<size_t>(c)].next_sibling) {
-    if (best == kNone ||
-        nodes_[static_cast<size_t>(c)].count > nodes_[static_cast<size_t>(best)].count) {
-      best = c;
-    }
-  }
-  n.best_child = best;
-  return best;
-}
-
 void SuffixTree::Extend(int64_t seq_id, std::span<const int32_t> tokens) {
   auto [it, inserted] = slot_of_.try_emplace(seq_id, kNone);
   if (inserted) {
@@ -53,77 +39,60 @@ void SuffixTree::Extend(int64_t seq_id, std::span<const int32_t> tokens) {
   for (int32_t token : tokens) Append(slot, token);
 }
 
-int32_t SuffixTree::AddChild(int32_t parent, int32_t token, int32_t slot, int32_t pos) {
-  int32_t child;
+int32_t SuffixTree::NewNode() {
   if (free_nodes_.empty()) {
-    child = static_cast<int32_t>(nodes_.size());
     nodes_.emplace_back();
-  } else {
-    child = free_nodes_.back();
-    free_nodes_.pop_back();
-    nodes_[static_cast<size_t>(child)] = Node();
+    return static_cast<int32_t>(nodes_.size() - 1);
   }
-  Node& c = nodes_[static_cast<size_t>(child)];
-  Node& p = nodes_[static_cast<size_t>(parent)];
+  const int32_t x = free_nodes_.back();
+  free_nodes_.pop_back();
+  N(x) = Node();
+  return x;
+}
+
+int32_t SuffixTree::AddChild(int32_t parent, int32_t token, int32_t slot, int32_t pos) {
+  const int32_t child = NewNode();
+  Node& c = N(child);
   c.token = token;
   c.count = 1;
   c.parent = parent;
   c.ref_slot = slot;
   c.ref_gen = seqs_[static_cast<size_t>(slot)].gen;
   c.ref_pos = pos;
-  c.next_sibling = p.first_child;
-  if (p.first_child != kNone) nodes_[static_cast<size_t>(p.first_child)].prev_sibling = child;
-  p.first_child = child;
-  // A new child (count 1) never displaces a known best: arctic-inference appends it last.
-  if (p.best_child == kNone) p.best_child = child;
+  AppendChild(parent, child);
   edges_[EdgeKey(parent, token)] = child;
   return child;
 }
 
 // The suffix entering `child` adds one to its count. A run (a leaf of count 1, length > 1) is
-// split first: a new one-token head takes its place under the parent and the run's rest keeps
-// the node's index, so the active suffix of its owner, which ends at the run's end, stays put.
+// split first: a new one-token head takes its place among the parent's children and the run's
+// rest keeps the node's index, so its owner's active suffix, which ends at the run's end, stays.
 int32_t SuffixTree::Enter(int32_t child) {
-  int32_t entered = child;
-  if (nodes_[static_cast<size_t>(child)].length > 1) {
-    const Node run = nodes_[static_cast<size_t>(child)];
-    // Unlink the run from its parent's children; the head takes its place (AddChild links it
-    // first and points the parent's edge at it) and the run hangs under the head.
-    Node& p = nodes_[static_cast<size_t>(run.parent)];
-    if (run.prev_sibling != kNone) {
-      nodes_[static_cast<size_t>(run.prev_sibling)].next_sibling = run.next_sibling;
-    } else {
-      p.first_child = run.next_sibling;
-    }
-    if (run.next_sibling != kNone) {
-      nodes_[static_cast<size_t>(run.next_sibling)].prev_sibling = run.prev_sibling;
-    }
-    const int32_t head = AddChild(run.parent, run.token, run.ref_slot, run.ref_pos);
-    Node& parent = nodes_[static_cast<size_t>(run.parent)];
-    if (parent.best_child == child) parent.best_child = head;
-    Node& h = nodes_[static_cast<size_t>(head)];
-    h.ref_gen = run.ref_gen;
-    h.count = run.count;
-    h.first_child = child;
-    h.best_child = child;
-    Node& r = nodes_[static_cast<size_t>(child)];
-    r.parent = head;
-    r.prev_sibling = r.next_sibling = kNone;
-    r.token = TokenAt(run, 1);
-    r.ref_pos = run.ref_pos + 1;
-    r.length = run.length - 1;
-    edges_[EdgeKey(head, r.token)] = child;
-    entered = head;
+  if (N(child).length == 1) {
+    Increment(child);
+    return child;
   }
-  Node& e = nodes_[static_cast<size_t>(entered)];
-  ++e.count;
-  Node& p = nodes_[static_cast<size_t>(e.parent)];
-  // >=: among equal counts the one that reached it last leads (arctic-inference's order).
-  if (p.best_child != kDirty &&
-      (p.best_child == kNone || e.count >= nodes_[static_cast<size_t>(p.best_child)].count)) {
-    p.best_child = entered;
-  }
-  return entered;
+  const int32_t head = NewNode();
+  Node& h = N(head);
+  const Node& r = N(child);
+  h.token = r.token;
+  h.count = r.count;
+  h.parent = r.parent;
+  h.ref_slot = r.ref_slot;
+  h.ref_gen = r.ref_gen;
+  h.ref_pos = r.ref_pos;
+  ReplaceInSiblings(child, head);
+  edges_[EdgeKey(h.parent, h.token)] = head;
+  Node& run = N(child);
+  run.token = TokenAt(run, 1);
+  run.ref_pos += 1;
+  run.length -= 1;
+  run.parent = head;
+  N(head).first_child = N(head).last_child = child;
+  run.group = NewGroup(child);
+  edges_[EdgeKey(head, run.token)] = child;
+  Increment(head);
+  return head;
 }
 
 void SuffixTree::Append(int32_t slot, int32_t token) {
@@ -149,27 +118,18 @@ void SuffixTree::Append(int32_t slot, int32_t token) {
 }
 
 void SuffixTree::DeleteSubtree(int32_t node) {
-  const Node& n = nodes_[static_cast<size_t>(node)];
-  Node& p = nodes_[static_cast<size_t>(n.parent)];
-  if (n.prev_sibling != kNone) {
-    nodes_[static_cast<size_t>(n.prev_sibling)].next_sibling = n.next_sibling;
-  } else {
-    p.first_child = n.next_sibling;
-  }
-  if (n.next_sibling != kNone) {
-    nodes_[static_cast<size_t>(n.next_sibling)].prev_sibling = n.prev_sibling;
-  }
-  if (p.best_child == node) p.best_child = p.first_child == kNone ? kNone : kDirty;
+  RemoveFromSiblings(node);
   std::vector<int32_t> stack = {node};
   while (!stack.empty()) {
     const int32_t x = stack.back();
     stack.pop_back();
-    const Node& xn = nodes_[static_cast<size_t>(x)];
-    for (int32_t c = xn.first_child; c != kNone; c = nodes_[static_cast<size_t>(c)].next_sibling) {
+    const Node& xn = N(x);
+    for (int32_t c = xn.first_child; c != kNone; c = N(c).next_sibling) {
       stack.push_back(c);
+      if (G(N(c).group).head == c) FreeGroup(N(c).group);
     }
     edges_.erase(EdgeKey(xn.parent, xn.token));
-    nodes_[static_cast<size_t>(x)] = Node();
+    N(x) = Node();
     free_nodes_.push_back(x);
   }
 }
@@ -190,15 +150,12 @@ void SuffixTree::Remove(int64_t seq_id) {
     for (int32_t t = j; t < end;) {
       const int32_t c = FindChild(at, s.tokens[static_cast<size_t>(t)]);
       VLLM_CHECK(c != kNone) << "suffix tree: a removed sequence's path is missing";
-      Node& cn = nodes_[static_cast<size_t>(c)];
-      --cn.count;
-      t += cn.length;
-      if (cn.count == 0) {
+      if (N(c).count == 1) {
         DeleteSubtree(c);
         break;
       }
-      Node& an = nodes_[static_cast<size_t>(at)];
-      if (an.best_child == c) an.best_child = kDirty;
+      Decrement(c);
+      t += N(c).length;
       at = c;
     }
   }
@@ -243,7 +200,7 @@ void SuffixTree::DraftFrom(int32_t node, int32_t idx, int32_t max_tokens, float 
       ++idx;
       continue;
     }
-    const int32_t c = BestChild(node);
+    const int32_t c = nodes_[static_cast<size_t>(node)].first_child;  // the most frequent
     if (c == kNone) break;
     prob *= static_cast<float>(nodes_[static_cast<size_t>(c)].count) /
             static_cast<float>(nodes_[static_cast<size_t>(node)].count);

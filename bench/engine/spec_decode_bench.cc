@@ -5,9 +5,10 @@
 // 32 K vocabulary that repeats earlier spans (one token in eight starts a copy of 4..32 tokens
 // from earlier in the request), so the proposers find matches.
 //
-// 128 steps per run. Counters: us_per_request (wall time per request per call), draft_len
-// (tokens proposed per request per call). The suffix proposer's first call per request builds
-// its tree; that cost is measured apart (BM_SuffixBuild: one request, its Time).
+// 128 steps per run. Counters: us_per_request (wall time per request per call, µs),
+// cpu_per_request (the thread's CPU time per request per call: steadier on a shared machine),
+// draft_len (tokens proposed per request per call). The suffix proposer's first call per request
+// builds its tree; that cost is measured apart (BM_SuffixBuild: one request, its Time).
 //
 //   build/release/bin/spec_decode_bench --benchmark_repetitions=3
 //       --benchmark_report_aggregates_only=true   (one line)
@@ -104,6 +105,9 @@ void RunSteps(benchmark::State& state, const std::string& method) {
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   const auto calls = static_cast<double>(state.iterations() * b);
   state.counters["us_per_request"] = us / calls;
+  state.counters["cpu_per_request"] =
+      benchmark::Counter(static_cast<double>(b), benchmark::Counter::kIsIterationInvariantRate |
+                                                     benchmark::Counter::kInvert);
   state.counters["draft_len"] = static_cast<double>(proposed) / calls;
 }
 

@@ -1,7 +1,8 @@
 // spec_decode/suffix_tree.h and suffix_proposer.h: the tree's counts against a brute-force
-// count (with sequences removed), path compression's node bound, drafts on hand-made lists
-// (a repeated phrase, min_token_prob, max_spec_factor), the global cache across requests and
-// its eviction bound, state dropped on finish, and incremental calls against fresh proposers.
+// count (with sequences removed), path compression's node bound, arctic-inference's order of
+// equally frequent children, drafts on hand-made lists (a repeated phrase, min_token_prob,
+// max_spec_factor), the global cache across requests and its eviction bound, state dropped on
+// finish, and incremental calls against fresh proposers.
 #include "spec_decode/suffix_proposer.h"
 
 #include <algorithm>
@@ -125,6 +126,24 @@ TEST(SuffixTreeTest, UniqueTextCostsAFewNodesPerToken) {
   tree.Extend(0, text);
   // Uncompressed, each token would add about 24 nodes.
   EXPECT_LT(tree.num_nodes(), 3 * text.size());
+}
+
+// Equally frequent continuations: arctic-inference's sorted sibling lists decide (values from
+// its SuffixTree). The context [9 5] matches one token, so the draft is [5]'s leading child.
+TEST(SuffixTreeTest, TiesFollowArcticInferencesSiblingOrder) {
+  auto lead = [](const std::vector<int32_t>& seq) {
+    SuffixTree tree(8);
+    tree.Extend(0, seq);
+    SuffixDraft draft;
+    tree.Speculate(std::vector<int32_t>{9, 5}, 1, 1.0, 0.0, &draft);
+    return draft.token_ids;
+  };
+  // After 5: 1 twice, then 2 once, then 3 twice. 3 climbs from behind 2 (not its group's
+  // head), so it joins the count-2 group at its tail: 1 still leads.
+  EXPECT_THAT(lead({5, 1, 5, 1, 5, 2, 5, 3, 5, 3, 5}), ElementsAre(1));
+  EXPECT_THAT(lead({5, 1, 5, 1, 5, 2, 5, 3, 5, 3, 5, 3, 5}), ElementsAre(3));  // 3 of 7
+  // 2 reaches count 2 first, then 1 climbs from the head of the count-1 group: 1 leads.
+  EXPECT_THAT(lead({5, 1, 5, 2, 5, 2, 5, 1, 5}), ElementsAre(1));
 }
 
 TEST(SuffixProposerTest, ProposesARepeatedPhrase) {
