@@ -63,8 +63,9 @@ class DeepSeekR1Stream final : public ReasoningStreamParser {
       const size_t first = std::min(end, start);
       if (first == std::string::npos) {
         size_t hold = 0;
-        if (!complete) hold = start_dropped_ ? Hold(buffer_, {kThinkEnd})
-                                             : Hold(buffer_, {kThinkEnd, kThinkStart});
+        if (!complete)
+          hold =
+              start_dropped_ ? Hold(buffer_, {kThinkEnd}) : Hold(buffer_, {kThinkEnd, kThinkStart});
         Add(&out->reasoning_content, std::string_view(buffer_).substr(0, buffer_.size() - hold));
         buffer_.erase(0, buffer_.size() - hold);
         return;
@@ -154,8 +155,8 @@ class Qwen3Stream final : public ReasoningStreamParser {
       if (first == std::string::npos) {
         size_t hold = 0;
         if (!complete) {
-          hold = ended_ ? Hold(buffer_, {kThinkEnd}) : Hold(buffer_, {kThinkEnd, kThinkStart,
-                                                                      kToolCall});
+          hold = ended_ ? Hold(buffer_, {kThinkEnd})
+                        : Hold(buffer_, {kThinkEnd, kThinkStart, kToolCall});
         }
         Add(field, std::string_view(buffer_).substr(0, buffer_.size() - hold));
         buffer_.erase(0, buffer_.size() - hold);

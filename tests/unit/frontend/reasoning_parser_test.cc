@@ -135,7 +135,8 @@ TEST(ReasoningParserTest, Qwen3WithThinkingDisabledIsContent) {
   EXPECT_EQ(parser->Extract("just answer", off), (R{std::nullopt, "just answer"}));
   // All content; a stray </think> dropped, <think> and <tool_call> kept.
   EXPECT_EQ(parser->Extract("a</think>b", off), (R{std::nullopt, "ab"}));
-  EXPECT_EQ(parser->Extract("<think>a<tool_call>b", off), (R{std::nullopt, "<think>a<tool_call>b"}));
+  EXPECT_EQ(parser->Extract("<think>a<tool_call>b", off),
+            (R{std::nullopt, "<think>a<tool_call>b"}));
   ExpectStreamingMatchesExtract(*parser, "just answer", off);
   ExpectStreamingMatchesExtract(*parser, "a</think>b</thi", off);
   auto stream = parser->NewStream(off);
@@ -209,7 +210,9 @@ TEST(ReasoningParserTest, IsReasoningEndOnText) {
 }
 
 TEST(ReasoningParserTest, IsReasoningEndOnTokenIds) {
-  const auto parser = Parser("deepseek_r1", {.think_start_token_id = 1, .think_end_token_id = 2, .tool_call_token_id = {}});
+  const auto parser =
+      Parser("deepseek_r1",
+             {.think_start_token_id = 1, .think_end_token_id = 2, .tool_call_token_id = {}});
   const std::vector<int32_t> ended = {5, 1, 6, 2, 7};
   const std::vector<int32_t> open = {2, 5, 1, 6};
   EXPECT_TRUE(parser->IsReasoningEndIds(ended));
