@@ -232,6 +232,9 @@ struct StructuredOutputsConfig {
   // Structured outputs start after the reasoning (<think>...</think>) this parser finds; ""
   // constrains from the first token. Also --reasoning-parser.
   std::string reasoning_parser;
+  // The grammar constrains from the first token even with a reasoning parser (vLLM's
+  // enable_in_reasoning): the reasoning itself then follows the grammar.
+  bool enable_in_reasoning = false;
   // A request whose grammar takes longer than this to compile fails (ours:
   // --max-structured-output-compile-seconds).
   int32_t max_compile_seconds = 30;
@@ -243,6 +246,7 @@ struct StructuredOutputsConfig {
     v("disable_any_whitespace", s.disable_any_whitespace);
     v("disable_additional_properties", s.disable_additional_properties);
     v("reasoning_parser", s.reasoning_parser, OneOf(kReasoningParsers));
+    v("enable_in_reasoning", s.enable_in_reasoning);
     v("max_compile_seconds", s.max_compile_seconds, Range(1, 3600));
   }
   [[nodiscard]] absl::Status Validate() const { return absl::OkStatus(); }

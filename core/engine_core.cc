@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   so_options.disable_any_whitespace = config.structured_outputs.disable_any_whitespace;
   so_options.max_compile_seconds = config.structured_outputs.max_compile_seconds;
   so_options.reasoning = options.reasoning_tokens;
+  so_options.enable_in_reasoning = config.structured_outputs.enable_in_reasoning;
   if (!config.structured_outputs.reasoning_parser.empty() && !so_options.reasoning.has_value()) {
     VLLM_ASSIGN_OR_RETURN(so_options.reasoning,
                           structured_output::LoadReasoningTokens(

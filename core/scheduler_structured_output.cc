@@ -39,31 +39,46 @@ void Scheduler::PromoteCompiledRequests() {
 void Scheduler::FillGrammarBitmask(SchedulerOutput* output) {
   const StepRecord& record = inflight_steps_.back();  // this step's requests, scheduled order
   grammar_scratch_.clear();
+  bool reasoning_rows = false;
   for (size_t i = 0; i < record.requests.size(); ++i) {
     const Request* r = record.requests[i];
     // Only a request that samples in this step (its last prompt chunk, or a decode) needs a
-    // row; a finished grammar (the stop token accepted) constrains nothing more, nor does one
-    // whose request still reasons (every token allowed).
+    // row; a finished grammar (the stop token accepted) constrains nothing more.
     if (r->structured_output == nullptr || r->num_computed_tokens != r->num_tokens()) continue;
     structured_output::Grammar* grammar = r->structured_output->grammar();
-    if (grammar == nullptr || grammar->IsTerminated() ||
-        !structured_output_manager_->ShouldFillBitmask(*r->structured_output)) {
-      continue;
+    if (grammar == nullptr || grammar->IsTerminated()) continue;
+    if (structured_output_manager_->ShouldFillBitmask(*r->structured_output)) {
+      grammar_scratch_.push_back(grammar);
+    } else if (structured_output_manager_->NeedsReasoningRow(*r->structured_output)) {
+      // Still reasoning, with an implicit end the grammar could not start with: a row that
+      // allows everything else (a null entry, filled below).
+      grammar_scratch_.push_back(nullptr);
+      reasoning_rows = true;
+    } else {
+      continue;  // still reasoning: every token allowed, no row
     }
     output->structured_output_indices.push_back(static_cast<int32_t>(i));
-    grammar_scratch_.push_back(grammar);
   }
   if (grammar_scratch_.empty()) return;
-  output->grammar_bitmask.resize(grammar_scratch_.size() *
-                                 static_cast<size_t>(structured_output_manager_->bitmask_words()));
+  const size_t words = static_cast<size_t>(structured_output_manager_->bitmask_words());
+  output->grammar_bitmask.resize(grammar_scratch_.size() * words);
   structured_output_manager_->FillBitmasks(grammar_scratch_, output->grammar_bitmask);
+  if (!reasoning_rows) return;
+  for (size_t k = 0; k < grammar_scratch_.size(); ++k) {
+    if (grammar_scratch_[k] != nullptr) continue;
+    const Request* r = record.requests[static_cast<size_t>(output->structured_output_indices[k])];
+    structured_output_manager_->FillReasoningRow(
+        *r->structured_output,
+        std::span<int32_t>(output->grammar_bitmask).subspan(k * words, words));
+  }
 }
 
 bool Scheduler::AdvanceGrammar(Request& request) {
   structured_output::Grammar* grammar = request.structured_output->grammar();
   if (grammar == nullptr || grammar->IsTerminated()) return false;
   const int32_t token = request.all_token_ids.back();
-  // While the request reasons the grammar sees nothing, so none of its checks below apply.
+  // While the request reasons the grammar sees nothing, so none of its checks below apply; an
+  // implicit reasoning end (qwen3's <tool_call>) is the grammar's first token.
   if (!structured_output_manager_->ShouldAdvance(*request.structured_output, token)) return false;
   if (!grammar->AcceptTokens(std::span<const int32_t>(&token, 1))) {
     // The worker samples under the bitmask, so this is a token the grammar never allowed.

@@ -417,9 +417,7 @@ absl::Status ApplyStructuredOutputsConfig(const FlagValues& f, config::VllmConfi
         if (key == "disable_fallback") s.disable_fallback = v.get<bool>();
         if (key == "disable_any_whitespace") s.disable_any_whitespace = v.get<bool>();
         if (key == "disable_additional_properties") s.disable_additional_properties = v.get<bool>();
-        if (key == "enable_in_reasoning" && v.get<bool>()) {
-          return error(key, "not supported: structured outputs start after the reasoning");
-        }
+        if (key == "enable_in_reasoning") s.enable_in_reasoning = v.get<bool>();
       } else if (key == "reasoning_parser") {
         if (!v.is_string()) return error(key, "expected a string");
         s.reasoning_parser = v.get<std::string>();

@@ -7,14 +7,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "base/json_util.h"
+#include "base/ordered_json.h"
+#include "frontend/jinja/chat_template_input.h"
 #include "nlohmann/json.hpp"
 #include "router/router.h"
 
 namespace vllm::router {
 namespace {
 
-using nlohmann::json;
+// Ordered, as the API server parses a chat (the template's tojson keeps the client's order).
+using json = nlohmann::ordered_json;
 
 // A token-id prompt: every element an integer id in int32 range; nullopt otherwise.
 std::optional<std::vector<int32_t>> TokenIds(const json& prompt) {
@@ -29,23 +31,10 @@ std::optional<std::vector<int32_t>> TokenIds(const json& prompt) {
   return ids;
 }
 
-// A chat message's text as the API server reads it: a string, or text parts joined by "\n".
-std::string MessageText(const json& m) {
-  auto content = m.find("content");
-  if (content == m.end()) return "";
-  if (content->is_string()) return content->get<std::string>();
-  std::string out;
-  if (!content->is_array()) return out;
-  bool first = true;
-  for (const json& part : *content) {
-    if (!part.is_object()) continue;
-    auto t = part.find("text");
-    if (t == part.end() || !t->is_string()) continue;
-    if (!first) out += "\n";
-    out += t->get_ref<const std::string&>();
-    first = false;
-  }
-  return out;
+// A boolean field of the body, or `fallback`.
+bool Flag(const json& body, const char* name, bool fallback) {
+  auto it = body.find(name);
+  return it != body.end() && it->is_boolean() ? it->get<bool>() : fallback;
 }
 
 }  // namespace
@@ -53,7 +42,7 @@ std::string MessageText(const json& m) {
 std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenizer& tokenizer,
                                                         const frontend::ChatTemplate* chat_template,
                                                         const std::string& body, bool chat) {
-  absl::StatusOr<json> parsed = base::ParseJson(body, "request body");
+  absl::StatusOr<json> parsed = base::ParseOrderedJson(body, "request body");
   if (!parsed.ok() || !parsed->is_object()) return std::nullopt;
   const json& j = *parsed;
   std::string text;
@@ -74,29 +63,20 @@ std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenize
     }
   } else {
     if (chat_template == nullptr) return std::nullopt;
-    auto it = j.find("messages");
-    if (it == j.end() || !it->is_array()) return std::nullopt;
-    std::vector<frontend::ChatMessage> messages;
-    for (const json& m : *it) {
-      if (!m.is_object()) return std::nullopt;
-      auto role = m.find("role");
-      if (role == m.end() || !role->is_string()) return std::nullopt;
-      messages.push_back({role->get<std::string>(), MessageText(m)});
-    }
-    bool add_generation_prompt = true;
-    if (auto a = j.find("add_generation_prompt"); a != j.end() && a->is_boolean()) {
-      add_generation_prompt = a->get<bool>();
-    }
-    absl::StatusOr<std::string> rendered = chat_template->Render(
-        messages, add_generation_prompt, tokenizer.bos_token(), tokenizer.eos_token());
+    // As the API server renders the chat (frontend/jinja/chat_template_input.h): the messages,
+    // the request's tools and template kwargs, the prompt flags. The rendered text is
+    // tokenized with special tokens only when the request asks (the template writes BOS).
+    json tools;
+    if (auto t = j.find("tools"); t != j.end() && t->is_array() && !t->empty()) tools = *t;
+    absl::StatusOr<frontend::ChatTemplateInput> input = frontend::TemplateInputFor(
+        j, std::move(tools), Flag(j, "add_generation_prompt", true),
+        Flag(j, "continue_final_message", false), Flag(j, "add_special_tokens", false));
+    if (!input.ok()) return std::nullopt;
+    absl::StatusOr<std::string> rendered = frontend::RenderChatPrompt(
+        *chat_template, *input, tokenizer.bos_token(), tokenizer.eos_token());
     if (!rendered.ok()) return std::nullopt;
     text = std::move(*rendered);
-    // As the API server (and vLLM): the rendered text is tokenized with special tokens only
-    // when the request asks (the template writes BOS itself).
-    add_special_tokens = false;
-    if (auto a = j.find("add_special_tokens"); a != j.end() && a->is_boolean()) {
-      add_special_tokens = a->get<bool>();
-    }
+    add_special_tokens = input->add_special_tokens;
   }
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text, add_special_tokens);
   if (!ids.ok()) return std::nullopt;

@@ -84,8 +84,10 @@ bool ExtractRoutingKeys(const std::string& body, std::string* text, std::string*
 
 // The prompt token ids a worker using `tokenizer` computes for a request body: a completion's
 // prompt (text, token ids, or the first of a batch) tokenized with special tokens; a chat
-// request's messages rendered by `chat_template` (nullptr: none) as the API server does, then
-// tokenized without special tokens (both unless the body's add_special_tokens says otherwise).
+// request's messages rendered by `chat_template` (nullptr: none) as the API server does (its
+// tools, chat_template_kwargs and prompt flags included: frontend/jinja/chat_template_input.h),
+// then tokenized without special tokens (both unless the body's add_special_tokens says
+// otherwise).
 // nullopt when the body cannot be tokenized (not JSON, no prompt, no template, a render error): the
 // router then routes it without tokens.
 std::optional<std::vector<int32_t>> TokenizeRequestBody(const frontend::Tokenizer& tokenizer,

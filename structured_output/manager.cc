@@ -129,8 +129,8 @@ std::unique_ptr<RequestState> StructuredOutputManager::Submit(
     std::span<const int32_t> prompt_token_ids) {
   auto state = std::unique_ptr<RequestState>(new RequestState());
   state->eos_token_id_ = eos_token_id;
-  state->reasoning_ended_ =
-      !options_.reasoning.has_value() || PromptEndsReasoning(*options_.reasoning, prompt_token_ids);
+  state->reasoning_ended_ = !options_.reasoning.has_value() || options_.enable_in_reasoning ||
+                            PromptEndsReasoning(*options_.reasoning, prompt_token_ids);
   state->submitted_ = absl::Now();
   GrammarSpec spec = ToGrammarSpec(params, options_.disable_any_whitespace);
   std::string key = spec.Key();
@@ -219,20 +219,50 @@ StructuredOutputManager::PollResult StructuredOutputManager::Poll(RequestState& 
   if (job.seconds > 0) stats_.ObserveCompileSeconds(job.seconds);
   job.seconds = 0;  // counted once, by the first request that waited for it
   state.grammar_ = (*cache_->backend)->MakeGrammar(**job.result, state.eos_token_id_);
+  if (!state.reasoning_ended_) {
+    // An implicit end the grammar refuses as its first token stays masked while the request
+    // reasons; one it takes is tried and undone.
+    std::vector<int32_t> ends = options_.reasoning->implicit_end_ids;
+    std::sort(ends.begin(), ends.end());
+    for (int32_t id : ends) {
+      if (state.grammar_->AcceptTokens(std::span<const int32_t>(&id, 1))) {
+        state.grammar_->Rollback(1);
+      } else {
+        state.masked_reasoning_ends_.push_back(id);
+      }
+    }
+  }
   return PollResult::kReady;
 }
 
 bool StructuredOutputManager::ShouldAdvance(RequestState& state, int32_t token) {
   if (state.reasoning_ended_) return true;
-  // Only the explicit end: the think-end token itself belongs to the reasoning.
-  if (token == options_.reasoning->end_id) state.reasoning_ended_ = true;
+  if (token == options_.reasoning->end_id) {
+    state.reasoning_ended_ = true;  // the think-end token itself belongs to the reasoning
+    return false;
+  }
+  if (options_.reasoning->IsImplicitEnd(token)) {
+    state.reasoning_ended_ = true;  // the implicit end is content: the grammar's first token
+    return true;
+  }
   return false;
+}
+
+void StructuredOutputManager::FillReasoningRow(const RequestState& state,
+                                               std::span<int32_t> row) const {
+  std::fill(row.begin(), row.end(), ~int32_t{0});
+  for (int32_t id : state.masked_reasoning_ends_) {
+    const size_t word = static_cast<size_t>(id / 32);
+    if (id >= 0 && word < row.size()) row[word] &= ~static_cast<int32_t>(1u << (id % 32));
+  }
 }
 
 void StructuredOutputManager::FillBitmasks(std::span<Grammar* const> grammars,
                                            std::span<int32_t> out) {
   const size_t words = static_cast<size_t>(bitmask_words());
-  auto fill = [&](size_t i) { grammars[i]->FillBitmask(out.subspan(i * words, words)); };
+  auto fill = [&](size_t i) {
+    if (grammars[i] != nullptr) grammars[i]->FillBitmask(out.subspan(i * words, words));
+  };
   // A row costs microseconds to tens of microseconds: threads pay off from a few rows on.
   if (grammars.size() < 4) {
     for (size_t i = 0; i < grammars.size(); ++i) fill(i);

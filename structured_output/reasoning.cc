@@ -29,6 +29,10 @@ absl::StatusOr<ReasoningTokens> FindReasoningTokens(std::string_view parser,
     *id = *found;
   }
   if (parser == "qwen3") {
+    // vLLM 0.33's qwen3 transitions: <tool_call> in the reasoning ends it and opens a call.
+    if (const std::optional<int32_t> id = tokenizer.TokenToId("<tool_call>"); id.has_value()) {
+      tokens.implicit_end_ids.push_back(*id);
+    }
     for (const char* boundary : {"<|im_start|>", "<|im_end|>"}) {
       if (const std::optional<int32_t> id = tokenizer.TokenToId(boundary); id.has_value()) {
         tokens.boundary_ids.push_back(*id);
@@ -51,9 +55,16 @@ absl::StatusOr<ReasoningTokens> LoadReasoningTokens(std::string_view parser,
   return FindReasoningTokens(parser, **tokenizer);
 }
 
+bool ReasoningTokens::IsImplicitEnd(int32_t token) const {
+  return std::find(implicit_end_ids.begin(), implicit_end_ids.end(), token) !=
+         implicit_end_ids.end();
+}
+
+bool ReasoningTokens::IsEnd(int32_t token) const { return token == end_id || IsImplicitEnd(token); }
+
 bool PromptEndsReasoning(const ReasoningTokens& tokens, std::span<const int32_t> prompt) {
   for (auto it = prompt.rbegin(); it != prompt.rend(); ++it) {
-    if (*it == tokens.end_id) return true;
+    if (tokens.IsEnd(*it)) return true;
     if (*it == tokens.start_id || std::find(tokens.boundary_ids.begin(), tokens.boundary_ids.end(),
                                             *it) != tokens.boundary_ids.end()) {
       return false;

@@ -167,23 +167,9 @@ absl::StatusOr<std::vector<int32_t>> AsyncLLM::TokenizeChat(const ChatTemplateIn
         "the model has no chat template (tokenizer_config.json chat_template); pass "
         "--chat-template or use /v1/completions");
   }
-  if (input.continue_final_message && input.add_generation_prompt) {
-    return absl::InvalidArgumentError(
-        "continue_final_message and add_generation_prompt cannot both be true");
-  }
-  VLLM_ASSIGN_OR_RETURN(std::string prompt,
-                        chat_template_->RenderJson(
-                            input.messages, input.tools, input.kwargs, input.add_generation_prompt,
-                            tokenizer_->bos_token(), tokenizer_->eos_token()));
-  if (input.continue_final_message && input.messages.is_array() && !input.messages.empty()) {
-    // Cut what the template appended after the final message's content (end-of-turn tokens).
-    const auto& content = input.messages.back().find("content");
-    if (content != input.messages.back().end() && content->is_string()) {
-      const std::string last = content->get<std::string>();
-      const size_t at = prompt.rfind(last);
-      if (at != std::string::npos) prompt.resize(at + last.size());
-    }
-  }
+  VLLM_ASSIGN_OR_RETURN(
+      std::string prompt,
+      RenderChatPrompt(*chat_template_, input, tokenizer_->bos_token(), tokenizer_->eos_token()));
   // As vLLM: the template writes BOS where the model wants it, so a chat is tokenized
   // without the tokenizer's special tokens unless the request asks for them.
   return tokenizer_->Encode(prompt, input.add_special_tokens);

@@ -1,6 +1,5 @@
 #include "frontend/engine/engine_client.h"
 
-#include "absl/strings/cord.h"
 #include "absl/strings/str_format.h"
 
 namespace vllm::frontend {
@@ -19,18 +18,6 @@ absl::Status CheckMaxLogprobs(const core::SamplingParams& params, int32_t max_lo
                                         *params.prompt_logprobs, max_logprobs));
   }
   return absl::OkStatus();
-}
-
-absl::Status InvalidParam(absl::string_view param, absl::string_view message) {
-  absl::Status status = absl::InvalidArgumentError(message);
-  status.SetPayload(kParamPayloadUrl, absl::Cord(param));
-  return status;
-}
-
-std::optional<std::string> ErrorParam(const absl::Status& status) {
-  auto param = status.GetPayload(kParamPayloadUrl);
-  if (!param.has_value()) return std::nullopt;
-  return std::string(*param);
 }
 
 }  // namespace vllm::frontend

@@ -19,35 +19,22 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/status_param.h"
 #include "core/engine_core_types.h"
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"  // ChatMessage
+#include "frontend/jinja/chat_template_input.h"
 #include "nlohmann/json.hpp"
 #include "spec_decode/stats.h"
 #include "structured_output/stats.h"
 
 namespace vllm::frontend {
 
-// What a chat's template renders (transformers' apply_chat_template arguments; see
-// ChatTemplate::RenderJson): the messages as the template sees them (frontend/openai's
-// TemplateMessages), the request's tools (an array, or null), its template variables
-// (chat_template_kwargs), and the prompt flags.
-struct ChatTemplateInput {
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools;  // null: the template sees `tools` as none
-  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
-  bool add_generation_prompt = true;
-  bool continue_final_message = false;
-  bool add_special_tokens = false;
-};
-
 // Errors of EngineClient calls about a request field name it, so that the OpenAI error body's
-// "param" can: the field rides as the status payload kParamPayloadUrl.
-inline constexpr char kParamPayloadUrl[] = "type.vllm-launch/openai.param";
-// InvalidArgument carrying `param` (the request field at fault).
-[[nodiscard]] absl::Status InvalidParam(absl::string_view param, absl::string_view message);
-// The field attached by InvalidParam, if any.
-std::optional<std::string> ErrorParam(const absl::Status& status);
+// "param" can (base/status_param.h).
+using base::ErrorParam;
+using base::InvalidParam;
+using base::kParamPayloadUrl;
 
 // vLLM's Processor._validate_logprobs: a request may ask for at most `max_logprobs`
 // (--max-logprobs) log-probabilities per token and per prompt position. InvalidParam naming

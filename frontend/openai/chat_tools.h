@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "core/sampling_params.h"
 #include "frontend/engine/engine_client.h"
+#include "frontend/jinja/chat_template_input.h"
 #include "frontend/openai/chat_output.h"
 #include "frontend/parsers/reasoning_parser.h"
 #include "frontend/parsers/tool_parser.h"
@@ -64,27 +65,8 @@ struct ToolRequest {
                                                   const ToolRequest& tools,
                                                   core::SamplingParams* params);
 
-// The messages as the chat template sees them (vLLM's parse_chat_messages with the "string"
-// content format): content parts joined with "\n", assistant tool_calls with their
-// arguments parsed into objects ({} for empty, malformed or non-object arguments), empty
-// tool_calls dropped, reasoning / reasoning_content as both names, tool_call_id and name
-// kept. The body's messages were checked by ParseChatCompletionRequest (or
-// ParseTokenizeRequest) already; InvalidParam for a malformed tool call.
-[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateMessages(
-    const nlohmann::ordered_json& body);
-
-// The template's extra variables: the request's chat_template_kwargs, and reasoning_effort
-// (with enable_thinking = effort != "none" when the kwargs do not set it, as vLLM).
-[[nodiscard]] absl::StatusOr<nlohmann::ordered_json> TemplateKwargs(
-    const nlohmann::ordered_json& body);
-
-// What the chat template renders for `body` (chat completions and /tokenize alike):
-// TemplateMessages, TemplateKwargs, `tools` (an array, or null) and the prompt flags.
-[[nodiscard]] absl::StatusOr<ChatTemplateInput> TemplateInputFor(const nlohmann::ordered_json& body,
-                                                                 nlohmann::ordered_json tools,
-                                                                 bool add_generation_prompt,
-                                                                 bool continue_final_message,
-                                                                 bool add_special_tokens);
+// TemplateMessages, TemplateKwargs and TemplateInputFor (what the chat template renders for a
+// request) live in frontend/jinja/chat_template_input.h, shared with the router.
 
 // How the request's output is parsed (vLLM's serving_chat): the server's reasoning parser
 // (include_reasoning false: split off and not sent; enable_thinking false in the kwargs: qwen3

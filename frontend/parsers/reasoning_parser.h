@@ -21,7 +21,7 @@
 namespace vllm::frontend::parsers {
 
 // A whole output split (vLLM's extract_reasoning: (reasoning, content); nullopt where vLLM
-// returns None, so an empty reasoning before </think> is "" and not nullopt).
+// returns None: deepseek_r1's empty reasoning before </think> is "", qwen3's is nullopt).
 struct ReasoningResult {
   std::optional<std::string> reasoning_content;
   std::optional<std::string> content;
@@ -42,7 +42,7 @@ struct ReasoningDelta {
 // Per-request settings (vLLM reads them from chat_template_kwargs).
 struct ReasoningRequestOptions {
   // qwen3: false when the request set enable_thinking=false (the template then put an empty
-  // <think></think> in the prompt): output without </think> is all content.
+  // <think></think> in the prompt): the output is all content (a stray </think> dropped).
   bool enable_thinking = true;
 };
 
@@ -66,6 +66,9 @@ struct ReasoningParserOptions {
   // unset that overload answers false.
   std::optional<int32_t> think_start_token_id;
   std::optional<int32_t> think_end_token_id;
+  // qwen3: the id of "<tool_call>", an implicit end for IsReasoningEndIds (ignored by
+  // deepseek_r1).
+  std::optional<int32_t> tool_call_token_id;
 };
 
 // A reasoning parser for one model family. Immutable: every method is const and
@@ -80,11 +83,12 @@ class ReasoningParser {
   virtual std::unique_ptr<ReasoningStreamParser> NewStream(
       const ReasoningRequestOptions& request = {}) const = 0;
   // Whether `text` (the prompt, or the prompt and the output so far) ends outside reasoning:
-  // its last </think> comes after its last <think> (qwen3: or an open <tool_call> followed
-  // by <function…> does). vLLM's is_reasoning_end, on text.
+  // its last </think> (qwen3: or <tool_call>) comes after its last <think>. vLLM's
+  // is_reasoning_end, on text.
   virtual bool IsReasoningEnd(std::string_view text) const = 0;
-  // The same on token ids, with the ids of ReasoningParserOptions: the last of the two ids
-  // in `token_ids` is the end id. False when the ids are not set.
+  // The same on token ids, with the ids of ReasoningParserOptions: scanning back, an end id
+  // (qwen3: or the <tool_call> id) comes before the start id. False when the think ids are
+  // not set.
   bool IsReasoningEndIds(std::span<const int32_t> token_ids) const;
 
  protected:
@@ -96,12 +100,14 @@ class ReasoningParser {
 std::vector<std::string> ReasoningParserNames();
 
 // "deepseek_r1": the text before </think> is reasoning even without <think> (DeepSeek-R1's
-// template puts <think> in the prompt); an output without </think> is all reasoning.
-// "qwen3": vLLM's current Qwen3ReasoningParser: the text before </think> is reasoning (<think>
-// may be in the prompt or the output); without </think>, an output is all reasoning (it was
-// cut short), or all content when the request disabled thinking; Qwen3.5's
-// <tool_call><function=…> also ends the reasoning. InvalidArgument naming `name` and the
-// valid names for any other.
+// template puts <think> in the prompt; text before a first <think> in the output is dropped);
+// an output without </think> is all reasoning.
+// "qwen3": vLLM 0.33's qwen3 parser transitions (vllm/parser/qwen3.py): the output starts in
+// the reasoning (<think> may be in the prompt); there every <think> is dropped, </think> ends
+// it, and any <tool_call> ends it implicitly and is content (the tool parser reads the call);
+// in the content a stray </think> is dropped. Without an end an output is all reasoning (it
+// was cut short), or all content when the request disabled thinking. An empty side is
+// nullopt. InvalidArgument naming `name` and the valid names for any other.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ReasoningParser>> MakeReasoningParser(
     std::string_view name, ReasoningParserOptions options = {});
 

@@ -209,7 +209,7 @@ const char kRegex[] = "[a-z]{2,6}-[0-9]{3}";
 class SchedulerReasoningTest : public SchedulerStructuredOutputTest {
  protected:
   void SetUp() override {
-    reasoning_ = structured_output::ReasoningTokens{kThinkStart, kThinkEnd, {}};
+    reasoning_ = structured_output::ReasoningTokens{kThinkStart, kThinkEnd, {}, implicit_ends_};
     free_token_ = [](const Request& r) {
       if (r.structured_output == nullptr) return 100;
       const int32_t k = r.num_output_tokens();
@@ -253,6 +253,8 @@ class SchedulerReasoningTest : public SchedulerStructuredOutputTest {
         Text(std::vector<int32_t>(tokens.begin() + kReasoningTokens + 1, tokens.end()));
     EXPECT_TRUE(std::regex_match(text, std::regex(kRegex))) << text;
   }
+
+  std::vector<int32_t> implicit_ends_;  // qwen3's <tool_call> stand-ins
 };
 
 TEST_F(SchedulerReasoningTest, FreeWhileReasoningThenConstrainedAfterTheThinkEnd) {
@@ -323,6 +325,44 @@ TEST_F(SchedulerReasoningTest, PreemptedWhileReasoningKeepsTheGateRight) {
   EXPECT_EQ(*reason, FinishReason::kStop);
   ExpectReasonedThenFollowed(tokens);
   ExpectRowsFrom("r", kReasoningTokens + 1);
+}
+
+// qwen3's implicit end (<tool_call>), played by "th" (261 in the bundled vocabulary), which the
+// regex may start with: it ends the reasoning and the grammar takes it as its first token.
+TEST_F(SchedulerReasoningTest, AnImplicitEndIsTheGrammarsFirstToken) {
+  implicit_ends_ = {261};
+  SetUp();
+  free_token_ = [](const Request& r) {
+    const int32_t k = r.num_output_tokens();
+    return k < kReasoningTokens ? 200 : k == kReasoningTokens ? 261 : 100;
+  };
+  ASSERT_TRUE(scheduler_->AddRequest(Reasoning("t", {kThinkStart})).ok());
+  auto [tokens, reason] = RunToEnd("t");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);  // the grammar took "th" and never refused a token
+  ASSERT_GT(tokens.size(), static_cast<size_t>(kReasoningTokens + 1));
+  EXPECT_EQ(tokens[kReasoningTokens], 261);
+  const std::string text =
+      Text(std::vector<int32_t>(tokens.begin() + kReasoningTokens, tokens.end()));
+  EXPECT_TRUE(text.starts_with("th")) << text;
+  EXPECT_TRUE(std::regex_match(text, std::regex(kRegex))) << text;
+  // Nothing masked while reasoning (no row), the grammar's rows right after "th".
+  ExpectRowsFrom("t", kReasoningTokens + 1);
+}
+
+// An implicit end the grammar cannot start with (" Judas", 4095, the highest id: the fake model
+// samples the highest allowed token under a row) is masked while the request reasons: the
+// reasoning rows allow everything else, so the model never ends its reasoning into a token
+// the grammar would refuse.
+TEST_F(SchedulerReasoningTest, AnImplicitEndTheGrammarRefusesIsMaskedWhileReasoning) {
+  implicit_ends_ = {kVocab - 1};
+  SetUp();
+  ASSERT_TRUE(scheduler_->AddRequest(Reasoning("m", {kThinkStart}, 12)).ok());
+  auto [tokens, reason] = RunToEnd("m");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kLength);
+  EXPECT_EQ(tokens, std::vector<int32_t>(12, kVocab - 2));  // the highest token left open
+  ExpectRowsFrom("m", 0);                                   // a (reasoning) row for every sample
 }
 
 TEST(SchedulerWithoutManagerTest, RefusesStructuredOutputs) {

@@ -1,6 +1,7 @@
-// The reasoning parsers deepseek_r1 and qwen3: Extract against vLLM's extract_reasoning,
-// streaming over every split (a tag cut between deltas included) against Extract, and
-// IsReasoningEnd on text and on token ids.
+// The reasoning parsers deepseek_r1 and qwen3: Extract against vLLM 0.33's extract_reasoning
+// (qwen3: its parser transitions: <tool_call> ends the reasoning implicitly, <think> in the
+// reasoning and a stray </think> in the content are dropped), streaming over every split (a tag
+// cut between deltas included) against Extract, and IsReasoningEnd on text and on token ids.
 #include "frontend/parsers/reasoning_parser.h"
 
 #include <random>
@@ -76,9 +77,6 @@ TEST(ReasoningParserTest, BothSplitAtTheEndOfThinking) {
       {"abc</think>xyz", {"abc", "xyz"}},  // <think> was in the prompt
       {"<think>\nplan\n</think>\n\nanswer", {"\nplan\n", "\n\nanswer"}},
       {"abc</think>", {"abc", none}},
-      {"</think>xyz", {"", "xyz"}},
-      {"a</think>b</think>c", {"a", "b</think>c"}},
-      {"<think>a<think>b</think>c", {"a<think>b", "c"}},
   };
   for (const std::string name : {"deepseek_r1", "qwen3"}) {
     const auto parser = Parser(name);
@@ -89,14 +87,45 @@ TEST(ReasoningParserTest, BothSplitAtTheEndOfThinking) {
   }
 }
 
+TEST(ReasoningParserTest, TheyDifferOnRepeatedTagsAndEmptySides) {
+  const std::optional<std::string> none;
+  const struct {
+    std::string text;
+    R deepseek_r1;
+    R qwen3;
+  } kCases[] = {
+      // vLLM 0.33's qwen3 returns None for an empty reasoning; deepseek_r1 "".
+      {"</think>xyz", {"", "xyz"}, {none, "xyz"}},
+      {"", {"", none}, {none, none}},
+      // qwen3 drops a stray </think> in the content (the model may repeat it).
+      {"a</think>b</think>c", {"a", "b</think>c"}, {"a", "bc"}},
+      // qwen3 drops every <think> in the reasoning; deepseek_r1 only the first.
+      {"<think>a<think>b</think>c", {"a<think>b", "c"}, {"ab", "c"}},
+      // Text before a first <think>: deepseek_r1 drops it, qwen3 reads it as reasoning.
+      {"pre<think>a</think>c", {"a", "c"}, {"prea", "c"}},
+      // After the reasoning, <think> is content for both.
+      // (deepseek_r1 drops everything before the first <think>, wherever it is.)
+      {"a</think>b<think>c", {"c", none}, {"a", "b<think>c"}},
+  };
+  for (const auto& c : kCases) {
+    EXPECT_EQ(Parser("deepseek_r1")->Extract(c.text), c.deepseek_r1) << c.text;
+    EXPECT_EQ(Parser("qwen3")->Extract(c.text), c.qwen3) << c.text;
+    // deepseek_r1's stream cannot drop text before a <think> still to come.
+    if (c.text.find("<think>", 1) == std::string::npos) {
+      ExpectStreamingMatchesExtract(*Parser("deepseek_r1"), c.text);
+    }
+    ExpectStreamingMatchesExtract(*Parser("qwen3"), c.text);
+  }
+}
+
 TEST(ReasoningParserTest, OutputCutShortInsideReasoning) {
   for (const std::string name : {"deepseek_r1", "qwen3"}) {
     const auto parser = Parser(name);
     EXPECT_EQ(parser->Extract("still thinking"), (R{"still thinking", std::nullopt})) << name;
     EXPECT_EQ(parser->Extract("<think>still"), (R{"still", std::nullopt})) << name;
-    EXPECT_EQ(parser->Extract(""), (R{"", std::nullopt})) << name;
     ExpectStreamingMatchesExtract(*parser, "still thinking <thin");
     ExpectStreamingMatchesExtract(*parser, "<think>still </thi");
+    ExpectStreamingMatchesExtract(*parser, "<think>still <tool_ca");
   }
 }
 
@@ -104,8 +133,14 @@ TEST(ReasoningParserTest, Qwen3WithThinkingDisabledIsContent) {
   const auto parser = Parser("qwen3");
   const ReasoningRequestOptions off{.enable_thinking = false};
   EXPECT_EQ(parser->Extract("just answer", off), (R{std::nullopt, "just answer"}));
-  EXPECT_EQ(parser->Extract("a</think>b", off), (R{"a", "b"}));
+  // All content; a stray </think> dropped, <think> and <tool_call> kept.
+  EXPECT_EQ(parser->Extract("a</think>b", off), (R{std::nullopt, "ab"}));
+  EXPECT_EQ(parser->Extract("<think>a<tool_call>b", off),
+            (R{std::nullopt, "<think>a<tool_call>b"}));
   ExpectStreamingMatchesExtract(*parser, "just answer", off);
+  ExpectStreamingMatchesExtract(*parser, "a</think>b</thi", off);
+  auto stream = parser->NewStream(off);
+  EXPECT_TRUE(stream->reasoning_ended());
   // deepseek_r1 has no such switch.
   EXPECT_EQ(Parser("deepseek_r1")->Extract("just answer", off), (R{"just answer", std::nullopt}));
 }
@@ -116,11 +151,22 @@ TEST(ReasoningParserTest, Qwen3ToolCallEndsReasoning) {
   EXPECT_EQ(parser->Extract("I should look it up.\n" + call), (R{"I should look it up.\n", call}));
   EXPECT_EQ(parser->Extract(call), (R{std::nullopt, call}));
   ExpectStreamingMatchesExtract(*parser, "I should look it up.\n" + call);
-  // A <tool_call> not followed by <function…> is reasoning text; only the first one counts.
-  const std::string mention = "the <tool_call> tag, then <tool_call>\n<function=f>";
-  EXPECT_EQ(parser->Extract(mention), (R{mention, std::nullopt}));
+  // Any <tool_call> ends it (vLLM 0.33: a grammar transition, no lookahead): hermes' JSON
+  // call too, and a mere mention; what follows is content, for the tool parser.
+  const std::string hermes = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_EQ(parser->Extract("plan" + hermes), (R{"plan", hermes}));
+  const std::string mention = "the <tool_call> tag, then </think>done";
+  EXPECT_EQ(parser->Extract(mention), (R{"the ", "<tool_call> tag, then done"}));
   ExpectStreamingMatchesExtract(*parser, mention);
+  ExpectStreamingMatchesExtract(*parser, "plan" + hermes);
   ExpectStreamingMatchesExtract(*parser, "think <tool_call>  <functio");
+  auto stream = parser->NewStream();
+  EXPECT_EQ(stream->Feed("plan <tool_").reasoning_content, "plan ");
+  EXPECT_FALSE(stream->reasoning_ended());
+  const ReasoningDelta d = stream->Feed("call>{");
+  EXPECT_FALSE(d.reasoning_content.has_value());
+  EXPECT_EQ(d.content, "<tool_call>{");
+  EXPECT_TRUE(stream->reasoning_ended());
   // deepseek_r1 knows no such rule.
   EXPECT_EQ(Parser("deepseek_r1")->Extract(call), (R{call, std::nullopt}));
 }
@@ -157,19 +203,29 @@ TEST(ReasoningParserTest, IsReasoningEndOnText) {
   }
   const auto qwen3 = Parser("qwen3");
   EXPECT_TRUE(qwen3->IsReasoningEnd("<think>x<tool_call>\n<function=f>"));
-  EXPECT_FALSE(qwen3->IsReasoningEnd("<think>x<tool_call>\n<function=f></tool_call>"));
-  EXPECT_FALSE(qwen3->IsReasoningEnd("<think>x<tool_call> maybe"));
+  EXPECT_TRUE(qwen3->IsReasoningEnd("<think>x<tool_call>\n<function=f></tool_call>"));
+  EXPECT_TRUE(qwen3->IsReasoningEnd("<think>x<tool_call> maybe"));
+  EXPECT_FALSE(qwen3->IsReasoningEnd("<tool_call>x</tool_call><think>y"));
   EXPECT_FALSE(Parser("deepseek_r1")->IsReasoningEnd("<think>x<tool_call>\n<function=f>"));
 }
 
 TEST(ReasoningParserTest, IsReasoningEndOnTokenIds) {
-  const auto parser = Parser("deepseek_r1", {.think_start_token_id = 1, .think_end_token_id = 2});
+  const auto parser =
+      Parser("deepseek_r1",
+             {.think_start_token_id = 1, .think_end_token_id = 2, .tool_call_token_id = {}});
   const std::vector<int32_t> ended = {5, 1, 6, 2, 7};
   const std::vector<int32_t> open = {2, 5, 1, 6};
   EXPECT_TRUE(parser->IsReasoningEndIds(ended));
   EXPECT_FALSE(parser->IsReasoningEndIds(open));
   EXPECT_FALSE(parser->IsReasoningEndIds(std::vector<int32_t>{}));
   EXPECT_FALSE(Parser("deepseek_r1")->IsReasoningEndIds(ended));  // no ids configured
+  // qwen3's <tool_call> id ends it too; deepseek_r1 ignores it.
+  const ReasoningParserOptions ids{
+      .think_start_token_id = 1, .think_end_token_id = 2, .tool_call_token_id = 3};
+  const std::vector<int32_t> call = {5, 1, 6, 3, 7};
+  EXPECT_TRUE(Parser("qwen3", ids)->IsReasoningEndIds(call));
+  EXPECT_FALSE(Parser("qwen3", ids)->IsReasoningEndIds(std::vector<int32_t>{3, 1, 6}));
+  EXPECT_FALSE(Parser("deepseek_r1", ids)->IsReasoningEndIds(call));
 }
 
 TEST(ReasoningParserTest, RandomTextNeverBreaksTheStream) {
@@ -190,14 +246,12 @@ TEST(ReasoningParserTest, RandomTextNeverBreaksTheStream) {
       }
       const Streamed s = Stream(*parser, text, cuts);
       EXPECT_LE(s.reasoning.size() + s.content.size(), text.size()) << text;
-      // Without <think> (and, for qwen3, <tool_call>: a stream ends the reasoning at a call
-      // that Extract reads as reasoning when a </think> follows), they agree exactly.
-      if (text.find("<think>") == std::string::npos) {
+      // They agree exactly: qwen3 always; deepseek_r1 without <think> (its Extract drops the
+      // text before the first one, its stream cannot know it comes).
+      if (name == "qwen3" || text.find("<think>") == std::string::npos) {
         const ReasoningResult want = parser->Extract(text);
-        if (name == "deepseek_r1" || text.find("<tool_call>") == std::string::npos) {
-          EXPECT_EQ(s.reasoning, want.reasoning_content.value_or("")) << name << ": " << text;
-          EXPECT_EQ(s.content, want.content.value_or("")) << name << ": " << text;
-        }
+        EXPECT_EQ(s.reasoning, want.reasoning_content.value_or("")) << name << ": " << text;
+        EXPECT_EQ(s.content, want.content.value_or("")) << name << ": " << text;
       }
     }
   }

@@ -194,6 +194,23 @@ TEST(ServeArgsTest, KvEventsConfigReachesTheEngineConfig) {
   }
 }
 
+TEST(ServeArgsTest, StructuredOutputsConfigTakesEnableInReasoning) {
+  auto p = Parse({"--structured-outputs-config",
+                  R"({"enable_in_reasoning": true, "reasoning_parser": "qwen3"})"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const config::StructuredOutputsConfig& s = p->args->config.structured_outputs;
+  EXPECT_TRUE(s.enable_in_reasoning);
+  EXPECT_EQ(s.reasoning_parser, "qwen3");
+  EXPECT_FALSE(Parse({})->args->config.structured_outputs.enable_in_reasoning);
+  auto off = Parse({"--structured-outputs-config", R"({"enable_in_reasoning": false})"});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->args->config.structured_outputs.enable_in_reasoning);
+  auto bad = Parse({"--structured-outputs-config", R"({"enable_in_reasoning": "yes"})"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("--structured-outputs-config enable_in_reasoning"));
+}
+
 TEST(ServeArgsTest, HelpReadsLikeVllm) {
   auto p = Parse({"--help"});
   ASSERT_TRUE(p.ok()) << p.status();

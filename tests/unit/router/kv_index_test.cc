@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frontend/jinja/chat_template.h"
+#include "frontend/jinja/chat_template_input.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -276,6 +277,68 @@ TEST_F(TokenizeRequestBodyTest, ChatMessagesAsTheServerRendersThem) {
   EXPECT_FALSE(TokenizeRequestBody(*tokenizer_, nullptr, body.dump(), true).has_value());
   EXPECT_FALSE(
       TokenizeRequestBody(*tokenizer_, &*chat_, json{{"messages", {1}}}.dump(), true).has_value());
+}
+
+// A tool-calling chat on a template that renders `tools` (the Qwen2 fixture's): the router
+// renders what the API server renders for chat completions (TemplateInputFor, then
+// RenderChatPrompt and the tokenizer without special tokens, as AsyncLLM::TokenizeChat), so
+// its token ids are the engine's: the tools, the assistant's tool call with its arguments as an
+// object, the tool result and the template kwargs all count.
+TEST(TokenizeRequestBodyToolsTest, ToolsAndTemplateKwargsRenderAsTheServerRendersThem) {
+  const std::filesystem::path dir =
+      std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "tokenizer" / "qwen2_bpe";
+  auto tokenizer = frontend::Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto chat = frontend::ChatTemplate::Parse((*tokenizer)->chat_template());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  using nlohmann::ordered_json;
+  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "get_weather", "description": "The weather in a city.",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  const ordered_json body = ordered_json::parse(R"({"messages": [
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}],
+      "chat_template_kwargs": {"enable_thinking": false}})");
+  ordered_json with_tools = body;
+  with_tools["tools"] = tools;
+  // The API server's path.
+  auto input = frontend::TemplateInputFor(with_tools, tools, /*add_generation_prompt=*/true,
+                                          /*continue_final_message=*/false,
+                                          /*add_special_tokens=*/false);
+  ASSERT_TRUE(input.ok()) << input.status();
+  auto prompt = frontend::RenderChatPrompt(*chat, *input, (*tokenizer)->bos_token(),
+                                           (*tokenizer)->eos_token());
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_NE(prompt->find("get_weather"), std::string::npos) << *prompt;
+  EXPECT_NE(prompt->find("\"city\": \"Paris\""), std::string::npos) << *prompt;
+  auto expected = (*tokenizer)->Encode(*prompt, false);
+  ASSERT_TRUE(expected.ok());
+
+  auto ids = TokenizeRequestBody(**tokenizer, &*chat, with_tools.dump(), true);
+  ASSERT_TRUE(ids.has_value());
+  EXPECT_EQ(*ids, *expected);
+  // Without tools the template renders a shorter prompt: the tools made the difference.
+  auto without = TokenizeRequestBody(**tokenizer, &*chat, body.dump(), true);
+  ASSERT_TRUE(without.has_value());
+  EXPECT_LT(without->size(), ids->size());
+  // continue_final_message: the last message left open, as the server cuts it.
+  ordered_json open = with_tools;
+  open["messages"].push_back({{"role", "assistant"}, {"content", "It is"}});
+  open["add_generation_prompt"] = false;
+  open["continue_final_message"] = true;
+  auto open_input = frontend::TemplateInputFor(open, tools, false, true, false);
+  ASSERT_TRUE(open_input.ok()) << open_input.status();
+  auto open_prompt = frontend::RenderChatPrompt(*chat, *open_input, (*tokenizer)->bos_token(),
+                                                (*tokenizer)->eos_token());
+  ASSERT_TRUE(open_prompt.ok()) << open_prompt.status();
+  EXPECT_TRUE(open_prompt->ends_with("It is")) << *open_prompt;
+  EXPECT_EQ(TokenizeRequestBody(**tokenizer, &*chat, open.dump(), true),
+            (*tokenizer)->Encode(*open_prompt, false).value());
+  // Both flags: refused by the server, not tokenized here.
+  open["add_generation_prompt"] = true;
+  EXPECT_FALSE(TokenizeRequestBody(**tokenizer, &*chat, open.dump(), true).has_value());
 }
 
 }  // namespace
