@@ -74,8 +74,9 @@ class Scheduler {
   // run (e.g. all running requests have steps in flight, or grammars are compiling). First
   // moves requests whose grammar compiled to the waiting queue (and fails those whose grammar
   // did not compile: their outputs come with the next UpdateFromOutput); last fills the token
-  // bitmask rows of the constrained requests that sample in this step (not of those still
-  // reasoning: StructuredOutputManager::ShouldFillBitmask).
+  // bitmask rows of the constrained requests that sample in this step (a request still
+  // reasoning gets a row only when some implicit reasoning end, e.g. qwen3's <tool_call>, must
+  // stay masked because its grammar cannot start with it).
   SchedulerOutput Schedule();
 
   // Applies the model's results for a step planned by Schedule(): appends sampled tokens,
@@ -128,7 +129,8 @@ class Scheduler {
   // Advances the request's grammar over the token just appended; true when that finished the
   // request (the grammar refused the token: error; it accepted the stop token or allows
   // nothing else now: stopped). While the request reasons (a reasoning parser is configured)
-  // the grammar is left alone, up to and including the think-end token.
+  // the grammar is left alone, up to and including the think-end token; an implicit end
+  // (qwen3's <tool_call>) is the grammar's first token.
   bool AdvanceGrammar(Request& request);
 
   // Speculative decoding: drafts (proposer_) for the requests of propose_scratch_ (those that
