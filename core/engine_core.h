@@ -167,8 +167,7 @@ class EngineCore {
  private:
   EngineCore(const EngineCoreOptions& options, std::unique_ptr<Executor> executor,
              std::unique_ptr<structured_output::StructuredOutputManager> structured_output_manager,
-             std::unique_ptr<spec_decode::Proposer> proposer,
-             std::unique_ptr<Scheduler> scheduler);
+             std::unique_ptr<spec_decode::Proposer> proposer, std::unique_ptr<Scheduler> scheduler);
   // Stamps engine index, time and (optionally) stats.
   void Finalize(EngineCoreOutputs& outputs);
   // The events recorded since the last call, as one batch, to kv_publisher_ (if any).

@@ -203,8 +203,8 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
     }
     if (!allocated) break;
     request->num_scheduled_tokens = num_new_tokens;
-    request->num_scheduled_spec_tokens = std::max(
-        0, request->num_computed_tokens + num_new_tokens - request->num_tokens());
+    request->num_scheduled_spec_tokens =
+        std::max(0, request->num_computed_tokens + num_new_tokens - request->num_tokens());
     request->num_blocks_before_step = num_blocks_before;
     scheduled_running_.push_back(request);
     *token_budget -= num_new_tokens;
@@ -313,9 +313,9 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
     c.resumed_from_preemption.push_back(resumed ? 1 : 0);
     // A resumed request's worker state is gone: send all its tokens.
     const int32_t begin = resumed ? 0 : r->num_computed_tokens;
-    const int32_t end = resumed ? r->num_tokens()
-                                : r->num_computed_tokens + r->num_scheduled_tokens -
-                                      r->num_scheduled_spec_tokens;
+    const int32_t end =
+        resumed ? r->num_tokens()
+                : r->num_computed_tokens + r->num_scheduled_tokens - r->num_scheduled_spec_tokens;
     if (end - begin == 1) {
       c.new_token_ids.push_back(r->all_token_ids[begin]);  // the common decode case
     } else {
@@ -569,9 +569,9 @@ void Scheduler::ProposeDrafts() {
   size_t kept = 0;
   for (Request* r : propose_scratch_) {
     // Only a request whose next step is a plain decode (everything but its last token
-    // computed) that is unconstrained (drafts are not checked against grammars yet).
-    if (r->is_finished() || r->structured_output != nullptr ||
-        r->num_computed_tokens != r->num_tokens() - 1) {
+    // computed); a constrained one once its grammar applies (not while it reasons).
+    if (r->is_finished() || r->num_computed_tokens != r->num_tokens() - 1 ||
+        (r->structured_output != nullptr && !CanDraftUnderGrammar(*r))) {
       continue;
     }
     // The drafts and the token after them must fit max_tokens and max_model_len.
@@ -593,6 +593,11 @@ void Scheduler::ProposeDrafts() {
       std::vector<int32_t>& draft = drafts_[i];
       if (static_cast<int32_t>(draft.size()) > propose_requests_[i].max_draft_tokens) {
         draft.resize(static_cast<size_t>(propose_requests_[i].max_draft_tokens));
+      }
+      // Under a grammar only the prefix it accepts is worth verifying (vLLM's
+      // validate_tokens).
+      if (propose_scratch_[i]->structured_output != nullptr) {
+        draft.resize(ValidDraftPrefix(*propose_scratch_[i], draft));
       }
       propose_scratch_[i]->spec_token_ids.assign(draft.begin(), draft.end());
     }

@@ -76,7 +76,8 @@ class Scheduler {
   // did not compile: their outputs come with the next UpdateFromOutput); last fills the token
   // bitmask rows of the constrained requests that sample in this step (a request still
   // reasoning gets a row only when some implicit reasoning end, e.g. qwen3's <tool_call>, must
-  // stay masked because its grammar cannot start with it).
+  // stay masked because its grammar cannot start with it); a constrained request with d drafts
+  // gets d + 1 consecutive rows, one per verified position.
   SchedulerOutput Schedule();
 
   // Applies the model's results for a step planned by Schedule(): appends sampled tokens,
@@ -132,6 +133,11 @@ class Scheduler {
   // the grammar is left alone, up to and including the think-end token; an implicit end
   // (qwen3's <tool_call>) is the grammar's first token.
   bool AdvanceGrammar(Request& request);
+  // Speculative decoding under a grammar: whether `request` (constrained) may get drafts (its
+  // grammar compiled, applies and has not terminated), and how many of `draft`'s leading
+  // tokens its grammar accepts (the grammar is left as it was).
+  bool CanDraftUnderGrammar(const Request& request) const;
+  size_t ValidDraftPrefix(Request& request, std::span<const int32_t> draft);
 
   // Speculative decoding: drafts (proposer_) for the requests of propose_scratch_ (those that
   // got tokens in the step just applied and decode next), each at most k and what max_tokens

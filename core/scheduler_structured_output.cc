@@ -40,13 +40,26 @@ void Scheduler::FillGrammarBitmask(SchedulerOutput* output) {
   const StepRecord& record = inflight_steps_.back();  // this step's requests, scheduled order
   grammar_scratch_.clear();
   bool reasoning_rows = false;
+  bool draft_rows = false;
   for (size_t i = 0; i < record.requests.size(); ++i) {
     const Request* r = record.requests[i];
+    const int32_t num_spec = record.num_spec_tokens.empty() ? 0 : record.num_spec_tokens[i];
     // Only a request that samples in this step (its last prompt chunk, or a decode) needs a
     // row; a finished grammar (the stop token accepted) constrains nothing more.
-    if (r->structured_output == nullptr || r->num_computed_tokens != r->num_tokens()) continue;
+    if (r->structured_output == nullptr || r->num_computed_tokens - num_spec != r->num_tokens()) {
+      continue;
+    }
     structured_output::Grammar* grammar = r->structured_output->grammar();
     if (grammar == nullptr || grammar->IsTerminated()) continue;
+    if (num_spec > 0) {
+      // One row per verified position, filled below as the grammar walks the drafts.
+      for (int32_t j = 0; j <= num_spec; ++j) {
+        grammar_scratch_.push_back(nullptr);
+        output->structured_output_indices.push_back(static_cast<int32_t>(i));
+      }
+      draft_rows = true;
+      continue;
+    }
     if (structured_output_manager_->ShouldFillBitmask(*r->structured_output)) {
       grammar_scratch_.push_back(grammar);
     } else if (structured_output_manager_->NeedsReasoningRow(*r->structured_output)) {
@@ -63,14 +76,54 @@ void Scheduler::FillGrammarBitmask(SchedulerOutput* output) {
   const size_t words = static_cast<size_t>(structured_output_manager_->bitmask_words());
   output->grammar_bitmask.resize(grammar_scratch_.size() * words);
   structured_output_manager_->FillBitmasks(grammar_scratch_, output->grammar_bitmask);
-  if (!reasoning_rows) return;
+  if (!reasoning_rows && !draft_rows) return;
+  auto row = [&](size_t k) {
+    return std::span<int32_t>(output->grammar_bitmask).subspan(k * words, words);
+  };
   for (size_t k = 0; k < grammar_scratch_.size(); ++k) {
     if (grammar_scratch_[k] != nullptr) continue;
-    const Request* r = record.requests[static_cast<size_t>(output->structured_output_indices[k])];
-    structured_output_manager_->FillReasoningRow(
-        *r->structured_output,
-        std::span<int32_t>(output->grammar_bitmask).subspan(k * words, words));
+    const auto i = static_cast<size_t>(output->structured_output_indices[k]);
+    const Request* r = record.requests[i];
+    const int32_t num_spec = record.num_spec_tokens.empty() ? 0 : record.num_spec_tokens[i];
+    if (num_spec == 0) {
+      structured_output_manager_->FillReasoningRow(*r->structured_output, row(k));
+      continue;
+    }
+    // Row j: what the grammar allows after the first j drafts (vLLM fills the bitmask the same
+    // way, accepting the drafts, then rolling them back). The drafts are the tail of the
+    // request's scheduled tokens.
+    const std::span<const int32_t> fed =
+        output->scheduled_cached_reqs.new_token_ids_of(i - output->scheduled_new_reqs.size());
+    const std::span<const int32_t> drafts = fed.last(static_cast<size_t>(num_spec));
+    structured_output::Grammar* grammar = r->structured_output->grammar();
+    int32_t accepted = 0;
+    for (int32_t j = 0; j <= num_spec; ++j) {
+      grammar->FillBitmask(row(k + static_cast<size_t>(j)));
+      if (j < num_spec && accepted == j &&
+          grammar->AcceptTokens(drafts.subspan(static_cast<size_t>(j), 1))) {
+        ++accepted;
+      }
+    }
+    grammar->Rollback(accepted);
+    k += static_cast<size_t>(num_spec);
   }
+}
+
+bool Scheduler::CanDraftUnderGrammar(const Request& request) const {
+  const structured_output::Grammar* grammar = request.structured_output->grammar();
+  return grammar != nullptr && !grammar->IsTerminated() &&
+         structured_output_manager_->ShouldFillBitmask(*request.structured_output);
+}
+
+size_t Scheduler::ValidDraftPrefix(Request& request, std::span<const int32_t> draft) {
+  structured_output::Grammar* grammar = request.structured_output->grammar();
+  size_t accepted = 0;
+  while (accepted < draft.size() && !grammar->IsTerminated() &&
+         grammar->AcceptTokens(draft.subspan(accepted, 1))) {
+    ++accepted;
+  }
+  grammar->Rollback(static_cast<int32_t>(accepted));
+  return accepted;
 }
 
 bool Scheduler::AdvanceGrammar(Request& request) {

@@ -155,30 +155,13 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   prompt_positions_.clear();
   row_sampling_.clear();
   spec_rows_.clear();
+  spec_bitmask_.assign(scheduled_.size(), nullptr);
   if (!so.num_scheduled_spec_tokens.empty() &&
       so.num_scheduled_spec_tokens.size() != scheduled_.size()) {
     return absl::InvalidArgumentError(
         "SchedulerOutput: num_scheduled_spec_tokens must be empty or one entry per request");
   }
-  // Structured outputs: the bitmask row of each constrained scheduled request.
-  std::vector<const int32_t*> grammar_row(scheduled_.size(), nullptr);
-  if (!so.structured_output_indices.empty()) {
-    const size_t words = (static_cast<size_t>(backend_->config().vocab_size) + 31) / 32;
-    if (so.grammar_bitmask.size() != words * so.structured_output_indices.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "SchedulerOutput: grammar_bitmask has %d words for %d rows of a %d-token vocabulary",
-          so.grammar_bitmask.size(), so.structured_output_indices.size(),
-          backend_->config().vocab_size));
-    }
-    for (size_t i = 0; i < so.structured_output_indices.size(); ++i) {
-      const auto r = static_cast<size_t>(so.structured_output_indices[i]);
-      if (r >= grammar_row.size()) {
-        return absl::InvalidArgumentError(
-            "SchedulerOutput: structured_output_indices out of range");
-      }
-      grammar_row[r] = so.grammar_bitmask.data() + i * words;
-    }
-  }
+  VLLM_RETURN_IF_ERROR(ReadGrammarRows(so));
   max_query_len_ = 0;
   max_seq_len_ = 0;
   query_start_loc_.assign(1, 0);
@@ -218,46 +201,7 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
     // Rows stay ascending: prompt positions end before the last token, the sampled row.
     if (s.prompt_logprobs_pending)
       AddPromptLogprobsRows(s, static_cast<int32_t>(r), nc, seq_len, first_row);
-    const int32_t num_spec = so.num_scheduled_spec_tokens.empty() ? 0
-                                                                   : so.num_scheduled_spec_tokens[r];
-    if (num_spec > 0) {
-      if (num_spec >= n || seq_len != static_cast<int32_t>(s.token_ids.size())) {
-        return Bad(id, absl::StrFormat("%d draft tokens in a step of %d", num_spec, n));
-      }
-      if (grammar_row[r] != nullptr) {
-        return Bad(id, "draft tokens for a request under a grammar are not supported");
-      }
-      // Verification: the rows of the last real token and of every draft, sampled together
-      // on the host by the rejection sampler.
-      for (int32_t j = 0; j <= num_spec; ++j) {
-        logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1 - num_spec + j);
-        sampling_rows_.push_back(static_cast<int32_t>(r));
-        prompt_positions_.push_back(-1);
-        spec_rows_.resize(logits_indices_.size(), -1);
-        spec_rows_.back() = j;
-        RowSampling row;
-        row.on_host = true;
-        row.logits_only = true;  // the device samples nothing here
-        row_sampling_.push_back(row);
-      }
-    } else if (seq_len == static_cast<int32_t>(s.token_ids.size())) {
-      // Samples only when every known token is computed (not mid-way through a chunked
-      // prefill).
-      logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1);
-      sampling_rows_.push_back(static_cast<int32_t>(r));
-      prompt_positions_.push_back(-1);
-      const core::SamplingParams& p = s.sampling_params;
-      RowSampling row;
-      row.temperature = static_cast<float>(p.temperature);
-      row.top_k = p.top_k;
-      row.top_p = static_cast<float>(p.top_p);
-      row.min_p = static_cast<float>(p.min_p);
-      row.u = cpu::CounterUniform(s.seed, s.token_ids.size());
-      row.on_host = !backend_->samples_on_device() || NeedsHostSampling(p);
-      // Applied by the device to a row it samples, by Sample to an on_host row.
-      row.bitmask = grammar_row[r];
-      row_sampling_.push_back(row);
-    }
+    VLLM_RETURN_IF_ERROR(AddSamplingRows(so, r, seq_len));
   }
   block_tables_.assign(scheduled_.size() * static_cast<size_t>(max_blocks), 0);
   for (size_t r = 0; r < scheduled_.size(); ++r) {
@@ -271,6 +215,85 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
           absl::StrFormat("SchedulerOutput: token id %d outside the vocabulary of %d", id,
                           backend_->config().vocab_size));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::ReadGrammarRows(const core::SchedulerOutput& so) {
+  // Structured outputs: the bitmask row of each constrained scheduled request (the first of
+  // its num_spec + 1 consecutive rows when it has drafts), and how many it has.
+  grammar_row_.assign(scheduled_.size(), nullptr);
+  grammar_rows_.assign(scheduled_.size(), 0);
+  if (so.structured_output_indices.empty()) return absl::OkStatus();
+  const size_t words = (static_cast<size_t>(backend_->config().vocab_size) + 31) / 32;
+  if (so.grammar_bitmask.size() != words * so.structured_output_indices.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SchedulerOutput: grammar_bitmask has %d words for %d rows of a %d-token vocabulary",
+        so.grammar_bitmask.size(), so.structured_output_indices.size(),
+        backend_->config().vocab_size));
+  }
+  for (size_t i = 0; i < so.structured_output_indices.size(); ++i) {
+    const auto r = static_cast<size_t>(so.structured_output_indices[i]);
+    if (r >= grammar_row_.size()) {
+      return absl::InvalidArgumentError("SchedulerOutput: structured_output_indices out of range");
+    }
+    if (grammar_rows_[r] > 0 && so.structured_output_indices[i - 1] != static_cast<int32_t>(r)) {
+      return absl::InvalidArgumentError(
+          "SchedulerOutput: a request's grammar bitmask rows must be consecutive");
+    }
+    if (grammar_rows_[r]++ == 0) grammar_row_[r] = so.grammar_bitmask.data() + i * words;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::AddSamplingRows(const core::SchedulerOutput& so, size_t r,
+                                          int32_t seq_len) {
+  const RequestState& s = *scheduled_[r];
+  const int32_t n = so.num_scheduled_tokens[r];
+  const std::string& id = so.scheduled_req_id(r);
+  const int32_t num_spec =
+      so.num_scheduled_spec_tokens.empty() ? 0 : so.num_scheduled_spec_tokens[r];
+  if (num_spec > 0) {
+    if (num_spec >= n || seq_len != static_cast<int32_t>(s.token_ids.size())) {
+      return Bad(id, absl::StrFormat("%d draft tokens in a step of %d", num_spec, n));
+    }
+    if (grammar_row_[r] != nullptr && grammar_rows_[r] != num_spec + 1) {
+      return Bad(id, absl::StrFormat("%d grammar bitmask rows for %d draft tokens",
+                                     grammar_rows_[r], num_spec));
+    }
+    spec_bitmask_[r] = grammar_row_[r];
+    // Verification: the rows of the last real token and of every draft, sampled together
+    // on the host by the rejection sampler.
+    for (int32_t j = 0; j <= num_spec; ++j) {
+      logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1 - num_spec + j);
+      sampling_rows_.push_back(static_cast<int32_t>(r));
+      prompt_positions_.push_back(-1);
+      spec_rows_.resize(logits_indices_.size(), -1);
+      spec_rows_.back() = j;
+      RowSampling row;
+      row.on_host = true;
+      row.logits_only = true;  // the device samples nothing here
+      row_sampling_.push_back(row);
+    }
+  } else if (grammar_rows_[r] > 1) {
+    return Bad(id, absl::StrFormat("%d grammar bitmask rows without drafts", grammar_rows_[r]));
+  } else if (seq_len == static_cast<int32_t>(s.token_ids.size())) {
+    // Samples only when every known token is computed (not mid-way through a chunked
+    // prefill).
+    logits_indices_.push_back(static_cast<int32_t>(input_ids_.size()) - 1);
+    sampling_rows_.push_back(static_cast<int32_t>(r));
+    prompt_positions_.push_back(-1);
+    const core::SamplingParams& p = s.sampling_params;
+    RowSampling row;
+    row.temperature = static_cast<float>(p.temperature);
+    row.top_k = p.top_k;
+    row.top_p = static_cast<float>(p.top_p);
+    row.min_p = static_cast<float>(p.min_p);
+    row.u = cpu::CounterUniform(s.seed, s.token_ids.size());
+    row.on_host = !backend_->samples_on_device() || NeedsHostSampling(p);
+    // Applied by the device to a row it samples, by Sample to an on_host row.
+    row.bitmask = grammar_row_[r];
+    row_sampling_.push_back(row);
   }
   return absl::OkStatus();
 }
@@ -300,9 +323,16 @@ int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs*
 }
 
 void ModelRunner::VerifyDrafts(RequestState& s, int32_t num_spec, float* logits,
-                               core::ModelRunnerOutput* out, size_t r) {
+                               const int32_t* bitmask, core::ModelRunnerOutput* out, size_t r) {
   const int64_t vocab = backend_->config().vocab_size;
   const auto rows = static_cast<size_t>(num_spec) + 1;
+  // The grammar's row j masks position j first, as Sample masks a plain row.
+  if (bitmask != nullptr) {
+    const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
+    for (size_t j = 0; j < rows; ++j) {
+      cpu::ApplyTokenBitmask(logits + j * vocab, vocab, bitmask + j * words);
+    }
+  }
   // The request's real tokens; its drafts follow them in token_ids.
   const size_t num_real = s.token_ids.size() - static_cast<size_t>(num_spec);
   const std::span<const int32_t> all(s.token_ids);
@@ -417,7 +447,7 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
         return absl::InternalError("the model backend returned too few host logits rows");
       }
       VerifyDrafts(s, static_cast<int32_t>(num_spec), result_.host_logits.data() + host_row * vocab,
-                   &out, r);
+                   spec_bitmask_[r], &out, r);
       host_row += num_spec + 1;
       i += num_spec;
       continue;

@@ -80,6 +80,12 @@ class ModelRunner {
   [[nodiscard]] absl::Status UpdateStates(const core::SchedulerOutput& so);
   // Fills the flattened batch for the scheduled requests (in num_scheduled_tokens order).
   [[nodiscard]] absl::Status PrepareInputs(const core::SchedulerOutput& so);
+  // PrepareInputs' parts: the step's grammar bitmask rows per request (grammar_row_,
+  // grammar_rows_), and request r's logits rows to sample (its last position; with drafts, the
+  // verification rows of the last real token and of every draft).
+  [[nodiscard]] absl::Status ReadGrammarRows(const core::SchedulerOutput& so);
+  [[nodiscard]] absl::Status AddSamplingRows(const core::SchedulerOutput& so, size_t r,
+                                             int32_t seq_len);
   // `bitmask`: the request's structured-output row this step (null: unconstrained).
   int32_t Sample(RequestState& state, float* logits, core::TokenLogprobs* logprobs,
                  const int32_t* bitmask);
@@ -87,8 +93,9 @@ class ModelRunner {
   // against the num_spec + 1 host logits rows at `logits` (modified) with the rejection
   // sampler, fills out->sampled_token_ids[r] (and logprobs[r]) with the accepted drafts and the
   // token after them, and keeps those in s.token_ids in place of the drafts.
-  void VerifyDrafts(RequestState& s, int32_t num_spec, float* logits, core::ModelRunnerOutput* out,
-                    size_t r);
+  // `bitmask`: the request's num_spec + 1 grammar rows, or null.
+  void VerifyDrafts(RequestState& s, int32_t num_spec, float* logits, const int32_t* bitmask,
+                    core::ModelRunnerOutput* out, size_t r);
   // Whether logits row i starts a request's verification rows.
   bool IsSpecRow(size_t i) const { return spec_rows_[i] == 0; }
   // Starts assembling `s`'s prompt logprobs when it asks for them (a new or resumed request).
@@ -123,6 +130,11 @@ class ModelRunner {
   std::vector<float> spec_raw_;
   std::vector<double> spec_u_accept_, spec_u_sample_;
   std::vector<int32_t> spec_tokens_;
+  // Per scheduled request: its first grammar bitmask row (null: unconstrained) and its count.
+  std::vector<const int32_t*> grammar_row_;
+  std::vector<int32_t> grammar_rows_;
+  // Per scheduled request with drafts: its first grammar bitmask row (null: unconstrained).
+  std::vector<const int32_t*> spec_bitmask_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;
 };

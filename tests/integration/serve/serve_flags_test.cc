@@ -377,7 +377,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                  "hermes",
                                  "--exclude-tools-when-tool-choice-none",
                                  "--max-structured-output-compile-seconds",
-                                 "5"}));
+                                 "5",
+                                 "--speculative-config",
+                                 R"({"method": "ngram", "num_speculative_tokens": 3,
+                                     "prompt_lookup_min": 1, "prompt_lookup_max": 2})"}));
   log = Log();
   const std::string config = ConfigLine(log);
   ASSERT_FALSE(config.empty()) << log;
@@ -418,6 +421,20 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   }
   InConfig("--max-logprobs", config, "max_logprobs=3");
   InConfig("--max-structured-output-compile-seconds", config, "max_compile_seconds=5");
+  {
+    // Drafts from the request's own tokens are verified (greedy output is unchanged: the
+    // reference test); /metrics counts them.
+    const nlohmann::json body = {{"prompt", "And he said unto him, And he said unto him, And he"},
+                                 {"max_tokens", 40},
+                                 {"temperature", 0}};
+    EXPECT_EQ(Request(port_, "POST", "/v1/completions", body.dump(), key).status, 200);
+    const double drafts = SumOf(ParseMetrics(Request(port_, "GET", "/metrics", "", key).body),
+                                "vllm:spec_decode_num_drafts_total");
+    Covered("--speculative-config",
+            drafts > 0 && absl::StrContains(config, "method='ngram'") &&
+                absl::StrContains(config, "num_speculative_tokens=3"),
+            absl::StrCat(drafts, " drafts; ", config));
+  }
   {
     // disable_any_whitespace: JSON comes out with XGrammar's fixed separators ", " and ": "
     // (as Python's json.dumps), never a newline, tab or run of spaces.

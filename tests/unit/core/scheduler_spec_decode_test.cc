@@ -200,7 +200,7 @@ TEST_F(SchedulerSpecDecodeTest, WrongDraftsAreRejectedAndTheOutputIsUnchanged) {
 
 TEST_F(SchedulerSpecDecodeTest, DraftsFitMaxTokensAndMaxModelLen) {
   Init(/*k=*/8, /*num_right=*/8, /*budget=*/64, /*num_blocks=*/1000, /*max_model_len=*/20);
-  Add(MakeRequest("a", 10, 4));   // room for 2 drafts after the first token
+  Add(MakeRequest("a", 10, 4));             // room for 2 drafts after the first token
   Add(MakeRequest("b", 12, std::nullopt));  // until max_model_len
   RunToCompletion();
   EXPECT_EQ(tokens_["a"], Expected("a", 10, 4));

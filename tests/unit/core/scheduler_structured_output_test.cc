@@ -43,7 +43,11 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
     setup.kv_cache.num_blocks = num_blocks_;
     setup.config.model.max_model_len = max_model_len_;
     setup.config.scheduler.max_num_batched_tokens = budget_;
-    auto scheduler = Scheduler::Create(setup.config, setup.kv_cache, manager_.get());
+    if (proposer_ != nullptr) {
+      setup.config.speculative.method = "ngram";
+      setup.config.speculative.num_speculative_tokens = num_spec_tokens_;
+    }
+    auto scheduler = Scheduler::Create(setup.config, setup.kv_cache, manager_.get(), proposer_);
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = std::move(*scheduler);
     auto tokenizer = frontend::Tokenizer::Load(ModelDir());
@@ -74,7 +78,9 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
       out.req_ids.push_back(id);
       auto& sampled = out.sampled_token_ids.emplace_back();
       const Request* r = scheduler_->GetRequest(id);
-      if (r == nullptr || r->num_computed_tokens != r->num_tokens()) continue;  // mid-prefill
+      const int32_t num_spec =
+          so.num_scheduled_spec_tokens.empty() ? 0 : so.num_scheduled_spec_tokens[i];
+      if (r == nullptr || r->num_computed_tokens - num_spec != r->num_tokens()) continue;
       int32_t token = free_token_ ? free_token_(*r) : 100;
       bool row = false;
       for (size_t k = 0; k < so.structured_output_indices.size(); ++k) {
@@ -91,6 +97,7 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
             token = t;
           }
         }
+        break;  // with drafts, the first row is the last sampled token's (drafts rejected)
       }
       sampled.push_back(token);
       samples_[id].push_back({r->num_output_tokens(), row});
@@ -133,6 +140,8 @@ class SchedulerStructuredOutputTest : public ::testing::Test {
   int32_t num_blocks_ = 1000;
   int32_t max_model_len_ = 8192;
   int32_t budget_ = 8192;
+  spec_decode::Proposer* proposer_ = nullptr;  // speculative decoding when set
+  int32_t num_spec_tokens_ = 0;
   std::unique_ptr<StructuredOutputManager> manager_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<frontend::Tokenizer> tokenizer_;
@@ -173,6 +182,72 @@ TEST_F(SchedulerStructuredOutputTest, OnlyConstrainedSamplingRowsGetABitmask) {
   ASSERT_EQ(second.structured_output_indices.size(), 1u);
   EXPECT_EQ(second.grammar_bitmask.size(), static_cast<size_t>((kVocab + 31) / 32));
   auto [tokens, reason] = RunToEnd("c");
+  ASSERT_TRUE(reason.has_value());
+  EXPECT_EQ(*reason, FinishReason::kStop);
+}
+
+// Proposes the same tokens for every request.
+class FixedProposer final : public spec_decode::Proposer {
+ public:
+  explicit FixedProposer(std::vector<int32_t> draft) : draft_(std::move(draft)) {}
+  void Propose(std::span<const spec_decode::ProposeRequest> requests,
+               std::vector<std::vector<int32_t>>* drafts) override {
+    drafts->assign(requests.size(), draft_);
+  }
+  void OnRequestFinished(std::string_view, std::span<const int32_t>, int32_t) override {}
+
+ private:
+  std::vector<int32_t> draft_;
+};
+
+bool Allowed(const int32_t* row, int32_t token) {
+  return ((row[token / 32] >> (token % 32)) & 1) != 0;
+}
+
+TEST_F(SchedulerStructuredOutputTest, DraftsAreCutToWhatTheGrammarAcceptsAndGetARowEach) {
+  const int32_t one = *tokenizer_->TokenToId("1");
+  const int32_t two = *tokenizer_->TokenToId("2");
+  const int32_t letter = *tokenizer_->TokenToId("a");
+  // Two digits, then a letter the grammar refuses, then a digit past it.
+  FixedProposer proposer({one, two, letter, one});
+  proposer_ = &proposer;
+  num_spec_tokens_ = 4;
+  SetUp();
+  StructuredOutputsParams so;
+  so.regex = "[0-9]{12}";
+  ASSERT_TRUE(scheduler_->AddRequest(Constrained("d", so)).ok());
+  // The prefill (once the grammar compiled) samples the first digit.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (scheduler_->GetRequest("d")->num_output_tokens() == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    SchedulerOutput so_step;
+    Step(&so_step);
+    if (so_step.num_scheduled_reqs() == 0) manager_->WaitForCompiles(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(scheduler_->GetRequest("d")->num_output_tokens(), 1);
+  SchedulerOutput so_step = scheduler_->Schedule();
+  ASSERT_EQ(so_step.num_scheduled_spec_tokens, std::vector<int32_t>{2});
+  // Three rows (positions of the last token and the two drafts), consecutive.
+  ASSERT_EQ(so_step.structured_output_indices, (std::vector<int32_t>{0, 0, 0}));
+  const size_t words = static_cast<size_t>((kVocab + 31) / 32);
+  ASSERT_EQ(so_step.grammar_bitmask.size(), 3 * words);
+  for (size_t j = 0; j < 3; ++j) {
+    const int32_t* row = so_step.grammar_bitmask.data() + j * words;
+    EXPECT_TRUE(Allowed(row, one)) << j;
+    EXPECT_FALSE(Allowed(row, letter)) << j;
+  }
+  // Both drafts accepted, then a third digit: the grammar takes all three.
+  ModelRunnerOutput out;
+  out.req_ids = {"d"};
+  out.sampled_token_ids = {{one, two, two}};
+  auto result = scheduler_->UpdateFromOutput(so_step, out);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const Request* r = scheduler_->GetRequest("d");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->num_output_tokens(), 4);
+  EXPECT_EQ(r->structured_output->grammar()->num_accepted_tokens(), 4);
+  EXPECT_FALSE(r->is_finished());
+  auto [tokens, reason] = RunToEnd("d");
   ASSERT_TRUE(reason.has_value());
   EXPECT_EQ(*reason, FinishReason::kStop);
 }
