@@ -14,8 +14,10 @@ serve --dataset-name prompts` at temperature 0:
   - "quote": a passage, a blank line, then the passage's first words again; continuing means
     quoting it (prompt lookup's best case, as "repeat the passage above" prompts are for
     large models).
-For each method ("off": no --speculative-config; "ngram" with prompt_lookup_min 2 and
-prompt_lookup_max 4; "suffix"), each k, each set and each concurrency, a fresh server is
+For each set and concurrency, every config in turn (the order rotated each round, so that a
+drift of the machine's speed does not favour the configs run last): for each method ("off": no
+--speculative-config; "ngram" with prompt_lookup_min 2 and prompt_lookup_max 4; "suffix") and
+each k (0: the method's default), a fresh server is
 started (`vllm-launch --port P [--speculative-config ...]`, its own process group, stopped
 before the next: suffix decoding's cache of earlier outputs starts empty every run), a warm-up
 run on prompts of its own is discarded, then the measured run. Prompts are distinct within a
@@ -221,7 +223,10 @@ def main():
             configs.append(("off", 0, []))
             continue
         for k in (int(x) for x in args.k.split(",")):
-            spec = {"method": m, "num_speculative_tokens": k}
+            if k == 0 and m == "ngram":
+                continue  # vLLM's ngram has no default k
+            # k = 0: the method's default (suffix: min(suffix_decoding_max_tree_depth, 16)).
+            spec = {"method": m, "num_speculative_tokens": k} if k else {"method": m}
             if m == "ngram":
                 spec.update(prompt_lookup_min=2, prompt_lookup_max=4)
             configs.append((m, k, ["--speculative-config", json.dumps(spec)]))
@@ -237,10 +242,15 @@ def main():
             runs += one["runs"]
             cpu = one["cpu"]
             earlier.setdefault("vllm_runs", []).extend(one.get("vllm_runs", []))
-    for _, (method, k, extra) in ((i, c) for i in range(args.rounds if args.ours else 0)
-                                  for c in configs):
-        for name, path in ((n, p) for n, p in sets.items() if n != "warmup"):
-            for c in conc:
+    # Interleaved: for each (set, c) every config in turn, the order rotated every round, so
+    # that a drift of the machine's speed during a round does not favour the configs run last.
+    plan = [(rnd, name, path, c, configs[(j + rnd) % len(configs)])
+            for rnd in range(args.rounds if args.ours else 0)
+            for name, path in sets.items() if name != "warmup"
+            for c in conc for j in range(len(configs))]
+    for _, name, path, c, (method, k, extra) in plan:
+        if True:
+            if True:
                 cmd = [args.launcher, "--host", "127.0.0.1", "--port", str(args.port)] + extra
                 server = common.Server(f"{method}-k{k}", cmd, dict(os.environ), args.port,
                                        os.path.join(log_dir, f"server-{method}-{k}.log"),
