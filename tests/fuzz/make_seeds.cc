@@ -143,7 +143,7 @@ void EngineSeeds(const fs::path& dir) {
   so.finished_req_ids = {"cmpl-d-0"};
   so.preempted_req_ids = {"cmpl-e-0"};
   so.structured_output_indices = {0, 2};
-  so.grammar_bitmask = {-1, 0x0f, 0, 1};  // two rows of a 64-token vocabulary
+  so.grammar_bitmask = {-1, 0x0f, 0, 1};     // two rows of a 64-token vocabulary
   so.num_scheduled_spec_tokens = {0, 0, 1};  // cmpl-c-0's last token is a draft
   Write(dir, "scheduler_output_full", core::Encode(so));
   Write(dir, "scheduler_output_empty", core::Encode(core::SchedulerOutput{}));
