@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "base/json_util.h"
+#include "base/status_param.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::base {
@@ -120,6 +121,21 @@ class Builder {
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what()));
   }
+}
+
+// A request field: `object`'s member `name`, or null when it is absent or JSON null (OpenAI's
+// "unset").
+inline const nlohmann::ordered_json* FindField(const nlohmann::ordered_json& object,
+                                               const char* name) {
+  const auto it = object.find(name);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+// InvalidParam naming `field`: "<field> must be <expected>, got <the value's JSON type>".
+[[nodiscard]] inline absl::Status WrongTypeParam(const std::string& field, const char* expected,
+                                                 const nlohmann::ordered_json& value) {
+  return InvalidParam(field,
+                      absl::StrCat(field, " must be ", expected, ", got ", value.type_name()));
 }
 
 }  // namespace vllm::base

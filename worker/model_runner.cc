@@ -155,7 +155,6 @@ absl::Status ModelRunner::PrepareInputs(const core::SchedulerOutput& so) {
   prompt_positions_.clear();
   row_sampling_.clear();
   spec_rows_.clear();
-  spec_bitmask_.assign(scheduled_.size(), nullptr);
   if (!so.num_scheduled_spec_tokens.empty() &&
       so.num_scheduled_spec_tokens.size() != scheduled_.size()) {
     return absl::InvalidArgumentError(
@@ -261,7 +260,6 @@ absl::Status ModelRunner::AddSamplingRows(const core::SchedulerOutput& so, size_
       return Bad(id, absl::StrFormat("%d grammar bitmask rows for %d draft tokens",
                                      grammar_rows_[r], num_spec));
     }
-    spec_bitmask_[r] = grammar_row_[r];
     // Verification: the rows of the last real token and of every draft, sampled together
     // on the host by the rejection sampler.
     for (int32_t j = 0; j <= num_spec; ++j) {
@@ -447,7 +445,7 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
         return absl::InternalError("the model backend returned too few host logits rows");
       }
       VerifyDrafts(s, static_cast<int32_t>(num_spec), result_.host_logits.data() + host_row * vocab,
-                   spec_bitmask_[r], &out, r);
+                   grammar_row_[r], &out, r);
       host_row += num_spec + 1;
       i += num_spec;
       continue;

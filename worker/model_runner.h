@@ -133,8 +133,6 @@ class ModelRunner {
   // Per scheduled request: its first grammar bitmask row (null: unconstrained) and its count.
   std::vector<const int32_t*> grammar_row_;
   std::vector<int32_t> grammar_rows_;
-  // Per scheduled request with drafts: its first grammar bitmask row (null: unconstrained).
-  std::vector<const int32_t*> spec_bitmask_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;
 };

@@ -16,26 +16,16 @@ using base::InvalidParam;
 using json = nlohmann::ordered_json;
 using nlohmann::ordered_json;
 
-const json* Find(const json& object, const char* name) {
-  const auto it = object.find(name);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-absl::Status WrongType(const std::string& field, const char* expected, const json& value) {
-  return InvalidParam(field,
-                      absl::StrCat(field, " must be ", expected, ", got ", value.type_name()));
-}
-
 // The text of a message's content as the "string" content format renders it.
 std::string ContentText(const json& message) {
-  const json* content = Find(message, "content");
+  const json* content = base::FindField(message, "content");
   if (content == nullptr) return "";
   if (content->is_string()) return content->get<std::string>();
   std::string out;
   bool first = true;
   if (content->is_array()) {
     for (const json& part : *content) {
-      const json* text = part.is_object() ? Find(part, "text") : nullptr;
+      const json* text = part.is_object() ? base::FindField(part, "text") : nullptr;
       if (text == nullptr || !text->is_string()) continue;
       if (!first) out += "\n";
       out += text->get<std::string>();
@@ -48,7 +38,7 @@ std::string ContentText(const json& message) {
 // An assistant message's tool_calls with their arguments as objects (vLLM's
 // _postprocess_messages).
 absl::StatusOr<ordered_json> TemplateToolCalls(const json& calls) {
-  if (!calls.is_array()) return WrongType("messages", "tool_calls as a list", calls);
+  if (!calls.is_array()) return base::WrongTypeParam("messages", "tool_calls as a list", calls);
   if (calls.size() > kMaxTemplateToolCalls) {
     return InvalidParam(
         "messages", absl::StrCat("an assistant message has ", calls.size(), " tool_calls; at most ",
@@ -56,8 +46,8 @@ absl::StatusOr<ordered_json> TemplateToolCalls(const json& calls) {
   }
   ordered_json out = ordered_json::array();
   for (const json& call : calls) {
-    const json* function = call.is_object() ? Find(call, "function") : nullptr;
-    const json* type = call.is_object() ? Find(call, "type") : nullptr;
+    const json* function = call.is_object() ? base::FindField(call, "function") : nullptr;
+    const json* type = call.is_object() ? base::FindField(call, "type") : nullptr;
     if (!call.is_object()) {
       return InvalidParam("tool_calls", "assistant tool_calls entries must be objects.");
     }
@@ -68,7 +58,7 @@ absl::StatusOr<ordered_json> TemplateToolCalls(const json& calls) {
     }
     ordered_json entry(call);
     ordered_json arguments = ordered_json::object();
-    if (const json* a = Find(*function, "arguments"); a != nullptr) {
+    if (const json* a = base::FindField(*function, "arguments"); a != nullptr) {
       if (a->is_object()) {
         arguments = ordered_json(*a);
       } else if (a->is_string() && !a->get<std::string>().empty()) {
@@ -87,39 +77,40 @@ absl::StatusOr<ordered_json> TemplateToolCalls(const json& calls) {
 }  // namespace
 
 absl::StatusOr<ordered_json> TemplateMessages(const json& body) {
-  const json* messages = Find(body, "messages");
+  const json* messages = base::FindField(body, "messages");
   if (messages == nullptr || !messages->is_array()) {
     return InvalidParam("messages", "messages is required");
   }
   ordered_json out = ordered_json::array();
   for (const json& m : *messages) {
-    if (!m.is_object()) return WrongType("messages", "a list of message objects", m);
-    const json* role = Find(m, "role");
+    if (!m.is_object()) return base::WrongTypeParam("messages", "a list of message objects", m);
+    const json* role = base::FindField(m, "role");
     if (role == nullptr || !role->is_string()) {
       return InvalidParam("messages", "every message needs a string \"role\"");
     }
     ordered_json entry{{"role", *role}, {"content", ContentText(m)}};
     if (*role == "assistant") {
-      if (const json* calls = Find(m, "tool_calls"); calls != nullptr) {
+      if (const json* calls = base::FindField(m, "tool_calls"); calls != nullptr) {
         auto converted = TemplateToolCalls(*calls);
         if (!converted.ok()) return converted.status();
         if (!converted->empty()) entry["tool_calls"] = std::move(*converted);
       }
-      const json* reasoning = Find(m, "reasoning");
-      if (reasoning == nullptr) reasoning = Find(m, "reasoning_content");
+      const json* reasoning = base::FindField(m, "reasoning");
+      if (reasoning == nullptr) reasoning = base::FindField(m, "reasoning_content");
       if (reasoning != nullptr) {
         if (!reasoning->is_string())
-          return WrongType("messages", "reasoning as a string", *reasoning);
+          return base::WrongTypeParam("messages", "reasoning as a string", *reasoning);
         entry["reasoning"] = *reasoning;
         entry["reasoning_content"] = *reasoning;
       }
     } else if (*role == "tool") {
-      if (const json* id = Find(m, "tool_call_id"); id != nullptr) {
-        if (!id->is_string()) return WrongType("messages", "tool_call_id as a string", *id);
+      if (const json* id = base::FindField(m, "tool_call_id"); id != nullptr) {
+        if (!id->is_string())
+          return base::WrongTypeParam("messages", "tool_call_id as a string", *id);
         entry["tool_call_id"] = *id;
       }
     }
-    if (const json* name = Find(m, "name"); name != nullptr && name->is_string()) {
+    if (const json* name = base::FindField(m, "name"); name != nullptr && name->is_string()) {
       entry["name"] = *name;
     }
     out.push_back(std::move(entry));
@@ -129,12 +120,12 @@ absl::StatusOr<ordered_json> TemplateMessages(const json& body) {
 
 absl::StatusOr<ordered_json> TemplateKwargs(const json& body) {
   ordered_json kwargs = ordered_json::object();
-  const json* user = Find(body, "chat_template_kwargs");
+  const json* user = base::FindField(body, "chat_template_kwargs");
   if (user != nullptr) {
-    if (!user->is_object()) return WrongType("chat_template_kwargs", "an object", *user);
+    if (!user->is_object()) return base::WrongTypeParam("chat_template_kwargs", "an object", *user);
     kwargs = ordered_json(*user);
   }
-  if (const json* effort = Find(body, "reasoning_effort"); effort != nullptr) {
+  if (const json* effort = base::FindField(body, "reasoning_effort"); effort != nullptr) {
     static constexpr const char* kEfforts[] = {"none", "minimal", "low", "medium",
                                                "high", "xhigh",   "max"};
     bool known = false;

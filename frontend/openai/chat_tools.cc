@@ -17,54 +17,44 @@ namespace {
 using json = nlohmann::ordered_json;
 using nlohmann::ordered_json;
 
-const json* Find(const json& object, const char* name) {
-  const auto it = object.find(name);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-absl::Status WrongType(const std::string& field, const char* expected, const json& value) {
-  return InvalidParam(field,
-                      absl::StrCat(field, " must be ", expected, ", got ", value.type_name()));
-}
-
 constexpr char kNamedUsage[] =
     "Correct usage: `{\"type\": \"function\", \"function\": {\"name\": \"my_function\"}}`";
 
 absl::Status CheckTool(const json& tool, size_t index) {
   const std::string field = absl::StrCat("tools[", index, "]");
-  if (!tool.is_object()) return WrongType(field, "an object", tool);
-  if (const json* type = Find(tool, "type"); type != nullptr && *type != "function") {
+  if (!tool.is_object()) return base::WrongTypeParam(field, "an object", tool);
+  if (const json* type = base::FindField(tool, "type"); type != nullptr && *type != "function") {
     return InvalidParam("tools", absl::StrCat(field, ".type must be \"function\""));
   }
-  const json* function = Find(tool, "function");
+  const json* function = base::FindField(tool, "function");
   if (function == nullptr || !function->is_object()) {
     return InvalidParam("tools", absl::StrCat(field, " needs a \"function\" object"));
   }
-  const json* name = Find(*function, "name");
+  const json* name = base::FindField(*function, "name");
   if (name == nullptr || !name->is_string()) {
     return InvalidParam("tools", absl::StrCat(field, ".function needs a string \"name\""));
   }
-  if (const json* d = Find(*function, "description"); d != nullptr && !d->is_string()) {
-    return WrongType(field + ".function.description", "a string", *d);
+  if (const json* d = base::FindField(*function, "description"); d != nullptr && !d->is_string()) {
+    return base::WrongTypeParam(field + ".function.description", "a string", *d);
   }
-  if (const json* p = Find(*function, "parameters"); p != nullptr && !p->is_object()) {
-    return WrongType(field + ".function.parameters", "an object (a JSON schema)", *p);
+  if (const json* p = base::FindField(*function, "parameters"); p != nullptr && !p->is_object()) {
+    return base::WrongTypeParam(field + ".function.parameters", "an object (a JSON schema)", *p);
   }
-  if (const json* s = Find(*function, "strict"); s != nullptr && !s->is_boolean()) {
-    return WrongType(field + ".function.strict", "a boolean", *s);
+  if (const json* s = base::FindField(*function, "strict"); s != nullptr && !s->is_boolean()) {
+    return base::WrongTypeParam(field + ".function.strict", "a boolean", *s);
   }
   return absl::OkStatus();
 }
 
 // The named form of tool_choice: the function's name (vLLM's messages).
 absl::StatusOr<std::string> NamedFunction(const json& choice, const json& tools) {
-  const json* function = Find(choice, "function");
+  const json* function = base::FindField(choice, "function");
   if (function == nullptr || !function->is_object()) {
     return InvalidParam(
         "tool_choice.function",
         absl::StrCat("Invalid value for `function` in `tool_choice`! ", kNamedUsage));
   }
-  const json* name = Find(*function, "name");
+  const json* name = base::FindField(*function, "name");
   if (name == nullptr) {
     return InvalidParam(
         "tool_choice.function.name",
@@ -161,7 +151,7 @@ static_assert(kMaxTemplateToolCalls == static_cast<size_t>(parsers::kMaxToolCall
 
 absl::StatusOr<ToolRequest> ParseToolRequest(const json& body, const ChatParsers& parsers) {
   for (const char* field : {"functions", "function_call"}) {
-    if (Find(body, field) != nullptr) {
+    if (base::FindField(body, field) != nullptr) {
       return InvalidParam(field, absl::StrCat(field,
                                               " (OpenAI's deprecated function calling) is not "
                                               "supported; send tools and tool_choice"));
@@ -169,8 +159,8 @@ absl::StatusOr<ToolRequest> ParseToolRequest(const json& body, const ChatParsers
   }
   ToolRequest request;
   json tools;
-  if (const json* t = Find(body, "tools"); t != nullptr) {
-    if (!t->is_array()) return WrongType("tools", "a list of tools", *t);
+  if (const json* t = base::FindField(body, "tools"); t != nullptr) {
+    if (!t->is_array()) return base::WrongTypeParam("tools", "a list of tools", *t);
     if (t->empty()) {
       return InvalidParam("tools",
                           "`tools` must not be an empty array. Either provide at least one tool "
@@ -189,8 +179,8 @@ absl::StatusOr<ToolRequest> ParseToolRequest(const json& body, const ChatParsers
   auto choice = ParseChoice(body, tools, &request.function);
   if (!choice.ok()) return choice.status();
   request.choice = *choice;
-  if (const json* p = Find(body, "parallel_tool_calls"); p != nullptr) {
-    if (!p->is_boolean()) return WrongType("parallel_tool_calls", "a boolean", *p);
+  if (const json* p = base::FindField(body, "parallel_tool_calls"); p != nullptr) {
+    if (!p->is_boolean()) return base::WrongTypeParam("parallel_tool_calls", "a boolean", *p);
     request.parallel_tool_calls = p->get<bool>();
   }
   if (request.choice == ToolChoice::kAuto && parsers.tool_parser == nullptr) {
@@ -222,12 +212,13 @@ absl::Status ApplyToolChoiceGrammar(const json& body, const ToolRequest& tools,
     return absl::OkStatus();
   }
   if (tools.choice == ToolChoice::kNamed) {
-    const json* so = Find(body, "structured_outputs");
-    bool constrained = so != nullptr && so->is_object() &&
-                       (Find(*so, "json") != nullptr || Find(*so, "regex") != nullptr ||
-                        Find(*so, "choice") != nullptr);
+    const json* so = base::FindField(body, "structured_outputs");
+    bool constrained =
+        so != nullptr && so->is_object() &&
+        (base::FindField(*so, "json") != nullptr || base::FindField(*so, "regex") != nullptr ||
+         base::FindField(*so, "choice") != nullptr);
     for (const char* alias : {"guided_json", "guided_regex", "guided_choice"}) {
-      constrained |= Find(body, alias) != nullptr;
+      constrained |= base::FindField(body, alias) != nullptr;
     }
     if (constrained) {
       return InvalidParam("tool_choice",
@@ -267,8 +258,9 @@ absl::StatusOr<ChatOutputOptions> ChatOutputFor(const json& body, const ToolRequ
                                                 const ChatParsers& parsers) {
   ChatOutputOptions out;
   out.reasoning = parsers.reasoning_parser;
-  if (const json* include = Find(body, "include_reasoning"); include != nullptr) {
-    if (!include->is_boolean()) return WrongType("include_reasoning", "a boolean", *include);
+  if (const json* include = base::FindField(body, "include_reasoning"); include != nullptr) {
+    if (!include->is_boolean())
+      return base::WrongTypeParam("include_reasoning", "a boolean", *include);
     out.include_reasoning = include->get<bool>();
   }
   if (const auto it = kwargs.find("enable_thinking"); it != kwargs.end() && *it == false) {

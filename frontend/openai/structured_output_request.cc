@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/ordered_json.h"
 #include "frontend/engine/engine_client.h"
 #include "spdlog/spdlog.h"
 #include "structured_output/params.h"
@@ -27,29 +28,24 @@ struct Sources {
   std::string structural_tag = "structured_outputs.structural_tag";
 };
 
-absl::Status WrongType(const std::string& field, const char* expected, const json& value) {
-  return InvalidParam(field,
-                      absl::StrCat(field, " must be ", expected, ", got ", value.type_name()));
-}
-
 // A schema (or a structural tag) given as an object, or as JSON text: the text.
 absl::StatusOr<std::string> JsonText(const std::string& field, const json& value) {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_object() || value.is_boolean()) return value.dump();
-  return WrongType(field, "an object or a JSON string", value);
+  return base::WrongTypeParam(field, "an object or a JSON string", value);
 }
 
 absl::StatusOr<std::string> Text(const std::string& field, const json& value) {
-  if (!value.is_string()) return WrongType(field, "a string", value);
+  if (!value.is_string()) return base::WrongTypeParam(field, "a string", value);
   return value.get<std::string>();
 }
 
 absl::StatusOr<std::vector<std::string>> Choices(const std::string& field, const json& value) {
-  if (!value.is_array()) return WrongType(field, "a list of strings", value);
+  if (!value.is_array()) return base::WrongTypeParam(field, "a list of strings", value);
   std::vector<std::string> choices;
   choices.reserve(value.size());
   for (const json& c : value) {
-    if (!c.is_string()) return WrongType(field, "a list of strings", value);
+    if (!c.is_string()) return base::WrongTypeParam(field, "a list of strings", value);
     choices.push_back(c.get<std::string>());
   }
   return choices;
@@ -80,7 +76,7 @@ absl::Status SetChoices(const std::string& field, const json& value,
 }
 
 absl::Status Bool(const std::string& field, const json& value, bool* out) {
-  if (!value.is_boolean()) return WrongType(field, "a boolean", value);
+  if (!value.is_boolean()) return base::WrongTypeParam(field, "a boolean", value);
   *out = value.get<bool>();
   return absl::OkStatus();
 }
@@ -88,7 +84,7 @@ absl::Status Bool(const std::string& field, const json& value, bool* out) {
 // structured_outputs: vLLM's StructuredOutputsParams, strictly (an unknown key is refused).
 absl::Status ParseStructuredOutputsField(const json& so, StructuredOutputsParams* p) {
   if (so.is_null()) return absl::OkStatus();
-  if (!so.is_object()) return WrongType("structured_outputs", "an object", so);
+  if (!so.is_object()) return base::WrongTypeParam("structured_outputs", "an object", so);
   for (const auto& [key, value] : so.items()) {
     const std::string field = absl::StrCat("structured_outputs.", key);
     if (value.is_null()) continue;
@@ -128,7 +124,7 @@ absl::Status ParseResponseFormat(const json& body, StructuredOutputsParams* p, S
   const auto it = body.find("response_format");
   if (it == body.end() || it->is_null()) return absl::OkStatus();
   const json& rf = *it;
-  if (!rf.is_object()) return WrongType("response_format", "an object", rf);
+  if (!rf.is_object()) return base::WrongTypeParam("response_format", "an object", rf);
   const auto type = rf.find("type");
   if (type == rf.end() || !type->is_string()) {
     return InvalidParam("response_format.type",
