@@ -1,6 +1,7 @@
 #include "config/speculative_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 
@@ -81,6 +82,18 @@ bool IsDefaultValue(std::string_view key, const nlohmann::json& v) {
 }  // namespace
 
 absl::Status SpeculativeConfig::Validate() const {
+  // Checked whatever the method (they have valid defaults): a NaN, which no comparison
+  // refuses, or a value out of range never reaches a proposer or the config's wire form.
+  if (!(suffix_decoding_max_spec_factor >= 0 && std::isfinite(suffix_decoding_max_spec_factor))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--speculative-config suffix_decoding_max_spec_factor=%g must be >= 0",
+                        suffix_decoding_max_spec_factor));
+  }
+  if (!(suffix_decoding_min_token_prob >= 0 && suffix_decoding_min_token_prob <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--speculative-config suffix_decoding_min_token_prob=%g must be in [0, 1]",
+                        suffix_decoding_min_token_prob));
+  }
   if (method.empty()) {
     if (num_speculative_tokens != 0) {
       return absl::InvalidArgumentError(
@@ -104,21 +117,18 @@ absl::Status SpeculativeConfig::Validate() const {
           prompt_lookup_min, prompt_lookup_max));
     }
   } else if (method == "suffix") {
-    if (suffix_decoding_max_spec_factor < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--speculative-config suffix_decoding_max_spec_factor=%g must be >= 0",
-                          suffix_decoding_max_spec_factor));
-    }
-    if (!(suffix_decoding_min_token_prob >= 0 && suffix_decoding_min_token_prob <= 1)) {
+    // Its settings are checked above.
+  } else if (method == "eagle" || method == "medusa" || method == "draft_model") {
+    if (model.empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--speculative-config suffix_decoding_min_token_prob=%g must be in [0, 1]",
-          suffix_decoding_min_token_prob));
+          "--speculative-config model: method '%s' needs the draft's directory", method));
     }
   } else {
-    // The draft heads and draft models need their loaders in the worker (issue 31's next part).
+    // EAGLE-3 (fused hidden states of three target layers) and MTP (a model's own extra
+    // layers) need loaders of their own (issue 31's next part).
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--speculative-config method: '%s' is not implemented yet in this build (ngram and "
-        "suffix are)",
+        "--speculative-config method: '%s' is not implemented yet in this build (ngram, suffix, "
+        "eagle, medusa and draft_model are)",
         method));
   }
   return absl::OkStatus();
@@ -160,7 +170,7 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(std::string_view json) 
     } else if (key == "prompt_lookup_max") {
       VLLM_RETURN_IF_ERROR(ReadInt(v, key, 1, 1 << 20, &lookup_max));
     } else if (key == "draft_tensor_parallel_size") {
-      VLLM_RETURN_IF_ERROR(ReadInt(v, key, 1, 1, &draft_tp));
+      VLLM_RETURN_IF_ERROR(ReadInt(v, key, 1, 1 << 10, &draft_tp));
     } else if (key == "suffix_decoding_max_tree_depth") {
       VLLM_RETURN_IF_ERROR(ReadInt(v, key, 1, 1 << 16, &depth));
     } else if (key == "suffix_decoding_max_cached_requests") {

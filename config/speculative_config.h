@@ -30,7 +30,9 @@ struct SpeculativeConfig {
   int32_t num_speculative_tokens = 0;
   // The draft: an EAGLE/EAGLE-3/Medusa head's or a draft model's directory.
   std::filesystem::path model;
-  int32_t draft_tensor_parallel_size = 1;
+  // 0: as the target's tensor_parallel_size (vLLM's default); 1: the whole draft on every
+  // rank. Any other value must equal the target's (VllmConfig::Validate).
+  int32_t draft_tensor_parallel_size = 0;
   // ngram: the n-gram lengths matched against the request's earlier tokens (longest first).
   int32_t prompt_lookup_min = 0;
   int32_t prompt_lookup_max = 0;
@@ -42,13 +44,23 @@ struct SpeculativeConfig {
   double suffix_decoding_min_token_prob = 0.1;
 
   bool enabled() const { return !method.empty(); }
+  // Whether the draft runs in the worker on the target's hidden states or beside it (eagle,
+  // eagle3, medusa, draft_model, mtp), its tokens coming back with each step's output; ngram
+  // and suffix draft in the engine core.
+  bool DraftsInWorker() const { return enabled() && method != "ngram" && method != "suffix"; }
+  // KV slots the scheduler allocates past a request's scheduled tokens for the draft to write
+  // its own positions (vLLM's num_lookahead_tokens): k for a draft with a KV cache (eagle,
+  // draft_model), 0 for one without (medusa) and for the engine-core proposers.
+  int32_t NumLookaheadTokens() const {
+    return DraftsInWorker() && method != "medusa" ? num_speculative_tokens : 0;
+  }
 
   template <class Self, class V>
   static void Fields(Self& s, V& v) {
     v("method", s.method, OneOf(kSpeculativeMethods));
     v("num_speculative_tokens", s.num_speculative_tokens, Range(0, kMaxSpeculativeTokens));
     v("model", s.model, MaxBytes(kMaxPathBytes));
-    v("draft_tensor_parallel_size", s.draft_tensor_parallel_size, Range(1, 1));
+    v("draft_tensor_parallel_size", s.draft_tensor_parallel_size, Range(0, 1 << 10));
     v("prompt_lookup_min", s.prompt_lookup_min, Range(0, 1 << 20));
     v("prompt_lookup_max", s.prompt_lookup_max, Range(0, 1 << 20));
     v("suffix_decoding_max_tree_depth", s.suffix_decoding_max_tree_depth, Range(1, 1 << 16));

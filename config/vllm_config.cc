@@ -229,6 +229,15 @@ absl::Status VllmConfig::Validate() const {
   VLLM_RETURN_IF_ERROR(device.Validate());
   VLLM_RETURN_IF_ERROR(load.Validate());
   VLLM_RETURN_IF_ERROR(speculative.Validate());
+  // vLLM's _verify_and_get_draft_tp: the draft runs sharded as the target or whole on every
+  // rank.
+  if (speculative.draft_tensor_parallel_size != 0 && speculative.draft_tensor_parallel_size != 1 &&
+      speculative.draft_tensor_parallel_size != parallel.tensor_parallel_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--speculative-config draft_tensor_parallel_size: %d; expected 1 or the target's "
+        "--tensor-parallel-size %d",
+        speculative.draft_tensor_parallel_size, parallel.tensor_parallel_size));
+  }
   // Known only once max_model_len is (resolved or given): vLLM refuses a budget that cannot
   // hold one whole prompt when prompts are not chunked.
   if (!scheduler.enable_chunked_prefill && scheduler.max_num_batched_tokens > 0 &&

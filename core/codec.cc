@@ -185,7 +185,7 @@ void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
 }
 
 void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
-  pk.pack_array(4);
+  pk.pack_array(5);
   wire::PackList<std::string>(pk, o.req_ids);
   pk.pack_array(static_cast<uint32_t>(o.sampled_token_ids.size()));
   for (const auto& tokens : o.sampled_token_ids) wire::PackList<int32_t>(pk, tokens);
@@ -193,6 +193,8 @@ void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
   for (const auto& list : o.logprobs) PackLogprobsList(pk, list);
   pk.pack_array(static_cast<uint32_t>(o.prompt_logprobs.size()));
   for (const auto& list : o.prompt_logprobs) PackLogprobsList(pk, list);
+  pk.pack_array(static_cast<uint32_t>(o.draft_token_ids.size()));
+  for (const auto& tokens : o.draft_token_ids) wire::PackList<int32_t>(pk, tokens);
 }
 
 template <typename PackBody>
@@ -493,7 +495,7 @@ absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out)
 }
 
 absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ModelRunnerOutput", 4));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ModelRunnerOutput", 5));
   VLLM_RETURN_IF_ERROR(r.StringList("req_ids", kMaxIdBytes, &out->req_ids));
   VLLM_ASSIGN_OR_RETURN(auto sampled, r.List("sampled_token_ids", r.Next()));
   if (sampled.size() != out->req_ids.size()) {
@@ -520,6 +522,17 @@ absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* 
   for (size_t i = 0; i < prompt_logprobs.size(); ++i) {
     VLLM_RETURN_IF_ERROR(
         ReadLogprobsList(r, "prompt_logprobs", prompt_logprobs[i], &out->prompt_logprobs[i]));
+  }
+  VLLM_ASSIGN_OR_RETURN(auto drafts, r.List("draft_token_ids", r.Next()));
+  if (!drafts.empty() && drafts.size() != out->req_ids.size()) {
+    return r.Error("draft_token_ids", "must be empty or hold one list per request");
+  }
+  out->draft_token_ids.resize(drafts.size());
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(r.ReadIntList(drafts[i], "draft_token_ids", &out->draft_token_ids[i]));
+    if (out->draft_token_ids[i].size() > static_cast<size_t>(config::kMaxSpeculativeTokens)) {
+      return r.Error("draft_token_ids", "more than kMaxSpeculativeTokens drafts for a request");
+    }
   }
   return absl::OkStatus();
 }

@@ -45,8 +45,10 @@
 //                      structured_output_indices: [int], grammar_bitmask: [int],
 //                      num_scheduled_spec_tokens: [int]]
 //   ModelRunnerOutput [req_ids: [str], sampled_token_ids: [[int]],
-//                      logprobs: [[TokenLogprobs]], prompt_logprobs: [[TokenLogprobs]]]
-//                     (each of the last two empty or one list per request)
+//                      logprobs: [[TokenLogprobs]], prompt_logprobs: [[TokenLogprobs]],
+//                      draft_token_ids: [[int]]]
+//                     (each of the last three empty or one list per request; a draft list
+//                     at most config::kMaxSpeculativeTokens long)
 //   AbortRequests     [request_id: str, ...]
 //   StartDpWave       [wave, exclude_engine_index]
 // Integers are range-checked against the C++ field type. Floats are always written as msgpack
@@ -77,8 +79,8 @@ namespace vllm::core {
 
 // 2: SamplingParams.prompt_logprobs, EngineCoreOutput / ModelRunnerOutput prompt_logprobs.
 // 3: structured outputs. 4: SchedulerStats.structured_output_stats.
-// 5: SchedulerStats.spec_decoding_stats.
-inline constexpr uint32_t kWireVersion = 5;
+// 5: SchedulerStats.spec_decoding_stats. 6: ModelRunnerOutput.draft_token_ids.
+inline constexpr uint32_t kWireVersion = 6;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

@@ -66,7 +66,8 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   }
   auto so_manager = std::make_unique<structured_output::StructuredOutputManager>(so_options);
   std::unique_ptr<spec_decode::Proposer> proposer;
-  if (config.speculative.enabled()) {
+  // The draft heads and draft models run in the workers; ngram and suffix draft here.
+  if (config.speculative.enabled() && !config.speculative.DraftsInWorker()) {
     VLLM_ASSIGN_OR_RETURN(proposer, spec_decode::MakeProposer(config.speculative));
   }
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,

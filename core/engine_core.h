@@ -34,15 +34,18 @@
 namespace vllm::core {
 
 // Size of the KV cache per token on the most loaded worker:
-// 2 (K and V) x num_kv_heads x head_dim x dtype_bytes x num_layers.
+// 2 (K and V) x num_kv_heads x head_dim x dtype_bytes x num_layers, plus the draft's (an EAGLE
+// head's layer or a draft model's layers, which share the target's block table; vLLM puts
+// them in the same KV-cache group).
 struct KVCacheSpec {
   int32_t num_layers = 0;
   int32_t num_kv_heads = 0;  // per worker (after tensor-parallel sharding)
   int32_t head_dim = 0;
   int32_t dtype_bytes = 0;
+  int64_t draft_bytes_per_token = 0;  // 0 without a draft that keeps a KV cache
 
   int64_t BytesPerToken() const {
-    return int64_t{2} * num_kv_heads * head_dim * dtype_bytes * num_layers;
+    return int64_t{2} * num_kv_heads * head_dim * dtype_bytes * num_layers + draft_bytes_per_token;
   }
 };
 

@@ -46,6 +46,9 @@ Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_c
       kv_cache_config_(kv_cache_config),
       structured_output_manager_(structured_output_manager),
       proposer_(config.speculative.num_speculative_tokens > 0 ? proposer : nullptr),
+      worker_drafts_(config.speculative.num_speculative_tokens > 0 &&
+                     config.speculative.DraftsInWorker()),
+      num_lookahead_tokens_(worker_drafts_ ? config.speculative.NumLookaheadTokens() : 0),
       kv_cache_manager_(kv_cache_config.num_blocks, config.cache.block_size,
                         config.model.max_model_len, config.cache.enable_prefix_caching,
                         config.kv_events.enable, kv_cache_config.sliding_window),
@@ -187,7 +190,8 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
     const int32_t num_blocks_before = static_cast<int32_t>(request->block_ids.size());
     bool allocated = false;
     while (true) {
-      if (kv_cache_manager_.AllocateSlots(*request, num_new_tokens).has_value()) {
+      if (kv_cache_manager_.AllocateSlots(*request, num_new_tokens, 0, {}, num_lookahead_tokens_)
+              .has_value()) {
         allocated = true;
         break;
       }
@@ -233,7 +237,7 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
         << "waiting request " << request->request_id << " has nothing to compute";
     if (!kv_cache_manager_
              .AllocateSlots(*request, num_new_tokens, computed.num_computed_tokens,
-                            computed.block_ids)
+                            computed.block_ids, num_lookahead_tokens_)
              .has_value()) {
       break;  // the cache is full: later requests would not fit either
     }
@@ -445,11 +449,17 @@ absl::Status Scheduler::MatchModelOutput(const SchedulerOutput& scheduler_output
           "ModelRunnerOutput: %d tokens for request %s, which could sample at most %d",
           sampled.size(), scheduler_output.scheduled_req_id(i), most));
     }
-    for (int32_t token : sampled) {
-      if (token < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("ModelRunnerOutput: negative token id %d for request %s", token,
-                            scheduler_output.scheduled_req_id(i)));
+    const std::span<const int32_t> drafts =
+        model_output.draft_token_ids.empty()
+            ? std::span<const int32_t>()
+            : std::span<const int32_t>(model_output.draft_token_ids[output_index_[i]]);
+    for (std::span<const int32_t> tokens : {std::span<const int32_t>(sampled), drafts}) {
+      for (int32_t token : tokens) {
+        if (token < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("ModelRunnerOutput: negative token id %d for request %s", token,
+                              scheduler_output.scheduled_req_id(i)));
+        }
       }
     }
   }
@@ -469,10 +479,11 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
   }
   if (model_output.sampled_token_ids.size() != num_model ||
       (!model_output.logprobs.empty() && model_output.logprobs.size() != num_model) ||
-      (!model_output.prompt_logprobs.empty() && model_output.prompt_logprobs.size() != num_model)) {
+      (!model_output.prompt_logprobs.empty() && model_output.prompt_logprobs.size() != num_model) ||
+      (!model_output.draft_token_ids.empty() && model_output.draft_token_ids.size() != num_model)) {
     return absl::InvalidArgumentError(
-        "ModelRunnerOutput: sampled_token_ids, logprobs and prompt_logprobs must have one entry "
-        "per req_id");
+        "ModelRunnerOutput: sampled_token_ids, logprobs, prompt_logprobs and draft_token_ids "
+        "must have one entry per req_id");
   }
   // Pass 1: find every scheduled request's entry and validate, so that a bad output changes
   // nothing.
@@ -542,8 +553,9 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
       out.finish_reason = GetFinishReason(request.status);
       out.stop_reason = request.stop_reason;
       stopped_.push_back(&request);
-    } else if (proposer_ != nullptr) {
+    } else if (proposer_ != nullptr || worker_drafts_) {
       propose_scratch_.push_back(&request);
+      propose_output_index_.push_back(output_index_[i]);
     }
   }
   if (!stopped_.empty()) {
@@ -559,15 +571,16 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
   }
   record.requests.clear();
   spare_records_.push_back(std::move(record.requests));
-  if (!propose_scratch_.empty()) ProposeDrafts();
+  if (!propose_scratch_.empty()) ProposeDrafts(model_output);
   return result;
 }
 
-void Scheduler::ProposeDrafts() {
+void Scheduler::ProposeDrafts(const ModelRunnerOutput& model_output) {
   const int32_t k = config_.speculative.num_speculative_tokens;
   propose_requests_.clear();
   size_t kept = 0;
-  for (Request* r : propose_scratch_) {
+  for (size_t i = 0; i < propose_scratch_.size(); ++i) {
+    Request* r = propose_scratch_[i];
     // Only a request whose next step is a plain decode (everything but its last token
     // computed); a constrained one once its grammar applies (not while it reasons).
     if (r->is_finished() || r->num_computed_tokens != r->num_tokens() - 1 ||
@@ -584,11 +597,25 @@ void Scheduler::ProposeDrafts() {
     p.token_ids = r->all_token_ids;
     p.num_prompt_tokens = r->num_prompt_tokens;
     p.max_draft_tokens = std::min(k, room);
+    propose_output_index_[kept] = propose_output_index_[i];
     propose_scratch_[kept++] = r;
   }
   propose_scratch_.resize(kept);
+  propose_output_index_.resize(kept);
   if (!propose_requests_.empty()) {
-    proposer_->Propose(propose_requests_, &drafts_);
+    if (proposer_ != nullptr) {
+      proposer_->Propose(propose_requests_, &drafts_);
+    } else {
+      drafts_.resize(kept);
+      for (size_t i = 0; i < kept; ++i) {
+        const auto j = static_cast<size_t>(propose_output_index_[i]);
+        if (j < model_output.draft_token_ids.size()) {
+          drafts_[i] = model_output.draft_token_ids[j];
+        } else {
+          drafts_[i].clear();
+        }
+      }
+    }
     for (size_t i = 0; i < propose_scratch_.size() && i < drafts_.size(); ++i) {
       std::vector<int32_t>& draft = drafts_[i];
       if (static_cast<int32_t>(draft.size()) > propose_requests_[i].max_draft_tokens) {
@@ -603,6 +630,7 @@ void Scheduler::ProposeDrafts() {
     }
   }
   propose_scratch_.clear();
+  propose_output_index_.clear();
 }
 
 SchedulerStats Scheduler::MakeStats() {
@@ -616,7 +644,7 @@ SchedulerStats Scheduler::MakeStats() {
   if (structured_output_manager_ != nullptr) {
     stats.structured_output_stats = structured_output_manager_->TakeStats();
   }
-  if (proposer_ != nullptr) {
+  if (proposer_ != nullptr || worker_drafts_) {
     stats.spec_decoding_stats = std::exchange(spec_stats_, {});
     spec_stats_.num_spec_tokens = config_.speculative.num_speculative_tokens;
   }

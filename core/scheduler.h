@@ -139,10 +139,12 @@ class Scheduler {
   bool CanDraftUnderGrammar(const Request& request) const;
   size_t ValidDraftPrefix(Request& request, std::span<const int32_t> draft);
 
-  // Speculative decoding: drafts (proposer_) for the requests of propose_scratch_ (those that
-  // got tokens in the step just applied and decode next), each at most k and what max_tokens
-  // and max_model_len leave; constrained requests get none.
-  void ProposeDrafts();
+  // Speculative decoding: drafts for the requests of propose_scratch_ (those that got tokens in
+  // the step just applied and decode next), each at most k and what max_tokens and
+  // max_model_len leave, under a grammar only the prefix it accepts: from proposer_, or, when
+  // the draft runs in the worker (eagle, medusa, draft_model), from `model_output`'s
+  // draft_token_ids (entry propose_output_index_[i] for propose_scratch_[i]).
+  void ProposeDrafts(const ModelRunnerOutput& model_output);
 
   // Frees `request`'s blocks and sends it back to the waiting queue.
   void PreemptRequest(Request* request);
@@ -173,9 +175,15 @@ class Scheduler {
   const KVCacheConfig kv_cache_config_;
   structured_output::StructuredOutputManager* const structured_output_manager_;
   spec_decode::Proposer* const proposer_;
+  // The draft runs in the worker and its tokens come back with the step's output.
+  const bool worker_drafts_;
+  // KV slots allocated past a request's scheduled tokens for the worker's draft to write
+  // (vLLM's num_lookahead_tokens): k for eagle and draft_model, 0 otherwise.
+  const int32_t num_lookahead_tokens_;
   spec_decode::SpecDecodingStats spec_stats_;
   // Per-step scratch of ProposeDrafts.
   std::vector<Request*> propose_scratch_;
+  std::vector<int32_t> propose_output_index_;
   std::vector<spec_decode::ProposeRequest> propose_requests_;
   std::vector<std::vector<int32_t>> drafts_;
   // Requests whose grammar is compiling, in arrival order.

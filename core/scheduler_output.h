@@ -118,6 +118,10 @@ struct ModelRunnerOutput {
   // samples its first token after the prompt was computed; every other entry is empty. The
   // worker assembles the chunks of a chunked prefill (vLLM's in-progress prompt logprobs).
   std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
+  // Speculative decoding with a draft that runs in the worker (eagle, medusa, draft_model;
+  // vLLM's draft_token_ids): empty, or one list per request of up to
+  // config::kMaxSpeculativeTokens tokens drafted after its last sampled token (empty: none).
+  std::vector<std::vector<int32_t>> draft_token_ids;
 
   friend bool operator==(const ModelRunnerOutput&, const ModelRunnerOutput&) = default;
 };

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -47,7 +48,77 @@ void AddOne(std::vector<float>& weight) {
   for (float& w : weight) w = 1.0f + w;
 }
 
+// An EAGLE checkpoint names its tensors with or without the "model." prefix the Llama loader
+// asks for (vLLM's EagleLlamaForCausalLM.load_weights adds it): "model.X" reads "X" when only
+// that exists.
+class EagleWeightNames final : public WeightSource {
+ public:
+  explicit EagleWeightNames(WeightSource& inner) : inner_(inner) {}
+  absl::StatusOr<std::vector<float>> Load(std::string_view name,
+                                          std::span<const int64_t> full_shape,
+                                          const Shard& shard) override {
+    return inner_.Load(Resolve(name), full_shape, shard);
+  }
+  bool Has(std::string_view name) const override { return inner_.Has(Resolve(name)); }
+  std::vector<std::string> Names() const override { return inner_.Names(); }
+
+ private:
+  std::string_view Resolve(std::string_view name) const {
+    constexpr std::string_view kPrefix = "model.";
+    if (name.starts_with(kPrefix) && !inner_.Has(name) && inner_.Has(name.substr(kPrefix.size()))) {
+      return name.substr(kPrefix.size());
+    }
+    return name;
+  }
+  WeightSource& inner_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(const HfConfig& config,
+                                                                      WeightSource& weights,
+                                                                      kernels::Communicator* comm,
+                                                                      const LlamaModel& target) {
+  VLLM_CHECK(comm != nullptr) << "LlamaModel needs a communicator (SingleRankCommunicator)";
+  if (config.hidden_size != target.config().hidden_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the EAGLE head's hidden_size %d differs from the target's %d (config.json)",
+        config.hidden_size, target.config().hidden_size));
+  }
+  if (config.vocab_size != target.config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the EAGLE head's vocab_size %d differs from the target's %d (config.json; a draft "
+        "vocabulary of its own, EAGLE-3's draft_vocab_size, is not supported)",
+        config.vocab_size, target.config().vocab_size));
+  }
+  if (config.gemma || config.num_experts > 0) {
+    return absl::InvalidArgumentError(
+        "the EAGLE head must be a Llama decoder layer (EagleLlamaForCausalLM; config.json "
+        "model_type)");
+  }
+  VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
+  VLLM_ASSIGN_OR_RETURN(
+      cpu::RotaryEmbedding rope,
+      cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
+                                   config.max_position_embeddings, config.rope_scaling));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(config, tp, comm, std::move(rope)));
+  model->shared_ = &target;
+  EagleWeightNames names(weights);
+  VLLM_RETURN_IF_ERROR(model->LoadWeights(names));
+  VLLM_RETURN_IF_ERROR(model->LoadEagleWeights(names));
+  return model;
+}
+
+absl::Status LlamaModel::LoadEagleWeights(WeightSource& weights) {
+  const int64_t hidden = config_.hidden_size;
+  const std::vector<int64_t> fc_shape = {hidden, 2 * hidden}, bias_shape = {hidden};
+  VLLM_ASSIGN_OR_RETURN(auto fc, weights.Load("model.fc.weight", fc_shape, {}));
+  eagle_fc_ = PackWeight(fc.data(), hidden, 2 * hidden);
+  if (weights.Has("model.fc.bias") && !weights.Names().empty()) {
+    VLLM_ASSIGN_OR_RETURN(eagle_fc_bias_, weights.Load("model.fc.bias", bias_shape, {}));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const HfConfig& config,
                                                              WeightSource& weights,
@@ -88,9 +159,22 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
     return weights.Load(name, shape, shard);
   };
 
-  VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
-  VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
-  if (config_.tie_word_embeddings) {
+  // An EAGLE head (shared_) has no final norm and uses its target's embedding and lm_head
+  // unless its checkpoint has its own (a dummy source, which has every name, gives it none).
+  const bool eagle = shared_ != nullptr;
+  const bool real = !weights.Names().empty();
+  if (!eagle || (real && weights.Has("model.embed_tokens.weight"))) {
+    VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
+  }
+  if (!eagle) {
+    VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
+  }
+  if (eagle) {
+    if (real && weights.Has("lm_head.weight")) {
+      VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
+      lm_head_ = PackWeight(head.data(), vocab, hidden);
+    }
+  } else if (config_.tie_word_embeddings) {
     lm_head_ = PackWeight(embed_tokens_.data(), vocab, hidden);
   } else {
     VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
@@ -101,7 +185,10 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
   for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
     Layer& l = layers_[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
-    VLLM_ASSIGN_OR_RETURN(l.input_norm, load(p + "input_layernorm.weight", {hidden}, {}));
+    // EAGLE's first layer reads fc's output unnormalised (vLLM's disable_input_layernorm).
+    if (!eagle || i > 0) {
+      VLLM_ASSIGN_OR_RETURN(l.input_norm, load(p + "input_layernorm.weight", {hidden}, {}));
+    }
     VLLM_ASSIGN_OR_RETURN(l.post_norm, load(p + "post_attention_layernorm.weight", {hidden}, {}));
     std::vector<float> qkv;
     for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/false)) {
@@ -185,8 +272,8 @@ absl::Status LlamaModel::LoadExperts(WeightSource& weights, int32_t layer_index,
 }
 
 int64_t LlamaModel::weight_bytes() const {
-  size_t n = embed_tokens_.size() + final_norm_.size();
-  size_t packed = lm_head_.bytes();
+  size_t n = embed_tokens_.size() + final_norm_.size() + eagle_fc_bias_.size();
+  size_t packed = lm_head_.bytes() + eagle_fc_.bytes();
   for (const Layer& l : layers_) {
     n += l.input_norm.size() + l.qkv_bias.size() + l.q_norm.size() + l.k_norm.size() +
          l.o_bias.size() + l.post_norm.size() + l.router.size() + l.experts_gate_up.size() +
@@ -336,8 +423,24 @@ void LlamaModel::AddSharedExpert(const Layer& layer, int64_t num_tokens, const f
   }
 }
 
+void LlamaModel::EagleInput(const ForwardBatch& batch, const float* input_hidden, float* residual) {
+  const int64_t t = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t h = config_.hidden_size;
+  float* cat = Scratch(cat_, t * 2 * h);
+  float* embedded = Scratch(hidden_, t * h);
+  cpu::Embedding(batch.token_ids.data(), t, embed_table().data(), 0, config_.vocab_size, h,
+                 embedded);
+  for (int64_t i = 0; i < t; ++i) {
+    std::memcpy(cat + i * 2 * h, embedded + i * h, static_cast<size_t>(h) * sizeof(float));
+    std::memcpy(cat + i * 2 * h + h, input_hidden + i * h, static_cast<size_t>(h) * sizeof(float));
+  }
+  cpu::LinearPacked(cat, eagle_fc_, eagle_fc_bias_.empty() ? nullptr : eagle_fc_bias_.data(),
+                    residual, t);
+}
+
 absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
-                                 std::vector<float>* logits) {
+                                 std::vector<float>* logits, std::vector<float>* hidden_out,
+                                 const float* input_hidden) {
   const int64_t t = static_cast<int64_t>(batch.token_ids.size());
   const int64_t h = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -346,14 +449,20 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
       << "batch arrays disagree on the token count";
   float* hidden = Scratch(hidden_, t * h);
   float* residual = Scratch(residual_, t * h);
-  cpu::Embedding(batch.token_ids.data(), t, embed_tokens_.data(), 0, config_.vocab_size, h,
-                 residual);
-  if (config_.gemma) {
-    // HF multiplies by sqrt(hidden) rounded to the weights' dtype (float32 here).
-    cpu::Scale(residual, t * h, static_cast<float>(std::sqrt(static_cast<double>(h))));
+  if (shared_ != nullptr) {
+    VLLM_CHECK(input_hidden != nullptr) << "an EAGLE head reads the target's hidden states";
+    EagleInput(batch, input_hidden, residual);
+    std::memcpy(hidden, residual, static_cast<size_t>(t * h) * sizeof(float));
+  } else {
+    cpu::Embedding(batch.token_ids.data(), t, embed_tokens_.data(), 0, config_.vocab_size, h,
+                   residual);
+    if (config_.gemma) {
+      // HF multiplies by sqrt(hidden) rounded to the weights' dtype (float32 here).
+      cpu::Scale(residual, t * h, static_cast<float>(std::sqrt(static_cast<double>(h))));
+    }
+    // residual holds the stream; hidden the normalised input of the next sub-layer.
+    cpu::RmsNorm(residual, layers_[0].input_norm.data(), hidden, t, h, eps);
   }
-  // residual holds the stream; hidden the normalised input of the next sub-layer.
-  cpu::RmsNorm(residual, layers_[0].input_norm.data(), hidden, t, h, eps);
   for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
     const Layer& layer = layers_[i];
     if (i > 0) cpu::FusedAddRmsNorm(hidden, residual, layer.input_norm.data(), t, h, eps);
@@ -369,17 +478,31 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
     cpu::FusedAddRmsNorm(hidden, residual, layer.post_norm.data(), t, h, eps);
     VLLM_RETURN_IF_ERROR(Mlp(layer, t, hidden));
   }
-  // Only the sampling rows go through the final norm and lm_head.
+  // Only the sampling rows go through the final norm and lm_head, unless every row's hidden
+  // state is wanted.
   const int64_t n = static_cast<int64_t>(batch.logits_indices.size());
   float* rows = Scratch(rows_, n * h);
+  if (hidden_out != nullptr) {
+    hidden_out->resize(static_cast<size_t>(t * h));
+    float* all = hidden_out->data();
+    for (int64_t i = 0; i < t * h; ++i) all[i] = hidden[i] + residual[i];
+    if (!final_norm_.empty()) cpu::RmsNorm(all, final_norm_.data(), all, t, h, eps);
+  }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t src = batch.logits_indices[r];
     VLLM_CHECK(src >= 0 && src < t) << "logits index " << src << " outside the batch";
+    if (hidden_out != nullptr) {
+      std::memcpy(rows + r * h, hidden_out->data() + src * h,
+                  static_cast<size_t>(h) * sizeof(float));
+      continue;
+    }
     for (int64_t j = 0; j < h; ++j) rows[r * h + j] = hidden[src * h + j] + residual[src * h + j];
   }
-  cpu::RmsNorm(rows, final_norm_.data(), rows, n, h, eps);
+  if (hidden_out == nullptr && !final_norm_.empty()) {
+    cpu::RmsNorm(rows, final_norm_.data(), rows, n, h, eps);
+  }
   logits->resize(static_cast<size_t>(n * config_.vocab_size));
-  cpu::LinearPacked(rows, lm_head_, nullptr, logits->data(), n);
+  cpu::LinearPacked(rows, lm_head(), nullptr, logits->data(), n);
   if (config_.final_logit_softcapping > 0) {
     cpu::SoftCap(logits->data(), n * config_.vocab_size,
                  static_cast<float>(config_.final_logit_softcapping));

@@ -86,10 +86,28 @@ class LlamaModel {
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
       const HfConfig& config, WeightSource& weights, kernels::Communicator* comm);
 
+  // The EAGLE-1 draft head of `target` (vLLM's EagleLlamaForCausalLM, llama_eagle.py): `config`
+  // is the head's (a Llama config, usually one layer) and `weights` its checkpoint, tensor
+  // names with or without the "model." prefix: fc.weight [hidden, 2 × hidden] (fc.bias
+  // optional) and layers.N.* as a Llama decoder layer's, layer 0 without input_layernorm; no
+  // final norm. embed_tokens.weight and lm_head.weight are the target's unless the checkpoint
+  // has its own. The head is sharded over `comm` as the target is. InvalidArgument naming the
+  // key when its hidden_size or vocab_size differ from the target's; `target` must outlive
+  // the head.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> LoadEagleHead(
+      const HfConfig& config, WeightSource& weights, kernels::Communicator* comm,
+      const LlamaModel& target);
+
   // Runs the batch, writing its K/V into `cache`, and fills `logits` with
-  // [logits_indices.size(), vocab_size] floats. Fails only if the collective fails.
+  // [logits_indices.size(), vocab_size] floats. `hidden_out` (optional) gets every row's last
+  // hidden state, [num_tokens, hidden_size]: a model's after its final norm (what lm_head
+  // reads), an EAGLE head's its output (it has no final norm). An EAGLE head reads
+  // `input_hidden`, [num_tokens, hidden_size] (the target's hidden state of each row's
+  // position), which other models ignore. Fails only if the collective fails.
   [[nodiscard]] absl::Status Forward(const ForwardBatch& batch, KVCache& cache,
-                                     std::vector<float>* logits);
+                                     std::vector<float>* logits,
+                                     std::vector<float>* hidden_out = nullptr,
+                                     const float* input_hidden = nullptr);
 
   // Allocates a zeroed cache for this rank. Errors: the memory cannot be mapped.
   [[nodiscard]] absl::StatusOr<KVCache> AllocateKVCache(int32_t num_blocks,
@@ -136,6 +154,17 @@ class LlamaModel {
   LlamaModel(const HfConfig& config, const TpLayout& tp, kernels::Communicator* comm,
              kernels::cpu::RotaryEmbedding rope);
   [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
+  // An EAGLE head's fc, and its embedding and lm_head where the checkpoint has them.
+  [[nodiscard]] absl::Status LoadEagleWeights(WeightSource& weights);
+  // The embedding table and lm_head in use (an EAGLE head's may be its target's).
+  const std::vector<float>& embed_table() const {
+    return shared_ != nullptr && embed_tokens_.empty() ? shared_->embed_tokens_ : embed_tokens_;
+  }
+  const kernels::cpu::PackedWeight& lm_head() const {
+    return shared_ != nullptr && lm_head_.empty() ? shared_->lm_head_ : lm_head_;
+  }
+  // EAGLE: residual = fc([embed(token), input_hidden]) per row.
+  void EagleInput(const ForwardBatch& batch, const float* input_hidden, float* residual);
   // Gemma: the feed-forward norms; every norm weight w becomes 1 + w.
   [[nodiscard]] absl::Status LoadGemmaNorms(WeightSource& weights);
   [[nodiscard]] absl::Status Attention(const Layer& layer, int32_t layer_index,
@@ -161,11 +190,15 @@ class LlamaModel {
   // lm_head.weight, or embed_tokens_ again when tied (a packed copy: the table stays for the
   // lookup).
   kernels::cpu::PackedWeight lm_head_;
-  std::vector<float> final_norm_;
+  std::vector<float> final_norm_;  // empty in an EAGLE head (none)
   std::vector<Layer> layers_;
+  // An EAGLE head's target (embedding and lm_head unless its own) and its fc; null otherwise.
+  const LlamaModel* shared_ = nullptr;
+  kernels::cpu::PackedWeight eagle_fc_;  // [hidden, 2 × hidden]
+  std::vector<float> eagle_fc_bias_;     // empty without fc.bias
 
   // Scratch, grown on demand and reused across steps.
-  std::vector<float> hidden_, residual_, qkv_, q_, k_, v_, attn_out_, gate_up_, act_, rows_;
+  std::vector<float> hidden_, residual_, qkv_, q_, k_, v_, attn_out_, gate_up_, act_, rows_, cat_;
   std::vector<float> router_logits_, topk_weights_, moe_out_, shared_out_, shared_logit_;
   std::vector<int32_t> topk_ids_;
   kernels::cpu::MoeScratch moe_scratch_;

@@ -57,7 +57,8 @@ absl::Status CpuModelBackend::Execute(const StepInputs& in, StepResult* result) 
   batch.attention.block_tables = in.block_tables.data();
   batch.attention.max_blocks_per_seq = in.max_blocks_per_seq;
   batch.attention.block_size = kv_cache_.block_size;
-  VLLM_RETURN_IF_ERROR(model_->Forward(batch, kv_cache_, &result->host_logits));
+  VLLM_RETURN_IF_ERROR(model_->Forward(batch, kv_cache_, &result->host_logits,
+                                       in.want_hidden ? &result->hidden : nullptr));
   result->tokens.assign(in.logits_indices.size(), -1);
   return absl::OkStatus();
 }

@@ -62,6 +62,9 @@ struct StepInputs {
   int32_t max_seq_len = 0;
   std::span<const int32_t> logits_indices;  // [num_logits] ascending token rows
   std::span<const RowSampling> sampling;    // [num_logits]
+  // Speculative decoding's EAGLE and Medusa drafts read every row's last hidden state
+  // (StepResult::hidden); a backend that cannot return them refuses the step.
+  bool want_hidden = false;
 };
 
 // A step with the largest shapes of a real one that touches no KV cache: `num_seqs` sequences
@@ -92,6 +95,9 @@ struct StepResult {
   std::vector<int32_t> tokens;
   // [number of on_host rows, vocab_size] float logits, in logits-row order.
   std::vector<float> host_logits;
+  // With StepInputs::want_hidden: [num_tokens, hidden_size], every row's hidden state after
+  // the final norm (what lm_head reads).
+  std::vector<float> hidden;
 };
 
 class ModelBackend {

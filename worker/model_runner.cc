@@ -56,6 +56,8 @@ absl::Status ModelRunner::InitializeKVCache(int32_t num_blocks, int32_t block_si
                         num_blocks, block_size));
   }
   VLLM_RETURN_IF_ERROR(backend_->InitializeKVCache(num_blocks, block_size));
+  if (drafter_ != nullptr)
+    VLLM_RETURN_IF_ERROR(drafter_->InitializeKVCache(num_blocks, block_size));
   num_blocks_ = num_blocks;
   block_size_ = block_size;
   return absl::OkStatus();
@@ -414,6 +416,7 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
   inputs.max_seq_len = max_seq_len_;
   inputs.logits_indices = logits_indices_;
   inputs.sampling = row_sampling_;
+  inputs.want_hidden = drafter_ != nullptr && drafter_->needs_hidden_states();
   VLLM_RETURN_IF_ERROR(backend_->Execute(inputs, &result_));
   if (result_.tokens.size() != sampling_rows_.size()) {
     return absl::InternalError("the model backend returned a token count unlike the batch's");
@@ -474,8 +477,40 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
       s.prompt_logprobs_pending = false;
     }
   }
+  if (drafter_ != nullptr) VLLM_RETURN_IF_ERROR(ProposeDrafts(so, &out));
   for (size_t r = 0; r < n; ++r) scheduled_[r]->num_computed_tokens += so.num_scheduled_tokens[r];
   return out;
+}
+
+absl::Status ModelRunner::ProposeDrafts(const core::SchedulerOutput& so,
+                                        core::ModelRunnerOutput* out) {
+  const size_t n = scheduled_.size();
+  draft_requests_.resize(n);
+  bool any = false;
+  for (size_t r = 0; r < n; ++r) {
+    const RequestState& s = *scheduled_[r];
+    const std::vector<int32_t>& sampled = out->sampled_token_ids[r];
+    const int32_t num_spec =
+        so.num_scheduled_spec_tokens.empty() ? 0 : so.num_scheduled_spec_tokens[r];
+    DraftRequest& q = draft_requests_[r];
+    q.first_row = query_start_loc_[r];
+    // The rows that stand: all, less the rejected drafts' (sampled holds the accepted drafts
+    // and one more token).
+    q.num_rows = so.num_scheduled_tokens[r] - num_spec +
+                 (num_spec > 0 ? static_cast<int32_t>(sampled.size()) - 1 : 0);
+    q.first_position = s.num_computed_tokens;
+    q.token_ids = s.token_ids;
+    q.block_ids = s.block_ids;
+    q.num_drafts = sampled.empty() ? 0 : num_speculative_tokens_;
+    any |= q.num_drafts > 0;
+  }
+  if (!any && !drafter_->needs_hidden_states() && drafter_->kv_bytes_per_token() == 0) {
+    return absl::OkStatus();
+  }
+  std::vector<std::vector<int32_t>>& drafts = out->draft_token_ids;
+  VLLM_RETURN_IF_ERROR(drafter_->Propose(draft_requests_, result_.hidden, &drafts));
+  if (!any) drafts.clear();
+  return absl::OkStatus();
 }
 
 }  // namespace vllm::worker

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "core/sampling_params.h"
 #include "core/scheduler_output.h"
+#include "worker/drafter.h"
 #include "worker/llama_model.h"
 #include "worker/model_backend.h"
 
@@ -55,6 +56,15 @@ class ModelRunner {
   // a corrupt frame, reported rather than crashing the worker.
   [[nodiscard]] absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
       const core::SchedulerOutput& scheduler_output);
+
+  // Speculative decoding with a draft in the worker (eagle, medusa, draft_model): after each
+  // step the drafter drafts up to `num_speculative_tokens` tokens for every request that
+  // sampled, returned in ModelRunnerOutput::draft_token_ids. Before InitializeKVCache.
+  void SetDrafter(std::unique_ptr<Drafter> drafter, int32_t num_speculative_tokens) {
+    drafter_ = std::move(drafter);
+    num_speculative_tokens_ = num_speculative_tokens;
+  }
+  const Drafter* drafter() const { return drafter_.get(); }
 
   ModelBackend& backend() { return *backend_; }
   const ModelBackend& backend() const { return *backend_; }
@@ -96,6 +106,9 @@ class ModelRunner {
   // `bitmask`: the request's num_spec + 1 grammar rows, or null.
   void VerifyDrafts(RequestState& s, int32_t num_spec, float* logits, const int32_t* bitmask,
                     core::ModelRunnerOutput* out, size_t r);
+  // Runs the drafter on the step just sampled into `out` (before num_computed_tokens moves on).
+  [[nodiscard]] absl::Status ProposeDrafts(const core::SchedulerOutput& so,
+                                           core::ModelRunnerOutput* out);
   // Whether logits row i starts a request's verification rows.
   bool IsSpecRow(size_t i) const { return spec_rows_[i] == 0; }
   // Starts assembling `s`'s prompt logprobs when it asks for them (a new or resumed request).
@@ -109,6 +122,9 @@ class ModelRunner {
 
   std::unique_ptr<ModelBackend> backend_;
   const uint64_t seed_;
+  std::unique_ptr<Drafter> drafter_;
+  int32_t num_speculative_tokens_ = 0;
+  std::vector<DraftRequest> draft_requests_;
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 0;
   // Boxed: scheduled_ keeps pointers across insertions.

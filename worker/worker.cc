@@ -85,6 +85,12 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     o.max_model_len = config.model.max_model_len;
     o.max_num_batched_tokens = config.scheduler.max_num_batched_tokens;
     o.max_num_seqs = config.scheduler.max_num_seqs;
+    if (config.speculative.DraftsInWorker()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--speculative-config method '%s' runs its draft on the CPU backend only so far "
+          "(choose --device cpu, or method ngram or suffix)",
+          config.speculative.method));
+    }
     VLLM_ASSIGN_OR_RETURN(std::unique_ptr<ModelBackend> backend,
                           CreateCudaModelBackend(model_config, weights.get(), device_comm, o));
     auto runner = std::make_unique<ModelRunner>(std::move(backend), seed);
@@ -115,8 +121,16 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
   }
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model_weights,
                         LlamaModel::Load(model_config, *weights, comm));
+  std::unique_ptr<Drafter> drafter;
+  if (config.speculative.DraftsInWorker()) {
+    VLLM_ASSIGN_OR_RETURN(drafter, MakeDrafter(config.speculative, *model_weights, comm,
+                                               load_format == LoadFormat::kDummy, seed + 1));
+  }
   auto runner = std::make_unique<ModelRunner>(
       std::make_unique<CpuModelBackend>(std::move(model_weights), kv_cache_memory_bytes), seed);
+  if (drafter != nullptr) {
+    runner->SetDrafter(std::move(drafter), config.speculative.num_speculative_tokens);
+  }
   return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
 }
 
@@ -145,6 +159,8 @@ core::KVCacheSpec Worker::GetKVCacheSpec() const {
   spec.num_kv_heads = backend.num_kv_heads();
   spec.head_dim = backend.config().head_dim;
   spec.dtype_bytes = backend.kv_dtype_bytes();
+  if (runner_->drafter() != nullptr)
+    spec.draft_bytes_per_token = runner_->drafter()->kv_bytes_per_token();
   return spec;
 }
 

@@ -186,11 +186,12 @@ absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes) {
 std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec) {
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> pk(buffer);
-  pk.pack_array(4);
+  pk.pack_array(5);
   pk.pack(spec.num_layers);
   pk.pack(spec.num_kv_heads);
   pk.pack(spec.head_dim);
   pk.pack(spec.dtype_bytes);
+  pk.pack(spec.draft_bytes_per_token);
   return std::string(buffer.data(), buffer.size());
 }
 
@@ -198,17 +199,20 @@ absl::StatusOr<core::KVCacheSpec> DecodeKVCacheSpec(absl::Span<const uint8_t> by
   constexpr std::string_view kWhat = "KV cache spec";
   VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, kWhat, 0));
   try {
-    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 4));
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 5));
     core::KVCacheSpec spec;
     VLLM_RETURN_IF_ERROR(r.Int("num_layers", &spec.num_layers));
     VLLM_RETURN_IF_ERROR(r.Int("num_kv_heads", &spec.num_kv_heads));
     VLLM_RETURN_IF_ERROR(r.Int("head_dim", &spec.head_dim));
     VLLM_RETURN_IF_ERROR(r.Int("dtype_bytes", &spec.dtype_bytes));
+    VLLM_RETURN_IF_ERROR(r.Int("draft_bytes_per_token", &spec.draft_bytes_per_token));
     constexpr int64_t kMax = int64_t{1} << 20;
     VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_layers", spec.num_layers, 1, kMax));
     VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_kv_heads", spec.num_kv_heads, 1, kMax));
     VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "head_dim", spec.head_dim, 1, kMax));
     VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "dtype_bytes", spec.dtype_bytes, 1, 8));
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "draft_bytes_per_token", spec.draft_bytes_per_token, 0,
+                                    int64_t{1} << 40));
     return spec;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: malformed (%s)", kWhat, e.what()));

@@ -20,7 +20,7 @@
 // core/codec.h's for the step):
 //   kExecuteModelMethod         core::Encode(SchedulerOutput) → core::Encode(ModelRunnerOutput)
 //   kGetKVCacheSpecMethod       empty → EncodeKVCacheSpec: msgpack [num_layers, num_kv_heads,
-//                               head_dim, dtype_bytes]
+//                               head_dim, dtype_bytes, draft_bytes_per_token]
 //   kDetermineAvailableMemoryMethod  empty → EncodeAvailableMemory: msgpack int64 (bytes)
 //   kInitializeKVCacheMethod    EncodeInitializeKVCacheArgs: msgpack [num_blocks, block_size]
 //                               → empty
@@ -48,7 +48,7 @@
 
 namespace vllm::worker {
 
-inline constexpr uint8_t kWorkerProtocolVersion = 1;
+inline constexpr uint8_t kWorkerProtocolVersion = 2;  // 2: KVCacheSpec.draft_bytes_per_token
 // The methods (CallHeader::method), described above.
 inline constexpr char kExecuteModelMethod[] = "execute_model";
 inline constexpr char kGetKVCacheSpecMethod[] = "get_kv_cache_spec";
@@ -110,7 +110,8 @@ std::string EncodeReplyPrefix(const ReplyHeader& header);
 // type, count or range), DataLoss (truncated or malformed msgpack, trailing bytes) or
 // ResourceExhausted (a container or string larger than the payload or its limit).
 
-// get_kv_cache_spec's reply. Every field must be in 1..2^20 (dtype_bytes in 1..8).
+// get_kv_cache_spec's reply. Every field must be in 1..2^20 (dtype_bytes in 1..8;
+// draft_bytes_per_token in 0..2^40).
 std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec);
 [[nodiscard]] absl::StatusOr<core::KVCacheSpec> DecodeKVCacheSpec(absl::Span<const uint8_t> bytes);
 

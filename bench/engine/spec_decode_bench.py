@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Speculative decoding on the bundled model: output tokens/s and acceptance vs k.
 
-    python3 bench/engine/spec_decode_bench.py [--methods off,ngram,suffix] [--k 1,2,3,4,5]
+    python3 bench/engine/spec_decode_bench.py [--methods off,ngram,suffix,eagle,medusa]
+        [--k 1,2,3,4,5]
         [--concurrency 1,4,16] [--num-prompts 1:24,4:48,16:96] [--output-len 512]
         [--rounds N] [--from-json F1,F2] [--json FILE] [--png FILE] [--log-dir DIR]
 
@@ -16,7 +17,9 @@ serve --dataset-name prompts` at temperature 0:
     large models).
 For each set and concurrency, every config in turn (the order rotated each round, so that a
 drift of the machine's speed does not favour the configs run last): for each method ("off": no
---speculative-config; "ngram" with prompt_lookup_min 2 and prompt_lookup_max 4; "suffix") and
+--speculative-config; "ngram" with prompt_lookup_min 2 and prompt_lookup_max 4; "suffix";
+"eagle" and "medusa" with the bundled model's trained heads, models/kjv-llama-tiny-eagle and
+-medusa) and
 each k (0: the method's default), a fresh server is
 started (`vllm-launch --port P [--speculative-config ...]`, its own process group, stopped
 before the next: suffix decoding's cache of earlier outputs starts empty every run), a warm-up
@@ -48,6 +51,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_vs_vllm as common  # noqa: E402  (Server, http_get, log)
 
 REPO = common.REPO
+# The bundled model's trained draft heads (tools/fixtures/train_draft_heads.py), by method.
+DRAFTS = {"eagle": "models/kjv-llama-tiny-eagle", "medusa": "models/kjv-llama-tiny-medusa"}
 
 # Public-domain KJV text (the bundled model's training corpus).
 VERSES = [
@@ -226,9 +231,13 @@ def main():
             if k == 0 and m == "ngram":
                 continue  # vLLM's ngram has no default k
             # k = 0: the method's default (suffix: min(suffix_decoding_max_tree_depth, 16)).
+            if k == 0 and m in DRAFTS:
+                continue  # a draft head needs k
             spec = {"method": m, "num_speculative_tokens": k} if k else {"method": m}
             if m == "ngram":
                 spec.update(prompt_lookup_min=2, prompt_lookup_max=4)
+            if m in DRAFTS:
+                spec["model"] = os.path.join(REPO, DRAFTS[m])
             configs.append((m, k, ["--speculative-config", json.dumps(spec)]))
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), "?")

@@ -496,6 +496,10 @@ absl::Status CudaModelBackend::Execute(const StepInputs& step, StepResult* resul
   if (step.sampling.size() != step.logits_indices.size()) {
     return absl::InvalidArgumentError("CUDA step: sampling and logits rows differ in number");
   }
+  if (step.want_hidden) {
+    // Worker::Create refuses the draft methods that read them on CUDA first.
+    return absl::UnimplementedError("CUDA step: hidden states for a draft are not returned yet");
+  }
   // Prompt positions' rows (logits_only) leave the sampled batch: the forward's logits cover
   // the sampled rows only, and the prompt rows are computed afterwards, in chunks of the
   // logits buffer, from the hidden states the forward leaves (ComputeLogits). A step

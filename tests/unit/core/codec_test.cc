@@ -111,6 +111,7 @@ ModelRunnerOutput FullModelRunnerOutput() {
   m.logprobs = {{}, {TokenLogprobs{{7}, {-0.25f}, 1}}, {}};
   m.prompt_logprobs = {
       {TokenLogprobs{{2, 2}, {-1.5f, -1.5f}, 1}, TokenLogprobs{{3}, {-4.0f}, 9}}, {}, {}};
+  m.draft_token_ids = {{}, {4, 5, 6}, {1}};
   return m;
 }
 
@@ -244,6 +245,19 @@ TEST_F(CodecTest, SchedulerOutputRoundTrip) {
   }
 }
 
+// Drafts from the worker: one list per request, each at most kMaxSpeculativeTokens long.
+TEST_F(CodecTest, DraftTokenIdsAreBounded) {
+  ModelRunnerOutput m;
+  m.req_ids = {"a", "b"};
+  m.sampled_token_ids = {{1}, {2}};
+  m.draft_token_ids = {{3}, std::vector<int32_t>(config::kMaxSpeculativeTokens + 1, 4)};
+  auto too_many = DecodeModelRunnerOutput(Encode(m));
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(std::string(too_many.status().message()).find("draft_token_ids"), std::string::npos);
+  m.draft_token_ids = {{3}};  // not one list per request
+  EXPECT_FALSE(DecodeModelRunnerOutput(Encode(m)).ok());
+}
+
 TEST_F(CodecTest, ModelRunnerOutputRoundTrip) {
   for (const ModelRunnerOutput& m : {ModelRunnerOutput{}, FullModelRunnerOutput()}) {
     auto decoded = DecodeModelRunnerOutput(Encode(m));
@@ -317,7 +331,7 @@ TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
   pk.pack_array(3);
   pk.pack(static_cast<uint32_t>(WireTag::kModelRunnerOutput));
   pk.pack(kWireVersion);
-  pk.pack_array(4);
+  pk.pack_array(5);
   pk.pack_array(1);
   pk.pack(std::string("r"));
   pk.pack_array(1);
@@ -334,6 +348,7 @@ TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
   pk.pack(-3);  // negative integer
   pk.pack(1);
   pk.pack_array(0);  // prompt_logprobs
+  pk.pack_array(0);  // draft_token_ids
   auto decoded = DecodeModelRunnerOutput(std::string_view(b.data(), b.size()));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_EQ(decoded->logprobs.size(), 1u);

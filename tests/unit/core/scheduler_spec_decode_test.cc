@@ -95,10 +95,25 @@ class VerifyingModel {
       }
       Sample(c.req_ids[j], nc + so.num_scheduled_tokens[i] - num_spec, drafts, &out);
     }
+    if (worker_drafts_ > 0) {
+      // A draft in the worker (eagle, medusa, draft_model): k drafts after each sampled token,
+      // the first worker_right_ of them right.
+      out.draft_token_ids.resize(out.req_ids.size());
+      for (size_t r = 0; r < out.req_ids.size(); ++r) {
+        if (out.sampled_token_ids[r].empty()) continue;
+        const std::string& id = out.req_ids[r];
+        const auto n = static_cast<int32_t>(tokens_[id].size());
+        for (int32_t j = 0; j < worker_drafts_; ++j) {
+          out.draft_token_ids[r].push_back(j < worker_right_ ? ScriptedToken(id, n + j) : 3);
+        }
+      }
+    }
     return out;
   }
 
   int steps_with_drafts_ = 0;
+  int32_t worker_drafts_ = 0;  // drafts the worker returns per sampled request
+  int32_t worker_right_ = 0;
 
  private:
   void Sample(const std::string& id, int32_t end, const std::vector<int32_t>& drafts,
@@ -245,6 +260,57 @@ TEST_F(SchedulerSpecDecodeTest, MoreTokensThanDraftsAllowIsRefused) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
   // Nothing changed: the real output still applies.
   EXPECT_TRUE(scheduler_->UpdateFromOutput(so, model_.Run(so)).ok());
+}
+
+TEST_F(SchedulerSpecDecodeTest, DraftsFromTheWorkerAreScheduledWithLookaheadSlots) {
+  testing::SchedulerSetup c;
+  c.config.scheduler.max_num_batched_tokens = 64;
+  c.config.model.max_model_len = 256;
+  c.config.cache.block_size = 4;
+  c.config.speculative.method = "eagle";
+  c.config.speculative.model = "head";
+  c.config.speculative.num_speculative_tokens = 3;
+  c.kv_cache.num_blocks = 1000;
+  auto s = Scheduler::Create(c.config, c.kv_cache, nullptr, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status();
+  scheduler_ = std::move(*s);
+  model_.worker_drafts_ = 3;
+  model_.worker_right_ = 2;
+  Add(MakeRequest("a", 10, 16));
+  SchedulerOutput first = scheduler_->Schedule();
+  // 10 prompt tokens and 3 lookahead slots for the draft's own positions: 4 blocks of 4.
+  ASSERT_EQ(first.scheduled_new_reqs.size(), 1u);
+  EXPECT_EQ(first.scheduled_new_reqs[0].block_ids.size(), 4u);
+  auto outs = scheduler_->UpdateFromOutput(first, model_.Run(first));
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  for (const EngineCoreOutput& o : outs->outputs) {
+    tokens_[o.request_id].insert(tokens_[o.request_id].end(), o.new_token_ids.begin(),
+                                 o.new_token_ids.end());
+  }
+  SchedulerOutput second = scheduler_->Schedule();
+  EXPECT_EQ(second.num_scheduled_spec_tokens, std::vector<int32_t>{3}) << "the worker's drafts";
+  outs = scheduler_->UpdateFromOutput(second, model_.Run(second));
+  ASSERT_TRUE(outs.ok()) << outs.status();
+  for (const EngineCoreOutput& o : outs->outputs) {
+    tokens_[o.request_id].insert(tokens_[o.request_id].end(), o.new_token_ids.begin(),
+                                 o.new_token_ids.end());
+  }
+  RunToCompletion();
+  EXPECT_EQ(tokens_["a"], Expected("a", 10, 16));
+  // Two of every three drafts are right (fewer where max_tokens cuts the drafts).
+  EXPECT_GT(stats_.num_drafts, 0);
+  EXPECT_GT(stats_.num_accepted_tokens, 0);
+  EXPECT_LE(stats_.num_accepted_tokens, 2 * stats_.num_drafts);
+  EXPECT_EQ(
+      stats_.num_accepted_tokens_per_pos.size() > 2 ? stats_.num_accepted_tokens_per_pos[2] : 0, 0);
+
+  // A negative draft id is a bad output, refused before anything changes.
+  Add(MakeRequest("b", 4, 8));
+  SchedulerOutput so = scheduler_->Schedule();
+  ModelRunnerOutput bad = model_.Run(so);
+  bad.draft_token_ids.assign(bad.req_ids.size(), {-5});
+  EXPECT_EQ(scheduler_->UpdateFromOutput(so, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(SchedulerSpecDecodeTest, NoProposerMeansNoDrafts) {

@@ -3,10 +3,12 @@
 // tools/fixtures/make_reference.py). Greedy tokens must match exactly in every engine mode — batch
 // 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — at
 // tensor-parallel sizes 1 (in-process worker) and 2 or 4 (vllm-launch worker processes, the
-// shared-memory all-reduce), and with speculative decoding (n-gram and suffix drafts verified
-// in those modes) — and the logits within tolerance.
+// shared-memory all-reduce), and with speculative decoding (n-gram, suffix, EAGLE, Medusa and
+// draft-model drafts verified in those modes) — and the logits within tolerance.
 // The worker processes are `vllm-launch worker-proc` from the same bin/ as this test (vllm-launch
 // is a build dependency of it).
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,10 +19,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "config/speculative_config.h"
 #include "frontend/engine/llm_engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/draft_heads.h"
 #include "tests/support/engine_greedy.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
@@ -46,7 +50,9 @@ struct Mode {
   int32_t num_blocks;  // 0: from the memory budget
   int32_t max_model_len;
   int32_t repeats;  // run the prompts this many times on one engine (cache hits)
-  // --speculative-config JSON, or null: greedy tokens must not change with drafts.
+  // --speculative-config JSON, or null: greedy tokens must not change with drafts. "%s" stands
+  // for the draft's directory: a seeded EAGLE or Medusa head written for the fixture
+  // (tests/support/draft_heads.h), or, for draft_model, the fixture itself.
   const char* speculative = nullptr;
 };
 
@@ -57,6 +63,14 @@ constexpr const char* kNgram =
         "prompt_lookup_max": 3})";
 constexpr const char* kSuffix =
     R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": 0.0})";
+
+constexpr const char* kEagle = R"({"method": "eagle", "model": "%s", "num_speculative_tokens": 3})";
+constexpr const char* kMedusa =
+    R"({"method": "medusa", "model": "%s", "num_speculative_tokens": 3})";
+// The fixture as its own draft: its drafts are the target's greedy tokens (nearly all accepted,
+// which checks the draft's KV cache and positions).
+constexpr const char* kDraftModel =
+    R"({"method": "draft_model", "model": "%s", "num_speculative_tokens": 3})";
 
 const Mode kModes[] = {
     {"batch1", 1, false, 0, 0, 0, 0, 1},
@@ -74,7 +88,20 @@ const Mode kModes[] = {
     {"preemption_ngram", 8, true, 0, 0, 14, 128, 1, kNgram},
     {"batch8_suffix", 8, false, 0, 0, 0, 0, 2, kSuffix},
     {"preemption_suffix", 8, true, 0, 0, 14, 128, 1, kSuffix},
+    // Drafts from the worker: a head on the target's hidden states, or a second model.
+    {"batch8_eagle", 8, false, 0, 0, 0, 0, 1, kEagle},
+    {"preemption_eagle", 8, true, 0, 0, 14, 128, 1, kEagle},
+    {"chunked_prefill_medusa", 8, true, 16, 5, 0, 0, 1, kMedusa},
+    {"batch8_prefix_caching_draft_model", 8, true, 0, 0, 0, 0, 2, kDraftModel},
 };
+
+// The directory "%s" names in `speculative`.
+std::string DraftDir(const char* speculative, const std::filesystem::path& fixture,
+                     const std::filesystem::path& heads) {
+  if (speculative == kEagle) return (heads / "eagle").string();
+  if (speculative == kMedusa) return (heads / "medusa").string();
+  return fixture.string();
+}
 
 struct Case {
   const char* model;
@@ -85,7 +112,15 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "_tp" << c.tp;
 
 class ReferenceTest : public ::testing::TestWithParam<Case> {
  protected:
+  void SetUp() override {
+    heads_ = std::filesystem::temp_directory_path() /
+             absl::StrCat("vllm-reference-heads-", getpid(), "-", GetParam().model);
+    testing::WriteEagleHead(dir(), heads_ / "eagle", /*seed=*/7);
+    testing::WriteMedusaHead(dir(), heads_ / "medusa", /*num_heads=*/3, /*seed=*/11);
+  }
+  void TearDown() override { std::filesystem::remove_all(heads_); }
   std::filesystem::path dir() const { return kFixtures / GetParam().model; }
+  std::filesystem::path heads_;
 };
 
 TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
@@ -108,7 +143,9 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
     args.config.cache.kv_cache_memory_bytes = 64 << 20;
     if (mode.num_blocks > 0) args.config.cache.num_gpu_blocks_override = mode.num_blocks;
     if (mode.speculative != nullptr) {
-      auto spec = config::ParseSpeculativeConfig(mode.speculative);
+      const std::string draft = DraftDir(mode.speculative, dir(), heads_);
+      auto spec =
+          config::ParseSpeculativeConfig(absl::StrReplaceAll(mode.speculative, {{"%s", draft}}));
       ASSERT_TRUE(spec.ok()) << spec.status();
       args.config.speculative = *spec;
     }
@@ -131,6 +168,11 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
                           spec.num_draft_tokens));
       accepted += spec.num_accepted_tokens;
       rejected += spec.num_draft_tokens - spec.num_accepted_tokens;
+      if (mode.speculative == kDraftModel) {
+        // The target drafting for itself agrees with itself (float ties aside).
+        EXPECT_GE(spec.num_accepted_tokens * 10, spec.num_draft_tokens * 9)
+            << spec.num_accepted_tokens << " of " << spec.num_draft_tokens << " accepted";
+      }
     }
   }
   // Both verification outcomes were exercised.

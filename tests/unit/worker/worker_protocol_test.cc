@@ -132,10 +132,12 @@ TEST(WorkerProtocolTest, ReadyRoundTripsAndRefusesTruncation) {
 }
 
 TEST(WorkerProtocolTest, KVCacheSpecRoundTrips) {
-  const core::KVCacheSpec spec{24, 8, 128, 2};
+  const core::KVCacheSpec spec{24, 8, 128, 2, 4096};
   const std::string bytes = EncodeKVCacheSpec(spec);
   auto decoded = DecodeKVCacheSpec(Bytes(bytes));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->draft_bytes_per_token, 4096);
+  EXPECT_EQ(decoded->BytesPerToken(), int64_t{2} * 8 * 128 * 2 * 24 + 4096);
   EXPECT_EQ(decoded->num_layers, 24);
   EXPECT_EQ(decoded->num_kv_heads, 8);
   EXPECT_EQ(decoded->head_dim, 128);
@@ -147,7 +149,8 @@ TEST(WorkerProtocolTest, KVCacheSpecRoundTrips) {
 TEST(WorkerProtocolTest, KVCacheSpecOutOfRangeOrMistypedIsRefused) {
   for (const core::KVCacheSpec& bad :
        {core::KVCacheSpec{0, 8, 128, 2}, core::KVCacheSpec{24, -1, 128, 2},
-        core::KVCacheSpec{24, 8, 0, 2}, core::KVCacheSpec{24, 8, 128, 16}}) {
+        core::KVCacheSpec{24, 8, 0, 2}, core::KVCacheSpec{24, 8, 128, 16},
+        core::KVCacheSpec{24, 8, 128, 2, -1}}) {
     auto decoded = DecodeKVCacheSpec(Bytes(EncodeKVCacheSpec(bad)));
     ASSERT_FALSE(decoded.ok());
     EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << decoded.status();
