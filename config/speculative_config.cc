@@ -1,6 +1,7 @@
 #include "config/speculative_config.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -56,7 +57,6 @@ constexpr std::string_view kUnsupportedKeys[] = {
     "use_local_argmax_reduction",
     "use_heterogeneous_vocab",
     "parallel_drafting",
-    "num_speculative_tokens_per_batch_size",
     "draft_load_config",
     "rejection_sample_method",
     "synthetic_acceptance_rates",
@@ -79,9 +79,96 @@ bool IsDefaultValue(std::string_view key, const nlohmann::json& v) {
   return false;
 }
 
+// vLLM's validate_and_normalize_dynamic_sd_schedule: a non-empty list of [start, end, k]
+// (integers; start and end positive, start <= end, k >= 0), sorted by start, the ranges not
+// overlapping, the first starting at 1. Returns the ranges sorted.
+absl::StatusOr<std::vector<std::array<int32_t, 3>>> ParseSchedule(const nlohmann::json& v) {
+  constexpr std::string_view kKey = "num_speculative_tokens_per_batch_size";
+  if (!v.is_array() || v.empty()) {
+    return KeyError(kKey,
+                    "expected a non-empty list of [range_start, range_end, "
+                    "num_speculative_tokens] entries");
+  }
+  std::vector<std::array<int32_t, 3>> ranges;
+  for (const nlohmann::json& entry : v) {
+    if (!entry.is_array() || entry.size() != 3) {
+      return KeyError(kKey, "each entry must be [range_start, range_end, num_speculative_tokens]");
+    }
+    std::array<int32_t, 3> r{};
+    for (size_t i = 0; i < 3; ++i) {
+      if (!entry[i].is_number_integer() || entry[i].get<int64_t>() < 0 ||
+          entry[i].get<int64_t>() > (1 << 20)) {
+        return KeyError(kKey, "entries must be integers from 0 to 2^20");
+      }
+      r[i] = static_cast<int32_t>(entry[i].get<int64_t>());
+    }
+    if (r[0] <= 0 || r[1] <= 0 || r[0] > r[1]) {
+      return KeyError(kKey, absl::StrFormat("the batch-size range (%d, %d) must be positive and "
+                                            "start <= end",
+                                            r[0], r[1]));
+    }
+    ranges.push_back(r);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  int32_t previous_end = 0;
+  for (const auto& r : ranges) {
+    if (r[0] <= previous_end) return KeyError(kKey, "the batch-size ranges overlap");
+    previous_end = r[1];
+  }
+  if (ranges.front()[0] != 1) {
+    return KeyError(kKey, "the first batch-size range must start at 1");
+  }
+  return ranges;
+}
+
+// The schedule's canonical text (the ranges sorted, no spaces).
+std::string ScheduleText(const std::vector<std::array<int32_t, 3>>& ranges) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : ranges) out.push_back({r[0], r[1], r[2]});
+  return out.dump();
+}
+
+absl::StatusOr<std::vector<std::array<int32_t, 3>>> ParseScheduleText(std::string_view text) {
+  nlohmann::json v = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) {
+    return KeyError("num_speculative_tokens_per_batch_size", "not JSON");
+  }
+  return ParseSchedule(v);
+}
+
 }  // namespace
 
+std::vector<int32_t> SpeculativeConfig::DynamicSchedule(int32_t max_batch_size) const {
+  if (num_speculative_tokens_per_batch_size.empty() || max_batch_size < 1) return {};
+  absl::StatusOr<std::vector<std::array<int32_t, 3>>> ranges =
+      ParseScheduleText(num_speculative_tokens_per_batch_size);
+  if (!ranges.ok()) return {};
+  std::vector<int32_t> dense(static_cast<size_t>(max_batch_size) + 1, 0);
+  int32_t last = 0;
+  size_t next = 0;
+  for (int32_t b = 1; b <= max_batch_size; ++b) {
+    while (next < ranges->size() && (*ranges)[next][0] <= b) {
+      last = (*ranges)[next][2];
+      ++next;
+    }
+    // Within a range its k; in a gap or past the last range, the k of the range before.
+    dense[b] = std::min(last, num_speculative_tokens);
+  }
+  return dense;
+}
+
 absl::Status SpeculativeConfig::Validate() const {
+  if (!num_speculative_tokens_per_batch_size.empty()) {
+    absl::StatusOr<std::vector<std::array<int32_t, 3>>> ranges =
+        ParseScheduleText(num_speculative_tokens_per_batch_size);
+    if (!ranges.ok()) return ranges.status();
+    if (ScheduleText(*ranges) != num_speculative_tokens_per_batch_size) {
+      return KeyError("num_speculative_tokens_per_batch_size", "not in canonical form");
+    }
+    if (method.empty()) {
+      return KeyError("num_speculative_tokens_per_batch_size", "needs a method");
+    }
+  }
   // Checked whatever the method (they have valid defaults): a NaN, which no comparison
   // refuses, or a value out of range never reaches a proposer or the config's wire form.
   if (!(suffix_decoding_max_spec_factor >= 0 && std::isfinite(suffix_decoding_max_spec_factor))) {
@@ -179,6 +266,13 @@ absl::StatusOr<SpeculativeConfig> ParseSpeculativeConfig(std::string_view json) 
       VLLM_RETURN_IF_ERROR(ReadDouble(v, key, &c.suffix_decoding_max_spec_factor));
     } else if (key == "suffix_decoding_min_token_prob") {
       VLLM_RETURN_IF_ERROR(ReadDouble(v, key, &c.suffix_decoding_min_token_prob));
+    } else if (key == "num_speculative_tokens_per_batch_size") {
+      if (v.is_null()) continue;
+      VLLM_ASSIGN_OR_RETURN(auto ranges, ParseSchedule(v));
+      c.num_speculative_tokens_per_batch_size = ScheduleText(ranges);
+      if (c.num_speculative_tokens_per_batch_size.size() > kMaxScheduleBytes) {
+        return KeyError(key, "too many ranges");
+      }
     } else if (std::find(std::begin(kUnsupportedKeys), std::end(kUnsupportedKeys), key) !=
                std::end(kUnsupportedKeys)) {
       if (!IsDefaultValue(key, v)) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,6 +21,8 @@ inline constexpr std::string_view kSpeculativeMethods[] = {
     "", "ngram", "suffix", "eagle", "eagle3", "medusa", "draft_model", "mtp"};
 // The most draft tokens per request per step.
 inline constexpr int32_t kMaxSpeculativeTokens = 16;
+// The longest num_speculative_tokens_per_batch_size text (and so at most a few hundred ranges).
+inline constexpr size_t kMaxScheduleBytes = 4096;
 
 // --speculative-config (vLLM's SpeculativeConfig): the proposer and how many tokens it drafts
 // per request per step; the target model verifies them in one forward pass. Values as resolved
@@ -42,6 +45,11 @@ struct SpeculativeConfig {
   int32_t suffix_decoding_max_cached_requests = 10000;
   double suffix_decoding_max_spec_factor = 1.0;
   double suffix_decoding_min_token_prob = 0.1;
+  // Dynamic speculative decoding (vLLM's num_speculative_tokens_per_batch_size): k by the
+  // step's batch size, as the canonical JSON of its inclusive ranges sorted by start,
+  // "[[start,end,k],...]" ("" when off; kept as text so that the config's wire form stays
+  // field by field). DynamicSchedule expands it.
+  std::string num_speculative_tokens_per_batch_size;
 
   bool enabled() const { return !method.empty(); }
   // Whether the draft runs in the worker on the target's hidden states or beside it (eagle,
@@ -68,9 +76,16 @@ struct SpeculativeConfig {
       Range(0, 1 << 30));
     v("suffix_decoding_max_spec_factor", s.suffix_decoding_max_spec_factor);
     v("suffix_decoding_min_token_prob", s.suffix_decoding_min_token_prob);
+    v("num_speculative_tokens_per_batch_size", s.num_speculative_tokens_per_batch_size,
+      MaxBytes(kMaxScheduleBytes));
   }
   // The rules across fields (vLLM's SpeculativeConfig.__post_init__), naming the key.
   [[nodiscard]] absl::Status Validate() const;
+  // The dynamic schedule as a dense lookup (vLLM's build_dynamic_sd_schedule_lookup): entry b
+  // (1..max_batch_size) is the k of a step with b requests, at most num_speculative_tokens;
+  // a gap between ranges and the tail after the last take the k of the range before. Empty
+  // without a schedule. Requires a validated config.
+  std::vector<int32_t> DynamicSchedule(int32_t max_batch_size) const;
   friend bool operator==(const SpeculativeConfig&, const SpeculativeConfig&) = default;
 };
 

@@ -154,7 +154,7 @@ void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
 }
 
 void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
-  pk.pack_array(10);
+  pk.pack_array(11);
   pk.pack(o.step_id);
   pk.pack_array(static_cast<uint32_t>(o.scheduled_new_reqs.size()));
   for (const NewRequestData& r : o.scheduled_new_reqs) {
@@ -182,6 +182,7 @@ void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
   wire::PackList<int32_t>(pk, o.structured_output_indices);
   wire::PackList<int32_t>(pk, o.grammar_bitmask);
   wire::PackList<int32_t>(pk, o.num_scheduled_spec_tokens);
+  pk.pack(o.num_spec_tokens_to_schedule);
 }
 
 void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
@@ -439,7 +440,7 @@ absl::Status ReadCached(const msgpack::object& o, CachedRequestData* c) {
 }
 
 absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 10));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 11));
   VLLM_RETURN_IF_ERROR(r.Int("step_id", &out->step_id));
   VLLM_ASSIGN_OR_RETURN(auto list, r.List("scheduled_new_reqs", r.Next()));
   out->scheduled_new_reqs.resize(list.size());
@@ -470,6 +471,11 @@ absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out)
     return r.Error("grammar_bitmask", "must hold one equal row per structured_output_indices");
   }
   VLLM_RETURN_IF_ERROR(r.IntList("num_scheduled_spec_tokens", &out->num_scheduled_spec_tokens));
+  VLLM_RETURN_IF_ERROR(r.Int("num_spec_tokens_to_schedule", &out->num_spec_tokens_to_schedule));
+  if (out->num_spec_tokens_to_schedule < 0 ||
+      out->num_spec_tokens_to_schedule > config::kMaxSpeculativeTokens) {
+    return r.Error("num_spec_tokens_to_schedule", "must be 0 to kMaxSpeculativeTokens");
+  }
   if (out->num_scheduled_tokens.size() != out->num_scheduled_reqs()) {
     return r.Error("num_scheduled_tokens", "one entry per scheduled request");
   }

@@ -43,7 +43,8 @@
 //                      num_scheduled_tokens: [int], total_num_scheduled_tokens,
 //                      finished_req_ids: [str], preempted_req_ids: [str],
 //                      structured_output_indices: [int], grammar_bitmask: [int],
-//                      num_scheduled_spec_tokens: [int]]
+//                      num_scheduled_spec_tokens: [int], num_spec_tokens_to_schedule (0 to
+//                      config::kMaxSpeculativeTokens)]
 //   ModelRunnerOutput [req_ids: [str], sampled_token_ids: [[int]],
 //                      logprobs: [[TokenLogprobs]], prompt_logprobs: [[TokenLogprobs]],
 //                      draft_token_ids: [[int]]]
@@ -79,7 +80,8 @@ namespace vllm::core {
 
 // 2: SamplingParams.prompt_logprobs, EngineCoreOutput / ModelRunnerOutput prompt_logprobs.
 // 3: structured outputs. 4: SchedulerStats.structured_output_stats.
-// 5: SchedulerStats.spec_decoding_stats. 6: ModelRunnerOutput.draft_token_ids.
+// 5: SchedulerStats.spec_decoding_stats. 6: ModelRunnerOutput.draft_token_ids,
+// SchedulerOutput.num_spec_tokens_to_schedule.
 inline constexpr uint32_t kWireVersion = 6;
 
 enum class WireTag : uint8_t {

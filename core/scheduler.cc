@@ -49,6 +49,7 @@ Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_c
       worker_drafts_(config.speculative.num_speculative_tokens > 0 &&
                      config.speculative.DraftsInWorker()),
       num_lookahead_tokens_(worker_drafts_ ? config.speculative.NumLookaheadTokens() : 0),
+      dynamic_k_(config.speculative.DynamicSchedule(config.scheduler.max_num_seqs)),
       kv_cache_manager_(kv_cache_config.num_blocks, config.cache.block_size,
                         config.model.max_model_len, config.cache.enable_prefix_caching,
                         config.kv_events.enable, kv_cache_config.sliding_window),
@@ -382,6 +383,13 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
   for (Request* r : scheduled_running_) advance(r);
   for (Request* r : scheduled_resumed_) advance(r);
   output->num_scheduled_spec_tokens = record.num_spec_tokens;
+  // vLLM's dynamic speculative decoding: the k of this step's batch size.
+  const size_t batch = output->num_scheduled_tokens.size();
+  output->num_spec_tokens_to_schedule = proposer_ == nullptr && !worker_drafts_ ? 0
+                                        : dynamic_k_.empty() || batch == 0
+                                            ? config_.speculative.num_speculative_tokens
+                                            : dynamic_k_[std::min(batch, dynamic_k_.size() - 1)];
+  record.num_spec_tokens_to_schedule = output->num_spec_tokens_to_schedule;
 }
 
 bool Scheduler::CheckStop(Request& request) const {
@@ -571,12 +579,16 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
   }
   record.requests.clear();
   spare_records_.push_back(std::move(record.requests));
-  if (!propose_scratch_.empty()) ProposeDrafts(model_output);
+  if (!propose_scratch_.empty()) ProposeDrafts(model_output, record.num_spec_tokens_to_schedule);
   return result;
 }
 
-void Scheduler::ProposeDrafts(const ModelRunnerOutput& model_output) {
-  const int32_t k = config_.speculative.num_speculative_tokens;
+void Scheduler::ProposeDrafts(const ModelRunnerOutput& model_output, int32_t k) {
+  if (k <= 0) {  // the dynamic schedule drafts nothing at this batch size
+    propose_scratch_.clear();
+    propose_output_index_.clear();
+    return;
+  }
   propose_requests_.clear();
   size_t kept = 0;
   for (size_t i = 0; i < propose_scratch_.size(); ++i) {

@@ -144,7 +144,8 @@ class Scheduler {
   // max_model_len leave, under a grammar only the prefix it accepts: from proposer_, or, when
   // the draft runs in the worker (eagle, medusa, draft_model), from `model_output`'s
   // draft_token_ids (entry propose_output_index_[i] for propose_scratch_[i]).
-  void ProposeDrafts(const ModelRunnerOutput& model_output);
+  // `k`: the step's num_spec_tokens_to_schedule.
+  void ProposeDrafts(const ModelRunnerOutput& model_output, int32_t k);
 
   // Frees `request`'s blocks and sends it back to the waiting queue.
   void PreemptRequest(Request* request);
@@ -180,6 +181,9 @@ class Scheduler {
   // KV slots allocated past a request's scheduled tokens for the worker's draft to write
   // (vLLM's num_lookahead_tokens): k for eagle and draft_model, 0 otherwise.
   const int32_t num_lookahead_tokens_;
+  // Dynamic speculative decoding: k by the step's batch size (index: scheduled requests, up to
+  // max_num_seqs); empty: always num_speculative_tokens.
+  const std::vector<int32_t> dynamic_k_;
   spec_decode::SpecDecodingStats spec_stats_;
   // Per-step scratch of ProposeDrafts.
   std::vector<Request*> propose_scratch_;
@@ -204,6 +208,8 @@ class Scheduler {
     std::vector<Request*> requests;
     // Draft tokens scheduled per request (empty: none in this step).
     std::vector<int32_t> num_spec_tokens;
+    // Tokens to draft per request after this step (SchedulerOutput's).
+    int32_t num_spec_tokens_to_schedule = 0;
   };
   std::deque<StepRecord> inflight_steps_;
   std::vector<std::vector<Request*>> spare_records_;

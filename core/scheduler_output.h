@@ -91,6 +91,10 @@ struct SchedulerOutput {
   // ones of its new_token_ids, after the token it sampled last. The worker verifies them and
   // returns the accepted drafts and one more token. Empty when no request has drafts.
   std::vector<int32_t> num_scheduled_spec_tokens;
+  // Speculative decoding: how many tokens to draft per request after this step (vLLM's
+  // num_spec_tokens_to_schedule): num_speculative_tokens, or what the dynamic schedule
+  // (num_speculative_tokens_per_batch_size) gives this step's batch size; 0 without drafts.
+  int32_t num_spec_tokens_to_schedule = 0;
 
   size_t num_scheduled_reqs() const {
     return scheduled_new_reqs.size() + scheduled_cached_reqs.size();

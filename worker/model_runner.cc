@@ -416,7 +416,10 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
   inputs.max_seq_len = max_seq_len_;
   inputs.logits_indices = logits_indices_;
   inputs.sampling = row_sampling_;
-  inputs.want_hidden = drafter_ != nullptr && drafter_->needs_hidden_states();
+  // A draft without a KV cache of its own (Medusa) needs nothing from a step that drafts
+  // nothing (the dynamic schedule's k = 0).
+  inputs.want_hidden = drafter_ != nullptr && drafter_->needs_hidden_states() &&
+                       (so.num_spec_tokens_to_schedule > 0 || drafter_->kv_bytes_per_token() > 0);
   VLLM_RETURN_IF_ERROR(backend_->Execute(inputs, &result_));
   if (result_.tokens.size() != sampling_rows_.size()) {
     return absl::InternalError("the model backend returned a token count unlike the batch's");
@@ -501,12 +504,12 @@ absl::Status ModelRunner::ProposeDrafts(const core::SchedulerOutput& so,
     q.first_position = s.num_computed_tokens;
     q.token_ids = s.token_ids;
     q.block_ids = s.block_ids;
-    q.num_drafts = sampled.empty() ? 0 : num_speculative_tokens_;
+    q.num_drafts =
+        sampled.empty() ? 0 : std::min(num_speculative_tokens_, so.num_spec_tokens_to_schedule);
     any |= q.num_drafts > 0;
   }
-  if (!any && !drafter_->needs_hidden_states() && drafter_->kv_bytes_per_token() == 0) {
-    return absl::OkStatus();
-  }
+  // Nothing to draft and no KV cache of the draft's to keep up to date.
+  if (!any && drafter_->kv_bytes_per_token() == 0) return absl::OkStatus();
   std::vector<std::vector<int32_t>>& drafts = out->draft_token_ids;
   VLLM_RETURN_IF_ERROR(drafter_->Propose(draft_requests_, result_.hidden, &drafts));
   if (!any) drafts.clear();

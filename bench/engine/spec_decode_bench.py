@@ -5,6 +5,7 @@
         [--k 1,2,3,4,5]
         [--concurrency 1,4,16] [--num-prompts 1:24,4:48,16:96] [--output-len 512]
         [--rounds N] [--from-json F1,F2] [--json FILE] [--png FILE] [--log-dir DIR]
+        [--dynamic eagle:3,ngram:3 [--dynamic-schedule '[[1, 2, 3], [3, 256, 0]]']]
 
 Issue 31's benchmark. Run by hand, never by CI. Python 3 standard library only (the PNG needs
 matplotlib; without it the PNG is skipped and said so).
@@ -73,6 +74,12 @@ VERSES = [
     "And Abraham said, God will provide himself a lamb for a burnt offering.",
     "Vanity of vanities, saith the Preacher, vanity of vanities; all is vanity.",
 ]
+
+
+def medusa_heads():
+    with open(os.path.join(REPO, DRAFTS["medusa"], "config.json")) as f:
+        c = json.load(f)
+    return next((v for key, v in c.items() if "num" in key and "heads" in key), 5)
 
 
 def prompt_sets(out_dir, output_len):
@@ -211,6 +218,10 @@ def main():
     ap.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
                     help="run our servers (--no-ours: only vLLM's)")
     ap.add_argument("--rounds", type=int, default=1, help="our runs, repeated; tables: medians")
+    ap.add_argument("--dynamic", default="",
+                    help="METHOD:K,... configs run once more with --dynamic-schedule "
+                         "(vLLM's num_speculative_tokens_per_batch_size); k shows as 'K+dyn'")
+    ap.add_argument("--dynamic-schedule", default="[[1, 2, 3], [3, 256, 0]]")
     ap.add_argument("--from-json",
                     help="earlier --json files (comma-separated), merged with this run's rounds")
     ap.add_argument("--json")
@@ -233,12 +244,23 @@ def main():
             # k = 0: the method's default (suffix: min(suffix_decoding_max_tree_depth, 16)).
             if k == 0 and m in DRAFTS:
                 continue  # a draft head needs k
+            if m == "medusa" and k > medusa_heads():
+                continue  # Medusa drafts at most one token per head
             spec = {"method": m, "num_speculative_tokens": k} if k else {"method": m}
             if m == "ngram":
                 spec.update(prompt_lookup_min=2, prompt_lookup_max=4)
             if m in DRAFTS:
                 spec["model"] = os.path.join(REPO, DRAFTS[m])
             configs.append((m, k, ["--speculative-config", json.dumps(spec)]))
+    for item in filter(None, args.dynamic.split(",")):
+        m, k = item.split(":")
+        spec = {"method": m, "num_speculative_tokens": int(k),
+                "num_speculative_tokens_per_batch_size": json.loads(args.dynamic_schedule)}
+        if m == "ngram":
+            spec.update(prompt_lookup_min=2, prompt_lookup_max=4)
+        if m in DRAFTS:
+            spec["model"] = os.path.join(REPO, DRAFTS[m])
+        configs.append((m, f"{k}+dyn", ["--speculative-config", json.dumps(spec)]))
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), "?")
     common.log(f"logs in {log_dir}; CPU {cpu}, {os.cpu_count()} cores")
@@ -337,7 +359,8 @@ def main():
             for method in sorted({r["method"] for r in runs} - {"off"}):
                 for c in conc:
                     pts = sorted((r["k"], r["output_throughput"] / base[(name, c)]) for r in runs
-                                 if r["method"] == method and r["set"] == name and
+                                 if isinstance(r["k"], int) and
+                                 r["method"] == method and r["set"] == name and
                                  r["concurrency"] == c and base.get((name, c)))
                     if pts:
                         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",

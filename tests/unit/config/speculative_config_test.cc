@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "config/vllm_config.h"
 #include "gmock/gmock.h"
@@ -85,6 +86,53 @@ TEST(SpeculativeConfigTest, NanSettingsAreRefusedWhateverTheMethod) {
   c.suffix_decoding_min_token_prob = 0.1;
   c.suffix_decoding_max_spec_factor = std::numeric_limits<double>::infinity();
   EXPECT_FALSE(c.Validate().ok());
+}
+
+// vLLM's num_speculative_tokens_per_batch_size: inclusive ranges from batch size 1, sorted
+// into a canonical text; a gap takes the k of the range before it, as does the tail; k is
+// capped by num_speculative_tokens.
+TEST(SpeculativeConfigTest, DynamicScheduleFollowsVllmsRules) {
+  auto c = ParseSpeculativeConfig(
+      R"({"method": "ngram", "num_speculative_tokens": 4,
+          "num_speculative_tokens_per_batch_size": [[32, 128, 2], [1, 16, 5]]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_speculative_tokens_per_batch_size, "[[1,16,5],[32,128,2]]");
+  const std::vector<int32_t> k = c->DynamicSchedule(200);
+  ASSERT_EQ(k.size(), 201u);
+  EXPECT_EQ(k[1], 4) << "capped by num_speculative_tokens";
+  EXPECT_EQ(k[16], 4);
+  EXPECT_EQ(k[17], 4) << "a gap takes the k of the range before";
+  EXPECT_EQ(k[32], 2);
+  EXPECT_EQ(k[128], 2);
+  EXPECT_EQ(k[200], 2) << "the tail takes the last range's k";
+  EXPECT_TRUE(c->Validate().ok());
+  EXPECT_TRUE(ParseSpeculativeConfig(R"({"method": "ngram", "num_speculative_tokens": 4})")
+                  ->DynamicSchedule(8)
+                  .empty());
+
+  const char* const bad[] = {
+      R"([])",                      // empty
+      R"([[2, 8, 3]])",             // does not start at 1
+      R"([[1, 8, 3], [8, 9, 1]])",  // overlap
+      R"([[1, 0, 3]])",             // start > end
+      R"([[1, 8]])",                // not three
+      R"([[1, 8, -1]])",            // negative k
+      R"([[1, 8, 2.5]])",           // not an integer
+      R"("1-8:3")",
+  };
+  for (const char* schedule : bad) {
+    SCOPED_TRACE(schedule);
+    EXPECT_THAT(Refusal(std::string(R"({"method": "ngram", "num_speculative_tokens": 4,
+                                        "num_speculative_tokens_per_batch_size": )") +
+                        schedule + "}"),
+                HasSubstr("num_speculative_tokens_per_batch_size"));
+  }
+  // From the wire: only the canonical text of a valid schedule.
+  SpeculativeConfig wire = *c;
+  wire.num_speculative_tokens_per_batch_size = "[[1, 16, 5]]";
+  EXPECT_FALSE(wire.Validate().ok());
+  wire.num_speculative_tokens_per_batch_size = "not json";
+  EXPECT_FALSE(wire.Validate().ok());
 }
 
 TEST(SpeculativeConfigTest, DraftTensorParallelSizeIsOneOrTheTargets) {

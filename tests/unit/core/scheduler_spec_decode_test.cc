@@ -313,6 +313,56 @@ TEST_F(SchedulerSpecDecodeTest, DraftsFromTheWorkerAreScheduledWithLookaheadSlot
             absl::StatusCode::kInvalidArgument);
 }
 
+// vLLM's dynamic speculative decoding: with the schedule [[1,1,3],[2,16,0]] a lone request gets
+// drafts and two running together get none; the output is the same either way.
+TEST_F(SchedulerSpecDecodeTest, TheDynamicScheduleSetsKByBatchSize) {
+  testing::SchedulerSetup c;
+  c.config.scheduler.max_num_seqs = 16;
+  c.config.scheduler.max_num_batched_tokens = 64;
+  c.config.model.max_model_len = 256;
+  c.config.cache.block_size = 4;
+  c.config.speculative.method = "ngram";
+  c.config.speculative.num_speculative_tokens = 3;
+  c.config.speculative.prompt_lookup_min = 1;
+  c.config.speculative.prompt_lookup_max = 3;
+  c.config.speculative.num_speculative_tokens_per_batch_size = "[[1,1,3],[2,16,0]]";
+  ASSERT_TRUE(c.config.speculative.Validate().ok()) << c.config.speculative.Validate();
+  c.kv_cache.num_blocks = 1000;
+  proposer_ = std::make_unique<FakeProposer>(3);
+  auto s = Scheduler::Create(c.config, c.kv_cache, nullptr, proposer_.get());
+  ASSERT_TRUE(s.ok()) << s.status();
+  scheduler_ = std::move(*s);
+  Add(MakeRequest("a", 6, 10));
+  Add(MakeRequest("b", 6, 30));
+  int32_t steps_with_two = 0, drafts_with_two = 0, drafts_alone = 0;
+  for (int i = 0; i < 200 && scheduler_->HasUnfinishedRequests(); ++i) {
+    SchedulerOutput so = scheduler_->Schedule();
+    const size_t batch = so.num_scheduled_tokens.size();
+    EXPECT_EQ(so.num_spec_tokens_to_schedule, batch == 1 ? 3 : 0) << "batch of " << batch;
+    int32_t drafts = 0;
+    for (int32_t d : so.num_scheduled_spec_tokens) drafts += d;
+    if (batch == 2) {
+      ++steps_with_two;
+      drafts_with_two += drafts;
+    } else {
+      drafts_alone += drafts;
+    }
+    auto outs = scheduler_->UpdateFromOutput(so, model_.Run(so));
+    ASSERT_TRUE(outs.ok()) << outs.status();
+    for (const EngineCoreOutput& o : outs->outputs) {
+      tokens_[o.request_id].insert(tokens_[o.request_id].end(), o.new_token_ids.begin(),
+                                   o.new_token_ids.end());
+    }
+  }
+  EXPECT_FALSE(scheduler_->HasUnfinishedRequests());
+  EXPECT_EQ(tokens_["a"], Expected("a", 6, 10));
+  EXPECT_EQ(tokens_["b"], Expected("b", 6, 30));
+  EXPECT_GT(steps_with_two, 2);
+  // Drafts proposed after a step of two are none; after b runs alone, they come.
+  EXPECT_EQ(drafts_with_two, 0);
+  EXPECT_GT(drafts_alone, 0);
+}
+
 TEST_F(SchedulerSpecDecodeTest, NoProposerMeansNoDrafts) {
   testing::SchedulerSetup c;
   c.config.cache.block_size = 4;
