@@ -385,10 +385,13 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
   output->num_scheduled_spec_tokens = record.num_spec_tokens;
   // vLLM's dynamic speculative decoding: the k of this step's batch size.
   const size_t batch = output->num_scheduled_tokens.size();
-  output->num_spec_tokens_to_schedule = proposer_ == nullptr && !worker_drafts_ ? 0
-                                        : dynamic_k_.empty() || batch == 0
-                                            ? config_.speculative.num_speculative_tokens
-                                            : dynamic_k_[std::min(batch, dynamic_k_.size() - 1)];
+  if (proposer_ == nullptr && !worker_drafts_) {
+    output->num_spec_tokens_to_schedule = 0;
+  } else if (dynamic_k_.empty() || batch == 0) {
+    output->num_spec_tokens_to_schedule = config_.speculative.num_speculative_tokens;
+  } else {
+    output->num_spec_tokens_to_schedule = dynamic_k_[std::min(batch, dynamic_k_.size() - 1)];
+  }
   record.num_spec_tokens_to_schedule = output->num_spec_tokens_to_schedule;
 }
 

@@ -1,10 +1,7 @@
 #include "worker/drafter.h"
 
 #include <algorithm>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -32,12 +29,8 @@ absl::Status VocabMismatch(std::string_view what, int64_t draft, int64_t target)
 // The EAGLE head's config.json: a Llama config whose architecture may name the head
 // (EagleLlamaForCausalLM, as vLLM's EAGLEConfig renames it, or LlamaForCausalLMEagle).
 absl::StatusOr<HfConfig> LoadEagleConfig(const std::filesystem::path& dir) {
-  const std::filesystem::path path = dir / "config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), " not found"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  nlohmann::json config = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  VLLM_ASSIGN_OR_RETURN(const std::string text, ReadConfigJson(dir));
+  nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_object()) {
     auto it = config.find("architectures");
     if (it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
@@ -47,8 +40,7 @@ absl::StatusOr<HfConfig> LoadEagleConfig(const std::filesystem::path& dir) {
       }
     }
   }
-  absl::StatusOr<HfConfig> parsed =
-      ParseHfConfig(config.is_discarded() ? text.str() : config.dump(), "");
+  absl::StatusOr<HfConfig> parsed = ParseHfConfig(config.is_discarded() ? text : config.dump(), "");
   if (parsed.ok()) return parsed;
   return absl::Status(parsed.status().code(),
                       absl::StrCat((dir / "").string(), parsed.status().message()));
@@ -284,10 +276,12 @@ absl::Status LlamaDrafter::Propose(std::span<const DraftRequest> requests,
   // Passes 2..k: each drafting request's last draft at the next position, reading (EAGLE) the
   // head's own output of its previous row.
   std::vector<Active> next;
+  // The previous pass's outputs, swapped out before the batch is rebuilt (no copies).
   std::vector<float> previous_hidden;
+  std::vector<int32_t> previous_rows;
   while (!active_.empty()) {
-    if (eagle_) previous_hidden = out_hidden_;
-    const std::vector<int32_t> previous_rows = logits_rows_;
+    previous_hidden.swap(out_hidden_);
+    previous_rows.swap(logits_rows_);
     Clear();
     next.clear();
     for (const Active& a : active_) {

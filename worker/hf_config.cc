@@ -704,14 +704,19 @@ absl::StatusOr<HfConfig> ParseHfConfig(std::string_view config_json,
   }
 }
 
-absl::StatusOr<HfConfig> LoadHfConfig(const std::filesystem::path& model_dir) {
+absl::StatusOr<std::string> ReadConfigJson(const std::filesystem::path& model_dir) {
   VLLM_ASSIGN_OR_RETURN(std::optional<std::string> config, ReadIfExists(model_dir / kConfigFile));
   if (!config) {
     return absl::NotFoundError(absl::StrCat((model_dir / kConfigFile).string(), " not found"));
   }
+  return std::move(*config);
+}
+
+absl::StatusOr<HfConfig> LoadHfConfig(const std::filesystem::path& model_dir) {
+  VLLM_ASSIGN_OR_RETURN(std::string config, ReadConfigJson(model_dir));
   VLLM_ASSIGN_OR_RETURN(std::optional<std::string> generation,
                         ReadIfExists(model_dir / kGenerationConfigFile));
-  absl::StatusOr<HfConfig> parsed = ParseHfConfig(*config, generation.value_or(""));
+  absl::StatusOr<HfConfig> parsed = ParseHfConfig(config, generation.value_or(""));
   if (parsed.ok()) return parsed;
   // Messages start with the file name; prefixing the directory makes it a full path.
   return absl::Status(parsed.status().code(),

@@ -141,6 +141,10 @@ struct HfConfig {
 [[nodiscard]] absl::StatusOr<HfConfig> ParseHfConfig(std::string_view config_json,
                                                      std::string_view generation_config_json);
 
+// The text of model_dir/config.json: NotFound when it is missing, Internal when unreadable.
+// (A draft head's config, which is not an HfConfig, is read with it too.)
+[[nodiscard]] absl::StatusOr<std::string> ReadConfigJson(const std::filesystem::path& model_dir);
+
 // Reads model_dir/config.json and, when it exists, model_dir/generation_config.json.
 // NotFound when config.json is missing; InvalidArgument naming the file and field otherwise.
 [[nodiscard]] absl::StatusOr<HfConfig> LoadHfConfig(const std::filesystem::path& model_dir);

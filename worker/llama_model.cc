@@ -79,7 +79,6 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(const HfCo
                                                                       WeightSource& weights,
                                                                       kernels::Communicator* comm,
                                                                       const LlamaModel& target) {
-  VLLM_CHECK(comm != nullptr) << "LlamaModel needs a communicator (SingleRankCommunicator)";
   if (config.hidden_size != target.config().hidden_size) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the EAGLE head's hidden_size %d differs from the target's %d (config.json)",
@@ -96,33 +95,20 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(const HfCo
         "the EAGLE head must be a Llama decoder layer (EagleLlamaForCausalLM; config.json "
         "model_type)");
   }
-  VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
-  VLLM_ASSIGN_OR_RETURN(
-      cpu::RotaryEmbedding rope,
-      cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
-                                   config.max_position_embeddings, config.rope_scaling));
-  std::unique_ptr<LlamaModel> model(new LlamaModel(config, tp, comm, std::move(rope)));
-  model->shared_ = &target;
   EagleWeightNames names(weights);
-  VLLM_RETURN_IF_ERROR(model->LoadWeights(names));
-  VLLM_RETURN_IF_ERROR(model->LoadEagleWeights(names));
-  return model;
-}
-
-absl::Status LlamaModel::LoadEagleWeights(WeightSource& weights) {
-  const int64_t hidden = config_.hidden_size;
-  const std::vector<int64_t> fc_shape = {hidden, 2 * hidden}, bias_shape = {hidden};
-  VLLM_ASSIGN_OR_RETURN(auto fc, weights.Load("model.fc.weight", fc_shape, {}));
-  eagle_fc_ = PackWeight(fc.data(), hidden, 2 * hidden);
-  if (weights.Has("model.fc.bias") && !weights.Names().empty()) {
-    VLLM_ASSIGN_OR_RETURN(eagle_fc_bias_, weights.Load("model.fc.bias", bias_shape, {}));
-  }
-  return absl::OkStatus();
+  return Build(config, names, comm, &target);
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const HfConfig& config,
                                                              WeightSource& weights,
                                                              kernels::Communicator* comm) {
+  return Build(config, weights, comm, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Build(const HfConfig& config,
+                                                              WeightSource& weights,
+                                                              kernels::Communicator* comm,
+                                                              const LlamaModel* eagle_target) {
   VLLM_CHECK(comm != nullptr) << "LlamaModel needs a communicator (SingleRankCommunicator)";
   VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
   VLLM_ASSIGN_OR_RETURN(
@@ -130,6 +116,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const HfConfig& con
       cpu::RotaryEmbedding::Create(config.head_dim, config.rope_theta,
                                    config.max_position_embeddings, config.rope_scaling));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, tp, comm, std::move(rope)));
+  model->shared_ = eagle_target;
   if (config.rope_local_theta) {
     VLLM_ASSIGN_OR_RETURN(model->rope_local_,
                           cpu::RotaryEmbedding::Create(config.head_dim, *config.rope_local_theta,
@@ -173,6 +160,11 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
     if (real && weights.Has("lm_head.weight")) {
       VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
       lm_head_ = PackWeight(head.data(), vocab, hidden);
+    }
+    VLLM_ASSIGN_OR_RETURN(auto fc, load("model.fc.weight", {hidden, 2 * hidden}, {}));
+    eagle_fc_ = PackWeight(fc.data(), hidden, 2 * hidden);
+    if (real && weights.Has("model.fc.bias")) {
+      VLLM_ASSIGN_OR_RETURN(eagle_fc_bias_, load("model.fc.bias", {hidden}, {}));
     }
   } else if (config_.tie_word_embeddings) {
     lm_head_ = PackWeight(embed_tokens_.data(), vocab, hidden);

@@ -153,9 +153,13 @@ class LlamaModel {
 
   LlamaModel(const HfConfig& config, const TpLayout& tp, kernels::Communicator* comm,
              kernels::cpu::RotaryEmbedding rope);
+  // Load and LoadEagleHead (`eagle_target` non-null: an EAGLE head of that model).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Build(
+      const HfConfig& config, WeightSource& weights, kernels::Communicator* comm,
+      const LlamaModel* eagle_target);
+  // Every weight; an EAGLE head's fc too, and its own embedding and lm_head where the
+  // checkpoint has them.
   [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
-  // An EAGLE head's fc, and its embedding and lm_head where the checkpoint has them.
-  [[nodiscard]] absl::Status LoadEagleWeights(WeightSource& weights);
   // The embedding table and lm_head in use (an EAGLE head's may be its target's).
   const std::vector<float>& embed_table() const {
     return shared_ != nullptr && embed_tokens_.empty() ? shared_->embed_tokens_ : embed_tokens_;

@@ -2,16 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "worker/hf_config.h"
 
 namespace vllm::worker {
 namespace {
@@ -90,14 +89,11 @@ absl::StatusOr<MedusaConfig> ParseMedusaConfig(std::string_view config_json) {
 }
 
 absl::StatusOr<MedusaConfig> LoadMedusaConfig(const std::filesystem::path& model_dir) {
-  const std::filesystem::path path = model_dir / "config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), " not found"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<MedusaConfig> c = ParseMedusaConfig(text.str());
+  VLLM_ASSIGN_OR_RETURN(const std::string text, ReadConfigJson(model_dir));
+  absl::StatusOr<MedusaConfig> c = ParseMedusaConfig(text);
   if (c.ok()) return c;
-  return absl::Status(c.status().code(), absl::StrCat(path.string(), ": ", c.status().message()));
+  return absl::Status(c.status().code(), absl::StrCat((model_dir / "config.json").string(), ": ",
+                                                      c.status().message()));
 }
 
 absl::StatusOr<std::unique_ptr<MedusaHead>> MedusaHead::Load(const MedusaConfig& config,
