@@ -205,18 +205,21 @@ absl::Status SpeculativeConfig::Validate() const {
     }
   } else if (method == "suffix") {
     // Its settings are checked above.
-  } else if (method == "eagle" || method == "medusa" || method == "draft_model") {
+  } else if (method == "eagle" || method == "eagle3" || method == "medusa" ||
+             method == "draft_model") {
     if (model.empty()) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "--speculative-config model: method '%s' needs the draft's directory", method));
     }
   } else {
-    // EAGLE-3 (fused hidden states of three target layers) and MTP (a model's own extra
-    // layers) need loaders of their own (issue 31's next part).
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--speculative-config method: '%s' is not implemented yet in this build (ngram, suffix, "
-        "eagle, medusa and draft_model are)",
-        method));
+    // vLLM's mtp runs a model's own multi-token-prediction layers (DeepSeek-V3's
+    // num_nextn_predict_layers, MiMo, Qwen3-Next, GLM-4.5 ...); no architecture this server
+    // serves has them.
+    return absl::InvalidArgumentError(
+        "--speculative-config method: 'mtp' needs a target with multi-token-prediction layers "
+        "(DeepSeek-V3, MiMo, Qwen3-Next, GLM-4.5 and the like); none of the architectures this "
+        "server serves (Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3, Mixtral, Qwen MoE) has them. "
+        "Use eagle, eagle3, medusa, draft_model, ngram or suffix");
   }
   return absl::OkStatus();
 }

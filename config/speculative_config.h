@@ -58,7 +58,7 @@ struct SpeculativeConfig {
   bool DraftsInWorker() const { return enabled() && method != "ngram" && method != "suffix"; }
   // KV slots the scheduler allocates past a request's scheduled tokens for the draft to write
   // its own positions (vLLM's num_lookahead_tokens): k for a draft with a KV cache (eagle,
-  // draft_model), 0 for one without (medusa) and for the engine-core proposers.
+  // eagle3, draft_model), 0 for one without (medusa) and for the engine-core proposers.
   int32_t NumLookaheadTokens() const {
     return DraftsInWorker() && method != "medusa" ? num_speculative_tokens : 0;
   }

@@ -26,24 +26,147 @@ absl::Status VocabMismatch(std::string_view what, int64_t draft, int64_t target)
       what, draft, target));
 }
 
-// The EAGLE head's config.json: a Llama config whose architecture may name the head
-// (EagleLlamaForCausalLM, as vLLM's EAGLEConfig renames it, or LlamaForCausalLMEagle).
-absl::StatusOr<HfConfig> LoadEagleConfig(const std::filesystem::path& dir) {
+constexpr std::string_view kEagle3Architectures[] = {"LlamaForCausalLMEagle3",
+                                                     "Eagle3LlamaForCausalLM"};
+
+// An EAGLE or EAGLE-3 head's config.json: a Llama config whose architecture may name the head
+// (EAGLE-1: EagleLlamaForCausalLM, as vLLM's EAGLEConfig renames it, or LlamaForCausalLMEagle;
+// EAGLE-3: LlamaForCausalLMEagle3 or Eagle3LlamaForCausalLM). The parsed JSON goes to
+// `json` (EAGLE-3's own keys are read from it).
+absl::StatusOr<HfConfig> LoadEagleConfig(const std::filesystem::path& dir, bool eagle3,
+                                         nlohmann::json* json) {
   VLLM_ASSIGN_OR_RETURN(const std::string text, ReadConfigJson(dir));
   nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_object()) {
     auto it = config.find("architectures");
     if (it != config.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
       const std::string arch = (*it)[0].get<std::string>();
-      if (arch == "EagleLlamaForCausalLM" || arch == "LlamaForCausalLMEagle") {
+      const bool is_eagle3 =
+          std::find(std::begin(kEagle3Architectures), std::end(kEagle3Architectures), arch) !=
+          std::end(kEagle3Architectures);
+      if (is_eagle3 && !eagle3) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--speculative-config model: ", (dir / "config.json").string(),
+                         " is an EAGLE-3 head (", arch, "); use method \"eagle3\""));
+      }
+      if (is_eagle3 || arch == "EagleLlamaForCausalLM" || arch == "LlamaForCausalLMEagle") {
         (*it)[0] = "LlamaForCausalLM";
       }
     }
   }
   absl::StatusOr<HfConfig> parsed = ParseHfConfig(config.is_discarded() ? text : config.dump(), "");
-  if (parsed.ok()) return parsed;
-  return absl::Status(parsed.status().code(),
-                      absl::StrCat((dir / "").string(), parsed.status().message()));
+  if (!parsed.ok()) {
+    return absl::Status(parsed.status().code(),
+                        absl::StrCat((dir / "").string(), parsed.status().message()));
+  }
+  *json = std::move(config);
+  return parsed;
+}
+
+// The key of EAGLE-3's config.json, top-level or in eagle_config (vLLM reads both), or null.
+const nlohmann::json* Eagle3Key(const nlohmann::json& config, std::string_view key) {
+  const auto top = config.find(key);
+  if (top != config.end() && !top->is_null()) return &*top;
+  const auto inner = config.find("eagle_config");
+  if (inner == config.end() || !inner->is_object()) return nullptr;
+  const auto it = inner->find(key);
+  return it == inner->end() || it->is_null() ? nullptr : &*it;
+}
+
+absl::Status Eagle3KeyError(const std::filesystem::path& dir, std::string_view key,
+                            std::string_view problem) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--speculative-config model: ", (dir / "config.json").string(), " ",
+                   std::string(key), ": ", std::string(problem)));
+}
+
+absl::Status ReadBool(const nlohmann::json& config, const std::filesystem::path& dir,
+                      std::string_view key, bool* out) {
+  const nlohmann::json* v = Eagle3Key(config, key);
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_boolean()) return Eagle3KeyError(dir, key, "expected true or false");
+  *out = v->get<bool>();
+  return absl::OkStatus();
+}
+
+// EAGLE-3's options and the target layers whose states it reads (vLLM's Eagle3LlamaForCausalLM
+// and GPUModelRunner._get_eagle3_aux_layers_from_config): eagle_aux_hidden_state_layer_ids, or
+// the target's default (2, L / 2, L - 3), as a sorted set; their number must be what fc reads.
+absl::StatusOr<Eagle3Options> Eagle3OptionsOf(const nlohmann::json& config,
+                                              const std::filesystem::path& dir,
+                                              const HfConfig& head, int32_t target_layers,
+                                              std::vector<int32_t>* aux_layers) {
+  Eagle3Options o;
+  o.draft_vocab_size = head.vocab_size;
+  if (const nlohmann::json* v = Eagle3Key(config, "draft_vocab_size")) {
+    if (!v->is_number_integer())
+      return Eagle3KeyError(dir, "draft_vocab_size", "expected an integer");
+    o.draft_vocab_size = static_cast<int32_t>(std::clamp<int64_t>(v->get<int64_t>(), -1, 1 << 30));
+  }
+  if (const nlohmann::json* v = Eagle3Key(config, "target_hidden_size")) {
+    if (!v->is_number_integer() || v->get<int64_t>() != head.hidden_size) {
+      return Eagle3KeyError(dir, "target_hidden_size",
+                            absl::StrCat("must equal hidden_size ", head.hidden_size,
+                                         " (a head narrower than its target is not supported)"));
+    }
+  }
+  bool use_aux = true;
+  VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "use_aux_hidden_state", &use_aux));
+  VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "norm_before_fc", &o.norm_before_fc));
+  VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "fc_norm", &o.fc_norm));
+  VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "norm_before_residual", &o.norm_before_residual));
+  VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "norm_output", &o.norm_output));
+  for (std::string_view unsupported : {"parallel_drafting", "dflash_config"}) {
+    if (Eagle3Key(config, unsupported) != nullptr) {
+      return Eagle3KeyError(dir, unsupported, "not supported by this server");
+    }
+  }
+  aux_layers->clear();
+  if (!use_aux) {
+    o.num_aux_hidden_states = 0;
+    return o;
+  }
+  std::vector<int64_t> ids;
+  if (const nlohmann::json* v = Eagle3Key(config, "eagle_aux_hidden_state_layer_ids")) {
+    if (!v->is_array() || v->empty() || v->size() > 64) {
+      return Eagle3KeyError(dir, "eagle_aux_hidden_state_layer_ids", "expected 1 to 64 layer ids");
+    }
+    for (const nlohmann::json& id : *v) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > target_layers) {
+        return Eagle3KeyError(
+            dir, "eagle_aux_hidden_state_layer_ids",
+            absl::StrCat("each id must be a target layer boundary, 0 to ", target_layers));
+      }
+      ids.push_back(id.get<int64_t>());
+    }
+  } else {
+    ids = {2, target_layers / 2, target_layers - 3};
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  ids.erase(std::remove_if(ids.begin(), ids.end(),
+                           [&](int64_t id) { return id < 0 || id > target_layers; }),
+            ids.end());
+  o.num_aux_hidden_states = 3;
+  if (const nlohmann::json* v = Eagle3Key(config, "num_aux_hidden_states")) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > 64) {
+      return Eagle3KeyError(dir, "num_aux_hidden_states", "expected 1 to 64");
+    }
+    o.num_aux_hidden_states = v->get<int32_t>();
+  } else if (Eagle3Key(config, "eagle_aux_hidden_state_layer_ids") != nullptr) {
+    o.num_aux_hidden_states =
+        static_cast<int32_t>(Eagle3Key(config, "eagle_aux_hidden_state_layer_ids")->size());
+  }
+  if (static_cast<int32_t>(ids.size()) != o.num_aux_hidden_states) {
+    return Eagle3KeyError(
+        dir, "eagle_aux_hidden_state_layer_ids",
+        absl::StrFormat("the head's fc reads %d target hidden states but the layers give %d "
+                        "distinct ones for a %d-layer target (list %d distinct layer ids)",
+                        o.num_aux_hidden_states, ids.size(), target_layers,
+                        o.num_aux_hidden_states));
+  }
+  aux_layers->assign(ids.begin(), ids.end());
+  return o;
 }
 
 absl::StatusOr<std::unique_ptr<WeightSource>> DraftWeights(const std::filesystem::path& dir,
@@ -97,12 +220,18 @@ class MedusaDrafter final : public Drafter {
   std::vector<int32_t> out_;
 };
 
-// EAGLE heads and draft models: a LlamaModel with a KV cache of its own, run pass by pass.
+// EAGLE and EAGLE-3 heads and draft models: a LlamaModel with a KV cache of its own, run pass
+// by pass.
 class LlamaDrafter final : public Drafter {
  public:
+  // `target_width`: floats per row of the target's hidden states (EAGLE-3: its aux states,
+  // combined by the head before pass 1); 0 for a draft model.
   LlamaDrafter(std::unique_ptr<LlamaModel> model, std::unique_ptr<kernels::Communicator> own_comm,
-               bool eagle)
-      : own_comm_(std::move(own_comm)), model_(std::move(model)), eagle_(eagle) {}
+               int64_t target_width)
+      : own_comm_(std::move(own_comm)),
+        model_(std::move(model)),
+        eagle_(target_width > 0),
+        target_width_(static_cast<size_t>(target_width)) {}
 
   bool needs_hidden_states() const override { return eagle_; }
   int64_t kv_bytes_per_token() const override {
@@ -127,8 +256,13 @@ class LlamaDrafter final : public Drafter {
     return int64_t{block} * bs + position % bs;
   }
   void Clear();
-  // Appends one row of the current sequence.
-  void AddRow(int32_t token, int32_t position, int64_t slot, const float* hidden);
+  // Appends one row of the current sequence (`width` floats of `hidden` for an EAGLE head).
+  void AddRow(int32_t token, int32_t position, int64_t slot, const float* hidden, size_t width);
+  // The greedy draft of logits row `row` (a target token id).
+  int32_t DraftOf(int32_t row) const {
+    const int32_t width = model_->logits_width();
+    return model_->TokenOfColumn(Argmax(logits_.data() + int64_t{row} * width, width));
+  }
   // Closes the current sequence (its rows end at `last_position`).
   void EndSequence(const DraftRequest& q, int32_t last_position);
   // Runs the batch built since Clear, with a logits row per logits_rows_ entry.
@@ -148,13 +282,14 @@ class LlamaDrafter final : public Drafter {
   std::unique_ptr<kernels::Communicator> own_comm_;  // draft_tensor_parallel_size 1 under TP
   std::unique_ptr<LlamaModel> model_;
   const bool eagle_;
+  const size_t target_width_;
   KVCache cache_;
   std::vector<Active> active_;
   // The pass's batch.
   std::vector<int32_t> tokens_, positions_, query_start_loc_, seq_lens_, block_tables_,
       logits_rows_;
   std::vector<int64_t> slots_;
-  std::vector<float> input_hidden_, logits_, out_hidden_;
+  std::vector<float> input_hidden_, logits_, out_hidden_, combined_;
   std::vector<std::span<const int32_t>> seq_blocks_;
 };
 
@@ -169,14 +304,12 @@ void LlamaDrafter::Clear() {
   input_hidden_.clear();
 }
 
-void LlamaDrafter::AddRow(int32_t token, int32_t position, int64_t slot, const float* hidden) {
+void LlamaDrafter::AddRow(int32_t token, int32_t position, int64_t slot, const float* hidden,
+                          size_t width) {
   tokens_.push_back(token);
   positions_.push_back(position);
   slots_.push_back(slot);
-  if (eagle_) {
-    const auto h = static_cast<size_t>(model_->config().hidden_size);
-    input_hidden_.insert(input_hidden_.end(), hidden, hidden + h);
-  }
+  if (eagle_) input_hidden_.insert(input_hidden_.end(), hidden, hidden + width);
 }
 
 void LlamaDrafter::EndSequence(const DraftRequest& q, int32_t last_position) {
@@ -213,7 +346,7 @@ absl::Status LlamaDrafter::Run() {
 absl::Status LlamaDrafter::FeedStep(std::span<const DraftRequest> requests,
                                     std::span<const float> hidden,
                                     std::vector<std::vector<int32_t>>* drafts) {
-  const auto h = static_cast<size_t>(model_->config().hidden_size);
+  const size_t w = target_width_;
   const int32_t vocab = model_->vocab_size();
   Clear();
   active_.clear();
@@ -227,7 +360,7 @@ absl::Status LlamaDrafter::FeedStep(std::span<const DraftRequest> requests,
       const int32_t p = q.first_position + j;
       const int64_t slot = SlotOf(q, p);
       const size_t row = static_cast<size_t>(q.first_row + j);
-      if (slot < 0 || (eagle_ && (row + 1) * h > hidden.size())) {
+      if (slot < 0 || (eagle_ && (row + 1) * w > hidden.size())) {
         return absl::InvalidArgumentError(
             absl::StrFormat("draft: a step row (position %d) has no KV slot or hidden state", p));
       }
@@ -235,7 +368,7 @@ absl::Status LlamaDrafter::FeedStep(std::span<const DraftRequest> requests,
       if (token < 0 || token >= vocab) {
         return absl::InvalidArgumentError(absl::StrFormat("draft: token id %d", token));
       }
-      AddRow(token, p, slot, eagle_ ? hidden.data() + row * h : nullptr);
+      AddRow(token, p, slot, eagle_ ? hidden.data() + row * w : nullptr, w);
     }
     int32_t last = q.first_position + rows - 1;
     // Drafting continues after the last known token, which must be the one this step sampled,
@@ -248,7 +381,7 @@ absl::Status LlamaDrafter::FeedStep(std::span<const DraftRequest> requests,
       drafting = slot >= 0 && q.token_ids[last + 1] >= 0 && q.token_ids[last + 1] < vocab;
       if (drafting) {
         ++last;
-        AddRow(q.token_ids[last], last, slot, nullptr);
+        AddRow(q.token_ids[last], last, slot, nullptr, 0);
       }
     }
     EndSequence(q, last);
@@ -258,10 +391,13 @@ absl::Status LlamaDrafter::FeedStep(std::span<const DraftRequest> requests,
     }
   }
   if (tokens_.empty()) return absl::OkStatus();
-  VLLM_RETURN_IF_ERROR(Run());
-  for (const Active& a : active_) {
-    (*drafts)[a.request].push_back(Argmax(logits_.data() + int64_t{a.logits_row} * vocab, vocab));
+  if (eagle_ && w != static_cast<size_t>(model_->config().hidden_size)) {
+    // EAGLE-3: fc over the target's aux states, once, before the first pass.
+    model_->CombineHiddenStates(input_hidden_, &combined_);
+    input_hidden_.swap(combined_);
   }
+  VLLM_RETURN_IF_ERROR(Run());
+  for (const Active& a : active_) (*drafts)[a.request].push_back(DraftOf(a.logits_row));
   return absl::OkStatus();
 }
 
@@ -272,7 +408,6 @@ absl::Status LlamaDrafter::Propose(std::span<const DraftRequest> requests,
   if (cache_.num_blocks == 0) return absl::FailedPreconditionError("draft: no KV cache yet");
   VLLM_RETURN_IF_ERROR(FeedStep(requests, hidden, drafts));
   const auto h = static_cast<size_t>(model_->config().hidden_size);
-  const int32_t vocab = model_->vocab_size();
   // Passes 2..k: each drafting request's last draft at the next position, reading (EAGLE) the
   // head's own output of its previous row.
   std::vector<Active> next;
@@ -294,7 +429,7 @@ absl::Status LlamaDrafter::Propose(std::span<const DraftRequest> requests,
       const float* row =
           eagle_ ? previous_hidden.data() + static_cast<size_t>(previous_rows[a.logits_row]) * h
                  : nullptr;
-      AddRow(d.back(), p, slot, row);
+      AddRow(d.back(), p, slot, row, h);
       EndSequence(q, p);
       next.push_back({a.request, p, static_cast<int32_t>(logits_rows_.size())});
       logits_rows_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
@@ -302,9 +437,7 @@ absl::Status LlamaDrafter::Propose(std::span<const DraftRequest> requests,
     active_.swap(next);
     if (active_.empty()) break;
     VLLM_RETURN_IF_ERROR(Run());
-    for (const Active& a : active_) {
-      (*drafts)[a.request].push_back(Argmax(logits_.data() + int64_t{a.logits_row} * vocab, vocab));
-    }
+    for (const Active& a : active_) (*drafts)[a.request].push_back(DraftOf(a.logits_row));
   }
   return absl::OkStatus();
 }
@@ -312,7 +445,7 @@ absl::Status LlamaDrafter::Propose(std::span<const DraftRequest> requests,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const config::SpeculativeConfig& config,
-                                                     const LlamaModel& target,
+                                                     LlamaModel& target,
                                                      kernels::Communicator* comm,
                                                      bool dummy_weights, uint64_t dummy_seed) {
   const std::filesystem::path& dir = config.model;
@@ -331,14 +464,26 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const config::SpeculativeCo
     VLLM_ASSIGN_OR_RETURN(auto head, MedusaHead::Load(mc, *weights));
     return std::unique_ptr<Drafter>(new MedusaDrafter(std::move(head), t.hidden_size));
   }
-  if (config.method != "eagle" && config.method != "draft_model") {
+  if (config.method != "eagle" && config.method != "eagle3" && config.method != "draft_model") {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--speculative-config method: '%s' has no draft in the worker", config.method));
   }
   const bool eagle = config.method == "eagle";
-  VLLM_ASSIGN_OR_RETURN(HfConfig dc, eagle ? LoadEagleConfig(dir) : LoadHfConfig(dir));
+  const bool eagle3 = config.method == "eagle3";
+  nlohmann::json json;
+  VLLM_ASSIGN_OR_RETURN(HfConfig dc,
+                        eagle || eagle3 ? LoadEagleConfig(dir, eagle3, &json) : LoadHfConfig(dir));
   if (dc.vocab_size != t.vocab_size) {
-    return VocabMismatch(eagle ? "EAGLE head" : "draft model", dc.vocab_size, t.vocab_size);
+    return VocabMismatch(eagle    ? "EAGLE head"
+                         : eagle3 ? "EAGLE-3 head"
+                                  : "draft model",
+                         dc.vocab_size, t.vocab_size);
+  }
+  Eagle3Options options;
+  std::vector<int32_t> aux_layers;
+  if (eagle3) {
+    VLLM_ASSIGN_OR_RETURN(options,
+                          Eagle3OptionsOf(json, dir, dc, t.num_hidden_layers, &aux_layers));
   }
   // draft_tensor_parallel_size 1: the whole draft on every rank, with a group of its own.
   std::unique_ptr<kernels::Communicator> own;
@@ -351,10 +496,16 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const config::SpeculativeCo
   std::unique_ptr<LlamaModel> model;
   if (eagle) {
     VLLM_ASSIGN_OR_RETURN(model, LlamaModel::LoadEagleHead(dc, *weights, draft_comm, target));
+  } else if (eagle3) {
+    VLLM_ASSIGN_OR_RETURN(model,
+                          LlamaModel::LoadEagle3Head(dc, options, *weights, draft_comm, target));
+    // The target's Forward now hands out the aux states instead of its last hidden state.
+    target.SetAuxHiddenLayers(std::move(aux_layers));
   } else {
     VLLM_ASSIGN_OR_RETURN(model, LlamaModel::Load(dc, *weights, draft_comm));
   }
-  return std::unique_ptr<Drafter>(new LlamaDrafter(std::move(model), std::move(own), eagle));
+  const int64_t target_width = eagle || eagle3 ? target.hidden_out_width() : 0;
+  return std::unique_ptr<Drafter>(new LlamaDrafter(std::move(model), std::move(own), target_width));
 }
 
 }  // namespace vllm::worker

@@ -10,6 +10,10 @@
 //   eagle        the EAGLE-1 head (LlamaModel::LoadEagleHead): position p reads (token p + 1,
 //                the target's hidden state at p); each further draft reads the head's own
 //                output. Its KV cache has the head's layers.
+//   eagle3       the EAGLE-3 head (LlamaModel::LoadEagle3Head): as eagle, but the target's
+//                hidden state is three (configurable) of its layers' streams fused by the
+//                head's fc before the first pass; the head drafts over its own vocabulary,
+//                mapped to the target's by d2t.
 //   draft_model  a smaller model of the same vocabulary, fed the same tokens as the target
 //                plus the token just sampled, then its own drafts. Its KV cache has its
 //                layers. Sharded as the target or whole on every rank
@@ -53,7 +57,7 @@ struct DraftRequest {
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Whether Propose reads the target's hidden states (eagle, medusa).
+  // Whether Propose reads the target's hidden states (eagle, eagle3, medusa).
   virtual bool needs_hidden_states() const = 0;
   // Bytes of the draft's KV cache per token on this rank (0: none).
   virtual int64_t kv_bytes_per_token() const = 0;
@@ -61,21 +65,24 @@ class Drafter {
   // target's).
   [[nodiscard]] virtual absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) = 0;
   // Feeds the step's standing rows and fills drafts->at(i) with up to requests[i].num_drafts
-  // tokens. `hidden`: the target's last hidden states of the step's rows, [rows, hidden_size]
-  // (empty when !needs_hidden_states()). Fails only if a collective fails or the inputs are
+  // tokens. `hidden`: the target's hidden states of the step's rows, [rows,
+  // LlamaModel::hidden_out_width()] (EAGLE-3: its aux states; empty when
+  // !needs_hidden_states()). Fails only if a collective fails or the inputs are
   // inconsistent (InvalidArgument).
   [[nodiscard]] virtual absl::Status Propose(std::span<const DraftRequest> requests,
                                              std::span<const float> hidden,
                                              std::vector<std::vector<int32_t>>* drafts) = 0;
 };
 
-// The drafter of `config` (method eagle, medusa or draft_model; its model directory) for
-// `target`, which must outlive it; `comm` is the target's tensor-parallel group. A dummy
+// The drafter of `config` (method eagle, eagle3, medusa or draft_model; its model directory)
+// for `target`, which must outlive it; `comm` is the target's tensor-parallel group. An
+// EAGLE-3 head sets the target's aux hidden layers (LlamaModel::SetAuxHiddenLayers), so the
+// hidden states Propose reads are those. A dummy
 // `target` load format gives the draft dummy weights too (`dummy_seed`). Start-up errors name
 // the file and key: a missing directory, a head whose shapes or vocabulary differ from the
 // target's, a tensor of the wrong shape.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(
-    const config::SpeculativeConfig& config, const LlamaModel& target, kernels::Communicator* comm,
+    const config::SpeculativeConfig& config, LlamaModel& target, kernels::Communicator* comm,
     bool dummy_weights, uint64_t dummy_seed);
 
 }  // namespace vllm::worker

@@ -14,101 +14,34 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "kernels/cpu/thread_pool.h"
+#include "worker/llama_internal.h"
 
 namespace vllm::worker {
 namespace {
 
 namespace cpu = ::vllm::kernels::cpu;
-
-// Grows `v` to at least n elements (scratch buffers only grow).
-float* Scratch(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-void Append(std::vector<float>& to, const std::vector<float>& from) {
-  to.insert(to.end(), from.begin(), from.end());
-}
-
-// A projection's weight [n, k] packed for the CPU GEMM: as BF16 when that is exact (a BF16
-// checkpoint widened on load; half the bytes per step, the same products), unless
-// VLLM_CPU_PACKED_WEIGHTS=float32 (A/B runs).
-cpu::PackedWeight PackWeight(const float* w, int64_t n, int64_t k) {
-  static const bool kFloat32Only = [] {
-    const char* v = std::getenv("VLLM_CPU_PACKED_WEIGHTS");
-    return v != nullptr && std::string(v) == "float32";
-  }();
-  return cpu::PackedWeight::Pack(w, n, k,
-                                 kFloat32Only ? cpu::PackedWeight::Storage::kFloat32
-                                              : cpu::PackedWeight::Storage::kBf16IfExact);
-}
+using llama_internal::Append;
+using llama_internal::PackWeight;
+using llama_internal::Scratch;
 
 // Gemma's norms multiply by (1 + w), computed in float32 as HF does; held pre-added.
 void AddOne(std::vector<float>& weight) {
   for (float& w : weight) w = 1.0f + w;
 }
 
-// An EAGLE checkpoint names its tensors with or without the "model." prefix the Llama loader
-// asks for (vLLM's EagleLlamaForCausalLM.load_weights adds it): "model.X" reads "X" when only
-// that exists.
-class EagleWeightNames final : public WeightSource {
- public:
-  explicit EagleWeightNames(WeightSource& inner) : inner_(inner) {}
-  absl::StatusOr<std::vector<float>> Load(std::string_view name,
-                                          std::span<const int64_t> full_shape,
-                                          const Shard& shard) override {
-    return inner_.Load(Resolve(name), full_shape, shard);
-  }
-  bool Has(std::string_view name) const override { return inner_.Has(Resolve(name)); }
-  std::vector<std::string> Names() const override { return inner_.Names(); }
-
- private:
-  std::string_view Resolve(std::string_view name) const {
-    constexpr std::string_view kPrefix = "model.";
-    if (name.starts_with(kPrefix) && !inner_.Has(name) && inner_.Has(name.substr(kPrefix.size()))) {
-      return name.substr(kPrefix.size());
-    }
-    return name;
-  }
-  WeightSource& inner_;
-};
-
 }  // namespace
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagleHead(const HfConfig& config,
-                                                                      WeightSource& weights,
-                                                                      kernels::Communicator* comm,
-                                                                      const LlamaModel& target) {
-  if (config.hidden_size != target.config().hidden_size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the EAGLE head's hidden_size %d differs from the target's %d (config.json)",
-        config.hidden_size, target.config().hidden_size));
-  }
-  if (config.vocab_size != target.config().vocab_size) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the EAGLE head's vocab_size %d differs from the target's %d (config.json; a draft "
-        "vocabulary of its own, EAGLE-3's draft_vocab_size, is not supported)",
-        config.vocab_size, target.config().vocab_size));
-  }
-  if (config.gemma || config.num_experts > 0) {
-    return absl::InvalidArgumentError(
-        "the EAGLE head must be a Llama decoder layer (EagleLlamaForCausalLM; config.json "
-        "model_type)");
-  }
-  EagleWeightNames names(weights);
-  return Build(config, names, comm, &target);
-}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const HfConfig& config,
                                                              WeightSource& weights,
                                                              kernels::Communicator* comm) {
-  return Build(config, weights, comm, nullptr);
+  return Build(config, weights, comm, nullptr, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Build(const HfConfig& config,
                                                               WeightSource& weights,
                                                               kernels::Communicator* comm,
-                                                              const LlamaModel* eagle_target) {
+                                                              const LlamaModel* eagle_target,
+                                                              const Eagle3Options* eagle3) {
   VLLM_CHECK(comm != nullptr) << "LlamaModel needs a communicator (SingleRankCommunicator)";
   VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
   VLLM_ASSIGN_OR_RETURN(
@@ -117,6 +50,12 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Build(const HfConfig& co
                                    config.max_position_embeddings, config.rope_scaling));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, tp, comm, std::move(rope)));
   model->shared_ = eagle_target;
+  model->logits_width_ = config.vocab_size;
+  if (eagle3 != nullptr) {
+    model->eagle3_ = true;
+    model->eagle3_options_ = *eagle3;
+    model->logits_width_ = eagle3->draft_vocab_size;
+  }
   if (config.rope_local_theta) {
     VLLM_ASSIGN_OR_RETURN(model->rope_local_,
                           cpu::RotaryEmbedding::Create(config.head_dim, *config.rope_local_theta,
@@ -146,48 +85,42 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
     return weights.Load(name, shape, shard);
   };
 
-  // An EAGLE head (shared_) has no final norm and uses its target's embedding and lm_head
-  // unless its checkpoint has its own (a dummy source, which has every name, gives it none).
+  // An EAGLE or EAGLE-3 head (shared_) loads its own tensors (llama_eagle.cc).
   const bool eagle = shared_ != nullptr;
-  const bool real = !weights.Names().empty();
-  if (!eagle || (real && weights.Has("model.embed_tokens.weight"))) {
-    VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
-  }
-  if (!eagle) {
-    VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
-  }
   if (eagle) {
-    if (real && weights.Has("lm_head.weight")) {
+    VLLM_RETURN_IF_ERROR(LoadHeadWeights(weights));
+  } else {
+    VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
+    VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
+    if (config_.tie_word_embeddings) {
+      lm_head_ = PackWeight(embed_tokens_.data(), vocab, hidden);
+    } else {
       VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
       lm_head_ = PackWeight(head.data(), vocab, hidden);
     }
-    VLLM_ASSIGN_OR_RETURN(auto fc, load("model.fc.weight", {hidden, 2 * hidden}, {}));
-    eagle_fc_ = PackWeight(fc.data(), hidden, 2 * hidden);
-    if (real && weights.Has("model.fc.bias")) {
-      VLLM_ASSIGN_OR_RETURN(eagle_fc_bias_, load("model.fc.bias", {hidden}, {}));
-    }
-  } else if (config_.tie_word_embeddings) {
-    lm_head_ = PackWeight(embed_tokens_.data(), vocab, hidden);
-  } else {
-    VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
-    lm_head_ = PackWeight(head.data(), vocab, hidden);
   }
   const int64_t q_rows = int64_t{config_.num_attention_heads} * d;
   layers_.resize(config_.num_hidden_layers);
   for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
     Layer& l = layers_[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
-    // EAGLE's first layer reads fc's output unnormalised (vLLM's disable_input_layernorm).
-    if (!eagle || i > 0) {
+    // EAGLE's first layer reads fc's output unnormalised (vLLM's disable_input_layernorm);
+    // EAGLE-3's normalises the embedding with it and the hidden input with hidden_norm.
+    if (!eagle || i > 0 || eagle3_) {
       VLLM_ASSIGN_OR_RETURN(l.input_norm, load(p + "input_layernorm.weight", {hidden}, {}));
     }
+    if (eagle3_ && i == 0) {
+      VLLM_ASSIGN_OR_RETURN(l.hidden_norm, load(p + "hidden_norm.weight", {hidden}, {}));
+    }
     VLLM_ASSIGN_OR_RETURN(l.post_norm, load(p + "post_attention_layernorm.weight", {hidden}, {}));
+    const int64_t in = LayerInputWidth(i);
     std::vector<float> qkv;
-    for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/false)) {
+    for (WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/false)) {
+      piece.shape[1] = in;
       VLLM_ASSIGN_OR_RETURN(auto w, load(piece.name, piece.shape, piece.shard));
       Append(qkv, w);
     }
-    l.qkv = PackWeight(qkv.data(), static_cast<int64_t>(qkv.size()) / hidden, hidden);
+    l.qkv = PackWeight(qkv.data(), static_cast<int64_t>(qkv.size()) / in, in);
     if (config_.attention_bias) {
       for (const WeightPiece& piece : QkvPieces(config_, tp_, i, /*bias=*/true)) {
         VLLM_ASSIGN_OR_RETURN(auto b, load(piece.name, piece.shape, piece.shard));
@@ -264,13 +197,16 @@ absl::Status LlamaModel::LoadExperts(WeightSource& weights, int32_t layer_index,
 }
 
 int64_t LlamaModel::weight_bytes() const {
-  size_t n = embed_tokens_.size() + final_norm_.size() + eagle_fc_bias_.size();
+  size_t n = embed_tokens_.size() + final_norm_.size() + eagle_fc_bias_.size() +
+             fc_input_norm_.size() + draft_to_target_.size();
+  for (const std::vector<float>& norm : fc_norms_) n += norm.size();
   size_t packed = lm_head_.bytes() + eagle_fc_.bytes();
   for (const Layer& l : layers_) {
-    n += l.input_norm.size() + l.qkv_bias.size() + l.q_norm.size() + l.k_norm.size() +
-         l.o_bias.size() + l.post_norm.size() + l.router.size() + l.experts_gate_up.size() +
-         l.experts_down.size() + l.pre_ff_norm.size() + l.post_ff_norm.size() +
-         l.shared_gate_up.size() + l.shared_down.size() + l.shared_gate.size();
+    n += l.input_norm.size() + l.hidden_norm.size() + l.qkv_bias.size() + l.q_norm.size() +
+         l.k_norm.size() + l.o_bias.size() + l.post_norm.size() + l.router.size() +
+         l.experts_gate_up.size() + l.experts_down.size() + l.pre_ff_norm.size() +
+         l.post_ff_norm.size() + l.shared_gate_up.size() + l.shared_down.size() +
+         l.shared_gate.size();
     packed += l.qkv.bytes() + l.o_proj.bytes() + l.gate_up.bytes() + l.down.bytes();
   }
   return static_cast<int64_t>(n * sizeof(float) + packed);
@@ -415,21 +351,6 @@ void LlamaModel::AddSharedExpert(const Layer& layer, int64_t num_tokens, const f
   }
 }
 
-void LlamaModel::EagleInput(const ForwardBatch& batch, const float* input_hidden, float* residual) {
-  const int64_t t = static_cast<int64_t>(batch.token_ids.size());
-  const int64_t h = config_.hidden_size;
-  float* cat = Scratch(cat_, t * 2 * h);
-  float* embedded = Scratch(hidden_, t * h);
-  cpu::Embedding(batch.token_ids.data(), t, embed_table().data(), 0, config_.vocab_size, h,
-                 embedded);
-  for (int64_t i = 0; i < t; ++i) {
-    std::memcpy(cat + i * 2 * h, embedded + i * h, static_cast<size_t>(h) * sizeof(float));
-    std::memcpy(cat + i * 2 * h + h, input_hidden + i * h, static_cast<size_t>(h) * sizeof(float));
-  }
-  cpu::LinearPacked(cat, eagle_fc_, eagle_fc_bias_.empty() ? nullptr : eagle_fc_bias_.data(),
-                    residual, t);
-}
-
 absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
                                  std::vector<float>* logits, std::vector<float>* hidden_out,
                                  const float* input_hidden) {
@@ -439,12 +360,16 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
   VLLM_CHECK(batch.positions.size() == static_cast<size_t>(t) &&
              batch.slot_mapping.size() == static_cast<size_t>(t))
       << "batch arrays disagree on the token count";
-  float* hidden = Scratch(hidden_, t * h);
+  float* hidden = Scratch(hidden_, t * LayerInputWidth(0));
   float* residual = Scratch(residual_, t * h);
   if (shared_ != nullptr) {
     VLLM_CHECK(input_hidden != nullptr) << "an EAGLE head reads the target's hidden states";
-    EagleInput(batch, input_hidden, residual);
-    std::memcpy(hidden, residual, static_cast<size_t>(t * h) * sizeof(float));
+    if (eagle3_) {
+      Eagle3Input(batch, input_hidden, hidden, residual);
+    } else {
+      EagleInput(batch, input_hidden, residual);
+      std::memcpy(hidden, residual, static_cast<size_t>(t * h) * sizeof(float));
+    }
   } else {
     cpu::Embedding(batch.token_ids.data(), t, embed_tokens_.data(), 0, config_.vocab_size, h,
                    residual);
@@ -454,6 +379,23 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
     }
     // residual holds the stream; hidden the normalised input of the next sub-layer.
     cpu::RmsNorm(residual, layers_[0].input_norm.data(), hidden, t, h, eps);
+  }
+  // EAGLE-3's target: the stream entering aux layer j goes to column block j of hidden_out.
+  const bool aux = hidden_out != nullptr && !aux_layers_.empty();
+  const auto capture = [&](int32_t boundary, const float* sub_layer_out) {
+    const auto it = std::find(aux_layers_.begin(), aux_layers_.end(), boundary);
+    if (it == aux_layers_.end()) return;
+    const int64_t width = hidden_out_width();
+    float* out = hidden_out->data() + (it - aux_layers_.begin()) * h;
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t j = 0; j < h; ++j) {
+        out[r * width + j] = residual[r * h + j] + (sub_layer_out ? sub_layer_out[r * h + j] : 0);
+      }
+    }
+  };
+  if (aux) {
+    hidden_out->resize(static_cast<size_t>(t * hidden_out_width()));
+    capture(0, nullptr);
   }
   for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
     const Layer& layer = layers_[i];
@@ -465,20 +407,32 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
       cpu::FusedAddRmsNorm(hidden, residual, layer.pre_ff_norm.data(), t, h, eps);
       VLLM_RETURN_IF_ERROR(Mlp(layer, t, hidden));
       cpu::RmsNorm(hidden, layer.post_ff_norm.data(), hidden, t, h, eps);
-      continue;
+    } else {
+      cpu::FusedAddRmsNorm(hidden, residual, layer.post_norm.data(), t, h, eps);
+      VLLM_RETURN_IF_ERROR(Mlp(layer, t, hidden));
     }
-    cpu::FusedAddRmsNorm(hidden, residual, layer.post_norm.data(), t, h, eps);
-    VLLM_RETURN_IF_ERROR(Mlp(layer, t, hidden));
+    if (aux) capture(i + 1, hidden);
   }
+  Finish(batch, hidden, residual, logits, aux ? nullptr : hidden_out);
+  return absl::OkStatus();
+}
+
+void LlamaModel::Finish(const ForwardBatch& batch, const float* hidden, const float* residual,
+                        std::vector<float>* logits, std::vector<float>* hidden_out) {
+  const int64_t t = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   // Only the sampling rows go through the final norm and lm_head, unless every row's hidden
-  // state is wanted.
+  // state is wanted. An EAGLE-3 head hands on its stream before the final norm.
+  const bool prenorm_out = eagle3_ && !eagle3_options_.norm_output;
+  const bool normed_out = hidden_out != nullptr && !final_norm_.empty() && !prenorm_out;
   const int64_t n = static_cast<int64_t>(batch.logits_indices.size());
   float* rows = Scratch(rows_, n * h);
   if (hidden_out != nullptr) {
     hidden_out->resize(static_cast<size_t>(t * h));
     float* all = hidden_out->data();
     for (int64_t i = 0; i < t * h; ++i) all[i] = hidden[i] + residual[i];
-    if (!final_norm_.empty()) cpu::RmsNorm(all, final_norm_.data(), all, t, h, eps);
+    if (normed_out) cpu::RmsNorm(all, final_norm_.data(), all, t, h, eps);
   }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t src = batch.logits_indices[r];
@@ -490,16 +444,13 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
     }
     for (int64_t j = 0; j < h; ++j) rows[r * h + j] = hidden[src * h + j] + residual[src * h + j];
   }
-  if (hidden_out == nullptr && !final_norm_.empty()) {
-    cpu::RmsNorm(rows, final_norm_.data(), rows, n, h, eps);
-  }
-  logits->resize(static_cast<size_t>(n * config_.vocab_size));
+  if (!final_norm_.empty() && !normed_out) cpu::RmsNorm(rows, final_norm_.data(), rows, n, h, eps);
+  logits->resize(static_cast<size_t>(n * logits_width_));
   cpu::LinearPacked(rows, lm_head(), nullptr, logits->data(), n);
   if (config_.final_logit_softcapping > 0) {
-    cpu::SoftCap(logits->data(), n * config_.vocab_size,
+    cpu::SoftCap(logits->data(), n * logits_width_,
                  static_cast<float>(config_.final_logit_softcapping));
   }
-  return absl::OkStatus();
 }
 
 }  // namespace vllm::worker

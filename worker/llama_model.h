@@ -77,6 +77,21 @@ struct ForwardBatch {
   std::span<const int32_t> logits_indices;
 };
 
+// An EAGLE-3 head's settings (vLLM's Eagle3LlamaForCausalLM, llama_eagle3.py), read from its
+// config.json (worker/drafter.cc).
+struct Eagle3Options {
+  // lm_head's rows; d2t maps draft id i to target id i + d2t[i] (vLLM's draft_id_to_target_id;
+  // all zeros when the checkpoint has no d2t). Equal to vocab_size: no mapping.
+  int32_t draft_vocab_size = 0;
+  // Target states fc reads (fc.weight is [hidden, n × hidden]); 0: use_aux_hidden_state false,
+  // the head reads the target's last hidden state as EAGLE-1 does, without fc.
+  int32_t num_aux_hidden_states = 3;
+  bool norm_before_fc = false;        // input_norm over fc's whole input
+  bool fc_norm = false;               // fc_norm.i over each state before fc
+  bool norm_before_residual = false;  // the residual is hidden_norm(h) instead of h
+  bool norm_output = false;           // the next pass reads the normed output, not the stream
+};
+
 class LlamaModel {
  public:
   // Loads this rank's shard of every weight from `weights`. `comm` (not owned, outlives the
@@ -98,12 +113,40 @@ class LlamaModel {
       const HfConfig& config, WeightSource& weights, kernels::Communicator* comm,
       const LlamaModel& target);
 
+  // The EAGLE-3 head of `target` (vLLM's Eagle3LlamaForCausalLM): tensor names as its
+  // checkpoints have them (midlayer.* or layers.N.*, fc.weight [hidden, n × hidden], norm,
+  // lm_head [draft_vocab_size, hidden], d2t; with or without "model."). Layer 0 reads
+  // [input_layernorm(embedding), hidden_norm(h)] (2 × hidden wide); the final norm feeds
+  // lm_head and the pre-norm stream is the next pass's h. Sharded over `comm` as the target.
+  // InvalidArgument naming the key: hidden_size differing from the target's, a d2t entry
+  // outside the target's vocabulary, a tensor of the wrong shape.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> LoadEagle3Head(
+      const HfConfig& config, const Eagle3Options& options, WeightSource& weights,
+      kernels::Communicator* comm, const LlamaModel& target);
+
+  // EAGLE-3's target side: Forward's `hidden_out` becomes the residual stream entering each
+  // of `layers` (0: the embedding output; num_layers: the last layer's output before the
+  // final norm), concatenated in ascending layer order, [num_tokens, n × hidden_size] (vLLM's
+  // aux_hidden_state_layers). `layers` sorted, distinct, within [0, num_layers].
+  void SetAuxHiddenLayers(std::vector<int32_t> layers);
+  // Floats per row of Forward's hidden_out.
+  int64_t hidden_out_width() const {
+    return int64_t{config_.hidden_size} *
+           static_cast<int64_t>(aux_layers_.empty() ? 1 : aux_layers_.size());
+  }
+
+  // EAGLE-3: fc over the target's states, [num_tokens, n × hidden] → [num_tokens, hidden]
+  // (with input_norm / fc_norm as configured); without aux states a copy.
+  void CombineHiddenStates(std::span<const float> states, std::vector<float>* out);
+
   // Runs the batch, writing its K/V into `cache`, and fills `logits` with
-  // [logits_indices.size(), vocab_size] floats. `hidden_out` (optional) gets every row's last
-  // hidden state, [num_tokens, hidden_size]: a model's after its final norm (what lm_head
-  // reads), an EAGLE head's its output (it has no final norm). An EAGLE head reads
-  // `input_hidden`, [num_tokens, hidden_size] (the target's hidden state of each row's
-  // position), which other models ignore. Fails only if the collective fails.
+  // [logits_indices.size(), logits_width()] floats. `hidden_out` (optional) gets every row's
+  // hidden state, [num_tokens, hidden_out_width()]: a model's after its final norm (what
+  // lm_head reads), an EAGLE head's its output (it has no final norm), an EAGLE-3 head's
+  // stream before its final norm (after it with norm_output), a target's aux states after
+  // SetAuxHiddenLayers. An EAGLE or EAGLE-3 head reads `input_hidden`, [num_tokens,
+  // hidden_size] (the target's hidden state of each row's position, EAGLE-3's combined),
+  // which other models ignore. Fails only if the collective fails.
   [[nodiscard]] absl::Status Forward(const ForwardBatch& batch, KVCache& cache,
                                      std::vector<float>* logits,
                                      std::vector<float>* hidden_out = nullptr,
@@ -119,12 +162,19 @@ class LlamaModel {
   int32_t num_kv_heads() const { return num_kv_heads_; }  // this rank
   int32_t head_dim() const { return config_.head_dim; }
   int32_t vocab_size() const { return config_.vocab_size; }
+  // Columns of Forward's logits: the vocabulary, or an EAGLE-3 head's draft vocabulary.
+  int32_t logits_width() const { return logits_width_; }
+  // The target token of logits column `column` (EAGLE-3's d2t; the column itself otherwise).
+  int32_t TokenOfColumn(int32_t column) const {
+    return draft_to_target_.empty() ? column : draft_to_target_[column];
+  }
   // Bytes of weights this rank holds.
   int64_t weight_bytes() const;
 
  private:
   struct Layer {
     std::vector<float> input_norm;
+    std::vector<float> hidden_norm;  // EAGLE-3's layer 0: the norm of the hidden input
     // The dense projections are packed once for the CPU GEMM (kernels/cpu/packed_linear.h).
     kernels::cpu::PackedWeight qkv;     // [(heads + 2 kv_heads) × head_dim, hidden]
     std::vector<float> qkv_bias;        // empty without attention bias
@@ -153,13 +203,21 @@ class LlamaModel {
 
   LlamaModel(const HfConfig& config, const TpLayout& tp, kernels::Communicator* comm,
              kernels::cpu::RotaryEmbedding rope);
-  // Load and LoadEagleHead (`eagle_target` non-null: an EAGLE head of that model).
+  // Load, LoadEagleHead and LoadEagle3Head (`eagle_target` non-null: an EAGLE head of that
+  // model; `eagle3`: an EAGLE-3 head's options).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Build(
       const HfConfig& config, WeightSource& weights, kernels::Communicator* comm,
-      const LlamaModel* eagle_target);
+      const LlamaModel* eagle_target, const Eagle3Options* eagle3);
   // Every weight; an EAGLE head's fc too, and its own embedding and lm_head where the
   // checkpoint has them.
   [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
+  // An EAGLE or EAGLE-3 head's own tensors (llama_eagle.cc): embedding and lm_head where its
+  // own, fc (and EAGLE-3's input_norm, fc_norm, final norm, d2t).
+  [[nodiscard]] absl::Status LoadHeadWeights(WeightSource& weights);
+  // The q/k/v input width of layer `i`: 2 × hidden for EAGLE-3's layer 0.
+  int64_t LayerInputWidth(int32_t i) const {
+    return int64_t{config_.hidden_size} * (eagle3_ && i == 0 ? 2 : 1);
+  }
   // The embedding table and lm_head in use (an EAGLE head's may be its target's).
   const std::vector<float>& embed_table() const {
     return shared_ != nullptr && embed_tokens_.empty() ? shared_->embed_tokens_ : embed_tokens_;
@@ -169,6 +227,14 @@ class LlamaModel {
   }
   // EAGLE: residual = fc([embed(token), input_hidden]) per row.
   void EagleInput(const ForwardBatch& batch, const float* input_hidden, float* residual);
+  // EAGLE-3: hidden = [input_layernorm(embed(token)), hidden_norm(input_hidden)] (2 × hidden
+  // per row), residual = input_hidden (normed with norm_before_residual).
+  void Eagle3Input(const ForwardBatch& batch, const float* input_hidden, float* hidden,
+                   float* residual);
+  // The rows' final stream (hidden + residual) through the final norm, then lm_head; with
+  // `hidden_out`, every row's hidden_out as Forward says.
+  void Finish(const ForwardBatch& batch, const float* hidden, const float* residual,
+              std::vector<float>* logits, std::vector<float>* hidden_out);
   // Gemma: the feed-forward norms; every norm weight w becomes 1 + w.
   [[nodiscard]] absl::Status LoadGemmaNorms(WeightSource& weights);
   [[nodiscard]] absl::Status Attention(const Layer& layer, int32_t layer_index,
@@ -198,11 +264,21 @@ class LlamaModel {
   std::vector<Layer> layers_;
   // An EAGLE head's target (embedding and lm_head unless its own) and its fc; null otherwise.
   const LlamaModel* shared_ = nullptr;
-  kernels::cpu::PackedWeight eagle_fc_;  // [hidden, 2 × hidden]
+  kernels::cpu::PackedWeight eagle_fc_;  // [hidden, 2 × hidden]; EAGLE-3: [hidden, n × hidden]
   std::vector<float> eagle_fc_bias_;     // empty without fc.bias
+  // EAGLE-3 (eagle3_): its options, input_norm (norm_before_fc) and fc_norm.i (fc_norm).
+  bool eagle3_ = false;
+  Eagle3Options eagle3_options_;
+  std::vector<float> fc_input_norm_;
+  std::vector<std::vector<float>> fc_norms_;
+  int32_t logits_width_ = 0;
+  std::vector<int32_t> draft_to_target_;  // EAGLE-3's d2t applied; empty: identity
+  // A target's EAGLE-3 aux layers (SetAuxHiddenLayers); empty: hidden_out is the last state.
+  std::vector<int32_t> aux_layers_;
 
   // Scratch, grown on demand and reused across steps.
-  std::vector<float> hidden_, residual_, qkv_, q_, k_, v_, attn_out_, gate_up_, act_, rows_, cat_;
+  std::vector<float> hidden_, residual_, qkv_, q_, k_, v_, attn_out_, gate_up_, act_, rows_, cat_,
+      fc_in_;
   std::vector<float> router_logits_, topk_weights_, moe_out_, shared_out_, shared_logit_;
   std::vector<int32_t> topk_ids_;
   kernels::cpu::MoeScratch moe_scratch_;

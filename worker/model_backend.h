@@ -95,8 +95,9 @@ struct StepResult {
   std::vector<int32_t> tokens;
   // [number of on_host rows, vocab_size] float logits, in logits-row order.
   std::vector<float> host_logits;
-  // With StepInputs::want_hidden: [num_tokens, hidden_size], every row's hidden state after
-  // the final norm (what lm_head reads).
+  // With StepInputs::want_hidden: every row's hidden state after the final norm (what lm_head
+  // reads), [num_tokens, hidden_size]; with an EAGLE-3 draft the target's aux states instead
+  // (LlamaModel::SetAuxHiddenLayers), [num_tokens, n × hidden_size].
   std::vector<float> hidden;
 };
 

@@ -106,11 +106,29 @@ float BFloat16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint
 
 // Converts `count` elements starting at element `first` of `data` to float32 into `out`.
 // memcpy per element because safetensors does not align tensor data.
-void ConvertRun(SafetensorsDtype dtype, const std::byte* data, int64_t first, int64_t count,
+// Integers (I32, I64) must be exact in float32 (|v| <= 2^24): false when one is not.
+bool ConvertRun(SafetensorsDtype dtype, const std::byte* data, int64_t first, int64_t count,
                 float* out) {
   if (dtype == SafetensorsDtype::kF32) {
     std::memcpy(out, data + first * 4, static_cast<size_t>(count) * 4);
-    return;
+    return true;
+  }
+  if (dtype == SafetensorsDtype::kI32 || dtype == SafetensorsDtype::kI64) {
+    constexpr int64_t kExact = int64_t{1} << 24;
+    const int64_t size = dtype == SafetensorsDtype::kI32 ? 4 : 8;
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t v = 0;
+      if (size == 4) {
+        int32_t v32;
+        std::memcpy(&v32, data + (first + i) * 4, 4);
+        v = v32;
+      } else {
+        std::memcpy(&v, data + (first + i) * 8, 8);
+      }
+      if (v > kExact || v < -kExact) return false;
+      out[i] = static_cast<float>(v);
+    }
+    return true;
   }
   const std::byte* src = data + first * 2;
   for (int64_t i = 0; i < count; ++i) {
@@ -118,6 +136,7 @@ void ConvertRun(SafetensorsDtype dtype, const std::byte* data, int64_t first, in
     std::memcpy(&bits, src + i * 2, 2);
     out[i] = dtype == SafetensorsDtype::kF16 ? HalfToFloat(bits) : BFloat16ToFloat(bits);
   }
+  return true;
 }
 
 class SafetensorsSource final : public WeightSource {
@@ -141,17 +160,22 @@ class SafetensorsSource final : public WeightSource {
     const std::string where = absl::StrCat(" in ", file.path().filename().string());
     VLLM_RETURN_IF_ERROR(CheckShape(tensor, info.shape, full_shape, where));
     if (info.dtype != SafetensorsDtype::kF32 && info.dtype != SafetensorsDtype::kF16 &&
-        info.dtype != SafetensorsDtype::kBF16) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor, "'", where, " has dtype ",
-                                                     std::string(SafetensorsDtypeName(info.dtype)),
-                                                     "; only F32, F16 and BF16 can be loaded"));
+        info.dtype != SafetensorsDtype::kBF16 && info.dtype != SafetensorsDtype::kI32 &&
+        info.dtype != SafetensorsDtype::kI64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", tensor, "'", where, " has dtype ",
+                       std::string(SafetensorsDtypeName(info.dtype)),
+                       "; only F32, F16, BF16, I32 and I64 can be loaded"));
     }
     VLLM_ASSIGN_OR_RETURN(SliceLayout slice, PlanSlice(tensor, info.shape, shard));
     std::vector<float> out(static_cast<size_t>(slice.outer * slice.run));
     const std::byte* data = file.Data(info).data();
     for (int64_t o = 0; o < slice.outer; ++o) {
-      ConvertRun(info.dtype, data, slice.first + o * slice.stride, slice.run,
-                 out.data() + o * slice.run);
+      if (!ConvertRun(info.dtype, data, slice.first + o * slice.stride, slice.run,
+                      out.data() + o * slice.run)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", tensor, "'", where, " holds an integer beyond float32's exact range"));
+      }
     }
     return out;
   }

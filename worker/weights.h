@@ -47,12 +47,13 @@ class WeightSource {
  public:
   virtual ~WeightSource() = default;
 
-  // Loads tensor `name` as float32 (converted from F16/BF16/F32), checking that its full
-  // shape equals `full_shape`, and returns this rank's `shard` of it (row-major).
+  // Loads tensor `name` as float32 (converted from F16/BF16/F32, or from I32/I64 when every
+  // value is exact in float32, |v| <= 2^24: EAGLE-3's d2t), checking that its full shape
+  // equals `full_shape`, and returns this rank's `shard` of it (row-major).
   // NotFound naming the tensor when absent; InvalidArgument naming the tensor, the expected
   // and the actual shape on a mismatch, when the sharded dimension (or range) does not divide
-  // by world_size, or when the range leaves the dimension; InvalidArgument for a dtype other
-  // than F32/F16/BF16.
+  // by world_size, or when the range leaves the dimension; InvalidArgument for another dtype
+  // or an integer beyond float32's exact range.
   [[nodiscard]] virtual absl::StatusOr<std::vector<float>> Load(std::string_view name,
                                                                 std::span<const int64_t> full_shape,
                                                                 const Shard& shard = {}) = 0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Speculative decoding on the bundled model: output tokens/s and acceptance vs k.
 
-    python3 bench/engine/spec_decode_bench.py [--methods off,ngram,suffix,eagle,medusa]
+    python3 bench/engine/spec_decode_bench.py [--methods off,ngram,suffix,eagle,eagle3,medusa]
         [--k 1,2,3,4,5]
         [--concurrency 1,4,16] [--num-prompts 1:24,4:48,16:96] [--output-len 512]
         [--rounds N] [--from-json F1,F2] [--json FILE] [--png FILE] [--log-dir DIR]
@@ -19,8 +19,8 @@ serve --dataset-name prompts` at temperature 0:
 For each set and concurrency, every config in turn (the order rotated each round, so that a
 drift of the machine's speed does not favour the configs run last): for each method ("off": no
 --speculative-config; "ngram" with prompt_lookup_min 2 and prompt_lookup_max 4; "suffix";
-"eagle" and "medusa" with the bundled model's trained heads, models/kjv-llama-tiny-eagle and
--medusa) and
+"eagle", "eagle3" and "medusa" with the bundled model's trained heads,
+models/kjv-llama-tiny-eagle, -eagle3 and -medusa) and
 each k (0: the method's default), a fresh server is
 started (`vllm-launch --port P [--speculative-config ...]`, its own process group, stopped
 before the next: suffix decoding's cache of earlier outputs starts empty every run), a warm-up
@@ -53,7 +53,8 @@ import cpu_vs_vllm as common  # noqa: E402  (Server, http_get, log)
 
 REPO = common.REPO
 # The bundled model's trained draft heads (tools/fixtures/train_draft_heads.py), by method.
-DRAFTS = {"eagle": "models/kjv-llama-tiny-eagle", "medusa": "models/kjv-llama-tiny-medusa"}
+DRAFTS = {"eagle": "models/kjv-llama-tiny-eagle", "eagle3": "models/kjv-llama-tiny-eagle3",
+          "medusa": "models/kjv-llama-tiny-medusa"}
 
 # Public-domain KJV text (the bundled model's training corpus).
 VERSES = [

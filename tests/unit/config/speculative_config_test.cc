@@ -51,9 +51,15 @@ TEST(SpeculativeConfigTest, DraftMethodsNeedTheirModelAndGetLookaheadSlots) {
   EXPECT_THAT(Refusal(R"({"method": "draft_model", "num_speculative_tokens": 2})"),
               HasSubstr("model"));
   EXPECT_THAT(Refusal(R"({"method": "eagle", "model": "m"})"), HasSubstr("num_speculative_tokens"));
-  EXPECT_THAT(Refusal(R"({"method": "eagle3", "model": "m", "num_speculative_tokens": 2})"),
-              HasSubstr("eagle3"));
-  EXPECT_THAT(Refusal(R"({"method": "mtp", "num_speculative_tokens": 1})"), HasSubstr("mtp"));
+  auto eagle3 =
+      ParseSpeculativeConfig(R"({"method": "eagle3", "model": "m", "num_speculative_tokens": 2})");
+  ASSERT_TRUE(eagle3.ok()) << eagle3.status();
+  EXPECT_TRUE(eagle3->DraftsInWorker());
+  EXPECT_EQ(eagle3->NumLookaheadTokens(), 2);
+  EXPECT_THAT(Refusal(R"({"method": "eagle3", "num_speculative_tokens": 2})"), HasSubstr("model"));
+  // No served architecture has multi-token-prediction layers: the refusal says so.
+  EXPECT_THAT(Refusal(R"({"method": "mtp", "num_speculative_tokens": 1})"),
+              HasSubstr("multi-token-prediction layers"));
 }
 
 TEST(SpeculativeConfigTest, BadValuesAreRefusedNamingTheKey) {

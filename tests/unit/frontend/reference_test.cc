@@ -65,6 +65,8 @@ constexpr const char* kSuffix =
     R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": 0.0})";
 
 constexpr const char* kEagle = R"({"method": "eagle", "model": "%s", "num_speculative_tokens": 3})";
+constexpr const char* kEagle3 =
+    R"({"method": "eagle3", "model": "%s", "num_speculative_tokens": 3})";
 constexpr const char* kMedusa =
     R"({"method": "medusa", "model": "%s", "num_speculative_tokens": 3})";
 // The fixture as its own draft: its drafts are the target's greedy tokens (nearly all accepted,
@@ -91,6 +93,8 @@ const Mode kModes[] = {
     // Drafts from the worker: a head on the target's hidden states, or a second model.
     {"batch8_eagle", 8, false, 0, 0, 0, 0, 1, kEagle},
     {"preemption_eagle", 8, true, 0, 0, 14, 128, 1, kEagle},
+    {"chunked_prefill_eagle3", 8, true, 16, 5, 0, 0, 1, kEagle3},
+    {"preemption_eagle3", 8, true, 0, 0, 14, 128, 1, kEagle3},
     {"chunked_prefill_medusa", 8, true, 16, 5, 0, 0, 1, kMedusa},
     {"batch8_prefix_caching_draft_model", 8, true, 0, 0, 0, 0, 2, kDraftModel},
 };
@@ -99,6 +103,7 @@ const Mode kModes[] = {
 std::string DraftDir(const char* speculative, const std::filesystem::path& fixture,
                      const std::filesystem::path& heads) {
   if (speculative == kEagle) return (heads / "eagle").string();
+  if (speculative == kEagle3) return (heads / "eagle3").string();
   if (speculative == kMedusa) return (heads / "medusa").string();
   return fixture.string();
 }
@@ -116,6 +121,7 @@ class ReferenceTest : public ::testing::TestWithParam<Case> {
     heads_ = std::filesystem::temp_directory_path() /
              absl::StrCat("vllm-reference-heads-", getpid(), "-", GetParam().model);
     testing::WriteEagleHead(dir(), heads_ / "eagle", /*seed=*/7);
+    testing::WriteEagle3Head(dir(), heads_ / "eagle3", /*seed=*/13);
     testing::WriteMedusaHead(dir(), heads_ / "medusa", /*num_heads=*/3, /*seed=*/11);
   }
   void TearDown() override { std::filesystem::remove_all(heads_); }

@@ -1,13 +1,15 @@
 // The drafts that run in the worker (worker/drafter.h): start-up refusals that name the key (a
 // head whose shapes or vocabulary differ from the target's, a Medusa config with a truncated
-// vocabulary), and the drafting passes themselves: a draft model identical to the target
-// drafts the target's own greedy continuation, through chunked prefill and lookahead slots
-// that run out.
+// vocabulary, EAGLE-3 aux layers and d2t), the drafting passes themselves (a draft model
+// identical to the target drafts the target's own greedy continuation, through chunked
+// prefill and lookahead slots that run out; EAGLE-3 drafts through d2t), and the target's
+// EAGLE-3 aux states at the layer boundaries.
 #include "worker/drafter.h"
 
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -155,6 +157,89 @@ TEST_F(DrafterTest, EagleHeadLoadsAndDraftsTokensOfTheVocabulary) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(DrafterTest, Eagle3HeadReadsTheTargetsAuxStatesAndDraftsThroughD2t) {
+  testing::WriteEagle3Head(kTarget, dir_ / "eagle3", 4);
+  const int32_t h = target_->config().hidden_size;
+  EXPECT_EQ(target_->hidden_out_width(), h);
+  auto drafter = Make("eagle3", dir_ / "eagle3", 3);
+  ASSERT_TRUE(drafter.ok()) << drafter.status();
+  // llama_gqa has 3 layers: the streams entering layers 0 and 1 and the last layer's output.
+  EXPECT_EQ(target_->hidden_out_width(), 3 * h);
+  EXPECT_TRUE((*drafter)->needs_hidden_states());
+  EXPECT_GT((*drafter)->kv_bytes_per_token(), 0);
+  ASSERT_TRUE((*drafter)->InitializeKVCache(8, 16).ok());
+  const std::vector<int32_t> tokens = {510, 17, 33, 90, 4};
+  const std::vector<int32_t> blocks = {1};
+  std::vector<float> hidden(static_cast<size_t>(4 * 3 * h));
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  DraftRequest q;
+  q.num_rows = 4;
+  q.token_ids = tokens;
+  q.block_ids = blocks;
+  q.num_drafts = 3;
+  std::vector<std::vector<int32_t>> drafts;
+  ASSERT_TRUE((*drafter)->Propose({&q, 1}, hidden, &drafts).ok());
+  ASSERT_EQ(drafts[0].size(), 3u);
+  for (int32_t t : drafts[0]) {
+    // The draft vocabulary is the target's even ids (d2t[i] = i).
+    EXPECT_TRUE(t >= 0 && t < target_->vocab_size() && t % 2 == 0) << t;
+  }
+  // Rows of the last hidden state's width are too few for the aux states.
+  hidden.resize(static_cast<size_t>(4 * h));
+  EXPECT_EQ((*drafter)->Propose({&q, 1}, hidden, &drafts).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DrafterTest, AuxStatesAreTheResidualStreamAtLayerBoundaries) {
+  const int32_t h = target_->config().hidden_size;
+  const int32_t layers = target_->num_layers();
+  const std::vector<int32_t> tokens = {510, 17, 33};
+  const auto len = static_cast<int32_t>(tokens.size());
+  std::vector<int32_t> positions = {0, 1, 2}, blocks = {0}, logits_rows = {2};
+  std::vector<int64_t> slots = {0, 1, 2};
+  const int32_t qsl[2] = {0, len};
+  ForwardBatch batch;
+  batch.token_ids = tokens;
+  batch.positions = positions;
+  batch.slot_mapping = slots;
+  batch.logits_indices = logits_rows;
+  batch.attention = {1, qsl, &len, blocks.data(), 1, 16};
+  auto run = [&](std::vector<float>* hidden, std::vector<float>* logits) {
+    auto cache = target_->AllocateKVCache(1, 16);
+    ASSERT_TRUE(cache.ok());
+    ASSERT_TRUE(target_->Forward(batch, *cache, logits, hidden).ok());
+  };
+  std::vector<float> last, plain_logits;
+  run(&last, &plain_logits);  // after the final norm
+  target_->SetAuxHiddenLayers({0, layers});
+  std::vector<float> aux, aux_logits;
+  run(&aux, &aux_logits);
+  ASSERT_EQ(aux.size(), static_cast<size_t>(len * 2 * h));
+  EXPECT_EQ(aux_logits, plain_logits) << "the aux states change no logits";
+  auto weights = OpenSafetensors(kTarget);
+  ASSERT_TRUE(weights.ok());
+  const std::vector<int64_t> embed_shape = {target_->vocab_size(), h};
+  auto embed = (*weights)->Load("model.embed_tokens.weight", embed_shape);
+  ASSERT_TRUE(embed.ok());
+  const std::vector<int64_t> norm_shape = {h};
+  auto norm = (*weights)->Load("model.norm.weight", norm_shape);
+  ASSERT_TRUE(norm.ok());
+  for (int32_t r = 0; r < len; ++r) {
+    // Boundary 0 is the embedding; boundary L, normed, is the last hidden state.
+    const float* row = aux.data() + static_cast<size_t>(r) * 2 * h;
+    double squares = 0;
+    for (int32_t j = 0; j < h; ++j) {
+      EXPECT_EQ(row[j], (*embed)[static_cast<size_t>(tokens[r]) * h + j]);
+      squares += double{row[h + j]} * row[h + j];
+    }
+    const double scale = 1.0 / std::sqrt(squares / h + target_->config().rms_norm_eps);
+    for (int32_t j = 0; j < h; ++j) {
+      EXPECT_NEAR(row[h + j] * scale * (*norm)[j], last[static_cast<size_t>(r) * h + j], 1e-4)
+          << "row " << r << " column " << j;
+    }
+  }
+}
+
 TEST_F(DrafterTest, MismatchedHeadsAreRefusedNamingTheKey) {
   // An fc of the wrong shape names the tensor.
   testing::WriteEagleHead(kTarget, dir_ / "eagle", 3);
@@ -173,6 +258,62 @@ TEST_F(DrafterTest, MismatchedHeadsAreRefusedNamingTheKey) {
   ASSERT_FALSE(bad_vocab.ok());
   EXPECT_NE(std::string(bad_vocab.status().message()).find("vocab_size"), std::string::npos)
       << bad_vocab.status();
+
+  // EAGLE-3: fc of the wrong width, a d2t entry outside the vocabulary, aux layer ids that
+  // are not what fc reads, and an EAGLE-3 head given as EAGLE-1.
+  const auto refusal = [&](const std::string& method, const std::filesystem::path& model) {
+    auto made = Make(method, model, 2);
+    return made.ok() ? std::string("accepted") : std::string(made.status().message());
+  };
+  const std::filesystem::path e3 = dir_ / "eagle3";
+  testing::WriteEagle3Head(kTarget, e3, 4);
+  EXPECT_NE(refusal("eagle", e3).find("use method \"eagle3\""), std::string::npos)
+      << refusal("eagle", e3);
+  nlohmann::json c3 = testing::ReadJsonFile(e3 / "config.json");
+  c3["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {1, 2};
+  c3["num_aux_hidden_states"] = 3;
+  std::ofstream(e3 / "config.json") << c3.dump();
+  EXPECT_NE(refusal("eagle3", e3).find("eagle_aux_hidden_state_layer_ids"), std::string::npos)
+      << refusal("eagle3", e3);
+  c3["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {0, 9, 2};
+  c3.erase("num_aux_hidden_states");
+  std::ofstream(e3 / "config.json") << c3.dump();
+  EXPECT_NE(refusal("eagle3", e3).find("0 to 3"), std::string::npos) << refusal("eagle3", e3);
+  // The checkpoint rewritten with fc `fc_in` wide and d2t[5] = `d2t5`.
+  const auto rewrite = [&](int64_t fc_in, int64_t d2t5) {
+    testing::WriteEagle3Head(kTarget, e3, 4);
+    const nlohmann::json cfg = testing::ReadJsonFile(e3 / "config.json");
+    const int64_t h = cfg["hidden_size"], dv = cfg["draft_vocab_size"];
+    const int64_t heads = cfg["num_attention_heads"], kvh = cfg["num_key_value_heads"];
+    const int64_t hd = cfg["head_dim"], inter = cfg["intermediate_size"];
+    std::vector<int64_t> d2t(static_cast<size_t>(dv), 0);
+    d2t[5] = d2t5;
+    const std::string p = "midlayer.";
+    testing::WriteRandomSafetensors(e3,
+                                    {{"fc.weight", {h, fc_in}},
+                                     {p + "input_layernorm.weight", {h}, 0.0f},
+                                     {p + "hidden_norm.weight", {h}, 0.0f},
+                                     {p + "self_attn.q_proj.weight", {heads * hd, 2 * h}},
+                                     {p + "self_attn.k_proj.weight", {kvh * hd, 2 * h}},
+                                     {p + "self_attn.v_proj.weight", {kvh * hd, 2 * h}},
+                                     {p + "self_attn.o_proj.weight", {h, heads * hd}},
+                                     {p + "post_attention_layernorm.weight", {h}, 0.0f},
+                                     {p + "mlp.gate_proj.weight", {inter, h}},
+                                     {p + "mlp.up_proj.weight", {inter, h}},
+                                     {p + "mlp.down_proj.weight", {h, inter}},
+                                     {"norm.weight", {h}, 0.0f},
+                                     {"lm_head.weight", {dv, h}},
+                                     {"d2t", {dv}, d2t}},
+                                    2);
+  };
+  const int64_t h = target_->config().hidden_size;
+  rewrite(3 * h, 0);
+  EXPECT_EQ(refusal("eagle3", e3), "accepted");
+  rewrite(2 * h, 0);
+  EXPECT_NE(refusal("eagle3", e3).find("fc.weight"), std::string::npos) << refusal("eagle3", e3);
+  rewrite(3 * h, 100000);
+  EXPECT_NE(refusal("eagle3", e3).find("'d2t': draft id 5 maps to 100005"), std::string::npos)
+      << refusal("eagle3", e3);
 
   // No such directory.
   EXPECT_FALSE(Make("draft_model", dir_ / "missing", 2).ok());

@@ -193,17 +193,34 @@ TEST_F(WeightsTest, MissingTensorIsNotFound) {
   EXPECT_EQ(source->Names(), (std::vector<std::string>{"a.weight", "b.weight"}));
 }
 
-TEST_F(WeightsTest, OnlyFloatDtypesLoad) {
-  Write("model.safetensors", BuildFile({{"ids", "I64", {2}, std::string(16, '\0')},
-                                        {"dbl", "F64", {2}, std::string(16, '\0')}}));
+TEST_F(WeightsTest, IntegersLoadWhenExactOtherDtypesAreRefused) {
+  const std::vector<int64_t> ids = {0, -7, 1 << 24, 4095};
+  const std::vector<int32_t> small = {3, -(1 << 24)};
+  const std::vector<int64_t> too_big = {1, (int64_t{1} << 24) + 1};
+  Write("model.safetensors", BuildFile({{"ids", "I64", {4}, RawBytes(ids)},
+                                        {"small", "I32", {2}, RawBytes(small)},
+                                        {"too_big", "I64", {2}, RawBytes(too_big)},
+                                        {"dbl", "F64", {2}, std::string(16, '\0')},
+                                        {"bytes", "U8", {2}, "ab"}}));
   auto source = OpenOrDie();
   ASSERT_NE(source, nullptr);
-  const int64_t shape[] = {2};
-  for (const char* name : {"ids", "dbl"}) {
-    auto s = source->Load(name, shape).status();
+  const int64_t four[] = {4};
+  const int64_t two[] = {2};
+  auto loaded = source->Load("ids", four);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(*loaded, (std::vector<float>{0.0f, -7.0f, 16777216.0f, 4095.0f}));
+  auto loaded32 = source->Load("small", two);
+  ASSERT_TRUE(loaded32.ok()) << loaded32.status();
+  EXPECT_EQ(*loaded32, (std::vector<float>{3.0f, -16777216.0f}));
+  auto big = source->Load("too_big", two).status();
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(big), HasSubstr("'too_big'"));
+  EXPECT_THAT(Message(big), HasSubstr("exact range"));
+  for (const char* name : {"dbl", "bytes"}) {
+    auto s = source->Load(name, two).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(Message(s), HasSubstr(std::string("'") + name + "'"));
-    EXPECT_THAT(Message(s), HasSubstr(name == std::string("ids") ? "I64" : "F64"));
+    EXPECT_THAT(Message(s), HasSubstr(name == std::string("dbl") ? "F64" : "U8"));
   }
 }
 
