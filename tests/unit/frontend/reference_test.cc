@@ -3,8 +3,9 @@
 // tools/fixtures/make_reference.py). Greedy tokens must match exactly in every engine mode — batch
 // 1 and 8, prefix caching on and off, chunked prefill forced, preemption forced — at
 // tensor-parallel sizes 1 (in-process worker) and 2 or 4 (vllm-launch worker processes, the
-// shared-memory all-reduce), and with speculative decoding (n-gram, suffix, EAGLE, Medusa and
-// draft-model drafts verified in those modes) — and the logits within tolerance.
+// shared-memory all-reduce), and with speculative decoding (n-gram, suffix, EAGLE, EAGLE-3,
+// Medusa and draft-model drafts verified in every one of those modes) — and the logits within
+// tolerance.
 // The worker processes are `vllm-launch worker-proc` from the same bin/ as this test (vllm-launch
 // is a build dependency of it).
 #include <unistd.h>
@@ -50,29 +51,7 @@ struct Mode {
   int32_t num_blocks;  // 0: from the memory budget
   int32_t max_model_len;
   int32_t repeats;  // run the prompts this many times on one engine (cache hits)
-  // --speculative-config JSON, or null: greedy tokens must not change with drafts. "%s" stands
-  // for the draft's directory: a seeded EAGLE or Medusa head written for the fixture
-  // (tests/support/draft_heads.h), or, for draft_model, the fixture itself.
-  const char* speculative = nullptr;
 };
-
-// Drafts from the requests' own tokens, short n-grams so that the fixtures' greedy loops give
-// both accepted and rejected drafts.
-constexpr const char* kNgram =
-    R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
-        "prompt_lookup_max": 3})";
-constexpr const char* kSuffix =
-    R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": 0.0})";
-
-constexpr const char* kEagle = R"({"method": "eagle", "model": "%s", "num_speculative_tokens": 3})";
-constexpr const char* kEagle3 =
-    R"({"method": "eagle3", "model": "%s", "num_speculative_tokens": 3})";
-constexpr const char* kMedusa =
-    R"({"method": "medusa", "model": "%s", "num_speculative_tokens": 3})";
-// The fixture as its own draft: its drafts are the target's greedy tokens (nearly all accepted,
-// which checks the draft's KV cache and positions).
-constexpr const char* kDraftModel =
-    R"({"method": "draft_model", "model": "%s", "num_speculative_tokens": 3})";
 
 const Mode kModes[] = {
     {"batch1", 1, false, 0, 0, 0, 0, 1},
@@ -83,29 +62,80 @@ const Mode kModes[] = {
     // 14 blocks of 16 tokens hold about two of the longest requests (64 + 24 tokens): the
     // rest wait, and running ones are preempted and recomputed.
     {"preemption", 8, true, 0, 0, 14, 128, 1},
-    // Speculative decoding: the same tokens, with drafts verified in every mode.
-    {"batch1_ngram", 1, false, 0, 0, 0, 0, 1, kNgram},
-    {"batch8_prefix_caching_ngram", 8, true, 0, 0, 0, 0, 2, kNgram},
-    {"chunked_prefill_ngram", 8, true, 16, 5, 0, 0, 1, kNgram},
-    {"preemption_ngram", 8, true, 0, 0, 14, 128, 1, kNgram},
-    {"batch8_suffix", 8, false, 0, 0, 0, 0, 2, kSuffix},
-    {"preemption_suffix", 8, true, 0, 0, 14, 128, 1, kSuffix},
-    // Drafts from the worker: a head on the target's hidden states, or a second model.
-    {"batch8_eagle", 8, false, 0, 0, 0, 0, 1, kEagle},
-    {"preemption_eagle", 8, true, 0, 0, 14, 128, 1, kEagle},
-    {"chunked_prefill_eagle3", 8, true, 16, 5, 0, 0, 1, kEagle3},
-    {"preemption_eagle3", 8, true, 0, 0, 14, 128, 1, kEagle3},
-    {"chunked_prefill_medusa", 8, true, 16, 5, 0, 0, 1, kMedusa},
-    {"batch8_prefix_caching_draft_model", 8, true, 0, 0, 0, 0, 2, kDraftModel},
 };
 
-// The directory "%s" names in `speculative`.
-std::string DraftDir(const char* speculative, const std::filesystem::path& fixture,
-                     const std::filesystem::path& heads) {
-  if (speculative == kEagle) return (heads / "eagle").string();
-  if (speculative == kEagle3) return (heads / "eagle3").string();
-  if (speculative == kMedusa) return (heads / "medusa").string();
-  return fixture.string();
+// Speculative decoding: every mode runs again with each method's drafts, and the greedy tokens
+// must not change. "%s" stands for the draft's directory: a seeded EAGLE, EAGLE-3 or Medusa
+// head written for the fixture (tests/support/draft_heads.h), or, for draft_model, the fixture
+// itself (its drafts are the target's greedy tokens: nearly all accepted, which checks the
+// draft's KV cache and positions). The n-gram and suffix settings are short so that the
+// fixtures' greedy loops give both accepted and rejected drafts.
+struct Method {
+  const char* name;
+  const char* speculative;
+  const char* head;  // the head's directory under the test's heads; null: the fixture
+};
+
+constexpr const char* kNgram =
+    R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3})";
+
+const Method kMethods[] = {
+    {"ngram", kNgram, nullptr},
+    {"suffix",
+     R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": 0.0})",
+     nullptr},
+    {"eagle", R"({"method": "eagle", "model": "%s", "num_speculative_tokens": 3})", "eagle"},
+    {"eagle3", R"({"method": "eagle3", "model": "%s", "num_speculative_tokens": 3})", "eagle3"},
+    {"medusa", R"({"method": "medusa", "model": "%s", "num_speculative_tokens": 3})", "medusa"},
+    {"draft_model", R"({"method": "draft_model", "model": "%s", "num_speculative_tokens": 3})",
+     nullptr},
+};
+
+// Sanitizer builds (~10x slower here) run each mode with two of the methods, a different pair
+// per mode, so that every method still meets two modes; release builds run every pair.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kEveryPair = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kEveryPair = false;
+#else
+constexpr bool kEveryPair = true;
+#endif
+#else
+constexpr bool kEveryPair = true;
+#endif
+
+// The method's --speculative-config JSON for the fixture at `fixture`, its heads in `heads`.
+std::string SpecFor(const Method& method, const std::filesystem::path& fixture,
+                    const std::filesystem::path& heads) {
+  const std::string draft =
+      method.head != nullptr ? (heads / method.head).string() : fixture.string();
+  return absl::StrReplaceAll(method.speculative, {{"%s", draft}});
+}
+
+// The engine arguments of `mode` for the fixture at `dir`, with `spec` (JSON; empty: none).
+config::EngineArgs ModeArgs(const Mode& mode, const std::filesystem::path& dir, int32_t tp,
+                            const std::string& spec) {
+  config::EngineArgs args;
+  args.config.model.model = dir;
+  args.config.parallel.tensor_parallel_size = tp;
+  if (tp > 1) {
+    args.config.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
+    args.worker_binary = testing::BinDir() + "/vllm-launch";
+  }
+  args.config.cache.enable_prefix_caching = mode.prefix_caching;
+  args.config.scheduler.max_num_batched_tokens = mode.max_num_batched_tokens;
+  args.config.scheduler.long_prefill_token_threshold = mode.long_prefill_token_threshold;
+  args.config.model.max_model_len = mode.max_model_len;
+  args.config.cache.kv_cache_memory_bytes = 64 << 20;
+  if (mode.num_blocks > 0) args.config.cache.num_gpu_blocks_override = mode.num_blocks;
+  if (!spec.empty()) {
+    auto parsed = config::ParseSpeculativeConfig(spec);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    if (parsed.ok()) args.config.speculative = *parsed;
+  }
+  return args;
 }
 
 struct Case {
@@ -132,52 +162,39 @@ class ReferenceTest : public ::testing::TestWithParam<Case> {
 TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
   const Reference ref = LoadReference(dir());
   ASSERT_EQ(ref.prompts.size(), ref.greedy.size());
-  int64_t accepted = 0, rejected = 0;  // draft tokens, over the speculative modes
-  for (const Mode& mode : kModes) {
-    SCOPED_TRACE(mode.name);
-    config::EngineArgs args;
-    args.config.model.model = dir();
-    args.config.parallel.tensor_parallel_size = GetParam().tp;
-    if (GetParam().tp > 1) {
-      args.config.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
-      args.worker_binary = testing::BinDir() + "/vllm-launch";
-    }
-    args.config.cache.enable_prefix_caching = mode.prefix_caching;
-    args.config.scheduler.max_num_batched_tokens = mode.max_num_batched_tokens;
-    args.config.scheduler.long_prefill_token_threshold = mode.long_prefill_token_threshold;
-    args.config.model.max_model_len = mode.max_model_len;
-    args.config.cache.kv_cache_memory_bytes = 64 << 20;
-    if (mode.num_blocks > 0) args.config.cache.num_gpu_blocks_override = mode.num_blocks;
-    if (mode.speculative != nullptr) {
-      const std::string draft = DraftDir(mode.speculative, dir(), heads_);
-      auto spec =
-          config::ParseSpeculativeConfig(absl::StrReplaceAll(mode.speculative, {{"%s", draft}}));
-      ASSERT_TRUE(spec.ok()) << spec.status();
-      args.config.speculative = *spec;
-    }
-    auto engine = LLMEngine::Create(args);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    testing::ExpectGreedyMatchesReference(**engine, ref, mode.name, mode.repeats, mode.batch);
-    const LLMEngine::Totals& totals = (*engine)->totals();
-    if (mode.num_blocks > 0) {
-      EXPECT_GT(totals.num_preemptions, 0) << "the mode meant to force preemption did not";
-    }
-    if (mode.prefix_caching && mode.repeats > 1) {
-      EXPECT_GT(totals.prefix_cache_hits, 0) << "the second pass hit no cached prefix";
-    }
-    if (mode.speculative != nullptr) {
-      const spec_decode::SpecDecodingStats& spec = totals.spec_decoding;
-      EXPECT_GT(spec.num_drafts, 0) << "no draft was verified";
+  int64_t accepted = 0, rejected = 0;  // draft tokens, over the speculative runs
+  for (size_t mode_index = 0; mode_index < std::size(kModes); ++mode_index) {
+    const Mode& mode = kModes[mode_index];
+    // Plain (method -1), then each method's drafts.
+    for (int m = -1; m < static_cast<int>(std::size(kMethods)); ++m) {
+      if (m >= 0 && !kEveryPair && (mode_index + static_cast<size_t>(m)) % 3 != 0) continue;
+      const Method* method = m < 0 ? nullptr : &kMethods[m];
+      const std::string name = method ? absl::StrCat(mode.name, "_", method->name) : mode.name;
+      SCOPED_TRACE(name);
+      const std::string spec = method ? SpecFor(*method, dir(), heads_) : "";
+      auto engine = LLMEngine::Create(ModeArgs(mode, dir(), GetParam().tp, spec));
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      testing::ExpectGreedyMatchesReference(**engine, ref, name, mode.repeats, mode.batch);
+      const LLMEngine::Totals& totals = (*engine)->totals();
+      if (mode.num_blocks > 0) {
+        EXPECT_GT(totals.num_preemptions, 0) << "the mode meant to force preemption did not";
+      }
+      if (mode.prefix_caching && mode.repeats > 1) {
+        EXPECT_GT(totals.prefix_cache_hits, 0) << "the second pass hit no cached prefix";
+      }
+      if (method == nullptr) continue;
+      const spec_decode::SpecDecodingStats& stats = totals.spec_decoding;
+      EXPECT_GT(stats.num_drafts, 0) << "no draft was verified";
       ::testing::Test::RecordProperty(
-          absl::StrCat("acceptance_", mode.name),
-          absl::StrFormat("%d of %d draft tokens", spec.num_accepted_tokens,
-                          spec.num_draft_tokens));
-      accepted += spec.num_accepted_tokens;
-      rejected += spec.num_draft_tokens - spec.num_accepted_tokens;
-      if (mode.speculative == kDraftModel) {
+          absl::StrCat("acceptance_", name),
+          absl::StrFormat("%d of %d draft tokens", stats.num_accepted_tokens,
+                          stats.num_draft_tokens));
+      accepted += stats.num_accepted_tokens;
+      rejected += stats.num_draft_tokens - stats.num_accepted_tokens;
+      if (std::string_view(method->name) == "draft_model") {
         // The target drafting for itself agrees with itself (float ties aside).
-        EXPECT_GE(spec.num_accepted_tokens * 10, spec.num_draft_tokens * 9)
-            << spec.num_accepted_tokens << " of " << spec.num_draft_tokens << " accepted";
+        EXPECT_GE(stats.num_accepted_tokens * 10, stats.num_draft_tokens * 9)
+            << stats.num_accepted_tokens << " of " << stats.num_draft_tokens << " accepted";
       }
     }
   }
@@ -187,22 +204,18 @@ TEST_P(ReferenceTest, GreedyTokensMatchInEveryMode) {
 }
 
 // Logprobs of the tokens a request emits are the target's whether they came from accepted
-// drafts or were sampled: the same as without drafts, within the reference tolerance.
+// drafts or were sampled: the same as without drafts, within the reference tolerance, with
+// every method's drafts.
 TEST_P(ReferenceTest, SpeculativeLogprobsMatchPlain) {
   if (GetParam().tp != 1) GTEST_SKIP() << "one tensor-parallel size is enough for logprobs";
   const Reference ref = LoadReference(dir());
   std::vector<std::vector<core::TokenLogprobs>> plain;
-  for (const char* spec : {static_cast<const char*>(nullptr), kNgram}) {
-    SCOPED_TRACE(spec == nullptr ? "plain" : spec);
-    config::EngineArgs args;
-    args.config.model.model = dir();
-    args.config.cache.kv_cache_memory_bytes = 64 << 20;
-    if (spec != nullptr) {
-      auto parsed = config::ParseSpeculativeConfig(spec);
-      ASSERT_TRUE(parsed.ok()) << parsed.status();
-      args.config.speculative = *parsed;
-    }
-    auto engine = LLMEngine::Create(args);
+  // Plain (method -1) first, then each method's drafts.
+  for (int m = -1; m < static_cast<int>(std::size(kMethods)); ++m) {
+    const Method* method = m < 0 ? nullptr : &kMethods[m];
+    SCOPED_TRACE(method == nullptr ? "plain" : method->name);
+    const std::string spec = method ? SpecFor(*method, dir(), heads_) : "";
+    auto engine = LLMEngine::Create(ModeArgs(kModes[1], dir(), 1, spec));
     ASSERT_TRUE(engine.ok()) << engine.status();
     std::vector<core::EngineCoreRequest> requests;
     for (size_t i = 0; i < ref.prompts.size(); ++i) {
@@ -216,7 +229,7 @@ TEST_P(ReferenceTest, SpeculativeLogprobsMatchPlain) {
     for (size_t i = 0; i < outputs->size(); ++i) {
       const std::vector<core::TokenLogprobs>& got = (*outputs)[i].logprobs;
       ASSERT_EQ(got.size(), (*outputs)[i].output_token_ids.size());
-      if (spec == nullptr) {
+      if (method == nullptr) {
         plain.push_back(got);
         continue;
       }
@@ -229,7 +242,7 @@ TEST_P(ReferenceTest, SpeculativeLogprobsMatchPlain) {
         }
       }
     }
-    if (spec != nullptr) {
+    if (method != nullptr) {
       EXPECT_GT((*engine)->totals().spec_decoding.num_drafts, 0);
     }
   }

@@ -1,5 +1,5 @@
-// The bundled model's trained draft heads (models/kjv-llama-tiny-eagle, -medusa; trained by
-// tools/fixtures/train_draft_heads.py) through the whole engine: greedy output identical to
+// The bundled model's trained draft heads (models/kjv-llama-tiny-eagle, -eagle3, -medusa; trained
+// by tools/fixtures/train_draft_heads.py) through the whole engine: greedy output identical to
 // decoding without drafts, and the heads' drafts accepted often enough to be worth running
 // (a head that read the wrong hidden state, or fed its layer the wrong token or position,
 // would draft noise and fail the floor; the floors are well below what the heads measure,
@@ -81,7 +81,8 @@ TEST(SpecDecodeHeadsTest, TrainedHeadsKeepGreedyOutputAndAreAccepted) {
     double min_acceptance_length;  // 1 + accepted / drafts, over all drafts
   };
   for (const Head& head :
-       {Head{"eagle", "kjv-llama-tiny-eagle", 1.5}, Head{"medusa", "kjv-llama-tiny-medusa", 1.3}}) {
+       {Head{"eagle", "kjv-llama-tiny-eagle", 1.5}, Head{"eagle3", "kjv-llama-tiny-eagle3", 1.5},
+        Head{"medusa", "kjv-llama-tiny-medusa", 1.3}}) {
     SCOPED_TRACE(head.method);
     const std::string spec =
         absl::StrCat(R"({"method": ")", head.method, R"(", "model": ")",

@@ -340,6 +340,65 @@ TEST_F(DrafterTest, MedusaHeadsDraftOnePerHead) {
   EXPECT_EQ(drafts[1].size(), 2u) << "k is capped by the number of heads";
 }
 
+// The bundled model's trained EAGLE-3 head (models/kjv-llama-tiny-eagle3) drafts what the
+// PyTorch forward that trained it drafts (its training_log.json's reference: float32 from the
+// saved BF16 weights, tools/fixtures/train_draft_heads.py), at every position of a greedy
+// continuation: the aux layers, fc, the 2 × hidden first layer, the norms, the pre-norm stream
+// fed back and d2t all as vLLM's Eagle3LlamaForCausalLM.
+TEST(Eagle3TrainedHeadTest, DraftsWhatItsTrainingForwardDrafts) {
+  const std::filesystem::path models = std::filesystem::path(VLLM_SOURCE_DIR) / "models";
+  const std::filesystem::path head_dir = models / "kjv-llama-tiny-eagle3";
+  kernels::SingleRankCommunicator comm;
+  auto config = LoadHfConfig(models / "kjv-llama-tiny");
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto weights = OpenSafetensors(models / "kjv-llama-tiny");
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto target = LlamaModel::Load(*config, **weights, &comm);
+  ASSERT_TRUE(target.ok()) << target.status();
+  config::SpeculativeConfig spec;
+  spec.method = "eagle3";
+  spec.model = head_dir;
+  spec.num_speculative_tokens = 3;
+  auto drafter = MakeDrafter(spec, **target, &comm, /*dummy_weights=*/false, 0);
+  ASSERT_TRUE(drafter.ok()) << drafter.status();
+  const nlohmann::json log = testing::ReadJsonFile(head_dir / "training_log.json");
+  const nlohmann::json& ref = log.at("eagle3").at("reference");
+  const std::vector<int32_t> sequence = ref.at("sequence").get<std::vector<int32_t>>();
+  ASSERT_FALSE(ref.at("drafts_at").empty());
+  const std::vector<int32_t> blocks = {0, 1};
+  for (const nlohmann::json& at : ref.at("drafts_at")) {
+    const int32_t t = at.at("t");
+    SCOPED_TRACE(::testing::Message() << "drafts after position " << t + 1);
+    // The target's aux states of positions 0..t, then the head over them and token t + 1.
+    const std::vector<int32_t> tokens(sequence.begin(), sequence.begin() + t + 1);
+    const int32_t len = t + 1;
+    std::vector<int32_t> positions(len), logits_rows = {len - 1};
+    std::vector<int64_t> slots(len);
+    for (int32_t p = 0; p < len; ++p) positions[p] = p, slots[p] = p;
+    const int32_t qsl[2] = {0, len};
+    ForwardBatch batch;
+    batch.token_ids = tokens;
+    batch.positions = positions;
+    batch.slot_mapping = slots;
+    batch.logits_indices = logits_rows;
+    batch.attention = {1, qsl, &len, blocks.data(), 2, 16};
+    auto cache = (*target)->AllocateKVCache(2, 16);
+    ASSERT_TRUE(cache.ok());
+    std::vector<float> logits, hidden;
+    ASSERT_TRUE((*target)->Forward(batch, *cache, &logits, &hidden).ok());
+    ASSERT_TRUE((*drafter)->InitializeKVCache(2, 16).ok());
+    const std::vector<int32_t> known(sequence.begin(), sequence.begin() + t + 2);
+    DraftRequest q;
+    q.num_rows = len;
+    q.token_ids = known;
+    q.block_ids = blocks;
+    q.num_drafts = 3;
+    std::vector<std::vector<int32_t>> drafts;
+    ASSERT_TRUE((*drafter)->Propose({&q, 1}, hidden, &drafts).ok());
+    EXPECT_EQ(drafts[0], at.at("drafts").get<std::vector<int32_t>>());
+  }
+}
+
 TEST(MedusaConfigTest, ReadsVllmsKeysAndRefusesATruncatedVocabulary) {
   auto c = ParseMedusaConfig(
       R"({"hidden_size": 64, "vocab_size": 512, "medusa_num_heads": 3, "medusa_num_layers": 2,
