@@ -1,5 +1,5 @@
 // Data parallelism on one node (`--data-parallel-size 2`): two engine-core processes behind
-// one API server. Greedy answers are those of `-dp 1`, every engine serves requests
+// one API server. Greedy answers are those of `-dp 1` (with EAGLE-3 drafts too), every engine serves requests
 // (per-engine /metrics series), and kill -9 of engine 1 with two streams on each engine fails
 // exactly its two (503 naming it): engine 0's finish, new requests go to the live engine,
 // /health answers 200 "degraded" with the dead rank, nothing is orphaned or left in /dev/shm.
@@ -108,6 +108,20 @@ TEST_F(ServeDpTest, TwoEnginesAnswerAsOneAndBothServe) {
     EXPECT_FALSE(absl::StartsWith(dp1[i], "<failed")) << dp1[i];
     EXPECT_EQ(dp2[i], dp1[i]) << "prompt '" << prompts[i] << "'";
   }
+  ASSERT_NO_FATAL_FAILURE(StopServer());
+
+  // Speculative decoding with drafts from the workers (the bundled EAGLE-3 head) on both
+  // engines: the same greedy answers.
+  const std::string head = std::string(VLLM_SOURCE_DIR) + "/models/kjv-llama-tiny-eagle3";
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {"--data-parallel-size", "2", "--speculative-config",
+       json{{"method", "eagle3"}, {"model", head}, {"num_speculative_tokens", 3}}.dump()}));
+  const std::vector<std::string> drafted = Complete(prompts);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(drafted[i], dp1[i]) << "prompt '" << prompts[i] << "' with EAGLE-3 drafts";
+  }
+  EXPECT_GT(testing::SumOf(testing::ScrapeMetrics(port_), "vllm:spec_decode_num_drafts_total"), 0)
+      << "no draft was verified";
   ASSERT_NO_FATAL_FAILURE(StopServer());
 }
 
