@@ -1,10 +1,10 @@
 // Data parallelism on one node (`--data-parallel-size 2`): two engine-core processes behind
-// one API server. Greedy answers are those of `-dp 1` (with EAGLE-3 drafts too), every engine serves requests
-// (per-engine /metrics series), and kill -9 of engine 1 with two streams on each engine fails
-// exactly its two (503 naming it): engine 0's finish, new requests go to the live engine,
-// /health answers 200 "degraded" with the dead rank, nothing is orphaned or left in /dev/shm.
-// With `-asc 2` both API server processes get requests on fresh connections and each sees both
-// engines serve, an engine's death degrades both, SIGTERM drains streams on both, and kill -9
+// one API server. Greedy answers are those of `-dp 1` (with EAGLE-3 drafts too), every engine
+// serves requests (per-engine /metrics series), and kill -9 of engine 1 with two streams on each
+// engine fails exactly its two (503 naming it): engine 0's finish, new requests go to the live
+// engine, /health answers 200 "degraded" with the dead rank, nothing is orphaned or left in
+// /dev/shm. With `-asc 2` both API server processes get requests on fresh connections and each sees
+// both engines serve, an engine's death degrades both, SIGTERM drains streams on both, and kill -9
 // of an API server stops the launcher (exit 1, nothing left). A hybrid node
 // (`-dp 4 -dpl 2 -dpr 2`) names ranks 2-3 in /metrics and /health.
 #include <signal.h>
