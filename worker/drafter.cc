@@ -116,8 +116,11 @@ absl::StatusOr<Eagle3Options> Eagle3OptionsOf(const nlohmann::json& config,
   VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "fc_norm", &o.fc_norm));
   VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "norm_before_residual", &o.norm_before_residual));
   VLLM_RETURN_IF_ERROR(ReadBool(config, dir, "norm_output", &o.norm_output));
+  // P-EAGLE's parallel drafting (mask_hidden) and DFlash heads: refused when on (false, null
+  // or an empty object is their default).
   for (std::string_view unsupported : {"parallel_drafting", "dflash_config"}) {
-    if (Eagle3Key(config, unsupported) != nullptr) {
+    const nlohmann::json* v = Eagle3Key(config, unsupported);
+    if (v != nullptr && !(v->is_boolean() && !v->get<bool>()) && !(v->is_object() && v->empty())) {
       return Eagle3KeyError(dir, unsupported, "not supported by this server");
     }
   }

@@ -97,10 +97,14 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::LoadEagle3Head(const HfC
         "the EAGLE-3 head reads %d target hidden states; the target has %d layer boundaries",
         options.num_aux_hidden_states, target.num_layers() + 1));
   }
-  HfConfig head = config;
-  head.vocab_size = vocab;  // the embedding and d2t's range are the target's
+  if (config.vocab_size != vocab) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the EAGLE-3 head's vocab_size %d differs from the target's %d (config.json; its own "
+        "vocabulary is draft_vocab_size)",
+        config.vocab_size, vocab));
+  }
   EagleWeightNames names(weights);
-  return Build(head, names, comm, &target, &options);
+  return Build(config, names, comm, &target, &options);
 }
 
 absl::Status LlamaModel::LoadHeadWeights(WeightSource& weights) {

@@ -270,6 +270,14 @@ TEST_F(DrafterTest, MismatchedHeadsAreRefusedNamingTheKey) {
   EXPECT_NE(refusal("eagle", e3).find("use method \"eagle3\""), std::string::npos)
       << refusal("eagle", e3);
   nlohmann::json c3 = testing::ReadJsonFile(e3 / "config.json");
+  c3["parallel_drafting"] = false;  // the default: accepted
+  std::ofstream(e3 / "config.json") << c3.dump();
+  EXPECT_EQ(refusal("eagle3", e3), "accepted");
+  c3["parallel_drafting"] = true;
+  std::ofstream(e3 / "config.json") << c3.dump();
+  EXPECT_NE(refusal("eagle3", e3).find("parallel_drafting"), std::string::npos)
+      << refusal("eagle3", e3);
+  c3.erase("parallel_drafting");
   c3["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = {1, 2};
   c3["num_aux_hidden_states"] = 3;
   std::ofstream(e3 / "config.json") << c3.dump();
