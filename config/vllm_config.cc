@@ -125,10 +125,6 @@ ExecutorBackend ParallelConfig::executor_backend() const {
 }
 
 absl::Status ParallelConfig::Validate() const {
-  if (pipeline_parallel_size != 1) {
-    return absl::InvalidArgumentError(
-        "--pipeline-parallel-size: only 1 is supported (pipeline parallelism is not built yet)");
-  }
   VLLM_RETURN_IF_ERROR(
       CheckRange("--data-parallel-size-local", data_parallel_size_local, 0, data_parallel_size));
   VLLM_RETURN_IF_ERROR(CheckRange("--data-parallel-start-rank", data_parallel_start_rank, 0,
@@ -149,7 +145,8 @@ absl::Status ParallelConfig::Validate() const {
   }
   if (distributed_executor_backend == ExecutorBackend::kUni && world_size() != 1) {
     return absl::InvalidArgumentError(
-        "--distributed-executor-backend uni runs one worker: use mp for tensor parallelism");
+        "--distributed-executor-backend uni runs one worker: use mp for tensor or pipeline "
+        "parallelism");
   }
   return absl::OkStatus();
 }
@@ -237,6 +234,19 @@ absl::Status VllmConfig::Validate() const {
         "--speculative-config draft_tensor_parallel_size: %d; expected 1 or the target's "
         "--tensor-parallel-size %d",
         speculative.draft_tensor_parallel_size, parallel.tensor_parallel_size));
+  }
+  // The drafts that run in the worker read the target's last hidden states and share its
+  // embedding: one stage has neither whole. n-gram and suffix drafts come from the scheduler.
+  if (parallel.pipeline_parallel_size > 1 && speculative.DraftsInWorker()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--speculative-config method '%s' does not run with --pipeline-parallel-size %d yet "
+        "(methods ngram and suffix do)",
+        speculative.method, parallel.pipeline_parallel_size));
+  }
+  if (parallel.pipeline_parallel_size > 1 && device.device == Device::kCuda) {
+    return absl::InvalidArgumentError(
+        "--pipeline-parallel-size above 1 runs on the CPU backend only so far (choose --device "
+        "cpu, or use --tensor-parallel-size)");
   }
   // Known only once max_model_len is (resolved or given): vLLM refuses a budget that cannot
   // hold one whole prompt when prompts are not chunked.

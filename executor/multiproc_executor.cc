@@ -82,13 +82,18 @@ absl::Status MultiprocExecutor::Start() {
   bo.max_chunk_bytes = options_.broadcast_chunk_bytes;
   VLLM_ASSIGN_OR_RETURN(broadcast_, ipc::MessageQueueWriter::Create(bo));
 
-  std::string comm_spec;
-  if (tp > 1) {
+  const int32_t tp_size = options_.config.parallel.tensor_parallel_size;
+  const int32_t pp_size = options_.config.parallel.pipeline_parallel_size;
+  std::vector<std::string> comm_specs(pp_size);
+  if (tp_size > 1) {
     using Backend = kernels::comm::CommGroupSpec::Backend;
     const bool gloo = options_.config.parallel.comm_backend == config::CommBackend::kGloo;
-    VLLM_ASSIGN_OR_RETURN(
-        group_, kernels::comm::CommGroup::Create(gloo ? Backend::kGloo : Backend::kShm, tp));
-    comm_spec = group_->spec().Encode();
+    for (int32_t stage = 0; stage < pp_size; ++stage) {
+      VLLM_ASSIGN_OR_RETURN(auto group, kernels::comm::CommGroup::Create(
+                                            gloo ? Backend::kGloo : Backend::kShm, tp_size));
+      comm_specs[stage] = group->spec().Encode();
+      groups_.push_back(std::move(group));
+    }
   }
   // GPUs with TP > 1: the NCCL id, made before any process exists (a failure leaves none).
   std::string nccl_id;
@@ -119,7 +124,8 @@ absl::Status MultiprocExecutor::Start() {
     exited_.assign(tp, false);
     responses_.resize(tp);
   }
-  VLLM_RETURN_IF_ERROR(SpawnWorkers(ready_address, comm_spec));
+  stage_handles_.assign(tp, "");
+  VLLM_RETURN_IF_ERROR(SpawnWorkers(ready_address, comm_specs));
   monitor_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "vllm-exec-mon");  // reaps workers, reports deaths
     MonitorLoop();
@@ -129,11 +135,31 @@ absl::Status MultiprocExecutor::Start() {
   ready_endpoint.Release();
   VLLM_RETURN_IF_ERROR(Explain(broadcast_->WaitUntilReady(deadline)));
   for (auto& r : responses_) VLLM_RETURN_IF_ERROR(Explain(r->WaitUntilReady(deadline)));
+  if (pp_size > 1) VLLM_RETURN_IF_ERROR(LinkStages(deadline));
   return absl::OkStatus();
 }
 
+absl::Status MultiprocExecutor::LinkStages(absl::Time deadline) {
+  const int32_t tp = options_.config.parallel.tensor_parallel_size;
+  for (size_t rank = 0; rank < stage_handles_.size(); ++rank) {
+    const bool last = static_cast<int32_t>(rank) >= output_rank();
+    if (stage_handles_[rank].empty() != last) {
+      return absl::InternalError(
+          absl::StrFormat("worker rank %d (pipeline stage %d) %s a queue to the next stage", rank,
+                          rank / tp, last ? "reported" : "did not report"));
+    }
+  }
+  const std::string payload = worker::EncodeStageHandles(stage_handles_);
+  absl::Status s =
+      CollectiveRpc(worker::kInitPipelineMethod, payload, deadline - absl::Now()).status();
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("linking the pipeline stages: ", s.message()));
+  }
+  return s;
+}
+
 absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
-                                             const std::string& comm_spec) {
+                                             const std::vector<std::string>& comm_specs) {
   std::string binary = options_.worker_binary;
   if (binary.empty()) {
     VLLM_ASSIGN_OR_RETURN(binary, DefaultWorkerBinary());
@@ -147,7 +173,7 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
     w.rank = rank;
     w.broadcast_handle = broadcast_->handle().ToText();
     w.ready_address = ready_address;
-    w.comm_spec = comm_spec;
+    w.comm_spec = comm_specs[rank / options_.config.parallel.tensor_parallel_size];
     w.parent_pid = getpid();
     w.startup_timeout = options_.startup_timeout;
     std::vector<std::string> args = {binary, worker::kWorkerProcSubcommand};
@@ -222,6 +248,7 @@ absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadl
     }
     VLLM_ASSIGN_OR_RETURN(ipc::Handle handle, ipc::Handle::FromText(msg.response_handle));
     VLLM_ASSIGN_OR_RETURN(auto reader, ipc::MessageQueueReader::Attach(handle, 0));
+    stage_handles_[msg.rank] = msg.stage_handle;
     absl::MutexLock lock(&mu_);  // the monitor may be cancelling readers
     responses_[msg.rank] = std::move(reader);
     ++ready;
@@ -410,22 +437,24 @@ absl::Status MultiprocExecutor::InitializeKVCache(int32_t num_blocks, int32_t bl
 
 core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::SchedulerOutput& so) {
   const std::string payload = core::Encode(so);
-  absl::StatusOr<uint64_t> id =
-      Broadcast(worker::kExecuteModelMethod, Bytes(payload), /*reply_rank=*/0);
+  const int32_t rank = output_rank();
+  absl::StatusOr<uint64_t> id = Broadcast(worker::kExecuteModelMethod, Bytes(payload), rank);
   // The reply is read when the future is waited on; futures are waited on in order.
-  return std::async(std::launch::deferred, [this, id]() -> absl::StatusOr<core::ModelRunnerOutput> {
-    VLLM_RETURN_IF_ERROR(id.status());
-    VLLM_ASSIGN_OR_RETURN(std::string reply, AwaitReply(0, *id, worker::kExecuteModelMethod,
-                                                        absl::Now() + options_.execute_timeout));
-    absl::StatusOr<core::ModelRunnerOutput> out = core::DecodeModelRunnerOutput(reply);
-    if (!out.ok()) Fail(out.status());
-    return out;
-  });
+  return std::async(
+      std::launch::deferred, [this, id, rank]() -> absl::StatusOr<core::ModelRunnerOutput> {
+        VLLM_RETURN_IF_ERROR(id.status());
+        VLLM_ASSIGN_OR_RETURN(std::string reply,
+                              AwaitReply(rank, *id, worker::kExecuteModelMethod,
+                                         absl::Now() + options_.execute_timeout));
+        absl::StatusOr<core::ModelRunnerOutput> out = core::DecodeModelRunnerOutput(reply);
+        if (!out.ok()) Fail(out.status());
+        return out;
+      });
 }
 
 absl::Status MultiprocExecutor::ExecuteDummyBatch() {
   return CollectiveRpc(worker::kExecuteDummyBatchMethod, "", options_.execute_timeout,
-                       /*unique_reply_rank=*/0)
+                       output_rank())
       .status();
 }
 
@@ -485,7 +514,7 @@ void MultiprocExecutor::KillAndReap() {
   pidfds_.clear();
   if (stop_fd_ >= 0) close(stop_fd_);
   stop_fd_ = -1;
-  group_.reset();  // the workers are gone: remove what the collective left behind
+  groups_.clear();  // the workers are gone: remove what the collectives left behind
   // A worker killed before it was attached leaves its response ring's name behind.
   ipc::MessageQueueWriter::RemoveSegmentsOfDeadWriters();
   absl::MutexLock lock(&mu_);

@@ -8,7 +8,15 @@
 // the rank — its start-up error, its exit status, or the deadline — and leaves no process behind.
 //
 // ExecuteModel enqueues the step once on the broadcast queue and waits only for the output
-// rank's reply (rank 0); ExecuteModelAsync returns at once with a future that reads the reply.
+// rank's reply; ExecuteModelAsync returns at once with a future that reads the reply.
+//
+// Pipeline parallelism (pipeline_parallel_size P > 1, the CPU backend): P × TP workers, rank =
+// stage × TP + tp_rank (vLLM's order), one collective group per stage. Each rank of a stage
+// before the last opens a queue to the same TP rank of the next stage and reports its handle
+// when ready; the executor then sends every rank the handles (init_pipeline) and each stage
+// attaches to its predecessor's. Every stage reads every step from the broadcast; only the
+// last stage samples, and its first rank (world − TP, vLLM's output_rank) answers.
+// max_concurrent_batches() is P, so the engine core keeps P steps in the pipeline.
 // With `config.device` cuda (or auto on a node with a GPU) and TP > 1, Create also makes an
 // ncclUniqueId (this process hosts NCCL's bootstrap root) and sends it on the broadcast queue as
 // the first call (init_device) before the workers load their shards; each rank drives GPU `rank`
@@ -81,6 +89,14 @@ class MultiprocExecutor final : public core::Executor {
   // Every rank runs it (their collectives must match); rank 0 replies.
   absl::Status ExecuteDummyBatch() override;
   absl::Status CheckHealth() const override { return failure(); }
+  // The pipeline's depth: the engine core keeps this many steps in flight.
+  int32_t max_concurrent_batches() const override {
+    return options_.config.parallel.pipeline_parallel_size;
+  }
+  // The rank that answers steps: the first rank of the last pipeline stage.
+  int32_t output_rank() const {
+    return options_.config.parallel.world_size() - options_.config.parallel.tensor_parallel_size;
+  }
   void Shutdown() override;
 
   // Runs `method` with `payload` on every worker (worker_protocol.h) and returns the replies
@@ -104,7 +120,11 @@ class MultiprocExecutor final : public core::Executor {
  private:
   explicit MultiprocExecutor(const MultiprocExecutorOptions& options);
   absl::Status Start();
-  absl::Status SpawnWorkers(const std::string& ready_address, const std::string& comm_spec);
+  // `comm_specs`: per pipeline stage, its TP group's spec (empty strings for TP 1).
+  absl::Status SpawnWorkers(const std::string& ready_address,
+                            const std::vector<std::string>& comm_specs);
+  // Pipeline parallelism: sends every rank the stage queues' handles (init_pipeline).
+  absl::Status LinkStages(absl::Time deadline);
   // Device cuda with TP > 1: waits for every worker to attach to the broadcast queue and
   // sends them `nccl_id` as the first call (worker_protocol.h, init_device).
   absl::Status SendDeviceInit(zmq::socket_t& pull, const std::string& nccl_id, absl::Time deadline);
@@ -132,7 +152,9 @@ class MultiprocExecutor final : public core::Executor {
   // cancels them from its thread). The engine thread uses them without the lock.
   std::unique_ptr<ipc::MessageQueueWriter> broadcast_;
   std::vector<std::unique_ptr<ipc::MessageQueueReader>> responses_;
-  std::unique_ptr<kernels::comm::CommGroup> group_;  // tensor_parallel_size > 1
+  // tensor_parallel_size > 1: one group per pipeline stage.
+  std::vector<std::unique_ptr<kernels::comm::CommGroup>> groups_;
+  std::vector<std::string> stage_handles_;  // by rank, from the ready messages
   std::vector<pid_t> pids_;
   std::vector<int> pidfds_;
   int stop_fd_ = -1;  // eventfd that ends the monitor

@@ -33,15 +33,14 @@ void AddOne(std::vector<float>& weight) {
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const HfConfig& config,
                                                              WeightSource& weights,
-                                                             kernels::Communicator* comm) {
-  return Build(config, weights, comm, nullptr, nullptr);
+                                                             kernels::Communicator* comm,
+                                                             const PpStage* stage) {
+  return Build(config, weights, comm, nullptr, nullptr, stage);
 }
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Build(const HfConfig& config,
-                                                              WeightSource& weights,
-                                                              kernels::Communicator* comm,
-                                                              const LlamaModel* eagle_target,
-                                                              const Eagle3Options* eagle3) {
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Build(
+    const HfConfig& config, WeightSource& weights, kernels::Communicator* comm,
+    const LlamaModel* eagle_target, const Eagle3Options* eagle3, const PpStage* stage) {
   VLLM_CHECK(comm != nullptr) << "LlamaModel needs a communicator (SingleRankCommunicator)";
   VLLM_ASSIGN_OR_RETURN(TpLayout tp, MakeTpLayout(config, comm->rank(), comm->world_size()));
   VLLM_ASSIGN_OR_RETURN(
@@ -50,6 +49,13 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Build(const HfConfig& co
                                    config.max_position_embeddings, config.rope_scaling));
   std::unique_ptr<LlamaModel> model(new LlamaModel(config, tp, comm, std::move(rope)));
   model->shared_ = eagle_target;
+  if (stage != nullptr) {
+    VLLM_CHECK(eagle_target == nullptr && stage->first_layer >= 0 &&
+               stage->first_layer <= stage->end_layer &&
+               stage->end_layer <= config.num_hidden_layers)
+        << "a pipeline stage of a draft head, or layers outside the model";
+    model->stage_ = *stage;
+  }
   model->logits_width_ = config.vocab_size;
   if (eagle3 != nullptr) {
     model->eagle3_ = true;
@@ -71,6 +77,7 @@ LlamaModel::LlamaModel(const HfConfig& config, const TpLayout& tp, kernels::Comm
       comm_(comm),
       rope_(std::move(rope)),
       tp_(tp),
+      stage_{0, 1, 0, config.num_hidden_layers},
       num_heads_(tp.num_heads),
       num_kv_heads_(tp.num_kv_heads),
       intermediate_(tp.intermediate) {}
@@ -90,18 +97,25 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
   if (eagle) {
     VLLM_RETURN_IF_ERROR(LoadHeadWeights(weights));
   } else {
-    VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
-    VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
-    if (config_.tie_word_embeddings) {
-      lm_head_ = PackWeight(embed_tokens_.data(), vocab, hidden);
-    } else {
-      VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
-      lm_head_ = PackWeight(head.data(), vocab, hidden);
+    // A pipeline stage holds the embedding if it is first (or last, tied to lm_head), the final
+    // norm and lm_head if it is last.
+    if (stage_.is_first() || (stage_.is_last() && config_.tie_word_embeddings)) {
+      VLLM_ASSIGN_OR_RETURN(embed_tokens_, load("model.embed_tokens.weight", {vocab, hidden}, {}));
+    }
+    if (stage_.is_last()) {
+      VLLM_ASSIGN_OR_RETURN(final_norm_, load("model.norm.weight", {hidden}, {}));
+      if (config_.tie_word_embeddings) {
+        lm_head_ = PackWeight(embed_tokens_.data(), vocab, hidden);
+        if (!stage_.is_first()) embed_tokens_ = {};  // only lm_head's packed copy is used
+      } else {
+        VLLM_ASSIGN_OR_RETURN(auto head, load("lm_head.weight", {vocab, hidden}, {}));
+        lm_head_ = PackWeight(head.data(), vocab, hidden);
+      }
     }
   }
   const int64_t q_rows = int64_t{config_.num_attention_heads} * d;
   layers_.resize(config_.num_hidden_layers);
-  for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
+  for (int32_t i = stage_.first_layer; i < stage_.end_layer; ++i) {
     Layer& l = layers_[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
     // EAGLE's first layer reads fc's output unnormalised (vLLM's disable_input_layernorm);
@@ -157,7 +171,7 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
 absl::Status LlamaModel::LoadGemmaNorms(WeightSource& weights) {
   const std::vector<int64_t> shape = {config_.hidden_size};
   AddOne(final_norm_);
-  for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
+  for (int32_t i = stage_.first_layer; i < stage_.end_layer; ++i) {
     Layer& l = layers_[i];
     const std::string p = absl::StrCat("model.layers.", i, ".");
     VLLM_ASSIGN_OR_RETURN(l.pre_ff_norm,
@@ -245,6 +259,11 @@ absl::StatusOr<KVCache> LlamaModel::AllocateKVCache(int32_t num_blocks, int32_t 
     return CachePages(static_cast<float*>(p), CachePagesDeleter{bytes});
   };
   for (int32_t l = 0; l < config_.num_hidden_layers; ++l) {
+    if (!stage_.owns(l)) {  // another pipeline stage's layer
+      cache.k.emplace_back();
+      cache.v.emplace_back();
+      continue;
+    }
     VLLM_ASSIGN_OR_RETURN(CachePages k, map());
     VLLM_ASSIGN_OR_RETURN(CachePages v, map());
     cache.k.push_back(std::move(k));
@@ -371,14 +390,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
       std::memcpy(hidden, residual, static_cast<size_t>(t * h) * sizeof(float));
     }
   } else {
-    cpu::Embedding(batch.token_ids.data(), t, embed_tokens_.data(), 0, config_.vocab_size, h,
-                   residual);
-    if (config_.gemma) {
-      // HF multiplies by sqrt(hidden) rounded to the weights' dtype (float32 here).
-      cpu::Scale(residual, t * h, static_cast<float>(std::sqrt(static_cast<double>(h))));
-    }
-    // residual holds the stream; hidden the normalised input of the next sub-layer.
-    cpu::RmsNorm(residual, layers_[0].input_norm.data(), hidden, t, h, eps);
+    StageInput(batch, hidden, residual);
   }
   // EAGLE-3's target: the stream entering aux layer j goes to column block j of hidden_out.
   const bool aux = hidden_out != nullptr && !aux_layers_.empty();
@@ -397,7 +409,7 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
     hidden_out->resize(static_cast<size_t>(t * hidden_out_width()));
     capture(0, nullptr);
   }
-  for (int32_t i = 0; i < config_.num_hidden_layers; ++i) {
+  for (int32_t i = stage_.first_layer; i < stage_.end_layer; ++i) {
     const Layer& layer = layers_[i];
     if (i > 0) cpu::FusedAddRmsNorm(hidden, residual, layer.input_norm.data(), t, h, eps);
     VLLM_RETURN_IF_ERROR(Attention(layer, i, batch, cache, hidden));
@@ -413,8 +425,59 @@ absl::Status LlamaModel::Forward(const ForwardBatch& batch, KVCache& cache,
     }
     if (aux) capture(i + 1, hidden);
   }
+  if (!stage_.is_last()) {
+    StageOutput(batch, hidden, residual);
+    return absl::OkStatus();
+  }
   Finish(batch, hidden, residual, logits, aux ? nullptr : hidden_out);
   return absl::OkStatus();
+}
+
+void LlamaModel::StageInput(const ForwardBatch& batch, float* hidden, float* residual) {
+  const int64_t t = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t h = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  bool at_layer_zero = true;
+  if (stage_.is_first()) {
+    cpu::Embedding(batch.token_ids.data(), t, embed_table().data(), 0, config_.vocab_size, h,
+                   residual);
+    if (config_.gemma) {
+      // HF multiplies by sqrt(hidden) rounded to the weights' dtype (float32 here).
+      cpu::Scale(residual, t * h, static_cast<float>(std::sqrt(static_cast<double>(h))));
+    }
+  } else {
+    const IntermediateTensors* in = batch.intermediate_in;
+    VLLM_CHECK(in != nullptr && in->num_tokens == t && in->hidden_size == h &&
+               in->next_layer == stage_.first_layer)
+        << "pipeline stage " << stage_.rank << " got another stage's tensors";
+    std::memcpy(residual, in->residual.data(), static_cast<size_t>(t * h) * sizeof(float));
+    at_layer_zero = in->next_layer == 0;
+    if (!at_layer_zero) {
+      std::memcpy(hidden, in->hidden.data(), static_cast<size_t>(t * h) * sizeof(float));
+    }
+  }
+  // residual holds the stream; hidden the normalised input of the next sub-layer (layer 0
+  // norms the embedding alone; later layers add the last sub-layer's output first).
+  if (at_layer_zero && stage_.end_layer > 0) {
+    cpu::RmsNorm(residual, layers_[0].input_norm.data(), hidden, t, h, eps);
+  }
+}
+
+void LlamaModel::StageOutput(const ForwardBatch& batch, const float* hidden,
+                             const float* residual) {
+  IntermediateTensors* out = batch.intermediate_out;
+  VLLM_CHECK(out != nullptr) << "pipeline stage " << stage_.rank << " has nowhere to send";
+  const int64_t t = static_cast<int64_t>(batch.token_ids.size());
+  const int64_t h = config_.hidden_size;
+  out->next_layer = stage_.end_layer;
+  out->num_tokens = t;
+  out->hidden_size = static_cast<int32_t>(h);
+  out->residual.assign(residual, residual + t * h);
+  if (stage_.end_layer == 0) {
+    out->hidden.clear();  // still the embedding alone
+  } else {
+    out->hidden.assign(hidden, hidden + t * h);
+  }
 }
 
 void LlamaModel::Finish(const ForwardBatch& batch, const float* hidden, const float* residual,

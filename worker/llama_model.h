@@ -41,6 +41,8 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/packed_linear.h"
 #include "worker/hf_config.h"
+#include "worker/intermediate_tensors.h"
+#include "worker/pp_layout.h"
 #include "worker/tp_layout.h"
 #include "worker/weights.h"
 
@@ -75,6 +77,11 @@ struct ForwardBatch {
   kernels::cpu::AttentionMetadata attention;
   // Rows whose logits are wanted (one per sampling request), ascending.
   std::span<const int32_t> logits_indices;
+  // Pipeline parallelism: a stage after the first starts from the previous stage's stream
+  // (`intermediate_in`, required); a stage before the last stops after its layers and leaves
+  // the stream in `intermediate_out` (required) instead of computing logits.
+  const IntermediateTensors* intermediate_in = nullptr;
+  IntermediateTensors* intermediate_out = nullptr;
 };
 
 // An EAGLE-3 head's settings (vLLM's Eagle3LlamaForCausalLM, llama_eagle3.py), read from its
@@ -97,9 +104,12 @@ class LlamaModel {
   // Loads this rank's shard of every weight from `weights`. `comm` (not owned, outlives the
   // model) is the tensor-parallel group; its world size must split the model as MakeTpLayout
   // (worker/tp_layout.h) allows (InvalidArgument naming the config key otherwise). Weight
-  // errors name the tensor.
+  // errors name the tensor. With `stage` (pipeline parallelism), only that stage's layers, the
+  // embedding on the first stage and the final norm and lm_head on the last (the embedding too
+  // when tied) are loaded, and the KV cache covers only its layers.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
-      const HfConfig& config, WeightSource& weights, kernels::Communicator* comm);
+      const HfConfig& config, WeightSource& weights, kernels::Communicator* comm,
+      const PpStage* stage = nullptr);
 
   // The EAGLE-1 draft head of `target` (vLLM's EagleLlamaForCausalLM, llama_eagle.py): `config`
   // is the head's (a Llama config, usually one layer) and `weights` its checkpoint, tensor
@@ -158,6 +168,8 @@ class LlamaModel {
 
   const HfConfig& config() const { return config_; }
   int32_t num_layers() const { return config_.num_hidden_layers; }
+  // The pipeline stage this model runs (the whole model: stage 0 of 1).
+  const PpStage& stage() const { return stage_; }
   int32_t num_heads() const { return num_heads_; }        // this rank
   int32_t num_kv_heads() const { return num_kv_heads_; }  // this rank
   int32_t head_dim() const { return config_.head_dim; }
@@ -207,7 +219,12 @@ class LlamaModel {
   // model; `eagle3`: an EAGLE-3 head's options).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<LlamaModel>> Build(
       const HfConfig& config, WeightSource& weights, kernels::Communicator* comm,
-      const LlamaModel* eagle_target, const Eagle3Options* eagle3);
+      const LlamaModel* eagle_target, const Eagle3Options* eagle3, const PpStage* stage = nullptr);
+  // The stream at the start of this stage's layers: the embedding (first stage) or the
+  // previous stage's tensors; `hidden` holds layer first_layer's normed input.
+  void StageInput(const ForwardBatch& batch, float* hidden, float* residual);
+  // A stage before the last: the stream after its layers into batch.intermediate_out.
+  void StageOutput(const ForwardBatch& batch, const float* hidden, const float* residual);
   // Every weight; an EAGLE head's fc too, and its own embedding and lm_head where the
   // checkpoint has them.
   [[nodiscard]] absl::Status LoadWeights(WeightSource& weights);
@@ -252,6 +269,7 @@ class LlamaModel {
   // Gemma-3's local (sliding-window) layers' rotary table: rope_local_theta, unscaled.
   std::optional<kernels::cpu::RotaryEmbedding> rope_local_;
   const TpLayout tp_;
+  PpStage stage_;
   const int32_t num_heads_;
   const int32_t num_kv_heads_;
   const int32_t intermediate_;  // this rank

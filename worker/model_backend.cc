@@ -57,9 +57,13 @@ absl::Status CpuModelBackend::Execute(const StepInputs& in, StepResult* result) 
   batch.attention.block_tables = in.block_tables.data();
   batch.attention.max_blocks_per_seq = in.max_blocks_per_seq;
   batch.attention.block_size = kv_cache_.block_size;
+  batch.intermediate_in = in.intermediate_in;
+  const bool last = model_->stage().is_last();
+  if (!last) batch.intermediate_out = &result->intermediate;
   VLLM_RETURN_IF_ERROR(model_->Forward(batch, kv_cache_, &result->host_logits,
                                        in.want_hidden ? &result->hidden : nullptr));
-  result->tokens.assign(in.logits_indices.size(), -1);
+  result->tokens.assign(last ? in.logits_indices.size() : 0, -1);
+  if (!last) result->host_logits.clear();
   return absl::OkStatus();
 }
 

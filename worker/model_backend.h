@@ -65,6 +65,8 @@ struct StepInputs {
   // Speculative decoding's EAGLE and Medusa drafts read every row's last hidden state
   // (StepResult::hidden); a backend that cannot return them refuses the step.
   bool want_hidden = false;
+  // Pipeline parallelism, a stage after the first: the previous stage's stream (required).
+  const IntermediateTensors* intermediate_in = nullptr;
 };
 
 // A step with the largest shapes of a real one that touches no KV cache: `num_seqs` sequences
@@ -99,6 +101,9 @@ struct StepResult {
   // reads), [num_tokens, hidden_size]; with an EAGLE-3 draft the target's aux states instead
   // (LlamaModel::SetAuxHiddenLayers), [num_tokens, n × hidden_size].
   std::vector<float> hidden;
+  // Pipeline parallelism, a stage before the last: the stream after its layers, for the next
+  // stage; such a stage returns no tokens and no logits.
+  IntermediateTensors intermediate;
 };
 
 class ModelBackend {
@@ -110,6 +115,9 @@ class ModelBackend {
   virtual int32_t num_kv_heads() const = 0;
   // Bytes of one KV-cache element.
   virtual int32_t kv_dtype_bytes() const = 0;
+  // The pipeline stage this rank runs (the whole model: stage 0 of 1); its layers are the
+  // ones with a KV cache here.
+  virtual PpStage stage() const { return {0, 1, 0, config().num_hidden_layers}; }
   // Bytes of weights this rank holds.
   virtual int64_t weight_bytes() const = 0;
   // Whether Execute samples rows that are not on_host.
@@ -140,6 +148,7 @@ class CpuModelBackend final : public ModelBackend {
   const HfConfig& config() const override { return model_->config(); }
   int32_t num_kv_heads() const override { return model_->num_kv_heads(); }
   int32_t kv_dtype_bytes() const override { return sizeof(float); }
+  PpStage stage() const override { return model_->stage(); }
   int64_t weight_bytes() const override { return model_->weight_bytes(); }
   bool samples_on_device() const override { return false; }
   bool supports_prompt_logprobs() const override { return true; }

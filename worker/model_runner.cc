@@ -106,9 +106,11 @@ absl::Status ModelRunner::UpdateStates(const core::SchedulerOutput& so) {
         return Bad(c.req_ids[i], absl::StrFormat("num_computed_tokens %d but %d tokens known", nc,
                                                  s.token_ids.size()));
       }
-      // The tokens fed this step; usually the token this worker sampled last step.
+      // The tokens fed this step; usually the token this worker sampled last step. A pipeline
+      // stage before the last samples nothing and verifies no draft: it knows the tokens it was
+      // fed, and what it was fed beyond them (drafts the last stage rejected) is dropped.
       const size_t end = static_cast<size_t>(nc) + tokens.size();
-      if (s.token_ids.size() < end) s.token_ids.resize(end);
+      if (s.token_ids.size() < end || next_stage_ != nullptr) s.token_ids.resize(end);
       std::copy(tokens.begin(), tokens.end(), s.token_ids.begin() + nc);
       s.block_ids.insert(s.block_ids.end(), blocks.begin(), blocks.end());
     }
@@ -392,6 +394,19 @@ void ModelRunner::AddPromptLogprobs(RequestState& s, int32_t position, const flo
 }
 
 absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::SchedulerOutput& so) {
+  bool forwarded = false;
+  absl::StatusOr<core::ModelRunnerOutput> out = RunStep(so, &forwarded);
+  if (!out.ok() && next_stage_ != nullptr && !forwarded) {
+    const absl::Status error = absl::Status(
+        out.status().code(),
+        absl::StrCat("pipeline stage ", backend_->stage().rank, ": ", out.status().message()));
+    if (absl::Status s = next_stage_->SendError(so.step_id, error); !s.ok()) return s;
+  }
+  return out;
+}
+
+absl::StatusOr<core::ModelRunnerOutput> ModelRunner::RunStep(const core::SchedulerOutput& so,
+                                                             bool* forwarded) {
   if (!kv_cache_initialized()) {
     return absl::FailedPreconditionError("ExecuteModel before InitializeKVCache");
   }
@@ -420,7 +435,26 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
   // nothing (the dynamic schedule's k = 0).
   inputs.want_hidden = drafter_ != nullptr && drafter_->needs_hidden_states() &&
                        (so.num_spec_tokens_to_schedule > 0 || drafter_->kv_bytes_per_token() > 0);
+  if (previous_stage_ != nullptr) {
+    // The previous stage's error (its own, or one it passed on) fails this step here too.
+    VLLM_RETURN_IF_ERROR(previous_stage_->Receive(so.step_id, &stage_input_));
+    inputs.intermediate_in = &stage_input_;
+  }
   VLLM_RETURN_IF_ERROR(backend_->Execute(inputs, &result_));
+  if (next_stage_ != nullptr) {
+    *forwarded = true;
+    VLLM_RETURN_IF_ERROR(next_stage_->Send(so.step_id, result_.intermediate));
+  } else {
+    VLLM_RETURN_IF_ERROR(SampleRows(so, &out));
+  }
+  for (size_t r = 0; r < n; ++r) scheduled_[r]->num_computed_tokens += so.num_scheduled_tokens[r];
+  return out;
+}
+
+absl::Status ModelRunner::SampleRows(const core::SchedulerOutput& so,
+                                     core::ModelRunnerOutput* out_ptr) {
+  core::ModelRunnerOutput& out = *out_ptr;
+  const size_t n = scheduled_.size();
   if (result_.tokens.size() != sampling_rows_.size()) {
     return absl::InternalError("the model backend returned a token count unlike the batch's");
   }
@@ -481,8 +515,7 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
     }
   }
   if (drafter_ != nullptr) VLLM_RETURN_IF_ERROR(ProposeDrafts(so, &out));
-  for (size_t r = 0; r < n; ++r) scheduled_[r]->num_computed_tokens += so.num_scheduled_tokens[r];
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status ModelRunner::ProposeDrafts(const core::SchedulerOutput& so,

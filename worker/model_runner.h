@@ -66,6 +66,16 @@ class ModelRunner {
   }
   const Drafter* drafter() const { return drafter_.get(); }
 
+  // Pipeline parallelism (the backend's stage() is not the whole model): the links to the
+  // previous and next stages (not owned, outlive the runner; null at the ends). A stage after
+  // the first receives the stream before running its layers; a stage before the last sends
+  // it on and samples nothing (its ModelRunnerOutput has the request ids only); a stage that
+  // fails a step tells the next one, so the last stage's driver reports the error.
+  void SetStageLinks(StageLink* previous, StageLink* next) {
+    previous_stage_ = previous;
+    next_stage_ = next;
+  }
+
   ModelBackend& backend() { return *backend_; }
   const ModelBackend& backend() const { return *backend_; }
   size_t num_requests() const { return requests_.size(); }
@@ -87,6 +97,12 @@ class ModelRunner {
     std::vector<core::TokenLogprobs> prompt_logprobs;
   };
 
+  // ExecuteModel's body; `forwarded` is set once the step went to the next stage.
+  [[nodiscard]] absl::StatusOr<core::ModelRunnerOutput> RunStep(const core::SchedulerOutput& so,
+                                                                bool* forwarded);
+  // The last stage's part: samples (and verifies drafts) from result_ into `out`.
+  [[nodiscard]] absl::Status SampleRows(const core::SchedulerOutput& so,
+                                        core::ModelRunnerOutput* out);
   [[nodiscard]] absl::Status UpdateStates(const core::SchedulerOutput& so);
   // Fills the flattened batch for the scheduled requests (in num_scheduled_tokens order).
   [[nodiscard]] absl::Status PrepareInputs(const core::SchedulerOutput& so);
@@ -151,6 +167,9 @@ class ModelRunner {
   std::vector<int32_t> grammar_rows_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;
+  StageLink* previous_stage_ = nullptr;
+  StageLink* next_stage_ = nullptr;
+  IntermediateTensors stage_input_;
 };
 
 }  // namespace vllm::worker

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -52,12 +53,18 @@ absl::Status CheckResolvedDevice(Device device) {
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     const config::VllmConfig& config, kernels::Communicator* comm,
-    [[maybe_unused]] kernels::cuda::DeviceCommunicator* device_comm) {
+    [[maybe_unused]] kernels::cuda::DeviceCommunicator* device_comm, int32_t pp_rank) {
   VLLM_RETURN_IF_ERROR(CheckResolvedDevice(config.device.device));
+  const int32_t pp_size = config.parallel.pipeline_parallel_size;
   const std::filesystem::path& model = config.model.model;
   const LoadFormat load_format = config.load.load_format;
   const uint64_t seed = config.model.seed;
   if (config.device.device == Device::kCuda) {
+    if (pp_size > 1) {
+      return absl::InvalidArgumentError(
+          "--pipeline-parallel-size above 1 runs on the CPU backend only so far (choose --device "
+          "cpu, or use --tensor-parallel-size)");
+    }
 #if VLLM_HAVE_CUDA
     const int32_t gpu = config.parallel.local_device_index(comm->rank());
     if (const int visible = VisibleCudaDevices(); gpu >= visible) {
@@ -110,7 +117,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
   // explicit OPENBLAS_NUM_THREADS / OMP_NUM_THREADS from the user wins.
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && std::getenv("OMP_NUM_THREADS") == nullptr) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    kernels::cpu::SetBlasNumThreads(cores / std::max(1, comm->world_size()));
+    // Every rank of every pipeline stage runs at once.
+    kernels::cpu::SetBlasNumThreads(std::max(1, cores / std::max(1, comm->world_size() * pp_size)));
   }
   VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadHfConfig(model));
   std::unique_ptr<WeightSource> weights;
@@ -119,8 +127,12 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
   } else {
     VLLM_ASSIGN_OR_RETURN(weights, OpenSafetensors(model));
   }
+  std::optional<PpStage> stage;
+  if (pp_size > 1) {
+    VLLM_ASSIGN_OR_RETURN(stage, MakePpStage(model_config.num_hidden_layers, pp_rank, pp_size));
+  }
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model_weights,
-                        LlamaModel::Load(model_config, *weights, comm));
+                        LlamaModel::Load(model_config, *weights, comm, stage ? &*stage : nullptr));
   std::unique_ptr<Drafter> drafter;
   if (config.speculative.DraftsInWorker()) {
     VLLM_ASSIGN_OR_RETURN(drafter, MakeDrafter(config.speculative, *model_weights, comm,
@@ -148,6 +160,17 @@ absl::Status Worker::ExecuteDummyBatch() {
   StepInputs inputs = dummy.inputs();
   inputs.sampling = std::span<const RowSampling>(&sampling, 1);
   inputs.seq_lens = std::span<const int32_t>(&seq_len, 1);
+  const PpStage stage = runner_->backend().stage();
+  IntermediateTensors zeros;
+  if (!stage.is_first()) {
+    const int32_t h = runner_->backend().config().hidden_size;
+    zeros.next_layer = stage.first_layer;
+    zeros.num_tokens = 1;
+    zeros.hidden_size = h;
+    zeros.residual.assign(h, 0.0f);
+    if (stage.first_layer > 0) zeros.hidden.assign(h, 0.0f);
+    inputs.intermediate_in = &zeros;
+  }
   StepResult result;
   return runner_->backend().Execute(inputs, &result);
 }
@@ -155,7 +178,8 @@ absl::Status Worker::ExecuteDummyBatch() {
 core::KVCacheSpec Worker::GetKVCacheSpec() const {
   const ModelBackend& backend = runner_->backend();
   core::KVCacheSpec spec;
-  spec.num_layers = backend.config().num_hidden_layers;
+  const PpStage stage = backend.stage();
+  spec.num_layers = stage.end_layer - stage.first_layer;  // this stage's layers
   spec.num_kv_heads = backend.num_kv_heads();
   spec.head_dim = backend.config().head_dim;
   spec.dtype_bytes = backend.kv_dtype_bytes();

@@ -66,10 +66,13 @@ class Worker {
   // worker): the rank, and with it the GPU (config.parallel.local_device_index(rank)).
   // Errors name the flag, file or tensor at fault. On CUDA, `device_comm` (not owned, outlives
   // the worker) is the device-side group (NCCL); null is allowed only for a group of one (a
-  // SingleRankDeviceCommunicator is used).
+  // SingleRankDeviceCommunicator is used). With pipeline parallelism
+  // (config.parallel.pipeline_parallel_size > 1, the CPU backend) the worker runs stage
+  // `pp_rank`'s layers (worker/pp_layout.h) and `comm` is that stage's tensor-parallel group;
+  // the executor links the stages afterwards (ModelRunner::SetStageLinks).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Worker>> Create(
       const config::VllmConfig& config, kernels::Communicator* comm,
-      kernels::cuda::DeviceCommunicator* device_comm = nullptr);
+      kernels::cuda::DeviceCommunicator* device_comm = nullptr, int32_t pp_rank = 0);
 
   core::KVCacheSpec GetKVCacheSpec() const;
   // The CPU: --kv-cache-memory. CUDA: the profiled budget (errors when none is left).
@@ -86,6 +89,8 @@ class Worker {
 
   // vLLM's execute_dummy_batch: one forward pass of a one-token DummyStep (nothing cached,
   // read from the cache or kept), so that the model's collectives run as on a real step. A
+  // pipeline stage after the first starts from zeros, as vLLM's dummy run does; the stages
+  // exchange nothing. A
   // lockstep data-parallel engine runs it while it has no work and another engine has.
   // Fails before InitializeKVCache, or with the backend's error.
   [[nodiscard]] absl::Status ExecuteDummyBatch();

@@ -23,6 +23,7 @@
 #include "kernels/comm/group_spec.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "worker/stage_link.h"
 #include "worker/worker_protocol.h"
 #if VLLM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -85,6 +86,7 @@ class WorkerProc {
     auto watcher = ipc::SignalWatcher::Start({SIGTERM}, [this](int) {
       terminated_.store(true);
       if (ipc::MessageQueueReader* r = reader_.load(); r != nullptr) r->Cancel();
+      if (ipc::MessageQueueReader* r = stage_reader_.load(); r != nullptr) r->Cancel();
     });
     if (watcher.ok()) {
       watcher_ = std::move(*watcher);
@@ -103,16 +105,23 @@ class WorkerProc {
     response.max_chunks = 4;
     response.max_chunk_bytes = 1 << 20;
     VLLM_ASSIGN_OR_RETURN(response_, ipc::MessageQueueWriter::Create(response));
+    // Rank = pp_rank × TP + tp_rank; the collectives run within the stage's TP group.
+    const int32_t tp = options_.config.parallel.tensor_parallel_size;
+    const int32_t pp_rank = options_.rank / tp;
     kernels::Communicator* comm = &single_rank_;
-    if (options_.world_size() > 1) {
+    if (tp > 1) {
       VLLM_ASSIGN_OR_RETURN(kernels::comm::CommGroupSpec spec,
                             kernels::comm::CommGroupSpec::Decode(options_.comm_spec));
-      VLLM_ASSIGN_OR_RETURN(group_,
-                            kernels::comm::JoinGroup(spec, options_.rank, deadline - absl::Now()));
+      VLLM_ASSIGN_OR_RETURN(
+          group_, kernels::comm::JoinGroup(spec, options_.rank % tp, deadline - absl::Now()));
       comm = group_.get();
     }
     VLLM_RETURN_IF_ERROR(InitDevice(deadline));
-    VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.config, comm, DeviceComm()));
+    VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.config, comm, DeviceComm(), pp_rank));
+    if (pp_rank + 1 < options_.config.parallel.pipeline_parallel_size) {
+      VLLM_ASSIGN_OR_RETURN(
+          stage_writer_, CreateStageQueue(StageLimits().max_num_tokens, StageLimits().hidden_size));
+    }
     if (terminated_.load()) return absl::CancelledError("SIGTERM during start-up");
     return absl::OkStatus();
   }
@@ -190,6 +199,8 @@ class WorkerProc {
     ready.code = status.code();
     ready.message = std::string(status.message());
     if (status.ok()) ready.response_handle = response_->handle().ToText();
+    if (status.ok() && stage_writer_ != nullptr)
+      ready.stage_handle = stage_writer_->handle().ToText();
     const std::string bytes = EncodeReady(ready);
     try {
       zmq::socket_t push(ipc::ZmqContext(), zmq::socket_type::push);
@@ -283,12 +294,54 @@ class WorkerProc {
       VLLM_RETURN_IF_ERROR(CheckEmptyPayload(payload, method));
       return worker_->ExecuteDummyBatch();
     }
+    if (method == kInitPipelineMethod) {
+      VLLM_ASSIGN_OR_RETURN(const std::vector<std::string> handles, DecodeStageHandles(payload));
+      return LinkStages(handles);
+    }
     if (method == kEchoMethod) {
       *result = call.payload;
       return absl::OkStatus();
     }
     if (method == kShutdownMethod) return CheckEmptyPayload(payload, method);
     return absl::InvalidArgumentError(absl::StrCat("unknown worker method '", method, "'"));
+  }
+
+  StageFrameLimits StageLimits() const {
+    StageFrameLimits limits;
+    limits.hidden_size = worker_->model_config().hidden_size;
+    limits.num_layers = worker_->model_config().num_hidden_layers;
+    limits.max_num_tokens = options_.config.scheduler.max_num_batched_tokens;
+    return limits;
+  }
+
+  // init_pipeline: attaches to the previous stage's queue (the same TP rank, one stage back),
+  // waits until both of this rank's stage queues are connected, and links the runner to them.
+  absl::Status LinkStages(const std::vector<std::string>& handles) {
+    const int32_t tp = options_.config.parallel.tensor_parallel_size;
+    if (stage_link_ != nullptr) return absl::FailedPreconditionError("stages are linked already");
+    if (static_cast<int32_t>(handles.size()) != options_.world_size()) {
+      return absl::InvalidArgumentError(absl::StrFormat("init_pipeline: %d handles for %d ranks",
+                                                        handles.size(), options_.world_size()));
+    }
+    const absl::Time deadline = absl::Now() + options_.startup_timeout;
+    if (options_.rank >= tp) {
+      VLLM_ASSIGN_OR_RETURN(const ipc::Handle handle,
+                            ipc::Handle::FromText(handles[options_.rank - tp]));
+      VLLM_ASSIGN_OR_RETURN(stage_reader_owned_, ipc::MessageQueueReader::Attach(handle, 0));
+      stage_reader_.store(stage_reader_owned_.get());
+      if (terminated_.load()) stage_reader_owned_->Cancel();
+    }
+    if (stage_writer_ != nullptr) VLLM_RETURN_IF_ERROR(stage_writer_->WaitUntilReady(deadline));
+    if (stage_reader_owned_ != nullptr) {
+      VLLM_RETURN_IF_ERROR(stage_reader_owned_->WaitUntilReady(deadline));
+    }
+    stage_link_ = std::make_unique<QueueStageLink>(stage_reader_owned_.get(), stage_writer_.get(),
+                                                   StageLimits());
+    worker_->runner().SetStageLinks(stage_reader_owned_ ? stage_link_.get() : nullptr,
+                                    stage_writer_ ? stage_link_.get() : nullptr);
+    spdlog::info("worker rank {}: pipeline stage {} of {} linked", options_.rank,
+                 options_.rank / tp, options_.config.parallel.pipeline_parallel_size);
+    return absl::OkStatus();
   }
 
   const WorkerProcOptions options_;
@@ -303,6 +356,12 @@ class WorkerProc {
   std::unique_ptr<kernels::cuda::NcclCommunicator> nccl_;  // cuda with TP > 1
 #endif
   std::unique_ptr<Worker> worker_;
+  // Pipeline parallelism: the queue to the next stage (stages before the last), the one from
+  // the previous stage (stages after the first) and the runner's link over them.
+  std::unique_ptr<ipc::MessageQueueWriter> stage_writer_;
+  std::unique_ptr<ipc::MessageQueueReader> stage_reader_owned_;
+  std::atomic<ipc::MessageQueueReader*> stage_reader_{nullptr};
+  std::unique_ptr<QueueStageLink> stage_link_;
   std::unique_ptr<ipc::SignalWatcher> watcher_;  // declared last: stops first
 };
 
@@ -371,8 +430,9 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
         "--rank %d must be below the world size %d (the config's tensor × pipeline parallel size)",
         o.rank, o.world_size()));
   }
-  if (o.world_size() > 1 && o.comm_spec.empty()) {
-    return absl::InvalidArgumentError("--comm-spec is required when the world size is above 1");
+  if (o.config.parallel.tensor_parallel_size > 1 && o.comm_spec.empty()) {
+    return absl::InvalidArgumentError(
+        "--comm-spec is required when the tensor parallel size is above 1");
   }
   return o;
 }

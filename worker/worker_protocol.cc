@@ -150,7 +150,7 @@ absl::StatusOr<Framed<ReplyHeader>> DecodeReply(absl::Span<const uint8_t> bytes)
 std::string EncodeReady(const ReadyMessage& ready) {
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> pk(buffer);
-  pk.pack_array(6);
+  pk.pack_array(7);
   pk.pack(kWorkerProtocolVersion);
   pk.pack(ready.rank);
   pk.pack(ready.pid);
@@ -158,13 +158,14 @@ std::string EncodeReady(const ReadyMessage& ready) {
   pk.pack(ready.message.size() > kMaxMessageBytes ? ready.message.substr(0, kMaxMessageBytes)
                                                   : ready.message);
   pk.pack(ready.response_handle);
+  pk.pack(ready.stage_handle);
   return std::string(buffer.data(), buffer.size());
 }
 
 absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes) {
   VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, "worker ready message", 64 << 10));
   try {
-    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), "worker ready", 6));
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), "worker ready", 7));
     VLLM_RETURN_IF_ERROR(CheckVersion(r, "worker ready"));
     ReadyMessage out;
     int32_t code = 0;
@@ -177,10 +178,49 @@ absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes) {
     out.code = static_cast<absl::StatusCode>(code);
     VLLM_RETURN_IF_ERROR(r.String("message", kMaxMessageBytes, &out.message));
     VLLM_RETURN_IF_ERROR(r.String("response_handle", 64 << 10, &out.response_handle));
+    VLLM_RETURN_IF_ERROR(r.String("stage_handle", 64 << 10, &out.stage_handle));
     return out;
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrFormat("worker ready: malformed (%s)", e.what()));
   }
+}
+
+std::string EncodeStageHandles(const std::vector<std::string>& handles) {
+  msgpack::sbuffer buffer;
+  msgpack::pack(buffer, handles);
+  return std::string(buffer.data(), buffer.size());
+}
+
+absl::StatusOr<std::vector<std::string>> DecodeStageHandles(absl::Span<const uint8_t> bytes) {
+  constexpr uint32_t kMaxRanks = 4096;
+  constexpr size_t kMaxHandleBytes = 64 << 10;
+  wire::UnpackLimits limits;
+  limits.max_array = kMaxRanks;
+  limits.max_map = 0;
+  limits.max_str = kMaxHandleBytes;
+  limits.max_bin = 0;
+  limits.max_depth = 2;
+  auto handle = wire::UnpackBounded(bytes, limits);
+  if (!handle.ok()) {
+    return absl::Status(handle.status().code(),
+                        absl::StrCat("stage handles: ", handle.status().message()));
+  }
+  const msgpack::object& o = handle->get();
+  if (o.type != msgpack::type::ARRAY || o.via.array.size > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("stage handles: expected an array of at most %d strings", kMaxRanks));
+  }
+  std::vector<std::string> out;
+  out.reserve(o.via.array.size);
+  for (uint32_t i = 0; i < o.via.array.size; ++i) {
+    const msgpack::object& e = o.via.array.ptr[i];
+    if (e.type != msgpack::type::STR || e.via.str.size > kMaxHandleBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("stage handles: entry %d is not a string of at most 64 KiB", i));
+    }
+    out.emplace_back(e.via.str.ptr, e.via.str.size);
+  }
+  return out;
 }
 
 std::string EncodeKVCacheSpec(const core::KVCacheSpec& spec) {
@@ -207,7 +247,8 @@ absl::StatusOr<core::KVCacheSpec> DecodeKVCacheSpec(absl::Span<const uint8_t> by
     VLLM_RETURN_IF_ERROR(r.Int("dtype_bytes", &spec.dtype_bytes));
     VLLM_RETURN_IF_ERROR(r.Int("draft_bytes_per_token", &spec.draft_bytes_per_token));
     constexpr int64_t kMax = int64_t{1} << 20;
-    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_layers", spec.num_layers, 1, kMax));
+    // 0: a pipeline stage without layers (the engine sizes the cache by the most loaded rank).
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_layers", spec.num_layers, 0, kMax));
     VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "num_kv_heads", spec.num_kv_heads, 1, kMax));
     VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "head_dim", spec.head_dim, 1, kMax));
     VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "dtype_bytes", spec.dtype_bytes, 1, 8));

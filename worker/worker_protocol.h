@@ -33,6 +33,12 @@
 //                               TP > 1: each worker reads it during start-up (before loading the
 //                               model), forms the NCCL group and reports the outcome in its
 //                               ReadyMessage.
+//   kInitPipelineMethod         EncodeStageHandles: msgpack [str ...], per rank the handle of
+//                               its queue to the next pipeline stage (empty for the last
+//                               stage's ranks) → empty. Sent once after every worker is ready
+//                               when pipeline_parallel_size > 1: rank r of a stage after the
+//                               first attaches to the queue of rank r − tensor_parallel_size,
+//                               then both ends wait until connected.
 // "Empty" payloads are checked (CheckEmptyPayload): a non-empty one is InvalidArgument.
 #ifndef VLLM_WORKER_WORKER_PROTOCOL_H_
 #define VLLM_WORKER_WORKER_PROTOCOL_H_
@@ -40,6 +46,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -48,7 +55,8 @@
 
 namespace vllm::worker {
 
-inline constexpr uint8_t kWorkerProtocolVersion = 2;  // 2: KVCacheSpec.draft_bytes_per_token
+// 2: KVCacheSpec.draft_bytes_per_token; 3: ReadyMessage.stage_handle, init_pipeline.
+inline constexpr uint8_t kWorkerProtocolVersion = 3;
 // The methods (CallHeader::method), described above.
 inline constexpr char kExecuteModelMethod[] = "execute_model";
 inline constexpr char kGetKVCacheSpecMethod[] = "get_kv_cache_spec";
@@ -58,6 +66,7 @@ inline constexpr char kExecuteDummyBatchMethod[] = "execute_dummy_batch";
 inline constexpr char kEchoMethod[] = "echo";
 inline constexpr char kShutdownMethod[] = "shutdown";
 inline constexpr char kInitDeviceMethod[] = "init_device";
+inline constexpr char kInitPipelineMethod[] = "init_pipeline";
 inline constexpr uint32_t kMaxHeaderBytes = 4096;
 
 struct CallHeader {
@@ -84,18 +93,27 @@ struct Framed {
 
 // Sent once by each worker over ZMQ PUSH to the executor's ready address, when it is loaded
 // (code OK, with its response queue's handle) or has failed to start (code and message):
-// msgpack [version: u8, rank: i32, pid: i64, code: i32, message: str, response_handle: str].
+// msgpack [version: u8, rank: i32, pid: i64, code: i32, message: str, response_handle: str,
+// stage_handle: str].
 struct ReadyMessage {
   int32_t rank = 0;
   int64_t pid = 0;
   absl::StatusCode code = absl::StatusCode::kOk;
   std::string message;
   std::string response_handle;  // ipc::Handle::ToText()
+  // Pipeline parallelism, a stage before the last: its queue to the next stage's rank (empty
+  // otherwise).
+  std::string stage_handle;
 
   absl::Status status() const { return absl::Status(code, message); }
 };
 std::string EncodeReady(const ReadyMessage& ready);
 [[nodiscard]] absl::StatusOr<ReadyMessage> DecodeReady(absl::Span<const uint8_t> bytes);
+
+// init_pipeline's payload: one handle text per rank (at most 4096 ranks, 64 KiB each).
+std::string EncodeStageHandles(const std::vector<std::string>& handles);
+[[nodiscard]] absl::StatusOr<std::vector<std::string>> DecodeStageHandles(
+    absl::Span<const uint8_t> bytes);
 
 // The prefix (length + header) of a message; the payload is sent after it as a second part.
 std::string EncodeCallPrefix(const CallHeader& header);

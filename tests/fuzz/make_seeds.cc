@@ -20,6 +20,7 @@
 #include "kv_events/kv_events.h"
 #include "launcher/spec/api_server_spec.h"
 #include "launcher/spec/coordinator_spec.h"
+#include "worker/intermediate_tensors.h"
 #include "worker/worker_protocol.h"
 
 namespace vllm::fuzz {
@@ -214,6 +215,33 @@ void WorkerSeeds(const fs::path& dir) {
   Write(dir, "payload_initialize_kv_cache", worker::EncodeInitializeKVCacheArgs({2730, 16}));
   Write(dir, "reply_error",
         worker::EncodeReplyPrefix({9, 1, absl::StatusCode::kInternal, "worker 1: out of memory"}));
+  ready.code = absl::StatusCode::kOk;
+  ready.message.clear();
+  ready.response_handle = h.ToText();
+  ready.stage_handle = remote.ToText();
+  Write(dir, "ready_pipeline_stage", worker::EncodeReady(ready));
+  Write(dir, "payload_stage_handles",
+        worker::EncodeStageHandles({h.ToText(), remote.ToText(), ""}));
+  // Pipeline stage frames (worker/intermediate_tensors.h), in the limits the fuzzer decodes
+  // them with: hidden 4, up to 8 tokens, 6 layers.
+  worker::IntermediateTensors t;
+  t.next_layer = 3;
+  t.num_tokens = 2;
+  t.hidden_size = 4;
+  t.residual = {1, 2, 3, 4, 5, 6, 7, 8};
+  t.hidden = {-1, -2, -3, -4, -5, -6, -7, -8};
+  auto frame = [](uint64_t step, const worker::IntermediateTensors& x) {
+    std::string out = worker::EncodeStageTensorsHeader(step, x);
+    out.append(reinterpret_cast<const char*>(x.residual.data()), x.residual.size() * 4);
+    out.append(reinterpret_cast<const char*>(x.hidden.data()), x.hidden.size() * 4);
+    return out;
+  };
+  Write(dir, "stage_tensors", frame(17, t));
+  t.next_layer = 0;
+  t.hidden.clear();
+  Write(dir, "stage_tensors_embedding", frame(18, t));
+  Write(dir, "stage_error",
+        worker::EncodeStageError(19, absl::InvalidArgumentError("pipeline stage 0: bad request")));
 }
 
 void ConfigSeeds(const fs::path& dir) {

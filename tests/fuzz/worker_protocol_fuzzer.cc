@@ -1,6 +1,8 @@
 // Fuzzes the executor <-> worker protocol (worker/worker_protocol.h: DecodeReady, DecodeCall,
 // DecodeReply, and the typed payloads DecodeKVCacheSpec, DecodeAvailableMemory,
-// DecodeInitializeKVCacheArgs, CheckEmptyPayload) and the MessageQueue handle codec (ipc/handle.h:
+// DecodeInitializeKVCacheArgs, DecodeStageHandles, CheckEmptyPayload), the pipeline stages'
+// frames (worker/intermediate_tensors.h: DecodeStageFrame, with small limits so that the
+// fuzzer reaches whole frames) and the MessageQueue handle codec (ipc/handle.h:
 // Handle::Decode and FromText, which workers read from argv and ready messages), all on the same
 // bytes. Invariants:
 //   - no decoder crashes, throws or leaks, whatever the bytes;
@@ -9,13 +11,16 @@
 //   - a decoded Handle is consistent (LocalIndex finds every local reader at its slot).
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "ipc/handle.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "worker/intermediate_tensors.h"
 #include "worker/worker_protocol.h"
 
 namespace vllm::fuzz {
@@ -27,7 +32,7 @@ absl::Span<const uint8_t> Bytes(std::string_view s) {
 
 bool SameReady(const worker::ReadyMessage& a, const worker::ReadyMessage& b) {
   return a.rank == b.rank && a.pid == b.pid && a.code == b.code && a.message == b.message &&
-         a.response_handle == b.response_handle;
+         a.response_handle == b.response_handle && a.stage_handle == b.stage_handle;
 }
 
 void CheckReady(absl::Span<const uint8_t> bytes) {
@@ -112,8 +117,53 @@ void CheckPayloads(absl::Span<const uint8_t> bytes) {
         return a.num_blocks == b.num_blocks && a.block_size == b.block_size;
       },
       "initialize_kv_cache args");
+  CheckPayload<std::vector<std::string>>(
+      bytes, worker::DecodeStageHandles, worker::EncodeStageHandles,
+      [](const std::vector<std::string>& a, const std::vector<std::string>& b) { return a == b; },
+      "stage handles");
   const absl::Status empty = worker::CheckEmptyPayload(bytes, "payload");
   FUZZ_CHECK(empty.ok() == bytes.empty(), "CheckEmptyPayload disagrees with the size");
+}
+
+// A stage frame that decodes re-encodes to the same bytes (a tensors frame: header, residual,
+// hidden; an error frame: its code and message), and its sizes agree with its header.
+void CheckStageFrame(absl::Span<const uint8_t> bytes) {
+  const worker::StageFrameLimits limits{/*hidden_size=*/4, /*max_num_tokens=*/8,
+                                        /*num_layers=*/6};
+  worker::IntermediateTensors t;
+  absl::Status stage_error;
+  absl::StatusOr<uint64_t> step = worker::DecodeStageFrame(bytes, limits, &t, &stage_error);
+  if (!step.ok()) {
+    FUZZ_CHECK(absl::IsDataLoss(step.status()),
+               "stage frame: failed with " + step.status().ToString());
+    return;
+  }
+  std::string encoded;
+  if (!stage_error.ok()) {
+    encoded = worker::EncodeStageError(*step, stage_error);
+  } else {
+    const size_t floats = static_cast<size_t>(t.num_tokens) * t.hidden_size;
+    FUZZ_CHECK(t.residual.size() == floats && (t.hidden.empty() || t.hidden.size() == floats) &&
+                   t.hidden.empty() == (t.next_layer == 0),
+               "stage frame: sizes disagree with the header");
+    encoded = worker::EncodeStageTensorsHeader(*step, t);
+    encoded.append(reinterpret_cast<const char*>(t.residual.data()), t.residual.size() * 4);
+    encoded.append(reinterpret_cast<const char*>(t.hidden.data()), t.hidden.size() * 4);
+  }
+  // Header padding bytes are not read, so compare what the decoder reads back.
+  worker::IntermediateTensors again;
+  absl::Status again_error;
+  absl::StatusOr<uint64_t> second =
+      worker::DecodeStageFrame(Bytes(encoded), limits, &again, &again_error);
+  FUZZ_CHECK(second.ok() && *second == *step, "stage frame: re-encoding does not decode");
+  // Floats compared as bytes (NaN != NaN).
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  FUZZ_CHECK(again_error == stage_error && again.next_layer == t.next_layer &&
+                 again.num_tokens == t.num_tokens && same_bits(again.residual, t.residual) &&
+                 same_bits(again.hidden, t.hidden),
+             "stage frame: round trip changed the frame");
 }
 
 void CheckHandle(const absl::StatusOr<ipc::Handle>& first, const char* what) {
@@ -143,6 +193,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::CheckFramed(bytes, worker::DecodeCall, "call");
   fuzz::CheckFramed(bytes, worker::DecodeReply, "reply");
   fuzz::CheckPayloads(bytes);
+  fuzz::CheckStageFrame(bytes);
   // Debian's Abseil has its own string_view type.
   const absl::string_view text(reinterpret_cast<const char*>(data), size);
   fuzz::CheckHandle(ipc::Handle::Decode(text), "handle");

@@ -272,17 +272,6 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
             r.output);
   }
 
-  // Flags that cannot work yet are refused, naming the flag, before anything starts.
-  for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"--pipeline-parallel-size", "2"}}) {
-    const CliResult r = RunCli(args);
-    Covered(args[0],
-            r.exit_code == 2 && absl::StrContains(r.output, args[0]) &&
-                (absl::StrContains(r.output, "not built yet") ||
-                 absl::StrContains(r.output, "not supported yet") ||
-                 absl::StrContains(r.output, "only 1 is supported")),
-            r.output);
-  }
   {
     // --reasoning-parser needs <think> and </think> in the tokenizer (vLLM raises the same);
     // the bundled model has neither, so the server refuses to start. Its effect on a model
@@ -527,15 +516,25 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   Covered("--shutdown-timeout", absl::StrContains(log, "for up to 7 s"), log);
   server_.reset();
 
-  // 3. Tensor parallelism, a fixed block count, a fixed port, the positive spellings.
+  // 3. Tensor and pipeline parallelism (2 × 2 workers: rank 2, the last stage's first, answers),
+  //    a fixed block count, a fixed port, the positive spellings.
   const int port = FreePort();
   ASSERT_NO_FATAL_FAILURE(
-      Start({kModel, "-tp", "2", "--num-gpu-blocks-override", "64", "--enable-chunked-prefill",
-             "--enable-prefix-caching", "--port", absl::StrCat(port)}));
+      Start({kModel, "-tp", "2", "-pp", "2", "--num-gpu-blocks-override", "64",
+             "--enable-chunked-prefill", "--enable-prefix-caching", "--port", absl::StrCat(port)}));
   log = Log();
   InConfig("--tensor-parallel-size", ConfigLine(log), "tensor_parallel_size=2");
-  Covered("--tensor-parallel-size", ProcessesUnder(server_->pid()) == 3u,
+  InConfig("--pipeline-parallel-size", ConfigLine(log), "pipeline_parallel_size=2");
+  Covered("--tensor-parallel-size", ProcessesUnder(server_->pid()) == 5u,
           absl::StrCat(ProcessesUnder(server_->pid()), " processes under the server"));
+  {
+    const nlohmann::json body = {
+        {"prompt", "In the beginning"}, {"max_tokens", 8}, {"temperature", 0}};
+    const auto r = Request(port_, "POST", "/v1/completions", body.dump(), "");
+    Covered("--pipeline-parallel-size",
+            r.status == 200 && absl::StrContains(log, "pipeline stage 1 of 2 linked"),
+            absl::StrCat(r.status, " ", r.body, "\n", log));
+  }
   Covered("--num-gpu-blocks-override", ReportedBlocks(log) == 64, log);
   InConfig("--enable-chunked-prefill", ConfigLine(log), "enable_chunked_prefill=True");
   Covered("--port", port_ == port && HealthOk(port));

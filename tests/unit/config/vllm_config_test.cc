@@ -66,7 +66,24 @@ TEST(VllmConfigTest, EachBadValueNamesItsFlag) {
       {[](VllmConfig& c) { c.cache.num_gpu_blocks_override = 0; }, "--num-gpu-blocks-override"},
       {[](VllmConfig& c) { c.parallel.tensor_parallel_size = 0; }, "--tensor-parallel-size"},
       {[](VllmConfig& c) { c.parallel.tensor_parallel_size = 65; }, "--tensor-parallel-size"},
-      {[](VllmConfig& c) { c.parallel.pipeline_parallel_size = 2; }, "--pipeline-parallel-size"},
+      {[](VllmConfig& c) { c.parallel.pipeline_parallel_size = 0; }, "--pipeline-parallel-size"},
+      {[](VllmConfig& c) {
+         c.parallel.pipeline_parallel_size = 2;
+         c.device.device = Device::kCuda;
+       },
+       "--pipeline-parallel-size"},
+      {[](VllmConfig& c) {
+         c.parallel.pipeline_parallel_size = 2;
+         c.speculative.method = "eagle";
+         c.speculative.model = "head";
+         c.speculative.num_speculative_tokens = 3;
+       },
+       "--speculative-config method 'eagle' does not run with --pipeline-parallel-size 2"},
+      {[](VllmConfig& c) {
+         c.parallel.pipeline_parallel_size = 2;
+         c.parallel.distributed_executor_backend = ExecutorBackend::kUni;
+       },
+       "--distributed-executor-backend"},
       {[](VllmConfig& c) { c.parallel.data_parallel_size = 0; }, "--data-parallel-size"},
       {[](VllmConfig& c) { c.parallel.data_parallel_rank = 1; }, "--data-parallel-rank"},
       {[](VllmConfig& c) { c.parallel.data_parallel_size_local = 2; },

@@ -29,6 +29,7 @@
 #include "tests/support/engine_greedy.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/process.h"
+#include "tests/support/reference_modes.h"
 #include "worker/llama_model.h"
 #include "worker/weights.h"
 
@@ -42,49 +43,20 @@ using testing::LastLogits;
 using testing::LoadReference;
 using testing::Reference;
 
-struct Mode {
-  const char* name;
-  int32_t batch;  // requests in flight at once (1 or all)
-  bool prefix_caching;
-  int32_t max_num_batched_tokens;  // 0: default
-  int32_t long_prefill_token_threshold;
-  int32_t num_blocks;  // 0: from the memory budget
-  int32_t max_model_len;
-  int32_t repeats;  // run the prompts this many times on one engine (cache hits)
-};
-
-const Mode kModes[] = {
-    {"batch1", 1, false, 0, 0, 0, 0, 1},
-    {"batch8", 8, false, 0, 0, 0, 0, 1},
-    {"batch8_prefix_caching", 8, true, 0, 0, 0, 0, 2},
-    {"batch1_prefix_caching", 1, true, 0, 0, 0, 0, 2},
-    {"chunked_prefill", 8, true, 16, 5, 0, 0, 1},
-    // 14 blocks of 16 tokens hold about two of the longest requests (64 + 24 tokens): the
-    // rest wait, and running ones are preempted and recomputed.
-    {"preemption", 8, true, 0, 0, 14, 128, 1},
-};
-
 // Speculative decoding: every mode runs again with each method's drafts, and the greedy tokens
 // must not change. "%s" stands for the draft's directory: a seeded EAGLE, EAGLE-3 or Medusa
 // head written for the fixture (tests/support/draft_heads.h), or, for draft_model, the fixture
 // itself (its drafts are the target's greedy tokens: nearly all accepted, which checks the
-// draft's KV cache and positions). The n-gram and suffix settings are short so that the
-// fixtures' greedy loops give both accepted and rejected drafts.
+// draft's KV cache and positions).
 struct Method {
   const char* name;
   const char* speculative;
   const char* head;  // the head's directory under the test's heads; null: the fixture
 };
 
-constexpr const char* kNgram =
-    R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1,
-        "prompt_lookup_max": 3})";
-
 const Method kMethods[] = {
-    {"ngram", kNgram, nullptr},
-    {"suffix",
-     R"({"method": "suffix", "num_speculative_tokens": 4, "suffix_decoding_min_token_prob": 0.0})",
-     nullptr},
+    {"ngram", testing::kNgramSpec, nullptr},
+    {"suffix", testing::kSuffixSpec, nullptr},
     {"eagle", R"({"method": "eagle", "model": "%s", "num_speculative_tokens": 3})", "eagle"},
     {"eagle3", R"({"method": "eagle3", "model": "%s", "num_speculative_tokens": 3})", "eagle3"},
     {"medusa", R"({"method": "medusa", "model": "%s", "num_speculative_tokens": 3})", "medusa"},
@@ -92,20 +64,11 @@ const Method kMethods[] = {
      nullptr},
 };
 
-// Sanitizer builds (~10x slower here) run each mode with two of the methods, a different pair
-// per mode, so that every method still meets two modes (and check the logprobs of two methods
-// per fixture); release builds run every pair.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kEveryPair = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kEveryPair = false;
-#else
-constexpr bool kEveryPair = true;
-#endif
-#else
-constexpr bool kEveryPair = true;
-#endif
+// Sanitizer builds run each mode with two of the methods, a different pair per mode, so that
+// every method still meets two modes (and check the logprobs of two methods per fixture).
+using testing::kEveryPair;
+using testing::kModes;
+using testing::Mode;
 
 // The method's --speculative-config JSON for the fixture at `fixture`, its heads in `heads`.
 std::string SpecFor(const Method& method, const std::filesystem::path& fixture,
@@ -115,28 +78,9 @@ std::string SpecFor(const Method& method, const std::filesystem::path& fixture,
   return absl::StrReplaceAll(method.speculative, {{"%s", draft}});
 }
 
-// The engine arguments of `mode` for the fixture at `dir`, with `spec` (JSON; empty: none).
 config::EngineArgs ModeArgs(const Mode& mode, const std::filesystem::path& dir, int32_t tp,
                             const std::string& spec) {
-  config::EngineArgs args;
-  args.config.model.model = dir;
-  args.config.parallel.tensor_parallel_size = tp;
-  if (tp > 1) {
-    args.config.parallel.distributed_executor_backend = config::ExecutorBackend::kMp;
-    args.worker_binary = testing::BinDir() + "/vllm-launch";
-  }
-  args.config.cache.enable_prefix_caching = mode.prefix_caching;
-  args.config.scheduler.max_num_batched_tokens = mode.max_num_batched_tokens;
-  args.config.scheduler.long_prefill_token_threshold = mode.long_prefill_token_threshold;
-  args.config.model.max_model_len = mode.max_model_len;
-  args.config.cache.kv_cache_memory_bytes = 64 << 20;
-  if (mode.num_blocks > 0) args.config.cache.num_gpu_blocks_override = mode.num_blocks;
-  if (!spec.empty()) {
-    auto parsed = config::ParseSpeculativeConfig(spec);
-    EXPECT_TRUE(parsed.ok()) << parsed.status();
-    if (parsed.ok()) args.config.speculative = *parsed;
-  }
-  return args;
+  return testing::ModeArgs(mode, dir, tp, /*pp=*/1, spec);
 }
 
 struct Case {

@@ -239,7 +239,7 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"--device", "tpu"}, "--device"},
       {{"--no-such-flag"}, "--no-such-flag"},
       {{"--max-num-seqs"}, "--max-num-seqs"},
-      {{"-pp", "2"}, "--pipeline-parallel-size"},
+      {{"-pp", "0"}, "--pipeline-parallel-size"},
       // vLLM's aliases reach their flags.
       {{"-dpl", "2"}, "--data-parallel-size-local"},
       {{"-dp", "4", "-dpl", "2", "-dpr", "3"}, "--data-parallel-start-rank"},

@@ -114,6 +114,7 @@ TEST(WorkerProtocolTest, ReadyRoundTripsAndRefusesTruncation) {
   ready.pid = 4242;
   ready.code = absl::StatusCode::kOk;
   ready.response_handle = "handle-text";
+  ready.stage_handle = "stage-handle-text";
   const std::string bytes = EncodeReady(ready);
   auto decoded = DecodeReady(Bytes(bytes));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -121,6 +122,7 @@ TEST(WorkerProtocolTest, ReadyRoundTripsAndRefusesTruncation) {
   EXPECT_EQ(decoded->pid, 4242);
   EXPECT_TRUE(decoded->status().ok());
   EXPECT_EQ(decoded->response_handle, "handle-text");
+  EXPECT_EQ(decoded->stage_handle, "stage-handle-text");
   ExpectEveryPrefixRefused(bytes,
                            [](absl::Span<const uint8_t> b) { return DecodeReady(b).status(); });
   // A failed start-up carries its status.
@@ -129,6 +131,28 @@ TEST(WorkerProtocolTest, ReadyRoundTripsAndRefusesTruncation) {
   decoded = DecodeReady(Bytes(EncodeReady(ready)));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->status(), absl::NotFoundError("no such model"));
+}
+
+// A pipeline stage without layers reports none (the engine sizes the cache by the busiest).
+TEST(WorkerProtocolTest, KVCacheSpecOfAStageWithoutLayers) {
+  auto decoded = DecodeKVCacheSpec(Bytes(EncodeKVCacheSpec(core::KVCacheSpec{0, 8, 128, 2})));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->BytesPerToken(), 0);
+}
+
+TEST(WorkerProtocolTest, StageHandlesRoundTripAndAreBounded) {
+  const std::vector<std::string> handles = {"a", "", "handle-c", ""};
+  const std::string bytes = EncodeStageHandles(handles);
+  auto decoded = DecodeStageHandles(Bytes(bytes));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, handles);
+  ExpectEveryPrefixRefused(
+      bytes, [](absl::Span<const uint8_t> b) { return DecodeStageHandles(b).status(); });
+  // Not an array of strings; too many ranks; a handle over 64 KiB.
+  EXPECT_FALSE(DecodeStageHandles(Bytes(EncodeAvailableMemory(5))).ok());
+  EXPECT_FALSE(DecodeStageHandles(Bytes(EncodeStageHandles(std::vector<std::string>(4097)))).ok());
+  EXPECT_FALSE(
+      DecodeStageHandles(Bytes(EncodeStageHandles({std::string((64 << 10) + 1, 'h')}))).ok());
 }
 
 TEST(WorkerProtocolTest, KVCacheSpecRoundTrips) {
@@ -148,7 +172,7 @@ TEST(WorkerProtocolTest, KVCacheSpecRoundTrips) {
 
 TEST(WorkerProtocolTest, KVCacheSpecOutOfRangeOrMistypedIsRefused) {
   for (const core::KVCacheSpec& bad :
-       {core::KVCacheSpec{0, 8, 128, 2}, core::KVCacheSpec{24, -1, 128, 2},
+       {core::KVCacheSpec{-1, 8, 128, 2}, core::KVCacheSpec{24, -1, 128, 2},
         core::KVCacheSpec{24, 8, 0, 2}, core::KVCacheSpec{24, 8, 128, 16},
         core::KVCacheSpec{24, 8, 128, 2, -1}}) {
     auto decoded = DecodeKVCacheSpec(Bytes(EncodeKVCacheSpec(bad)));
