@@ -168,7 +168,16 @@ Request* Scheduler::PopPreemptionVictim(size_t* req_index, int32_t* token_budget
 
 void Scheduler::ScheduleRunning(int32_t* token_budget) {
   size_t req_index = 0;
-  while (req_index < running_.size() && *token_budget > 0) {
+  // Pipeline parallelism: a request in flight waits for its output, so a step that took every
+  // running request would leave the other stages idle until it returns. Each step takes at
+  // most 1/PP of them, so PP micro-batches follow each other through the stages
+  // (docs/DECISIONS.md).
+  const int32_t pp = config_.parallel.pipeline_parallel_size;
+  const size_t max_scheduled =
+      pp > 1 ? (running_.size() + static_cast<size_t>(pp) - 1) / static_cast<size_t>(pp)
+             : running_.size();
+  while (req_index < running_.size() && *token_budget > 0 &&
+         scheduled_running_.size() < max_scheduled) {
     PrefetchAhead(running_, req_index);
     Request* request = running_[req_index];
     // A decode with drafts schedules them after its last sampled token (vLLM's

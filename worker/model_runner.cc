@@ -1,6 +1,7 @@
 #include "worker/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -10,6 +11,16 @@
 #include "xxhash.h"
 
 namespace vllm::worker {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
 namespace {
 
 namespace cpu = ::vllm::kernels::cpu;
@@ -395,7 +406,17 @@ void ModelRunner::AddPromptLogprobs(RequestState& s, int32_t position, const flo
 
 absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::SchedulerOutput& so) {
   bool forwarded = false;
+  const int64_t start = NowNs();
+  const int64_t waited_before = stage_stats_.send_ns + stage_stats_.receive_ns;
   absl::StatusOr<core::ModelRunnerOutput> out = RunStep(so, &forwarded);
+  const int64_t end = NowNs();
+  if (!out.ok() || !out->req_ids.empty()) {
+    StageStats& st = stage_stats_;
+    if (st.steps == 0) st.first_step_ns = start;
+    ++st.steps;
+    st.last_step_end_ns = end;
+    st.busy_ns += (end - start) - (st.send_ns + st.receive_ns - waited_before);
+  }
   if (!out.ok() && next_stage_ != nullptr && !forwarded) {
     const absl::Status error = absl::Status(
         out.status().code(),
@@ -437,13 +458,20 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::RunStep(const core::Schedul
                        (so.num_spec_tokens_to_schedule > 0 || drafter_->kv_bytes_per_token() > 0);
   if (previous_stage_ != nullptr) {
     // The previous stage's error (its own, or one it passed on) fails this step here too.
-    VLLM_RETURN_IF_ERROR(previous_stage_->Receive(so.step_id, &stage_input_));
+    const int64_t t0 = NowNs();
+    const absl::Status received = previous_stage_->Receive(so.step_id, &stage_input_);
+    stage_stats_.receive_ns += NowNs() - t0;
+    VLLM_RETURN_IF_ERROR(received);
     inputs.intermediate_in = &stage_input_;
   }
   VLLM_RETURN_IF_ERROR(backend_->Execute(inputs, &result_));
   if (next_stage_ != nullptr) {
     *forwarded = true;
-    VLLM_RETURN_IF_ERROR(next_stage_->Send(so.step_id, result_.intermediate));
+    const int64_t t0 = NowNs();
+    const absl::Status sent = next_stage_->Send(so.step_id, result_.intermediate);
+    stage_stats_.send_ns += NowNs() - t0;
+    stage_stats_.bytes_sent += static_cast<int64_t>(StageFrameBytes(result_.intermediate));
+    VLLM_RETURN_IF_ERROR(sent);
   } else {
     VLLM_RETURN_IF_ERROR(SampleRows(so, &out));
   }

@@ -76,6 +76,25 @@ class ModelRunner {
     next_stage_ = next;
   }
 
+  // Where a worker's time goes over the steps it ran (CLOCK_MONOTONIC ns): busy is ExecuteModel
+  // less the time spent receiving from the previous stage (waiting for it included) and
+  // sending to the next (waiting for room included). Empty steps are not counted.
+  struct StageStats {
+    int64_t steps = 0;
+    int64_t first_step_ns = 0;     // start of the first step
+    int64_t last_step_end_ns = 0;  // end of the last one
+    int64_t busy_ns = 0;
+    int64_t receive_ns = 0;
+    int64_t send_ns = 0;
+    int64_t bytes_sent = 0;
+    // busy ÷ (last end − first start); 0 before two steps.
+    double busy_fraction() const {
+      const int64_t span = last_step_end_ns - first_step_ns;
+      return steps > 1 && span > 0 ? static_cast<double>(busy_ns) / static_cast<double>(span) : 0;
+    }
+  };
+  const StageStats& stage_stats() const { return stage_stats_; }
+
   ModelBackend& backend() { return *backend_; }
   const ModelBackend& backend() const { return *backend_; }
   size_t num_requests() const { return requests_.size(); }
@@ -167,6 +186,7 @@ class ModelRunner {
   std::vector<int32_t> grammar_rows_;
   int32_t max_query_len_ = 0, max_seq_len_ = 0;
   StepResult result_;
+  StageStats stage_stats_;
   StageLink* previous_stage_ = nullptr;
   StageLink* next_stage_ = nullptr;
   IntermediateTensors stage_input_;

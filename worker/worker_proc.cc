@@ -69,6 +69,7 @@ class WorkerProc {
       return 1;
     }
     absl::Status ended = Loop();
+    LogStageStats();
     if (ended.ok() || absl::IsCancelled(ended)) {
       spdlog::info("worker rank {}: shut down", options_.rank);
       return 0;
@@ -304,6 +305,24 @@ class WorkerProc {
     }
     if (method == kShutdownMethod) return CheckEmptyPayload(payload, method);
     return absl::InvalidArgumentError(absl::StrCat("unknown worker method '", method, "'"));
+  }
+
+  // Pipeline parallelism: where this stage's time went (docs/BENCHMARKS.md reads these lines).
+  void LogStageStats() const {
+    if (worker_ == nullptr || options_.config.parallel.pipeline_parallel_size == 1) return;
+    const ModelRunner::StageStats& st = worker_->runner().stage_stats();
+    if (st.steps == 0) return;
+    const double span_s = static_cast<double>(st.last_step_end_ns - st.first_step_ns) * 1e-9;
+    const double per_step_ms = 1e-6 / static_cast<double>(st.steps);
+    spdlog::info(
+        "worker rank {} (pipeline stage {}): {} steps, busy {:.1f} % of the {:.2f} s from the "
+        "first to the last; per step: computing {:.3f} ms, receiving {:.3f} ms, sending {:.3f} ms "
+        "({:.0f} bytes)",
+        options_.rank, options_.rank / options_.config.parallel.tensor_parallel_size, st.steps,
+        100.0 * st.busy_fraction(), span_s, static_cast<double>(st.busy_ns) * per_step_ms,
+        static_cast<double>(st.receive_ns) * per_step_ms,
+        static_cast<double>(st.send_ns) * per_step_ms,
+        static_cast<double>(st.bytes_sent) / static_cast<double>(st.steps));
   }
 
   StageFrameLimits StageLimits() const {

@@ -1,9 +1,9 @@
 // Engine failures seen from the HTTP side: kill -9 of the engine core (TP 1) or of worker rank
-// 0 or rank 1 (TP 2) while four requests (two streamed, two plain) are generating. Every
-// in-flight request gets an error within 5 s, never a hang: an SSE error event with code 503 on
-// a stream, a 503 JSON body otherwise; then /health and new requests answer 503, every child of
-// the server exits, and Ctrl-C stops the server. A worker killed while idle turns /health 503
-// at once, without waiting for a request to fail.
+// 0 or rank 1 (TP 2; PP 2's second stage) while four requests (two streamed, two plain) are
+// generating. Every in-flight request gets an error within 5 s, never a hang: an SSE error event
+// with code 503 on a stream, a 503 JSON body otherwise; then /health and new requests answer 503,
+// every child of the server exits, and Ctrl-C stops the server. A worker killed while idle turns
+// /health 503 at once, without waiting for a request to fail.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -145,6 +145,12 @@ TEST_F(ServeFailureTest, EngineCoreKilledFailsInFlightRequests) {
 
 TEST_F(ServeFailureTest, WorkerRank1KilledFailsInFlightRequests) {
   KillDuringRequests({"-tp", "2"}, /*worker_rank=*/1);
+}
+
+// Pipeline parallelism: the second stage's worker (rank 1 of -pp 2) dies while the first
+// stage feeds it; the same end, whichever stage was waiting on the other.
+TEST_F(ServeFailureTest, PipelineStage2WorkerKilledFailsInFlightRequests) {
+  KillDuringRequests({"-pp", "2"}, /*worker_rank=*/1);
 }
 
 TEST_F(ServeFailureTest, WorkerRank0KilledFailsInFlightRequests) {

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ class SchedulerTest : public ::testing::Test {
   // One full step; records outputs. Returns the SchedulerOutput.
   SchedulerOutput Step() {
     SchedulerOutput so = scheduler_->Schedule();
+    Apply(so);
+    return so;
+  }
+  // Runs `so` on the scripted model and applies its output; records outputs.
+  void Apply(const SchedulerOutput& so) {
     ModelRunnerOutput mro = model_->Run(so);
     auto outs = scheduler_->UpdateFromOutput(so, mro);
     EXPECT_TRUE(outs.ok()) << outs.status();
@@ -52,7 +58,6 @@ class SchedulerTest : public ::testing::Test {
         cached_[o.request_id] = o.num_cached_tokens;
       }
     }
-    return so;
   }
   void RunToCompletion(int max_steps = 10000) {
     for (int i = 0; i < max_steps && scheduler_->HasUnfinishedRequests(); ++i) Step();
@@ -164,6 +169,41 @@ TEST_F(SchedulerTest, DecodeAndPrefillMixInOneStepRunningFirst) {
   EXPECT_EQ(std::vector<int32_t>(so.scheduled_cached_reqs.new_token_ids_of(0).begin(),
                                  so.scheduled_cached_reqs.new_token_ids_of(0).end()),
             std::vector<int32_t>{tokens_["a"][0]});
+}
+
+// Pipeline parallelism: a step takes at most 1/PP of the running requests, so that PP
+// micro-batches are in the stages at once; a request is never in two steps at once.
+TEST_F(SchedulerTest, PipelineStepsTakeAShareOfTheRunningRequests) {
+  SchedulerSetup c = Config();
+  c.config.parallel.pipeline_parallel_size = 2;
+  Init(c);
+  for (int i = 0; i < 6; ++i) Add(MakeRequest("r" + std::to_string(i), 4));
+  Step();  // every prompt, admitted together
+  ASSERT_EQ(scheduler_->running().size(), 6u);
+  SchedulerOutput first = scheduler_->Schedule();
+  SchedulerOutput second = scheduler_->Schedule();
+  SchedulerOutput third = scheduler_->Schedule();  // both micro-batches are in flight
+  EXPECT_EQ(first.num_scheduled_reqs(), 3u);
+  EXPECT_EQ(second.num_scheduled_reqs(), 3u);
+  EXPECT_EQ(third.num_scheduled_reqs(), 0u);
+  std::set<std::string> ids;
+  for (const SchedulerOutput* so : {&first, &second}) {
+    for (size_t i = 0; i < so->num_scheduled_reqs(); ++i) ids.insert(so->scheduled_req_id(i));
+  }
+  EXPECT_EQ(ids.size(), 6u) << "a request was scheduled twice while in flight";
+  for (SchedulerOutput* so : {&first, &second, &third}) Apply(*so);
+  // The first micro-batch's output is back: its requests go again, the second's wait.
+  SchedulerOutput next = scheduler_->Schedule();
+  ASSERT_EQ(next.num_scheduled_reqs(), 3u);
+  for (size_t i = 0; i < next.num_scheduled_reqs(); ++i) {
+    EXPECT_EQ(Scheduled(first, next.scheduled_req_id(i)), 1) << next.scheduled_req_id(i);
+  }
+  Apply(next);
+  RunToCompletion();
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    EXPECT_EQ(tokens_[id], Expected(id, 4, 16)) << id;
+  }
 }
 
 TEST_F(SchedulerTest, MaxNumSeqsIsRespected) {
