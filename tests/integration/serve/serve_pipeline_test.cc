@@ -67,13 +67,13 @@ TEST_F(ServePipelineTest, BothStagesStayBusyAtConcurrency16) {
   ASSERT_TRUE(status.ok()) << status.status();
   const std::string log = ReadFile(log_path);
   std::remove(log_path.c_str());
-  const std::regex line(R"(worker rank (\d) \(pipeline stage (\d)\): (\d+) steps, busy ([0-9.]+) %)");
+  const std::regex line(
+      R"(worker rank (\d) \(pipeline stage (\d)\): (\d+) steps, busy ([0-9.]+) %)");
   int stages = 0;
   for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) {
     const int stage = std::stoi((*it)[2].str());
     const double busy = std::stod((*it)[4].str());
-    ::testing::Test::RecordProperty(absl::StrCat("busy_percent_stage_", stage),
-                                    absl::StrCat(busy));
+    ::testing::Test::RecordProperty(absl::StrCat("busy_percent_stage_", stage), absl::StrCat(busy));
     std::printf("stage %d: %s steps, busy %.1f %%\n", stage, (*it)[3].str().c_str(), busy);
     EXPECT_GE(busy, 40.0) << "stage " << stage << " idled too much:\n" << (*it)[0].str();
     ++stages;
