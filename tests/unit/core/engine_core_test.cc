@@ -203,6 +203,57 @@ TEST_F(EngineCoreTest, BatchQueueMatchesSynchronousStepsUnderPreemption) {
   EXPECT_EQ(pool.GetNumFreeBlocks(), pool.num_blocks());
 }
 
+// Pipeline parallelism's batch queue (PP steps in flight, each with 1/PP of the running
+// requests) under preemption and aborts of requests whose steps are still in flight: the
+// survivors' tokens are unchanged, an aborted request's late outputs are dropped, every block
+// comes back.
+TEST_F(EngineCoreTest, PipelineBatchQueueSurvivesAbortsAndPreemptionInFlight) {
+  ScriptedExecutor::Options options;
+  options.max_concurrent_batches = 2;
+  Setup c = Config();
+  c.config.parallel.pipeline_parallel_size = 2;
+  c.config.cache.num_gpu_blocks_override = 34;  // 136 tokens: preemptions
+  Init(c, options);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(engine_->AddRequest(MakeRequest("r" + std::to_string(i), 10 + i, 30)).ok());
+  }
+  bool aborted = false;
+  for (int i = 0; i < 10000; ++i) {
+    auto result = engine_->StepWithBatchQueue();
+    ASSERT_TRUE(result.ok()) << result.status();
+    if (result->outputs.has_value()) Collect(*result->outputs);
+    // Abort r1 and r4 once they have some tokens and steps are in flight.
+    if (!aborted && engine_->num_inflight_batches() > 0 && tokens_["r1"].size() >= 3 &&
+        tokens_["r4"].size() >= 3) {
+      const std::vector<std::string> ids = {"r1", "r4"};
+      engine_->AbortRequests(ids);
+      aborted = true;
+    }
+    if (!engine_->scheduler().HasRequests() && engine_->num_inflight_batches() == 0) break;
+  }
+  ASSERT_TRUE(aborted);
+  bool preempted = false;
+  for (const SchedulerOutput& so : executor_->outputs) preempted |= !so.preempted_req_ids.empty();
+  EXPECT_TRUE(preempted) << "the tight cache preempted nothing";
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    const std::vector<int32_t> want = Expected(id, 10 + i, 30);
+    if (i == 1 || i == 4) {
+      // Aborted: a prefix of its tokens, nothing after the abort.
+      ASSERT_LE(tokens_[id].size(), want.size()) << id;
+      EXPECT_TRUE(std::equal(tokens_[id].begin(), tokens_[id].end(), want.begin())) << id;
+    } else {
+      EXPECT_EQ(tokens_[id], want) << id;
+    }
+  }
+  // No step took more than half of the requests running then (ceil).
+  for (const SchedulerOutput& so : executor_->outputs) {
+    EXPECT_LE(so.scheduled_cached_reqs.size(), 3u);
+  }
+  const BlockPool& pool = engine_->scheduler().kv_cache_manager().block_pool();
+  EXPECT_EQ(pool.GetNumFreeBlocks(), pool.num_blocks());
+}
+
 // --kv-events-config: the engine core publishes, after each step, the events its block pool
 // recorded, as one batch stamped with its data-parallel rank.
 TEST_F(EngineCoreTest, PublishesTheKvEventsItsSchedulerRecords) {
