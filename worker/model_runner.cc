@@ -19,10 +19,6 @@ int64_t NowNs() {
       .count();
 }
 
-}  // namespace
-
-namespace {
-
 namespace cpu = ::vllm::kernels::cpu;
 
 // Salts a request's seed for the accept/reject draws of speculative decoding, so that they are
@@ -405,10 +401,10 @@ void ModelRunner::AddPromptLogprobs(RequestState& s, int32_t position, const flo
 }
 
 absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::SchedulerOutput& so) {
-  bool forwarded = false;
+  bool received = false, forwarded = false;
   const int64_t start = NowNs();
   const int64_t waited_before = stage_stats_.send_ns + stage_stats_.receive_ns;
-  absl::StatusOr<core::ModelRunnerOutput> out = RunStep(so, &forwarded);
+  absl::StatusOr<core::ModelRunnerOutput> out = RunStep(so, &received, &forwarded);
   const int64_t end = NowNs();
   if (!out.ok() || !out->req_ids.empty()) {
     StageStats& st = stage_stats_;
@@ -417,17 +413,25 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::ExecuteModel(const core::Sc
     st.last_step_end_ns = end;
     st.busy_ns += (end - start) - (st.send_ns + st.receive_ns - waited_before);
   }
-  if (!out.ok() && next_stage_ != nullptr && !forwarded) {
-    const absl::Status error = absl::Status(
-        out.status().code(),
-        absl::StrCat("pipeline stage ", backend_->stage().rank, ": ", out.status().message()));
-    if (absl::Status s = next_stage_->SendError(so.step_id, error); !s.ok()) return s;
+  // Between stages exactly one frame per step with scheduled requests (known from the step
+  // itself, whatever state a stage is in): a stage that failed such a step still takes the
+  // previous stage's frame and still sends one, an error, so the next step lines up.
+  if (!out.ok() && so.num_scheduled_reqs() > 0) {
+    if (previous_stage_ != nullptr && !received) {
+      (void)previous_stage_->Receive(so.step_id, &stage_input_);
+    }
+    if (next_stage_ != nullptr && !forwarded) {
+      const absl::Status error = absl::Status(
+          out.status().code(),
+          absl::StrCat("pipeline stage ", backend_->stage().rank, ": ", out.status().message()));
+      if (absl::Status s = next_stage_->SendError(so.step_id, error); !s.ok()) return s;
+    }
   }
   return out;
 }
 
 absl::StatusOr<core::ModelRunnerOutput> ModelRunner::RunStep(const core::SchedulerOutput& so,
-                                                             bool* forwarded) {
+                                                             bool* received, bool* forwarded) {
   if (!kv_cache_initialized()) {
     return absl::FailedPreconditionError("ExecuteModel before InitializeKVCache");
   }
@@ -459,9 +463,10 @@ absl::StatusOr<core::ModelRunnerOutput> ModelRunner::RunStep(const core::Schedul
   if (previous_stage_ != nullptr) {
     // The previous stage's error (its own, or one it passed on) fails this step here too.
     const int64_t t0 = NowNs();
-    const absl::Status received = previous_stage_->Receive(so.step_id, &stage_input_);
+    *received = true;  // taken, or the queue failed: nothing to drain either way
+    const absl::Status frame = previous_stage_->Receive(so.step_id, &stage_input_);
     stage_stats_.receive_ns += NowNs() - t0;
-    VLLM_RETURN_IF_ERROR(received);
+    VLLM_RETURN_IF_ERROR(frame);
     inputs.intermediate_in = &stage_input_;
   }
   VLLM_RETURN_IF_ERROR(backend_->Execute(inputs, &result_));

@@ -116,9 +116,10 @@ class ModelRunner {
     std::vector<core::TokenLogprobs> prompt_logprobs;
   };
 
-  // ExecuteModel's body; `forwarded` is set once the step went to the next stage.
+  // ExecuteModel's body; `received` is set once the previous stage's frame was taken,
+  // `forwarded` once the step went to the next stage.
   [[nodiscard]] absl::StatusOr<core::ModelRunnerOutput> RunStep(const core::SchedulerOutput& so,
-                                                                bool* forwarded);
+                                                                bool* received, bool* forwarded);
   // The last stage's part: samples (and verifies drafts) from result_ into `out`.
   [[nodiscard]] absl::Status SampleRows(const core::SchedulerOutput& so,
                                         core::ModelRunnerOutput* out);

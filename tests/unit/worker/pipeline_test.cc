@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@
 #include "tests/support/fixtures.h"
 #include "worker/intermediate_tensors.h"
 #include "worker/llama_model.h"
+#include "worker/model_runner.h"
 #include "worker/pp_layout.h"
 #include "worker/weights.h"
 
@@ -212,6 +214,99 @@ std::vector<float> StagedLastLogits(const std::vector<std::unique_ptr<LlamaModel
     }
   }
   return logits;
+}
+
+// A StageLink double that records what a runner takes and sends.
+class RecordingLink final : public StageLink {
+ public:
+  absl::Status Send(uint64_t step_id, const IntermediateTensors& t) override {
+    sent.push_back(step_id);
+    last_sent = t;
+    return absl::OkStatus();
+  }
+  absl::Status SendError(uint64_t step_id, const absl::Status& error) override {
+    errors.emplace_back(step_id, error);
+    return absl::OkStatus();
+  }
+  absl::Status Receive(uint64_t step_id, IntermediateTensors* out) override {
+    received.push_back(step_id);
+    *out = next_in;
+    return absl::OkStatus();
+  }
+  std::vector<uint64_t> sent, received;
+  std::vector<std::pair<uint64_t, absl::Status>> errors;
+  IntermediateTensors last_sent, next_in;
+};
+
+// A middle stage keeps the frames in step whatever happens: a step it cannot run still takes
+// the previous stage's frame and sends the next stage an error frame; a step with nothing
+// scheduled exchanges nothing; a good step takes one frame and sends one.
+TEST(StageRunnerTest, AFailedStepStillTakesAndSendsOneFrame) {
+  const std::filesystem::path dir =
+      std::filesystem::path(VLLM_SOURCE_DIR) / "tests" / "fixtures" / "models" / "llama_gqa";
+  absl::StatusOr<HfConfig> config = LoadHfConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<WeightSource>> weights = OpenSafetensors(dir);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  kernels::SingleRankCommunicator comm;
+  const PpStage middle{1, 3, 1, 2};
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model =
+      LlamaModel::Load(*config, **weights, &comm, &middle);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ModelRunner runner(std::move(*model), /*seed=*/0);
+  ASSERT_TRUE(runner.InitializeKVCache(8, 16).ok());
+  RecordingLink previous, next;
+  runner.SetStageLinks(&previous, &next);
+
+  // A cached request this stage never saw: the step fails here.
+  core::SchedulerOutput bad;
+  bad.step_id = 7;
+  bad.scheduled_cached_reqs.req_ids = {"ghost"};
+  bad.scheduled_cached_reqs.resumed_from_preemption = {0};
+  bad.scheduled_cached_reqs.new_token_ids = {5};
+  bad.scheduled_cached_reqs.new_token_ids_offsets = {0, 1};
+  bad.scheduled_cached_reqs.new_block_ids_offsets = {0, 0};
+  bad.scheduled_cached_reqs.num_computed_tokens = {3};
+  bad.num_scheduled_tokens = {1};
+  bad.total_num_scheduled_tokens = 1;
+  EXPECT_FALSE(runner.ExecuteModel(bad).ok());
+  EXPECT_EQ(previous.received, (std::vector<uint64_t>{7}));
+  ASSERT_EQ(next.errors.size(), 1u);
+  EXPECT_EQ(next.errors[0].first, 7u);
+  EXPECT_THAT(std::string(next.errors[0].second.message()), HasSubstr("pipeline stage 1:"));
+  EXPECT_TRUE(next.sent.empty());
+
+  // Nothing scheduled: no frame either way.
+  core::SchedulerOutput empty;
+  empty.step_id = 8;
+  ASSERT_TRUE(runner.ExecuteModel(empty).ok());
+  EXPECT_EQ(previous.received.size(), 1u);
+
+  // A good step: one frame in (stage 0's stream after layer 0), one frame out (after layer 1).
+  core::SchedulerOutput good;
+  good.step_id = 9;
+  core::NewRequestData r;
+  r.req_id = "a";
+  r.prompt_token_ids = {1, 2, 3};
+  r.block_ids = {0};
+  r.sampling_params.temperature = 0.0;
+  good.scheduled_new_reqs.push_back(r);
+  good.num_scheduled_tokens = {3};
+  good.total_num_scheduled_tokens = 3;
+  previous.next_in.next_layer = 1;
+  previous.next_in.num_tokens = 3;
+  previous.next_in.hidden_size = config->hidden_size;
+  previous.next_in.residual.assign(3 * config->hidden_size, 0.5f);
+  previous.next_in.hidden.assign(3 * config->hidden_size, 0.25f);
+  absl::StatusOr<core::ModelRunnerOutput> out = runner.ExecuteModel(good);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->req_ids, std::vector<std::string>{"a"});
+  EXPECT_TRUE(out->sampled_token_ids[0].empty()) << "a stage before the last samples nothing";
+  EXPECT_EQ(previous.received, (std::vector<uint64_t>{7, 9}));
+  EXPECT_EQ(next.sent, (std::vector<uint64_t>{9}));
+  EXPECT_EQ(next.last_sent.next_layer, 2);
+  EXPECT_EQ(next.last_sent.num_tokens, 3);
+  EXPECT_EQ(runner.stage_stats().steps, 2);
 }
 
 struct SplitCase {
