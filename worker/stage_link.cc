@@ -32,10 +32,11 @@ absl::StatusOr<std::unique_ptr<ipc::MessageQueueWriter>> CreateStageQueue(int64_
 absl::Status QueueStageLink::Send(uint64_t step_id, const IntermediateTensors& t) {
   if (next_ == nullptr) return absl::FailedPreconditionError("the last stage sends nothing");
   const std::string header = EncodeStageTensorsHeader(step_id, t);
+  // The hidden part is empty at layer 0 (no empty span is handed on: its data may be null).
   const ipc::ByteSpan parts[3] = {{reinterpret_cast<const uint8_t*>(header.data()), header.size()},
                                   FloatBytes(t.residual),
                                   FloatBytes(t.hidden)};
-  absl::Status s = next_->EnqueueParts(parts);
+  absl::Status s = next_->EnqueueParts(absl::MakeConstSpan(parts, t.hidden.empty() ? 2 : 3));
   if (!s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("sending to the next pipeline stage: ", s.message()));
