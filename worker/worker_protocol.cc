@@ -22,12 +22,13 @@ std::string Frame(const msgpack::sbuffer& header) {
   return out;
 }
 
-// Unpacks one flat msgpack array (at most 8 elements, no maps or bins, strings up to
+// Unpacks one flat msgpack array (at most `max_array` elements, no maps or bins, strings up to
 // `max_str` bytes) — the shape of every header and small payload here — naming `what` in errors.
 absl::StatusOr<msgpack::object_handle> UnpackFlat(absl::Span<const uint8_t> bytes,
-                                                  std::string_view what, size_t max_str) {
+                                                  std::string_view what, size_t max_str,
+                                                  size_t max_array = 8) {
   wire::UnpackLimits limits;
-  limits.max_array = 8;
+  limits.max_array = max_array;
   limits.max_map = 0;
   limits.max_str = max_str;
   limits.max_bin = 0;
@@ -194,18 +195,9 @@ std::string EncodeStageHandles(const std::vector<std::string>& handles) {
 absl::StatusOr<std::vector<std::string>> DecodeStageHandles(absl::Span<const uint8_t> bytes) {
   constexpr uint32_t kMaxRanks = 4096;
   constexpr size_t kMaxHandleBytes = 64 << 10;
-  wire::UnpackLimits limits;
-  limits.max_array = kMaxRanks;
-  limits.max_map = 0;
-  limits.max_str = kMaxHandleBytes;
-  limits.max_bin = 0;
-  limits.max_depth = 2;
-  auto handle = wire::UnpackBounded(bytes, limits);
-  if (!handle.ok()) {
-    return absl::Status(handle.status().code(),
-                        absl::StrCat("stage handles: ", handle.status().message()));
-  }
-  const msgpack::object& o = handle->get();
+  VLLM_ASSIGN_OR_RETURN(auto handle,
+                        UnpackFlat(bytes, "stage handles", kMaxHandleBytes, kMaxRanks));
+  const msgpack::object& o = handle.get();
   if (o.type != msgpack::type::ARRAY || o.via.array.size > kMaxRanks) {
     return absl::InvalidArgumentError(
         absl::StrFormat("stage handles: expected an array of at most %d strings", kMaxRanks));

@@ -11,6 +11,7 @@
 
 #include "config/engine_args.h"
 #include "config/speculative_config.h"
+#include "frontend/engine/llm_engine.h"
 #include "gtest/gtest.h"
 #include "tests/support/process.h"
 
@@ -84,6 +85,17 @@ inline config::EngineArgs ModeArgs(const Mode& mode, const std::filesystem::path
     if (parsed.ok()) args.config.speculative = *parsed;
   }
   return args;
+}
+
+// What `mode` is meant to exercise did happen on the engine whose totals these are: a
+// preemption when it forces one, a prefix-cache hit when it repeats with caching on.
+inline void ExpectModeExercised(const Mode& mode, const frontend::LLMEngine::Totals& totals) {
+  if (mode.num_blocks > 0) {
+    EXPECT_GT(totals.num_preemptions, 0) << "the mode meant to force preemption did not";
+  }
+  if (mode.prefix_caching && mode.repeats > 1) {
+    EXPECT_GT(totals.prefix_cache_hits, 0) << "the second pass hit no cached prefix";
+  }
 }
 
 }  // namespace vllm::testing
