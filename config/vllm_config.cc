@@ -124,6 +124,66 @@ ExecutorBackend ParallelConfig::executor_backend() const {
   return world_size() > 1 ? ExecutorBackend::kMp : ExecutorBackend::kUni;
 }
 
+namespace {
+
+// One engine's workers across nodes (vLLM 0.33: EngineArgs.create_engine_config and
+// ParallelConfig.__post_init__), with vLLM's messages.
+absl::Status ValidateNodes(const ParallelConfig& p) {
+  const bool addr_ok = !p.master_addr.empty() && p.master_addr.size() <= kMaxNameBytes &&
+                       std::none_of(p.master_addr.begin(), p.master_addr.end(), [](char ch) {
+                         const auto u = static_cast<unsigned char>(ch);
+                         return u <= 0x20 || u == 0x7f;  // control characters and whitespace
+                       });
+  if (!addr_ok) {
+    return absl::InvalidArgumentError(
+        "--master-addr: expected a host name or address of 1 to 255 characters, without "
+        "whitespace or control characters");
+  }
+  const int64_t total_world_size = int64_t{p.data_parallel_size} * p.world_size();
+  if (p.nnodes > 1 && total_world_size % p.nnodes != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Invalid data-parallel launch options: `--nnodes ", p.nnodes,
+                     "` must evenly divide the total world size (", total_world_size,
+                     "). Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size` or "
+                     "`--tensor-parallel-size`."));
+  }
+  // vLLM checks the rank only above one node; a rank past --nnodes 1 is a forgotten --nnodes.
+  if (p.node_rank < 0 || p.node_rank >= p.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Invalid data-parallel launch options: `--node-rank` must be between 0 and ", p.nnodes - 1,
+        "; got `--node-rank ", p.node_rank, "`. Set it to this node's zero-based index."));
+  }
+  if (p.nnodes > 1 && p.distributed_executor_backend == ExecutorBackend::kUni) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "`--nnodes ", p.nnodes,
+        "` needs `--distributed-executor-backend mp`; got `--distributed-executor-backend uni` "
+        "(nnodes > 1 can only be set when distributed executor backend is mp)"));
+  }
+  if (p.nnodes > 1 && p.data_parallel_size > 1 && total_world_size / p.nnodes < p.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "`--nnodes ", p.nnodes, "` with `--data-parallel-size ", p.data_parallel_size,
+        "`: a replica of ", p.world_size(), " ranks (-tp × -pp) would span nodes of ",
+        total_world_size / p.nnodes,
+        " ranks; not built yet: give each replica at most one node's share, or run one engine "
+        "across the nodes without -dp (docs/MULTINODE.md)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int32_t ParallelConfig::nnodes_within_dp() const {
+  if (nnodes <= 1) return 1;
+  // vLLM: the nodes split evenly over the groups of replicas that share a node
+  // (data_parallel_size / data_parallel_size_local of them); Validate() checks divisibility.
+  const int32_t groups = data_parallel_size_local > 0
+                             ? std::max(1, data_parallel_size / data_parallel_size_local)
+                             : data_parallel_size;
+  return std::max(1, nnodes / groups);
+}
+
+int32_t ParallelConfig::node_rank_within_dp() const { return node_rank % nnodes_within_dp(); }
+
 absl::Status ParallelConfig::Validate() const {
   VLLM_RETURN_IF_ERROR(
       CheckRange("--data-parallel-size-local", data_parallel_size_local, 0, data_parallel_size));
@@ -143,6 +203,7 @@ absl::Status ParallelConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--data-parallel-address: expected a host name or address of 1 to 255 characters");
   }
+  VLLM_RETURN_IF_ERROR(ValidateNodes(*this));
   if (distributed_executor_backend == ExecutorBackend::kUni && world_size() != 1) {
     return absl::InvalidArgumentError(
         "--distributed-executor-backend uni runs one worker: use mp for tensor or pipeline "

@@ -150,6 +150,13 @@ struct ParallelConfig {
   int32_t data_parallel_rpc_port = 13345;
   ExecutorBackend distributed_executor_backend = ExecutorBackend::kAuto;
   CommBackend comm_backend = CommBackend::kShm;
+  // One engine's workers across nodes (vLLM's --nnodes / --node-rank / --master-addr /
+  // --master-port): node 0 runs the engine core and ranks 0 .. local_world_size() - 1, node n
+  // (--headless) the next block of ranks; every node reaches the head at master_addr:master_port.
+  int32_t nnodes = 1;
+  int32_t node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int32_t master_port = 29501;
 
   template <class Self, class V>
   static void Fields(Self& p, V& v) {
@@ -163,6 +170,10 @@ struct ParallelConfig {
     v("data_parallel_rpc_port", p.data_parallel_rpc_port, Range(1, 65535));
     v("distributed_executor_backend", p.distributed_executor_backend);
     v("comm_backend", p.comm_backend);
+    v("nnodes", p.nnodes, Range(1, 1024));
+    v("node_rank", p.node_rank, Range(0, 1023));
+    v("master_addr", p.master_addr);
+    v("master_port", p.master_port, Range(1, 65535));
   }
   // Ranks of one engine: tensor × pipeline.
   int32_t world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
@@ -174,6 +185,13 @@ struct ParallelConfig {
   int32_t local_device_index(int32_t rank) const {
     return data_parallel_rank_local() * world_size() + rank;
   }
+  // Nodes one engine's workers span (vLLM's nnodes_within_dp), this node's index among them,
+  // and the ranks each holds: node n runs ranks n × local_world_size() .. + local_world_size().
+  int32_t nnodes_within_dp() const;
+  int32_t node_rank_within_dp() const;
+  int32_t local_world_size() const { return world_size() / nnodes_within_dp(); }
+  // The node (within the engine's nodes) that runs worker `rank`.
+  int32_t node_of_rank(int32_t rank) const { return rank / local_world_size(); }
   // kAuto resolved: uni for one rank, mp otherwise.
   ExecutorBackend executor_backend() const;
   [[nodiscard]] absl::Status Validate() const;

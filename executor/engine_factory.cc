@@ -69,6 +69,8 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
     mp.config = c;
     mp.worker_binary = runtime.worker_binary;
     mp.execute_timeout = runtime.execute_timeout;
+    mp.cluster_key_file = runtime.cluster_key_file;
+    mp.node_heartbeat_timeout = runtime.node_heartbeat_timeout;
     VLLM_ASSIGN_OR_RETURN(executor, MultiprocExecutor::Create(mp));
   }
   VLLM_ASSIGN_OR_RETURN(built.core, core::EngineCore::Create(c, options, std::move(executor)));

@@ -28,6 +28,10 @@ struct EngineRuntimeOptions {
   std::string worker_binary;
   // A step not answered by then fails (a hung worker), and the engine with it.
   absl::Duration execute_timeout = absl::Minutes(5);
+  // Across nodes (--nnodes): the cluster key file for the sockets between them (empty: plain
+  // TCP) and how long a silent node is given before the engine fails.
+  std::string cluster_key_file;
+  absl::Duration node_heartbeat_timeout = absl::Seconds(10);
 };
 
 struct BuiltEngine {

@@ -20,6 +20,7 @@
 #include "config/config_codec.h"
 #include "core/codec.h"
 #include "executor/child_process.h"
+#include "ipc/curve.h"
 #include "ipc/ipc_address.h"
 #include "ipc/zmq_util.h"
 #include "kernels/comm/group_spec.h"
@@ -60,41 +61,97 @@ absl::StatusOr<std::unique_ptr<MultiprocExecutor>> MultiprocExecutor::Create(
 
 MultiprocExecutor::~MultiprocExecutor() { Shutdown(); }
 
-absl::Status MultiprocExecutor::Start() {
-  const int32_t tp = options_.config.parallel.world_size();
-  const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  zmq::socket_t pull(ipc::ZmqContext(), zmq::socket_type::pull);
+absl::StatusOr<std::string> MultiprocExecutor::BindReady(zmq::socket_t& pull,
+                                                         ipc::ScopedIpcAddress& file) {
+  const config::ParallelConfig& parallel = options_.config.parallel;
   pull.set(zmq::sockopt::linger, 0);
-  // A private socket file, removed once every worker's ready message (sent over its
-  // connection) has arrived, or when Start() returns.
-  VLLM_ASSIGN_OR_RETURN(ipc::ScopedIpcAddress ready_endpoint,
-                        ipc::ScopedIpcAddress::Create("ready"));
-  const std::string& ready_address = ready_endpoint.address();
-  try {
-    pull.bind(ready_address);
-  } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat("cannot bind ", ready_address, ": ", e.what()));
+  std::string address;
+  if (parallel.nnodes_within_dp() > 1) {
+    // Ranks on other nodes report here: a free port of the head's --master-addr.
+    pull.set(zmq::sockopt::maxmsgsize, int64_t{1} << 20);
+    if (curve_.has_value()) VLLM_RETURN_IF_ERROR(ipc::MakeCurveServer(pull, *curve_));
+    address = absl::StrCat("tcp://", parallel.master_addr, ":*");
+  } else {
+    // A private socket file, removed once every worker's ready message (sent over its
+    // connection) has arrived, or when Start() returns.
+    VLLM_ASSIGN_OR_RETURN(file, ipc::ScopedIpcAddress::Create("ready"));
+    address = file.address();
   }
+  try {
+    pull.bind(address);
+    if (parallel.nnodes_within_dp() > 1) address = pull.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("cannot bind ", address, ": ", e.what()));
+  }
+  return address;
+}
+
+absl::StatusOr<std::vector<std::string>> MultiprocExecutor::MakeCommGroups() {
+  const config::ParallelConfig& parallel = options_.config.parallel;
+  const int32_t tp_size = parallel.tensor_parallel_size;
+  std::vector<std::string> comm_specs(parallel.pipeline_parallel_size);
+  if (tp_size == 1) return comm_specs;
+  using Backend = kernels::comm::CommGroupSpec::Backend;
+  const bool gloo = parallel.comm_backend == config::CommBackend::kGloo;
+  for (int32_t stage = 0; stage < parallel.pipeline_parallel_size; ++stage) {
+    const int32_t first_node = parallel.node_of_rank(stage * tp_size);
+    const int32_t last_node = parallel.node_of_rank(stage * tp_size + tp_size - 1);
+    kernels::comm::CommGroupOptions group_options;
+    Backend backend = gloo ? Backend::kGloo : Backend::kShm;
+    if (first_node != last_node) {
+      // The group spans nodes: gloo over TCP, its rendezvous on a store of this process.
+      backend = Backend::kGloo;
+      group_options.store_host = parallel.master_addr;
+      group_options.curve = curve_;
+    } else if (first_node != 0) {
+      continue;  // the group is on one other node: that node makes it
+    }
+    VLLM_ASSIGN_OR_RETURN(auto group,
+                          kernels::comm::CommGroup::Create(backend, tp_size, group_options));
+    comm_specs[stage] = group->spec().Encode();
+    groups_.push_back(std::move(group));
+  }
+  return comm_specs;
+}
+
+absl::Status MultiprocExecutor::Start() {
+  const config::ParallelConfig& parallel = options_.config.parallel;
+  const int32_t tp = parallel.world_size();
+  const bool multi_node = parallel.nnodes_within_dp() > 1;
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  if (!options_.cluster_key_file.empty()) {
+    VLLM_ASSIGN_OR_RETURN(curve_, ipc::LoadCurveKeyFile(options_.cluster_key_file));
+  }
+  if (multi_node) {
+    if (options_.config.device.device == config::Device::kCuda) {
+      return absl::InvalidArgumentError(
+          "--nnodes above 1 runs on the CPU backend so far (--device cpu); CUDA across nodes is "
+          "not verified yet");
+    }
+    NodeServerOptions node_options;
+    node_options.config = options_.config;
+    node_options.curve = curve_;
+    node_options.heartbeat_timeout = options_.node_heartbeat_timeout;
+    VLLM_ASSIGN_OR_RETURN(nodes_, NodeServer::Bind(node_options));
+  }
+  zmq::socket_t pull(ipc::ZmqContext(), zmq::socket_type::pull);
+  ipc::ScopedIpcAddress ready_endpoint;
+  VLLM_ASSIGN_OR_RETURN(const std::string ready_address, BindReady(pull, ready_endpoint));
 
   ipc::MessageQueueOptions bo;
   bo.n_readers = static_cast<uint32_t>(tp);
   bo.max_chunks = options_.broadcast_chunks;
   bo.max_chunk_bytes = options_.broadcast_chunk_bytes;
-  VLLM_ASSIGN_OR_RETURN(broadcast_, ipc::MessageQueueWriter::Create(bo));
-
-  const int32_t tp_size = options_.config.parallel.tensor_parallel_size;
-  const int32_t pp_size = options_.config.parallel.pipeline_parallel_size;
-  std::vector<std::string> comm_specs(pp_size);
-  if (tp_size > 1) {
-    using Backend = kernels::comm::CommGroupSpec::Backend;
-    const bool gloo = options_.config.parallel.comm_backend == config::CommBackend::kGloo;
-    for (int32_t stage = 0; stage < pp_size; ++stage) {
-      VLLM_ASSIGN_OR_RETURN(auto group, kernels::comm::CommGroup::Create(
-                                            gloo ? Backend::kGloo : Backend::kShm, tp_size));
-      comm_specs[stage] = group->spec().Encode();
-      groups_.push_back(std::move(group));
-    }
+  if (multi_node) {
+    // This node's ranks read the ring; the others subscribe over TCP at --master-addr.
+    std::vector<int32_t> local(parallel.local_world_size());
+    for (int32_t r = 0; r < parallel.local_world_size(); ++r) local[r] = r;
+    bo.local_reader_ranks = std::move(local);
+    bo.remote_host = parallel.master_addr;
+    bo.remote_curve = curve_;
   }
+  VLLM_ASSIGN_OR_RETURN(broadcast_, ipc::MessageQueueWriter::Create(bo));
+  VLLM_ASSIGN_OR_RETURN(const std::vector<std::string> comm_specs, MakeCommGroups());
   // GPUs with TP > 1: the NCCL id, made before any process exists (a failure leaves none).
   std::string nccl_id;
   bool device_init = false;
@@ -125,6 +182,17 @@ absl::Status MultiprocExecutor::Start() {
     responses_.resize(tp);
   }
   stage_handles_.assign(tp, "");
+  rank_pids_.assign(tp, 0);
+  if (nodes_ != nullptr) {
+    NodeConfig node_config;
+    node_config.engine_config = config::EncodeVllmConfig(options_.config);
+    node_config.broadcast_handle = broadcast_->handle().ToText();
+    node_config.ready_address = ready_address;
+    node_config.comm_specs = comm_specs;
+    node_config.startup_timeout_ms = absl::ToInt64Milliseconds(options_.startup_timeout);
+    VLLM_RETURN_IF_ERROR(
+        nodes_->AwaitNodes(std::move(node_config), deadline, [] { return absl::OkStatus(); }));
+  }
   VLLM_RETURN_IF_ERROR(SpawnWorkers(ready_address, comm_specs));
   monitor_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "vllm-exec-mon");  // reaps workers, reports deaths
@@ -135,7 +203,7 @@ absl::Status MultiprocExecutor::Start() {
   ready_endpoint.Release();
   VLLM_RETURN_IF_ERROR(Explain(broadcast_->WaitUntilReady(deadline)));
   for (auto& r : responses_) VLLM_RETURN_IF_ERROR(Explain(r->WaitUntilReady(deadline)));
-  if (pp_size > 1) VLLM_RETURN_IF_ERROR(LinkStages(deadline));
+  if (parallel.pipeline_parallel_size > 1) VLLM_RETURN_IF_ERROR(LinkStages(deadline));
   return absl::OkStatus();
 }
 
@@ -167,8 +235,8 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
   if (!launcher_.IsExecutable(binary)) {
     return absl::NotFoundError(absl::StrCat("worker binary ", binary, " is not executable"));
   }
-  const int32_t tp = options_.config.parallel.world_size();
-  for (int32_t rank = 0; rank < tp; ++rank) {
+  const config::ParallelConfig& parallel = options_.config.parallel;
+  for (int32_t rank = 0; rank < parallel.local_world_size(); ++rank) {
     worker::WorkerProcOptions w;
     w.rank = rank;
     w.broadcast_handle = broadcast_->handle().ToText();
@@ -176,6 +244,8 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
     w.comm_spec = comm_specs[rank / options_.config.parallel.tensor_parallel_size];
     w.parent_pid = getpid();
     w.startup_timeout = options_.startup_timeout;
+    if (parallel.nnodes_within_dp() > 1) w.node_address = parallel.master_addr;
+    w.cluster_key_file = options_.cluster_key_file;
     std::vector<std::string> args = {binary, worker::kWorkerProcSubcommand};
     for (std::string& f : worker::ToWorkerProcFlags(w)) args.push_back(std::move(f));
     // The config travels whole on a pipe the worker inherits as descriptor 3.
@@ -188,6 +258,7 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
     }
     pids_.push_back(child->pid);
     pidfds_.push_back(child->exit_fd);
+    rank_pids_[rank] = child->pid;
   }
   return absl::OkStatus();
 }
@@ -228,9 +299,11 @@ absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadl
     absl::Status s = ipc::RecvMultipart(pull, parts, 1, deadline_ns, absl::Milliseconds(20), check,
                                         "worker readiness");
     if (absl::IsDeadlineExceeded(s)) {
-      std::vector<int32_t> missing;
+      std::vector<std::string> missing;
       for (int32_t r = 0; r < tp; ++r) {
-        if (!attached(r)) missing.push_back(r);
+        if (!attached(r))
+          missing.push_back(nodes_ ? absl::StrCat(r, " (", nodes_->DescribeNodeOf(r), ")")
+                                   : absl::StrCat(r));
       }
       return absl::DeadlineExceededError(
           absl::StrCat("worker rank(s) ", absl::StrJoin(missing, ", "), " not ready within ",
@@ -244,11 +317,18 @@ absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadl
     }
     if (!msg.status().ok()) {
       return absl::Status(
-          msg.code, absl::StrCat("worker rank ", msg.rank, " failed to start: ", msg.message));
+          msg.code,
+          absl::StrCat("worker rank ", msg.rank,
+                       nodes_ ? absl::StrCat(" on ", nodes_->DescribeNodeOf(msg.rank)) : "",
+                       " failed to start: ", msg.message));
     }
     VLLM_ASSIGN_OR_RETURN(ipc::Handle handle, ipc::Handle::FromText(msg.response_handle));
-    VLLM_ASSIGN_OR_RETURN(auto reader, ipc::MessageQueueReader::Attach(handle, 0));
+    // A rank on another node answers over TCP (CURVE when its queue requires it).
+    const bool remote = handle.LocalIndex(0) < 0 && handle.remote_curve;
+    VLLM_ASSIGN_OR_RETURN(auto reader, ipc::MessageQueueReader::Attach(
+                                           handle, 0, {}, remote ? curve_ : std::nullopt));
     stage_handles_[msg.rank] = msg.stage_handle;
+    rank_pids_[msg.rank] = static_cast<pid_t>(msg.pid);
     absl::MutexLock lock(&mu_);  // the monitor may be cancelling readers
     responses_[msg.rank] = std::move(reader);
     ++ready;
@@ -258,20 +338,33 @@ absl::Status MultiprocExecutor::AwaitReady(zmq::socket_t& pull, absl::Time deadl
 
 void MultiprocExecutor::MonitorLoop() {
   const size_t n = pidfds_.size();
-  std::vector<pollfd> fds(n + 1);
   std::vector<bool> done(n, false);
   size_t remaining = n;
-  while (remaining > 0) {
-    for (size_t i = 0; i < n; ++i) fds[i] = {done[i] ? -1 : pidfds_[i], POLLIN, 0};
-    fds[n] = {stop_fd_, POLLIN, 0};
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
-      Fail(absl::InternalError(absl::StrCat("executor monitor: poll: ", strerror(errno))));
+  std::vector<zmq::pollitem_t> items;
+  std::vector<size_t> index;  // items[k] watches pidfds_[index[k]]
+  while (remaining > 0 || nodes_ != nullptr) {
+    items.clear();
+    index.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      items.push_back({nullptr, pidfds_[i], ZMQ_POLLIN, 0});
+      index.push_back(i);
+    }
+    items.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
+    if (nodes_ != nullptr) items.push_back({nodes_->socket().handle(), 0, ZMQ_POLLIN, 0});
+    const std::chrono::milliseconds timeout(
+        nodes_ != nullptr ? absl::ToInt64Milliseconds(nodes_->poll_interval()) : -1);
+    try {
+      zmq::poll(items.data(), items.size(), timeout);
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      Fail(absl::InternalError(absl::StrCat("executor monitor: poll: ", e.what())));
       return;
     }
-    if (fds[n].revents != 0) return;  // shutting down; KillAndReap reaps the rest
-    for (size_t i = 0; i < n; ++i) {
-      if (done[i] || fds[i].revents == 0) continue;
+    if (items[index.size()].revents != 0) return;  // shutting down; KillAndReap reaps the rest
+    for (size_t k = 0; k < index.size(); ++k) {
+      if (items[k].revents == 0) continue;
+      const size_t i = index[k];
       // Readable exit_fd: the process has ended. A failed reap still counts as an end (never
       // poll the same readable descriptor again).
       absl::StatusOr<int> reaped = launcher_.Reap(pids_[i]);
@@ -285,12 +378,31 @@ void MultiprocExecutor::MonitorLoop() {
       }
       if (!expected) {
         Fail(absl::UnavailableError(absl::StrFormat(
-            "worker rank %d (pid %d) %s", i, pids_[i],
+            "%s %s", DescribeRank(static_cast<int32_t>(i)),
             reaped.ok() ? DescribeExit(*reaped)
                         : absl::StrCat("ended (", reaped.status().message(), ")"))));
       }
     }
+    if (nodes_ == nullptr) continue;
+    for (NodeServer::Event& event : nodes_->Service()) {
+      bool expected;
+      {
+        absl::MutexLock lock(&mu_);
+        if (event.rank >= 0) exited_[event.rank] = true;
+        expected = stopping_;
+      }
+      if (!expected) Fail(event.status);
+    }
   }
+}
+
+std::string MultiprocExecutor::DescribeRank(int32_t rank) const {
+  std::string s = absl::StrCat("worker rank ", rank);
+  if (rank >= 0 && rank < static_cast<int32_t>(rank_pids_.size()) && rank_pids_[rank] > 0) {
+    absl::StrAppend(&s, " (pid ", rank_pids_[rank], ")");
+  }
+  if (nodes_ != nullptr) absl::StrAppend(&s, " on ", nodes_->DescribeNodeOf(rank));
+  return s;
 }
 
 void MultiprocExecutor::Fail(const absl::Status& status) {
@@ -356,9 +468,9 @@ absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t
         },
         deadline);
     if (absl::IsDeadlineExceeded(s)) {
-      Fail(absl::DeadlineExceededError(absl::StrFormat(
-          "worker rank %d (pid %d) did not answer %s within %s; it may be hung", rank, pids_[rank],
-          method, absl::FormatDuration(options_.execute_timeout))));
+      Fail(absl::DeadlineExceededError(
+          absl::StrFormat("%s did not answer %s within %s; it may be hung", DescribeRank(rank),
+                          method, absl::FormatDuration(options_.execute_timeout))));
     } else if (!s.ok()) {
       Fail(absl::Status(s.code(), absl::StrCat("worker rank ", rank, ": ", s.message())));
     }
@@ -497,6 +609,12 @@ void MultiprocExecutor::KillAndReap() {
     (void)!write(stop_fd_, &one, sizeof(one));
   }
   if (monitor_.joinable()) monitor_.join();
+  if (nodes_ != nullptr) {
+    // The other nodes stop their ranks (those still running after the queue closed).
+    const absl::Status f = failure();
+    nodes_->StopAll(f.ok() ? "the engine shut down" : std::string(f.message()));
+    nodes_.reset();
+  }
   // Whatever the monitor did not reap is still running (or a zombie): kill and reap it.
   for (size_t i = 0; i < pids_.size(); ++i) {
     bool exited;

@@ -28,6 +28,15 @@
 // Workers also die with this process (PR_SET_PDEATHSIG). No shared-memory name outlives start-up
 // (ipc/ unlinks them).
 //
+// Across nodes (the config's nnodes > 1, vLLM's --nnodes): this process is on node 0 and spawns
+// ranks 0 .. local_world_size() - 1; the other nodes' `vllm-launch --headless` processes join
+// its NodeServer (node_server.h) on --master-addr:--master-port and spawn theirs. Their ranks
+// read the broadcast over TCP (the queue's remote readers), report ready over TCP and answer on
+// queues this process reads over TCP; a TP group that spans nodes all-reduces through gloo over
+// TCP (rendezvous on a store this process hosts). A rank that exits on another node, or a node
+// that goes silent for `node_heartbeat_timeout`, fails the executor like a local death. Every
+// socket between nodes is CURVE with the cluster key when `cluster_key_file` is given.
+//
 // Thread-safety: calls come from one thread (the engine's); the monitor is internal.
 #ifndef VLLM_EXECUTOR_MULTIPROC_EXECUTOR_H_
 #define VLLM_EXECUTOR_MULTIPROC_EXECUTOR_H_
@@ -47,6 +56,7 @@
 #include "absl/time/time.h"
 #include "config/vllm_config.h"
 #include "core/engine_core.h"
+#include "executor/node_server.h"
 #include "executor/process_launcher.h"
 #include "ipc/message_queue.h"
 #include "kernels/comm/group_spec.h"
@@ -68,6 +78,10 @@ struct MultiprocExecutorOptions {
   // Broadcast ring geometry; larger steps travel over ZMQ.
   uint64_t broadcast_chunks = 8;
   uint64_t broadcast_chunk_bytes = 4 << 20;
+  // The cluster key file (ipc/curve.h) for the sockets between nodes; empty: plain TCP.
+  std::string cluster_key_file;
+  // Across nodes: a node that sends nothing for this long is taken as dead.
+  absl::Duration node_heartbeat_timeout = absl::Seconds(10);
   // How worker processes are started, watched, signalled and reaped; null: the real system
   // calls (RealProcessLauncher). Unit tests pass a fake to exercise the failure paths. Must
   // outlive the executor.
@@ -112,7 +126,7 @@ class MultiprocExecutor final : public core::Executor {
     return broadcast_->Enqueue(bytes);
   }
 
-  // Worker pids by rank (tests kill them).
+  // Pids of this node's workers, by rank (tests kill them).
   std::vector<pid_t> worker_pids() const;
   // The first fatal error (a worker died, hung, or broke the protocol), or OK.
   absl::Status failure() const;
@@ -144,6 +158,13 @@ class MultiprocExecutor final : public core::Executor {
   absl::Status Explain(const absl::Status& status) const;
   void MonitorLoop();
   bool attached(int32_t rank) const;
+  // "worker rank 1 (pid 42)", with its node when the engine spans nodes.
+  std::string DescribeRank(int32_t rank) const;
+  // Per pipeline stage, its TP group's spec: made here when the group is on this node or
+  // spans nodes (gloo through a store here), empty when another node makes it.
+  absl::StatusOr<std::vector<std::string>> MakeCommGroups();
+  // Binds the ready socket: a private ipc:// file on one node, a TCP port across nodes.
+  absl::StatusOr<std::string> BindReady(zmq::socket_t& pull, ipc::ScopedIpcAddress& file);
   void KillAndReap();
 
   const MultiprocExecutorOptions options_;
@@ -155,7 +176,10 @@ class MultiprocExecutor final : public core::Executor {
   // tensor_parallel_size > 1: one group per pipeline stage.
   std::vector<std::unique_ptr<kernels::comm::CommGroup>> groups_;
   std::vector<std::string> stage_handles_;  // by rank, from the ready messages
-  std::vector<pid_t> pids_;
+  std::vector<pid_t> pids_;                 // this node's ranks (0 .. local_world_size() - 1)
+  std::vector<pid_t> rank_pids_;            // every rank's, from its ready message
+  std::unique_ptr<NodeServer> nodes_;       // across nodes only
+  std::optional<ipc::CurveKeys> curve_;
   std::vector<int> pidfds_;
   int stop_fd_ = -1;  // eventfd that ends the monitor
   std::thread monitor_;

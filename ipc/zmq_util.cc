@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -45,6 +47,27 @@ absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view hos
     return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint, ": ", e.what()));
   }
   return socket.get(zmq::sockopt::last_endpoint);
+}
+
+int PollItems(zmq::pollitem_t* items, size_t n, absl::Duration timeout) {
+  const std::chrono::milliseconds ms(
+      timeout < absl::ZeroDuration() ? -1 : absl::ToInt64Milliseconds(timeout));
+  try {
+    return zmq::poll(items, n, ms);
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+    for (size_t i = 0; i < n; ++i) items[i].revents = 0;
+    return 0;
+  }
+}
+
+bool TryRecv(zmq::socket_t& socket, zmq::message_t& message) {
+  try {
+    return socket.recv(message, zmq::recv_flags::dontwait).has_value();
+  } catch (const zmq::error_t& e) {
+    if (e.num() != EINTR) throw;
+    return false;
+  }
 }
 
 absl::Status PollUntil(zmq::socket_t& socket, short events, int64_t deadline_ns,

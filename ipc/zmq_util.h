@@ -34,6 +34,15 @@ std::string UniqueToken();
 [[nodiscard]] absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view host,
                                                   int port);
 
+// zmq::poll over `items` for up to `timeout` (negative: no limit). A signal interrupting the
+// wait (EINTR) is not an error: it returns 0 with every revents cleared, as a timeout would.
+// Throws only what zmq::poll throws for other errors (ETERM, EFAULT).
+int PollItems(zmq::pollitem_t* items, size_t n, absl::Duration timeout);
+
+// Receives one frame without waiting: false when none is there (EAGAIN) or a signal
+// interrupted the call (EINTR).
+bool TryRecv(zmq::socket_t& socket, zmq::message_t& message);
+
 // Polls one socket for `events` until ready or deadline, calling check() every `slice`;
 // returns check()'s error, DeadlineExceeded (with `what`), or OK when ready.
 [[nodiscard]] absl::Status PollUntil(zmq::socket_t& socket, short events, int64_t deadline_ns,

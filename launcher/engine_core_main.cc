@@ -26,6 +26,7 @@ namespace {
 struct Flags {
   core::EngineCoreProcOptions proc;
   config::VllmConfig config;
+  executor::EngineRuntimeOptions runtime;
   int64_t parent_pid = 0;
 };
 
@@ -70,6 +71,7 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
       VLLM_RETURN_IF_ERROR(ParseInt(flag, v, 0, 1 << 20, &config_fd));
     } else if (flag == "--cluster-key-file") {
       VLLM_ASSIGN_OR_RETURN(f.proc.curve, ipc::LoadCurveKeyFile(v));
+      f.runtime.cluster_key_file = v;  // the executor's sockets to other nodes (--nnodes)
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag, "'"));
     }
@@ -82,6 +84,10 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
   f.proc.engine_index = engine_index >= 0 ? engine_index : f.config.parallel.data_parallel_rank;
   f.proc.data_parallel_size = f.config.parallel.data_parallel_size;
   VLLM_ASSIGN_OR_RETURN(f.proc.handshake_timeout, EngineReadyTimeout());
+  VLLM_ASSIGN_OR_RETURN(f.runtime.node_heartbeat_timeout, EngineHeartbeatTimeout());
+  // The key secures the sockets that cross nodes: the head's (over TCP) and the executor's
+  // (--nnodes); a head on this node talks ipc:// without CURVE.
+  if (!absl::StartsWith(f.proc.handshake_address, "tcp://")) f.proc.curve.reset();
   if (absl::StartsWith(f.proc.handshake_address, "tcp://")) {
     // Another node's head: its silence (heartbeats every second) means it is gone.
     VLLM_ASSIGN_OR_RETURN(f.proc.frontend_timeout, EngineHeartbeatTimeout());
@@ -116,8 +122,9 @@ int RunEngineCore(const std::vector<std::string>& args) {
         "KV cache events are on, but prefix caching is not enabled. Use --enable-prefix-caching "
         "to enable.");
   }
-  options.make_engine = [config]() -> absl::StatusOr<std::unique_ptr<core::EngineCore>> {
-    VLLM_ASSIGN_OR_RETURN(executor::BuiltEngine built, executor::BuildEngineCore(config));
+  const executor::EngineRuntimeOptions runtime = flags->runtime;
+  options.make_engine = [config, runtime]() -> absl::StatusOr<std::unique_ptr<core::EngineCore>> {
+    VLLM_ASSIGN_OR_RETURN(executor::BuiltEngine built, executor::BuildEngineCore(config, runtime));
     return std::move(built.core);
   };
   core::EngineCoreProc proc(std::move(options));

@@ -12,11 +12,14 @@
 #include "base/status_macros.h"
 #include "ipc/signal_watcher.h"
 #include "launcher/engine_process_manager.h"
+#include "launcher/worker_node.h"
 #include "spdlog/spdlog.h"
 
 namespace vllm::launcher {
 
 absl::Status ServeHeadless(const ServeArgs& args) {
+  // A node of a multi-node engine (its rank within the engine > 0) runs workers only.
+  if (IsWorkerNode(args)) return ServeWorkerNode(args);
   const config::ParallelConfig& parallel = args.config.parallel;
   const std::string head =
       absl::StrCat("tcp://", parallel.data_parallel_address, ":", parallel.data_parallel_rpc_port);

@@ -112,6 +112,8 @@ struct FlagValues {
   std::string model, positional_model;
   int32_t dp_local = 1, dp_start_rank = 0, dp_rank = 0;
   bool dp_hybrid_lb = false, dp_external_lb = false;
+  // -dpl / -dpr taken from --nnodes and --node-rank (InferDpFromNodes), as if given.
+  bool dp_from_nodes = false;
   std::string api_key, chat_template, kv_events_config, cluster_key_file, structured_outputs_config,
       reasoning_parser, speculative_config;
 };
@@ -213,7 +215,8 @@ void AddParallelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_flag("--headless", a.headless,
                "Run engines only, without the API server: this node's replicas "
                "(--data-parallel-start-rank .. + --data-parallel-size-local - 1) join the head at "
-               "--data-parallel-address:--data-parallel-rpc-port.")
+               "--data-parallel-address:--data-parallel-rpc-port. With --nnodes above 1, on node "
+               "ranks 1 .. N-1: run this node's workers of the engine on node rank 0.")
       ->group("ParallelConfig");
   app.add_flag("--restart-dead-engines", a.restart_dead_engines,
                "Start a local engine core that died again; it joins the head again and takes "
@@ -228,13 +231,37 @@ void AddParallelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                "with internal load balancing. Not in vLLM.")
       ->group("ParallelConfig");
   app.add_option("--cluster-key-file", f.cluster_key_file,
-                 "A CURVE key file (mode 0600) every node of the cluster has: the data-parallel "
-                 "TCP sockets then admit only peers holding it, and are encrypted. Not in vLLM.")
+                 "A CURVE key file (mode 0600) every node of the cluster has: the TCP sockets "
+                 "between nodes (data-parallel engines, --nnodes workers) then admit only peers "
+                 "holding it, and are encrypted. Not in vLLM.")
       ->group("ParallelConfig");
   AddParsedOption(app, "--distributed-executor-backend", c.parallel.distributed_executor_backend,
                   config::ParseExecutorBackend,
                   "Backend for the workers: uni (in-process) or mp (worker processes). Default: "
                   "uni for one worker, mp otherwise.")
+      ->group("ParallelConfig");
+}
+
+// ParallelConfig: one engine's workers across nodes (vLLM 0.33's multi-node without Ray).
+void AddNodeFlags(CLI::App& app, ServeArgs& a) {
+  config::ParallelConfig& p = a.config.parallel;
+  app.add_option("--nnodes,-n", p.nnodes,
+                 "Number of nodes one engine's workers span: the tensor × pipeline ranks split "
+                 "evenly over them, node n running the n-th block. Needs the mp executor backend; "
+                 "every node is started with the same flags and its own --node-rank. Default: 1.")
+      ->group("ParallelConfig");
+  app.add_option("--node-rank,-r", p.node_rank,
+                 "This node's zero-based index among the --nnodes nodes: 0 runs the API server "
+                 "and the engine core, 1 .. N-1 run their workers only (with --headless). "
+                 "Default: 0.")
+      ->group("ParallelConfig");
+  app.add_option("--master-addr", p.master_addr,
+                 "Address of node rank 0, which the other nodes' workers connect to, for "
+                 "multi-node inference (--nnodes above 1). Default: 127.0.0.1.")
+      ->group("ParallelConfig");
+  app.add_option("--master-port", p.master_port,
+                 "Port of node rank 0 for the other nodes' workers, for multi-node inference "
+                 "(--nnodes above 1). Default: 29501.")
       ->group("ParallelConfig");
 }
 
@@ -444,7 +471,7 @@ absl::Status InferDpLoadBalancing(const CLI::App& app, FlagValues& f, ServeArgs&
   const int32_t dp_size = a.config.parallel.data_parallel_size;
   // As vLLM: without -dpl, every replica runs on this node (a headless node's count must be
   // given).
-  const bool dpl_given = app.count("--data-parallel-size-local") > 0;
+  const bool dpl_given = app.count("--data-parallel-size-local") > 0 || f.dp_from_nodes;
   if (!dpl_given) f.dp_local = dp_size;
   const bool dpn_given = app.count("--data-parallel-rank") > 0;
   if (f.dp_external_lb && !dpn_given) {
@@ -498,14 +525,16 @@ absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, Se
   // TCP between the engines and the head: replicas on other nodes, or an address given (so
   // that engines can join again on one node too, --restart-dead-engines). With external or
   // hybrid balancing every engine is on its API server's node.
-  a.multi_node = !local_lb &&
+  a.multi_node = !local_lb && !a.worker_node &&
                  (a.headless || f.dp_local != dp_size || app.count("--data-parallel-address") > 0);
-  if (a.headless) {
+  // A worker node of --nnodes runs no replica of its own: the -dpl / -dpr checks are for the
+  // data-parallel headless nodes.
+  if (a.headless && !a.worker_node) {
     if (f.dp_local < 1) {
       return absl::InvalidArgumentError(
           "--headless needs --data-parallel-size-local: how many replicas run on this node");
     }
-    if (app.count("--data-parallel-start-rank") == 0 && f.dp_local != dp_size) {
+    if (app.count("--data-parallel-start-rank") == 0 && !f.dp_from_nodes && f.dp_local != dp_size) {
       return absl::InvalidArgumentError(
           "--headless needs --data-parallel-start-rank: the first replica rank of this node");
     }
@@ -516,7 +545,9 @@ absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, Se
   if (!a.multi_node) {
     // vLLM's external/hybrid recipes pass the head's -dpa/-dpp (its coordinator's, for
     // request waves); no dense replica here needs them.
-    std::vector<const char*> tcp_only = {"--cluster-key-file", "--restart-dead-engines"};
+    // Across nodes (--nnodes) the workers reach node rank 0 over TCP: the key applies.
+    std::vector<const char*> tcp_only = {"--restart-dead-engines"};
+    if (a.config.parallel.nnodes == 1) tcp_only.push_back("--cluster-key-file");
     if (!local_lb) tcp_only.push_back("--data-parallel-rpc-port");
     for (const char* flag : tcp_only) {
       if (app.count(flag) > 0) {
@@ -526,6 +557,11 @@ absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, Se
                          "nodes, or --data-parallel-address given, e.g. 127.0.0.1 on one node)"));
       }
     }
+  }
+  if (a.restart_dead_engines && a.config.parallel.nnodes > 1) {
+    return absl::InvalidArgumentError(
+        "--restart-dead-engines: not with --nnodes above 1 (a restarted engine core has no "
+        "workers on the other nodes)");
   }
   if (a.data_parallel_lockstep) {
     if (dp_size < 2 || local_lb) {
@@ -569,6 +605,55 @@ absl::Status CheckFrontendFlags(const FlagValues& f, ServeArgs& a) {
   return absl::OkStatus();
 }
 
+// --nnodes / --node-rank against --headless and --device, on a validated config (node rank in
+// range, --nnodes dividing the world size). Which node runs what: node rank 0 the API server and
+// the engine core, the others (--headless) their workers only.
+absl::Status CheckNodeFlags(const ServeArgs& a) {
+  const config::ParallelConfig& p = a.config.parallel;
+  if (p.nnodes == 1) return absl::OkStatus();
+  if (p.node_rank > 0 && !a.headless) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("`--node-rank ", p.node_rank,
+                     "` runs this node's workers only: add --headless (node rank 0 runs the API "
+                     "server and the engine core)"));
+  }
+  if (p.node_rank == 0 && a.headless) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--headless with `--nnodes ", p.nnodes,
+        "` and `--node-rank 0`: node rank 0 is the head: it runs the API server; give --headless "
+        "on node ranks 1 .. ",
+        p.nnodes - 1));
+  }
+  // Explicitly cuda only: auto is resolved later, on the engine's node.
+  if (a.config.device.device == config::Device::kCuda) {
+    return absl::InvalidArgumentError(
+        "--nnodes above 1 runs on the CPU backend so far (--device cpu); CUDA across nodes is "
+        "not verified yet");
+  }
+  return absl::OkStatus();
+}
+
+// vLLM's data parallelism with --nnodes: the nodes share the replicas, each node running
+// (-dp × -tp × -pp / --nnodes) / (-tp × -pp) of them from node rank × that on, the head's
+// address --master-addr, unless -dpl / -dpr / -dpa are given. A replica larger than a node's
+// share would span nodes: ParallelConfig::Validate refuses it.
+void InferDpFromNodes(const CLI::App& app, FlagValues& f, ServeArgs& a) {
+  config::ParallelConfig& p = a.config.parallel;
+  if (p.nnodes <= 1 || p.data_parallel_size <= 1) return;
+  const int64_t within = p.world_size();
+  const int64_t total = int64_t{p.data_parallel_size} * within;
+  if (total % p.nnodes != 0 || total / p.nnodes < within) return;  // Validate says why
+  const int64_t local_world = total / p.nnodes;
+  if (app.count("--data-parallel-size-local") == 0) {
+    f.dp_local = static_cast<int32_t>(local_world / within);
+    f.dp_from_nodes = true;
+  }
+  if (app.count("--data-parallel-start-rank") == 0) {
+    f.dp_start_rank = static_cast<int32_t>(p.node_rank * local_world / within);
+  }
+  if (app.count("--data-parallel-address") == 0) p.data_parallel_address = p.master_addr;
+}
+
 // What the flags say, checked against each other, into a.config (validated) and a.
 absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& default_model,
                         ServeArgs& a) {
@@ -581,16 +666,19 @@ absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& d
   if (app.count("--speculative-config") > 0) {
     VLLM_ASSIGN_OR_RETURN(c.speculative, config::ParseSpeculativeConfig(f.speculative_config));
   }
+  InferDpFromNodes(app, f, a);
   VLLM_RETURN_IF_ERROR(InferDpLoadBalancing(app, f, a));
   c.parallel.data_parallel_size_local = f.dp_local;
   c.parallel.data_parallel_start_rank = f.dp_start_rank;
   c.parallel.data_parallel_rank = f.dp_start_rank;  // each engine process gets its own
+  a.worker_node = c.parallel.nnodes > 1 && c.parallel.node_rank_within_dp() > 0 && a.headless;
   VLLM_RETURN_IF_ERROR(CheckDataParallelFlags(app, f, a));
   VLLM_RETURN_IF_ERROR(CheckFrontendFlags(f, a));
   // The one VllmConfig every process of the engine receives: every bound of every field and
   // the checks across them (--pipeline-parallel-size above 1, --gpu-memory-utilization 0, ...).
   // The device stays as given: auto is resolved by the engine factory, on the engine's node.
-  return c.Validate();
+  VLLM_RETURN_IF_ERROR(c.Validate());
+  return CheckNodeFlags(a);
 }
 
 }  // namespace
@@ -603,6 +691,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   app.set_version_flag("--version", std::string("vllm-launch 0.1.0"));
   AddModelFlags(app, f, a);
   AddParallelFlags(app, f, a);
+  AddNodeFlags(app, a);
   AddCacheFlags(app, a);
   AddSchedulerAndDeviceFlags(app, f, a);
   AddFrontendFlags(app, f, a);

@@ -43,6 +43,12 @@ struct ServeArgs {
   // talk TCP — some replica is on another node, or --data-parallel-address was given).
   bool headless = false;
   bool multi_node = false;
+  // One engine's workers across nodes (config.parallel.nnodes > 1; vLLM's --nnodes /
+  // --node-rank, no Ray): node rank 0 runs the API server, the engine core and its block of
+  // ranks; a worker node (--headless with --node-rank above 0) runs only its block of the
+  // engine's workers, which reach node rank 0 at --master-addr:--master-port. A worker node
+  // needs no data-parallel flags and is never multi_node (no engine core runs on it).
+  bool worker_node = false;
   // kHybrid / kExternal: this instance serves replicas -dpr .. -dpr + -dpl - 1 on this node
   // alone (its /metrics and /health name them by their global ranks).
   DpLoadBalancing dp_load_balancing = DpLoadBalancing::kInternal;

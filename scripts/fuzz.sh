@@ -33,6 +33,7 @@ fi
 # Target -> largest input libFuzzer generates (bytes) and dictionary (tests/fuzz/dict/).
 declare -A MAX_LEN=(
   [http_request]=16384 [json_request]=16384 [engine_protocol]=4096 [worker_protocol]=4096
+  [node_protocol]=8192
   [vllm_config]=8192 [engine_handshake]=2048 [dp_coordinator]=8192
   [safetensors]=8192 [model_config]=8192 [tokenizer]=16384 [tokenizer_text]=2048
   [chat_template]=8192 [router_request]=16384 [kv_events]=8192)

@@ -16,13 +16,12 @@ ipc::ByteSpan FloatBytes(const std::vector<float>& v) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ipc::MessageQueueWriter>> CreateStageQueue(int64_t max_num_tokens,
-                                                                          int32_t hidden_size) {
+absl::StatusOr<std::unique_ptr<ipc::MessageQueueWriter>> CreateStageQueue(
+    int64_t max_num_tokens, int32_t hidden_size, ipc::MessageQueueOptions o) {
   constexpr uint64_t kMaxChunkBytes = uint64_t{32} << 20;
   const uint64_t want = kStageFrameHeaderBytes + uint64_t{2} * sizeof(float) *
                                                      static_cast<uint64_t>(max_num_tokens) *
                                                      static_cast<uint64_t>(hidden_size);
-  ipc::MessageQueueOptions o;
   o.n_readers = 1;
   o.max_chunks = 4;
   o.max_chunk_bytes = (std::min(want, kMaxChunkBytes) + 63) / 64 * 64;

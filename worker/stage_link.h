@@ -19,8 +19,10 @@ namespace vllm::worker {
 
 // The queue a stage's rank writes to the next stage: chunks sized for a full step's stream
 // (max_num_tokens × hidden_size floats twice, at most 32 MiB; larger steps go over ZMQ).
+// `options` gives the reader's place (local by default; remote_host etc. when the next stage
+// is on another node); the geometry fields are set here.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<ipc::MessageQueueWriter>> CreateStageQueue(
-    int64_t max_num_tokens, int32_t hidden_size);
+    int64_t max_num_tokens, int32_t hidden_size, ipc::MessageQueueOptions options = {});
 
 class QueueStageLink final : public StageLink {
  public:

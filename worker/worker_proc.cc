@@ -98,13 +98,19 @@ class WorkerProc {
 
   absl::Status Start() {
     const absl::Time deadline = absl::Now() + options_.startup_timeout;
+    if (!options_.cluster_key_file.empty()) {
+      VLLM_ASSIGN_OR_RETURN(curve_, ipc::LoadCurveKeyFile(options_.cluster_key_file));
+    }
     VLLM_ASSIGN_OR_RETURN(ipc::Handle handle, ipc::Handle::FromText(options_.broadcast_handle));
-    VLLM_ASSIGN_OR_RETURN(broadcast_, ipc::MessageQueueReader::Attach(handle, options_.rank));
+    VLLM_ASSIGN_OR_RETURN(
+        broadcast_, ipc::MessageQueueReader::Attach(handle, options_.rank, {}, CurveFor(handle)));
     reader_.store(broadcast_.get());
     ipc::MessageQueueOptions response;
     response.n_readers = 1;
     response.max_chunks = 4;
     response.max_chunk_bytes = 1 << 20;
+    // The executor runs on node 0: from any other node it reads this rank's answers over TCP.
+    if (options_.config.parallel.node_of_rank(options_.rank) != 0) RemoteReaders(response);
     VLLM_ASSIGN_OR_RETURN(response_, ipc::MessageQueueWriter::Create(response));
     // Rank = pp_rank × TP + tp_rank; the collectives run within the stage's TP group.
     const int32_t tp = options_.config.parallel.tensor_parallel_size;
@@ -113,18 +119,43 @@ class WorkerProc {
     if (tp > 1) {
       VLLM_ASSIGN_OR_RETURN(kernels::comm::CommGroupSpec spec,
                             kernels::comm::CommGroupSpec::Decode(options_.comm_spec));
-      VLLM_ASSIGN_OR_RETURN(
-          group_, kernels::comm::JoinGroup(spec, options_.rank % tp, deadline - absl::Now()));
+      kernels::comm::CommOptions comm_options;
+      comm_options.hostname = options_.node_address;
+      comm_options.curve = curve_;
+      VLLM_ASSIGN_OR_RETURN(group_, kernels::comm::JoinGroup(spec, options_.rank % tp,
+                                                             deadline - absl::Now(), comm_options));
       comm = group_.get();
     }
     VLLM_RETURN_IF_ERROR(InitDevice(deadline));
     VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.config, comm, DeviceComm(), pp_rank));
     if (pp_rank + 1 < options_.config.parallel.pipeline_parallel_size) {
-      VLLM_ASSIGN_OR_RETURN(
-          stage_writer_, CreateStageQueue(StageLimits().max_num_tokens, StageLimits().hidden_size));
+      ipc::MessageQueueOptions stage;
+      const config::ParallelConfig& p = options_.config.parallel;
+      if (p.node_of_rank(options_.rank + tp) != p.node_of_rank(options_.rank)) {
+        RemoteReaders(stage);  // the next stage is on another node
+      }
+      VLLM_ASSIGN_OR_RETURN(stage_writer_, CreateStageQueue(StageLimits().max_num_tokens,
+                                                            StageLimits().hidden_size, stage));
     }
     if (terminated_.load()) return absl::CancelledError("SIGTERM during start-up");
     return absl::OkStatus();
+  }
+
+  // A queue whose reader is on another node: TCP on this node's address, CURVE with the key.
+  void RemoteReaders(ipc::MessageQueueOptions& o) const {
+    o.local_reader_ranks = std::vector<int32_t>{};
+    o.remote_host = options_.node_address;
+    o.remote_curve = curve_;
+  }
+
+  // The key to attach to `handle` with: the cluster key when this side reads over TCP from a
+  // writer that requires CURVE (ipc/message_queue.h), else none.
+  std::optional<ipc::CurveKeys> CurveFor(const ipc::Handle& handle, int32_t rank) const {
+    if (handle.LocalIndex(rank) >= 0 || !handle.remote_curve) return std::nullopt;
+    return curve_;
+  }
+  std::optional<ipc::CurveKeys> CurveFor(const ipc::Handle& handle) const {
+    return CurveFor(handle, options_.rank);
   }
 
   // The NCCL group InitDevice formed, or null (CPU, or a group of one).
@@ -206,6 +237,11 @@ class WorkerProc {
     try {
       zmq::socket_t push(ipc::ZmqContext(), zmq::socket_type::push);
       push.set(zmq::sockopt::linger, 2000);  // deliver before the process exits
+      if (curve_.has_value() && options_.ready_address.rfind("tcp://", 0) == 0) {
+        if (absl::Status s = ipc::MakeCurveClient(push, *curve_); !s.ok()) {
+          spdlog::error("worker rank {}: {}", options_.rank, s.ToString());
+        }
+      }
       push.connect(options_.ready_address);
       push.send(zmq::buffer(bytes), zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
@@ -346,7 +382,8 @@ class WorkerProc {
     if (options_.rank >= tp) {
       VLLM_ASSIGN_OR_RETURN(const ipc::Handle handle,
                             ipc::Handle::FromText(handles[options_.rank - tp]));
-      VLLM_ASSIGN_OR_RETURN(stage_reader_owned_, ipc::MessageQueueReader::Attach(handle, 0));
+      VLLM_ASSIGN_OR_RETURN(stage_reader_owned_,
+                            ipc::MessageQueueReader::Attach(handle, 0, {}, CurveFor(handle, 0)));
       stage_reader_.store(stage_reader_owned_.get());
       if (terminated_.load()) stage_reader_owned_->Cancel();
     }
@@ -364,6 +401,7 @@ class WorkerProc {
   }
 
   const WorkerProcOptions options_;
+  std::optional<ipc::CurveKeys> curve_;  // from --cluster-key-file
   std::atomic<bool> terminated_{false};
   std::atomic<ipc::MessageQueueReader*> reader_{nullptr};
   std::unique_ptr<ipc::MessageQueueReader> broadcast_;
@@ -403,6 +441,14 @@ std::vector<std::string> ToWorkerProcFlags(const WorkerProcOptions& o) {
     f.push_back("--comm-spec");
     f.push_back(o.comm_spec);
   }
+  if (o.node_address != WorkerProcOptions().node_address) {
+    f.push_back("--node-address");
+    f.push_back(o.node_address);
+  }
+  if (!o.cluster_key_file.empty()) {
+    f.push_back("--cluster-key-file");
+    f.push_back(o.cluster_key_file);
+  }
   return f;
 }
 
@@ -430,6 +476,13 @@ absl::StatusOr<WorkerProcOptions> ParseWorkerProcFlags(const std::vector<std::st
       VLLM_RETURN_IF_ERROR(ParseInt<int32_t>(flag, v, 0, 1 << 20, &config_fd));
     } else if (flag == "--comm-spec") {
       o.comm_spec = v;
+    } else if (flag == "--node-address") {
+      if (v.empty() || v.size() > 255) {
+        return absl::InvalidArgumentError("--node-address: expected 1 to 255 characters");
+      }
+      o.node_address = v;
+    } else if (flag == "--cluster-key-file") {
+      o.cluster_key_file = v;
     } else if (flag == "--startup-timeout-s") {
       int64_t s = 0;
       VLLM_RETURN_IF_ERROR(ParseInt<int64_t>(flag, v, 1, 86400, &s));

@@ -12,6 +12,11 @@
 // Flags (all required unless a default is given):
 //   --rank R --broadcast-handle TEXT --ready-address ADDR --parent-pid PID --config-fd FD
 //   [--comm-spec TEXT] (required when the world size is above 1) [--startup-timeout-s SECONDS]
+//   [--node-address HOST] [--cluster-key-file PATH]
+// Across nodes (the config's nnodes > 1): a rank on a node other than the head's reads the
+// broadcast over TCP and answers on a queue that the executor reads over TCP, bound on
+// --node-address; a pipeline stage whose next stage is on another node does the same with its
+// stage queue; every such socket is CURVE with the key of --cluster-key-file when given.
 // The engine's resolved VllmConfig arrives on descriptor FD (config/config_codec.h); the world
 // size is its tensor × pipeline parallel size.
 #ifndef VLLM_WORKER_WORKER_PROC_H_
@@ -35,6 +40,11 @@ struct WorkerProcOptions {
   std::string comm_spec;         // CommGroupSpec::Encode(); empty when world_size == 1
   int64_t parent_pid = 0;
   absl::Duration startup_timeout = absl::Minutes(10);
+  // This rank's node as other nodes reach it: where its TCP queues (responses to a remote
+  // executor, hidden states to a stage on another node) and its gloo device listen.
+  std::string node_address = "127.0.0.1";
+  // The cluster key file (ipc/curve.h) for every TCP socket between nodes; empty: plain TCP.
+  std::string cluster_key_file;
   // The engine's resolved config (not a flag: read from --config-fd).
   config::VllmConfig config;
 

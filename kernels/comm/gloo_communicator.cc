@@ -9,12 +9,14 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/rendezvous/file_store.h"
 #include "gloo/transport/tcp/device.h"
+#include "kernels/comm/tcp_store.h"
 
 namespace vllm::kernels::comm {
 namespace {
@@ -92,28 +94,43 @@ GlooCommunicator::~GlooCommunicator() {
 }
 
 absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Join(
-    const std::string& store_dir, int32_t world_size, int32_t rank, absl::Duration join_timeout,
+    const std::string& store, int32_t world_size, int32_t rank, absl::Duration join_timeout,
     const CommOptions& options) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo comm group: rank ", rank, " of world size ", world_size));
   }
-  struct stat st {};
-  if (stat(store_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::NotFoundError(absl::StrCat("gloo comm group: rendezvous directory '", store_dir,
-                                            "' does not exist (was the group destroyed?)"));
+  if (options.hostname.empty()) {
+    return absl::InvalidArgumentError("gloo comm group: empty CommOptions::hostname");
   }
-  const std::string where = absl::StrCat("gloo comm group '", store_dir, "' rank ", rank);
-  IgnoreSigpipeUnlessHandled();
+  const std::string where = absl::StrCat("gloo comm group '", store, "' rank ", rank);
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(ToMs(join_timeout));
+  std::unique_ptr<gloo::rendezvous::Store> rendezvous;
+  if (absl::StartsWith(store, "tcp://")) {
+    VLLM_ASSIGN_OR_RETURN(rendezvous, TcpStoreClient::Connect(store, options.curve, join_timeout));
+  } else {
+    struct stat st {};
+    if (stat(store.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return absl::NotFoundError(absl::StrCat("gloo comm group: rendezvous directory '", store,
+                                              "' does not exist (was the group destroyed?)"));
+    }
+    rendezvous = std::make_unique<DeadlineFileStore>(store, deadline);
+  }
+  IgnoreSigpipeUnlessHandled();
+  std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
-    auto device = gloo::transport::tcp::CreateDevice(attr);
+    attr.hostname = options.hostname;
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": cannot bind gloo's TCP device to '",
+                                                   options.hostname,
+                                                   "' (CommOptions::hostname): ", e.what()));
+  }
+  try {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, world_size);
     context->setTimeout(ToMs(join_timeout));  // connecting the pairs
-    DeadlineFileStore store(store_dir, deadline);
-    context->connectFullMesh(store, device);
+    context->connectFullMesh(*rendezvous, device);
     context->setTimeout(ToMs(options.collective_timeout));
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::move(context), rank, world_size, options));

@@ -1,6 +1,10 @@
-// GlooCommunicator: gloo's all-reduce over its TCP transport on 127.0.0.1. Ranks meet through
-// a gloo FileStore in a directory (the CommGroup's creator makes and removes it); each rank's
-// address is published there and gloo connects a full mesh of TCP pairs.
+// GlooCommunicator: gloo's all-reduce over its TCP transport. Ranks meet through a gloo
+// FileStore in a directory (one node; the CommGroup's creator makes and removes it) or through
+// the creator's StoreServer (tcp_store.h; ranks on several nodes, CURVE-authenticated with the
+// cluster key). Each rank's device binds CommOptions::hostname (default 127.0.0.1), its address
+// is published in the store and gloo connects a full mesh of TCP pairs. Those pair connections
+// carry the all-reduce data as plain, unauthenticated TCP (as PyTorch's gloo does): across
+// nodes their network must be trusted.
 //
 // gloo reports errors by throwing (gloo::IoException for a broken connection or a timeout,
 // gloo::EnforceNotMet for violated preconditions); every call into gloo is wrapped and turned
@@ -30,11 +34,14 @@ namespace vllm::kernels::comm {
 
 class GlooCommunicator final : public Communicator {
  public:
-  // Connects rank `rank` of `world_size` through the FileStore directory `store_dir`; every
-  // wait (for peers' addresses, for connections) ends by `join_timeout` with DeadlineExceeded.
-  // Unavailable when a connection fails, NotFound when the directory does not exist.
+  // Connects rank `rank` of `world_size` through `store`: a FileStore directory (an absolute
+  // path) or a StoreServer's "tcp://<host>:<port>" (with options.curve as the client's key).
+  // The device binds options.hostname. Every wait (for the store, for peers' addresses, for
+  // connections) ends by `join_timeout` with DeadlineExceeded. Unavailable when a connection
+  // fails, NotFound when the directory does not exist, InvalidArgument when the device cannot
+  // bind options.hostname (or it is empty).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<GlooCommunicator>> Join(
-      const std::string& store_dir, int32_t world_size, int32_t rank, absl::Duration join_timeout,
+      const std::string& store, int32_t world_size, int32_t rank, absl::Duration join_timeout,
       const CommOptions& options);
 
   ~GlooCommunicator() override;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "ipc/shm_segment.h"
 #include "kernels/comm/gloo_communicator.h"
 #include "kernels/comm/shm_communicator.h"
+#include "kernels/comm/tcp_store.h"
 
 namespace vllm::kernels::comm {
 namespace {
@@ -26,6 +28,45 @@ constexpr absl::string_view kPrefix = "vllm-comm/1";
 constexpr absl::string_view kShmNamePrefix = "vllm-comm-";
 constexpr size_t kMaxShmName = 200;
 constexpr size_t kMaxGlooPath = 1024;
+constexpr absl::string_view kTcpPrefix = "tcp://";
+constexpr size_t kMaxHostName = 253;
+
+// "tcp://<host>:<port>" as CommGroupSpec::name documents.
+absl::Status ValidateStoreAddress(absl::string_view name) {
+  absl::string_view rest = name.substr(kTcpPrefix.size());
+  const size_t colon = rest.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError("comm group spec: gloo store address lacks ':<port>'");
+  }
+  const absl::string_view host = rest.substr(0, colon);
+  const absl::string_view port = rest.substr(colon + 1);
+  int value = 0;
+  if (port.empty() || port.size() > 5 || port[0] == '0' ||
+      port.find_first_not_of("0123456789") != absl::string_view::npos ||
+      !absl::SimpleAtoi(port, &value) || value < 1 || value > 65535) {
+    return absl::InvalidArgumentError("comm group spec: gloo store port outside 1..65535");
+  }
+  if (host.empty() || host.size() > kMaxHostName) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm group spec: gloo store host empty or longer than ", kMaxHostName));
+  }
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']' ||
+        host.substr(1, host.size() - 2).find_first_not_of("0123456789abcdefABCDEF:.") !=
+            absl::string_view::npos) {
+      return absl::InvalidArgumentError(
+          "comm group spec: gloo store IPv6 host must be [hex digits, ':' and '.']");
+    }
+    return absl::OkStatus();
+  }
+  for (char c : host) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') {
+      return absl::InvalidArgumentError(
+          "comm group spec: gloo store host may hold only [A-Za-z0-9.-] (or be [IPv6])");
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateName(CommGroupSpec::Backend backend, absl::string_view name) {
   if (name.empty()) return absl::InvalidArgumentError("comm group spec: empty name");
@@ -44,12 +85,14 @@ absl::Status ValidateName(CommGroupSpec::Backend backend, absl::string_view name
     }
     return absl::OkStatus();
   }
+  if (absl::StartsWith(name, kTcpPrefix)) return ValidateStoreAddress(name);
   if (name.size() > kMaxGlooPath) {
     return absl::InvalidArgumentError(
         absl::StrCat("comm group spec: gloo directory longer than ", kMaxGlooPath));
   }
   if (name[0] != '/') {
-    return absl::InvalidArgumentError("comm group spec: gloo directory must be absolute");
+    return absl::InvalidArgumentError(
+        "comm group spec: gloo rendezvous must be an absolute directory or tcp://<host>:<port>");
   }
   for (char c : name) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
@@ -135,12 +178,19 @@ absl::StatusOr<std::unique_ptr<CommGroup>> CommGroup::Create(CommGroupSpec::Back
     return absl::InvalidArgumentError(absl::StrCat(
         "comm group: world size ", world_size, " outside [1, ", CommGroupSpec::kMaxWorldSize, "]"));
   }
+  if (backend == CommGroupSpec::Backend::kShm && !options.store_host.empty()) {
+    return absl::InvalidArgumentError(
+        "comm group: a shm group is node-local; store_host applies to gloo groups only");
+  }
   if (backend == CommGroupSpec::Backend::kShm) {
     // Segments of creators that died before their ranks joined (and unlinked) are garbage.
     ipc::ShmSegment::RemoveStale(std::string(kShmNamePrefix));
     group->spec_.name = absl::StrCat(kShmNamePrefix, UniqueSuffix());
     VLLM_ASSIGN_OR_RETURN(group->segment_, CreateShmCommSegment(group->spec_.name, world_size,
                                                                 options.shm_slot_bytes));
+  } else if (!options.store_host.empty()) {
+    VLLM_ASSIGN_OR_RETURN(group->store_, StoreServer::Start(options.store_host, options.curve));
+    group->spec_.name = group->store_->address();
   } else {
     const char* tmp = getenv("TMPDIR");
     std::string dir = absl::StrCat(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp",
@@ -156,11 +206,12 @@ absl::StatusOr<std::unique_ptr<CommGroup>> CommGroup::Create(CommGroupSpec::Back
 }
 
 CommGroup::~CommGroup() {
-  if (spec_.backend == CommGroupSpec::Backend::kGloo && !spec_.name.empty()) {
+  if (spec_.backend == CommGroupSpec::Backend::kGloo && store_ == nullptr && !spec_.name.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(spec_.name, ec);
   }
-  // segment_'s destructor unlinks the shm name if the ranks did not (not all of them joined).
+  // segment_'s destructor unlinks the shm name if the ranks did not (not all of them joined);
+  // store_'s stops its serving thread.
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> JoinGroup(const CommGroupSpec& spec, int32_t rank,

@@ -1,7 +1,7 @@
 // Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
 // into <out>/engine_protocol/, <out>/worker_protocol/, <out>/vllm_config/,
-// <out>/engine_handshake/, <out>/dp_coordinator/, <out>/kv_events/, <out>/api_server_spec/ and
-// <out>/dp_coordinator_spec/ (normally tests/fuzz/corpus).
+// <out>/engine_handshake/, <out>/dp_coordinator/, <out>/kv_events/, <out>/api_server_spec/,
+// <out>/dp_coordinator_spec/ and <out>/node_protocol/ (normally tests/fuzz/corpus).
 // Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
 //   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
 // Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
@@ -16,6 +16,7 @@
 #include "core/codec.h"
 #include "core/dp_coordinator.h"
 #include "core/engine_handshake.h"
+#include "executor/node_protocol.h"
 #include "ipc/handle.h"
 #include "kv_events/kv_events.h"
 #include "launcher/spec/api_server_spec.h"
@@ -371,6 +372,41 @@ void CoordinatorSpecSeeds(const fs::path& dir) {
                                                 std::string(core::kReportKeyBytes, 'k')}));
 }
 
+// One frame of each kind of executor/node_protocol.h; CONFIG carries a real encoded config.
+void NodeSeeds(const fs::path& dir) {
+  Write(dir, "hello",
+        executor::EncodeNodeMessage(
+            executor::NodeHello{1, 2, 4, 2, 1, "/models/kjv-llama-tiny", "10.0.0.2", 4242}));
+  config::VllmConfig c;
+  c.model.model = "/models/kjv-llama-tiny";
+  c.parallel.tensor_parallel_size = 4;
+  c.parallel.pipeline_parallel_size = 2;
+  ipc::Handle h;
+  h.n_readers = 8;
+  h.local_reader_ranks = {0, 1, 2, 3};
+  h.shm_name = "vllm-mq-1-2-3";
+  h.max_chunks = 10;
+  h.max_chunk_bytes = 1 << 20;
+  h.local_address = "ipc://@vllm-mq-x";
+  h.remote_address = "tcp://10.0.0.1:29500";
+  h.remote_curve = true;
+  Write(dir, "config",
+        executor::EncodeNodeMessage(executor::NodeConfig{config::EncodeVllmConfig(c),
+                                                         h.ToText(),
+                                                         "tcp://10.0.0.1:41005",
+                                                         {"", ""},
+                                                         600'000,
+                                                         1'000,
+                                                         10'000}));
+  Write(dir, "reject",
+        executor::EncodeNodeMessage(
+            executor::NodeReject{"--nnodes", "--nnodes 3 on node 1 but 2 on the head"}));
+  Write(dir, "heartbeat", executor::EncodeNodeMessage(executor::NodeHeartbeat{}));
+  Write(dir, "worker_exited",
+        executor::EncodeNodeMessage(executor::NodeWorkerExited{5, "killed by signal 9"}));
+  Write(dir, "stop", executor::EncodeNodeMessage(executor::NodeStop{"engine core failed"}));
+}
+
 }  // namespace
 }  // namespace vllm::fuzz
 
@@ -388,5 +424,6 @@ int main(int argc, char** argv) {
   vllm::fuzz::KvEventSeeds(root / "kv_events");
   vllm::fuzz::ApiServerSpecSeeds(root / "api_server_spec");
   vllm::fuzz::CoordinatorSpecSeeds(root / "dp_coordinator_spec");
+  vllm::fuzz::NodeSeeds(root / "node_protocol");
   return 0;
 }

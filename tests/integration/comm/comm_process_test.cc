@@ -1,11 +1,15 @@
 // Communicator groups across real processes (tests/integration/comm/comm_test_helper), for
-// both backends and world sizes 2 and 4: exact sums over many consecutive all-reduces of 1 to
-// 3 M floats (crossing the shm chunk size), a rank killed mid-collective, a rank that never
-// arrives. Every test checks that no child, no /dev/shm entry and no rendezvous directory is
-// left behind.
+// both backends and world sizes 2 and 4, and gloo with its rendezvous through the creator's
+// StoreServer (tcp://127.0.0.1, with and without a CURVE cluster key): exact sums over many
+// consecutive all-reduces of 1 to 3 M floats (crossing the shm chunk size), a rank killed
+// mid-collective, a rank that never arrives. Every test checks that no child, no /dev/shm entry
+// and no rendezvous directory is left behind.
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <list>
 #include <set>
 #include <string>
@@ -15,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "ipc/curve.h"
 #include "kernels/comm/group_spec.h"
 #include "tests/support/process.h"
 
@@ -26,20 +31,39 @@ using ::vllm::testing::ShmEntries;
 using ::vllm::testing::Subprocess;
 using Backend = CommGroupSpec::Backend;
 
+// Where gloo's ranks meet: a FileStore directory, or a StoreServer (plain or with CURVE).
+enum class Store { kDirectory, kTcp, kTcpCurve };
+
 struct Param {
   Backend backend;
   int32_t world_size;
+  Store store = Store::kDirectory;
 };
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
-  return absl::StrCat(BackendName(info.param.backend), info.param.world_size);
+  return absl::StrCat(BackendName(info.param.backend), info.param.world_size,
+                      info.param.store == Store::kTcp        ? "tcp"
+                      : info.param.store == Store::kTcpCurve ? "tcpcurve"
+                                                             : "");
 }
 
 class CommProcessTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     shm_before_ = ShmEntries();
-    auto group = CommGroup::Create(GetParam().backend, GetParam().world_size);
+    CommGroupOptions options;
+    if (GetParam().store != Store::kDirectory) options.store_host = "127.0.0.1";
+    if (GetParam().store == Store::kTcpCurve) {
+      const char* tmp = getenv("TMPDIR");
+      std::string dir =
+          absl::StrCat(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp", "/vllm-comm-key-XXXXXX");
+      ASSERT_NE(mkdtemp(dir.data()), nullptr);
+      key_dir_ = dir;
+      auto keys = ipc::CreateCurveKeyFile(key_dir_ + "/cluster.key");
+      ASSERT_TRUE(keys.ok()) << keys.status();
+      options.curve = *keys;
+    }
+    auto group = CommGroup::Create(GetParam().backend, GetParam().world_size, options);
     ASSERT_TRUE(group.ok()) << group.status();
     group_ = std::move(*group);
     spec_ = group_->spec();
@@ -51,7 +75,11 @@ class CommProcessTest : public ::testing::TestWithParam<Param> {
     for (const std::string& name : ShmEntries()) {
       EXPECT_TRUE(shm_before_.count(name)) << "left in /dev/shm: " << name;
     }
-    if (spec_.backend == Backend::kGloo) {
+    if (!key_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(key_dir_, ec);
+    }
+    if (spec_.backend == Backend::kGloo && GetParam().store == Store::kDirectory) {
       struct stat st {};
       EXPECT_NE(stat(spec_.name.c_str(), &st), 0) << "left behind: " << spec_.name;
     }
@@ -69,6 +97,7 @@ class CommProcessTest : public ::testing::TestWithParam<Param> {
                                      counts,
                                      absl::StrCat(iterations),
                                      absl::StrCat(timeout_ms)};
+    if (!key_dir_.empty()) args.push_back(key_dir_ + "/cluster.key");
     auto p = Subprocess::Spawn(args);
     EXPECT_TRUE(p.ok()) << p.status();
     children_.push_back(std::move(*p));
@@ -100,6 +129,7 @@ class CommProcessTest : public ::testing::TestWithParam<Param> {
   std::unique_ptr<CommGroup> group_;
   CommGroupSpec spec_;
   std::list<Subprocess> children_;
+  std::string key_dir_;  // kTcpCurve: holds the cluster key file
 };
 
 // Many consecutive all-reduces of different sizes and values; every rank checks every element.
@@ -165,7 +195,9 @@ TEST_P(CommProcessTest, MissingRankTimesOut) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, CommProcessTest,
                          ::testing::Values(Param{Backend::kShm, 2}, Param{Backend::kShm, 4},
-                                           Param{Backend::kGloo, 2}, Param{Backend::kGloo, 4}),
+                                           Param{Backend::kGloo, 2}, Param{Backend::kGloo, 4},
+                                           Param{Backend::kGloo, 2, Store::kTcp},
+                                           Param{Backend::kGloo, 2, Store::kTcpCurve}),
                          ParamName);
 
 }  // namespace

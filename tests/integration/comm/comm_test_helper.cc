@@ -1,7 +1,9 @@
 // One rank of a communicator group, started by comm_process_test:
 //
-//   comm_test_helper <mode> <spec> <rank> [counts] [iterations] [timeout_ms]
+//   comm_test_helper <mode> <spec> <rank> [counts] [iterations] [timeout_ms] [key_file]
 //
+// `key_file` (a cluster key file, ipc/curve.h) gives the rank the CURVE key for a tcp:// gloo
+// store.
 // `counts` is a comma-separated list of "<count>" or "<count>x<iterations>" items (the latter
 // overrides `iterations` for that count). Prints "joined" once JoinGroup returned, then, per
 // mode:
@@ -25,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "ipc/curve.h"
 #include "kernels/comm/group_spec.h"
 
 namespace {
@@ -93,7 +96,8 @@ int RunLoop(Communicator& comm, size_t count, int iterations) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s <sum|loop|idle|stall> <spec> <rank> [count] [iters] [ms]\n",
+    std::fprintf(stderr,
+                 "usage: %s <sum|loop|idle|stall> <spec> <rank> [count] [iters] [ms] [key]\n",
                  argv[0]);
     return 2;
   }
@@ -119,6 +123,11 @@ int main(int argc, char** argv) {
   if (!spec.ok()) return Fail(spec.status());
   vllm::kernels::comm::CommOptions options;
   options.collective_timeout = absl::Milliseconds(timeout_ms);
+  if (argc > 7) {
+    auto keys = vllm::ipc::LoadCurveKeyFile(argv[7]);
+    if (!keys.ok()) return Fail(keys.status());
+    options.curve = *keys;
+  }
   auto comm = vllm::kernels::comm::JoinGroup(*spec, rank, absl::Seconds(10), options);
   if (!comm.ok()) return Fail(comm.status());
   std::printf("joined\n");

@@ -140,6 +140,75 @@ TEST(VllmConfigTest, DataParallelRanksAreChecked) {
   EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("--data-parallel-start-rank"));
 }
 
+// One engine's workers across nodes: vLLM 0.33's launch checks and messages.
+TEST(VllmConfigTest, NodesAreChecked) {
+  VllmConfig c = Valid();
+  c.parallel.pipeline_parallel_size = 2;
+  c.parallel.nnodes = 2;
+  c.parallel.node_rank = 1;
+  c.parallel.master_addr = "10.0.0.1";
+  c.parallel.master_port = 29600;
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  EXPECT_EQ(c.parallel.nnodes_within_dp(), 2);
+  EXPECT_EQ(c.parallel.node_rank_within_dp(), 1);
+  EXPECT_EQ(c.parallel.local_world_size(), 1);
+  EXPECT_EQ(c.parallel.node_of_rank(1), 1);
+  c.parallel.distributed_executor_backend = ExecutorBackend::kMp;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+
+  struct Case {
+    void (*mutate)(ParallelConfig&);
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](ParallelConfig& p) { p.nnodes = 3; },
+       "Invalid data-parallel launch options: `--nnodes 3` must evenly divide the total world "
+       "size (2). Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size` or "
+       "`--tensor-parallel-size`."},
+      {[](ParallelConfig& p) { p.node_rank = 2; },
+       "Invalid data-parallel launch options: `--node-rank` must be between 0 and 1; got "
+       "`--node-rank 2`. Set it to this node's zero-based index."},
+      {[](ParallelConfig& p) {
+         p.nnodes = 1;
+         p.node_rank = 1;
+       },
+       "`--node-rank` must be between 0 and 0; got `--node-rank 1`"},
+      {[](ParallelConfig& p) {
+         p.pipeline_parallel_size = 1;
+         p.tensor_parallel_size = 2;
+         p.distributed_executor_backend = ExecutorBackend::kUni;
+       },
+       "`--nnodes 2` needs `--distributed-executor-backend mp`; got "
+       "`--distributed-executor-backend uni`"},
+      {[](ParallelConfig& p) {
+         p.nnodes = 4;
+         p.data_parallel_size = 2;
+         p.data_parallel_size_local = 1;
+       },
+       "`--nnodes 4` with `--data-parallel-size 2`: a replica of 2 ranks (-tp × -pp) would span "
+       "nodes of 1 ranks; not built yet"},
+      {[](ParallelConfig& p) { p.master_addr.clear(); }, "--master-addr: expected a host name"},
+      {[](ParallelConfig& p) { p.master_addr = "10.0.0.1 "; }, "--master-addr"},
+      {[](ParallelConfig& p) { p.master_addr = "head\n"; }, "--master-addr"},
+      {[](ParallelConfig& p) { p.master_addr = std::string(256, 'h'); }, "--master-addr"},
+      {[](ParallelConfig& p) { p.master_port = 0; }, "--master-port: 0 is outside [1, 65535]"},
+      {[](ParallelConfig& p) { p.master_port = 65536; }, "--master-port"},
+      {[](ParallelConfig& p) { p.nnodes = 0; }, "--nnodes"},
+  };
+  for (const Case& k : cases) {
+    VllmConfig bad = c;
+    k.mutate(bad.parallel);
+    const absl::Status s = bad.Validate();
+    ASSERT_FALSE(s.ok()) << k.message;
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(k.message)) << s;
+  }
+  // The part alone refuses the same (a decoded config is validated in each process).
+  ParallelConfig p = c.parallel;
+  p.nnodes = 4;
+  EXPECT_THAT(std::string(p.Validate().message()), HasSubstr("`--nnodes 4` must evenly divide"));
+}
+
 TEST(VllmConfigTest, DescriptionNamesEveryPart) {
   VllmConfig c = Valid();
   c.cache.num_gpu_blocks_override = 64;

@@ -6,10 +6,18 @@
 // included: 3 layers over 2 stages, 2 or 3 layers over 4 (stages without layers, at both
 // ends), and VLLM_PP_LAYER_PARTITION. The engine keeps up to PP steps in flight (the batch
 // queue), so these runs also check that it never schedules a request twice at once.
+// Across nodes (--nnodes 2, both "nodes" on loopback here; tests/multinode/ runs them in two
+// network namespaces): `-pp 2` with the second stage, and `-tp 2` with the second TP rank, in a
+// `vllm-launch --headless --node-rank 1` process that joins each engine of the case in turn.
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +41,7 @@ struct Case {
   int32_t tp;
   int32_t pp;
   const char* partition;  // VLLM_PP_LAYER_PARTITION; null: unset (vLLM's default split)
+  int32_t nnodes = 1;     // 2: the second half of the ranks in a worker node process
 };
 
 std::string CaseName(const Case& c) {
@@ -44,6 +53,7 @@ std::string CaseName(const Case& c) {
     }
     absl::StrAppend(&name, "_partition_", p);
   }
+  if (c.nnodes > 1) absl::StrAppend(&name, "_nnodes", c.nnodes);
   return name;
 }
 
@@ -57,6 +67,22 @@ struct SpecMethod {
 const SpecMethod kSpecMethods[] = {
     {"plain", ""}, {"ngram", testing::kNgramSpec}, {"suffix", testing::kSuffixSpec}};
 
+// A free TCP port of 127.0.0.1 (bound and released: the engine binds it next).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
 class ReferencePpTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -65,7 +91,32 @@ class ReferencePpTest : public ::testing::TestWithParam<Case> {
       ASSERT_EQ(setenv("VLLM_PP_LAYER_PARTITION", GetParam().partition, 1), 0);
     }
   }
-  void TearDown() override { unsetenv("VLLM_PP_LAYER_PARTITION"); }
+  void TearDown() override {
+    unsetenv("VLLM_PP_LAYER_PARTITION");
+    if (node_.has_value()) {
+      node_->Kill(SIGINT);
+      auto status = node_->Wait(absl::Seconds(20));
+      ASSERT_TRUE(status.ok()) << status.status();
+      EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+          << testing::DescribeWaitStatus(*status);
+    }
+  }
+
+  // nnodes 2: starts node rank 1 (it joins every engine of this case in turn); returns the
+  // master port the engines listen on.
+  int StartWorkerNode(const std::filesystem::path& dir) {
+    const Case& c = GetParam();
+    const int port = FreePort();
+    auto node = testing::Subprocess::Spawn(
+        {testing::BinDir() + "/vllm-launch", dir.string(), "-tp", absl::StrCat(c.tp), "-pp",
+         absl::StrCat(c.pp), "--nnodes", absl::StrCat(c.nnodes), "--node-rank", "1",
+         "--master-addr", "127.0.0.1", "--master-port", absl::StrCat(port), "--headless"});
+    EXPECT_TRUE(node.ok()) << node.status();
+    if (node.ok()) node_.emplace(std::move(*node));
+    return port;
+  }
+
+  std::optional<testing::Subprocess> node_;
 };
 
 TEST_P(ReferencePpTest, GreedyTokensMatchInEveryMode) {
@@ -73,6 +124,8 @@ TEST_P(ReferencePpTest, GreedyTokensMatchInEveryMode) {
   const std::filesystem::path dir = kFixtures / c.model;
   const testing::Reference ref = testing::LoadReference(dir);
   ASSERT_EQ(ref.prompts.size(), ref.greedy.size());
+  const int master_port = c.nnodes > 1 ? StartWorkerNode(dir) : 0;
+  ASSERT_FALSE(HasFailure());
   for (size_t mode_index = 0; mode_index < std::size(testing::kModes); ++mode_index) {
     const testing::Mode& mode = testing::kModes[mode_index];
     for (size_t m = 0; m < std::size(kSpecMethods); ++m) {
@@ -87,6 +140,11 @@ TEST_P(ReferencePpTest, GreedyTokensMatchInEveryMode) {
       SCOPED_TRACE(name);
       config::EngineArgs args = testing::ModeArgs(mode, dir, c.tp, c.pp, method.spec);
       args.config.cache.kv_cache_memory_bytes = 8 << 20;  // plenty for the fixtures, quick to map
+      if (c.nnodes > 1) {
+        args.config.parallel.nnodes = c.nnodes;
+        args.config.parallel.master_addr = "127.0.0.1";
+        args.config.parallel.master_port = master_port;
+      }
       auto engine = LLMEngine::Create(args);
       ASSERT_TRUE(engine.ok()) << engine.status();
       testing::ExpectGreedyMatchesReference(**engine, ref, name, mode.repeats, mode.batch);
@@ -99,9 +157,9 @@ TEST_P(ReferencePpTest, GreedyTokensMatchInEveryMode) {
   }
 }
 
-// Every fixture at -pp 2, -pp 2 -tp 2 and -pp 4 (llama_gqa and qwen3_moe have 3 layers: 2 + 1
-// over two stages, 1 + 1 + 1 + 0 over four; the 2-layer fixtures 0 + 1 + 1 + 0), and explicit
-// partitions: the first stage without layers, the last without.
+// Every fixture at -pp 2, -pp 2 -tp 2, -pp 4, and -pp 2 / -tp 2 over two nodes (llama_gqa and
+// qwen3_moe have 3 layers: 2 + 1 over two stages, 1 + 1 + 1 + 0 over four; the 2-layer fixtures 0 +
+// 1 + 1 + 0), and explicit partitions: the first stage without layers, the last without.
 constexpr const char* kFixtureNames[] = {
     "llama_mha", "llama_gqa", "qwen2",   "qwen3",     "phi3",   "llama_mqa", "mistral_swa",
     "qwen2_swa", "qwen3_moe", "mixtral", "qwen2_moe", "gemma2", "gemma3"};
@@ -113,6 +171,10 @@ std::vector<Case> AllCases() {
   }
   cases.push_back({"llama_gqa", 1, 2, "0,3"});
   cases.push_back({"gemma2", 1, 2, "4,0"});
+  // One engine over two nodes: a stage on each, or a TP rank on each.
+  for (const auto& [tp, pp] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    for (const char* model : kFixtureNames) cases.push_back({model, tp, pp, nullptr, 2});
+  }
   return cases;
 }
 

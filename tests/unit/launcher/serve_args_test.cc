@@ -2,12 +2,17 @@
 // on the CPU, --help text, and bad flags named in the error with the allowed values.
 #include "launcher/serve_args.h"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "ipc/curve.h"
 
 namespace vllm::launcher {
 namespace {
@@ -135,6 +140,148 @@ TEST(ServeArgsTest, DataParallelAcrossNodes) {
   EXPECT_TRUE(lockstep->args->data_parallel_lockstep);
 }
 
+// One engine's workers across nodes, as vLLM 0.33 without Ray: node rank 0 runs the API
+// server and the engine core, the others (--headless) their workers only.
+// vLLM: -dp with --nnodes shares the replicas over the nodes (each within one node here): -dpl,
+// -dpr and -dpa follow from the node flags unless given.
+TEST(ServeArgsTest, DataParallelWithNodesTakesTheReplicasFromTheNodeFlags) {
+  auto head = Parse({"-dp", "2", "-pp", "2", "-n", "2", "--master-addr", "10.0.0.1"});
+  ASSERT_TRUE(head.ok()) << head.status();
+  const config::ParallelConfig& h = head->args->config.parallel;
+  EXPECT_EQ(h.data_parallel_size_local, 1);
+  EXPECT_EQ(h.data_parallel_start_rank, 0);
+  EXPECT_EQ(h.data_parallel_address, "10.0.0.1");
+  EXPECT_EQ(h.nnodes_within_dp(), 1);  // each replica's two stages on one node
+  EXPECT_TRUE(head->args->multi_node);
+  EXPECT_FALSE(head->args->worker_node);
+  auto node = Parse({"-dp", "4", "-n", "2", "-r", "1", "--master-addr", "10.0.0.1", "--headless"});
+  ASSERT_TRUE(node.ok()) << node.status();
+  const config::ParallelConfig& w = node->args->config.parallel;
+  EXPECT_EQ(w.data_parallel_size_local, 2);
+  EXPECT_EQ(w.data_parallel_start_rank, 2);
+  EXPECT_EQ(w.data_parallel_address, "10.0.0.1");
+  EXPECT_TRUE(node->args->headless);
+  EXPECT_FALSE(node->args->worker_node);  // a data-parallel headless node: engine cores
+  // Given flags win.
+  auto given = Parse({"-dp", "4", "-n", "2", "-r", "1", "-dpl", "2", "-dpr", "2", "-dpa",
+                      "10.0.0.9", "--master-addr", "10.0.0.1", "--headless"});
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->args->config.parallel.data_parallel_address, "10.0.0.9");
+}
+
+TEST(ServeArgsTest, OneEngineAcrossNodes) {
+  auto head = Parse({"M", "-tp", "1", "-pp", "2", "--nnodes", "2", "--node-rank", "0",
+                     "--master-addr", "10.0.0.1", "--master-port", "29600", "--device", "cpu"});
+  ASSERT_TRUE(head.ok()) << head.status();
+  const config::ParallelConfig& h = head->args->config.parallel;
+  EXPECT_EQ(h.nnodes, 2);
+  EXPECT_EQ(h.node_rank, 0);
+  EXPECT_EQ(h.master_addr, "10.0.0.1");
+  EXPECT_EQ(h.master_port, 29600);
+  EXPECT_EQ(h.local_world_size(), 1);
+  EXPECT_FALSE(head->args->headless);
+  EXPECT_FALSE(head->args->worker_node);
+  EXPECT_FALSE(head->args->multi_node);
+  // The worker node: vLLM's short aliases; no data-parallel flags needed.
+  auto node = Parse({"M", "-pp", "2", "-n", "2", "-r", "1", "--master-addr", "10.0.0.1",
+                     "--headless", "--distributed-executor-backend", "mp"});
+  ASSERT_TRUE(node.ok()) << node.status();
+  const config::ParallelConfig& w = node->args->config.parallel;
+  EXPECT_EQ(w.nnodes, 2);
+  EXPECT_EQ(w.node_rank, 1);
+  EXPECT_EQ(w.node_rank_within_dp(), 1);
+  EXPECT_EQ(w.master_port, 29501);  // vLLM's default
+  EXPECT_EQ(w.data_parallel_size_local, 1);
+  EXPECT_EQ(w.data_parallel_start_rank, 0);
+  EXPECT_TRUE(node->args->headless);
+  EXPECT_TRUE(node->args->worker_node);
+  EXPECT_FALSE(node->args->multi_node);  // no engine core here
+  // Four nodes of -tp 2 -pp 2: one rank each.
+  auto four = Parse({"-tp", "2", "-pp", "2", "--nnodes=4", "--node-rank=3", "--headless"});
+  ASSERT_TRUE(four.ok()) << four.status();
+  EXPECT_EQ(four->args->config.parallel.node_of_rank(3), 3);
+  // Defaults: one node.
+  const config::ParallelConfig& d = Parse({})->args->config.parallel;
+  EXPECT_EQ(d.nnodes, 1);
+  EXPECT_EQ(d.node_rank, 0);
+  EXPECT_EQ(d.master_addr, "127.0.0.1");
+  EXPECT_EQ(d.master_port, 29501);
+  EXPECT_FALSE(Parse({})->args->worker_node);
+  // --device auto is resolved later, on the node: not refused here.
+  EXPECT_TRUE(Parse({"-tp", "2", "-n", "2", "--device", "auto"}).ok());
+}
+
+// The workers of other nodes reach node rank 0 over TCP: --cluster-key-file applies (on one
+// node without data-parallel TCP it is refused as before).
+TEST(ServeArgsTest, ClusterKeyFileAcrossNodes) {
+  const std::string key =
+      absl::StrCat(::testing::TempDir(), "/serve_args_test_cluster_", getpid(), ".key");
+  std::remove(key.c_str());
+  ASSERT_TRUE(ipc::CreateCurveKeyFile(key).ok());
+  for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
+           {"-pp", "2", "-n", "2", "--cluster-key-file", key},
+           {"-pp", "2", "-n", "2", "-r", "1", "--headless", "--cluster-key-file", key}}) {
+    auto p = Parse(argv);
+    ASSERT_TRUE(p.ok()) << absl::StrJoin(argv, " ") << ": " << p.status();
+    EXPECT_EQ(p->args->cluster_key_file, key);
+  }
+  auto one = Parse({"--cluster-key-file", key});
+  ASSERT_FALSE(one.ok());
+  EXPECT_THAT(std::string(one.status().message()), HasSubstr("--cluster-key-file: only used when"));
+  std::remove(key.c_str());
+}
+
+TEST(ServeArgsTest, NodeFlagsAreChecked) {
+  struct Case {
+    std::vector<std::string> argv;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {{"-pp", "2", "--nnodes", "3"},
+       "Invalid data-parallel launch options: `--nnodes 3` must evenly divide the total world "
+       "size (2). Adjust `--nnodes`, `--data-parallel-size`, `--pipeline-parallel-size` or "
+       "`--tensor-parallel-size`."},
+      {{"-pp", "2", "--nnodes", "2", "--node-rank", "2", "--headless"},
+       "Invalid data-parallel launch options: `--node-rank` must be between 0 and 1; got "
+       "`--node-rank 2`. Set it to this node's zero-based index."},
+      {{"--node-rank", "1"}, "`--node-rank` must be between 0 and 0"},
+      {{"-tp", "2", "-n", "2", "--distributed-executor-backend", "uni"},
+       "`--nnodes 2` needs `--distributed-executor-backend mp`; got "
+       "`--distributed-executor-backend uni`"},
+      {{"-dp", "2", "-pp", "2", "-n", "4"},
+       "`--nnodes 4` with `--data-parallel-size 2`: a replica of 2 ranks (-tp × -pp) would span "
+       "nodes of 1 ranks; not built yet"},
+      {{"-pp", "2", "-n", "2", "-r", "1"},
+       "`--node-rank 1` runs this node's workers only: add --headless (node rank 0 runs the API "
+       "server and the engine core)"},
+      {{"-pp", "2", "-n", "2", "--headless"},
+       "node rank 0 is the head: it runs the API server; give --headless on node ranks 1 .. 1"},
+      {{"-pp", "2", "-n", "2", "-r", "1", "--headless", "-asc", "2"}, "--api-server-count"},
+      {{"-tp", "2", "-n", "2", "--device", "cuda"},
+       "--nnodes above 1 runs on the CPU backend so far (--device cpu); CUDA across nodes is not "
+       "verified yet"},
+      {{"-pp", "2", "-n", "2", "--restart-dead-engines"}, "--restart-dead-engines"},
+      {{"-pp", "2", "-n", "2", "-dpa", "127.0.0.1", "--restart-dead-engines"},
+       "--restart-dead-engines: not with --nnodes above 1"},
+      {{"-pp", "2", "-n", "2", "--master-addr", ""}, "--master-addr: expected a host name"},
+      {{"-pp", "2", "-n", "2", "--master-addr", "head node"}, "--master-addr"},
+      {{"-pp", "2", "-n", "2", "--master-addr", std::string(256, 'h')}, "--master-addr"},
+      {{"-pp", "2", "-n", "2", "--master-port", "0"}, "--master-port: 0 is outside [1, 65535]"},
+      {{"-pp", "2", "-n", "2", "--master-port", "65536"}, "--master-port"},
+      {{"-pp", "2", "-n", "2", "--master-port", "port"}, "--master-port"},
+      {{"-n", "0"}, "--nnodes: 0 is outside [1, 1024]"},
+      {{"-n", "two"}, "--nnodes"},
+      {{"-r", "-1"}, "--node-rank"},
+  };
+  for (const Case& c : cases) {
+    auto p = Parse(c.argv);
+    ASSERT_FALSE(p.ok()) << absl::StrJoin(c.argv, " ");
+    EXPECT_TRUE(absl::IsInvalidArgument(p.status()));
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr(c.expect))
+        << absl::StrJoin(c.argv, " ");
+  }
+}
+
 // vLLM 0.33's inference of the load-balancing mode (EngineArgs.create_engine_config).
 TEST(ServeArgsTest, DataParallelLoadBalancingModes) {
   struct Case {
@@ -219,6 +366,10 @@ TEST(ServeArgsTest, HelpReadsLikeVllm) {
   EXPECT_THAT(p->text, HasSubstr("--enable-prefix-caching"));
   EXPECT_THAT(p->text, HasSubstr("CacheConfig"));
   EXPECT_THAT(p->text, HasSubstr("SchedulerConfig"));
+  for (const char* flag :
+       {"--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port"}) {
+    EXPECT_THAT(p->text, HasSubstr(flag));
+  }
 }
 
 TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
