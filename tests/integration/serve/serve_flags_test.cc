@@ -541,6 +541,38 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   Stop();
   server_.reset();
 
+  // 3b. One engine across two "nodes" on this machine: the head runs stage 0, a worker node
+  //     (--node-rank 1 --headless) stage 1; they meet at --master-addr:--master-port.
+  {
+    const std::string master_port = absl::StrCat(FreePort());
+    auto node = Subprocess::Spawn({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>/dev/null",
+                                   BinDir() + "/vllm-launch", kModel, "-pp", "2", "--nnodes", "2",
+                                   "--node-rank", "1", "--master-addr", "127.0.0.1",
+                                   "--master-port", master_port, "--headless"});
+    ASSERT_TRUE(node.ok()) << node.status();
+    auto line = node->ReadLine(absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << line.status();
+    Covered("--node-rank", absl::StrContains(*line, "headless: node rank 1 of 2"), *line);
+    ASSERT_NO_FATAL_FAILURE(Start({kModel, "-pp", "2", "--nnodes", "2", "--master-addr",
+                                   "127.0.0.1", "--master-port", master_port}));
+    log = Log("node rank 1 joined");
+    InConfig("--nnodes", ConfigLine(log), "nnodes=2");
+    Covered("--master-addr", absl::StrContains(log, "join at tcp://127.0.0.1:"), log);
+    Covered("--master-port", absl::StrContains(log, absl::StrCat(":", master_port, " (--nnodes 2)")),
+            log);
+    // Only stage 0's worker runs under the head's engine core.
+    EXPECT_EQ(ProcessesUnder(server_->pid()), 2u);
+    const nlohmann::json body = {
+        {"prompt", "In the beginning"}, {"max_tokens", 8}, {"temperature", 0}};
+    EXPECT_EQ(Request(port_, "POST", "/v1/completions", body.dump(), "").status, 200);
+    Stop();
+    server_.reset();
+    node->Kill(SIGTERM);
+    auto status = node->Wait(absl::Seconds(30));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << DescribeWaitStatus(*status);
+  }
+
   // 4. Data parallelism on this node: two engine cores (each runs its worker in-process), and
   //    requests reach both (request_success_total per engine label).
   //    With --data-parallel-lockstep every engine learns the coordinator's waves (it says so).
