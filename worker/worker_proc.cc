@@ -343,9 +343,11 @@ class WorkerProc {
     return absl::InvalidArgumentError(absl::StrCat("unknown worker method '", method, "'"));
   }
 
-  // Pipeline parallelism: where this stage's time went (docs/BENCHMARKS.md reads these lines).
+  // Where this worker's time went (docs/BENCHMARKS.md reads these lines; stage 0 without PP).
   void LogStageStats() const {
-    if (worker_ == nullptr || options_.config.parallel.pipeline_parallel_size == 1) return;
+    // Every worker process: with PP the stages' balance, without it how much of the time between
+    // steps the engine leaves the workers idle (what async scheduling could fill).
+    if (worker_ == nullptr) return;
     const ModelRunner::StageStats& st = worker_->runner().stage_stats();
     if (st.steps == 0) return;
     const double span_s = static_cast<double>(st.last_step_end_ns - st.first_step_ns) * 1e-9;
