@@ -6,7 +6,8 @@
 //
 // Pipeline stage 2 on node B (hidden states over TCP, CURVE with the cluster key) and -tp 2
 // with one TP rank per node (gloo over TCP, its rendezvous on the head) answer greedily exactly
-// as one engine on one node; kill -9 of node B's stage-2 worker during load ends the streams
+// as one engine on one node; kill -9 of node B's launcher ends the -tp 2 engine's streams with an
+// error; kill -9 of node B's stage-2 worker during load ends the streams
 // with an error naming it, the head stays up and reports the engine dead, node B stops what is
 // left and joins the next head; start-up mistakes on node B (sizes, --nnodes, address, key)
 // fail naming the flag while the head keeps waiting for the right node. Skips, saying why,
@@ -96,9 +97,25 @@ TEST_F(MultinodePpTest, TensorParallelRanksOnTwoNodesAnswerAsOneEngine) {
   const std::vector<std::string> tp = {"-tp", "2", "--cluster-key-file", key_file_};
   ASSERT_NO_FATAL_FAILURE(StartNodeB(Engine(tp, 1)));
   ASSERT_NO_FATAL_FAILURE(StartHead(Engine(tp, 0)));
-  EXPECT_EQ(testing::ChildrenOf(headless_[0].pid()).size(), 1u);
+  const std::vector<pid_t> b_workers = testing::ChildrenOf(headless_[0].pid());
+  ASSERT_EQ(b_workers.size(), 1u);
   ExpectReferenceAnswers(reference);
-  ASSERT_NO_FATAL_FAILURE(StopNodeB());  // its rank exits: the engine fails, the head stays
+
+  // kill -9 of node B's whole launcher mid-load: its rank dies with it (nobody reports it); the
+  // engine's streams still end with an error (the all-reduce's broken connection, or node B's
+  // silence past the heartbeat timeout) and the head stays up.
+  const std::vector<std::string> messages = KillDuringLoad(1, {headless_[0].pid()});
+  EXPECT_EQ(messages.size(), 2u);
+  auto status = headless_[0].Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFSIGNALED(*status)) << testing::DescribeWaitStatus(*status);
+  headless_.clear();
+  // Its rank (now an orphan of this test, a subreaper) must be gone too: TearDown checks.
+  InNodeA([&] {
+    auto h = testing::Http(port_, "GET", "/health");
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->status, 503) << h->body;
+  });
   ASSERT_NO_FATAL_FAILURE(StopHead());
 }
 
