@@ -99,7 +99,14 @@ class WorkerNode {
     VLLM_ASSIGN_OR_RETURN(executor::NodeConfig config, AwaitConfig(socket, hello));
     joined_once_ = true;
     Session session;
-    VLLM_RETURN_IF_ERROR(StartRanks(config, session));
+    if (absl::Status s = StartRanks(config, session); !s.ok()) {
+      // The head waits for these ranks: tell it they will not come (it fails the engine).
+      const int32_t local = p.local_world_size();
+      const int32_t first = p.node_rank_within_dp() * local;
+      Send(socket, executor::NodeWorkerExited{first, absl::StrCat("did not start on node rank ",
+                                                                  p.node_rank, ": ", s.message())});
+      return s;
+    }
     return Supervise(socket, config, session);
   }
 
