@@ -1,9 +1,14 @@
 #include "kernels/comm/gloo_communicator.h"
 
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <thread>
 
@@ -77,6 +82,31 @@ absl::Status FromGlooError(absl::string_view what, absl::string_view context) {
   return absl::UnavailableError(message);
 }
 
+// OK when `hostname` resolves to an address a TCP socket of this machine can bind. Checked
+// before gloo's CreateDevice, whose failure path leaks getaddrinfo's list.
+absl::Status CheckBindable(const std::string& hostname) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (int e = getaddrinfo(hostname.c_str(), "0", &hints, &found); e != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve '", hostname, "' (", gai_strerror(e), ")"));
+  }
+  bool bound = false;
+  int error = 0;
+  for (addrinfo* a = found; a != nullptr && !bound; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    bound = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!bound) error = errno;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (bound) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("no address of this machine: ", strerror(error)));
+}
+
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int32_t rank,
@@ -117,6 +147,11 @@ absl::StatusOr<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Join(
     rendezvous = std::make_unique<DeadlineFileStore>(store, deadline);
   }
   IgnoreSigpipeUnlessHandled();
+  if (absl::Status bindable = CheckBindable(options.hostname); !bindable.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": cannot bind gloo's TCP device to '", options.hostname,
+                     "' (CommOptions::hostname): ", bindable.message()));
+  }
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;

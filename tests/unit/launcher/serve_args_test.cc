@@ -201,7 +201,9 @@ TEST(ServeArgsTest, OneEngineAcrossNodes) {
   ASSERT_TRUE(four.ok()) << four.status();
   EXPECT_EQ(four->args->config.parallel.node_of_rank(3), 3);
   // Defaults: one node.
-  const config::ParallelConfig& d = Parse({})->args->config.parallel;
+  const auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  const config::ParallelConfig& d = defaults->args->config.parallel;
   EXPECT_EQ(d.nnodes, 1);
   EXPECT_EQ(d.node_rank, 0);
   EXPECT_EQ(d.master_addr, "127.0.0.1");
