@@ -558,8 +558,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     log = Log("node rank 1 joined");
     InConfig("--nnodes", ConfigLine(log), "nnodes=2");
     Covered("--master-addr", absl::StrContains(log, "join at tcp://127.0.0.1:"), log);
-    Covered("--master-port", absl::StrContains(log, absl::StrCat(":", master_port, " (--nnodes 2)")),
-            log);
+    Covered("--master-port",
+            absl::StrContains(log, absl::StrCat(":", master_port, " (--nnodes 2)")), log);
     // Only stage 0's worker runs under the head's engine core.
     EXPECT_EQ(ProcessesUnder(server_->pid()), 2u);
     const nlohmann::json body = {

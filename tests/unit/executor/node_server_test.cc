@@ -206,8 +206,8 @@ TEST_F(NodeServerTest, JoinsMatchingNodesAndRefusesTheOthersByFlag) {
 
   server_->StopAll("the engine shut down");
   bool stopped = false;
-  for (std::optional<NodeMessage> m = nodes[1]->Receive(absl::Seconds(5)); m.has_value() && !stopped;
-       m = nodes[1]->Receive(absl::Seconds(5))) {
+  for (std::optional<NodeMessage> m = nodes[1]->Receive(absl::Seconds(5));
+       m.has_value() && !stopped; m = nodes[1]->Receive(absl::Seconds(5))) {
     stopped = std::holds_alternative<NodeStop>(*m);
   }
   EXPECT_TRUE(stopped);
