@@ -58,7 +58,14 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Bind(const NodeServerOpt
   zmq::socket_t& s = server->socket_;
   s.set(zmq::sockopt::linger, 1000);  // a STOP at shutdown still leaves
   s.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxNodeFrameBytes));
-  if (options.curve.has_value()) VLLM_RETURN_IF_ERROR(ipc::MakeCurveServer(s, *options.curve));
+  if (options.curve.has_value()) {
+    VLLM_RETURN_IF_ERROR(ipc::MakeCurveServer(s, *options.curve));
+  } else {
+    spdlog::warn(
+        "the sockets between the nodes ({} and the queues' TCP ports) admit anyone who can "
+        "reach them: pass --cluster-key-file on every node to require the cluster key (CURVE)",
+        server->address_);
+  }
   // The previous engine of this process may have closed its server on the same port an
   // instant ago: ZMQ releases a listener asynchronously, so EADDRINUSE is retried briefly.
   const absl::Time until = absl::Now() + absl::Seconds(3);
