@@ -68,7 +68,7 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Bind(const NodeServerOpt
   }
   // The previous engine of this process may have closed its server on the same port an
   // instant ago: ZMQ releases a listener asynchronously, so EADDRINUSE is retried briefly.
-  const absl::Time until = absl::Now() + absl::Seconds(3);
+  const absl::Time until = absl::Now() + options.bind_retry;
   while (true) {
     try {
       s.bind(server->address_);

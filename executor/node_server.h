@@ -35,6 +35,9 @@ struct NodeServerOptions {
   std::optional<ipc::CurveKeys> curve;  // the cluster key: only its holders get in
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(10);
+  // How long Bind retries a port still held by this process's previous server (ZMQ releases a
+  // closed listener asynchronously).
+  absl::Duration bind_retry = absl::Seconds(3);
 };
 
 class NodeServer {
