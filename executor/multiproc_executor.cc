@@ -70,7 +70,10 @@ absl::StatusOr<std::string> MultiprocExecutor::BindReady(zmq::socket_t& pull,
     // Ranks on other nodes report here: a free port of the head's --master-addr.
     pull.set(zmq::sockopt::maxmsgsize, int64_t{1} << 20);
     if (curve_.has_value()) VLLM_RETURN_IF_ERROR(ipc::MakeCurveServer(pull, *curve_));
-    address = absl::StrCat("tcp://", parallel.master_addr, ":*");
+    const bool v6 = bind_host_.find(':') != std::string::npos;
+    if (v6) pull.set(zmq::sockopt::ipv6, 1);
+    address =
+        v6 ? absl::StrCat("tcp://[", bind_host_, "]:*") : absl::StrCat("tcp://", bind_host_, ":*");
   } else {
     // A private socket file, removed once every worker's ready message (sent over its
     // connection) has arrived, or when Start() returns.
@@ -101,7 +104,7 @@ absl::StatusOr<std::vector<std::string>> MultiprocExecutor::MakeCommGroups() {
     if (first_node != last_node) {
       // The group spans nodes: gloo over TCP, its rendezvous on a store of this process.
       backend = Backend::kGloo;
-      group_options.store_host = parallel.master_addr;
+      group_options.store_host = bind_host_;
       group_options.curve = curve_;
     } else if (first_node != 0) {
       continue;  // the group is on one other node: that node makes it
@@ -128,8 +131,16 @@ absl::Status MultiprocExecutor::Start() {
           "--nnodes above 1 runs on the CPU backend so far (--device cpu); CUDA across nodes is "
           "not verified yet");
     }
+    // ZMQ binds addresses, not names: --master-addr may be this node's host name.
+    absl::StatusOr<std::string> numeric = ipc::NumericHost(parallel.master_addr);
+    if (!numeric.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--master-addr ", parallel.master_addr, ": ", numeric.status().message()));
+    }
+    bind_host_ = *numeric;
     NodeServerOptions node_options;
     node_options.config = options_.config;
+    node_options.bind_host = bind_host_;
     node_options.curve = curve_;
     node_options.heartbeat_timeout = options_.node_heartbeat_timeout;
     VLLM_ASSIGN_OR_RETURN(nodes_, NodeServer::Bind(node_options));
@@ -147,7 +158,7 @@ absl::Status MultiprocExecutor::Start() {
     std::vector<int32_t> local(parallel.local_world_size());
     for (int32_t r = 0; r < parallel.local_world_size(); ++r) local[r] = r;
     bo.local_reader_ranks = std::move(local);
-    bo.remote_host = parallel.master_addr;
+    bo.remote_host = bind_host_;
     bo.remote_curve = curve_;
   }
   VLLM_ASSIGN_OR_RETURN(broadcast_, ipc::MessageQueueWriter::Create(bo));
@@ -244,7 +255,7 @@ absl::Status MultiprocExecutor::SpawnWorkers(const std::string& ready_address,
     w.comm_spec = comm_specs[rank / options_.config.parallel.tensor_parallel_size];
     w.parent_pid = getpid();
     w.startup_timeout = options_.startup_timeout;
-    if (parallel.nnodes_within_dp() > 1) w.node_address = parallel.master_addr;
+    if (parallel.nnodes_within_dp() > 1) w.node_address = bind_host_;
     w.cluster_key_file = options_.cluster_key_file;
     std::vector<std::string> args = {binary, worker::kWorkerProcSubcommand};
     for (std::string& f : worker::ToWorkerProcFlags(w)) args.push_back(std::move(f));

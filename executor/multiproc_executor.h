@@ -180,6 +180,7 @@ class MultiprocExecutor final : public core::Executor {
   std::vector<pid_t> rank_pids_;            // every rank's, from its ready message
   std::unique_ptr<NodeServer> nodes_;       // across nodes only
   std::optional<ipc::CurveKeys> curve_;
+  std::string bind_host_;  // across nodes: --master-addr's numeric address (this node's)
   std::vector<int> pidfds_;
   int stop_fd_ = -1;  // eventfd that ends the monitor
   std::thread monitor_;

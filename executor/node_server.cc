@@ -54,10 +54,14 @@ absl::StatusOr<std::unique_ptr<NodeServer>> NodeServer::Bind(const NodeServerOpt
   const config::ParallelConfig& p = options.config.parallel;
   std::unique_ptr<NodeServer> server(new NodeServer(options));
   server->nodes_.resize(p.nnodes_within_dp());
-  server->address_ = absl::StrCat("tcp://", p.master_addr, ":", p.master_port);
+  const std::string& host = options.bind_host.empty() ? p.master_addr : options.bind_host;
+  server->address_ = host.find(':') == std::string::npos
+                         ? absl::StrCat("tcp://", host, ":", p.master_port)
+                         : absl::StrCat("tcp://[", host, "]:", p.master_port);
   zmq::socket_t& s = server->socket_;
   s.set(zmq::sockopt::linger, 1000);  // a STOP at shutdown still leaves
   s.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxNodeFrameBytes));
+  if (host.find(':') != std::string::npos) s.set(zmq::sockopt::ipv6, 1);
   if (options.curve.has_value()) {
     VLLM_RETURN_IF_ERROR(ipc::MakeCurveServer(s, *options.curve));
   } else {

@@ -33,6 +33,8 @@ struct NodeServerOptions {
   // The engine's resolved config: its parallel sizes and nodes are what HELLOs must match.
   config::VllmConfig config;
   std::optional<ipc::CurveKeys> curve;  // the cluster key: only its holders get in
+  // The numeric address of --master-addr to bind (empty: --master-addr as given).
+  std::string bind_host;
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(10);
   // How long Bind retries a port still held by this process's previous server (ZMQ releases a

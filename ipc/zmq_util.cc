@@ -1,5 +1,8 @@
 #include "ipc/zmq_util.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -47,6 +50,32 @@ absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view hos
     return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint, ": ", e.what()));
   }
   return socket.get(zmq::sockopt::last_endpoint);
+}
+
+absl::StatusOr<std::string> NumericHost(absl::string_view host) {
+  const std::string name(host);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int e = getaddrinfo(name.c_str(), nullptr, &hints, &found); e != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' does not resolve (", gai_strerror(e), ")"));
+  }
+  std::string v4, v6;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* addr =
+        a->ai_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    if (inet_ntop(a->ai_family, addr, text, sizeof(text)) == nullptr) continue;
+    if (a->ai_family == AF_INET && v4.empty()) v4 = text;
+    if (a->ai_family == AF_INET6 && v6.empty()) v6 = text;
+  }
+  freeaddrinfo(found);
+  if (!v4.empty()) return v4;
+  if (!v6.empty()) return v6;
+  return absl::InvalidArgumentError(absl::StrCat("'", name, "' has no IP address"));
 }
 
 int PollItems(zmq::pollitem_t* items, size_t n, absl::Duration timeout) {

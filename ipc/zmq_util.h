@@ -34,6 +34,11 @@ std::string UniqueToken();
 [[nodiscard]] absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view host,
                                                   int port);
 
+// The numeric address to bind a TCP socket at for `host`: an address as it is, a name resolved
+// (IPv4 first; ZMQ binds only addresses and interfaces). InvalidArgument when it does not
+// resolve.
+[[nodiscard]] absl::StatusOr<std::string> NumericHost(absl::string_view host);
+
 // zmq::poll over `items` for up to `timeout` (negative: no limit). A signal interrupting the
 // wait (EINTR) is not an error: it returns 0 with every revents cleared, as a timeout would.
 // Throws only what zmq::poll throws for other errors (ETERM, EFAULT).
