@@ -155,8 +155,16 @@ absl::Status NodeServer::AwaitNodes(NodeConfig config, absl::Time deadline,
     return std::count_if(nodes_.begin() + 1, nodes_.end(),
                          [](const Node& node) { return !node.identity.empty(); });
   };
+  absl::Time next_beat = absl::Now();
   while (joined() < n - 1) {
     VLLM_RETURN_IF_ERROR(check());
+    if (absl::Now() >= next_beat) {
+      // The nodes that joined already wait for the others too, and take a silent head as gone.
+      for (int32_t r = 1; r < n; ++r) {
+        if (!nodes_[r].identity.empty()) Send(nodes_[r].identity, NodeHeartbeat{});
+      }
+      next_beat = absl::Now() + options_.heartbeat_interval;
+    }
     if (absl::Now() >= deadline) {
       std::vector<int32_t> missing;
       for (int32_t r = 1; r < n; ++r) {
@@ -184,7 +192,13 @@ absl::Status NodeServer::AwaitNodes(NodeConfig config, absl::Time deadline,
         continue;
       }
       const NodeHello* hello = std::get_if<NodeHello>(&*m);
-      if (hello == nullptr) continue;  // a heartbeat of a node's earlier session
+      if (hello == nullptr) {
+        // A joined node's heartbeat (or a frame of some node's earlier session).
+        for (Node& node : nodes_) {
+          if (node.identity == identity) node.last_seen = absl::Now();
+        }
+        continue;
+      }
       NodeReject reject = Check(*hello, identity);
       if (!reject.flag.empty()) {
         spdlog::warn("node handshake: refused node rank {} at {}: {}", hello->node_rank,

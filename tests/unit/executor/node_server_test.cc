@@ -216,13 +216,18 @@ TEST_F(NodeServerTest, JoinsMatchingNodesAndRefusesTheOthersByFlag) {
 
 TEST_F(NodeServerTest, NodesThatNeverComeAreNamedAtTheDeadline) {
   FakeNode one(address_);
+  bool heard = false;  // a joined node hears heartbeats while the head waits for the others
   std::thread joiner([&] {
     one.Send(Hello(2));
-    (void)one.Receive(absl::Seconds(5));
+    std::optional<NodeMessage> config = one.Receive(absl::Seconds(5));
+    if (!config.has_value() || !std::holds_alternative<NodeConfig>(*config)) return;
+    std::optional<NodeMessage> beat = one.Receive(absl::Milliseconds(700));
+    heard = beat.has_value() && std::holds_alternative<NodeHeartbeat>(*beat);
   });
   const absl::Status s = server_->AwaitNodes(Config(), absl::Now() + absl::Milliseconds(800),
                                              [] { return absl::OkStatus(); });
   joiner.join();
+  EXPECT_TRUE(heard) << "no heartbeat to the node that joined";
   EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "node rank(s) 1, 3 did not join")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "--master-addr")) << s;
