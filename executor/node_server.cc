@@ -143,6 +143,25 @@ void NodeServer::Send(const std::string& identity, const NodeMessage& message) {
   }
 }
 
+bool NodeServer::NextFrame(bool handshake, std::string& identity, NodeMessage& message) {
+  std::vector<zmq::message_t> parts;
+  while (RecvMessage(socket_, parts)) {
+    if (parts.size() != 2) continue;
+    identity = parts[0].to_string();
+    absl::StatusOr<NodeMessage> m = DecodeNodeMessage(parts[1].to_string_view());
+    if (m.ok()) {
+      message = std::move(*m);
+      return true;
+    }
+    if (!handshake) continue;
+    spdlog::warn("node handshake: a frame refused: {}", m.status().ToString());
+    if (absl::IsFailedPrecondition(m.status())) {
+      Send(identity, NodeReject{"", std::string(m.status().message())});
+    }
+  }
+  return false;
+}
+
 absl::Status NodeServer::AwaitNodes(NodeConfig config, absl::Time deadline,
                                     const std::function<absl::Status()>& check) {
   config.heartbeat_interval_ms = absl::ToInt64Milliseconds(options_.heartbeat_interval);
@@ -178,20 +197,10 @@ absl::Status NodeServer::AwaitNodes(NodeConfig config, absl::Time deadline,
     }
     zmq::pollitem_t item = {socket_.handle(), 0, ZMQ_POLLIN, 0};
     ipc::PollItems(&item, 1, absl::Milliseconds(50));
-    std::vector<zmq::message_t> parts;
-    while (RecvMessage(socket_, parts)) {
-      if (parts.size() != 2) continue;
-      const std::string identity = parts[0].to_string();
-      absl::StatusOr<NodeMessage> m = DecodeNodeMessage(parts[1].to_string_view());
-      parts.clear();
-      if (!m.ok()) {
-        spdlog::warn("node handshake: a frame refused: {}", m.status().ToString());
-        if (absl::IsFailedPrecondition(m.status())) {
-          Send(identity, NodeReject{"", std::string(m.status().message())});
-        }
-        continue;
-      }
-      const NodeHello* hello = std::get_if<NodeHello>(&*m);
+    std::string identity;
+    NodeMessage m;
+    while (NextFrame(/*handshake=*/true, identity, m)) {
+      const NodeHello* hello = std::get_if<NodeHello>(&m);
       if (hello == nullptr) {
         // A joined node's heartbeat (or a frame of some node's earlier session).
         for (Node& node : nodes_) {
@@ -235,16 +244,12 @@ std::vector<NodeServer::Event> NodeServer::Service() {
   std::vector<Event> events;
   const absl::Time now = absl::Now();
   const config::ParallelConfig& p = options_.config.parallel;
-  std::vector<zmq::message_t> parts;
-  while (RecvMessage(socket_, parts)) {
-    if (parts.size() != 2) continue;
-    const std::string identity = parts[0].to_string();
-    absl::StatusOr<NodeMessage> m = DecodeNodeMessage(parts[1].to_string_view());
-    parts.clear();
-    if (!m.ok()) continue;
+  std::string identity;
+  NodeMessage m;
+  while (NextFrame(/*handshake=*/false, identity, m)) {
     auto it = std::find_if(nodes_.begin() + 1, nodes_.end(),
                            [&](const Node& node) { return node.identity == identity; });
-    if (const NodeHello* hello = std::get_if<NodeHello>(&*m)) {
+    if (const NodeHello* hello = std::get_if<NodeHello>(&m)) {
       if (it != nodes_.end()) continue;  // a joined node's HELLO, sent again before CONFIG came
       // A node that started again (its ranks of this engine died with it), or a stranger.
       const bool ours =
@@ -260,7 +265,7 @@ std::vector<NodeServer::Event> NodeServer::Service() {
     }
     if (it == nodes_.end()) continue;  // not a node of this engine
     it->last_seen = now;
-    if (const NodeWorkerExited* exited = std::get_if<NodeWorkerExited>(&*m)) {
+    if (const NodeWorkerExited* exited = std::get_if<NodeWorkerExited>(&m)) {
       const int32_t node = static_cast<int32_t>(it - nodes_.begin());
       if (exited->rank < 0 || exited->rank >= p.world_size() ||
           p.node_of_rank(exited->rank) != node) {

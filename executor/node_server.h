@@ -85,6 +85,10 @@ class NodeServer {
   // The flag and message when `hello` does not fit this engine (flag empty when it fits).
   NodeReject Check(const NodeHello& hello, const std::string& identity) const;
   void Send(const std::string& identity, const NodeMessage& message);
+  // The next frame that decodes, and its sender; false when none is waiting. Frames that do not
+  // decode are skipped; during the handshake they are logged, and a frame of another protocol
+  // version is answered with a REJECT saying so.
+  bool NextFrame(bool handshake, std::string& identity, NodeMessage& message);
 
   const NodeServerOptions options_;
   zmq::socket_t socket_;

@@ -6,10 +6,6 @@
 // new process each become an event naming the rank or node; the head heartbeats and STOPs.
 #include "executor/node_server.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,25 +19,10 @@
 #include "executor/node_protocol.h"
 #include "gtest/gtest.h"
 #include "ipc/zmq_util.h"
+#include "tests/support/process.h"
 
 namespace vllm::executor {
 namespace {
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  if (fd >= 0) close(fd);
-  return port;
-}
-
 // A worker node's socket, driven by hand.
 class FakeNode {
  public:
@@ -77,7 +58,7 @@ class NodeServerTest : public ::testing::Test {
     options_.config.parallel.pipeline_parallel_size = 4;
     options_.config.parallel.nnodes = 4;
     options_.config.parallel.master_addr = "127.0.0.1";
-    options_.config.parallel.master_port = FreePort();
+    options_.config.parallel.master_port = testing::FreePort();
     options_.heartbeat_interval = absl::Milliseconds(50);
     options_.heartbeat_timeout = absl::Milliseconds(400);
     auto server = NodeServer::Bind(options_);

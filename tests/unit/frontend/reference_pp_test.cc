@@ -9,10 +9,8 @@
 // Across nodes (--nnodes 2, both "nodes" on loopback here; tests/multinode/ runs them in two
 // network namespaces): `-pp 2` with the second stage, and `-tp 2` with the second TP rank, in a
 // `vllm-launch --headless --node-rank 1` process that joins each engine of the case in turn.
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,22 +65,6 @@ struct SpecMethod {
 const SpecMethod kSpecMethods[] = {
     {"plain", ""}, {"ngram", testing::kNgramSpec}, {"suffix", testing::kSuffixSpec}};
 
-// A free TCP port of 127.0.0.1 (bound and released: the engine binds it next).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  if (fd >= 0) close(fd);
-  return port;
-}
-
 class ReferencePpTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
@@ -106,7 +88,7 @@ class ReferencePpTest : public ::testing::TestWithParam<Case> {
   // master port the engines listen on.
   int StartWorkerNode(const std::filesystem::path& dir) {
     const Case& c = GetParam();
-    const int port = FreePort();
+    const int port = testing::FreePort();
     auto node = testing::Subprocess::Spawn(
         {testing::BinDir() + "/vllm-launch", dir.string(), "-tp", absl::StrCat(c.tp), "-pp",
          absl::StrCat(c.pp), "--nnodes", absl::StrCat(c.nnodes), "--node-rank", "1",
