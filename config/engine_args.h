@@ -26,7 +26,8 @@ struct EngineArgs {
   absl::Duration execute_timeout = absl::Minutes(5);
 
   // `config` validated (InvalidArgument naming the flag), as replica 0 of its node
-  // (data_parallel_rank = data_parallel_start_rank).
+  // (data_parallel_rank = data_parallel_start_rank), its kv_offloading_size resolved into the
+  // KV-transfer config (VllmConfig::ResolveKvOffloading).
   [[nodiscard]] absl::StatusOr<VllmConfig> CreateEngineConfig() const;
 
   static VllmConfig CodeDefaults() {

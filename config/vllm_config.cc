@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/json_util.h"
 #include "base/status_macros.h"
 #include "config/config_fields.h"
 
@@ -116,6 +118,22 @@ absl::Status CacheConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--gpu-memory-utilization must be in (0, 1], got %g", gpu_memory_utilization));
   }
+  // 0 is unset (vLLM's None); the flag itself refuses 0.
+  if (!(std::isfinite(kv_offloading_size) && kv_offloading_size >= 0 &&
+        kv_offloading_size <= kMaxKvOffloadingGiB)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--kv-offloading-size: expected GiB in (0, %.0f], got %g",
+                        kMaxKvOffloadingGiB, kv_offloading_size));
+  }
+  if (kv_offloading_backend == "lmcache") {
+    return absl::InvalidArgumentError(
+        "--kv-offloading-backend lmcache: LMCache is a Python package this runtime cannot load; "
+        "use native (vLLM's built-in CPU offloading, OffloadingConnector)");
+  }
+  if (kv_offloading_backend != "native") {
+    return absl::InvalidArgumentError(absl::StrCat("--kv-offloading-backend: unknown value '",
+                                                   kv_offloading_backend, "' (choose native)"));
+  }
   return absl::OkStatus();
 }
 
@@ -214,10 +232,11 @@ absl::Status ParallelConfig::Validate() const {
 
 namespace {
 
-// The flag of a field: --max-num-seqs for max_num_seqs; the KV-events fields are keys of
-// --kv-events-config.
+// The flag of a field: --max-num-seqs for max_num_seqs; the KV-events and KV-transfer fields
+// are keys of --kv-events-config and --kv-transfer-config.
 std::string FlagOf(std::string_view part, std::string_view field) {
   if (part == "kv_events") return absl::StrCat("--kv-events-config ", A(field));
+  if (part == "kv_transfer") return absl::StrCat("--kv-transfer-config ", A(field));
   if (part == "structured_outputs") {
     if (field == "max_compile_seconds") return "--max-structured-output-compile-seconds";
     return absl::StrCat("--structured-outputs-config ", A(field));
@@ -277,6 +296,67 @@ struct BoundsChecker {
 
 }  // namespace
 
+absl::Status VllmConfig::ResolveKvOffloading() {
+  if (cache.kv_offloading_size <= 0) return absl::OkStatus();
+  KvTransferConfig& t = kv_transfer;
+  const std::string size_flag = absl::StrCat("--kv-offloading-size ", cache.kv_offloading_size);
+  if (!t.kv_connector.empty() && t.kv_connector != "OffloadingConnector") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        size_flag, " runs OffloadingConnector, but --kv-transfer-config kv_connector is '",
+        t.kv_connector, "' (vLLM would replace it): give one of the two"));
+  }
+  if (!t.kv_role.empty() && t.kv_role != "kv_both") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        size_flag, " runs OffloadingConnector as kv_both, but --kv-transfer-config kv_role is '",
+        t.kv_role, "' (vLLM would replace it)"));
+  }
+  absl::StatusOr<nlohmann::json> extra = base::ParseJson(
+      t.kv_connector_extra_config, "--kv-transfer-config kv_connector_extra_config", 8);
+  if (!extra.ok()) return extra.status();
+  if (!extra->is_object()) {
+    return absl::InvalidArgumentError(
+        "--kv-transfer-config kv_connector_extra_config: expected the JSON text of an object");
+  }
+  // vLLM's kv_offloading_size * (1 << 30): a float.
+  const double bytes = cache.kv_offloading_size * static_cast<double>(int64_t{1} << 30);
+  if (const auto it = extra->find("cpu_bytes_to_use");
+      it != extra->end() && !(it->is_number() && it->get<double>() == bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        size_flag, " offloads ", absl::StrFormat("%.0f", bytes),
+        " bytes, but --kv-transfer-config kv_connector_extra_config cpu_bytes_to_use is ",
+        it->dump(), " (vLLM would replace it)"));
+  }
+  (*extra)["cpu_bytes_to_use"] = bytes;
+  std::string text = extra->dump();
+  if (text.size() > kMaxKvConnectorExtraConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-transfer-config kv_connector_extra_config: ", text.size(),
+                     " bytes with cpu_bytes_to_use; at most ", kMaxKvConnectorExtraConfigBytes));
+  }
+  t.kv_connector = "OffloadingConnector";
+  t.kv_role = "kv_both";
+  t.kv_connector_extra_config = std::move(text);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A config with an offloading size is one ResolveKvOffloading has made (resolving it again
+// changes nothing).
+absl::Status CheckKvOffloadingResolved(const VllmConfig& c) {
+  if (c.cache.kv_offloading_size <= 0) return absl::OkStatus();
+  VllmConfig resolved = c;
+  VLLM_RETURN_IF_ERROR(resolved.ResolveKvOffloading());
+  if (resolved.kv_transfer != c.kv_transfer) {
+    return absl::InvalidArgumentError(
+        "--kv-offloading-size: the KV-transfer config does not say OffloadingConnector, kv_both "
+        "and its cpu_bytes_to_use (VllmConfig::ResolveKvOffloading was not applied)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status VllmConfig::Validate() const {
   BoundsChecker bounds;
   VisitAllFields(*this, bounds);
@@ -286,7 +366,9 @@ absl::Status VllmConfig::Validate() const {
   VLLM_RETURN_IF_ERROR(parallel.Validate());
   VLLM_RETURN_IF_ERROR(device.Validate());
   VLLM_RETURN_IF_ERROR(load.Validate());
+  VLLM_RETURN_IF_ERROR(kv_transfer.Validate());
   VLLM_RETURN_IF_ERROR(speculative.Validate());
+  VLLM_RETURN_IF_ERROR(CheckKvOffloadingResolved(*this));
   // vLLM's _verify_and_get_draft_tp: the draft runs sharded as the target or whole on every
   // rank.
   if (speculative.draft_tensor_parallel_size != 0 && speculative.draft_tensor_parallel_size != 1 &&
@@ -365,10 +447,12 @@ struct Describer {
   std::string out;
   template <class T>
   void operator()(std::string_view part, std::string_view name, const T& value, FieldBounds) {
-    // vLLM's log line calls the device "device_config", and the KV-events and speculative
-    // fields are its kv_events_config's and speculative_config's.
+    // vLLM's log line calls the device "device_config", and the KV-events, KV-transfer and
+    // speculative fields are its kv_events_config's, kv_transfer_config's and
+    // speculative_config's.
     const std::string_view shown = name == "device" ? "device_config" : name;
     const std::string_view prefix = part == "kv_events"     ? "kv_events_config."
+                                    : part == "kv_transfer" ? "kv_transfer_config."
                                     : part == "speculative" ? "speculative_config."
                                                             : "";
     absl::StrAppend(&out, out.empty() ? "" : ", ", A(prefix), A(shown), "=", Show(value));

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "config/field_bounds.h"
 #include "config/kv_events_config.h"
+#include "config/kv_transfer_config.h"
 #include "config/speculative_config.h"
 
 namespace vllm::config {
@@ -114,6 +115,9 @@ struct LoadConfig {
   friend bool operator==(const LoadConfig&, const LoadConfig&) = default;
 };
 
+// The largest --kv-offloading-size, in GiB (1 PiB).
+inline constexpr double kMaxKvOffloadingGiB = 1 << 20;
+
 struct CacheConfig {
   // Tokens per KV-cache block: 1, 8, 16, 32, 64 or 128.
   int32_t block_size = 16;
@@ -124,6 +128,13 @@ struct CacheConfig {
   double gpu_memory_utilization = 0.9;
   // Use this many KV-cache blocks instead of sizing the cache from memory.
   std::optional<int32_t> num_gpu_blocks_override;
+  // --kv-offloading-size: GiB of CPU memory to offload KV-cache blocks to (with TP > 1, the
+  // total over the ranks); 0 is vLLM's None: no offloading. Set, it makes the engine run
+  // OffloadingConnector (VllmConfig::ResolveKvOffloading). At most kMaxKvOffloadingGiB.
+  double kv_offloading_size = 0;
+  // --kv-offloading-backend: "native" (vLLM's own CPU offloading) only; vLLM's "lmcache" is a
+  // Python package this runtime cannot load.
+  std::string kv_offloading_backend = "native";
 
   template <class Self, class V>
   static void Fields(Self& c, V& v) {
@@ -132,6 +143,8 @@ struct CacheConfig {
     v("kv_cache_memory_bytes", c.kv_cache_memory_bytes, Range(1, int64_t{1} << 50));
     v("gpu_memory_utilization", c.gpu_memory_utilization);
     v("num_gpu_blocks_override", c.num_gpu_blocks_override, Range(1, 1 << 30));
+    v("kv_offloading_size", c.kv_offloading_size);
+    v("kv_offloading_backend", c.kv_offloading_backend);  // "native": Validate() says why
   }
   [[nodiscard]] absl::Status Validate() const;
   friend bool operator==(const CacheConfig&, const CacheConfig&) = default;
@@ -308,6 +321,9 @@ struct VllmConfig {
   // --kv-events-config (vLLM's kv_events_config): each engine core publishes its KV-cache
   // events; its endpoint is offset by the engine's data-parallel rank.
   KvEventsConfig kv_events;
+  // --kv-transfer-config (vLLM's kv_transfer_config): the KV connector the engine runs, if any;
+  // --kv-offloading-size fills it (ResolveKvOffloading).
+  KvTransferConfig kv_transfer;
   StructuredOutputsConfig structured_outputs;
   ToolCallingConfig tool_calling;
   SpeculativeConfig speculative;
@@ -322,10 +338,20 @@ struct VllmConfig {
     v("device", c.device);
     v("load", c.load);
     v("kv_events", c.kv_events);
+    v("kv_transfer", c.kv_transfer);
     v("structured_outputs", c.structured_outputs);
     v("tool_calling", c.tool_calling);
     v("speculative", c.speculative);
   }
+  // vLLM's VllmConfig._post_init_kv_transfer_config: with cache.kv_offloading_size set, the
+  // engine offloads through OffloadingConnector: kv_transfer.kv_connector becomes
+  // "OffloadingConnector", kv_role "kv_both", and kv_connector_extra_config gains
+  // "cpu_bytes_to_use": kv_offloading_size × 2^30 (a float, as vLLM's; the other keys kept).
+  // Where vLLM would silently overwrite what --kv-transfer-config says (another kv_connector,
+  // another kv_role, another cpu_bytes_to_use), InvalidArgument naming both flags instead.
+  // Nothing without kv_offloading_size; idempotent. The CLI and EngineArgs call it before
+  // Validate(), which refuses an offloading size that was not resolved so.
+  [[nodiscard]] absl::Status ResolveKvOffloading();
   // Every field's bounds (each part's `Fields`), every part's own checks, then the ones across
   // parts. InvalidArgument naming the flag.
   [[nodiscard]] absl::Status Validate() const;
@@ -339,7 +365,8 @@ struct VllmConfig {
 
 // One line for the engine's start-up log, as vLLM's "Initializing a V1 LLM engine with config:
 // model=..., ..." (every field of every part, `name=value`, in the order of config_fields.h;
-// the device as device_config, the KV-events fields prefixed kv_events_config.).
+// the device as device_config, the KV-events fields prefixed kv_events_config., the KV-transfer
+// fields kv_transfer_config.).
 std::string DescribeVllmConfig(const VllmConfig& config);
 
 }  // namespace vllm::config

@@ -8,6 +8,7 @@
 #include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "config/speculative_config.h"
+#include "kv_transfer/codec.h"
 
 namespace vllm::core {
 namespace {
@@ -63,7 +64,7 @@ void PackSamplingParams(Packer& pk, const SamplingParams& p) {
 }
 
 void PackRequest(Packer& pk, const EngineCoreRequest& r) {
-  pk.pack_array(8);
+  pk.pack_array(9);
   pk.pack(r.request_id);
   wire::PackList<int32_t>(pk, r.prompt_token_ids);
   PackSamplingParams(pk, r.sampling_params);
@@ -72,6 +73,7 @@ void PackRequest(Packer& pk, const EngineCoreRequest& r) {
   pk.pack(r.priority);
   wire::PackOptional(pk, r.cache_salt);
   wire::PackOptional(pk, r.data_parallel_rank);
+  kv_transfer::PackOptional(pk, r.kv_transfer_params);
 }
 
 void PackTokenLogprobs(Packer& pk, const TokenLogprobs& t) {
@@ -88,7 +90,7 @@ void PackLogprobsList(Packer& pk, const std::vector<TokenLogprobs>& list) {
 }
 
 void PackOutput(Packer& pk, const EngineCoreOutput& o) {
-  pk.pack_array(7);
+  pk.pack_array(8);
   pk.pack(o.request_id);
   wire::PackList<int32_t>(pk,
                           std::span<const int32_t>(o.new_token_ids.data(), o.new_token_ids.size()));
@@ -101,6 +103,7 @@ void PackOutput(Packer& pk, const EngineCoreOutput& o) {
   pk.pack(o.num_cached_tokens);
   PackLogprobsList(pk, o.logprobs);
   PackLogprobsList(pk, o.prompt_logprobs);
+  kv_transfer::PackOptional(pk, o.kv_transfer_params);
 }
 
 void PackStructuredOutputStats(Packer& pk, const structured_output::StructuredOutputStats& s) {
@@ -122,19 +125,24 @@ void PackSpecDecodingStats(Packer& pk, const spec_decode::SpecDecodingStats& s) 
   wire::PackList<int64_t>(pk, s.num_accepted_tokens_per_pos);
 }
 
+void PackPrefixCacheStats(Packer& pk, const PrefixCacheStats& p) {
+  pk.pack_array(4);
+  pk.pack(p.reset);
+  pk.pack(p.requests);
+  pk.pack(p.queries);
+  pk.pack(p.hits);
+}
+
 void PackStats(Packer& pk, const SchedulerStats& s) {
-  pk.pack_array(7);
+  pk.pack_array(8);
   pk.pack(s.num_running_reqs);
   pk.pack(s.num_waiting_reqs);
   wire::PackDouble(pk, s.kv_cache_usage);
-  pk.pack_array(4);
-  pk.pack(s.prefix_cache_stats.reset);
-  pk.pack(s.prefix_cache_stats.requests);
-  pk.pack(s.prefix_cache_stats.queries);
-  pk.pack(s.prefix_cache_stats.hits);
+  PackPrefixCacheStats(pk, s.prefix_cache_stats);
   pk.pack(s.num_preemptions);
   PackStructuredOutputStats(pk, s.structured_output_stats);
   PackSpecDecodingStats(pk, s.spec_decoding_stats);
+  PackPrefixCacheStats(pk, s.connector_prefix_cache_stats);
 }
 
 void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
@@ -154,7 +162,7 @@ void PackOutputs(Packer& pk, const EngineCoreOutputs& o) {
 }
 
 void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
-  pk.pack_array(11);
+  pk.pack_array(12);
   pk.pack(o.step_id);
   pk.pack_array(static_cast<uint32_t>(o.scheduled_new_reqs.size()));
   for (const NewRequestData& r : o.scheduled_new_reqs) {
@@ -183,10 +191,11 @@ void PackSchedulerOutput(Packer& pk, const SchedulerOutput& o) {
   wire::PackList<int32_t>(pk, o.grammar_bitmask);
   wire::PackList<int32_t>(pk, o.num_scheduled_spec_tokens);
   pk.pack(o.num_spec_tokens_to_schedule);
+  kv_transfer::PackOptional(pk, o.kv_connector_metadata);
 }
 
 void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
-  pk.pack_array(5);
+  pk.pack_array(6);
   wire::PackList<std::string>(pk, o.req_ids);
   pk.pack_array(static_cast<uint32_t>(o.sampled_token_ids.size()));
   for (const auto& tokens : o.sampled_token_ids) wire::PackList<int32_t>(pk, tokens);
@@ -196,6 +205,7 @@ void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
   for (const auto& list : o.prompt_logprobs) PackLogprobsList(pk, list);
   pk.pack_array(static_cast<uint32_t>(o.draft_token_ids.size()));
   for (const auto& tokens : o.draft_token_ids) wire::PackList<int32_t>(pk, tokens);
+  kv_transfer::PackOptional(pk, o.kv_connector_output);
 }
 
 template <typename PackBody>
@@ -264,7 +274,7 @@ absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
 }
 
 absl::Status ReadRequest(const msgpack::object& o, EngineCoreRequest* q) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreRequest", 8));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreRequest", 9));
   VLLM_RETURN_IF_ERROR(r.String("request_id", kMaxIdBytes, &q->request_id));
   VLLM_RETURN_IF_ERROR(r.IntList("prompt_token_ids", &q->prompt_token_ids));
   VLLM_RETURN_IF_ERROR(ReadSamplingParams(r.Next(), &q->sampling_params));
@@ -272,7 +282,8 @@ absl::Status ReadRequest(const msgpack::object& o, EngineCoreRequest* q) {
   VLLM_RETURN_IF_ERROR(r.Double("arrival_time", &q->arrival_time));
   VLLM_RETURN_IF_ERROR(r.Int("priority", &q->priority));
   VLLM_RETURN_IF_ERROR(r.OptionalString("cache_salt", kMaxCacheSaltBytes, &q->cache_salt));
-  return r.OptionalInt("data_parallel_rank", &q->data_parallel_rank);
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("data_parallel_rank", &q->data_parallel_rank));
+  return kv_transfer::ReadOptional(r.Next(), &q->kv_transfer_params);
 }
 
 absl::Status ReadTokenLogprobs(const msgpack::object& o, TokenLogprobs* t) {
@@ -302,7 +313,7 @@ absl::Status ReadLogprobsList(const FieldReader& r, std::string_view field,
 }
 
 absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 7));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 8));
   VLLM_RETURN_IF_ERROR(r.String("request_id", kMaxIdBytes, &out->request_id));
   VLLM_RETURN_IF_ERROR(r.IntList("new_token_ids", &out->new_token_ids));
   std::optional<uint8_t> reason;
@@ -318,7 +329,8 @@ absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
   VLLM_RETURN_IF_ERROR(r.OptionalInt("stop_reason", &out->stop_reason));
   VLLM_RETURN_IF_ERROR(r.Int("num_cached_tokens", &out->num_cached_tokens));
   VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "logprobs", r.Next(), &out->logprobs));
-  return ReadLogprobsList(r, "prompt_logprobs", r.Next(), &out->prompt_logprobs);
+  VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "prompt_logprobs", r.Next(), &out->prompt_logprobs));
+  return kv_transfer::ReadOptional(r.Next(), &out->kv_transfer_params);
 }
 
 absl::Status ReadStructuredOutputStats(const msgpack::object& o,
@@ -363,19 +375,26 @@ absl::Status ReadSpecDecodingStats(const msgpack::object& o, spec_decode::SpecDe
   return absl::OkStatus();
 }
 
+absl::Status ReadPrefixCacheStats(const msgpack::object& o, std::string_view what,
+                                  PrefixCacheStats* s) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader p, FieldReader::Open(o, what, 4));
+  VLLM_RETURN_IF_ERROR(p.Bool("reset", &s->reset));
+  VLLM_RETURN_IF_ERROR(p.Int("requests", &s->requests));
+  VLLM_RETURN_IF_ERROR(p.Int("queries", &s->queries));
+  return p.Int("hits", &s->hits);
+}
+
 absl::Status ReadStats(const msgpack::object& o, SchedulerStats* s) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerStats", 7));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerStats", 8));
   VLLM_RETURN_IF_ERROR(r.Int("num_running_reqs", &s->num_running_reqs));
   VLLM_RETURN_IF_ERROR(r.Int("num_waiting_reqs", &s->num_waiting_reqs));
   VLLM_RETURN_IF_ERROR(r.Double("kv_cache_usage", &s->kv_cache_usage));
-  VLLM_ASSIGN_OR_RETURN(FieldReader p, FieldReader::Open(r.Next(), "PrefixCacheStats", 4));
-  VLLM_RETURN_IF_ERROR(p.Bool("reset", &s->prefix_cache_stats.reset));
-  VLLM_RETURN_IF_ERROR(p.Int("requests", &s->prefix_cache_stats.requests));
-  VLLM_RETURN_IF_ERROR(p.Int("queries", &s->prefix_cache_stats.queries));
-  VLLM_RETURN_IF_ERROR(p.Int("hits", &s->prefix_cache_stats.hits));
+  VLLM_RETURN_IF_ERROR(ReadPrefixCacheStats(r.Next(), "PrefixCacheStats", &s->prefix_cache_stats));
   VLLM_RETURN_IF_ERROR(r.Int("num_preemptions", &s->num_preemptions));
   VLLM_RETURN_IF_ERROR(ReadStructuredOutputStats(r.Next(), &s->structured_output_stats));
-  return ReadSpecDecodingStats(r.Next(), &s->spec_decoding_stats);
+  VLLM_RETURN_IF_ERROR(ReadSpecDecodingStats(r.Next(), &s->spec_decoding_stats));
+  return ReadPrefixCacheStats(r.Next(), "SchedulerStats.connector_prefix_cache_stats",
+                              &s->connector_prefix_cache_stats);
 }
 
 absl::Status ReadOutputs(const msgpack::object& o, EngineCoreOutputs* out) {
@@ -440,7 +459,7 @@ absl::Status ReadCached(const msgpack::object& o, CachedRequestData* c) {
 }
 
 absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 11));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SchedulerOutput", 12));
   VLLM_RETURN_IF_ERROR(r.Int("step_id", &out->step_id));
   VLLM_ASSIGN_OR_RETURN(auto list, r.List("scheduled_new_reqs", r.Next()));
   out->scheduled_new_reqs.resize(list.size());
@@ -476,6 +495,7 @@ absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out)
       out->num_spec_tokens_to_schedule > config::kMaxSpeculativeTokens) {
     return r.Error("num_spec_tokens_to_schedule", "must be 0 to kMaxSpeculativeTokens");
   }
+  VLLM_RETURN_IF_ERROR(kv_transfer::ReadOptional(r.Next(), &out->kv_connector_metadata));
   if (out->num_scheduled_tokens.size() != out->num_scheduled_reqs()) {
     return r.Error("num_scheduled_tokens", "one entry per scheduled request");
   }
@@ -501,7 +521,7 @@ absl::Status ReadSchedulerOutput(const msgpack::object& o, SchedulerOutput* out)
 }
 
 absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ModelRunnerOutput", 5));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ModelRunnerOutput", 6));
   VLLM_RETURN_IF_ERROR(r.StringList("req_ids", kMaxIdBytes, &out->req_ids));
   VLLM_ASSIGN_OR_RETURN(auto sampled, r.List("sampled_token_ids", r.Next()));
   if (sampled.size() != out->req_ids.size()) {
@@ -540,7 +560,7 @@ absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* 
       return r.Error("draft_token_ids", "more than kMaxSpeculativeTokens drafts for a request");
     }
   }
-  return absl::OkStatus();
+  return kv_transfer::ReadOptional(r.Next(), &out->kv_connector_output);
 }
 
 // wire::UnpackBounded under `limits` (no maps, no bin: no message of ours has them).

@@ -15,12 +15,14 @@
 //                      whitespace_pattern: str?]
 //   EngineCoreRequest [request_id: str, prompt_token_ids: [int], sampling_params,
 //                      eos_token_id: int?, arrival_time: float, priority: int,
-//                      cache_salt: str?, data_parallel_rank: int?]
+//                      cache_salt: str?, data_parallel_rank: int?,
+//                      kv_transfer_params: KVTransferParams?]
 //   TokenLogprobs     [token_ids: [int], logprobs: [float], sampled_token_rank: int]
 //                     (equal lengths, at most kMaxLogprobs + 1 entries: ResourceExhausted)
 //   EngineCoreOutput  [request_id: str, new_token_ids: [int], finish_reason: uint?
 //                      (FinishReason), stop_reason: int?, num_cached_tokens: int,
-//                      logprobs: [TokenLogprobs], prompt_logprobs: [TokenLogprobs]]
+//                      logprobs: [TokenLogprobs], prompt_logprobs: [TokenLogprobs],
+//                      kv_transfer_params: KVTransferParams?]
 //   PrefixCacheStats  [reset: bool, requests, queries, hits]
 //   StructuredOutputStats [cache_hits, cache_misses, compile_failures, compile_timeouts,
 //                      compile_seconds_counts: [int] (exactly one per bucket of
@@ -30,7 +32,7 @@
 //                      (at most kMaxSpeculativeTokens entries: ResourceExhausted)]
 //   SchedulerStats    [num_running_reqs, num_waiting_reqs, kv_cache_usage: float,
 //                      prefix_cache_stats, num_preemptions, structured_output_stats,
-//                      spec_decoding_stats]
+//                      spec_decoding_stats, connector_prefix_cache_stats: PrefixCacheStats]
 //   EngineCoreOutputs [engine_index, outputs: [EngineCoreOutput], scheduler_stats?,
 //                      timestamp: float, finished_requests: [str], wave_complete: int?,
 //                      start_wave: int?]
@@ -44,12 +46,16 @@
 //                      finished_req_ids: [str], preempted_req_ids: [str],
 //                      structured_output_indices: [int], grammar_bitmask: [int],
 //                      num_scheduled_spec_tokens: [int], num_spec_tokens_to_schedule (0 to
-//                      config::kMaxSpeculativeTokens)]
+//                      config::kMaxSpeculativeTokens),
+//                      kv_connector_metadata: KVConnectorMetadata?]
 //   ModelRunnerOutput [req_ids: [str], sampled_token_ids: [[int]],
 //                      logprobs: [[TokenLogprobs]], prompt_logprobs: [[TokenLogprobs]],
-//                      draft_token_ids: [[int]]]
+//                      draft_token_ids: [[int]], kv_connector_output: KVConnectorOutput?]
 //                     (each of the last three empty or one list per request; a draft list
 //                     at most config::kMaxSpeculativeTokens long)
+//   KVTransferParams, KVConnectorMetadata, KVConnectorOutput: kv_transfer/codec.h's layouts
+//                     (and bounds: block ids >= 0, at most kv_transfer::kMaxRemoteBlockIds
+//                     per list, ResourceExhausted past it; ports, tp_size, token counts)
 //   AbortRequests     [request_id: str, ...]
 //   StartDpWave       [wave, exclude_engine_index]
 // Integers are range-checked against the C++ field type. Floats are always written as msgpack
@@ -82,7 +88,10 @@ namespace vllm::core {
 // 3: structured outputs. 4: SchedulerStats.structured_output_stats.
 // 5: SchedulerStats.spec_decoding_stats. 6: ModelRunnerOutput.draft_token_ids,
 // SchedulerOutput.num_spec_tokens_to_schedule.
-inline constexpr uint32_t kWireVersion = 6;
+// 7: KV connectors: EngineCoreRequest / EngineCoreOutput kv_transfer_params,
+// SchedulerStats.connector_prefix_cache_stats, SchedulerOutput.kv_connector_metadata,
+// ModelRunnerOutput.kv_connector_output.
+inline constexpr uint32_t kWireVersion = 7;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
@@ -70,8 +71,35 @@ absl::StatusOr<std::unique_ptr<EngineCore>> EngineCore::Create(const config::Vll
   if (config.speculative.enabled() && !config.speculative.DraftsInWorker()) {
     VLLM_ASSIGN_OR_RETURN(proposer, spec_decode::MakeProposer(config.speculative));
   }
+  // The KV connector's stored entries and transfers must match the model and the cache layout.
+  KVConnectorContext kv_context;
+  kv_context.engine_id = config.kv_transfer.engine_id;
+  kv_context.fingerprint = absl::StrFormat(
+      "%s|layers=%d|kv_heads=%d|head_dim=%d|dtype=%d|block=%d|tp=%d|vocab=%d", config.model.model,
+      spec.num_layers, spec.num_kv_heads, spec.head_dim, spec.dtype_bytes, block_size,
+      config.parallel.tensor_parallel_size, options.vocab_size);
+  // spec is one rank's (the most loaded; every rank holds as many heads) and counts a draft's
+  // KV, which the connectors do not move.
+  kv_context.block_bytes = (bytes_per_token - spec.draft_bytes_per_token) *
+                           std::max(block_size, 1) * config.parallel.tensor_parallel_size;
+  if (!config.kv_transfer.kv_connector.empty() && options.sliding_window > 0) {
+    // Blocks out of the window are freed while the prefill runs, and the decode side recomputes
+    // the last prompt token, whose window reaches one position further back.
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-transfer-config: ", config.kv_transfer.kv_connector,
+                     " with a model whose every layer has a sliding window (",
+                     options.sliding_window, " tokens) is not built"));
+  }
+  VLLM_ASSIGN_OR_RETURN(std::unique_ptr<KVConnectorScheduler> kv_connector,
+                        MakeKVConnectorScheduler(config, kv_context));
+  if (kv_connector != nullptr) {
+    spdlog::info("engine {}: KV connector {} (role {}, engine_id {})",
+                 config.parallel.data_parallel_rank, kv_connector->name(),
+                 config.kv_transfer.kv_role, config.kv_transfer.engine_id);
+  }
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                        Scheduler::Create(config, kv_cache, so_manager.get(), proposer.get()));
+                        Scheduler::Create(config, kv_cache, so_manager.get(), proposer.get(),
+                                          std::move(kv_connector)));
   VLLM_RETURN_IF_ERROR(executor->InitializeKVCache(kv_cache.num_blocks, block_size));
   std::unique_ptr<EngineCore> engine(new EngineCore(options, std::move(executor),
                                                     std::move(so_manager), std::move(proposer),
@@ -158,9 +186,19 @@ absl::StatusOr<EngineCore::StepResult> EngineCore::Step() {
   if (!scheduler_->HasRequests()) return StepResult{};
   SchedulerOutput scheduler_output = scheduler_->Schedule();
   ModelRunnerOutput model_output;
+  const bool kv_transfers = scheduler_->HasPendingKvTransfers();
   if (scheduler_output.num_scheduled_reqs() > 0 || !scheduler_output.finished_req_ids.empty() ||
-      !scheduler_output.preempted_req_ids.empty()) {
+      !scheduler_output.preempted_req_ids.empty() ||
+      scheduler_output.kv_connector_metadata.has_value() || kv_transfers) {
     VLLM_ASSIGN_OR_RETURN(model_output, executor_->ExecuteModel(scheduler_output));
+    if (scheduler_output.total_num_scheduled_tokens == 0 &&
+        !scheduler_output.kv_connector_metadata.has_value() &&
+        (!model_output.kv_connector_output.has_value() ||
+         model_output.kv_connector_output->empty())) {
+      // Only transfers to poll, and none moved: wait a little instead of spinning empty steps
+      // (new requests are still taken in within a millisecond).
+      absl::SleepFor(absl::Milliseconds(1));
+    }
   } else if (scheduler_->num_waiting_for_fsm() > 0) {
     // Nothing for the workers while grammars compile: wait for one (briefly, so that new
     // requests are still taken in promptly) instead of spinning empty steps.

@@ -13,6 +13,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "core/sampling_params.h"
+#include "kv_transfer/types.h"
 #include "spec_decode/stats.h"
 #include "structured_output/stats.h"
 
@@ -55,6 +56,9 @@ struct EngineCoreRequest {
   std::optional<std::string> cache_salt;
   // Set by a DP-aware client to pin the request to one engine replica.
   std::optional<int32_t> data_parallel_rank;
+  // Disaggregated prefill/decode: the OpenAI request's kv_transfer_params (vLLM carries them
+  // in sampling_params.extra_args; the KV connector reads them).
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
 
   friend bool operator==(const EngineCoreRequest&, const EngineCoreRequest&) = default;
 };
@@ -100,6 +104,9 @@ struct EngineCoreOutput {
   // prompt token p given tokens 0 .. p-1 first, as `sampled`, then the top-k); else empty.
   // Position 0 has none (the frontend shows it as null, as vLLM does).
   std::vector<TokenLogprobs> prompt_logprobs;
+  // Set on a finishing output when the KV connector has something for the client (vLLM's
+  // EngineCoreOutput.kv_transfer_params: a prefill instance's where-to-read-the-blocks).
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
 
   bool finished() const { return finish_reason.has_value(); }
   friend bool operator==(const EngineCoreOutput&, const EngineCoreOutput&) = default;
@@ -130,6 +137,9 @@ struct SchedulerStats {
   // Speculative decoding's drafts and accepted tokens (vLLM's spec_decoding_stats; all zero
   // when no draft was verified in the interval or speculative decoding is off).
   spec_decode::SpecDecodingStats spec_decoding_stats;
+  // Prompt tokens looked up in, and found in, the KV connector's external cache (vLLM's
+  // connector_prefix_cache_stats; all zero without a connector).
+  PrefixCacheStats connector_prefix_cache_stats;
 
   friend bool operator==(const SchedulerStats&, const SchedulerStats&) = default;
 };

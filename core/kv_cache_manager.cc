@@ -42,7 +42,8 @@ KVCacheManager::ComputedBlocks KVCacheManager::GetComputedBlocks(Request& reques
 
 std::optional<std::span<const int32_t>> KVCacheManager::AllocateSlots(
     Request& request, int32_t num_new_tokens, int32_t num_new_computed_tokens,
-    std::span<const int32_t> new_computed_blocks, int32_t num_lookahead_tokens) {
+    std::span<const int32_t> new_computed_blocks, int32_t num_lookahead_tokens,
+    bool delay_cache_blocks) {
   VLLM_CHECK(num_new_tokens > 0) << "AllocateSlots needs num_new_tokens > 0";
   VLLM_CHECK(new_computed_blocks.empty() || request.block_ids.empty())
       << "cache hits can only be adopted by a request without blocks";
@@ -70,13 +71,14 @@ std::optional<std::span<const int32_t>> KVCacheManager::AllocateSlots(
   }
   const size_t old_size = request.block_ids.size();
   block_pool_.GetNewBlocks(num_new_blocks, &request.block_ids);
-  if (enable_caching_) {
+  if (enable_caching_ && !delay_cache_blocks) {
     CacheBlocks(request, std::min(num_computed_tokens + num_new_tokens, request.num_tokens()));
   }
   return std::span<const int32_t>(request.block_ids).subspan(old_size);
 }
 
 void KVCacheManager::CacheBlocks(Request& request, int32_t num_tokens) {
+  if (!enable_caching_) return;
   const int32_t num_full_blocks = num_tokens / block_size_;
   if (request.num_cached_blocks >= num_full_blocks) return;
   ExtendBlockHashes(request.all_token_ids, block_size_, request.cache_salt, &request.block_hashes);

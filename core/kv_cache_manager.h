@@ -65,9 +65,16 @@ class KVCacheManager {
   // Returns the blocks newly taken from the free queue (a view into request.block_ids, valid
   // until the request's table changes), or nullopt — leaving everything else unchanged —
   // when there are not enough free blocks. Requires num_new_tokens > 0.
+  // `delay_cache_blocks`: register nothing now (vLLM's delay_cache_blocks: the KV connector
+  // loads the new tokens asynchronously; CacheBlocks once they arrived).
   std::optional<std::span<const int32_t>> AllocateSlots(
       Request& request, int32_t num_new_tokens, int32_t num_new_computed_tokens = 0,
-      std::span<const int32_t> new_computed_blocks = {}, int32_t num_lookahead_tokens = 0);
+      std::span<const int32_t> new_computed_blocks = {}, int32_t num_lookahead_tokens = 0,
+      bool delay_cache_blocks = false);
+
+  // Registers the request's blocks that are full once it has `num_tokens` tokens computed
+  // (no-op without prefix caching).
+  void CacheBlocks(Request& request, int32_t num_tokens);
 
   // Releases the request's blocks (kNullBlock entries skipped), last block first; blocks keep
   // their hashes.
@@ -89,8 +96,6 @@ class KVCacheManager {
   const BlockPool& block_pool() const { return block_pool_; }
 
  private:
-  // Registers the request's blocks that are full once it has `num_tokens` tokens computed.
-  void CacheBlocks(Request& request, int32_t num_tokens);
   // Sliding window: frees the blocks no position from num_computed_tokens on can see.
   void RemoveSkippedBlocks(Request& request);
 

@@ -6,7 +6,8 @@ namespace vllm::core {
 
 bool IsFinished(RequestStatus status) {
   return status != RequestStatus::kWaiting && status != RequestStatus::kRunning &&
-         status != RequestStatus::kPreempted && status != RequestStatus::kWaitingForFsm;
+         status != RequestStatus::kPreempted && status != RequestStatus::kWaitingForFsm &&
+         status != RequestStatus::kWaitingForRemoteKvs;
 }
 
 FinishReason GetFinishReason(RequestStatus status) {
@@ -30,7 +31,8 @@ Request::Request(EngineCoreRequest&& request, int32_t max_model_len)
       eos_token_id(request.eos_token_id),
       arrival_time(request.arrival_time),
       priority(request.priority),
-      cache_salt(request.cache_salt.value_or("")) {
+      cache_salt(request.cache_salt.value_or("")),
+      kv_transfer_params(std::move(request.kv_transfer_params)) {
   min_tokens = sampling_params.min_tokens;
   eos_token_id_or_none =
       eos_token_id.has_value() && !sampling_params.ignore_eos ? *eos_token_id : -1;

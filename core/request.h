@@ -14,6 +14,7 @@
 #include "core/engine_core_types.h"
 #include "core/kv_cache_utils.h"
 #include "core/sampling_params.h"
+#include "kv_transfer/types.h"
 #include "structured_output/manager.h"
 
 namespace vllm::core {
@@ -25,6 +26,10 @@ enum class RequestStatus : uint8_t {
   // Waiting for its structured-output grammar to compile (vLLM's WAITING_FOR_FSM): kept out of
   // the waiting queue until it is ready.
   kWaitingForFsm,
+  // Its KV is being loaded by the KV connector (vLLM's WAITING_FOR_REMOTE_KVS): it holds its
+  // blocks, is kept out of the waiting queue and is not scheduled until the load finished or
+  // failed; the steps go on without it.
+  kWaitingForRemoteKvs,
   kFinishedStopped,
   kFinishedLengthCapped,
   kFinishedAborted,
@@ -111,6 +116,13 @@ struct alignas(64) Request {
   // --- Written by the KVCacheManager (cold).
   // Hashes of the full blocks of all_token_ids, extended lazily.
   std::vector<BlockHash> block_hashes;
+
+  // --- Immutable after construction: disaggregated prefill/decode (the OpenAI request's
+  // kv_transfer_params), read by the KV connector.
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
+  // --- Written by the Scheduler: the KV connector keeps this request's blocks after it
+  // finished (a decode instance reads them, or a load into them is still running).
+  bool kv_blocks_held = false;
 
   // --- Written by the Scheduler: the grammar of a request with structured_outputs (vLLM's
   // request.structured_output_request); null otherwise.

@@ -32,16 +32,17 @@ inline void PrefetchAhead(const std::vector<Request*>& requests, size_t i) {
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
     structured_output::StructuredOutputManager* structured_output_manager,
-    spec_decode::Proposer* proposer) {
+    spec_decode::Proposer* proposer, std::unique_ptr<KVConnectorScheduler> kv_connector) {
   VLLM_RETURN_IF_ERROR(config.CheckResolved());
   VLLM_RETURN_IF_ERROR(ValidateKVCacheConfig(config, kv_cache_config));
-  return std::unique_ptr<Scheduler>(
-      new Scheduler(config, kv_cache_config, structured_output_manager, proposer));
+  return std::unique_ptr<Scheduler>(new Scheduler(
+      config, kv_cache_config, structured_output_manager, proposer, std::move(kv_connector)));
 }
 
 Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
                      structured_output::StructuredOutputManager* structured_output_manager,
-                     spec_decode::Proposer* proposer)
+                     spec_decode::Proposer* proposer,
+                     std::unique_ptr<KVConnectorScheduler> kv_connector)
     : config_(config),
       kv_cache_config_(kv_cache_config),
       structured_output_manager_(structured_output_manager),
@@ -53,6 +54,8 @@ Scheduler::Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_c
       kv_cache_manager_(kv_cache_config.num_blocks, config.cache.block_size,
                         config.model.max_model_len, config.cache.enable_prefix_caching,
                         config.kv_events.enable, kv_cache_config.sliding_window),
+      kv_connector_(std::move(kv_connector)),
+      recompute_kv_load_failures_(config.kv_transfer.kv_load_failure_policy == "recompute"),
       waiting_(config.scheduler.policy) {
   spec_stats_.num_spec_tokens = config.speculative.num_speculative_tokens;
 }
@@ -62,6 +65,10 @@ absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
   if (requests_.contains(request.request_id)) {
     return absl::AlreadyExistsError(absl::StrFormat(
         "request_id %s is already in use by an unfinished request", request.request_id));
+  }
+  if (held_.contains(request.request_id)) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "request_id %s is in use: the KV connector still holds its blocks", request.request_id));
   }
   if (request.sampling_params.structured_outputs.has_value() &&
       structured_output_manager_ == nullptr) {
@@ -100,14 +107,21 @@ void Scheduler::FinishRequests(std::span<const std::string> request_ids,
     if (it == requests_.end()) continue;
     Request* request = it->second.get();
     if (request->is_finished()) continue;  // listed twice
+    bool load_in_flight = false;
     if (request->status == RequestStatus::kRunning) {
       running_doomed.insert(request);
     } else if (request->status == RequestStatus::kWaitingForFsm) {
       std::erase(waiting_for_fsm_, request);
+    } else if (request->status == RequestStatus::kWaitingForRemoteKvs) {
+      std::erase(waiting_for_remote_kvs_, request);
+      // The workers still write into its blocks until they report the load done.
+      load_in_flight = finished_recving_.erase(request->request_id) == 0 &&
+                       failed_recving_.erase(request->request_id) == 0;
     } else {
       waiting_doomed.insert(request);
     }
     request->status = finished_status;
+    if (kv_connector_ != nullptr) ConnectorFinished(*request, load_in_flight);
     doomed.push_back(request);
   }
   if (!running_doomed.empty()) {
@@ -122,12 +136,16 @@ void Scheduler::FinishRequests(std::span<const std::string> request_ids,
 
 void Scheduler::EraseFinished(Request* request) {
   auto it = requests_.find(request->request_id);
-  if (request->num_inflight_steps > 0) zombies_.push_back(std::move(it->second));
+  if (request->kv_blocks_held) {
+    held_[request->request_id] = std::move(it->second);
+  } else if (request->num_inflight_steps > 0) {
+    zombies_.push_back(std::move(it->second));
+  }
   requests_.erase(it);
 }
 
 void Scheduler::FreeRequest(Request& request) {
-  kv_cache_manager_.Free(request);
+  if (!request.kv_blocks_held) kv_cache_manager_.Free(request);
   if (proposer_ != nullptr) {
     proposer_->OnRequestFinished(request.request_id, request.all_token_ids,
                                  request.num_prompt_tokens);
@@ -233,8 +251,15 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
     if (static_cast<int32_t>(running_.size()) >= config_.scheduler.max_num_seqs) break;
     Request* request = waiting_.Peek();
     KVCacheManager::ComputedBlocks computed;
-    if (request->num_computed_tokens == 0) {
+    // A request whose KV was loaded holds its blocks already (a one-token prompt then has
+    // nothing computed): no lookup.
+    if (request->num_computed_tokens == 0 && request->block_ids.empty()) {
       computed = kv_cache_manager_.GetComputedBlocks(*request);
+      if (kv_connector_ != nullptr) {
+        bool no_room = false;
+        if (MaybeStartKvLoad(request, computed, &no_room)) continue;
+        if (no_room) break;
+      }
     }
     const int32_t num_computed_tokens = request->num_computed_tokens + computed.num_computed_tokens;
     int32_t num_new_tokens = request->num_tokens() - num_computed_tokens;
@@ -273,6 +298,7 @@ SchedulerOutput Scheduler::Schedule() {
   scheduled_resumed_.clear();
   preempted_.clear();
   if (!waiting_for_fsm_.empty()) PromoteCompiledRequests();
+  if (kv_connector_ != nullptr) PromoteLoadedRequests();
   int32_t token_budget = config_.scheduler.max_num_batched_tokens;
   ScheduleRunning(&token_budget);
   ScheduleWaiting(&token_budget);
@@ -283,6 +309,7 @@ SchedulerOutput Scheduler::Schedule() {
   output.step_id = next_step_id_++;
   BuildOutput(&output);
   if (structured_output_manager_ != nullptr) FillGrammarBitmask(&output);
+  if (kv_connector_ != nullptr) AttachKvConnectorMetadata(&output);
   VLLM_CHECK(output.total_num_scheduled_tokens ==
              config_.scheduler.max_num_batched_tokens - token_budget)
       << "scheduled tokens do not match the budget used";
@@ -510,6 +537,9 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
   VLLM_RETURN_IF_ERROR(MatchModelOutput(scheduler_output, model_output));
 
   // Pass 2: apply.
+  if (model_output.kv_connector_output.has_value()) {
+    ApplyKvConnectorOutput(*model_output.kv_connector_output);
+  }
   StepRecord record = std::move(inflight_steps_.front());
   inflight_steps_.pop_front();
   EngineCoreOutputs result;
@@ -572,6 +602,7 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
     if (stopped) {
       out.finish_reason = GetFinishReason(request.status);
       out.stop_reason = request.stop_reason;
+      if (kv_connector_ != nullptr) out.kv_transfer_params = ConnectorFinished(request, false);
       stopped_.push_back(&request);
     } else if (proposer_ != nullptr || worker_drafts_) {
       propose_scratch_.push_back(&request);
@@ -663,6 +694,7 @@ SchedulerStats Scheduler::MakeStats() {
   stats.num_waiting_reqs = static_cast<int32_t>(waiting_.size());
   stats.kv_cache_usage = kv_cache_manager_.GetUsage();
   stats.prefix_cache_stats = kv_cache_manager_.MakePrefixCacheStats();
+  stats.connector_prefix_cache_stats = std::exchange(connector_prefix_cache_stats_, {});
   stats.num_preemptions = num_preemptions_since_stats_;
   num_preemptions_since_stats_ = 0;
   if (structured_output_manager_ != nullptr) {

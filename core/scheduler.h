@@ -24,12 +24,14 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "config/vllm_config.h"
 #include "core/engine_core_types.h"
 #include "core/kv_cache_config.h"
 #include "core/kv_cache_manager.h"
+#include "core/kv_connector.h"
 #include "core/request.h"
 #include "core/request_queue.h"
 #include "core/scheduler_output.h"
@@ -51,10 +53,15 @@ class Scheduler {
   // drafts tokens for the requests that decode next, after each step's output is applied; up to
   // config.speculative.num_speculative_tokens of them are scheduled with the request's last
   // sampled token and verified by the worker.
+  // `kv_connector` (null: none; MakeKVConnectorScheduler) loads requests' KV from elsewhere and
+  // keeps finished requests' blocks for others to read (disaggregated prefill/decode); its
+  // failed loads are recomputed or fail the request as config.kv_transfer's
+  // kv_load_failure_policy says.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
       const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
       structured_output::StructuredOutputManager* structured_output_manager = nullptr,
-      spec_decode::Proposer* proposer = nullptr);
+      spec_decode::Proposer* proposer = nullptr,
+      std::unique_ptr<KVConnectorScheduler> kv_connector = nullptr);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -100,7 +107,16 @@ class Scheduler {
   bool HasUnfinishedRequests() const { return !requests_.empty(); }
   // True when there is something to tell the workers even without unfinished requests.
   bool HasFinishedRequests() const { return !finished_req_ids_.empty(); }
-  bool HasRequests() const { return HasUnfinishedRequests() || HasFinishedRequests(); }
+  bool HasRequests() const {
+    return HasUnfinishedRequests() || HasFinishedRequests() || !held_.empty();
+  }
+  // KV transfers the workers must be polled for even in a step with nothing to compute: loads
+  // in flight, or finished requests whose blocks are held for a decode instance.
+  bool HasPendingKvTransfers() const { return !waiting_for_remote_kvs_.empty() || !held_.empty(); }
+  // Finished requests whose blocks the KV connector still holds.
+  size_t num_held_requests() const { return held_.size(); }
+  size_t num_waiting_for_remote_kvs() const { return waiting_for_remote_kvs_.size(); }
+  const KVConnectorScheduler* kv_connector() const { return kv_connector_.get(); }
   // Forgets cached prefixes; false while any block is in use.
   bool ResetPrefixCache() { return kv_cache_manager_.ResetPrefixCache(); }
   // The KV-cache events since the last call, oldest first (vLLM's scheduler takes them after
@@ -120,7 +136,30 @@ class Scheduler {
  private:
   Scheduler(const config::VllmConfig& config, const KVCacheConfig& kv_cache_config,
             structured_output::StructuredOutputManager* structured_output_manager,
-            spec_decode::Proposer* proposer);
+            spec_decode::Proposer* proposer, std::unique_ptr<KVConnectorScheduler> kv_connector);
+
+  // KV connector (scheduler_kv_connector.cc). Frees the held requests whose lease ran out, then
+  // moves the requests whose load finished to the waiting queue (a failed one is recomputed or
+  // fails, by kv_load_failure_policy).
+  void PromoteLoadedRequests();
+  // Back to the waiting queue after a load (kPreempted when it was preempted before).
+  void Requeue(Request* request);
+  // For a waiting request first considered: asks the connector for external tokens beyond the
+  // local hit `computed`. True when the request was parked to load them (blocks allocated; it
+  // left the waiting queue); false when it schedules as usual. Sets *no_room when the blocks
+  // did not fit (the caller stops admitting).
+  bool MaybeStartKvLoad(Request* request, const KVCacheManager::ComputedBlocks& computed,
+                        bool* no_room);
+  // After BuildOutput: tells the connector what was scheduled and attaches its metadata.
+  void AttachKvConnectorMetadata(SchedulerOutput* output);
+  // Applies the workers' finished/failed transfers.
+  void ApplyKvConnectorOutput(const kv_transfer::KVConnectorOutput& output);
+  // A request is finishing: asks the connector whether its blocks stay held, and returns the
+  // kv_transfer_params for its final output.
+  std::optional<kv_transfer::KVTransferParams> ConnectorFinished(Request& request,
+                                                                 bool load_in_flight);
+  // Frees a held request's blocks and forgets it.
+  void ReleaseHeld(const std::string& request_id);
 
   // Structured outputs (scheduler_structured_output.cc). Moves requests whose grammar compiled
   // from waiting_for_fsm_ to the waiting queue, and finishes those that failed.
@@ -199,6 +238,17 @@ class Scheduler {
   std::vector<structured_output::Grammar*> grammar_scratch_;
   std::vector<int32_t> grammar_row_scratch_;
   KVCacheManager kv_cache_manager_;
+  std::unique_ptr<KVConnectorScheduler> kv_connector_;
+  const bool recompute_kv_load_failures_;
+  // Requests in kWaitingForRemoteKvs, in the order their loads started.
+  std::vector<Request*> waiting_for_remote_kvs_;
+  // Of those, the ones whose load the workers reported finished / failed.
+  absl::flat_hash_set<std::string> finished_recving_;
+  absl::flat_hash_set<std::string> failed_recving_;
+  // Finished requests whose blocks stay allocated (read by a decode instance, or a load into
+  // them still running), by id.
+  absl::flat_hash_map<std::string, std::unique_ptr<Request>> held_;
+  PrefixCacheStats connector_prefix_cache_stats_;
   absl::flat_hash_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::unique_ptr<Request>> zombies_;
   // Scheduled steps whose output has not been applied, oldest first: the step id and its

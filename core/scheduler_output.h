@@ -9,12 +9,14 @@
 #define VLLM_CORE_SCHEDULER_OUTPUT_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/engine_core_types.h"
 #include "core/sampling_params.h"
+#include "kv_transfer/types.h"
 
 namespace vllm::core {
 
@@ -95,6 +97,9 @@ struct SchedulerOutput {
   // num_spec_tokens_to_schedule): num_speculative_tokens, or what the dynamic schedule
   // (num_speculative_tokens_per_batch_size) gives this step's batch size; 0 without drafts.
   int32_t num_spec_tokens_to_schedule = 0;
+  // The KV connector's work for the workers this step (vLLM's kv_connector_metadata); unset
+  // without a connector.
+  std::optional<kv_transfer::KVConnectorMetadata> kv_connector_metadata;
 
   size_t num_scheduled_reqs() const {
     return scheduled_new_reqs.size() + scheduled_cached_reqs.size();
@@ -126,6 +131,9 @@ struct ModelRunnerOutput {
   // vLLM's draft_token_ids): empty, or one list per request of up to
   // config::kMaxSpeculativeTokens tokens drafted after its last sampled token (empty: none).
   std::vector<std::vector<int32_t>> draft_token_ids;
+  // The workers' KV-connector results (vLLM's kv_connector_output); unset without a
+  // connector.
+  std::optional<kv_transfer::KVConnectorOutput> kv_connector_output;
 
   friend bool operator==(const ModelRunnerOutput&, const ModelRunnerOutput&) = default;
 };

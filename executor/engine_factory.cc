@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "executor/multiproc_executor.h"
@@ -29,6 +30,15 @@ absl::StatusOr<config::VllmConfig> ResolveVllmConfig(const config::VllmConfig& c
   if (s.max_num_batched_tokens == 0) {
     s.max_num_batched_tokens =
         s.enable_chunked_prefill ? 2048 : std::max(c.model.max_model_len, 2048);
+  }
+  if (!c.kv_transfer.kv_connector.empty() && c.kv_transfer.engine_id.empty()) {
+    // vLLM's default engine_id: a fresh UUID for this engine.
+    absl::BitGen gen;
+    const uint64_t hi = absl::Uniform<uint64_t>(gen);
+    const uint64_t lo = absl::Uniform<uint64_t>(gen);
+    c.kv_transfer.engine_id =
+        absl::StrFormat("%08x-%04x-4%03x-%04x-%012x", hi >> 32, (hi >> 16) & 0xffff, hi & 0xfff,
+                        ((lo >> 48) & 0x3fff) | 0x8000, lo & 0xffffffffffffULL);
   }
   VLLM_RETURN_IF_ERROR(c.Validate());
   VLLM_RETURN_IF_ERROR(c.CheckResolved());
@@ -61,7 +71,8 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
 
   std::unique_ptr<core::Executor> executor;
   if (c.parallel.executor_backend() == config::ExecutorBackend::kUni) {
-    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<UniProcExecutor> uni, UniProcExecutor::Create(c));
+    VLLM_ASSIGN_OR_RETURN(std::unique_ptr<UniProcExecutor> uni,
+                          UniProcExecutor::Create(c, runtime.cluster_key_file));
     built.weight_bytes = uni->worker().runner().backend().weight_bytes();
     executor = std::move(uni);
   } else {

@@ -16,23 +16,6 @@
 namespace vllm::executor {
 namespace {
 
-// One message of a node (ROUTER: [identity, frame]) without waiting; false when none is there.
-// A message of more parts than that is read whole and comes back with its first two.
-bool RecvMessage(zmq::socket_t& socket, std::vector<zmq::message_t>& parts) {
-  parts.clear();
-  zmq::message_t part;
-  if (!ipc::TryRecv(socket, part)) return false;
-  bool more = part.more();
-  parts.push_back(std::move(part));
-  while (more) {
-    zmq::message_t next;
-    if (!ipc::TryRecv(socket, next)) break;
-    more = next.more();
-    if (parts.size() < 3) parts.push_back(std::move(next));
-  }
-  return true;
-}
-
 std::string Ranks(int32_t node, int32_t local) {
   return local == 1 ? absl::StrCat("rank ", node * local)
                     : absl::StrCat("ranks ", node * local, "..", node * local + local - 1);
@@ -145,7 +128,7 @@ void NodeServer::Send(const std::string& identity, const NodeMessage& message) {
 
 bool NodeServer::NextFrame(bool handshake, std::string& identity, NodeMessage& message) {
   std::vector<zmq::message_t> parts;
-  while (RecvMessage(socket_, parts)) {
+  while (ipc::TryRecvMultipart(socket_, parts, 3)) {
     if (parts.size() != 2) continue;
     identity = parts[0].to_string();
     absl::StatusOr<NodeMessage> m = DecodeNodeMessage(parts[1].to_string_view());

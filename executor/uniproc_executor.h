@@ -6,6 +6,7 @@
 #define VLLM_EXECUTOR_UNIPROC_EXECUTOR_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "core/engine_core.h"
@@ -17,9 +18,10 @@ namespace vllm::executor {
 class UniProcExecutor final : public core::Executor {
  public:
   // Creates the worker of the engine's resolved `config` (loads the model); its errors are
-  // returned as they are.
+  // returned as they are. `cluster_key_file` (may be empty): CURVE keys for the KV connector's
+  // sockets.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<UniProcExecutor>> Create(
-      const config::VllmConfig& config);
+      const config::VllmConfig& config, const std::string& cluster_key_file = "");
 
   absl::StatusOr<core::KVCacheSpec> GetKVCacheSpec() override { return worker_->GetKVCacheSpec(); }
   absl::StatusOr<int64_t> DetermineAvailableMemory() override {

@@ -99,6 +99,22 @@ bool TryRecv(zmq::socket_t& socket, zmq::message_t& message) {
   }
 }
 
+bool TryRecvMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, size_t max_parts) {
+  parts.clear();
+  zmq::message_t part;
+  if (!TryRecv(socket, part)) return false;
+  bool more = part.more();
+  parts.push_back(std::move(part));
+  while (more) {
+    // The rest of a message arrives with its first part: it is there.
+    zmq::message_t next;
+    if (!TryRecv(socket, next)) break;
+    more = next.more();
+    if (parts.size() < max_parts) parts.push_back(std::move(next));
+  }
+  return true;
+}
+
 absl::Status PollUntil(zmq::socket_t& socket, short events, int64_t deadline_ns,
                        absl::Duration slice, const std::function<absl::Status()>& check,
                        absl::string_view what) {

@@ -48,6 +48,11 @@ int PollItems(zmq::pollitem_t* items, size_t n, absl::Duration timeout);
 // interrupted the call (EINTR).
 bool TryRecv(zmq::socket_t& socket, zmq::message_t& message);
 
+// Receives one whole multi-part message without waiting: false when none is there. Keeps its
+// first `max_parts` parts in `parts` (cleared first) and reads and drops the rest, so a caller
+// expecting n parts passes n + 1 and sees a longer message as parts.size() > n.
+bool TryRecvMultipart(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, size_t max_parts);
+
 // Polls one socket for `events` until ready or deadline, calling check() every `slice`;
 // returns check()'s error, DeadlineExceeded (with `what`), or OK when ready.
 [[nodiscard]] absl::Status PollUntil(zmq::socket_t& socket, short events, int64_t deadline_ns,

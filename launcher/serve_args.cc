@@ -10,9 +10,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "config/kv_events_config.h"
+#include "config/kv_transfer_config.h"
 #include "config/speculative_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
@@ -114,8 +116,8 @@ struct FlagValues {
   bool dp_hybrid_lb = false, dp_external_lb = false;
   // -dpl / -dpr taken from --nnodes and --node-rank (InferDpFromNodes), as if given.
   bool dp_from_nodes = false;
-  std::string api_key, chat_template, kv_events_config, cluster_key_file, structured_outputs_config,
-      reasoning_parser, speculative_config;
+  std::string api_key, chat_template, kv_events_config, kv_transfer_config, cluster_key_file,
+      structured_outputs_config, reasoning_parser, speculative_config;
 };
 
 // Throws CLI11's error (parsing stops; ParseServeArgs returns it) for a value its parser
@@ -284,6 +286,27 @@ void AddCacheFlags(CLI::App& app, ServeArgs& a) {
                  "activations and KV cache), from 0 to 1; e.g. 0.5 means 50% GPU memory "
                  "utilization. A per-instance limit (CUDA only). Default: 0.9.")
       ->group("CacheConfig");
+  app.add_option_function<double>(
+         "--kv-offloading-size",
+         [&c](double gib) {
+           if (!(std::isfinite(gib) && gib > 0 && gib <= config::kMaxKvOffloadingGiB)) {
+             throw CLI::ValidationError(
+                 absl::StrFormat("--kv-offloading-size: expected GiB in (0, %.0f], got %g",
+                                 config::kMaxKvOffloadingGiB, gib));
+           }
+           c.cache.kv_offloading_size = gib;
+         },
+         "Size of the KV cache offloading buffer in GiB. When TP > 1, this is the total buffer "
+         "size summed across all TP ranks. Unset (default): no KV offloading. When set, KV-cache "
+         "blocks are offloaded to CPU memory through OffloadingConnector (as "
+         "--kv-transfer-config '{\"kv_connector\": \"OffloadingConnector\", \"kv_role\": "
+         "\"kv_both\"}').")
+      ->group("CacheConfig");
+  app.add_option("--kv-offloading-backend", c.cache.kv_offloading_backend,
+                 "The backend for KV cache offloading: native (vLLM's built-in CPU offloading; "
+                 "vLLM's lmcache is not available here). Only used with --kv-offloading-size. "
+                 "Default: native.")
+      ->group("CacheConfig");
   app.add_option_function<int32_t>(
          "--num-gpu-blocks-override", [&c](int32_t n) { c.cache.num_gpu_blocks_override = n; },
          "Use this many KV-cache blocks instead of the memory budget.")
@@ -308,6 +331,11 @@ void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                  "'{\"enable_kv_cache_events\": true, \"endpoint\": \"tcp://*:5557\"}': each "
                  "engine core publishes its block stores and removals on ZMQ PUB (port + its "
                  "data-parallel rank).")
+      ->group("VllmConfig");
+  app.add_option("--kv-transfer-config", f.kv_transfer_config,
+                 "The KV connector as JSON (vLLM's KVTransferConfig), e.g. "
+                 "'{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'; "
+                 "connectors ExampleConnector, NixlConnector and OffloadingConnector.")
       ->group("VllmConfig");
   app.add_option("--structured-outputs-config", f.structured_outputs_config,
                  "Structured outputs as JSON (vLLM's StructuredOutputsConfig), e.g. "
@@ -547,7 +575,10 @@ absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, Se
     // request waves); no dense replica here needs them.
     // Across nodes (--nnodes) the workers reach node rank 0 over TCP: the key applies.
     std::vector<const char*> tcp_only = {"--restart-dead-engines"};
-    if (a.config.parallel.nnodes == 1) tcp_only.push_back("--cluster-key-file");
+    // The NixlConnector's KV transfer sockets are TCP too: the key authenticates them.
+    if (a.config.parallel.nnodes == 1 && a.config.kv_transfer.kv_connector != "NixlConnector") {
+      tcp_only.push_back("--cluster-key-file");
+    }
     if (!local_lb) tcp_only.push_back("--data-parallel-rpc-port");
     for (const char* flag : tcp_only) {
       if (app.count(flag) > 0) {
@@ -662,6 +693,10 @@ absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& d
   if (app.count("--kv-events-config") > 0) {
     VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, c));
   }
+  if (app.count("--kv-transfer-config") > 0) {
+    VLLM_ASSIGN_OR_RETURN(c.kv_transfer, config::ParseKvTransferConfig(f.kv_transfer_config));
+  }
+  VLLM_RETURN_IF_ERROR(c.ResolveKvOffloading());  // --kv-offloading-size's connector
   VLLM_RETURN_IF_ERROR(ApplyStructuredOutputsConfig(f, c));
   if (app.count("--speculative-config") > 0) {
     VLLM_ASSIGN_OR_RETURN(c.speculative, config::ParseSpeculativeConfig(f.speculative_config));

@@ -60,14 +60,44 @@ std::string QueryParam(absl::string_view target, absl::string_view name) {
 json WorkersJson(const RouterState& state) {
   json list = json::array();
   for (const auto& w : state.workers) {
-    list.push_back({{"url", w->address.url},
-                    {"healthy", w->healthy},
-                    {"circuit", std::string(CircuitStateName(
-                                    w->breaker.state(std::chrono::steady_clock::now())))},
-                    {"outstanding", w->outstanding},
-                    {"requests_total", w->requests_total}});
+    json entry = {
+        {"url", w->address.url},
+        {"role", std::string(RoleName(w->role))},
+        {"healthy", w->healthy},
+        {"circuit",
+         std::string(CircuitStateName(w->breaker.state(std::chrono::steady_clock::now())))},
+        {"outstanding", w->outstanding},
+        {"requests_total", w->requests_total}};
+    if (w->bootstrap_port.has_value()) entry["bootstrap_port"] = *w->bootstrap_port;
+    list.push_back(std::move(entry));
   }
-  return {{"workers", list}, {"policy", state.policy->name()}};
+  json j = {{"workers", list}, {"policy", state.policy->name()}};
+  if (state.options.pd_disaggregation) {
+    j["pd_disaggregation"] = true;
+    j["prefill_policy"] = state.PolicyFor(WorkerRole::kPrefill).name();
+    j["decode_policy"] = state.PolicyFor(WorkerRole::kDecode).name();
+  }
+  return j;
+}
+
+// The role a POST /workers asks for: "role" in the body or ?role=...; with P/D "prefill" or
+// "decode" (required), otherwise "regular" or nothing.
+absl::StatusOr<WorkerRole> RequestedRole(const RouterState& state, const json& body,
+                                         absl::string_view target) {
+  std::string role = QueryParam(target, "role");
+  if (body.is_object() && body.contains("role") && body["role"].is_string()) {
+    role = body["role"].get<std::string>();
+  }
+  if (state.options.pd_disaggregation) {
+    if (role == "prefill") return WorkerRole::kPrefill;
+    if (role == "decode") return WorkerRole::kDecode;
+    return absl::InvalidArgumentError(
+        "with --pd-disaggregation a worker's role is \"prefill\" or \"decode\" (\"role\" in the "
+        "body or ?role=)");
+  }
+  if (role.empty() || role == "regular") return WorkerRole::kRegular;
+  return absl::InvalidArgumentError(
+      absl::StrCat("role '", role, "' needs the router to run with --pd-disaggregation"));
 }
 
 }  // namespace
@@ -146,6 +176,11 @@ net::awaitable<Outcome> WorkerAdmin::AddWorker(beast::tcp_stream& stream, const 
         stream, req, 400,
         ErrorJson(400, "BadRequestError", std::string(address.status().message())));
   }
+  absl::StatusOr<WorkerRole> role = RequestedRole(state_, body, target);
+  if (!role.ok()) {
+    co_return co_await state_.Reply(
+        stream, req, 400, ErrorJson(400, "BadRequestError", std::string(role.status().message())));
+  }
   if (state_.FindWorker(address->url) != nullptr) {
     co_return co_await state_.Reply(
         stream, req, 409,
@@ -153,10 +188,13 @@ net::awaitable<Outcome> WorkerAdmin::AddWorker(beast::tcp_stream& stream, const 
   }
   auto w = std::make_shared<Worker>(state_.options.circuit_breaker);
   w->address = *address;
+  w->role = *role;
   state_.workers.push_back(w);
-  std::fprintf(stderr, "vllm-launch router: worker %s added\n", w->address.url.c_str());
+  std::fprintf(stderr, "vllm-launch router: %s worker %s added\n",
+               std::string(RoleName(w->role)).c_str(), w->address.url.c_str());
   co_await CheckWorker(w);  // so the reply says whether it is serving
-  const json j = {{"url", w->address.url}, {"healthy", w->healthy}};
+  const json j = {
+      {"url", w->address.url}, {"role", std::string(RoleName(w->role))}, {"healthy", w->healthy}};
   co_return co_await state_.Reply(stream, req, 200, j.dump());
 }
 
@@ -173,7 +211,7 @@ net::awaitable<Outcome> WorkerAdmin::RemoveWorker(beast::tcp_stream& stream, con
   w->healthy = false;
   w->idle.clear();
   state_.workers.erase(std::find(state_.workers.begin(), state_.workers.end(), w));
-  state_.policy->RemoveWorker(w->address.url);
+  state_.PolicyFor(w->role).RemoveWorker(w->address.url);
   std::fprintf(stderr, "vllm-launch router: worker %s removed\n", w->address.url.c_str());
   const json j = {{"url", w->address.url}, {"removed", true}};
   co_return co_await state_.Reply(stream, req, 200, j.dump());

@@ -22,9 +22,11 @@ class WorkerAdmin {
   net::awaitable<void> CheckWorker(std::shared_ptr<Worker> w);
   // Checks every worker (not already being checked) each interval, forever.
   net::awaitable<void> HealthLoop();
-  // GET /workers (the list, with health, circuit, outstanding and requests); POST /workers
-  // {"url": ...} or ?url=... (checked once before the reply; 400 on a bad URL, 409 if present);
-  // DELETE /workers?url=... (404 if absent; requests in flight on it finish). Others: 405.
+  // GET /workers (the list, with role, health, circuit, outstanding and requests; P/D: a
+  // prefill's bootstrap port and both sides' policies); POST /workers {"url": ...} or ?url=...
+  // (P/D: also "role": "prefill" or "decode", or ?role=; checked once before the reply; 400 on
+  // a bad URL or role, 409 if present); DELETE /workers?url=... (404 if absent; requests in
+  // flight on it finish). Others: 405.
   net::awaitable<Outcome> HandleWorkers(beast::tcp_stream& stream, const Request& req,
                                         absl::string_view target);
 

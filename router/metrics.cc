@@ -6,6 +6,43 @@
 #include "router/kv_index.h"
 
 namespace vllm::router {
+namespace {
+
+// P/D's series: per side, each worker's requests and failures, and the retries.
+void RenderPdMetrics(const RouterState& state, std::string* out) {
+  auto side = [&](absl::string_view name, absl::string_view help, WorkerRole role, auto value_of) {
+    absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n");
+    for (const auto& w : state.workers) {
+      if (w->role != role) continue;
+      absl::StrAppend(out, name, "{worker=\"", w->address.url, "\"} ", value_of(*w), "\n");
+    }
+  };
+  auto requests = [](const Worker& w) { return w.requests_total; };
+  auto failures = [](const Worker& w) { return w.failures_total; };
+  side("vllm_router_pd_prefill_requests_total", "Prefill requests sent to the prefill worker.",
+       WorkerRole::kPrefill, requests);
+  side("vllm_router_pd_prefill_errors_total",
+       "Prefills that failed on the worker (no answer, 5xx, no kv_transfer_params).",
+       WorkerRole::kPrefill, failures);
+  side("vllm_router_pd_decode_requests_total", "Requests sent to the decode worker.",
+       WorkerRole::kDecode, requests);
+  side("vllm_router_pd_decode_errors_total",
+       "Requests that failed on the decode worker before a response head.", WorkerRole::kDecode,
+       failures);
+  auto counter = [out](absl::string_view name, absl::string_view help, int64_t value) {
+    absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " counter\n", name, " ",
+                    value, "\n");
+  };
+  counter("vllm_router_pd_requests_total", "Completions routed prefill, then decode.",
+          state.pd_requests_total);
+  counter("vllm_router_pd_prefill_retries_total", "Prefills retried on another prefill worker.",
+          state.pd_prefill_retries_total);
+  counter("vllm_router_pd_decode_retries_total",
+          "Decodes retried on another decode worker (same kv_transfer_params).",
+          state.pd_decode_retries_total);
+}
+
+}  // namespace
 
 std::string RenderMetrics(const RouterState& state) {
   std::string out;
@@ -35,10 +72,15 @@ std::string RenderMetrics(const RouterState& state) {
   series("vllm_router_worker_failures_total", "counter",
          "Requests that failed on the worker before a response head.",
          [](const Worker& w) { return w.failures_total; });
-  if (KvIndex* index = state.policy->kv_index(); index != nullptr) {
+  const bool kv_aware = state.policy->kv_index() != nullptr ||
+                        (state.prefill_policy != nullptr && state.prefill_policy->kv_index());
+  if (kv_aware) {
     series("vllm_router_kv_blocks", "gauge",
            "KV-cache blocks the worker's engines hold, from their events (kv_aware).",
-           [index](const Worker& w) { return index->StoredBlocks(w.address.url); });
+           [&state](const Worker& w) -> int64_t {
+             const KvIndex* index = state.PolicyFor(w.role).kv_index();
+             return index == nullptr ? 0 : static_cast<int64_t>(index->StoredBlocks(w.address.url));
+           });
     auto stat = [&state](const Worker& w) {
       auto it = state.kv_stats.find(w.address.url);
       return it == state.kv_stats.end() ? KvStats{} : it->second;
@@ -59,6 +101,7 @@ std::string RenderMetrics(const RouterState& state) {
                     "vllm_router_untokenized_requests_total ",
                     state.untokenized_total, "\n");
   }
+  if (state.options.pd_disaggregation) RenderPdMetrics(state, &out);
   absl::StrAppend(&out,
                   "# HELP vllm_router_retries_total Requests retried on another worker.\n"
                   "# TYPE vllm_router_retries_total counter\nvllm_router_retries_total ",

@@ -39,87 +39,101 @@ bool IsHopByHop(absl::string_view name) {
 
 }  // namespace
 
-// What Watch shares with the proxy it watches.
-struct Proxy::WatchState {
-  explicit WatchState(net::io_context& ioc) : done_timer(ioc) {
-    done_timer.expires_at(net::steady_timer::time_point::max());
+Request Proxy::ForwardRequest(const Request& req, const Worker& w, const std::string& body) {
+  Request forward{req.method(), req.target(), 11};
+  for (const auto& field : req.base()) {
+    if (!IsHopByHop(Sv(field.name_string()))) forward.insert(field.name_string(), field.value());
   }
-  beast::tcp_stream* upstream = nullptr;  // the attempt's connection, while one is open
-  bool stopping = false;                  // StopWatching cancelled the read
-  bool client_gone = false;
-  bool done = false;
-  net::steady_timer done_timer;  // cancelled when Watch returns
-};
+  forward.set(http::field::host, absl::StrCat(w.address.host, ":", w.address.port));
+  forward.set(http::field::connection, "keep-alive");
+  forward.body() = body;
+  forward.prepare_payload();
+  return forward;
+}
 
-// Points the watch at an attempt's upstream connection for the attempt's lifetime.
-class Proxy::UpstreamWatched {
- public:
-  UpstreamWatched(WatchState& state, beast::tcp_stream& up) : state_(state) {
-    state_.upstream = &up;
-  }
-  ~UpstreamWatched() { state_.upstream = nullptr; }
-  UpstreamWatched(const UpstreamWatched&) = delete;
-  UpstreamWatched& operator=(const UpstreamWatched&) = delete;
-
- private:
-  WatchState& state_;
-};
-
-// The policy's pick among healthy workers not in `tried`; nullptr when there is none.
-std::shared_ptr<Worker> Proxy::PickWorker(const RouteKeys& keys,
+// The policy's pick among the healthy workers of `role` not in `tried`; nullptr when there is
+// none.
+std::shared_ptr<Worker> Proxy::PickWorker(WorkerRole role, const RouteKeys& keys,
                                           const std::vector<std::shared_ptr<Worker>>& tried,
                                           size_t* others_left) {
   std::vector<std::shared_ptr<Worker>> pool;
   std::vector<Candidate> candidates;
   const auto now = std::chrono::steady_clock::now();
   for (const auto& w : state_.workers) {
-    if (!w->healthy || std::find(tried.begin(), tried.end(), w) != tried.end()) continue;
+    if (w->role != role || !w->healthy) continue;
+    if (std::find(tried.begin(), tried.end(), w) != tried.end()) continue;
     if (!w->breaker.Allows(now)) continue;
     pool.push_back(w);
     candidates.push_back({w->address.url, w->outstanding});
   }
   *others_left = pool.empty() ? 0 : pool.size() - 1;
   if (pool.empty()) return nullptr;
-  const size_t i = state_.policy->Pick(candidates, keys);
+  const size_t i = state_.PolicyFor(role).Pick(candidates, keys);
   return pool[std::min(i, pool.size() - 1)];
 }
 
 net::awaitable<Outcome> Proxy::Forward(beast::tcp_stream& stream, beast::flat_buffer& buffer,
                                        const Request& req, const RouteKeys& keys) {
-  std::vector<std::shared_ptr<Worker>> tried;
-  std::string last_error = "no healthy worker";
   // From here on a client that leaves is noticed, even while a worker is still computing a
   // non-streamed answer (no byte to write yet).
-  auto watch = std::make_shared<WatchState>(state_.ioc);
-  Spawn(state_.ioc, Watch(stream, buffer, watch));
-  std::optional<Outcome> outcome;
-  for (int attempt = 0; attempt <= state_.options.max_retries && !watch->client_gone; ++attempt) {
+  std::shared_ptr<WatchState> watch = StartWatching(stream, buffer);
+  std::string last_error = "no healthy worker";
+  const WorkerRole role = state_.ServingRole();
+  const std::optional<Outcome> outcome =
+      co_await TryWorkers(stream, req, req.body(), role, keys, *watch, "", &last_error);
+  co_return co_await Finish(stream, req, *watch, outcome, role, "worker", last_error);
+}
+
+net::awaitable<std::optional<Outcome>> Proxy::TryWorkers(beast::tcp_stream& stream,
+                                                         const Request& req,
+                                                         const std::string& body, WorkerRole role,
+                                                         const RouteKeys& keys, WatchState& watch,
+                                                         absl::string_view extra_head,
+                                                         std::string* last_error) {
+  std::vector<std::shared_ptr<Worker>> tried;
+  for (int attempt = 0; attempt <= state_.options.max_retries && !watch.client_gone; ++attempt) {
     size_t others_left = 0;
-    std::shared_ptr<Worker> w = PickWorker(keys, tried, &others_left);
+    std::shared_ptr<Worker> w = PickWorker(role, keys, tried, &others_left);
     if (w == nullptr) break;
-    if (attempt > 0) ++state_.retries_total;
+    if (attempt > 0) {
+      ++state_.retries_total;
+      if (role == WorkerRole::kDecode) ++state_.pd_decode_retries_total;
+    }
     tried.push_back(w);
     const bool last_chance = attempt == state_.options.max_retries || others_left == 0;
     std::string error;
-    const Outcome o = co_await Attempt(stream, req, w, last_chance, *watch, &error);
-    if (o != Outcome::kRetry) {
-      outcome = o;
-      break;
-    }
-    if (watch->client_gone) break;
+    const Outcome o =
+        co_await Attempt(stream, req, body, w, last_chance, watch, extra_head, &error);
+    if (o != Outcome::kRetry) co_return o;
+    if (watch.client_gone) break;
     ++w->failures_total;
-    last_error = absl::StrCat(w->address.url, ": ", error);
+    *last_error = absl::StrCat(w->address.url, ": ", error);
   }
-  co_await StopWatching(stream, *watch);
-  if (watch->client_gone) {
+  co_return std::nullopt;
+}
+
+net::awaitable<Outcome> Proxy::Finish(beast::tcp_stream& stream, const Request& req,
+                                      WatchState& watch, std::optional<Outcome> outcome,
+                                      WorkerRole role, absl::string_view what,
+                                      const std::string& last_error) {
+  co_await StopWatching(stream, watch);
+  if (watch.client_gone) {
     ++state_.client_disconnects_total;
     co_return Outcome::kDoneClose;
   }
   if (outcome.has_value()) co_return *outcome;
+  const int status = state_.HealthyCount(role) > 0 ? 502 : 503;
   co_return co_await state_.Reply(
-      stream, req, state_.HealthyCount() > 0 ? 502 : 503,
-      ErrorJson(state_.HealthyCount() > 0 ? 502 : 503, "ServiceUnavailableError",
-                absl::StrCat("no worker could serve the request (", last_error, ")")));
+      stream, req, status,
+      ErrorJson(status, "ServiceUnavailableError",
+                absl::StrCat("no ", what, " could serve the request (", last_error, ")")));
+}
+
+std::shared_ptr<Proxy::WatchState> Proxy::StartWatching(beast::tcp_stream& stream,
+                                                        beast::flat_buffer& buffer) {
+  auto watch = std::make_shared<WatchState>(state_.ioc);
+  Spawn(state_.ioc, Watch(stream, buffer, watch));
+  return watch;
 }
 
 // While a request is proxied, reads from the client: EOF or an error means the client left,
@@ -155,31 +169,45 @@ net::awaitable<void> Proxy::StopWatching(beast::tcp_stream& stream, WatchState& 
   co_await state.done_timer.async_wait(net::redirect_error(kUse, ec));
 }
 
-// Sends `req` to `w` and relays the answer. kRetry (with *error) when it failed before any
+// Sends `body` to `w` and relays the answer. kRetry (with *error) when it failed before any
 // byte went to the client and another worker may be tried.
 net::awaitable<Outcome> Proxy::Attempt(beast::tcp_stream& stream, const Request& req,
-                                       std::shared_ptr<Worker> w, bool last_chance,
-                                       WatchState& watch, std::string* error) {
+                                       const std::string& body, std::shared_ptr<Worker> w,
+                                       bool last_chance, WatchState& watch,
+                                       absl::string_view extra_head, std::string* error) {
   OutstandingGuard guard(w);
-  const auto timeout = Millis(state_.options.request_timeout_secs);
-  Request forward{req.method(), req.target(), 11};
-  for (const auto& field : req.base()) {
-    if (!IsHopByHop(Sv(field.name_string()))) forward.insert(field.name_string(), field.value());
+  const Request forward = ForwardRequest(req, *w, body);
+  std::unique_ptr<Upstream> up = co_await Open(w, forward, watch, error);
+  if (up == nullptr) co_return Outcome::kRetry;
+  UpstreamWatched watched(watch, *up->conn);
+  const int status = up->parser.get().result_int();
+  NoteOutcome(*w, status < 500);
+  if (status >= 500 && !last_chance) {
+    *error = absl::StrCat("HTTP ", status);
+    co_return Outcome::kRetry;
   }
-  forward.set(http::field::host, absl::StrCat(w->address.host, ":", w->address.port));
-  forward.set(http::field::connection, "keep-alive");
-  forward.body() = req.body();
-  forward.prepare_payload();
-  // A pooled connection first; one the worker closed meanwhile (no response head at all)
-  // is dropped and the request goes once more over a new connection to the same worker.
+  const Outcome outcome = co_await Relay(stream, req, *w, *up, extra_head);
+  KeepAlive(*w, std::move(up), watch);
+  co_return outcome;
+}
+
+// A pooled connection first; one the worker closed meanwhile (no response head at all) is
+// dropped and the request goes once more over a new connection to the same worker. A failed
+// connect counts towards ejection; every failure goes to the circuit breaker (unless the
+// client left, which closed the connection).
+net::awaitable<std::unique_ptr<Proxy::Upstream>> Proxy::Open(std::shared_ptr<Worker> w,
+                                                             const Request& forward,
+                                                             WatchState& watch,
+                                                             std::string* error) {
+  const auto timeout = Millis(state_.options.request_timeout_secs);
   for (bool reused = !w->idle.empty();; reused = false) {
-    std::unique_ptr<beast::tcp_stream> up;
+    std::unique_ptr<beast::tcp_stream> conn;
     beast::error_code ec;
     if (reused) {
-      up = std::move(w->idle.back());
+      conn = std::move(w->idle.back());
       w->idle.pop_back();
     } else {
-      up = std::make_unique<beast::tcp_stream>(state_.ioc);
+      conn = std::make_unique<beast::tcp_stream>(state_.ioc);
       if (!w->endpoints.has_value()) {
         tcp::resolver resolver(state_.ioc);
         auto resolved = co_await resolver.async_resolve(w->address.host, w->address.port,
@@ -187,8 +215,8 @@ net::awaitable<Outcome> Proxy::Attempt(beast::tcp_stream& stream, const Request&
         if (!ec) w->endpoints = std::move(resolved);
       }
       if (!ec) {
-        up->expires_after(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10)));
-        co_await up->async_connect(*w->endpoints, net::redirect_error(kUse, ec));
+        conn->expires_after(std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10)));
+        co_await conn->async_connect(*w->endpoints, net::redirect_error(kUse, ec));
       }
       if (!ec) ++w->connections_total;
       if (ec) {
@@ -198,41 +226,37 @@ net::awaitable<Outcome> Proxy::Attempt(beast::tcp_stream& stream, const Request&
           NoteFailure(*w, state_.options.health_failure_threshold, *error);
           NoteOutcome(*w, false);
         }
-        co_return Outcome::kRetry;
+        co_return nullptr;
       }
     }
-    UpstreamWatched watched(watch, *up);
-    up->expires_after(timeout);
-    co_await http::async_write(*up, forward, net::redirect_error(kUse, ec));
-    beast::flat_buffer up_buffer;
-    up_buffer.reserve(kRelayBufferBytes);  // read the worker's answer in pieces of this size
-    http::response_parser<http::buffer_body> parser;
-    parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    auto up = std::make_unique<Upstream>(std::move(conn));
+    UpstreamWatched watched(watch, *up->conn);
+    up->conn->expires_after(timeout);
+    co_await http::async_write(*up->conn, forward, net::redirect_error(kUse, ec));
+    up->buffer.reserve(kRelayBufferBytes);  // read the worker's answer in pieces of this size
+    up->parser.body_limit(std::numeric_limits<std::uint64_t>::max());
     if (!ec) {
-      up->expires_after(timeout);
-      co_await http::async_read_header(*up, up_buffer, parser, net::redirect_error(kUse, ec));
+      up->conn->expires_after(timeout);
+      co_await http::async_read_header(*up->conn, up->buffer, up->parser,
+                                       net::redirect_error(kUse, ec));
     }
-    if (ec && reused && !watch.client_gone && up_buffer.size() == 0) continue;
+    if (ec && reused && !watch.client_gone && up->buffer.size() == 0) continue;
     if (ec) {
       *error = absl::StrCat("no response: ", ec.message());
       if (!watch.client_gone) NoteOutcome(*w, false);
-      co_return Outcome::kRetry;
+      co_return nullptr;
     }
-    const int status = parser.get().result_int();
-    NoteOutcome(*w, status < 500);
-    if (status >= 500 && !last_chance) {
-      *error = absl::StrCat("HTTP ", status);
-      co_return Outcome::kRetry;
-    }
-    const Outcome outcome = co_await Relay(stream, req, *w, *up, up_buffer, parser);
-    // The response was read to its end and the worker keeps the connection: pool it (a
-    // client that left closed it, so the worker aborted the request).
-    if (parser.is_done() && parser.get().keep_alive() && !watch.client_gone && !w->removed &&
-        up->socket().is_open() && up_buffer.size() == 0 && w->idle.size() < kMaxIdlePerWorker) {
-      up->expires_never();
-      w->idle.push_back(std::move(up));
-    }
-    co_return outcome;
+    co_return up;
+  }
+}
+
+// The response was read to its end and the worker keeps the connection: pool it (a client
+// that left closed it, so the worker aborted the request).
+void Proxy::KeepAlive(Worker& w, std::unique_ptr<Upstream> up, const WatchState& watch) {
+  if (up->parser.is_done() && up->parser.get().keep_alive() && !watch.client_gone && !w.removed &&
+      up->conn->socket().is_open() && up->buffer.size() == 0 && w.idle.size() < kMaxIdlePerWorker) {
+    up->conn->expires_never();
+    w.idle.push_back(std::move(up->conn));
   }
 }
 
@@ -242,8 +266,10 @@ net::awaitable<Outcome> Proxy::Attempt(beast::tcp_stream& stream, const Request&
 // gathered write: the head goes out with the first piece, the end of a chunked body with the
 // last (a small response is one write).
 net::awaitable<Outcome> Proxy::Relay(beast::tcp_stream& stream, const Request& req, const Worker& w,
-                                     beast::tcp_stream& up, beast::flat_buffer& up_buffer,
-                                     http::response_parser<http::buffer_body>& parser) {
+                                     Upstream& upstream, absl::string_view extra_head) {
+  beast::tcp_stream& up = *upstream.conn;
+  beast::flat_buffer& up_buffer = upstream.buffer;
+  http::response_parser<http::buffer_body>& parser = upstream.parser;
   const auto& head = parser.get();
   const bool http11 = req.version() >= 11;
   const bool keep_alive = http11 && req.keep_alive() && !state_.draining;
@@ -257,7 +283,7 @@ net::awaitable<Outcome> Proxy::Relay(beast::tcp_stream& stream, const Request& r
       absl::StrAppend(&head_text, Sv(field.name_string()), ": ", Sv(field.value()), "\r\n");
     }
   }
-  absl::StrAppend(&head_text, "X-Router-Worker: ", w.address.url, "\r\n");
+  absl::StrAppend(&head_text, "X-Router-Worker: ", w.address.url, "\r\n", extra_head);
   if (chunked) {
     absl::StrAppend(&head_text, "Transfer-Encoding: chunked\r\n");
   } else if (http11) {

@@ -17,6 +17,7 @@
 #include "router/admin.h"
 #include "router/http.h"
 #include "router/kv_event_subscriber.h"
+#include "router/kv_index.h"
 #include "router/metrics.h"
 #include "router/proxy.h"
 #include "router/router_state.h"
@@ -32,17 +33,24 @@ constexpr uint64_t kMaxBodyReadBufferBytes = uint64_t{1} << 20;
 
 class Router::Impl {
  public:
-  Impl(const RouterOptions& options, std::unique_ptr<Policy> policy)
-      : state_(options, std::move(policy), ioc_), admin_(state_), proxy_(state_) {}
+  Impl(const RouterOptions& options, std::unique_ptr<Policy> policy,
+       std::unique_ptr<Policy> prefill_policy)
+      : state_(options, std::move(policy), std::move(prefill_policy), ioc_),
+        admin_(state_),
+        proxy_(state_) {}
 
   absl::Status Init() {
-    for (const std::string& url : state_.options.worker_urls) {
-      auto a = ParseWorkerUrl(url);
-      if (!a.ok()) return a.status();
-      if (state_.FindWorker(a->url) != nullptr) continue;
-      auto w = std::make_shared<Worker>(state_.options.circuit_breaker);
-      w->address = std::move(*a);
-      state_.workers.push_back(std::move(w));
+    const RouterOptions& o = state_.options;
+    for (const std::string& url : o.worker_urls) {
+      if (absl::Status s = AddWorker(url, WorkerRole::kRegular, std::nullopt); !s.ok()) return s;
+    }
+    for (const PrefillUrl& p : o.prefill_urls) {
+      if (absl::Status s = AddWorker(p.url, WorkerRole::kPrefill, p.bootstrap_port); !s.ok()) {
+        return s;
+      }
+    }
+    for (const std::string& url : o.decode_urls) {
+      if (absl::Status s = AddWorker(url, WorkerRole::kDecode, std::nullopt); !s.ok()) return s;
     }
     if (absl::Status s = InitKvAware(); !s.ok()) return s;
     beast::error_code ec;
@@ -66,9 +74,33 @@ class Router::Impl {
 
   int port() const { return port_; }
 
+  // A worker of the command line; a URL given twice on one side is one worker, a URL on both
+  // sides of P/D is refused.
+  absl::Status AddWorker(const std::string& url, WorkerRole role, std::optional<int> bootstrap) {
+    auto a = ParseWorkerUrl(url);
+    if (!a.ok()) return a.status();
+    if (std::shared_ptr<Worker> known = state_.FindWorker(a->url); known != nullptr) {
+      if (known->role == role) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat(a->url, " is both a prefill and a decode worker"));
+    }
+    auto w = std::make_shared<Worker>(state_.options.circuit_breaker);
+    w->address = std::move(*a);
+    w->role = role;
+    w->bootstrap_port = bootstrap;
+    state_.workers.push_back(std::move(w));
+    return absl::OkStatus();
+  }
+
+  // Whether a policy of either side needs the prompts' tokens (kv_aware).
+  bool NeedsTokens() const {
+    return state_.policy->NeedsTokens() ||
+           (state_.prefill_policy != nullptr && state_.prefill_policy->NeedsTokens());
+  }
+
   // kv_aware: loads the tokenizer and the chat template, and subscribes to the engines' events.
   absl::Status InitKvAware() {
-    if (!state_.policy->NeedsTokens()) {
+    if (!NeedsTokens()) {
       if (!state_.options.kv_event_sources.empty()) {
         return absl::InvalidArgumentError("--kv-event-source needs --policy kv_aware");
       }
@@ -77,10 +109,9 @@ class Router::Impl {
     const std::string dir = state_.options.tokenizer_path.empty() ? state_.options.model_path
                                                                   : state_.options.tokenizer_path;
     if (dir.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--policy ", state_.policy->name(),
-          " tokenizes prompts as the workers do: pass --model-path or --tokenizer-path (the "
-          "workers' model directory)"));
+      return absl::InvalidArgumentError(
+          "--policy kv_aware tokenizes prompts as the workers do: pass --model-path or "
+          "--tokenizer-path (the workers' model directory)");
     }
     auto tokenizer = frontend::Tokenizer::Load(dir);
     if (!tokenizer.ok()) {
@@ -111,9 +142,15 @@ class Router::Impl {
     for (const std::string& spec : state_.options.kv_event_sources) {
       auto parsed = ParseKvEventSource(spec);
       if (!parsed.ok()) return parsed.status();
-      if (state_.FindWorker((*parsed)[0].worker_url) == nullptr) {
+      std::shared_ptr<Worker> w = state_.FindWorker((*parsed)[0].worker_url);
+      if (w == nullptr) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "--kv-event-source: ", (*parsed)[0].worker_url, " is not one of --worker-urls"));
+            "--kv-event-source: ", (*parsed)[0].worker_url, " is not one of the workers"));
+      }
+      if (state_.PolicyFor(w->role).kv_index() == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("--kv-event-source: ", w->address.url,
+                                                       " is a ", RoleName(w->role),
+                                                       " worker, whose policy is not kv_aware"));
       }
       sources.insert(sources.end(), parsed->begin(), parsed->end());
     }
@@ -131,7 +168,11 @@ class Router::Impl {
             KvStats& stats = state_.kv_stats[src.worker_url];
             ++stats.batches;
             stats.missed += static_cast<int64_t>(missed);
-            state_.policy->kv_index()->Apply(src.worker_url, src.rank, batch);
+            // The worker's side's index (a worker removed meanwhile: dropped).
+            std::shared_ptr<Worker> w = state_.FindWorker(src.worker_url);
+            if (w == nullptr) return;
+            KvIndex* index = state_.PolicyFor(w->role).kv_index();
+            if (index != nullptr) index->Apply(src.worker_url, src.rank, batch);
           });
         },
         [this](const KvEventSource& src, const absl::Status& error) {
@@ -368,6 +409,9 @@ class Router::Impl {
         }
       }
       keys.now = absl::Now();
+      if (state_.options.pd_disaggregation) {
+        co_return co_await proxy_.ForwardPd(stream, buffer, req, keys);
+      }
       co_return co_await proxy_.Forward(stream, buffer, req, keys);
     }
     if (path == "/v1/models") {
@@ -380,11 +424,14 @@ class Router::Impl {
       co_return co_await proxy_.Forward(stream, buffer, req, RouteKeys());
     }
     if (path == "/health") {
-      const int healthy = state_.HealthyCount();
-      const bool ok = healthy > 0 && !state_.draining;
-      const json j = {{"status", state_.draining ? "draining" : (ok ? "ok" : "unhealthy")},
-                      {"healthy_workers", healthy},
-                      {"workers", state_.workers.size()}};
+      const bool ok = state_.Serving() && !state_.draining;
+      json j = {{"status", state_.draining ? "draining" : (ok ? "ok" : "unhealthy")},
+                {"healthy_workers", state_.HealthyCount()},
+                {"workers", state_.workers.size()}};
+      if (state_.options.pd_disaggregation) {
+        j["healthy_prefill_workers"] = state_.HealthyCount(WorkerRole::kPrefill);
+        j["healthy_decode_workers"] = state_.HealthyCount(WorkerRole::kDecode);
+      }
       co_return co_await state_.Reply(stream, req, ok ? 200 : 503, j.dump());
     }
     if (path == "/metrics") {
@@ -417,6 +464,33 @@ class Router::Impl {
   std::unique_ptr<KvEventSubscriber> kv_subscriber_;
 };
 
+absl::Status CheckPdOptions(const RouterOptions& options) {
+  if (!options.pd_disaggregation) {
+    if (!options.prefill_urls.empty() || !options.decode_urls.empty() ||
+        !options.prefill_policy.empty() || !options.decode_policy.empty()) {
+      return absl::InvalidArgumentError(
+          "--prefill, --decode, --prefill-policy and --decode-policy need --pd-disaggregation");
+    }
+    return absl::OkStatus();
+  }
+  if (!options.worker_urls.empty()) {
+    return absl::InvalidArgumentError(
+        "--worker-urls cannot be used with --pd-disaggregation: give the prefill instances as "
+        "--prefill URL and the decode instances as --decode URL");
+  }
+  if (options.prefill_urls.empty()) {
+    return absl::InvalidArgumentError("--pd-disaggregation needs at least one --prefill URL");
+  }
+  if (options.decode_urls.empty()) {
+    return absl::InvalidArgumentError("--pd-disaggregation needs at least one --decode URL");
+  }
+  for (const std::string* name : {&options.prefill_policy, &options.decode_policy}) {
+    if (name->empty()) continue;
+    if (auto p = MakePolicy(*name, options.policy_options); !p.ok()) return p.status();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& options) {
   if (options.max_retries < 0) return absl::InvalidArgumentError("--max-retries must be >= 0");
   if (!(options.health_check_interval_secs > 0) || !(options.health_check_timeout_secs > 0) ||
@@ -426,9 +500,22 @@ absl::StatusOr<std::unique_ptr<Router>> Router::Create(const RouterOptions& opti
   if (!(options.shutdown_grace_period_secs >= 0)) {
     return absl::InvalidArgumentError("--shutdown-grace-period-secs must be >= 0");
   }
-  auto policy = MakePolicy(options.policy, options.policy_options);
+  if (absl::Status s = CheckPdOptions(options); !s.ok()) return s;
+  // With P/D, `policy` picks among the decode instances and prefill_policy among the prefill
+  // ones.
+  auto policy =
+      MakePolicy(options.pd_disaggregation && !options.decode_policy.empty() ? options.decode_policy
+                                                                             : options.policy,
+                 options.policy_options);
   if (!policy.ok()) return policy.status();
-  auto impl = std::make_unique<Impl>(options, std::move(*policy));
+  std::unique_ptr<Policy> prefill_policy;
+  if (options.pd_disaggregation) {
+    auto made = MakePolicy(options.prefill_policy.empty() ? options.policy : options.prefill_policy,
+                           options.policy_options);
+    if (!made.ok()) return made.status();
+    prefill_policy = std::move(*made);
+  }
+  auto impl = std::make_unique<Impl>(options, std::move(*policy), std::move(prefill_policy));
   if (absl::Status s = impl->Init(); !s.ok()) return s;
   return std::unique_ptr<Router>(new Router(std::move(impl)));
 }

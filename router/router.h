@@ -22,6 +22,13 @@
 // - GET /metrics: the router's Prometheus text (metrics.h).
 // - GET / POST / DELETE /workers: the worker list, add, remove (admin.h).
 // - The router's own errors use the OpenAI shape {"error": {"message", "type", "code"}}.
+//
+// P/D disaggregation (RouterOptions::pd_disaggregation; docs/PD.md): the workers are prefill
+// and decode instances, each side with its own policy. A completion goes first to a prefill
+// instance (pd_request.h's PrefillRequest: one token, not streamed, do_remote_decode), then,
+// with the kv_transfer_params the prefill answered, to a decode instance, whose answer the
+// client gets. Other proxied endpoints go to the decode side; /health needs a healthy worker
+// on each side.
 #ifndef VLLM_ROUTER_ROUTER_H_
 #define VLLM_ROUTER_ROUTER_H_
 
@@ -43,11 +50,27 @@
 
 namespace vllm::router {
 
+// A prefill instance of P/D disaggregation, as `--prefill URL [BOOTSTRAP_PORT]` gives it. The
+// bootstrap port is sglang's (its decode side fetches the prefill's KV address from it); it is
+// recorded and listed by /workers, and unused: vLLM's NixlConnector sends the address in the
+// prefill's kv_transfer_params.
+struct PrefillUrl {
+  std::string url;
+  std::optional<int> bootstrap_port;
+};
+
 struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see Router::port())
   std::vector<std::string> worker_urls;
-  std::string policy = "cache_aware";
+  std::string policy = "cache_aware";  // P/D: both sides' unless prefill_/decode_policy say
+  // P/D disaggregation: prefill_urls and decode_urls instead of worker_urls (which must then
+  // be empty); a URL is on one side only. An empty side policy means `policy`.
+  bool pd_disaggregation = false;
+  std::vector<PrefillUrl> prefill_urls;
+  std::vector<std::string> decode_urls;
+  std::string prefill_policy;
+  std::string decode_policy;
   PolicyOptions policy_options;
   double health_check_interval_secs = 5;
   double health_check_timeout_secs = 5;
@@ -67,6 +90,12 @@ struct RouterOptions {
   std::string tokenizer_path;
   std::string chat_template;
 };
+
+// P/D's rules on `options` (no-op unless pd_disaggregation): at least one prefill and one
+// decode URL, no --worker-urls, no URL on both sides, policies that MakePolicy knows; and
+// without pd_disaggregation no prefill or decode URL or side policy. InvalidArgument naming
+// the flags otherwise. Router::Create checks it; ParseRouterArgs too.
+absl::Status CheckPdOptions(const RouterOptions& options);
 
 // A worker's address, from "http://host[:port][/]". InvalidArgument otherwise.
 struct WorkerAddress {

@@ -3,11 +3,27 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace vllm::router {
 namespace {
+
+// The policies MakePolicy knows (policy.h).
+constexpr char kPolicyNames[][16] = {"round_robin", "random",          "power_of_two",
+                                     "cache_aware", "consistent_hash", "kv_aware"};
+
+std::vector<std::string> PolicyNames() {
+  return std::vector<std::string>(std::begin(kPolicyNames), std::end(kPolicyNames));
+}
 
 // The circuit breaker's flags in seconds, converted to CircuitBreakerOptions after parsing.
 struct CircuitBreakerFlags {
@@ -25,9 +41,10 @@ void AddServerFlags(CLI::App& app, RouterOptions& o) {
   app.add_option("--port", o.port, "The port to listen on (0: any free port).")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app.add_option("--policy", o.policy, "The routing policy.")
-      ->check(CLI::IsMember(
-          {"round_robin", "random", "power_of_two", "cache_aware", "consistent_hash", "kv_aware"}))
+  app.add_option("--policy", o.policy,
+                 "The routing policy (--pd-disaggregation: both sides' unless --prefill-policy or "
+                 "--decode-policy say otherwise).")
+      ->check(CLI::IsMember(PolicyNames()))
       ->capture_default_str();
 }
 
@@ -106,6 +123,54 @@ void AddCircuitBreakerFlags(CLI::App& app, CircuitBreakerOptions& cb, CircuitBre
   app.add_flag("--disable-circuit-breaker", secs->disabled, "No circuit breakers.");
 }
 
+// P/D disaggregation's flags (vllm-router's and sglang-router's names), as parsed; turned
+// into RouterOptions by ApplyPdFlags.
+struct PdFlags {
+  std::vector<std::vector<std::string>> prefill;  // each: URL [BOOTSTRAP_PORT]
+};
+
+void AddPdFlags(CLI::App& app, RouterOptions& o, PdFlags* pd) {
+  app.add_flag("--pd-disaggregation,--vllm-pd-disaggregation", o.pd_disaggregation,
+               "Prefill/decode disaggregation (docs/PD.md): each completion goes to a prefill "
+               "worker (one token, kv_transfer_params do_remote_decode), then with the prefill's "
+               "kv_transfer_params to a decode worker, whose answer the client gets. The workers "
+               "are --prefill and --decode (not --worker-urls).");
+  app.add_option("--prefill", pd->prefill,
+                 "--pd-disaggregation: a prefill worker, as http://HOST:PORT [BOOTSTRAP_PORT]; "
+                 "repeat per worker. BOOTSTRAP_PORT (a port or 'none') is sglang's: accepted, "
+                 "shown by /workers, unused (NixlConnector passes the prefill's address in "
+                 "kv_transfer_params).")
+      ->expected(1, 2);
+  app.add_option("--decode", o.decode_urls,
+                 "--pd-disaggregation: a decode worker, as http://HOST:PORT; repeat per worker.");
+  app.add_option("--prefill-policy", o.prefill_policy,
+                 "--pd-disaggregation: the prefill side's policy (default: --policy).")
+      ->check(CLI::IsMember(PolicyNames()));
+  app.add_option("--decode-policy", o.decode_policy,
+                 "--pd-disaggregation: the decode side's policy (default: --policy).")
+      ->check(CLI::IsMember(PolicyNames()));
+}
+
+// --prefill's URL [BOOTSTRAP_PORT] groups into RouterOptions::prefill_urls.
+absl::Status ApplyPdFlags(const PdFlags& pd, RouterOptions& o) {
+  for (const std::vector<std::string>& group : pd.prefill) {
+    if (group.empty() || group.size() > 2) {
+      return absl::InvalidArgumentError("--prefill takes URL [BOOTSTRAP_PORT]");
+    }
+    PrefillUrl p{group[0], std::nullopt};
+    if (group.size() == 2 && !absl::EqualsIgnoreCase(group[1], "none")) {
+      int port = 0;
+      if (!absl::SimpleAtoi(group[1], &port) || port < 1 || port > 65535) {
+        return absl::InvalidArgumentError(absl::StrCat("--prefill ", group[0], " ", group[1],
+                                                       ": the bootstrap port is a port or 'none'"));
+      }
+      p.bootstrap_port = port;
+    }
+    o.prefill_urls.push_back(std::move(p));
+  }
+  return CheckPdOptions(o);
+}
+
 // kv_aware's event sources and tokenizer.
 void AddKvAwareFlags(CLI::App& app, RouterOptions& o) {
   app.add_option("--kv-event-source", o.kv_event_sources,
@@ -140,6 +205,8 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
   CircuitBreakerFlags cb_secs;
   AddCircuitBreakerFlags(app, o.circuit_breaker, &cb_secs);
   AddKvAwareFlags(app, o);
+  PdFlags pd;
+  AddPdFlags(app, o, &pd);
   app.add_option("--shutdown-grace-period-secs", o.shutdown_grace_period_secs,
                  "On SIGINT/SIGTERM, seconds the requests in flight get to finish.")
       ->check(CLI::Range(0.0, 86400.0))
@@ -162,6 +229,7 @@ absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>&
   cb.timeout = millis(cb_secs.timeout);
   cb.window = millis(cb_secs.window);
   cb.max_timeout = millis(cb_secs.max_timeout);
+  if (absl::Status s = ApplyPdFlags(pd, o); !s.ok()) return s;
   return parsed;
 }
 

@@ -1,8 +1,9 @@
 // `vllm-launch router [flags]`: flag parsing and the entry point. Flag names follow
-// sglang-router (kv_aware's: vllm-router); `vllm-launch router --help` lists them with their
-// defaults. Each flag sets the RouterOptions field of the same name (router.h), except the
-// circuit breaker's *-secs flags (CircuitBreakerOptions durations) and
-// --disable-circuit-breaker.
+// sglang-router (kv_aware's: vllm-router; P/D's: both, --vllm-pd-disaggregation being
+// vllm-router's name for --pd-disaggregation); `vllm-launch router --help` lists them with
+// their defaults. Each flag sets the RouterOptions field of the same name (router.h), except
+// the circuit breaker's *-secs flags (CircuitBreakerOptions durations),
+// --disable-circuit-breaker, and --prefill URL [BOOTSTRAP_PORT] (prefill_urls).
 #ifndef VLLM_ROUTER_ROUTER_MAIN_H_
 #define VLLM_ROUTER_ROUTER_MAIN_H_
 
@@ -23,7 +24,7 @@ struct ParsedRouterArgs {
 };
 
 // Parses the flags after `vllm-launch router`. InvalidArgument with CLI11's message on a bad
-// flag or value.
+// flag or value, or CheckPdOptions's on P/D flags that do not fit together.
 absl::StatusOr<ParsedRouterArgs> ParseRouterArgs(const std::vector<std::string>& argv);
 
 // Runs the router until SIGINT/SIGTERM. Prints "vllm-launch router: ready at http://HOST:PORT"

@@ -87,10 +87,41 @@ std::shared_ptr<Worker> RouterState::FindWorker(absl::string_view url) const {
   return nullptr;
 }
 
+absl::string_view RoleName(WorkerRole role) {
+  switch (role) {
+    case WorkerRole::kPrefill:
+      return "prefill";
+    case WorkerRole::kDecode:
+      return "decode";
+    case WorkerRole::kRegular:
+      break;
+  }
+  return "regular";
+}
+
 int RouterState::HealthyCount() const {
   int n = 0;
   for (const auto& w : workers) n += w->healthy ? 1 : 0;
   return n;
+}
+
+int RouterState::HealthyCount(WorkerRole role) const {
+  int n = 0;
+  for (const auto& w : workers) n += w->healthy && w->role == role ? 1 : 0;
+  return n;
+}
+
+bool RouterState::Serving() const {
+  if (!options.pd_disaggregation) return HealthyCount() > 0;
+  return HealthyCount(WorkerRole::kPrefill) > 0 && HealthyCount(WorkerRole::kDecode) > 0;
+}
+
+Policy& RouterState::PolicyFor(WorkerRole role) const {
+  return role == WorkerRole::kPrefill && prefill_policy != nullptr ? *prefill_policy : *policy;
+}
+
+WorkerRole RouterState::ServingRole() const {
+  return options.pd_disaggregation ? WorkerRole::kDecode : WorkerRole::kRegular;
 }
 
 net::awaitable<Outcome> RouterState::Reply(beast::tcp_stream& stream, const Request& req,

@@ -21,19 +21,29 @@
 
 namespace vllm::router {
 
+// A worker's side: a plain worker, or (P/D disaggregation) a prefill or a decode instance.
+enum class WorkerRole { kRegular, kPrefill, kDecode };
+
+// "regular", "prefill", "decode" (/workers, logs).
+absl::string_view RoleName(WorkerRole role);
+
 // One worker as the router sees it. Shared with the requests in flight on it, so a worker
 // removed at run time stays valid until they finish.
 struct Worker {
   explicit Worker(const CircuitBreakerOptions& cb) : breaker(cb) {}
   WorkerAddress address;
-  CircuitBreaker breaker;  // requests' outcomes (health checks are separate)
-  bool healthy = false;    // admitted by a health check
-  bool removed = false;    // DELETE /workers
-  bool checking = false;   // a health check is in flight
+  WorkerRole role = WorkerRole::kRegular;
+  std::optional<int> bootstrap_port;  // a prefill's --prefill URL PORT (recorded, unused)
+  CircuitBreaker breaker;             // requests' outcomes (health checks are separate)
+  bool healthy = false;               // admitted by a health check
+  bool removed = false;               // DELETE /workers
+  bool checking = false;              // a health check is in flight
   int consecutive_failures = 0;
   int64_t outstanding = 0;
-  int64_t requests_total = 0;     // attempts sent to it
-  int64_t failures_total = 0;     // attempts that failed before a response head
+  int64_t requests_total = 0;  // attempts sent to it
+  // Attempts that failed before a response head (a prefill: also an answer without
+  // kv_transfer_params).
+  int64_t failures_total = 0;
   int64_t connections_total = 0;  // connections opened to it (the rest reused pooled ones)
   // Keep-alive connections whose last response was read to its end, for the next request
   // (the router's one thread owns them), and the resolved address (resolved once).
@@ -76,13 +86,25 @@ struct KvStats {
 // The router's shared state. Router::Impl owns it, declared after its io_context: the workers'
 // pooled connections live on that context and must go first.
 struct RouterState {
-  RouterState(const RouterOptions& options, std::unique_ptr<Policy> policy, net::io_context& ioc)
-      : options(options), policy(std::move(policy)), ioc(ioc) {}
+  // `prefill_policy`: P/D's prefill side (nullptr without P/D); `policy`: the other workers'.
+  RouterState(const RouterOptions& options, std::unique_ptr<Policy> policy,
+              std::unique_ptr<Policy> prefill_policy, net::io_context& ioc)
+      : options(options),
+        policy(std::move(policy)),
+        prefill_policy(std::move(prefill_policy)),
+        ioc(ioc) {}
 
   // The worker with normalised `url` (WorkerAddress::url), or nullptr.
   std::shared_ptr<Worker> FindWorker(absl::string_view url) const;
-  // Workers admitted by their health checks.
+  // Workers admitted by their health checks: all, or those of one side.
   int HealthyCount() const;
+  int HealthyCount(WorkerRole role) const;
+  // Whether requests can be served: a healthy worker (P/D: one on each side).
+  bool Serving() const;
+  // The policy that picks among the workers of `role`.
+  Policy& PolicyFor(WorkerRole role) const;
+  // The role of the workers that answer clients: kDecode with P/D, else kRegular.
+  WorkerRole ServingRole() const;
   // Writes a whole response to `req` (keep-alive as the request asks, unless draining);
   // kDoneClose when the client is gone.
   net::awaitable<Outcome> Reply(beast::tcp_stream& stream, const Request& req, int status,
@@ -92,13 +114,18 @@ struct RouterState {
   net::awaitable<Outcome> MethodNotAllowed(beast::tcp_stream& stream, const Request& req) const;
 
   const RouterOptions options;
-  const std::unique_ptr<Policy> policy;
-  net::io_context& ioc;  // the I/O thread's; Router::Impl owns it
+  const std::unique_ptr<Policy> policy;          // regular workers', or P/D's decode side
+  const std::unique_ptr<Policy> prefill_policy;  // P/D's prefill side; else nullptr
+  net::io_context& ioc;                          // the I/O thread's; Router::Impl owns it
   // A SIGINT/SIGTERM began the drain (router.cc): no new requests, no keep-alive, /health 503.
   bool draining = false;
-  std::vector<std::shared_ptr<Worker>> workers;  // in --worker-urls / POST /workers order
+  // In --worker-urls (P/D: --prefill, then --decode) and POST /workers order.
+  std::vector<std::shared_ptr<Worker>> workers;
   // Counters for /metrics.
-  int64_t retries_total = 0;
+  int64_t retries_total = 0;             // both sides' with P/D
+  int64_t pd_requests_total = 0;         // P/D: completions begun (prefill, then decode)
+  int64_t pd_prefill_retries_total = 0;  // P/D: prefills retried on another prefill instance
+  int64_t pd_decode_retries_total = 0;   // P/D: decodes retried on another decode instance
   int64_t client_disconnects_total = 0;
   int64_t untokenized_total = 0;                       // kv_aware
   absl::flat_hash_map<std::string, KvStats> kv_stats;  // kv_aware, per worker URL

@@ -42,6 +42,25 @@ absl::Status CpuModelBackend::InitializeKVCache(int32_t num_blocks, int32_t bloc
   return absl::OkStatus();
 }
 
+std::optional<kv_transfer::KvCacheView> CpuModelBackend::HostKvCacheView(int32_t tp_size,
+                                                                         int32_t tp_rank) {
+  if (kv_cache_.num_blocks <= 0) return std::nullopt;
+  kv_transfer::KvCacheView view;
+  view.layout.num_layers = static_cast<int32_t>(kv_cache_.k.size());
+  view.layout.num_kv_heads = model_->num_kv_heads();
+  view.layout.head_dim = model_->head_dim();
+  view.layout.block_size = kv_cache_.block_size;
+  view.layout.dtype_bytes = static_cast<int32_t>(sizeof(float));
+  view.layout.tp_size = tp_size;
+  view.layout.tp_rank = tp_rank;
+  view.num_blocks = kv_cache_.num_blocks;
+  for (size_t l = 0; l < kv_cache_.k.size(); ++l) {
+    view.k.push_back(reinterpret_cast<uint8_t*>(kv_cache_.k[l].get()));
+    view.v.push_back(reinterpret_cast<uint8_t*>(kv_cache_.v[l].get()));
+  }
+  return view;
+}
+
 absl::Status CpuModelBackend::Execute(const StepInputs& in, StepResult* result) {
   for (const RowSampling& s : in.sampling) {
     if (!s.on_host) return absl::InternalError("the CPU backend samples every row on the host");

@@ -20,11 +20,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kv_transfer/kv_cache_view.h"
 #include "worker/hf_config.h"
 #include "worker/llama_model.h"
 
@@ -136,6 +138,13 @@ class ModelBackend {
   [[nodiscard]] virtual absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) = 0;
   // Runs the batch (indices already validated by the runner) and fills `result`.
   [[nodiscard]] virtual absl::Status Execute(const StepInputs& inputs, StepResult* result) = 0;
+  // The KV cache as host memory the KV connectors read and write (after InitializeKVCache);
+  // nullopt when it is not in host memory (CUDA: no connector is built there yet).
+  // `tp_size`/`tp_rank` fill the layout.
+  virtual std::optional<kv_transfer::KvCacheView> HostKvCacheView(int32_t /*tp_size*/,
+                                                                  int32_t /*tp_rank*/) {
+    return std::nullopt;
+  }
 };
 
 // LlamaModel with a float32 host KV cache; samples nothing on the "device".
@@ -156,6 +165,8 @@ class CpuModelBackend final : public ModelBackend {
   absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) override;
   // Internal error if a row is not on_host (the runner's contract).
   absl::Status Execute(const StepInputs& inputs, StepResult* result) override;
+  std::optional<kv_transfer::KvCacheView> HostKvCacheView(int32_t tp_size,
+                                                          int32_t tp_rank) override;
 
   LlamaModel& model() { return *model_; }
 

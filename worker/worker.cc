@@ -101,7 +101,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     VLLM_ASSIGN_OR_RETURN(std::unique_ptr<ModelBackend> backend,
                           CreateCudaModelBackend(model_config, weights.get(), device_comm, o));
     auto runner = std::make_unique<ModelRunner>(std::move(backend), seed);
-    return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
+    return std::unique_ptr<Worker>(new Worker(config, std::move(runner), comm));
 #else
     return absl::InvalidArgumentError(
         "--device cuda: this build has no CUDA backend (configure with -DVLLM_CUDA=ON, or choose "
@@ -143,7 +143,34 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
   if (drafter != nullptr) {
     runner->SetDrafter(std::move(drafter), config.speculative.num_speculative_tokens);
   }
-  return std::unique_ptr<Worker>(new Worker(config, std::move(runner)));
+  return std::unique_ptr<Worker>(new Worker(config, std::move(runner), comm));
+}
+
+absl::Status Worker::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
+  VLLM_RETURN_IF_ERROR(runner_->InitializeKVCache(num_blocks, block_size));
+  if (config_.kv_transfer.kv_connector.empty()) return absl::OkStatus();
+  const int32_t tp_size = comm_ != nullptr ? comm_->world_size() : 1;
+  const int32_t tp_rank = comm_ != nullptr ? comm_->rank() : 0;
+  std::optional<kv_transfer::KvCacheView> view =
+      runner_->backend().HostKvCacheView(tp_size, tp_rank);
+  if (!view.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-transfer-config: ", config_.kv_transfer.kv_connector,
+        " needs the KV cache in host memory; the CUDA backend's device cache is not built for "
+        "KV transfer yet (use --device cpu)"));
+  }
+  VLLM_ASSIGN_OR_RETURN(kv_connector_,
+                        MakeKVConnectorWorker(config_, *view, comm_, cluster_key_file_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::ModelRunnerOutput> Worker::ExecuteModel(const core::SchedulerOutput& so) {
+  if (kv_connector_ == nullptr) return runner_->ExecuteModel(so);
+  VLLM_RETURN_IF_ERROR(kv_connector_->BeginStep(so.kv_connector_metadata));
+  VLLM_ASSIGN_OR_RETURN(core::ModelRunnerOutput out, runner_->ExecuteModel(so));
+  VLLM_ASSIGN_OR_RETURN(kv_transfer::KVConnectorOutput kv, kv_connector_->EndStep());
+  if (!kv.empty()) out.kv_connector_output = std::move(kv);
+  return out;
 }
 
 absl::Status Worker::ExecuteDummyBatch() {

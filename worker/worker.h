@@ -27,6 +27,7 @@
 #include "core/scheduler_output.h"
 #include "kernels/communicator.h"
 #include "worker/hf_config.h"
+#include "worker/kv_connector.h"
 #include "worker/model_runner.h"
 
 namespace vllm::kernels::cuda {
@@ -79,13 +80,15 @@ class Worker {
   [[nodiscard]] absl::StatusOr<int64_t> DetermineAvailableMemory() {
     return runner_->backend().DetermineAvailableMemory();
   }
-  [[nodiscard]] absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size) {
-    return runner_->InitializeKVCache(num_blocks, block_size);
-  }
+  // Allocates the cache, then starts the KV connector config.kv_transfer names, if any (its
+  // sockets, with the keys of set_cluster_key_file).
+  [[nodiscard]] absl::Status InitializeKVCache(int32_t num_blocks, int32_t block_size);
+  // One step; with a KV connector, its loads start before the forward pass and the transfers
+  // every rank finished come back in ModelRunnerOutput::kv_connector_output.
   [[nodiscard]] absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
-      const core::SchedulerOutput& scheduler_output) {
-    return runner_->ExecuteModel(scheduler_output);
-  }
+      const core::SchedulerOutput& scheduler_output);
+  // CURVE keys for the KV connector's sockets (--cluster-key-file); before InitializeKVCache.
+  void set_cluster_key_file(std::string path) { cluster_key_file_ = std::move(path); }
 
   // vLLM's execute_dummy_batch: one forward pass of a one-token DummyStep (nothing cached,
   // read from the cache or kept), so that the model's collectives run as on a real step. A
@@ -100,10 +103,14 @@ class Worker {
   const config::VllmConfig& config() const { return config_; }
 
  private:
-  Worker(const config::VllmConfig& config, std::unique_ptr<ModelRunner> runner)
-      : config_(config), runner_(std::move(runner)) {}
+  Worker(const config::VllmConfig& config, std::unique_ptr<ModelRunner> runner,
+         kernels::Communicator* comm)
+      : config_(config), runner_(std::move(runner)), comm_(comm) {}
   const config::VllmConfig config_;
   std::unique_ptr<ModelRunner> runner_;
+  kernels::Communicator* const comm_;
+  std::string cluster_key_file_;
+  std::unique_ptr<KVConnectorWorker> kv_connector_;
 };
 
 }  // namespace vllm::worker

@@ -128,6 +128,7 @@ class WorkerProc {
     }
     VLLM_RETURN_IF_ERROR(InitDevice(deadline));
     VLLM_ASSIGN_OR_RETURN(worker_, Worker::Create(options_.config, comm, DeviceComm(), pp_rank));
+    worker_->set_cluster_key_file(options_.cluster_key_file);
     if (pp_rank + 1 < options_.config.parallel.pipeline_parallel_size) {
       ipc::MessageQueueOptions stage;
       const config::ParallelConfig& p = options_.config.parallel;

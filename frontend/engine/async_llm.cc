@@ -101,6 +101,7 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   }
   r.arrival_time = request.arrival_time;
   r.priority = request.priority;
+  r.kv_transfer_params = std::move(request.kv_transfer_params);
 
   auto state = std::make_shared<RequestState>();
   DetokenizerOptions options;
@@ -216,6 +217,8 @@ EngineStats AsyncLLM::Stats() const {
     sum.prefix_cache_queries += e.stats.prefix_cache_queries;
     sum.prefix_cache_hits += e.stats.prefix_cache_hits;
     sum.num_preemptions += e.stats.num_preemptions;
+    sum.connector_prefix_cache_queries += e.stats.connector_prefix_cache_queries;
+    sum.connector_prefix_cache_hits += e.stats.connector_prefix_cache_hits;
     sum.structured_output += e.stats.structured_output;
     sum.spec_decoding += e.stats.spec_decoding;
     if (e.health.ok()) {
@@ -306,6 +309,9 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
   delta.num_output_tokens = state->num_output_tokens;
   delta.num_cached_tokens = out.num_cached_tokens;
   delta.engine_index = state->engine_index;
+  // Only a finishing engine output carries them (a request a stop string ended here has none,
+  // as in vLLM).
+  delta.kv_transfer_params = out.kv_transfer_params;
   if (delta.finished()) {
     absl::MutexLock lock(&mu_);
     requests_.erase(out.request_id);
@@ -420,6 +426,8 @@ void AsyncLLM::OutputLoop() {
       e.prefix_cache_queries += s.prefix_cache_stats.queries;
       e.prefix_cache_hits += s.prefix_cache_stats.hits;
       e.num_preemptions += s.num_preemptions;
+      e.connector_prefix_cache_queries += s.connector_prefix_cache_stats.queries;
+      e.connector_prefix_cache_hits += s.connector_prefix_cache_stats.hits;
       e.structured_output += s.structured_output_stats;
       e.spec_decoding += s.spec_decoding_stats;
       if (!s.spec_decoding_stats.empty()) {

@@ -24,6 +24,7 @@
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"  // ChatMessage
 #include "frontend/jinja/chat_template_input.h"
+#include "kv_transfer/types.h"
 #include "nlohmann/json.hpp"
 #include "spec_decode/stats.h"
 #include "structured_output/stats.h"
@@ -60,6 +61,9 @@ struct GenerateRequest {
   int32_t priority = 0;
   // Seconds since the epoch when the server received the HTTP request.
   double arrival_time = 0.0;
+  // Disaggregated prefill/decode: the request's kv_transfer_params, passed to the engine
+  // (core::EngineCoreRequest::kv_transfer_params).
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
 };
 
 // A log-probability of one token, decoded by the engine client.
@@ -104,6 +108,9 @@ struct GenerateOutput {
   std::optional<std::vector<PositionLogprobs>> prompt_logprobs;
   // The data-parallel engine (rank) serving the request.
   int32_t engine_index = 0;
+  // On the final delta: the engine's kv_transfer_params for the client (vLLM's
+  // RequestOutput.kv_transfer_params), when its KV connector gave any.
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
 
   bool finished() const { return finish_reason.has_value(); }
 };
@@ -116,6 +123,10 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // tokens looked up since start
   int64_t prefix_cache_hits = 0;     // tokens found since start
   int64_t num_preemptions = 0;       // requests preempted since start
+  // The KV connector's external prefix cache since start (vLLM's connector_prefix_cache_stats;
+  // zero without a connector): prompt tokens looked up, and found.
+  int64_t connector_prefix_cache_queries = 0;
+  int64_t connector_prefix_cache_hits = 0;
   // Grammar compiles and compile-cache lookups since start.
   structured_output::StructuredOutputStats structured_output;
   // Speculative decoding's drafts and accepted tokens since start (all zero without it).

@@ -75,6 +75,8 @@ absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
     totals_.num_preemptions += stats->num_preemptions;
     totals_.prefix_cache_queries += stats->prefix_cache_stats.queries;
     totals_.prefix_cache_hits += stats->prefix_cache_stats.hits;
+    totals_.connector_prefix_cache_queries += stats->connector_prefix_cache_stats.queries;
+    totals_.connector_prefix_cache_hits += stats->connector_prefix_cache_stats.hits;
     totals_.structured_output += stats->structured_output_stats;
     totals_.spec_decoding += stats->spec_decoding_stats;
   }
@@ -89,6 +91,7 @@ absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
     r.num_cached_tokens = o.num_cached_tokens;
     r.finish_reason = o.finish_reason;
     r.stop_reason = o.stop_reason;
+    if (o.kv_transfer_params.has_value()) r.kv_transfer_params = std::move(o.kv_transfer_params);
     progressed.push_back(r);
     if (r.finished()) outputs_.erase(it);
   }

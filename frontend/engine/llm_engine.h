@@ -24,6 +24,7 @@
 #include "config/engine_args.h"
 #include "core/engine_core.h"
 #include "executor/engine_factory.h"
+#include "kv_transfer/types.h"
 #include "spec_decode/stats.h"
 
 namespace vllm::frontend {
@@ -39,6 +40,9 @@ struct RequestOutput {
   std::optional<core::FinishReason> finish_reason;
   std::optional<int32_t> stop_reason;
   int32_t num_cached_tokens = 0;
+  // The KV connector's kv_transfer_params from the finishing output (vLLM's
+  // RequestOutput.kv_transfer_params), when it gave any.
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
   bool finished() const { return finish_reason.has_value(); }
 };
 
@@ -70,6 +74,9 @@ class LLMEngine {
     int64_t num_preemptions = 0;
     int64_t prefix_cache_queries = 0;
     int64_t prefix_cache_hits = 0;
+    // Tokens the KV connector was asked for and loaded (vLLM's external prefix cache).
+    int64_t connector_prefix_cache_queries = 0;
+    int64_t connector_prefix_cache_hits = 0;
     int64_t num_steps = 0;
     structured_output::StructuredOutputStats structured_output;
     spec_decode::SpecDecodingStats spec_decoding;

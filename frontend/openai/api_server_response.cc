@@ -25,6 +25,7 @@ std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
       r.skip_special_tokens = options.skip_special_tokens;
       r.priority = options.priority;
       r.arrival_time = arrival_time;
+      r.kv_transfer_params = options.kv_transfer_params;
       requests.push_back(std::move(r));
     }
   }
@@ -199,6 +200,7 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
     acc.finish_reason = output.finish_reason;
     acc.stop_string = output.stop_string;
     acc.stop_token_id = output.stop_token_id;
+    if (output.kv_transfer_params.has_value()) acc.kv_transfer_params = output.kv_transfer_params;
     if (output.finished() && kind_ == ApiKind::kChat && chat_output_.active()) {
       acc.chat = ParseChatOutput(chat_output_, acc.text);
       acc.tool_calls_finish = !acc.chat->tool_calls.empty() && !chat_output_.named;
@@ -219,6 +221,7 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
   delta.finish_reason = output.finish_reason;
   delta.stop_string = output.stop_string;
   delta.stop_token_id = output.stop_token_id;
+  delta.kv_transfer_params = output.kv_transfer_params;
   acc.text_offset += delta.text.size();
   if (parsed) {
     ParseDelta(state, output, &delta);

@@ -206,6 +206,18 @@ ServerMetrics::ServerMetrics(MetricsRegistry* r, const std::string& model_name, 
     return r->AddCounter("vllm:prefix_cache_hits_total",
                          "Prefix cache hits, in terms of number of cached tokens.", std::move(l));
   });
+  each(&EngineMetrics::external_prefix_cache_queries, [&](MetricLabels l) {
+    return r->AddCounter("vllm:external_prefix_cache_queries_total",
+                         "External prefix cache queries from KV connector cross-instance cache "
+                         "sharing, in terms of number of queried tokens.",
+                         std::move(l));
+  });
+  each(&EngineMetrics::external_prefix_cache_hits, [&](MetricLabels l) {
+    return r->AddCounter("vllm:external_prefix_cache_hits_total",
+                         "External prefix cache hits from KV connector cross-instance cache "
+                         "sharing, in terms of number of cached tokens.",
+                         std::move(l));
+  });
   each(&EngineMetrics::num_preemptions, [&](MetricLabels l) {
     return r->AddCounter("vllm:num_preemptions_total",
                          "Cumulative number of preemption from the engine.", std::move(l));

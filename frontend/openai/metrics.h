@@ -100,9 +100,13 @@ struct EngineMetrics {
   Metric* kv_cache_usage_perc;   // vllm:kv_cache_usage_perc, in [0, 1]
   Metric* prefix_cache_queries;  // vllm:prefix_cache_queries_total (tokens)
   Metric* prefix_cache_hits;     // vllm:prefix_cache_hits_total (tokens)
-  Metric* num_preemptions;       // vllm:num_preemptions_total
-  Metric* prompt_tokens;         // vllm:prompt_tokens_total
-  Metric* generation_tokens;     // vllm:generation_tokens_total
+  // The KV connector's external prefix cache (vLLM registers them with or without a
+  // connector): vllm:external_prefix_cache_queries_total / _hits_total (tokens).
+  Metric* external_prefix_cache_queries;
+  Metric* external_prefix_cache_hits;
+  Metric* num_preemptions;    // vllm:num_preemptions_total
+  Metric* prompt_tokens;      // vllm:prompt_tokens_total
+  Metric* generation_tokens;  // vllm:generation_tokens_total
   // vllm:request_success_total{finished_reason=...}: finished requests by
   // core::FinishReason (stop, length, abort, error), indexed by its value. A client that
   // disconnects counts as abort; an engine failure as error.

@@ -10,6 +10,7 @@
 #include "base/json_util.h"
 #include "base/ordered_json.h"
 #include "base/status_macros.h"
+#include "frontend/openai/kv_transfer_params.h"
 #include "frontend/openai/structured_output_request.h"
 
 namespace vllm::frontend {
@@ -198,6 +199,7 @@ absl::Status ParseCommon(const Body& body, GenerationOptions* options) {
   VLLM_ASSIGN_OR_RETURN(options->user, GetString(body, "user"));
   VLLM_RETURN_IF_ERROR(
       Assign(GetBool(body, "return_tokens_as_token_ids"), &options->return_tokens_as_token_ids));
+  VLLM_ASSIGN_OR_RETURN(options->kv_transfer_params, ParseKvTransferParams(body));
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> prompt_logprobs,
                         GetInt(body, "prompt_logprobs", kInt32Min, kInt32Max));
   if (prompt_logprobs.has_value()) {
@@ -468,6 +470,10 @@ json UsageJson(const Usage& usage) {
               {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
 }
 
+json KvTransferJson(const std::optional<kv_transfer::KVTransferParams>& params) {
+  return params.has_value() ? KvTransferParamsJson(*params) : json();
+}
+
 json Envelope(const ResponseMeta& meta, absl::string_view object) {
   return json{{"id", meta.id},
               {"object", std::string(object)},
@@ -653,6 +659,8 @@ json BuildCompletionResponse(const ResponseMeta& meta, const std::vector<Choice>
   }
   out["choices"] = std::move(list);
   out["usage"] = UsageJson(usage);
+  out["kv_transfer_params"] =
+      KvTransferJson(choices.empty() ? std::nullopt : choices.front().kv_transfer_params);
   return out;
 }
 
@@ -723,6 +731,8 @@ json BuildChatCompletionResponse(const ResponseMeta& meta, const std::vector<Cho
     out["prompt_logprobs"] = PromptLogprobsJson(*choices.front().prompt_logprobs);
   }
   out["usage"] = UsageJson(usage);
+  out["kv_transfer_params"] =
+      KvTransferJson(choices.empty() ? std::nullopt : choices.front().kv_transfer_params);
   return out;
 }
 
@@ -738,6 +748,7 @@ json BuildCompletionChunk(const ResponseMeta& meta, const Choice& c) {
   if (c.prompt_logprobs.has_value()) {
     out["choices"][0]["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
   }
+  out["kv_transfer_params"] = KvTransferJson(c.kv_transfer_params);
   return out;
 }
 
@@ -758,6 +769,7 @@ json BuildChatChunk(const ResponseMeta& meta, const Choice& c, bool first) {
   out["choices"] = json::array({std::move(choice)});
   if (c.prompt_logprobs.has_value())
     out["prompt_logprobs"] = PromptLogprobsJson(*c.prompt_logprobs);
+  if (!first) out["kv_transfer_params"] = KvTransferJson(c.kv_transfer_params);
   return out;
 }
 

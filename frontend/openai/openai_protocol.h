@@ -22,6 +22,7 @@
 #include "core/sampling_params.h"
 #include "frontend/engine/engine_client.h"
 #include "frontend/openai/chat_output.h"
+#include "kv_transfer/types.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
@@ -71,6 +72,8 @@ struct GenerationOptions {
   std::optional<std::string> user;
   // Logprobs' tokens are rendered "token_id:<id>" (vLLM's return_tokens_as_token_ids).
   bool return_tokens_as_token_ids = false;
+  // Disaggregated prefill/decode (vLLM's kv_transfer_params; kv_transfer_params.h parses it).
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
 };
 
 // One prompt of a completion request: text, or token ids when `text` is unset.
@@ -169,6 +172,8 @@ struct Choice {
   // finish_reason "tool_calls" in place of "stop": the choice made calls (tool_choice not a
   // named function).
   bool tool_calls_finish = false;
+  // The engine's kv_transfer_params, on a finished choice (a chunk: the one finishing it).
+  std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
 };
 
 // Identity of one response, shared by all its chunks.
@@ -178,14 +183,17 @@ struct ResponseMeta {
   std::string model;
 };
 
-// Non-streaming bodies ("text_completion" / "chat.completion").
+// Non-streaming bodies ("text_completion" / "chat.completion"). Their top-level
+// "kv_transfer_params" is the first choice's (vLLM: the first prompt's), null when it has none.
 nlohmann::json BuildCompletionResponse(const ResponseMeta& meta, const std::vector<Choice>& choices,
                                        const Usage& usage);
 nlohmann::json BuildChatCompletionResponse(const ResponseMeta& meta,
                                            const std::vector<Choice>& choices, const Usage& usage);
 
 // One streaming chunk with one choice. For chat, `first` adds the assistant role to the
-// delta (vLLM sends it in a chunk of its own, with empty content).
+// delta (vLLM sends it in a chunk of its own, with empty content). As in vLLM, every chunk but
+// the role chunk has a top-level "kv_transfer_params": the choice's on the chunk finishing it,
+// null otherwise.
 nlohmann::json BuildCompletionChunk(const ResponseMeta& meta, const Choice& choice);
 nlohmann::json BuildChatChunk(const ResponseMeta& meta, const Choice& choice, bool first);
 // The final usage chunk (choices: []) of a stream with include_usage; `object` is

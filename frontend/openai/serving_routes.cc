@@ -143,6 +143,8 @@ void Session::HandleMetrics() {
     m.kv_cache_usage_perc->Set(stats.kv_cache_usage);
     m.prefix_cache_queries->Set(static_cast<double>(stats.prefix_cache_queries));
     m.prefix_cache_hits->Set(static_cast<double>(stats.prefix_cache_hits));
+    m.external_prefix_cache_queries->Set(static_cast<double>(stats.connector_prefix_cache_queries));
+    m.external_prefix_cache_hits->Set(static_cast<double>(stats.connector_prefix_cache_hits));
     m.num_preemptions->Set(static_cast<double>(stats.num_preemptions));
     m.SetStructuredOutput(stats.structured_output);
     m.SetSpecDecoding(stats.spec_decoding);

@@ -1,7 +1,8 @@
 // Writes the binary seed corpora of the protocol fuzzers — frames made by the real encoders —
 // into <out>/engine_protocol/, <out>/worker_protocol/, <out>/vllm_config/,
 // <out>/engine_handshake/, <out>/dp_coordinator/, <out>/kv_events/, <out>/api_server_spec/,
-// <out>/dp_coordinator_spec/ and <out>/node_protocol/ (normally tests/fuzz/corpus).
+// <out>/dp_coordinator_spec/, <out>/node_protocol/ and <out>/kv_transfer/ (normally
+// tests/fuzz/corpus).
 // Run it again after a wire-format change (e.g. kWireVersion) and commit the new files:
 //   build/fuzz/bin/fuzz_make_seeds tests/fuzz/corpus
 // Not a fuzz target; built with the fuzz targets so it stays in step with the codecs.
@@ -19,6 +20,9 @@
 #include "executor/node_protocol.h"
 #include "ipc/handle.h"
 #include "kv_events/kv_events.h"
+#include "kv_transfer/file_store.h"
+#include "kv_transfer/kv_wire.h"
+#include "kv_transfer/types.h"
 #include "launcher/spec/api_server_spec.h"
 #include "launcher/spec/coordinator_spec.h"
 #include "worker/intermediate_tensors.h"
@@ -62,6 +66,20 @@ core::SamplingParams Sampling(bool full) {
   return p;
 }
 
+// A NixlConnector prefill instance's answer (what a decode instance is sent).
+kv_transfer::KVTransferParams RemotePrefill() {
+  kv_transfer::KVTransferParams p;
+  p.do_remote_prefill = true;
+  p.remote_engine_id = "prefill-0";
+  p.remote_request_id = "cmpl-0123456789abcdef-0";
+  p.remote_host = "10.0.0.7";
+  p.remote_port = 14579;
+  p.remote_block_ids = {0, 1, 2};
+  p.tp_size = 1;
+  p.remote_num_tokens = 40;
+  return p;
+}
+
 core::TokenLogprobs Logprobs() {
   core::TokenLogprobs t;
   t.token_ids = {17, 4, 99};
@@ -85,6 +103,7 @@ void EngineSeeds(const fs::path& dir) {
   request.priority = -3;
   request.cache_salt = "salt";
   request.data_parallel_rank = 1;
+  request.kv_transfer_params = RemotePrefill();
   Write(dir, "engine_core_request_full", core::Encode(request));
 
   core::SchedulerStats stats;
@@ -100,6 +119,7 @@ void EngineSeeds(const fs::path& dir) {
   stats.spec_decoding_stats.num_spec_tokens = 3;
   stats.spec_decoding_stats.Observe(3, 2);
   stats.spec_decoding_stats.Observe(3, 0);
+  stats.connector_prefix_cache_stats = {false, 2, 64, 48};
   Write(dir, "scheduler_stats", core::Encode(stats));
 
   core::EngineCoreOutputs outputs;
@@ -116,6 +136,7 @@ void EngineSeeds(const fs::path& dir) {
   o.stop_reason = 128009;
   o.num_cached_tokens = 16;
   o.logprobs = {Logprobs(), Logprobs()};
+  o.kv_transfer_params = RemotePrefill();
   outputs.outputs.push_back(o);
   outputs.scheduler_stats = stats;
   outputs.finished_requests = {"cmpl-a-0", "cmpl-z-3"};
@@ -147,6 +168,21 @@ void EngineSeeds(const fs::path& dir) {
   so.structured_output_indices = {0, 2};
   so.grammar_bitmask = {-1, 0x0f, 0, 1};     // two rows of a 64-token vocabulary
   so.num_scheduled_spec_tokens = {0, 0, 1};  // cmpl-c-0's last token is a draft
+  kv_transfer::KVConnectorMetadata& kv = so.kv_connector_metadata.emplace();
+  kv_transfer::LoadSpec load;
+  load.req_id = "cmpl-f-0";
+  load.local_block_ids = {12, 13};
+  load.num_tokens = 32;
+  load.remote_block_ids = {0, 1};
+  load.remote_engine_id = "prefill-0";
+  load.remote_request_id = "cmpl-0123456789abcdef-0";
+  load.remote_host = "10.0.0.7";
+  load.remote_port = 14579;
+  load.remote_tp_size = 1;
+  kv.loads = {load};
+  kv.saves = {kv_transfer::SaveSpec{"cmpl-a-0", {0, 1}, 3, "3f2a"}};
+  kv.sends = {kv_transfer::SendSpec{"cmpl-d-0", {4, 5}}};
+  kv.sends_released = {"cmpl-g-0"};
   Write(dir, "scheduler_output_full", core::Encode(so));
   Write(dir, "scheduler_output_empty", core::Encode(core::SchedulerOutput{}));
 
@@ -155,6 +191,11 @@ void EngineSeeds(const fs::path& dir) {
   mro.sampled_token_ids = {{42}, {}};
   mro.logprobs = {{Logprobs()}, {}};
   Write(dir, "model_runner_output", core::Encode(mro));
+  mro.kv_connector_output.emplace();
+  mro.kv_connector_output->finished_sending = {"cmpl-d-0"};
+  mro.kv_connector_output->finished_recving = {"cmpl-f-0"};
+  mro.kv_connector_output->failed_recving = {"cmpl-h-0"};
+  Write(dir, "model_runner_output_kv", core::Encode(mro));
 
   Write(dir, "start_dp_wave", core::Encode(core::StartDpWave{3, 1}));
   const std::vector<std::string> aborts = {"cmpl-a-0", "chatcmpl-b-1"};
@@ -407,6 +448,28 @@ void NodeSeeds(const fs::path& dir) {
   Write(dir, "stop", executor::EncodeNodeMessage(executor::NodeStop{"engine core failed"}));
 }
 
+// One header frame of each kind of kv_transfer/kv_wire.h, a DATA message (framed as the fuzzer
+// reads one), and a stored file's header (file_store.h).
+void KvTransferSeeds(const fs::path& dir) {
+  using namespace kv_transfer;
+  const KvLayout layout{6, 4, 32, 16, 4, 2, 1};
+  Write(dir, "hello", EncodeKvMessage(KvHello{"decode-0", layout}));
+  Write(dir, "welcome", EncodeKvMessage(KvWelcome{"prefill-0", layout, 4}));
+  Write(dir, "refuse", EncodeKvMessage(KvRefuse{"block_size 32 != 16"}));
+  Write(dir, "read", EncodeKvMessage(KvRead{7, "cmpl-0123-0", 170, {3, 1, 4, 1, 5}}));
+  Write(dir, "error", EncodeKvMessage(KvError{7, "request cmpl-0123-0 is not held"}));
+  Write(dir, "done", EncodeKvMessage(KvDone{"cmpl-0123-0"}));
+  Write(dir, "ack", EncodeKvMessage(KvAck{"cmpl-0123-0"}));
+  // A DATA message framed as the fuzzer reads one: [header length][header][two 2-byte blocks].
+  const std::string blocks = "\x01\x02\x03\x04";
+  const uint8_t* b = reinterpret_cast<const uint8_t*>(blocks.data());
+  const std::string header = EncodeKvMessage(
+      KvDataHeader{9, "cmpl-0123-0", 0, 2, {KvChecksum({b, 2}), KvChecksum({b + 2, 2})}});
+  Write(dir, "data_message", std::string(1, static_cast<char>(header.size())) + header + blocks);
+  Write(dir, "data_header", header);
+  Write(dir, "file_header", file_store::EncodeKvFileHeader({layout, 3, 40, 0x1234567890abcdef}));
+}
+
 }  // namespace
 }  // namespace vllm::fuzz
 
@@ -425,5 +488,6 @@ int main(int argc, char** argv) {
   vllm::fuzz::ApiServerSpecSeeds(root / "api_server_spec");
   vllm::fuzz::CoordinatorSpecSeeds(root / "dp_coordinator_spec");
   vllm::fuzz::NodeSeeds(root / "node_protocol");
+  vllm::fuzz::KvTransferSeeds(root / "kv_transfer");
   return 0;
 }

@@ -13,10 +13,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/codec.h"
 #include "core/sampling_params.h"
 #include "frontend/jinja/chat_template.h"
 #include "frontend/openai/api_server_response.h"
 #include "frontend/openai/chat_tools.h"
+#include "frontend/openai/kv_transfer_params.h"
 #include "frontend/openai/openai_protocol.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -72,6 +74,21 @@ inline void CheckOptions(const frontend::GenerationOptions& options) {
     FUZZ_CHECK(!s.empty() && s.size() <= frontend::kMaxStopStringBytes, "bad stop string");
   }
   FUZZ_CHECK(options.stream || !options.include_usage, "include_usage without stream");
+  if (options.kv_transfer_params.has_value()) {
+    // Accepted kv_transfer_params reach the engine (its codec's bounds are the API's), and
+    // what a response writes of them is accepted again unchanged.
+    core::EngineCoreRequest request;
+    request.request_id = "cmpl-fuzz-0";
+    request.kv_transfer_params = options.kv_transfer_params;
+    auto decoded = core::DecodeEngineCoreRequest(core::Encode(request));
+    FUZZ_CHECK(decoded.ok() && decoded->kv_transfer_params == options.kv_transfer_params,
+               "accepted kv_transfer_params the engine codec refuses or changes");
+    nlohmann::ordered_json body;
+    body["kv_transfer_params"] = frontend::KvTransferParamsJson(*options.kv_transfer_params);
+    auto back = frontend::ParseKvTransferParams(body);
+    FUZZ_CHECK(back.ok() && *back == options.kv_transfer_params,
+               "kv_transfer_params written in a response do not parse back");
+  }
 }
 
 inline void Tokenize(const std::string& text) {

@@ -22,19 +22,21 @@ import tempfile
 
 # Longest prefix wins. A module's files are the files below its folder.
 MODULES = [
-    "base/", "config/", "ipc/", "kv_events/", "structured_output/", "spec_decode/", "core/", "kernels/", "kernels/comm/", "worker/",
+    "base/", "config/", "ipc/", "kv_events/", "kv_transfer/", "structured_output/", "spec_decode/", "core/", "kernels/", "kernels/comm/", "worker/",
     "executor/", "frontend/", "frontend/openai/", "frontend/engine/", "frontend/tokenizer/",
     "frontend/jinja/", "frontend/parsers/", "router/", "launcher/", "bench/serve/",
     "bench/common/",
 ]
 
-_BELOW_FRONTEND = ["base", "config", "ipc", "structured_output", "spec_decode", "core"]
+_BELOW_FRONTEND = ["base", "config", "ipc", "kv_transfer", "structured_output", "spec_decode", "core"]
 ALLOWED = {
     "base": [],
     "config": ["base"],
     "ipc": ["base"],
     # vLLM's KV-cache events: types, codec, ZMQ publisher. No configuration (core/ converts).
     "kv_events": ["base", "ipc"],
+    # vLLM's vllm/distributed/kv_transfer/: the KV connectors' values, codecs and transports.
+    "kv_transfer": ["base", "config", "ipc"],
     "kernels": ["base"],
     "kernels/comm": ["base", "ipc", "kernels"],
     # vLLM's vllm/v1/structured_output/: XGrammar over the model's tokenizer (the engine core
@@ -43,11 +45,11 @@ ALLOWED = {
     # vLLM's vllm/v1/spec_decode/ proposers that run in the engine core (n-gram, suffix), and
     # the counters the scheduler keeps.
     "spec_decode": ["base", "config"],
-    "core": ["base", "config", "ipc", "kv_events", "structured_output", "spec_decode"],
-    "worker": ["base", "config", "ipc", "core", "kernels", "kernels/comm"],
+    "core": ["base", "config", "ipc", "kv_events", "kv_transfer", "structured_output", "spec_decode"],
+    "worker": ["base", "config", "ipc", "kv_transfer", "core", "kernels", "kernels/comm"],
     # UniProcExecutor runs a Worker in its own process (docs/DECISIONS.md).
-    "executor": ["base", "config", "ipc", "structured_output", "spec_decode", "core", "kernels", "kernels/comm",
-                 "worker"],
+    "executor": ["base", "config", "ipc", "kv_transfer", "structured_output", "spec_decode", "core",
+                 "kernels", "kernels/comm", "worker"],
     "frontend/tokenizer": ["base"],
     "frontend/jinja": ["base"],
     # vLLM's tool-call and reasoning parsers: text in, calls and reasoning out.

@@ -259,6 +259,28 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
             r.output);
   }
 
+  // --kv-transfer-config, --kv-offloading-size, --kv-offloading-backend: what the connectors
+  // do is their own tests'; here, a value this runtime cannot honour is refused before
+  // anything starts, naming the flag.
+  {
+    const CliResult r = RunCli({"--kv-transfer-config",
+                                R"({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})"});
+    Covered("--kv-transfer-config",
+            r.exit_code == 2 && absl::StrContains(r.output, "--kv-transfer-config kv_connector") &&
+                absl::StrContains(r.output, "LMCacheConnectorV1"),
+            r.output);
+    const CliResult size = RunCli({"--kv-offloading-size", "0"});
+    Covered("--kv-offloading-size",
+            size.exit_code == 2 && absl::StrContains(size.output, "--kv-offloading-size"),
+            size.output);
+    const CliResult backend =
+        RunCli({"--kv-offloading-size", "1", "--kv-offloading-backend", "lmcache"});
+    Covered("--kv-offloading-backend",
+            backend.exit_code == 2 &&
+                absl::StrContains(backend.output, "--kv-offloading-backend lmcache"),
+            backend.output);
+  }
+
   {
     // --reasoning-parser needs <think> and </think> in the tokenizer (vLLM raises the same);
     // the bundled model has neither, so the server refuses to start. Its effect on a model

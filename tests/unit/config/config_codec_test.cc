@@ -54,6 +54,13 @@ VllmConfig Everything() {
   c.kv_events.hwm = 12;
   c.kv_events.max_queue_size = 13;
   c.kv_events.topic = "kv@pod";
+  c.cache.kv_offloading_size = 0.25;  // resolved below: OffloadingConnector, kv_both
+  c.kv_transfer.engine_id = "engine-1";
+  c.kv_transfer.kv_buffer_device = "cuda";
+  c.kv_transfer.kv_port = 20001;
+  c.kv_transfer.kv_connector_extra_config = R"({"block_size":64})";
+  c.kv_transfer.kv_load_failure_policy = "recompute";
+  if (!c.ResolveKvOffloading().ok()) ADD_FAILURE() << "ResolveKvOffloading";
   return c;
 }
 
@@ -160,12 +167,14 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
        "--max-logprobs: 100000 is outside [0, 1024]"},
       {3,
        [](auto& pk) {
-         pk.pack_array(5);
+         pk.pack_array(7);
          pk.pack(16);
          pk.pack(true);
          pk.pack(1 << 20);
          pk.pack(0.5);
          pk.pack(int64_t{1} << 40);  // num_gpu_blocks_override out of int32
+         pk.pack(0.0);
+         pk.pack(std::string("native"));
        },
        "VllmConfig.cache.num_gpu_blocks_override"},
       {3,

@@ -31,6 +31,20 @@ SamplingParams FullSamplingParams() {
   return p;
 }
 
+// A prefill instance's answer, as a decode instance receives it.
+kv_transfer::KVTransferParams RemotePrefill() {
+  kv_transfer::KVTransferParams p;
+  p.do_remote_prefill = true;
+  p.remote_engine_id = "prefill-0";
+  p.remote_request_id = "cmpl-abc-0";
+  p.remote_host = "10.0.0.7";
+  p.remote_port = 14579;
+  p.remote_block_ids = {3, 4, 5};
+  p.tp_size = 2;
+  p.remote_num_tokens = 40;
+  return p;
+}
+
 EngineCoreRequest FullRequest() {
   EngineCoreRequest r;
   r.request_id = "cmpl-abc-0";
@@ -41,6 +55,7 @@ EngineCoreRequest FullRequest() {
   r.priority = -3;
   r.cache_salt = "tenant-7";
   r.data_parallel_rank = 1;
+  r.kv_transfer_params = RemotePrefill();
   return r;
 }
 
@@ -59,6 +74,7 @@ EngineCoreOutputs FullOutputs() {
   b.new_token_ids = {99};
   b.finish_reason = FinishReason::kStop;
   b.stop_reason = 99;
+  b.kv_transfer_params = RemotePrefill();
   o.outputs = {a, b};
   structured_output::StructuredOutputStats so;
   so.cache_hits = 5;
@@ -72,7 +88,8 @@ EngineCoreOutputs FullOutputs() {
   spec.Observe(3, 2);
   spec.Observe(2, 0);
   spec.Observe(3, 3);
-  o.scheduler_stats = SchedulerStats{4, 2, 0.5, PrefixCacheStats{true, 3, 300, 128}, 1, so, spec};
+  o.scheduler_stats = SchedulerStats{4, 2,  0.5,  PrefixCacheStats{true, 3, 300, 128},
+                                     1, so, spec, PrefixCacheStats{false, 2, 64, 48}};
   o.timestamp = 12.5;
   o.finished_requests = {"b"};
   o.wave_complete = 7;
@@ -101,6 +118,21 @@ SchedulerOutput FullSchedulerOutput() {
   s.total_num_scheduled_tokens = 7;
   s.finished_req_ids = {"gone"};
   s.preempted_req_ids = {"r9"};
+  kv_transfer::KVConnectorMetadata& kv = s.kv_connector_metadata.emplace();
+  kv_transfer::LoadSpec load;
+  load.req_id = "r-load";
+  load.local_block_ids = {6, 7};
+  load.num_tokens = 32;
+  load.remote_block_ids = {1, 2};
+  load.remote_engine_id = "prefill-0";
+  load.remote_request_id = "cmpl-abc-0";
+  load.remote_host = "10.0.0.7";
+  load.remote_port = 14579;
+  load.remote_tp_size = 1;
+  kv.loads = {load};
+  kv.saves = {kv_transfer::SaveSpec{"new", {4, 5}, 16, "key-new"}};
+  kv.sends = {kv_transfer::SendSpec{"gone", {8}}};
+  kv.sends_released = {"old"};
   return s;
 }
 
@@ -112,6 +144,10 @@ ModelRunnerOutput FullModelRunnerOutput() {
   m.prompt_logprobs = {
       {TokenLogprobs{{2, 2}, {-1.5f, -1.5f}, 1}, TokenLogprobs{{3}, {-4.0f}, 9}}, {}, {}};
   m.draft_token_ids = {{}, {4, 5, 6}, {1}};
+  m.kv_connector_output.emplace();
+  m.kv_connector_output->finished_sending = {"gone"};
+  m.kv_connector_output->finished_recving = {"r-load"};
+  m.kv_connector_output->failed_recving = {"r-bad"};
   return m;
 }
 
@@ -173,7 +209,7 @@ std::string StatsFrame(size_t buckets, int64_t num_spec_tokens, size_t per_pos) 
   pk.pack_array(3);
   pk.pack(static_cast<int>(WireTag::kSchedulerStats));
   pk.pack(kWireVersion);
-  pk.pack_array(7);
+  pk.pack_array(8);
   pk.pack(1);
   pk.pack(0);
   pk.pack(0.5);
@@ -195,6 +231,11 @@ std::string StatsFrame(size_t buckets, int64_t num_spec_tokens, size_t per_pos) 
   pk.pack(static_cast<int64_t>(per_pos));
   pk.pack_array(static_cast<uint32_t>(per_pos));
   for (size_t i = 0; i < per_pos; ++i) pk.pack(1);
+  pk.pack_array(4);  // connector_prefix_cache_stats
+  pk.pack(false);
+  pk.pack(0);
+  pk.pack(0);
+  pk.pack(0);
   return std::string(buffer.data(), buffer.size());
 }
 
@@ -266,6 +307,73 @@ TEST_F(CodecTest, ModelRunnerOutputRoundTrip) {
   }
 }
 
+// The KV-connector fields (wire version 7) round trip set, set but empty, and unset.
+TEST_F(CodecTest, KvTransferFieldsRoundTrip) {
+  EngineCoreRequest request = FullRequest();
+  EngineCoreOutputs outputs = FullOutputs();
+  SchedulerOutput step = FullSchedulerOutput();
+  ModelRunnerOutput result = FullModelRunnerOutput();
+  for (int variant = 0; variant < 2; ++variant) {
+    if (variant == 0) {  // empty values
+      request.kv_transfer_params.emplace();
+      outputs.outputs[1].kv_transfer_params.emplace();
+      step.kv_connector_metadata.emplace();
+      result.kv_connector_output.emplace();
+    } else {  // unset
+      request.kv_transfer_params.reset();
+      outputs.outputs[1].kv_transfer_params.reset();
+      outputs.scheduler_stats->connector_prefix_cache_stats = {};
+      step.kv_connector_metadata.reset();
+      result.kv_connector_output.reset();
+    }
+    auto r = DecodeEngineCoreRequest(Encode(request));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(*r, request);
+    auto o = DecodeEngineCoreOutputs(Encode(outputs));
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(*o, outputs);
+    auto s = DecodeSchedulerOutput(Encode(step));
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(*s, step);
+    auto m = DecodeModelRunnerOutput(Encode(result));
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(*m, result);
+  }
+}
+
+// kv_transfer/codec.h's bounds apply inside every message that carries its values.
+TEST_F(CodecTest, BadKvTransferValuesAreRefused) {
+  auto expect_invalid = [](const absl::Status& status, std::string_view field) {
+    ASSERT_TRUE(absl::IsInvalidArgument(status)) << status;
+    EXPECT_NE(std::string(status.message()).find(field), std::string::npos) << status;
+  };
+  EngineCoreRequest negative = FullRequest();
+  negative.kv_transfer_params->remote_block_ids = {1, -1};
+  expect_invalid(DecodeEngineCoreRequest(Encode(negative)).status(),
+                 "KVTransferParams.remote_block_ids");
+  EngineCoreRequest no_port = FullRequest();
+  no_port.kv_transfer_params->remote_port = 0;
+  expect_invalid(DecodeEngineCoreRequest(Encode(no_port)).status(), "remote_port");
+
+  EngineCoreOutputs oversized = FullOutputs();
+  oversized.outputs[1].kv_transfer_params->remote_block_ids.assign(
+      kv_transfer::kMaxRemoteBlockIds + 1, 0);
+  auto refused = DecodeEngineCoreOutputs(Encode(oversized));
+  ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(std::string(refused.status().message()).find("remote_block_ids"), std::string::npos);
+
+  SchedulerOutput bad_load = FullSchedulerOutput();
+  bad_load.kv_connector_metadata->loads[0].local_block_ids = {-3};
+  expect_invalid(DecodeSchedulerOutput(Encode(bad_load)).status(), "LoadSpec.local_block_ids");
+  SchedulerOutput bad_tokens = FullSchedulerOutput();
+  bad_tokens.kv_connector_metadata->saves[0].num_tokens = -1;
+  expect_invalid(DecodeSchedulerOutput(Encode(bad_tokens)).status(), "SaveSpec.num_tokens");
+
+  ModelRunnerOutput long_id = FullModelRunnerOutput();
+  long_id.kv_connector_output->failed_recving = {std::string(kMaxRequestIdBytes + 1, 'x')};
+  expect_invalid(DecodeModelRunnerOutput(Encode(long_id)).status(), "failed_recving");
+}
+
 TEST_F(CodecTest, AbortAndWaveRoundTrip) {
   const std::vector<std::string> ids = {"a", "b", ""};
   auto decoded_ids = DecodeAbortRequests(EncodeAbortRequests(ids));
@@ -331,7 +439,7 @@ TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
   pk.pack_array(3);
   pk.pack(static_cast<uint32_t>(WireTag::kModelRunnerOutput));
   pk.pack(kWireVersion);
-  pk.pack_array(5);
+  pk.pack_array(6);
   pk.pack_array(1);
   pk.pack(std::string("r"));
   pk.pack_array(1);
@@ -349,6 +457,7 @@ TEST_F(CodecTest, FloatFieldsAcceptIntegers) {
   pk.pack(1);
   pk.pack_array(0);  // prompt_logprobs
   pk.pack_array(0);  // draft_token_ids
+  pk.pack_nil();     // kv_connector_output
   auto decoded = DecodeModelRunnerOutput(std::string_view(b.data(), b.size()));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_EQ(decoded->logprobs.size(), 1u);
@@ -363,10 +472,10 @@ TEST_F(CodecTest, RequestIdsAreRecoveredFromFramesThatDoNotDecode) {
   pk.pack_array(3);
   pk.pack(static_cast<uint32_t>(WireTag::kEngineCoreRequest));
   pk.pack(kWireVersion);
-  pk.pack_array(8);
+  pk.pack_array(9);
   pk.pack(std::string("req-7"));
   pk.pack(std::string("not a token list"));  // wrong type: the strict decoder refuses
-  for (int i = 0; i < 6; ++i) pk.pack_nil();
+  for (int i = 0; i < 7; ++i) pk.pack_nil();
   const std::string_view bad(b.data(), b.size());
   ASSERT_FALSE(DecodeEngineCoreRequest(bad).ok());
   EXPECT_EQ(RecoverRequestId(bad), "req-7");

@@ -1,18 +1,24 @@
 // EngineCoreClient against a scripted engine speaking the protocol of core/engine_core_proc.h
 // over real ZMQ sockets. Regression (hardening issue, defect 3): an outputs frame the client
 // cannot decode used to be dropped silently, so its requests waited forever; now it comes
-// back from GetOutputs with the error and the request ids that could still be read.
+// back from GetOutputs with the error and the request ids that could still be read. Also
+// AsyncLLM over such an engine: what it sends and what it hands back (kv_transfer_params).
 #include "frontend/engine/engine_core_client.h"
 
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "core/codec.h"
 #include "core/engine_core_proc.h"
 #include "core/engine_handshake.h"
+#include "frontend/engine/async_llm.h"
+#include "frontend/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "ipc/wait_strategy.h"
 #include "ipc/zmq_util.h"
@@ -87,6 +93,18 @@ class ScriptedEngine {
                     .ok());
   }
 
+  // The next message from the client: [request type, payload].
+  void Receive(char* type, std::string* payload) {
+    std::vector<zmq::message_t> parts;
+    ASSERT_TRUE(ipc::RecvMultipart(input_, parts, 2, ipc::MonoNowNs() + 5'000'000'000,
+                                   absl::Milliseconds(10), nullptr, "request")
+                    .ok());
+    ASSERT_EQ(parts.size(), 2u);
+    ASSERT_EQ(parts[0].size(), 1u);
+    *type = *static_cast<const char*>(parts[0].data());
+    *payload = parts[1].to_string();
+  }
+
  private:
   const int32_t index_;
   const int32_t num_engines_;
@@ -105,7 +123,7 @@ std::string FrameWithOneBadOutput() {
   pk.pack(0);        // engine_index
   pk.pack_array(2);  // outputs
   for (const char* id : {"a", "b"}) {
-    pk.pack_array(7);
+    pk.pack_array(8);
     pk.pack(std::string(id));
     pk.pack(std::vector<int32_t>{5});
     if (std::string(id) == "b") {
@@ -117,6 +135,7 @@ std::string FrameWithOneBadOutput() {
     pk.pack(0);
     pk.pack_array(0);  // logprobs
     pk.pack_array(0);  // prompt_logprobs
+    pk.pack_nil();     // kv_transfer_params
   }
   pk.pack_nil();     // scheduler_stats
   pk.pack(1.5);      // timestamp
@@ -235,6 +254,80 @@ TEST(EngineCoreClientTest, DataParallelEnginesFailAlone) {
   EXPECT_FALSE(c.PickEngine().ok());
   auto after = c.GetOutputs(absl::Now() + absl::Seconds(10));
   EXPECT_TRUE(absl::IsUnavailable(after.status())) << after.status();
+}
+
+// Disaggregated prefill/decode through AsyncLLM: a request's kv_transfer_params reach the
+// engine in its EngineCoreRequest, the finishing output's come back on the final delta, and
+// the connector's prefix-cache counters add up in Stats().
+TEST(EngineCoreClientTest, AsyncLlmCarriesKvTransferParams) {
+  auto client = EngineCoreClient::Create(1);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ScriptedEngine engine((*client)->handshake_address());
+  bool handshake_ok = false;
+  std::thread engine_side([&] { handshake_ok = engine.Handshake(); });
+  absl::Status ready =
+      (*client)->WaitForEngines(absl::Now() + absl::Seconds(10), [] { return absl::OkStatus(); });
+  engine_side.join();
+  ASSERT_TRUE(handshake_ok);
+  ASSERT_TRUE(ready.ok()) << ready;
+  auto tokenizer =
+      Tokenizer::Load(std::filesystem::path(VLLM_SOURCE_DIR) / "models" / "kjv-llama-tiny");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  AsyncLLMConfig config;
+  config.model_name = "kjv-llama-tiny";
+  config.max_model_len = 64;
+  config.vocab_size = 4096;
+  auto llm = AsyncLLM::Create(std::move(*client), std::move(*tokenizer), std::nullopt, config);
+  ASSERT_TRUE(llm.ok()) << llm.status();
+
+  GenerateRequest request;
+  request.request_id = "cmpl-kv-0";
+  request.prompt_token_ids = {5, 6, 7};
+  request.params.max_tokens = 1;
+  request.kv_transfer_params.emplace().do_remote_decode = true;
+  absl::Notification done;
+  std::optional<GenerateOutput> last;
+  ASSERT_TRUE((*llm)
+                  ->Generate(request,
+                             [&](absl::StatusOr<GenerateOutput> out) {
+                               ASSERT_TRUE(out.ok()) << out.status();
+                               if (!out->finished()) return;
+                               last = std::move(*out);
+                               done.Notify();
+                             })
+                  .ok());
+  char type = 0;
+  std::string payload;
+  ASSERT_NO_FATAL_FAILURE(engine.Receive(&type, &payload));
+  ASSERT_EQ(type, static_cast<char>(core::EngineCoreRequestType::kAdd));
+  auto sent = core::DecodeEngineCoreRequest(payload);
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(sent->kv_transfer_params, request.kv_transfer_params);
+
+  kv_transfer::KVTransferParams answer;
+  answer.do_remote_prefill = true;
+  answer.remote_engine_id = "prefill-0";
+  answer.remote_request_id = "cmpl-kv-0";
+  answer.remote_host = "127.0.0.1";
+  answer.remote_port = 14579;
+  answer.remote_block_ids = {0};
+  answer.tp_size = 1;
+  core::EngineCoreOutputs outs;
+  core::EngineCoreOutput& o = outs.outputs.emplace_back();
+  o.request_id = "cmpl-kv-0";
+  o.new_token_ids = {9};
+  o.finish_reason = core::FinishReason::kLength;
+  o.kv_transfer_params = answer;
+  core::SchedulerStats& stats = outs.scheduler_stats.emplace();
+  stats.connector_prefix_cache_stats.queries = 32;
+  stats.connector_prefix_cache_stats.hits = 16;
+  ASSERT_NO_FATAL_FAILURE(engine.SendOutput(core::kOutputKindOutputs, core::Encode(outs)));
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->kv_transfer_params, answer);
+  const EngineStats totals = (*llm)->Stats();
+  EXPECT_EQ(totals.connector_prefix_cache_queries, 32);
+  EXPECT_EQ(totals.connector_prefix_cache_hits, 16);
 }
 
 TEST(EngineCoreClientTest, RecoverOutputRequestIdsIsBounded) {

@@ -343,6 +343,58 @@ TEST(ServeArgsTest, KvEventsConfigReachesTheEngineConfig) {
   }
 }
 
+TEST(ServeArgsTest, KvTransferConfigReachesTheEngineConfig) {
+  auto p = Parse({"--kv-transfer-config",
+                  R"({"kv_connector": "NixlConnector", "kv_role": "kv_producer", "kv_port": 20001,
+                      "kv_connector_extra_config": {"backends": ["UCX"]}})"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const config::KvTransferConfig& t = p->args->config.kv_transfer;
+  EXPECT_EQ(t.kv_connector, "NixlConnector");
+  EXPECT_EQ(t.kv_role, "kv_producer");
+  EXPECT_EQ(t.kv_port, 20001);
+  EXPECT_EQ(t.kv_connector_extra_config, R"({"backends":["UCX"]})");
+  EXPECT_FALSE(Parse({})->args->config.kv_transfer.has_connector());
+  for (std::vector<std::string> argv : {
+           std::vector<std::string>{"--kv-transfer-config", R"({"kv_connector": "NixlConnector"})"},
+           std::vector<std::string>{
+               "--kv-transfer-config",
+               R"({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})"},
+           std::vector<std::string>{"--kv-transfer-config", R"({"kv_rank": 0})"},
+           std::vector<std::string>{"--kv-transfer-config", "not json"},
+       }) {
+    auto bad = Parse(argv);
+    ASSERT_FALSE(bad.ok()) << argv[1];
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--kv-transfer-config"));
+  }
+}
+
+TEST(ServeArgsTest, KvOffloadingSizeRunsOffloadingConnector) {
+  auto p = Parse({"--kv-offloading-size", "2", "--kv-offloading-backend", "native"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const config::VllmConfig& c = p->args->config;
+  EXPECT_DOUBLE_EQ(c.cache.kv_offloading_size, 2.0);
+  EXPECT_EQ(c.cache.kv_offloading_backend, "native");
+  EXPECT_EQ(c.kv_transfer.kv_connector, "OffloadingConnector");
+  EXPECT_EQ(c.kv_transfer.kv_role, "kv_both");
+  EXPECT_EQ(c.kv_transfer.kv_connector_extra_config, R"({"cpu_bytes_to_use":2147483648.0})");
+  // Unset: no connector, whatever the backend.
+  auto none = Parse({"--kv-offloading-backend", "native"});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->args->config.kv_transfer.has_connector());
+  // With --kv-transfer-config: its keys kept; a connector vLLM would replace is refused.
+  auto both = Parse({"--kv-offloading-size", "1", "--kv-transfer-config",
+                     R"({"kv_connector_extra_config": {"block_size": 64}})"});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->args->config.kv_transfer.kv_connector_extra_config,
+            R"({"block_size":64,"cpu_bytes_to_use":1073741824.0})");
+  auto conflict = Parse({"--kv-offloading-size", "1", "--kv-transfer-config",
+                         R"({"kv_connector": "NixlConnector", "kv_role": "kv_both"})"});
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_THAT(std::string(conflict.status().message()),
+              HasSubstr("--kv-offloading-size 1 runs OffloadingConnector, but "
+                        "--kv-transfer-config kv_connector is 'NixlConnector'"));
+}
+
 TEST(ServeArgsTest, StructuredOutputsConfigTakesEnableInReasoning) {
   auto p = Parse({"--structured-outputs-config",
                   R"({"enable_in_reasoning": true, "reasoning_parser": "qwen3"})"});
@@ -423,6 +475,13 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"--max-logprobs", "1025"}, "--max-logprobs: 1025 is outside [0, 1024]"},
       {{"--max-num-seqs", "0"}, "--max-num-seqs: 0 is outside [1, 1048576]"},
       {{"--scheduling-policy", "lifo"}, "--scheduling-policy: unknown value 'lifo'"},
+      {{"--kv-offloading-size", "0"}, "--kv-offloading-size: expected GiB in (0, 1048576]"},
+      {{"--kv-offloading-size", "-1"}, "--kv-offloading-size"},
+      {{"--kv-offloading-size", "nan"}, "--kv-offloading-size"},
+      {{"--kv-offloading-size", "lots"}, "--kv-offloading-size"},
+      {{"--kv-offloading-size", "1", "--kv-offloading-backend", "lmcache"},
+       "--kv-offloading-backend lmcache: LMCache is a Python package"},
+      {{"--kv-offloading-backend", "disk"}, "--kv-offloading-backend: unknown value 'disk'"},
   };
   for (const Case& c : cases) {
     auto p = Parse(c.argv);

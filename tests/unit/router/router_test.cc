@@ -1,10 +1,11 @@
 // The router's request parsing: worker URLs, routing keys, flags; an in-process router with
-// no live worker, and with fake upstreams (the circuit breaker).
+// no live worker, and with fake upstreams (the circuit breaker); the P/D flags.
 #include "router/router.h"
 
 #include <sys/socket.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange without including it
@@ -134,6 +135,95 @@ TEST(ParseRouterArgsTest, HelpAndErrors) {
   EXPECT_FALSE(ParseRouterArgs({"--policy", "fastest"}).ok());
   EXPECT_FALSE(ParseRouterArgs({"--cache-threshold", "2"}).ok());
   EXPECT_FALSE(ParseRouterArgs({"--no-such-flag"}).ok());
+}
+
+TEST(ParseRouterArgsTest, PdDisaggregation) {
+  auto p = ParseRouterArgs({"--pd-disaggregation", "--prefill", "http://p1:8100", "9000",
+                            "--prefill", "http://p2:8100", "none", "--prefill", "http://p3:8100",
+                            "--decode", "http://d1:8200", "--decode", "http://d2:8200", "--policy",
+                            "round_robin", "--prefill-policy", "cache_aware"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const RouterOptions& o = p->options;
+  EXPECT_TRUE(o.pd_disaggregation);
+  ASSERT_EQ(o.prefill_urls.size(), 3u);
+  EXPECT_EQ(o.prefill_urls[0].url, "http://p1:8100");
+  EXPECT_EQ(o.prefill_urls[0].bootstrap_port, 9000);
+  EXPECT_EQ(o.prefill_urls[1].url, "http://p2:8100");
+  EXPECT_FALSE(o.prefill_urls[1].bootstrap_port.has_value());
+  EXPECT_FALSE(o.prefill_urls[2].bootstrap_port.has_value());
+  EXPECT_EQ(o.decode_urls, (std::vector<std::string>{"http://d1:8200", "http://d2:8200"}));
+  EXPECT_EQ(o.policy, "round_robin");
+  EXPECT_EQ(o.prefill_policy, "cache_aware");
+  EXPECT_EQ(o.decode_policy, "");  // --policy's
+  // vllm-router's name for the mode.
+  auto v = ParseRouterArgs({"--vllm-pd-disaggregation", "--prefill", "http://p:1", "--decode",
+                            "http://d:2", "--decode-policy", "power_of_two"});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->options.pd_disaggregation);
+  EXPECT_EQ(v->options.decode_policy, "power_of_two");
+  auto help = ParseRouterArgs({"--help"});
+  ASSERT_TRUE(help.ok());
+  for (const char* flag :
+       {"--pd-disaggregation", "--prefill", "--decode", "--prefill-policy", "--decode-policy"}) {
+    EXPECT_NE(help->text.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(ParseRouterArgsTest, PdDisaggregationRefusals) {
+  using Args = std::vector<std::string>;
+  const Args pd = {"--pd-disaggregation", "--prefill", "http://p:1", "--decode", "http://d:2"};
+  auto with = [&pd](Args more) {
+    Args all = pd;
+    all.insert(all.end(), more.begin(), more.end());
+    return ParseRouterArgs(all);
+  };
+  ASSERT_TRUE(with({}).ok());
+  // --worker-urls and P/D: refused with a message naming both.
+  auto mixed = with({"--worker-urls", "http://w:3"});
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("--worker-urls"), std::string::npos) << mixed.status();
+  EXPECT_NE(mixed.status().message().find("--pd-disaggregation"), std::string::npos);
+  EXPECT_FALSE(with({"--prefill", "http://p2:1", "http:/x"}).ok());       // a bad port
+  EXPECT_FALSE(with({"--prefill", "http://p2:1", "70000"}).ok());         // out of range
+  EXPECT_FALSE(with({"--prefill", "http://p2:1", "9000", "9001"}).ok());  // URL [PORT] only
+  EXPECT_FALSE(with({"--prefill-policy", "fastest"}).ok());
+  EXPECT_FALSE(ParseRouterArgs({"--pd-disaggregation", "--decode", "http://d:2"}).ok());
+  EXPECT_FALSE(ParseRouterArgs({"--pd-disaggregation", "--prefill", "http://p:1"}).ok());
+  // The P/D flags without the mode.
+  EXPECT_FALSE(ParseRouterArgs({"--prefill", "http://p:1"}).ok());
+  EXPECT_FALSE(ParseRouterArgs({"--decode", "http://d:1"}).ok());
+  EXPECT_FALSE(ParseRouterArgs({"--worker-urls", "http://w:1", "--decode-policy", "random"}).ok());
+  // Router::Create checks the same, and a URL on both sides.
+  RouterOptions o;
+  o.port = 0;
+  o.pd_disaggregation = true;
+  o.prefill_urls = {{"http://127.0.0.1:1", std::nullopt}};
+  o.decode_urls = {"http://127.0.0.1:1/"};
+  auto both = Router::Create(o);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("both"), std::string::npos) << both.status();
+  o.decode_urls = {"http://127.0.0.1:2"};
+  o.worker_urls = {"http://127.0.0.1:3"};
+  EXPECT_FALSE(Router::Create(o).ok());
+}
+
+// kv_aware on one side of P/D: KV-event sources only for that side's workers.
+TEST(RouterTest, PdKvEventSourcesFollowTheirSidesPolicy) {
+  RouterOptions o;
+  o.port = 0;
+  o.pd_disaggregation = true;
+  o.prefill_urls = {{"http://127.0.0.1:1", std::nullopt}};
+  o.decode_urls = {"http://127.0.0.1:2"};
+  o.policy = "round_robin";
+  o.prefill_policy = "kv_aware";
+  o.model_path = std::string(VLLM_SOURCE_DIR) + "/models/kjv-llama-tiny";
+  o.kv_event_sources = {"http://127.0.0.1:2=tcp://127.0.0.1:9"};
+  auto decode_side = Router::Create(o);
+  ASSERT_FALSE(decode_side.ok());
+  EXPECT_NE(decode_side.status().message().find("decode"), std::string::npos)
+      << decode_side.status();
+  o.kv_event_sources = {"http://127.0.0.1:1=tcp://127.0.0.1:9"};
+  EXPECT_TRUE(Router::Create(o).ok());
 }
 
 TEST(RouterTest, CreateRejectsBadWorkerUrl) {
