@@ -75,8 +75,12 @@ class ExampleConnectorScheduler final : public KVConnectorScheduler {
 
   Match GetNumNewMatchedTokens(const Request& request, int32_t num_computed_tokens) override {
     if (tried_.contains(request.request_id)) return {};  // a failed load recomputes
+    // An entry is one whole prefix: loading it over a local hit would rewrite blocks other
+    // requests share (with values another batch computed), so only a request with no local
+    // hit loads.
+    if (num_computed_tokens > 0) return {};
     const int32_t aligned = AlignedPromptTokens(request);
-    if (aligned <= num_computed_tokens) return {};
+    if (aligned <= 0) return {};
     const std::string key = PromptKey(fingerprint_, request, aligned);
     for (int32_t rank = 0; rank < tp_size_; ++rank) {
       if (!kv_transfer::file_store::Exists(storage_path_, key, rank)) return {};
@@ -91,11 +95,9 @@ class ExampleConnectorScheduler final : public KVConnectorScheduler {
     const int32_t aligned = AlignedPromptTokens(request);
     kv_transfer::LoadSpec& spec = pending_.loads.emplace_back();
     spec.req_id = request.request_id;
-    // The file holds the whole aligned prefix; the local hit's blocks are loaded again (the
-    // same values), which keeps the file format one prefix per key.
-    spec.local_block_ids.assign(request.block_ids.begin(),
+    // The file holds the whole aligned prefix; there was no local hit (num_local_blocks 0).
+    spec.local_block_ids.assign(request.block_ids.begin() + num_local_blocks,
                                 request.block_ids.begin() + aligned / block_size_);
-    (void)num_local_blocks;
     spec.num_tokens = aligned;
     spec.key = PromptKey(fingerprint_, request, aligned);
     stored_.insert(request.request_id);  // already in storage
@@ -171,10 +173,10 @@ class NixlConnectorScheduler final : public KVConnectorScheduler {
     if (p.tp_size.has_value() && *p.tp_size != tp_size_) {
       spdlog::warn(
           "NixlConnector: request {}: the prefill instance has tensor-parallel size {}, this "
-          "one {}; heterogeneous TP is not built: computing the prompt locally",
+          "one {}; heterogeneous TP is not built: computing the prompt locally (the prefill "
+          "side frees its blocks when their lease ends)",
           request.request_id, *p.tp_size, tp_size_);
       processed_.insert(request.request_id);
-      NotifyOnly(request);
       return {};
     }
     const int32_t count = prompt - num_computed_tokens;
@@ -343,6 +345,11 @@ absl::StatusOr<std::unique_ptr<KVConnectorScheduler>> MakeKVConnectorScheduler(
   if (kv.kv_connector.empty()) return std::unique_ptr<KVConnectorScheduler>();
   const int32_t block_size = config.cache.block_size;
   const int32_t tp = config.parallel.tensor_parallel_size;
+  if (kv.kv_buffer_device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-transfer-config: kv_buffer_device \"", kv.kv_buffer_device,
+        "\": the connectors here move KV through host memory; use \"cpu\""));
+  }
   if (config.parallel.pipeline_parallel_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-transfer-config: ", kv.kv_connector,
@@ -373,6 +380,16 @@ absl::StatusOr<std::unique_ptr<KVConnectorScheduler>> MakeKVConnectorScheduler(
         return ExtraConfigError("kv_lease_duration", "expected seconds in [1, 86400]");
       }
       lease_s = v.get<int64_t>();
+    }
+    if (extra.contains("backends")) {
+      const nlohmann::json& b = extra["backends"];
+      bool strings = b.is_array() && !b.empty();
+      for (const nlohmann::json& e : b) strings = strings && e.is_string();
+      if (!strings) return ExtraConfigError("backends", "expected a non-empty list of strings");
+      // vLLM picks NIXL's backends (UCX, ...); here one transport serves them all.
+      spdlog::info("NixlConnector: backends {} asked for; the KV moves over this runtime's "
+                   "ZMQ/TCP transport (docs/DECISIONS.md)",
+                   b.dump());
     }
     VLLM_ASSIGN_OR_RETURN(SideChannel side_channel, ResolveSideChannel(config));
     return std::unique_ptr<KVConnectorScheduler>(new NixlConnectorScheduler(

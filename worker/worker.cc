@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "kernels/cpu/thread_pool.h"
 #include "worker/weights.h"
 #if VLLM_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"
@@ -116,7 +117,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
   // The ranks of a CPU group share the cores (vLLM's CPU worker splits them likewise); an
   // explicit OPENBLAS_NUM_THREADS / OMP_NUM_THREADS from the user wins.
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && std::getenv("OMP_NUM_THREADS") == nullptr) {
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int cores = kernels::cpu::UsableCores();  // what `taskset` left this process
     // Every rank of every pipeline stage runs at once.
     kernels::cpu::SetBlasNumThreads(std::max(1, cores / std::max(1, comm->world_size() * pp_size)));
   }

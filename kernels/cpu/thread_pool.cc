@@ -10,6 +10,8 @@
 // dispatcher runs the tasks they did not claim.
 #include "kernels/cpu/thread_pool.h"
 
+#include <sched.h>
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -36,11 +38,18 @@ int EnvThreads(const char* name) {
 int DefaultThreads() {
   int n = EnvThreads("OPENBLAS_NUM_THREADS");
   if (n == 0) n = EnvThreads("OMP_NUM_THREADS");
-  if (n == 0) n = static_cast<int>(std::thread::hardware_concurrency());
+  if (n == 0) n = UsableCores();
   return std::max(1, n);
 }
 
 }  // namespace
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 ThreadPool::ThreadPool(int num_threads) {
   num_threads = std::max(1, num_threads);

@@ -90,8 +90,12 @@ class ThreadPool {
   std::atomic<int> sleepers_{0};
 };
 
+// The cores this process may run on (its affinity mask, as `taskset` sets it; the hardware's
+// cores when the mask cannot be read). At least 1.
+int UsableCores();
+
 // The process's kernel pool, created on first use with the thread count OpenBLAS would pick
-// by default (OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else the hardware's cores);
+// by default (OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, else UsableCores());
 // SetBlasNumThreads (ops.h) resizes it. Never destroyed.
 ThreadPool& KernelThreadPool();
 

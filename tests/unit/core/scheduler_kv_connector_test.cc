@@ -314,3 +314,27 @@ TEST(KvConnectorFactoryTest, RefusesUnknownExtraConfigKeysByName) {
 
 }  // namespace
 }  // namespace vllm::core
+
+namespace vllm::core {
+namespace {
+
+TEST(KvConnectorFactoryTest, RefusesADeviceBufferAndMalformedBackends) {
+  config::VllmConfig c = testing::MakeTestConfig();
+  c.kv_transfer.kv_connector = "NixlConnector";
+  c.kv_transfer.kv_role = "kv_both";
+  c.kv_transfer.kv_buffer_device = "cuda";
+  auto connector = MakeKVConnectorScheduler(c, {"e", "f"});
+  ASSERT_FALSE(connector.ok());
+  EXPECT_NE(connector.status().message().find("kv_buffer_device"), std::string::npos);
+  c.kv_transfer.kv_buffer_device = "cpu";
+  c.kv_transfer.kv_connector_extra_config = R"({"backends": "UCX"})";
+  connector = MakeKVConnectorScheduler(c, {"e", "f"});
+  ASSERT_FALSE(connector.ok());
+  EXPECT_NE(connector.status().message().find("\"backends\""), std::string::npos);
+  c.kv_transfer.kv_connector_extra_config = R"({"backends": ["UCX"]})";
+  connector = MakeKVConnectorScheduler(c, {"e", "f"});
+  EXPECT_TRUE(connector.ok()) << connector.status();
+}
+
+}  // namespace
+}  // namespace vllm::core
