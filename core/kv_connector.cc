@@ -346,9 +346,9 @@ absl::StatusOr<std::unique_ptr<KVConnectorScheduler>> MakeKVConnectorScheduler(
   const int32_t block_size = config.cache.block_size;
   const int32_t tp = config.parallel.tensor_parallel_size;
   if (kv.kv_buffer_device != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kv-transfer-config: kv_buffer_device \"", kv.kv_buffer_device,
-        "\": the connectors here move KV through host memory; use \"cpu\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-transfer-config: kv_buffer_device \"", kv.kv_buffer_device,
+                     "\": the connectors here move KV through host memory; use \"cpu\""));
   }
   if (config.parallel.pipeline_parallel_size > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -387,9 +387,10 @@ absl::StatusOr<std::unique_ptr<KVConnectorScheduler>> MakeKVConnectorScheduler(
       for (const nlohmann::json& e : b) strings = strings && e.is_string();
       if (!strings) return ExtraConfigError("backends", "expected a non-empty list of strings");
       // vLLM picks NIXL's backends (UCX, ...); here one transport serves them all.
-      spdlog::info("NixlConnector: backends {} asked for; the KV moves over this runtime's "
-                   "ZMQ/TCP transport (docs/DECISIONS.md)",
-                   b.dump());
+      spdlog::info(
+          "NixlConnector: backends {} asked for; the KV moves over this runtime's "
+          "ZMQ/TCP transport (docs/DECISIONS.md)",
+          b.dump());
     }
     VLLM_ASSIGN_OR_RETURN(SideChannel side_channel, ResolveSideChannel(config));
     return std::unique_ptr<KVConnectorScheduler>(new NixlConnectorScheduler(

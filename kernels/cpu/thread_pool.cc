@@ -10,9 +10,8 @@
 // dispatcher runs the tasks they did not claim.
 #include "kernels/cpu/thread_pool.h"
 
-#include <sched.h>
-
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
