@@ -82,6 +82,16 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
         *request.params.max_tokens));
   }
   VLLM_RETURN_IF_ERROR(CheckMaxLogprobs(request.params, config_.vllm.model.max_logprobs));
+  if (request.kv_transfer_params.has_value() &&
+      (request.kv_transfer_params->do_remote_decode ||
+       request.kv_transfer_params->do_remote_prefill) &&
+      config_.vllm.kv_transfer.kv_connector.empty()) {
+    // vLLM would ignore them; a P/D set-up with a server missing its connector should fail
+    // loudly instead of computing everything twice.
+    return absl::InvalidArgumentError(
+        "kv_transfer_params: this server has no KV connector (start it with "
+        "--kv-transfer-config)");
+  }
   if (request.params.prompt_logprobs.has_value() && !config_.supports_prompt_logprobs) {
     return InvalidParam("prompt_logprobs",
                         "prompt_logprobs (and echo with logprobs) is not supported by this "

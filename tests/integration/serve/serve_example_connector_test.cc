@@ -111,5 +111,22 @@ TEST_F(ServeExampleConnectorTest, StoresThenLoadsAndNeverLoadsACorruptEntry) {
   EXPECT_EQ(Complete()["finish_reason"], "error");
 }
 
+// A server without a KV connector refuses a P/D request (vLLM would compute it whole and answer
+// no kv_transfer_params; here a set-up that forgot the flag fails loudly).
+TEST_F(ServeExampleConnectorTest, AServerWithoutAConnectorRefusesKvTransferParams) {
+  ASSERT_NO_FATAL_FAILURE(StartServer({}));
+  json body = {{"prompt", Prompt()}, {"max_tokens", 1}};
+  body["kv_transfer_params"] = {{"do_remote_decode", true}};
+  auto r = testing::Http(port_, "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("--kv-transfer-config"), std::string::npos) << r->body;
+  // Params that ask for nothing are fine.
+  body["kv_transfer_params"] = {{"do_remote_decode", false}};
+  r = testing::Http(port_, "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
 }  // namespace
 }  // namespace vllm

@@ -277,6 +277,8 @@ TEST(EngineCoreClientTest, AsyncLlmCarriesKvTransferParams) {
   config.model_name = "kjv-llama-tiny";
   config.max_model_len = 64;
   config.vocab_size = 4096;
+  config.vllm.kv_transfer.kv_connector = "NixlConnector";
+  config.vllm.kv_transfer.kv_role = "kv_producer";
   auto llm = AsyncLLM::Create(std::move(*client), std::move(*tokenizer), std::nullopt, config);
   ASSERT_TRUE(llm.ok()) << llm.status();
 
