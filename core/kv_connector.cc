@@ -339,6 +339,18 @@ absl::StatusOr<SideChannel> ResolveSideChannel(const config::VllmConfig& config)
   return sc;
 }
 
+absl::StatusOr<std::string> ExampleStoragePath(const config::VllmConfig& config) {
+  const config::KvTransferConfig& kv = config.kv_transfer;
+  static constexpr std::string_view kKnown[] = {"shared_storage_path"};
+  VLLM_ASSIGN_OR_RETURN(nlohmann::json extra,
+                        ParseExtraConfig(kv.kv_connector_extra_config, kKnown, kv.kv_connector));
+  if (!extra.contains("shared_storage_path")) return std::string("/tmp");  // vLLM's default
+  if (!extra["shared_storage_path"].is_string()) {
+    return ExtraConfigError("shared_storage_path", "expected a string");
+  }
+  return extra["shared_storage_path"].get<std::string>();
+}
+
 absl::StatusOr<std::unique_ptr<KVConnectorScheduler>> MakeKVConnectorScheduler(
     const config::VllmConfig& config, const KVConnectorContext& context) {
   const config::KvTransferConfig& kv = config.kv_transfer;
@@ -356,16 +368,7 @@ absl::StatusOr<std::unique_ptr<KVConnectorScheduler>> MakeKVConnectorScheduler(
         " with --pipeline-parallel-size > 1 is not built (each stage would transfer its layers)"));
   }
   if (kv.kv_connector == "ExampleConnector") {
-    static constexpr std::string_view kKnown[] = {"shared_storage_path"};
-    VLLM_ASSIGN_OR_RETURN(nlohmann::json extra,
-                          ParseExtraConfig(kv.kv_connector_extra_config, kKnown, kv.kv_connector));
-    std::string path = "/tmp";  // vLLM's default
-    if (extra.contains("shared_storage_path")) {
-      if (!extra["shared_storage_path"].is_string()) {
-        return ExtraConfigError("shared_storage_path", "expected a string");
-      }
-      path = extra["shared_storage_path"].get<std::string>();
-    }
+    VLLM_ASSIGN_OR_RETURN(std::string path, ExampleStoragePath(config));
     return std::unique_ptr<KVConnectorScheduler>(
         new ExampleConnectorScheduler(path, context.fingerprint, block_size, tp));
   }

@@ -98,6 +98,10 @@ struct KVConnectorContext {
 [[nodiscard]] absl::StatusOr<std::unique_ptr<KVConnectorScheduler>> MakeKVConnectorScheduler(
     const config::VllmConfig& config, const KVConnectorContext& context);
 
+// ExampleConnector's directory: kv_connector_extra_config.shared_storage_path, default "/tmp"
+// (vLLM's). InvalidArgument for a non-string or an unknown key of the extra config.
+[[nodiscard]] absl::StatusOr<std::string> ExampleStoragePath(const config::VllmConfig& config);
+
 // The NixlConnector's side channel: VLLM_NIXL_SIDE_CHANNEL_HOST (default "localhost") and
 // VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600) + data-parallel rank × TP size; TP rank r of the
 // engine serves (and a decode rank r reads from) port + r. InvalidArgument for a bad variable.

@@ -5,7 +5,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "base/json_util.h"
 #include "base/status_macros.h"
 #include "core/kv_connector.h"
 #include "kv_transfer/file_store.h"
@@ -140,16 +139,7 @@ absl::StatusOr<std::unique_ptr<KVConnectorWorker>> MakeKVConnectorWorker(
   if (kv.kv_connector.empty()) return std::unique_ptr<KVConnectorWorker>();
   VLLM_RETURN_IF_ERROR(kv_transfer::ValidateKvCacheView(view));
   if (kv.kv_connector == "ExampleConnector") {
-    std::string path = "/tmp";
-    if (!kv.kv_connector_extra_config.empty()) {
-      VLLM_ASSIGN_OR_RETURN(nlohmann::json extra,
-                            base::ParseJson(kv.kv_connector_extra_config,
-                                            "--kv-transfer-config kv_connector_extra_config", 8));
-      if (extra.is_object() && extra.contains("shared_storage_path") &&
-          extra["shared_storage_path"].is_string()) {
-        path = extra["shared_storage_path"].get<std::string>();
-      }
-    }
+    VLLM_ASSIGN_OR_RETURN(std::string path, core::ExampleStoragePath(config));
     return std::unique_ptr<KVConnectorWorker>(new ExampleConnectorWorker(path, view, comm));
   }
   if (kv.kv_connector == "NixlConnector") {
