@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,5 +26,28 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_n
 void FutexWakeAll(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
+
+namespace {
+
+long Membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
+
+}  // namespace
+
+bool HeavyFencesAvailable() {
+  static const bool available = [] {
+    const long cmds = Membarrier(MEMBARRIER_CMD_QUERY);
+    return cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
+           (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0;
+  }();
+  return available;
+}
+
+bool RegisterForHeavyFences() {
+  static const bool registered =
+      HeavyFencesAvailable() && Membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+  return registered;
+}
+
+bool HeavyFence() { return Membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0; }
 
 }  // namespace vllm::ipc

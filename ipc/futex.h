@@ -15,6 +15,20 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_n
 // Wakes every waiter blocked on word.
 void FutexWakeAll(std::atomic<uint32_t>* word);
 
+// Asymmetric fences (membarrier(2), MEMBARRIER_CMD_GLOBAL_EXPEDITED). A side that stores and
+// then loads on a hot path (a reader releasing a chunk, then checking whether the writer
+// sleeps) may skip its CPU fence when the side that goes to sleep issues HeavyFence() instead:
+// the kernel makes every running thread of every registered process execute a full barrier
+// before HeavyFence() returns (a thread not running has passed one in its context switch).
+//   RegisterForHeavyFences(): registers this process as one that HeavyFence() reaches; true
+//                             on success (done once per process; the answer is cached).
+//   HeavyFencesAvailable():   the kernel offers the command (cached).
+//   HeavyFence():             issues it; false if the call failed (then the caller must treat
+//                             the peers as unfenced).
+bool RegisterForHeavyFences();
+bool HeavyFencesAvailable();
+bool HeavyFence();
+
 }  // namespace vllm::ipc
 
 #endif  // VLLM_IPC_FUTEX_H_

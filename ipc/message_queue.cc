@@ -147,14 +147,14 @@ absl::Status MessageQueueWriter::WaitUntilReady(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts,
-                                              absl::Time deadline) {
+absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts, Deadline deadline) {
   if (!ready_) {
     return absl::FailedPreconditionError("Enqueue before WaitUntilReady() completed");
   }
   if (closed_) return absl::FailedPreconditionError("Enqueue after Close()");
   VLLM_RETURN_IF_ERROR(CheckCancelled());
-  const int64_t deadline_ns = MonoDeadline(deadline);
+  // Only a wait resolves the deadline (a clock read or two); a free chunk needs none.
+  auto deadline_mono = [&] { return deadline.MonoNs(); };
   size_t total = 0;
   for (const ByteSpan& p : parts) total += p.size();
 
@@ -173,7 +173,10 @@ absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts,
   auto check = [this] { return CheckCancelled(); };
 
   if (ring_) {
-    VLLM_ASSIGN_OR_RETURN(uint8_t * chunk, ring_->Acquire(deadline_ns));
+    uint8_t* chunk = ring_->TryAcquire();
+    if (chunk == nullptr) {
+      VLLM_ASSIGN_OR_RETURN(chunk, ring_->Acquire(deadline_mono()));
+    }
     const bool overflow = total > ring_->ring().max_chunk_bytes();
     if (!overflow) {
       for (const ByteSpan& p : parts) {
@@ -186,8 +189,8 @@ absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts,
       out.push_back(KindFrame(kKindData));
       out.emplace_back();
       out.back().copy(make_frame());  // shares the buffer, no byte copy
-      VLLM_RETURN_IF_ERROR(SendMultipart(*local_, out, deadline_ns, wait_.liveness_interval, check,
-                                         "local overflow send"));
+      VLLM_RETURN_IF_ERROR(SendMultipart(*local_, out, deadline_mono(), wait_.liveness_interval,
+                                         check, "local overflow send"));
     }
     ring_->Publish(total, overflow ? kChunkOverflow : 0);
   }
@@ -196,7 +199,7 @@ absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts,
     out.push_back(KindFrame(kKindData));
     out.push_back(std::move(make_frame()));
     VLLM_RETURN_IF_ERROR(SendMultipart(
-        *remote_, out, deadline_ns, wait_.liveness_interval, check,
+        *remote_, out, deadline_mono(), wait_.liveness_interval, check,
         absl::StrCat("remote readers at ", handle_.remote_address, " to take a message")));
   }
   return absl::OkStatus();
@@ -361,19 +364,23 @@ absl::Status MessageQueueReader::WaitUntilReady(absl::Time deadline) {
 }
 
 absl::Status MessageQueueReader::Dequeue(absl::FunctionRef<absl::Status(ByteSpan)> visit,
-                                         absl::Time deadline) {
-  const int64_t deadline_ns = MonoDeadline(deadline);
-  return ring_ ? DequeueLocal(visit, deadline_ns) : DequeueRemote(visit, deadline_ns);
+                                         Deadline deadline) {
+  return ring_ ? DequeueLocal(visit, deadline) : DequeueRemote(visit, deadline.MonoNs());
 }
 
 absl::Status MessageQueueReader::DequeueLocal(absl::FunctionRef<absl::Status(ByteSpan)> visit,
-                                              int64_t deadline_ns) {
-  VLLM_ASSIGN_OR_RETURN(RingReader::Chunk chunk, ring_->Acquire(deadline_ns));
+                                              const Deadline& deadline) {
+  // A message already there needs no deadline (no clock read on the fast path).
+  std::optional<RingReader::Chunk> ready = ring_->TryAcquire();
+  if (!ready) {
+    VLLM_ASSIGN_OR_RETURN(ready, ring_->Acquire(deadline.MonoNs()));
+  }
+  const RingReader::Chunk chunk = *ready;
   absl::Status result;
   if (chunk.flags & kChunkOverflow) {
     // The frame is queued before the chunk is published; a deadline here leaves the chunk
     // unreleased so the next call retries the same message.
-    VLLM_RETURN_IF_ERROR(RecvFrame(deadline_ns, "an oversize message's frame"));
+    VLLM_RETURN_IF_ERROR(RecvFrame(deadline.MonoNs(), "an oversize message's frame"));
     const char kind = *static_cast<const char*>(parts_[0].data());
     if (kind != kKindData || parts_.size() != 2 || parts_[1].size() != chunk.size) {
       result = absl::DataLossError(absl::StrCat("overflow frame does not match its chunk (",
@@ -410,7 +417,7 @@ absl::Status MessageQueueReader::DequeueRemote(absl::FunctionRef<absl::Status(By
   }
 }
 
-absl::StatusOr<std::vector<uint8_t>> MessageQueueReader::DequeueBytes(absl::Time deadline) {
+absl::StatusOr<std::vector<uint8_t>> MessageQueueReader::DequeueBytes(Deadline deadline) {
   std::vector<uint8_t> out;
   VLLM_RETURN_IF_ERROR(Dequeue(
       [&](ByteSpan bytes) {

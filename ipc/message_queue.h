@@ -90,15 +90,14 @@ class MessageQueueWriter {
   // is full. Errors: FailedPrecondition before WaitUntilReady, Unavailable (a reader died),
   // DeadlineExceeded (naming the readers behind), Cancelled.
   [[nodiscard]] absl::Status EnqueueParts(absl::Span<const ByteSpan> parts,
-                                          absl::Time deadline = absl::InfiniteFuture());
-  [[nodiscard]] absl::Status Enqueue(ByteSpan payload,
-                                     absl::Time deadline = absl::InfiniteFuture()) {
+                                          Deadline deadline = absl::InfiniteFuture());
+  [[nodiscard]] absl::Status Enqueue(ByteSpan payload, Deadline deadline = absl::InfiniteFuture()) {
     return EnqueueParts({&payload, 1}, deadline);
   }
   // Packs `value` with msgpack (into a buffer reused across calls) and enqueues it.
   template <typename T>
   [[nodiscard]] absl::Status EnqueueMsgpack(const T& value,
-                                            absl::Time deadline = absl::InfiniteFuture()) {
+                                            Deadline deadline = absl::InfiniteFuture()) {
     pack_buffer_.clear();
     msgpack::pack(pack_buffer_, value);
     return Enqueue({reinterpret_cast<const uint8_t*>(pack_buffer_.data()), pack_buffer_.size()},
@@ -154,10 +153,10 @@ class MessageQueueReader {
   // waits for it again), DataLoss (a corrupt frame), PermissionDenied (a remote writer refused
   // this reader's CURVE key, or the security handshake failed).
   [[nodiscard]] absl::Status Dequeue(absl::FunctionRef<absl::Status(ByteSpan)> visit,
-                                     absl::Time deadline = absl::InfiniteFuture());
+                                     Deadline deadline = absl::InfiniteFuture());
   // Copies the next message out.
   [[nodiscard]] absl::StatusOr<std::vector<uint8_t>> DequeueBytes(
-      absl::Time deadline = absl::InfiniteFuture());
+      Deadline deadline = absl::InfiniteFuture());
 
   // True when the next Dequeue() will not wait (local readers only; remote readers say false).
   bool Poll() const { return ring_ != nullptr && ring_->Poll(); }
@@ -170,7 +169,8 @@ class MessageQueueReader {
  private:
   MessageQueueReader() = default;
   absl::Status Check() const;
-  absl::Status DequeueLocal(absl::FunctionRef<absl::Status(ByteSpan)> visit, int64_t deadline_ns);
+  absl::Status DequeueLocal(absl::FunctionRef<absl::Status(ByteSpan)> visit,
+                            const Deadline& deadline);
   absl::Status DequeueRemote(absl::FunctionRef<absl::Status(ByteSpan)> visit, int64_t deadline_ns);
   absl::Status RecvFrame(int64_t deadline_ns, absl::string_view what);
 

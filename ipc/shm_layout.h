@@ -3,24 +3,33 @@
 // Plain fixed-size structs placed in a POSIX shared-memory segment: no pointers, no heap, only
 // offsets. The classes that read and write them live in shm_ring_buffer.h.
 //
-// Segment (all offsets from the start of the segment, native byte order, 4096-aligned parts):
+// Segment (all offsets from the start of the segment, native byte order):
 //
 //   [0, 4096)                          RingHeader
-//   [meta_offset, + max_chunks*meta_stride)
-//                                      ChunkMeta for chunk i at meta_offset + i * meta_stride;
-//                                      meta_stride = 64 * ceil((16 + n_readers) / 64)
+//   [4096, + n_readers * 64)           ReaderCursor of reader r at 4096 + r * 64 (one line each)
+//   [meta_offset, + max_chunks * 64)   ChunkMeta of chunk i at meta_offset + i * 64
+//                                      (meta_offset = 4096 + n_readers * 64, meta_stride = 64)
 //   [data_offset, + max_chunks*max_chunk_bytes)
 //                                      payload of chunk i at data_offset + i * max_chunk_bytes
+//                                      (data_offset 4096-aligned)
 //
-// Protocol (one writer, n_readers readers; vLLM's ShmRingBuffer "written flag + read flags"):
-//   writer, chunk i in ring order: wait until written == 0 or every read[r] == 1;
-//     written := 0; copy payload, size, flags; read[r] := 0 for all r (release);
-//     written := 1 (release); if readers_sleeping: ++write_epoch, futex-wake write_epoch.
-//   reader r, its next chunk i: wait until read[r] == 0 (acquire) and then written == 1
-//     (acquire); use the payload; read[r] := 1 (release);
-//     if writer_sleeping: ++read_epoch, futex-wake read_epoch.
-// The writer resets the read flags only after clearing `written`, and a reader loads its read
-// flag before `written`, so a reader never sees a stale written == 1 with a fresh read flag.
+// Protocol (one writer, n_readers readers). Messages are numbered 0, 1, 2, ...; message n lives
+// in chunk n % max_chunks. Each line has one writing side: the writer writes chunk metas, reader
+// r writes only its own cursor line, so no line is written by two sides (no false sharing
+// between readers, no reader store into a line the writer polls).
+//   writer, message n: wait until n < max_chunks or every reader's `consumed` >= n + 1 -
+//     max_chunks (it caches the minimum and re-reads the cursors only when that runs out);
+//     copy payload, size, flags; store seq = n + 1 (release); fence; if readers_sleeping:
+//     ++write_epoch, futex-wake write_epoch.
+//   reader r, its next message n: wait until chunk meta seq == n + 1 (acquire); use the
+//     payload; store its cursor's consumed = n + 1 (release); fence (or none, see below); if
+//     writer_sleeping: ++read_epoch, futex-wake read_epoch.
+// A chunk's seq changes only when the writer reuses it for message n + max_chunks, which it
+// does only after every reader consumed message n: a reader never sees a stale chunk as new.
+// Each side fences between its store and its load of the other's sleeping count (Dekker); with
+// writer_heavy_fences == 1 a reader skips that fence and the writer, before it sleeps, makes
+// every running thread fence instead (membarrier, futex.h): the release is on the reader's
+// critical path, the writer's sleep (a full ring) is rare.
 #ifndef VLLM_IPC_SHM_LAYOUT_H_
 #define VLLM_IPC_SHM_LAYOUT_H_
 
@@ -32,7 +41,7 @@
 namespace vllm::ipc {
 
 inline constexpr uint64_t kRingMagic = 0x474e4952'4d4c4c56ULL;  // "VLLMRING" little-endian
-inline constexpr uint32_t kRingVersion = 1;
+inline constexpr uint32_t kRingVersion = 2;
 inline constexpr uint32_t kMaxShmReaders = 64;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kRingHeaderBytes = 4096;
@@ -61,7 +70,10 @@ struct RingHeader {
   alignas(kCacheLine) std::atomic<uint32_t> attached;  // 64  readers that attached
   std::atomic<uint32_t> closed;                        // 68  1 once the writer closed the queue
   int32_t writer_pid;                                  // 72
-  uint32_t reserved0;                                  // 76
+  // 1 when the writer issues a heavy fence (futex.h) before it sleeps waiting for readers, so
+  // readers may release chunks without a CPU fence; 0 (older writers, kernels without
+  // membarrier) when readers must fence.
+  uint32_t writer_heavy_fences;  // 76
   // Lines 2..5: pid of each reader slot, 0 until it attaches (for error messages).
   alignas(kCacheLine) std::atomic<int32_t> reader_pid[kMaxShmReaders];  // 128
   // Line 6: the readers' futex word (live).
@@ -78,15 +90,24 @@ static_assert(offsetof(RingHeader, write_epoch) == 384);
 static_assert(offsetof(RingHeader, read_epoch) == 448);
 static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
 
-// Per-chunk metadata; followed in memory by `n_readers` one-byte read flags.
-struct ChunkMeta {
-  std::atomic<uint32_t> written;  // 0   1 while the chunk holds an unread-by-someone message
-  uint32_t flags;                 // 4   kChunkOverflow, ...
-  uint64_t size;                  // 8   payload bytes (the ZMQ frame's size when overflowing)
-  std::atomic<uint8_t> read[1];   // 16  one flag per reader; really n_readers long
+// One reader's progress; the only thing that reader writes, alone on its cache line.
+struct alignas(kCacheLine) ReaderCursor {
+  std::atomic<uint64_t> consumed;  // 0   messages this reader has released (n + 1 after n)
+};
+static_assert(sizeof(ReaderCursor) == kCacheLine);
+
+// Per-chunk metadata, written by the writer only, one cache line per chunk.
+struct alignas(kCacheLine) ChunkMeta {
+  std::atomic<uint64_t> seq;  // 0   n + 1 once message n is in the chunk; 0 before first use
+  uint32_t flags;             // 8   kChunkOverflow, ...
+  uint32_t reserved;          // 12
+  uint64_t size;              // 16  payload bytes (the ZMQ frame's size when overflowing)
 };
 static_assert(std::is_standard_layout_v<ChunkMeta>);
-static_assert(offsetof(ChunkMeta, read) == 16);
+static_assert(sizeof(ChunkMeta) == kCacheLine);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+inline constexpr uint64_t kReaderCursorOffset = kRingHeaderBytes;
 
 // Geometry derived from (n_readers, max_chunks, max_chunk_bytes).
 struct RingGeometry {
@@ -101,8 +122,8 @@ inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) /
 inline constexpr RingGeometry ComputeGeometry(uint32_t n_readers, uint64_t max_chunks,
                                               uint64_t max_chunk_bytes) {
   RingGeometry g{};
-  g.meta_offset = kRingHeaderBytes;
-  g.meta_stride = AlignUp(offsetof(ChunkMeta, read) + n_readers, kCacheLine);
+  g.meta_offset = kReaderCursorOffset + uint64_t{n_readers} * kCacheLine;
+  g.meta_stride = kCacheLine;
   g.data_offset = AlignUp(g.meta_offset + max_chunks * g.meta_stride, 4096);
   g.total_bytes = g.data_offset + max_chunks * max_chunk_bytes;  // max_chunk_bytes % 64 == 0
   return g;

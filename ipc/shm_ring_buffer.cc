@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -54,6 +55,7 @@ absl::StatusOr<std::unique_ptr<ShmRingBuffer>> ShmRingBuffer::Create(const std::
   h->data_offset = g.data_offset;
   h->total_bytes = g.total_bytes;
   h->writer_pid = getpid();
+  h->writer_heavy_fences = HeavyFencesAvailable() && HeavyFence() ? 1 : 0;
   // Publish the magic last: a reader that sees it sees the geometry.
   std::atomic_ref<uint64_t>(h->magic).store(kRingMagic, std::memory_order_release);
   return ring;
@@ -101,7 +103,12 @@ absl::StatusOr<std::unique_ptr<ShmRingBuffer>> ShmRingBuffer::Open(const std::st
 // RingWriter
 
 RingWriter::RingWriter(std::unique_ptr<ShmRingBuffer> ring, WaitOptions options)
-    : ring_(std::move(ring)), options_(options) {}
+    : ring_(std::move(ring)),
+      options_(options),
+      to_writer_(ring_->to_writer()),
+      free_below_(ring_->max_chunks()) {
+  to_writer_.heavy_fence_on_block = ring_->header()->writer_heavy_fences != 0;
+}
 
 absl::Status RingWriter::WaitForReaders(int64_t deadline_ns) {
   RingHeader* h = ring_->header();
@@ -114,23 +121,28 @@ absl::Status RingWriter::WaitForReaders(int64_t deadline_ns) {
     return absl::StrCat(h->n_readers - h->attached.load(), " of ", h->n_readers,
                         " reader(s) to attach to '", ring_->segment().name(), "'");
   };
-  return WaitFor(ready, check, describe, ring_->to_writer(), options_, nullptr, deadline_ns);
+  return WaitFor(ready, check, describe, to_writer_, options_, nullptr, deadline_ns);
 }
 
-bool RingWriter::ChunkFree(const ChunkMeta* m) const {
-  if (m->written.load(std::memory_order_acquire) == 0) return true;
-  const uint32_t n = ring_->n_readers();
-  for (uint32_t r = 0; r < n; ++r) {
-    if (m->read[r].load(std::memory_order_acquire) == 0) return false;
-  }
-  return true;
-}
-
-absl::Status RingWriter::CheckReaders(uint64_t idx) const {
-  if (cancelled_.load(std::memory_order_relaxed)) return absl::CancelledError("cancelled");
-  const ChunkMeta* m = ring_->meta(idx);
+uint64_t RingWriter::MinConsumed() const {
+  uint64_t min = UINT64_MAX;
   for (uint32_t r = 0; r < ring_->n_readers(); ++r) {
-    if (m->read[r].load(std::memory_order_acquire) != 0) continue;
+    min = std::min(min, ring_->cursor(r)->consumed.load(std::memory_order_acquire));
+  }
+  return min;
+}
+
+bool RingWriter::ChunkFree() {
+  if (seq_ < free_below_) return true;
+  free_below_ = MinConsumed() + ring_->max_chunks();
+  return seq_ < free_below_;
+}
+
+absl::Status RingWriter::CheckReaders() const {
+  if (cancelled_.load(std::memory_order_relaxed)) return absl::CancelledError("cancelled");
+  const uint64_t needed = seq_ + 1 - ring_->max_chunks();  // seq_ >= max_chunks while waiting
+  for (uint32_t r = 0; r < ring_->n_readers(); ++r) {
+    if (ring_->cursor(r)->consumed.load(std::memory_order_acquire) >= needed) continue;
     if (!ring_->segment().SlotHeldByOther(1 + r)) {
       return absl::UnavailableError(absl::StrCat(
           "reader ", r, " (pid ", ring_->header()->reader_pid[r].load(), ") of '",
@@ -140,27 +152,26 @@ absl::Status RingWriter::CheckReaders(uint64_t idx) const {
   return absl::OkStatus();
 }
 
-std::string RingWriter::DescribeWait(uint64_t idx) const {
-  const ChunkMeta* m = ring_->meta(idx);
+std::string RingWriter::DescribeWait() const {
+  const uint64_t needed = seq_ + 1 - ring_->max_chunks();
   std::vector<std::string> slow;
   for (uint32_t r = 0; r < ring_->n_readers(); ++r) {
-    if (m->read[r].load(std::memory_order_relaxed) == 0) {
+    if (ring_->cursor(r)->consumed.load(std::memory_order_relaxed) < needed) {
       slow.push_back(absl::StrCat(r, " (pid ", ring_->header()->reader_pid[r].load(), ")"));
     }
   }
   return absl::StrCat("reader(s) ", absl::StrJoin(slow, ", "), " of '", ring_->segment().name(),
-                      "' to read chunk ", idx);
+                      "' to read message ", needed - 1, " (chunk ", idx_, ")");
 }
 
+uint8_t* RingWriter::TryAcquire() { return ChunkFree() ? ring_->chunk(idx_) : nullptr; }
+
 absl::StatusOr<uint8_t*> RingWriter::Acquire(int64_t deadline_ns) {
-  ChunkMeta* m = ring_->meta(idx_);
-  absl::Status st = WaitFor([&] { return ChunkFree(m); }, [&] { return CheckReaders(idx_); },
-                            [&] { return DescribeWait(idx_); }, ring_->to_writer(), options_,
-                            nullptr, deadline_ns);
+  if (uint8_t* chunk = TryAcquire()) return chunk;
+  absl::Status st =
+      WaitFor([&] { return ChunkFree(); }, [&] { return CheckReaders(); },
+              [&] { return DescribeWait(); }, to_writer_, options_, nullptr, deadline_ns);
   if (!st.ok()) return st;
-  // Readers whose read flag is set ignore this chunk; clearing `written` before their flags are
-  // reset (release, in Publish) keeps them from seeing the old written == 1.
-  m->written.store(0, std::memory_order_relaxed);
   return ring_->chunk(idx_);
 }
 
@@ -168,12 +179,15 @@ void RingWriter::Publish(uint64_t size, uint32_t flags) {
   ChunkMeta* m = ring_->meta(idx_);
   m->size = size;
   m->flags = flags;
-  for (uint32_t r = 0; r < ring_->n_readers(); ++r) {
-    m->read[r].store(0, std::memory_order_release);
-  }
-  m->written.store(1, std::memory_order_release);
+  m->seq.store(seq_ + 1, std::memory_order_release);
   ring_->to_readers().Notify();
+  ++seq_;
   idx_ = idx_ + 1 == ring_->max_chunks() ? 0 : idx_ + 1;
+  // The next Acquire re-reads the readers' cursors: fetch their lines now, while the message
+  // just published is read, not when the next one is due.
+  if (seq_ == free_below_) {
+    for (uint32_t r = 0; r < ring_->n_readers(); ++r) __builtin_prefetch(ring_->cursor(r));
+  }
 }
 
 void RingWriter::Close() {
@@ -208,11 +222,15 @@ absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Attach(std::unique_ptr<S
   return std::unique_ptr<RingReader>(new RingReader(std::move(ring), index, options));
 }
 
+RingReader::RingReader(std::unique_ptr<ShmRingBuffer> ring, uint32_t index, WaitOptions options)
+    : ring_(std::move(ring)), index_(index), options_(options), to_writer_(ring_->to_writer()) {
+  // Releases skip their CPU fence when the writer fences for them before it sleeps and this
+  // process is one its fence reaches.
+  to_writer_.light_notify = ring_->header()->writer_heavy_fences != 0 && RegisterForHeavyFences();
+}
+
 bool RingReader::Poll() const {
-  const ChunkMeta* m = ring_->meta(idx_);
-  // Own read flag first, then `written` (see shm_layout.h).
-  return m->read[index_].load(std::memory_order_acquire) == 0 &&
-         m->written.load(std::memory_order_acquire) == 1;
+  return ring_->meta(idx_)->seq.load(std::memory_order_acquire) == seq_ + 1;
 }
 
 absl::Status RingReader::CheckWriter() const {
@@ -230,24 +248,43 @@ absl::Status RingReader::CheckWriter() const {
   return absl::OkStatus();
 }
 
+std::optional<RingReader::Chunk> RingReader::TryAcquire() {
+  if (!Poll()) return std::nullopt;
+  // No clock read here: the arrival predictor learns the gaps a reader waits across, and a
+  // message that was already there ends no wait.
+  const ChunkMeta* m = ring_->meta(idx_);
+  return Chunk{ring_->chunk(idx_), m->size, m->flags};
+}
+
 absl::StatusOr<RingReader::Chunk> RingReader::Acquire(int64_t deadline_ns) {
-  absl::Status st =
-      WaitFor([&] { return Poll(); }, [&] { return CheckWriter(); },
-              [&] {
-                return absl::StrCat("writer (pid ", ring_->header()->writer_pid, ") of '",
-                                    ring_->segment().name(), "' to write chunk ", idx_,
-                                    " for reader ", index_);
-              },
-              ring_->to_readers(), options_, &predictor_, deadline_ns);
+  if (std::optional<Chunk> ready = TryAcquire()) return *ready;
+  const uint8_t* next_chunk = ring_->chunk(idx_);
+  int64_t arrived_ns = 0;
+  absl::Status st = WaitFor(
+      [&] {
+        // Ask for the payload's first line while polling the chunk's flags: when the flags
+        // turn, the payload is on its way already (two cache-line misses overlap instead of
+        // following each other).
+        __builtin_prefetch(next_chunk);
+        return Poll();
+      },
+      [&] { return CheckWriter(); },
+      [&] {
+        return absl::StrCat("writer (pid ", ring_->header()->writer_pid, ") of '",
+                            ring_->segment().name(), "' to write message ", seq_, " (chunk ", idx_,
+                            ") for reader ", index_);
+      },
+      ring_->to_readers(), options_, &predictor_, deadline_ns, &arrived_ns);
   if (!st.ok()) return st;
-  predictor_.OnArrival(MonoNowNs());
+  predictor_.OnArrival(arrived_ns);
   const ChunkMeta* m = ring_->meta(idx_);
   return Chunk{ring_->chunk(idx_), m->size, m->flags};
 }
 
 void RingReader::Release() {
-  ring_->meta(idx_)->read[index_].store(1, std::memory_order_release);
-  ring_->to_writer().Notify();
+  ++seq_;
+  ring_->cursor(index_)->consumed.store(seq_, std::memory_order_release);
+  to_writer_.Notify();
   idx_ = idx_ + 1 == ring_->max_chunks() ? 0 : idx_ + 1;
 }
 

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -35,6 +36,9 @@ class ShmRingBuffer {
       const std::string& name, uint32_t n_readers, uint64_t max_chunks, uint64_t max_chunk_bytes);
 
   RingHeader* header() const { return header_; }
+  ReaderCursor* cursor(uint32_t r) const {
+    return reinterpret_cast<ReaderCursor*>(base() + kReaderCursorOffset + r * kCacheLine);
+  }
   ChunkMeta* meta(uint64_t i) const {
     return reinterpret_cast<ChunkMeta*>(base() + header_->meta_offset + i * header_->meta_stride);
   }
@@ -59,6 +63,7 @@ class ShmRingBuffer {
 };
 
 // The writer's side: takes chunks in ring order once every reader has read them.
+// Messages are numbered from 0; message n lives in chunk n % max_chunks (shm_layout.h).
 class RingWriter {
  public:
   RingWriter(std::unique_ptr<ShmRingBuffer> ring, WaitOptions options);
@@ -70,6 +75,9 @@ class RingWriter {
   // the caller fills before Publish(). Errors: Unavailable naming a reader that died,
   // DeadlineExceeded naming the readers that have not read it, Cancelled.
   [[nodiscard]] absl::StatusOr<uint8_t*> Acquire(int64_t deadline_ns);
+  // The next chunk's buffer if it is free now, else nullptr: no clock read, no waiting (the
+  // fast path of Acquire).
+  uint8_t* TryAcquire();
   // Publishes the chunk returned by the last Acquire() with `size` bytes and `flags`.
   void Publish(uint64_t size, uint32_t flags);
 
@@ -81,13 +89,20 @@ class RingWriter {
   ShmRingBuffer& ring() const { return *ring_; }
 
  private:
-  bool ChunkFree(const ChunkMeta* m) const;
-  absl::Status CheckReaders(uint64_t idx) const;
-  std::string DescribeWait(uint64_t idx) const;
+  // True once every reader has consumed the message that last used seq_'s chunk. Re-reads
+  // the readers' cursors only when the cached bound does not cover seq_.
+  bool ChunkFree();
+  // The smallest `consumed` over the readers.
+  uint64_t MinConsumed() const;
+  absl::Status CheckReaders() const;
+  std::string DescribeWait() const;
 
   std::unique_ptr<ShmRingBuffer> ring_;
   WaitOptions options_;
-  uint64_t idx_ = 0;  // next chunk to write
+  FutexChannel to_writer_;  // readers → this writer (heavy fence before sleeping, if offered)
+  uint64_t seq_ = 0;        // next message to write
+  uint64_t idx_ = 0;        // its chunk: seq_ % max_chunks
+  uint64_t free_below_;     // messages < free_below_ have a free chunk (cached)
   std::atomic<bool> cancelled_{false};
 };
 
@@ -108,6 +123,9 @@ class RingReader {
   // Waits for the next chunk. Errors: Cancelled (closed by the writer once everything was read,
   // or Cancel()), Unavailable if the writer died, DeadlineExceeded.
   [[nodiscard]] absl::StatusOr<Chunk> Acquire(int64_t deadline_ns);
+  // The next chunk if it is written already, else nullopt: no clock read, no waiting (the fast
+  // path of Acquire).
+  std::optional<Chunk> TryAcquire();
   // Marks the chunk returned by Acquire() read, letting the writer reuse it.
   void Release();
   // True if the next chunk is already written (no waiting needed).
@@ -118,14 +136,15 @@ class RingReader {
   ShmRingBuffer& ring() const { return *ring_; }
 
  private:
-  RingReader(std::unique_ptr<ShmRingBuffer> ring, uint32_t index, WaitOptions options)
-      : ring_(std::move(ring)), index_(index), options_(options) {}
+  RingReader(std::unique_ptr<ShmRingBuffer> ring, uint32_t index, WaitOptions options);
   absl::Status CheckWriter() const;
 
   std::unique_ptr<ShmRingBuffer> ring_;
   uint32_t index_;
   WaitOptions options_;
-  uint64_t idx_ = 0;
+  FutexChannel to_writer_;  // this reader → the writer (light notify when the writer fences)
+  uint64_t seq_ = 0;        // next message to read
+  uint64_t idx_ = 0;        // its chunk: seq_ % max_chunks
   ArrivalPredictor predictor_;
   std::atomic<bool> cancelled_{false};
 };

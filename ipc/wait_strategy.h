@@ -67,6 +67,40 @@ inline int64_t MonoDeadline(absl::Time deadline) {
   return MonoNowNs() + absl::ToInt64Nanoseconds(left);
 }
 
+// When a wait must end: an absolute time, or a timeout counted from the moment something first
+// waits. Resolved to CLOCK_MONOTONIC ns lazily, so a call that finds its message (or its free
+// chunk) at once reads no clock. Converts implicitly from both, so callers pass
+// `absl::Seconds(60)` (cheapest) or `absl::Now() + ...` / absl::InfiniteFuture().
+class Deadline {
+ public:
+  Deadline(absl::Time at) : at_(at) {}  // NOLINT(google-explicit-constructor)
+  Deadline(absl::Duration timeout)      // NOLINT(google-explicit-constructor)
+      : timeout_(timeout), relative_(true) {}
+
+  // The deadline in MonoNowNs() time; the first call fixes it.
+  int64_t MonoNs() const {
+    if (mono_ns_ < 0) {
+      if (!relative_) {
+        mono_ns_ = MonoDeadline(at_);
+      } else if (timeout_ == absl::InfiniteDuration() || timeout_ > absl::Hours(24 * 365)) {
+        mono_ns_ = INT64_MAX;
+      } else {
+        mono_ns_ = MonoNowNs() + std::max<int64_t>(0, absl::ToInt64Nanoseconds(timeout_));
+      }
+    }
+    return mono_ns_;
+  }
+
+ private:
+  absl::Time at_ = absl::InfiniteFuture();
+  absl::Duration timeout_ = absl::InfiniteDuration();
+  bool relative_ = false;
+  mutable int64_t mono_ns_ = -1;
+};
+
+// Polls of a waiting side before it starts pausing between them (WaitFor).
+inline constexpr int kPollsWithoutPause = 64;
+
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -79,11 +113,22 @@ inline void CpuRelax() {
 struct FutexChannel {
   std::atomic<uint32_t>* epoch;
   std::atomic<uint32_t>* sleepers;
+  // Asymmetric fencing (futex.h, HeavyFence): the notifying side skips its CPU fence
+  // (`light_notify`, only in a process registered for heavy fences) because every waiter on
+  // this channel issues a heavy fence before its last check (`heavy_fence_on_block`). Both
+  // false: a CPU fence on each side.
+  bool light_notify = false;
+  bool heavy_fence_on_block = false;
 
   // Called by the side that just made the other side's condition true (after its release
-  // store). Costs one fence when nobody sleeps; one syscall when someone does.
+  // store). Costs one fence when nobody sleeps (none with light_notify: the waiter pays
+  // instead); one syscall when someone does.
   void Notify() const {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (light_notify) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // keeps the compiler's order only
+    } else {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
     if (sleepers->load(std::memory_order_relaxed) != 0) {
       epoch->fetch_add(1, std::memory_order_seq_cst);
       FutexWakeAll(epoch);
@@ -135,11 +180,22 @@ class ArrivalPredictor {
 //               after ready() failed on the deadline.
 //   describe(): who we wait for, for the periodic warning.
 // Returns OK, DeadlineExceeded (naming describe()), or check()'s error.
+// `ready_ns`, when given, receives a clock reading taken at most ~16 polls before ready()
+// turned true (no clock read is added to the path after the arrival).
 template <typename Ready, typename Check, typename Describe>
 absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const FutexChannel& ch,
-                     const WaitOptions& opt, ArrivalPredictor* predictor, int64_t deadline_ns) {
-  if (ready()) return absl::OkStatus();
+                     const WaitOptions& opt, ArrivalPredictor* predictor, int64_t deadline_ns,
+                     int64_t* ready_ns = nullptr) {
+  if (ready()) {
+    if (ready_ns != nullptr) *ready_ns = MonoNowNs();
+    return absl::OkStatus();
+  }
   const int64_t start = MonoNowNs();
+  int64_t last_clock = start;
+  auto done = [&](int64_t at) {
+    if (ready_ns != nullptr) *ready_ns = at;
+    return absl::OkStatus();
+  };
   const int64_t window_min = absl::ToInt64Nanoseconds(opt.spin_window_min);
   const int64_t window_max = absl::ToInt64Nanoseconds(opt.spin_window_max);
   int64_t spin_until =
@@ -159,6 +215,9 @@ absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const Fu
   auto block = [&](int64_t until_ns) {
     ch.sleepers->fetch_add(1, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    // A light notifier did not fence between its store and its load of `sleepers`: make
+    // every running thread fence now, so either it sees us sleeping or we see its store.
+    if (ch.heavy_fence_on_block) HeavyFence();
     const uint32_t epoch = ch.epoch->load(std::memory_order_acquire);
     bool ok = ready();
     if (!ok) {
@@ -177,26 +236,29 @@ absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const Fu
       prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
       slack_set = true;
     }
-    if (block(sleep_until)) return absl::OkStatus();
-    predictor->OnTimedWake(sleep_until, MonoNowNs());
+    if (block(sleep_until)) return done(MonoNowNs());
+    last_clock = MonoNowNs();
+    predictor->OnTimedWake(sleep_until, last_clock);
   }
   // Spin across the predicted arrival (bounded by max window + min spin past now).
   spin_until = std::min({spin_until, MonoNowNs() + 2 * window_max, deadline_ns});
   // Pure spinning for the first `pure_spin`; after that a sched_yield() every 64 pauses, which
   // costs little on an idle core and hands an oversubscribed core to the peer we wait for.
   const int64_t pure_until = start + absl::ToInt64Nanoseconds(opt.pure_spin);
+  // The first polls go without a pause instruction (tens of cycles each on recent x86), so a
+  // message due now is seen the moment its cache line arrives.
   for (int i = 0;; ++i) {
-    if (ready()) return absl::OkStatus();
-    CpuRelax();
+    if (ready()) return done(last_clock);
+    if (i >= kPollsWithoutPause) CpuRelax();
     if ((i & 15) == 15) {
-      const int64_t now = MonoNowNs();
-      if (now >= spin_until) break;
-      if ((i & 63) == 63 && now >= pure_until) sched_yield();
+      last_clock = MonoNowNs();
+      if (last_clock >= spin_until) break;
+      if ((i & 63) == 63 && last_clock >= pure_until) sched_yield();
     }
   }
   for (int i = 0; i < opt.yields; ++i) {
     sched_yield();
-    if (ready()) return absl::OkStatus();
+    if (ready()) return done(MonoNowNs());
   }
   const int64_t slice = absl::ToInt64Nanoseconds(opt.liveness_interval);
   const int64_t warn_every = absl::ToInt64Nanoseconds(opt.warn_interval);
@@ -204,12 +266,12 @@ absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const Fu
   while (true) {
     if (absl::Status st = check(); !st.ok()) {
       // The peer may have made us ready just before it died or closed: drain first.
-      if (ready()) return absl::OkStatus();
+      if (ready()) return done(MonoNowNs());
       return st;
     }
     const int64_t now = MonoNowNs();
     if (now >= deadline_ns) {
-      if (ready()) return absl::OkStatus();
+      if (ready()) return done(now);
       return absl::DeadlineExceededError(
           absl::StrCat("timed out after ", absl::FormatDuration(absl::Nanoseconds(now - start)),
                        " waiting for ", describe()));
@@ -219,7 +281,7 @@ absl::Status WaitFor(Ready&& ready, Check&& check, Describe&& describe, const Fu
                    absl::FormatDuration(absl::Nanoseconds(now - start)), describe());
       next_warn += warn_every;
     }
-    if (block(std::min({now + slice, deadline_ns, next_warn}))) return absl::OkStatus();
+    if (block(std::min({now + slice, deadline_ns, next_warn}))) return done(MonoNowNs());
   }
 }
 
