@@ -69,6 +69,8 @@ class BlockPool {
   bool enable_kv_cache_events() const { return enable_kv_cache_events_; }
 
  private:
+  // Prefetches what taking the free queue's head will touch.
+  void PrefetchHead() const;
   // Removes `block`'s prefix-cache entry, if any.
   void MaybeEvictCachedBlock(KVCacheBlock& block);
 

@@ -1,6 +1,7 @@
 #include "core/codec.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <new>
 
@@ -208,15 +209,20 @@ void PackModelRunnerOutput(Packer& pk, const ModelRunnerOutput& o) {
   kv_transfer::PackOptional(pk, o.kv_connector_output);
 }
 
+// Packs into this thread's buffer, kept between calls (no allocation but the result's once it
+// has grown; one over 4 MiB is freed after use).
 template <typename PackBody>
 std::string EncodeEnvelope(WireTag tag, PackBody&& pack_body) {
-  msgpack::sbuffer buffer;
+  thread_local msgpack::sbuffer buffer;
+  buffer.clear();
   Packer pk(buffer);
   pk.pack_array(3);
   pk.pack(static_cast<uint8_t>(tag));
   pk.pack(kWireVersion);
   pack_body(pk);
-  return std::string(buffer.data(), buffer.size());
+  std::string out(buffer.data(), buffer.size());
+  if (buffer.size() > (size_t{4} << 20)) free(buffer.release());
+  return out;
 }
 
 // ---- Decoding --------------------------------------------------------------------------
@@ -769,16 +775,6 @@ std::optional<std::string> RecoverRequestId(std::string_view bytes, const Decode
   // [tag, version, [request_id, ...]]
   const msgpack::object* body = EnvelopeBody(handle->get(), 1);
   return body != nullptr ? RequestIdOf(body[0]) : std::nullopt;
-}
-
-void CachedRequestData::Clear() {
-  req_ids.clear();
-  resumed_from_preemption.clear();
-  new_token_ids.clear();
-  new_token_ids_offsets.assign(1, 0);
-  new_block_ids.clear();
-  new_block_ids_offsets.assign(1, 0);
-  num_computed_tokens.clear();
 }
 
 }  // namespace vllm::core

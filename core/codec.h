@@ -125,6 +125,10 @@ std::string Encode(const SchedulerOutput& output);
 std::string Encode(const ModelRunnerOutput& output);
 std::string Encode(const StartDpWave& wave);
 std::string EncodeAbortRequests(std::span<const std::string> request_ids);
+// The executor's per step: the same bytes as Encode, into `*out` (whose capacity is reused: no
+// allocation once it has grown).
+void EncodeTo(const SchedulerOutput& output, std::string* out);
+void EncodeTo(const ModelRunnerOutput& output, std::string* out);
 
 // Decoders (see the header comment for the failure modes).
 [[nodiscard]] absl::StatusOr<SamplingParams> DecodeSamplingParams(std::string_view bytes,
@@ -143,6 +147,18 @@ std::string EncodeAbortRequests(std::span<const std::string> request_ids);
                                                             const DecodeLimits& limits = {});
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> DecodeAbortRequests(
     std::string_view bytes, const DecodeLimits& limits = {});
+
+// The executor's per step (codec_fast.cc): the same outcome as DecodeSchedulerOutput /
+// DecodeModelRunnerOutput — the same value, or the same error — decoded into `*out`, whose
+// vectors and strings keep their capacity. The common frames (a step without new requests or
+// KV-connector metadata; a reply without logprobs or KV-connector output) are read in one pass
+// with no msgpack object tree; every other frame goes through the full decoder. On error
+// `*out` is left in an unspecified (valid) state.
+[[nodiscard]] absl::Status DecodeSchedulerOutputInto(std::string_view bytes, SchedulerOutput* out,
+                                                     const DecodeLimits& limits = {});
+[[nodiscard]] absl::Status DecodeModelRunnerOutputInto(std::string_view bytes,
+                                                       ModelRunnerOutput* out,
+                                                       const DecodeLimits& limits = {});
 
 // For an EngineCoreOutputs frame that DecodeEngineCoreOutputs refused: the request ids that can
 // still be read from it (each output's first field, where it is a string within the limits),

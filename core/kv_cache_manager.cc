@@ -70,8 +70,11 @@ std::optional<std::span<const int32_t>> KVCacheManager::AllocateSlots(
     request.num_cached_blocks = static_cast<int32_t>(new_computed_blocks.size());
   }
   const size_t old_size = request.block_ids.size();
-  block_pool_.GetNewBlocks(num_new_blocks, &request.block_ids);
-  if (enable_caching_ && !delay_cache_blocks) {
+  if (num_new_blocks > 0) block_pool_.GetNewBlocks(num_new_blocks, &request.block_ids);
+  // Most decode steps fill no block: skip the call.
+  if (enable_caching_ && !delay_cache_blocks &&
+      request.num_cached_blocks <
+          std::min(num_computed_tokens + num_new_tokens, request.num_tokens()) / block_size_) {
     CacheBlocks(request, std::min(num_computed_tokens + num_new_tokens, request.num_tokens()));
   }
   return std::span<const int32_t>(request.block_ids).subspan(old_size);

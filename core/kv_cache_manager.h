@@ -19,6 +19,7 @@
 #ifndef VLLM_CORE_KV_CACHE_MANAGER_H_
 #define VLLM_CORE_KV_CACHE_MANAGER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -71,6 +72,21 @@ class KVCacheManager {
       Request& request, int32_t num_new_tokens, int32_t num_new_computed_tokens = 0,
       std::span<const int32_t> new_computed_blocks = {}, int32_t num_lookahead_tokens = 0,
       bool delay_cache_blocks = false);
+
+  // True when AllocateSlots(request, num_new_tokens, 0, {}, num_lookahead_tokens) would
+  // succeed and change nothing (most decode steps: no new block, no block filled), so the
+  // caller may skip it.
+  bool AllocateSlotsIsNoop(const Request& request, int32_t num_new_tokens,
+                           int32_t num_lookahead_tokens) const {
+    if (sliding_window_ > 0) return false;
+    const int32_t end = request.num_computed_tokens + num_new_tokens;
+    if (std::min(end + num_lookahead_tokens, max_model_len_) >
+        static_cast<int32_t>(request.block_ids.size()) * block_size_) {
+      return false;
+    }
+    return !enable_caching_ ||
+           request.num_cached_blocks >= std::min(end, request.num_tokens()) / block_size_;
+  }
 
   // Registers the request's blocks that are full once it has `num_tokens` tokens computed
   // (no-op without prefix caching).

@@ -66,6 +66,8 @@ class FreeKVCacheBlockQueue {
   explicit FreeKVCacheBlockQueue(std::vector<KVCacheBlock>* blocks);
 
   int32_t num_free_blocks() const { return num_free_blocks_; }
+  // The block PopLeft takes next; -1 when empty.
+  int32_t head() const { return head_; }
   // Removes and returns the head. Requires num_free_blocks() > 0.
   int32_t PopLeft();
   // Removes a block that is in the queue.

@@ -4,12 +4,6 @@
 
 namespace vllm::core {
 
-bool IsFinished(RequestStatus status) {
-  return status != RequestStatus::kWaiting && status != RequestStatus::kRunning &&
-         status != RequestStatus::kPreempted && status != RequestStatus::kWaitingForFsm &&
-         status != RequestStatus::kWaitingForRemoteKvs;
-}
-
 FinishReason GetFinishReason(RequestStatus status) {
   switch (status) {
     case RequestStatus::kFinishedStopped:

@@ -6,6 +6,7 @@
 #define VLLM_CORE_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -30,13 +31,15 @@ enum class RequestStatus : uint8_t {
   // blocks, is kept out of the waiting queue and is not scheduled until the load finished or
   // failed; the steps go on without it.
   kWaitingForRemoteKvs,
+  // Finished (IsFinished): keep these last.
   kFinishedStopped,
   kFinishedLengthCapped,
   kFinishedAborted,
   kFinishedError,
 };
 
-bool IsFinished(RequestStatus status);
+// The finished statuses are the last ones of the enum.
+inline bool IsFinished(RequestStatus status) { return status >= RequestStatus::kFinishedStopped; }
 // The FinishReason of a finished status (kError for a status that is not finished).
 FinishReason GetFinishReason(RequestStatus status);
 
@@ -56,10 +59,15 @@ struct alignas(64) Request {
   bool is_finished() const { return IsFinished(status); }
 
   // Fields are ordered hot first: everything Schedule() and UpdateFromOutput() touch for a
-  // decode step sits in the first cache lines (a step visits thousands of requests).
+  // decode step sits in the first three cache lines (a step visits thousands of requests):
+  // line 0 the counters and flags, line 1 the token list and block table, line 2 the id and
+  // the drafts.
 
   // --- Written by the Scheduler.
   RequestStatus status = RequestStatus::kWaiting;
+  // --- Immutable after construction (a hot copy of sampling_params).
+  bool has_stop_token_ids = false;
+  // --- Written by the Scheduler.
   // Tokens whose KV is (or, for scheduled in-flight steps, will be) in the cache.
   int32_t num_computed_tokens = 0;
   // Steps including this request that were scheduled but whose output has not arrived.
@@ -76,27 +84,37 @@ struct alignas(64) Request {
   // Prompt tokens found in the prefix cache when first scheduled; -1 until then.
   int32_t num_cached_tokens = -1;
 
-  // --- Immutable after construction (hot copies of sampling_params first).
+  // --- Immutable after construction (hot copies of sampling_params).
   int32_t num_prompt_tokens = 0;
   // sampling_params.max_tokens resolved against max_model_len.
   int32_t max_tokens = 0;
   int32_t min_tokens = 0;
   // -1 when the request has no EOS or ignores it.
   int32_t eos_token_id_or_none = -1;
-  bool has_stop_token_ids = false;
 
   // --- Written by the KVCacheManager.
   // Leading blocks of block_ids registered in the prefix cache.
   int32_t num_cached_blocks = 0;
-  // The block table: block i holds tokens [i * block_size, (i + 1) * block_size).
-  std::vector<int32_t> block_ids;
+
+  // --- Written by the Scheduler: the grammar of a request with structured_outputs (vLLM's
+  // request.structured_output_request); null otherwise.
+  std::unique_ptr<structured_output::RequestState> structured_output;
 
   // --- Written by the Scheduler.
   // Prompt followed by the generated tokens.
   std::vector<int32_t> all_token_ids;
+  // --- Written by the KVCacheManager.
+  // The block table: block i holds tokens [i * block_size, (i + 1) * block_size).
+  std::vector<int32_t> block_ids;
 
   // --- Immutable after construction.
   std::string request_id;
+  // --- Written by the Scheduler.
+  // Speculative decoding: the draft tokens proposed after the last sampled token (vLLM's
+  // request.spec_token_ids), scheduled with it in the next step and then cleared.
+  std::vector<int32_t> spec_token_ids;
+
+  // --- Immutable after construction (cold).
   SamplingParams sampling_params;
   std::optional<int32_t> eos_token_id;
   double arrival_time = 0.0;
@@ -107,9 +125,6 @@ struct alignas(64) Request {
   uint64_t arrival_seq = 0;
 
   // --- Written by the Scheduler (cold).
-  // Speculative decoding: the draft tokens proposed after the last sampled token (vLLM's
-  // request.spec_token_ids), scheduled with it in the next step and then cleared.
-  std::vector<int32_t> spec_token_ids;
   std::optional<int32_t> stop_reason;
   int32_t num_preemptions = 0;
 
@@ -123,10 +138,6 @@ struct alignas(64) Request {
   // --- Written by the Scheduler: the KV connector keeps this request's blocks after it
   // finished (a decode instance reads them, or a load into them is still running).
   bool kv_blocks_held = false;
-
-  // --- Written by the Scheduler: the grammar of a request with structured_outputs (vLLM's
-  // request.structured_output_request); null otherwise.
-  std::unique_ptr<structured_output::RequestState> structured_output;
 };
 
 }  // namespace vllm::core

@@ -11,8 +11,9 @@ namespace vllm::core {
 namespace {
 
 // A step walks thousands of heap-allocated requests, and the hardware cannot prefetch
-// through pointers: fetch the hot lines of a request a few iterations ahead, and the tail
-// of its token list (read and appended to) a little later, once its header is cached.
+// through pointers: fetch the hot lines of a request (its first three) a few iterations
+// ahead, and the tail of its token list (read and appended to) a little later, once its
+// header is cached.
 inline void PrefetchAhead(const std::vector<Request*>& requests, size_t i) {
   constexpr size_t kRequestDistance = 8;
   constexpr size_t kTokensDistance = 4;
@@ -20,11 +21,69 @@ inline void PrefetchAhead(const std::vector<Request*>& requests, size_t i) {
     const char* r = reinterpret_cast<const char*>(requests[i + kRequestDistance]);
     __builtin_prefetch(r);
     __builtin_prefetch(r + 64);
+    __builtin_prefetch(r + 128);
   }
   if (i + kTokensDistance < requests.size()) {
     const std::vector<int32_t>& tokens = requests[i + kTokensDistance]->all_token_ids;
     __builtin_prefetch(tokens.data() + tokens.size() - 1);
   }
+}
+
+// Sets (*strings)[i] to `value`, reusing that string's capacity; appends when i is the end.
+inline void AssignStringAt(std::vector<std::string>* strings, size_t i, const std::string& value) {
+  if (i < strings->size()) {
+    (*strings)[i].assign(value);
+  } else {
+    strings->push_back(value);
+  }
+}
+
+// (*outputs)[i] as a fresh EngineCoreOutput that keeps its buffers (request_id's capacity);
+// appended when i is the end. Resets every field of EngineCoreOutput.
+EngineCoreOutput& ReuseOutputAt(std::vector<EngineCoreOutput>* outputs, size_t i) {
+  if (i == outputs->size()) return outputs->emplace_back();
+  EngineCoreOutput& out = (*outputs)[i];
+  out.request_id.clear();
+  out.new_token_ids.clear();
+  out.finish_reason.reset();
+  out.stop_reason.reset();
+  out.num_cached_tokens = 0;
+  if (!out.logprobs.empty()) out.logprobs.clear();
+  if (!out.prompt_logprobs.empty()) out.prompt_logprobs.clear();
+  out.kv_transfer_params.reset();
+  return out;
+}
+
+// Empties every field of `outputs` but its outputs (UpdateFromOutput overwrites them in
+// place), keeping the buffers.
+void ResetForReuse(EngineCoreOutputs* outputs) {
+  outputs->engine_index = 0;
+  outputs->scheduler_stats.reset();
+  outputs->timestamp = 0.0;
+  outputs->finished_requests.clear();
+  outputs->wave_complete.reset();
+  outputs->start_wave.reset();
+}
+
+// Empties every field of `output` but step_id, scheduled_cached_reqs.req_ids and
+// preempted_req_ids (BuildOutput overwrites those in place), keeping the buffers.
+void ResetForReuse(SchedulerOutput* output) {
+  output->scheduled_new_reqs.clear();
+  CachedRequestData& c = output->scheduled_cached_reqs;
+  c.resumed_from_preemption.clear();
+  c.new_token_ids.clear();
+  c.new_token_ids_offsets.assign(1, 0);
+  c.new_block_ids.clear();
+  c.new_block_ids_offsets.assign(1, 0);
+  c.num_computed_tokens.clear();
+  output->num_scheduled_tokens.clear();
+  output->total_num_scheduled_tokens = 0;
+  output->finished_req_ids.clear();
+  output->structured_output_indices.clear();
+  output->grammar_bitmask.clear();
+  output->num_scheduled_spec_tokens.clear();
+  output->num_spec_tokens_to_schedule = 0;
+  output->kv_connector_metadata.reset();
 }
 
 }  // namespace
@@ -194,6 +253,10 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
   const size_t max_scheduled =
       pp > 1 ? (running_.size() + static_cast<size_t>(pp) - 1) / static_cast<size_t>(pp)
              : running_.size();
+  // Locals: the compiler cannot keep config_ in registers across the stores to requests.
+  const int32_t long_prefill_threshold = config_.scheduler.long_prefill_token_threshold;
+  const int32_t max_model_len = config_.model.max_model_len;
+  scheduled_running_.reserve(max_scheduled);
   while (req_index < running_.size() && *token_budget > 0 &&
          scheduled_running_.size() < max_scheduled) {
     PrefetchAhead(running_, req_index);
@@ -203,21 +266,21 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
     int32_t num_new_tokens = request->num_tokens() +
                              static_cast<int32_t>(request->spec_token_ids.size()) -
                              request->num_computed_tokens;
-    if (config_.scheduler.long_prefill_token_threshold > 0) {
-      num_new_tokens = std::min(num_new_tokens, config_.scheduler.long_prefill_token_threshold);
+    if (long_prefill_threshold > 0) {
+      num_new_tokens = std::min(num_new_tokens, long_prefill_threshold);
     }
     num_new_tokens = std::min(num_new_tokens, *token_budget);
     // The input positions must stay within max_model_len.
-    num_new_tokens =
-        std::min(num_new_tokens, config_.model.max_model_len - 1 - request->num_computed_tokens);
+    num_new_tokens = std::min(num_new_tokens, max_model_len - 1 - request->num_computed_tokens);
     if (num_new_tokens <= 0) {
       // Nothing to do until an in-flight step's output arrives.
       ++req_index;
       continue;
     }
     const int32_t num_blocks_before = static_cast<int32_t>(request->block_ids.size());
-    bool allocated = false;
-    while (true) {
+    bool allocated =
+        kv_cache_manager_.AllocateSlotsIsNoop(*request, num_new_tokens, num_lookahead_tokens_);
+    while (!allocated) {
       if (kv_cache_manager_.AllocateSlots(*request, num_new_tokens, 0, {}, num_lookahead_tokens_)
               .has_value()) {
         allocated = true;
@@ -242,6 +305,21 @@ void Scheduler::ScheduleRunning(int32_t* token_budget) {
     *token_budget -= num_new_tokens;
     ++req_index;
   }
+}
+
+void Scheduler::ReserveForDecode(Request& request) const {
+  // Room for the tokens the request may still generate (capped: an unset max_tokens means
+  // max_model_len), so that its decode steps append without reallocating.
+  constexpr int32_t kMaxReservedOutputTokens = 1024;
+  const int32_t max_len =
+      std::min(config_.model.max_model_len,
+               request.num_prompt_tokens + std::min(request.max_tokens, kMaxReservedOutputTokens));
+  const int32_t block_size = config_.cache.block_size;
+  const auto num_blocks =
+      static_cast<size_t>((max_len + num_lookahead_tokens_ + block_size - 1) / block_size);
+  request.all_token_ids.reserve(static_cast<size_t>(max_len));
+  request.block_ids.reserve(num_blocks);
+  if (config_.cache.enable_prefix_caching) request.block_hashes.reserve(num_blocks);
 }
 
 void Scheduler::ScheduleWaiting(int32_t* token_budget) {
@@ -278,6 +356,7 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
     }
     waiting_.Pop();
     running_.push_back(request);
+    ReserveForDecode(*request);
     if (request->status == RequestStatus::kWaiting) {
       scheduled_new_.push_back(request);
     } else {
@@ -292,7 +371,7 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
   }
 }
 
-SchedulerOutput Scheduler::Schedule() {
+void Scheduler::Schedule(SchedulerOutput* output) {
   scheduled_running_.clear();
   scheduled_new_.clear();
   scheduled_resumed_.clear();
@@ -305,21 +384,54 @@ SchedulerOutput Scheduler::Schedule() {
   VLLM_CHECK(token_budget >= 0) << "token budget overdrawn";
   VLLM_CHECK(static_cast<int32_t>(running_.size()) <= config_.scheduler.max_num_seqs)
       << "more running requests than max_num_seqs";
-  SchedulerOutput output;
-  output.step_id = next_step_id_++;
-  BuildOutput(&output);
-  if (structured_output_manager_ != nullptr) FillGrammarBitmask(&output);
-  if (kv_connector_ != nullptr) AttachKvConnectorMetadata(&output);
-  VLLM_CHECK(output.total_num_scheduled_tokens ==
+  output->step_id = next_step_id_++;
+  BuildOutput(output);
+  if (structured_output_manager_ != nullptr) FillGrammarBitmask(output);
+  if (kv_connector_ != nullptr) AttachKvConnectorMetadata(output);
+  VLLM_CHECK(output->total_num_scheduled_tokens ==
              config_.scheduler.max_num_batched_tokens - token_budget)
       << "scheduled tokens do not match the budget used";
-  return output;
+}
+
+Scheduler::StepRecord& Scheduler::StartStepRecord(uint64_t step_id, size_t num_requests) {
+  StepRecord& record = inflight_steps_.emplace_back();
+  if (!spare_records_.empty()) {
+    record = std::move(spare_records_.back());
+    spare_records_.pop_back();
+  }
+  record.step_id = step_id;
+  record.requests.clear();
+  record.requests.reserve(num_requests);
+  record.num_spec_tokens.clear();
+  record.num_spec_tokens_to_schedule = 0;
+  return record;
+}
+
+void Scheduler::AdvanceAfterSchedule(StepRecord& record, size_t num_requests, Request* r) {
+  if (r->num_scheduled_spec_tokens > 0) {
+    if (record.num_spec_tokens.empty()) record.num_spec_tokens.resize(num_requests, 0);
+    record.num_spec_tokens[record.requests.size()] = r->num_scheduled_spec_tokens;
+  }
+  // Drafts are used once: new ones come with the output of this step.
+  if (!r->spec_token_ids.empty()) r->spec_token_ids.clear();
+  r->num_computed_tokens += r->num_scheduled_tokens;
+  r->num_scheduled_tokens = 0;
+  r->num_scheduled_spec_tokens = 0;
+  ++r->num_inflight_steps;
+  record.requests.push_back(r);
 }
 
 void Scheduler::BuildOutput(SchedulerOutput* output) {
+  ResetForReuse(output);
   const size_t num_cached = scheduled_running_.size() + scheduled_resumed_.size();
+  const size_t num_requests = scheduled_new_.size() + num_cached;
+  // The scheduled tokens count as computed from now on (vLLM's _update_after_schedule), so
+  // the next Schedule() moves on even before this step's output arrives; each request is
+  // advanced (AdvanceAfterSchedule) right after its entry is written, in one pass.
+  StepRecord& record = StartStepRecord(output->step_id, num_requests);
   output->scheduled_new_reqs.reserve(scheduled_new_.size());
-  output->num_scheduled_tokens.reserve(scheduled_new_.size() + num_cached);
+  output->num_scheduled_tokens.reserve(num_requests);
+  int32_t total = 0;
   for (Request* r : scheduled_new_) {
     NewRequestData& d = output->scheduled_new_reqs.emplace_back();
     d.req_id = r->request_id;
@@ -329,28 +441,19 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
     d.block_ids = r->block_ids;
     d.num_computed_tokens = r->num_computed_tokens;
     output->num_scheduled_tokens.push_back(r->num_scheduled_tokens);
+    total += r->num_scheduled_tokens;
+    AdvanceAfterSchedule(record, num_requests, r);
   }
   CachedRequestData& c = output->scheduled_cached_reqs;
-  // Size the flattened lists up front: one growth each instead of many.
-  size_t num_new_token_ids = 0;
-  size_t num_new_block_ids = 0;
-  for (const Request* r : scheduled_running_) {
-    num_new_token_ids += r->num_scheduled_tokens;
-    num_new_block_ids += r->block_ids.size() - r->num_blocks_before_step;
-  }
-  for (const Request* r : scheduled_resumed_) {
-    num_new_token_ids += r->all_token_ids.size();
-    num_new_block_ids += r->block_ids.size();
-  }
-  c.new_token_ids.reserve(num_new_token_ids);
-  c.new_block_ids.reserve(num_new_block_ids);
-  c.req_ids.reserve(num_cached);
+  // A reused output has the capacity already; a new one grows (a decode feeds one token).
+  c.new_token_ids.reserve(num_cached);
   c.resumed_from_preemption.reserve(num_cached);
   c.num_computed_tokens.reserve(num_cached);
   c.new_token_ids_offsets.reserve(num_cached + 1);
   c.new_block_ids_offsets.reserve(num_cached + 1);
+  size_t num_ids = 0;
   auto add_cached = [&](Request* r, bool resumed) {
-    c.req_ids.push_back(r->request_id);
+    AssignStringAt(&c.req_ids, num_ids++, r->request_id);
     c.resumed_from_preemption.push_back(resumed ? 1 : 0);
     // A resumed request's worker state is gone: send all its tokens.
     const int32_t begin = resumed ? 0 : r->num_computed_tokens;
@@ -364,8 +467,10 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
                              r->all_token_ids.begin() + end);
     }
     // Then its draft tokens, which the worker verifies.
-    c.new_token_ids.insert(c.new_token_ids.end(), r->spec_token_ids.begin(),
-                           r->spec_token_ids.begin() + r->num_scheduled_spec_tokens);
+    if (r->num_scheduled_spec_tokens > 0) {
+      c.new_token_ids.insert(c.new_token_ids.end(), r->spec_token_ids.begin(),
+                             r->spec_token_ids.begin() + r->num_scheduled_spec_tokens);
+    }
     c.new_token_ids_offsets.push_back(static_cast<uint32_t>(c.new_token_ids.size()));
     const size_t first_new_block = resumed ? 0 : r->num_blocks_before_step;
     if (first_new_block < r->block_ids.size()) {
@@ -375,52 +480,25 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
     c.new_block_ids_offsets.push_back(static_cast<uint32_t>(c.new_block_ids.size()));
     c.num_computed_tokens.push_back(r->num_computed_tokens);
     output->num_scheduled_tokens.push_back(r->num_scheduled_tokens);
+    total += r->num_scheduled_tokens;
+    AdvanceAfterSchedule(record, num_requests, r);
   };
   for (size_t i = 0; i < scheduled_running_.size(); ++i) {
     PrefetchAhead(scheduled_running_, i);
     add_cached(scheduled_running_[i], false);
   }
   for (Request* r : scheduled_resumed_) add_cached(r, true);
+  c.req_ids.resize(num_ids);
 
-  int32_t total = 0;
-  for (int32_t n : output->num_scheduled_tokens) total += n;
   output->total_num_scheduled_tokens = total;
   output->finished_req_ids.swap(finished_req_ids_);
-  finished_req_ids_.clear();
-  output->preempted_req_ids.reserve(preempted_.size());
-  for (Request* r : preempted_) output->preempted_req_ids.push_back(r->request_id);
-
-  // The scheduled tokens count as computed from now on (vLLM's _update_after_schedule), so
-  // the next Schedule() moves on even before this step's output arrives.
-  StepRecord& record = inflight_steps_.emplace_back();
-  record.step_id = output->step_id;
-  if (!spare_records_.empty()) {
-    record.requests = std::move(spare_records_.back());
-    spare_records_.pop_back();
+  for (size_t i = 0; i < preempted_.size(); ++i) {
+    AssignStringAt(&output->preempted_req_ids, i, preempted_[i]->request_id);
   }
-  record.requests.reserve(output->num_scheduled_tokens.size());
-  record.num_spec_tokens.clear();
-  auto advance = [&record, output](Request* r) {
-    if (r->num_scheduled_spec_tokens > 0) {
-      if (record.num_spec_tokens.empty()) {
-        record.num_spec_tokens.resize(output->num_scheduled_tokens.size(), 0);
-      }
-      record.num_spec_tokens[record.requests.size()] = r->num_scheduled_spec_tokens;
-    }
-    // Drafts are used once: new ones come with the output of this step.
-    if (!r->spec_token_ids.empty()) r->spec_token_ids.clear();
-    r->num_computed_tokens += r->num_scheduled_tokens;
-    r->num_scheduled_tokens = 0;
-    r->num_scheduled_spec_tokens = 0;
-    ++r->num_inflight_steps;
-    record.requests.push_back(r);
-  };
-  for (Request* r : scheduled_new_) advance(r);
-  for (Request* r : scheduled_running_) advance(r);
-  for (Request* r : scheduled_resumed_) advance(r);
+  output->preempted_req_ids.resize(preempted_.size());
   output->num_scheduled_spec_tokens = record.num_spec_tokens;
   // vLLM's dynamic speculative decoding: the k of this step's batch size.
-  const size_t batch = output->num_scheduled_tokens.size();
+  const size_t batch = num_requests;
   if (proposer_ == nullptr && !worker_drafts_) {
     output->num_spec_tokens_to_schedule = 0;
   } else if (dynamic_k_.empty() || batch == 0) {
@@ -513,8 +591,9 @@ absl::Status Scheduler::MatchModelOutput(const SchedulerOutput& scheduler_output
   return absl::OkStatus();
 }
 
-absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
-    const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output) {
+absl::Status Scheduler::UpdateFromOutput(const SchedulerOutput& scheduler_output,
+                                         const ModelRunnerOutput& model_output,
+                                         EngineCoreOutputs* outputs) {
   const size_t num_scheduled = scheduler_output.num_scheduled_reqs();
   const size_t num_model = model_output.req_ids.size();
   if (inflight_steps_.empty() || inflight_steps_.front().step_id != scheduler_output.step_id ||
@@ -541,15 +620,18 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
     ApplyKvConnectorOutput(*model_output.kv_connector_output);
   }
   StepRecord record = std::move(inflight_steps_.front());
-  inflight_steps_.pop_front();
-  EngineCoreOutputs result;
+  inflight_steps_.erase(inflight_steps_.begin());
+  EngineCoreOutputs& result = *outputs;
+  ResetForReuse(&result);
   result.outputs.reserve(num_scheduled + pending_outputs_.size());
+  size_t num_outputs = 0;
   for (EngineCoreOutput& out : pending_outputs_) {
     result.finished_requests.push_back(out.request_id);
-    result.outputs.push_back(std::move(out));
+    ReuseOutputAt(&result.outputs, num_outputs++) = std::move(out);
   }
   pending_outputs_.clear();
   stopped_.clear();
+  const bool propose = proposer_ != nullptr || worker_drafts_;
   bool release_zombies = false;
   for (size_t i = 0; i < num_scheduled; ++i) {
     PrefetchAhead(record.requests, i);
@@ -586,8 +668,8 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
         break;
       }
     }
-    EngineCoreOutput& out = result.outputs.emplace_back();
-    out.request_id = request.request_id;
+    EngineCoreOutput& out = ReuseOutputAt(&result.outputs, num_outputs++);
+    out.request_id.assign(request.request_id);
     out.new_token_ids.assign(sampled.begin(), sampled.begin() + num_appended);
     out.num_cached_tokens = std::max(request.num_cached_tokens, 0);
     if (!model_output.logprobs.empty() && request.sampling_params.logprobs.has_value()) {
@@ -604,11 +686,12 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
       out.stop_reason = request.stop_reason;
       if (kv_connector_ != nullptr) out.kv_transfer_params = ConnectorFinished(request, false);
       stopped_.push_back(&request);
-    } else if (proposer_ != nullptr || worker_drafts_) {
+    } else if (propose) {
       propose_scratch_.push_back(&request);
       propose_output_index_.push_back(output_index_[i]);
     }
   }
+  result.outputs.resize(num_outputs);
   if (!stopped_.empty()) {
     std::erase_if(running_, [](const Request* r) { return r->is_finished(); });
     for (Request* request : stopped_) {
@@ -620,10 +703,11 @@ absl::StatusOr<EngineCoreOutputs> Scheduler::UpdateFromOutput(
   if (release_zombies) {
     std::erase_if(zombies_, [](const auto& r) { return r->num_inflight_steps == 0; });
   }
+  const int32_t k = record.num_spec_tokens_to_schedule;
   record.requests.clear();
-  spare_records_.push_back(std::move(record.requests));
-  if (!propose_scratch_.empty()) ProposeDrafts(model_output, record.num_spec_tokens_to_schedule);
-  return result;
+  spare_records_.push_back(std::move(record));
+  if (!propose_scratch_.empty()) ProposeDrafts(model_output, k);
+  return absl::OkStatus();
 }
 
 void Scheduler::ProposeDrafts(const ModelRunnerOutput& model_output, int32_t k) {

@@ -16,7 +16,6 @@
 #define VLLM_CORE_SCHEDULER_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,7 +84,16 @@ class Scheduler {
   // reasoning gets a row only when some implicit reasoning end, e.g. qwen3's <tool_call>, must
   // stay masked because its grammar cannot start with it); a constrained request with d drafts
   // gets d + 1 consecutive rows, one per verified position.
-  SchedulerOutput Schedule();
+  SchedulerOutput Schedule() {
+    SchedulerOutput output;
+    Schedule(&output);
+    return output;
+  }
+  // The same into `output`, which is overwritten (every field, as if it were new) but keeps
+  // its buffers and the capacity of the strings in them: a caller that reuses one
+  // SchedulerOutput per step in flight makes a steady-state decode step allocate nothing.
+  // `output` must not be a step still waiting for its UpdateFromOutput.
+  void Schedule(SchedulerOutput* output);
 
   // Applies the model's results for a step planned by Schedule(): appends sampled tokens,
   // checks stop conditions, frees finished requests, and returns one EngineCoreOutput per
@@ -95,7 +103,18 @@ class Scheduler {
   // InvalidArgument (and no state change) when `model_output` lacks a scheduled request or
   // holds a negative token id.
   [[nodiscard]] absl::StatusOr<EngineCoreOutputs> UpdateFromOutput(
-      const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output);
+      const SchedulerOutput& scheduler_output, const ModelRunnerOutput& model_output) {
+    EngineCoreOutputs outputs;
+    absl::Status status = UpdateFromOutput(scheduler_output, model_output, &outputs);
+    if (!status.ok()) return status;
+    return outputs;
+  }
+  // The same into `outputs`, which is overwritten (every field, as if it were new) but keeps
+  // its buffers: its outputs' request ids and token lists are reused in place. On error
+  // `outputs` is left unchanged.
+  [[nodiscard]] absl::Status UpdateFromOutput(const SchedulerOutput& scheduler_output,
+                                              const ModelRunnerOutput& model_output,
+                                              EngineCoreOutputs* outputs);
 
   // Gauges now, and counters since the previous call (which it resets), the structured-output
   // manager's included.
@@ -194,6 +213,9 @@ class Scheduler {
   // Schedules running requests, then waiting ones (Schedule()'s two phases).
   void ScheduleRunning(int32_t* token_budget);
   void ScheduleWaiting(int32_t* token_budget);
+  // Reserves a request admitted to run room for its decode steps' tokens, blocks and block
+  // hashes (up to 1024 generated tokens), so that a steady-state step allocates nothing.
+  void ReserveForDecode(Request& request) const;
   // Fills `output` from this step's scratch lists and advances num_computed_tokens.
   void BuildOutput(SchedulerOutput* output);
   // UpdateFromOutput's first pass: fills output_index_ (each scheduled request's entry in
@@ -261,8 +283,16 @@ class Scheduler {
     // Tokens to draft per request after this step (SchedulerOutput's).
     int32_t num_spec_tokens_to_schedule = 0;
   };
-  std::deque<StepRecord> inflight_steps_;
-  std::vector<std::vector<Request*>> spare_records_;
+  // A queue (front: oldest); it holds one entry per step in flight (a batch queue's depth),
+  // so popping the front moves a handful of records. Records are recycled through
+  // spare_records_ with their buffers, so scheduling a step allocates none.
+  std::vector<StepRecord> inflight_steps_;
+  std::vector<StepRecord> spare_records_;
+  // Appends this step's record to inflight_steps_ (a spare one, buffers kept, when there is).
+  StepRecord& StartStepRecord(uint64_t step_id, size_t num_requests);
+  // Records a request scheduled in this step (`num_requests` in all) and advances it: its
+  // scheduled tokens count as computed, its drafts are used.
+  static void AdvanceAfterSchedule(StepRecord& record, size_t num_requests, Request* r);
   uint64_t next_step_id_ = 1;
   RequestQueue waiting_;
   // In admission order; fcfs preempts from the back.

@@ -449,8 +449,8 @@ absl::StatusOr<uint64_t> MultiprocExecutor::Broadcast(const std::string& method,
   if (shut_down_) return absl::FailedPreconditionError("executor is shut down");
   VLLM_RETURN_IF_ERROR(failure());
   const uint64_t id = next_call_id_++;
-  const std::string prefix = worker::EncodeCallPrefix({id, method, reply_rank});
-  const ipc::ByteSpan parts[2] = {Bytes(prefix), payload};
+  worker::EncodeCallPrefixTo({id, method, reply_rank}, &call_prefix_);
+  const ipc::ByteSpan parts[2] = {Bytes(call_prefix_), payload};
   absl::Status s = broadcast_->EnqueueParts(parts, absl::Now() + options_.execute_timeout);
   if (absl::IsDeadlineExceeded(s)) {
     Fail(absl::DeadlineExceededError(absl::StrCat("workers did not take ", method, " within ",
@@ -463,18 +463,20 @@ absl::StatusOr<uint64_t> MultiprocExecutor::Broadcast(const std::string& method,
   return id;
 }
 
-absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t call_id,
-                                                          const std::string& method,
-                                                          absl::Time deadline) {
+absl::Status MultiprocExecutor::AwaitReply(int32_t rank, uint64_t call_id,
+                                           const std::string& method, absl::Time deadline,
+                                           absl::FunctionRef<absl::Status(ipc::ByteSpan)> take) {
   while (true) {
-    std::string payload;
     worker::ReplyHeader header;
+    absl::Status taken;
     absl::Status s = responses_[rank]->Dequeue(
         [&](ipc::ByteSpan bytes) -> absl::Status {
           VLLM_ASSIGN_OR_RETURN(auto framed, worker::DecodeReply(bytes));
           header = std::move(framed.header);
-          payload.assign(reinterpret_cast<const char*>(framed.payload.data()),
-                         framed.payload.size());
+          // The answer is read in place: the bytes are the ring's only during Dequeue.
+          if (header.call_id == call_id && header.code == absl::StatusCode::kOk) {
+            taken = take(framed.payload);
+          }
           return absl::OkStatus();
         },
         deadline);
@@ -498,8 +500,19 @@ absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t
       Fail(bad);
       return bad;
     }
-    return payload;
+    return taken;
   }
+}
+
+absl::StatusOr<std::string> MultiprocExecutor::AwaitReply(int32_t rank, uint64_t call_id,
+                                                          const std::string& method,
+                                                          absl::Time deadline) {
+  std::string payload;
+  VLLM_RETURN_IF_ERROR(AwaitReply(rank, call_id, method, deadline, [&](ipc::ByteSpan bytes) {
+    payload.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    return absl::OkStatus();
+  }));
+  return payload;
 }
 
 absl::StatusOr<std::vector<std::string>> MultiprocExecutor::CollectiveRpc(
@@ -558,21 +571,36 @@ absl::Status MultiprocExecutor::InitializeKVCache(int32_t num_blocks, int32_t bl
       .status();
 }
 
-core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::SchedulerOutput& so) {
-  const std::string payload = core::Encode(so);
-  const int32_t rank = output_rank();
-  absl::StatusOr<uint64_t> id = Broadcast(worker::kExecuteModelMethod, Bytes(payload), rank);
-  // The reply is read when the future is waited on; futures are waited on in order.
-  return std::async(
-      std::launch::deferred, [this, id, rank]() -> absl::StatusOr<core::ModelRunnerOutput> {
-        VLLM_RETURN_IF_ERROR(id.status());
-        VLLM_ASSIGN_OR_RETURN(std::string reply,
-                              AwaitReply(rank, *id, worker::kExecuteModelMethod,
-                                         absl::Now() + options_.execute_timeout));
-        absl::StatusOr<core::ModelRunnerOutput> out = core::DecodeModelRunnerOutput(reply);
-        if (!out.ok()) Fail(out.status());
-        return out;
+absl::StatusOr<uint64_t> MultiprocExecutor::BroadcastStep(const core::SchedulerOutput& so) {
+  core::EncodeTo(so, &step_bytes_);
+  absl::StatusOr<uint64_t> id =
+      Broadcast(worker::kExecuteModelMethod, Bytes(step_bytes_), output_rank());
+  if (step_bytes_.capacity() > kMaxKeptStepBytes) std::string().swap(step_bytes_);
+  return id;
+}
+
+absl::StatusOr<core::ModelRunnerOutput> MultiprocExecutor::AwaitStepOutput(uint64_t call_id) {
+  core::ModelRunnerOutput out;
+  absl::Status decoded;
+  absl::Status s = AwaitReply(
+      output_rank(), call_id, worker::kExecuteModelMethod, absl::Now() + options_.execute_timeout,
+      [&](ipc::ByteSpan bytes) {
+        decoded = core::DecodeModelRunnerOutputInto(
+            std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), &out);
+        return decoded;
       });
+  if (!decoded.ok()) Fail(decoded);  // a reply this build cannot read: the worker is broken
+  VLLM_RETURN_IF_ERROR(s);
+  return out;
+}
+
+core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::SchedulerOutput& so) {
+  absl::StatusOr<uint64_t> id = BroadcastStep(so);
+  // The reply is read when the future is waited on; futures are waited on in order.
+  return std::async(std::launch::deferred, [this, id]() -> absl::StatusOr<core::ModelRunnerOutput> {
+    VLLM_RETURN_IF_ERROR(id.status());
+    return AwaitStepOutput(*id);
+  });
 }
 
 absl::Status MultiprocExecutor::ExecuteDummyBatch() {
@@ -583,7 +611,9 @@ absl::Status MultiprocExecutor::ExecuteDummyBatch() {
 
 absl::StatusOr<core::ModelRunnerOutput> MultiprocExecutor::ExecuteModel(
     const core::SchedulerOutput& so) {
-  return ExecuteModelAsync(so).get();
+  // No future: the step's fixed cost is the encode, two ring hops and the decode.
+  VLLM_ASSIGN_OR_RETURN(const uint64_t id, BroadcastStep(so));
+  return AwaitStepOutput(id);
 }
 
 std::vector<pid_t> MultiprocExecutor::worker_pids() const { return pids_; }

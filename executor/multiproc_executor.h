@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -149,9 +150,17 @@ class MultiprocExecutor final : public core::Executor {
   // Enqueues a call; returns its id.
   absl::StatusOr<uint64_t> Broadcast(const std::string& method, absl::Span<const uint8_t> payload,
                                      int32_t reply_rank);
-  // Reads rank's reply to call_id (dropping replies to older calls).
+  // Reads rank's reply to call_id (dropping replies to older calls) and hands its payload, in
+  // the ring, to `take`, whose status it returns.
+  absl::Status AwaitReply(int32_t rank, uint64_t call_id, const std::string& method,
+                          absl::Time deadline, absl::FunctionRef<absl::Status(ipc::ByteSpan)> take);
+  // The same, with the payload copied out.
   absl::StatusOr<std::string> AwaitReply(int32_t rank, uint64_t call_id, const std::string& method,
                                          absl::Time deadline);
+  // execute_model: encodes the step into step_bytes_ and broadcasts it (the output rank answers).
+  absl::StatusOr<uint64_t> BroadcastStep(const core::SchedulerOutput& so);
+  // Reads the output rank's answer to step call_id, decoded straight from its ring.
+  absl::StatusOr<core::ModelRunnerOutput> AwaitStepOutput(uint64_t call_id);
   // Records the first fatal error and cancels every queue wait.
   void Fail(const absl::Status& status);
   // Maps a queue error to the recorded failure when there is one.
@@ -185,6 +194,11 @@ class MultiprocExecutor final : public core::Executor {
   int stop_fd_ = -1;  // eventfd that ends the monitor
   std::thread monitor_;
   uint64_t next_call_id_ = 1;
+  // Reused per call (the engine thread only): the call's framed header and the encoded step;
+  // a step buffer grown past kMaxKeptStepBytes is released after use.
+  static constexpr size_t kMaxKeptStepBytes = size_t{4} << 20;
+  std::string call_prefix_;
+  std::string step_bytes_;
   bool shut_down_ = false;
 
   mutable absl::Mutex mu_;

@@ -389,6 +389,8 @@ absl::Status MessageQueueReader::DequeueLocal(absl::FunctionRef<absl::Status(Byt
     } else {
       result = visit({static_cast<const uint8_t*>(parts_[1].data()), parts_[1].size()});
     }
+  } else if (chunk.data == nullptr) {
+    result = absl::DataLossError("a chunk of the ring names no valid data buffer");
   } else if (chunk.size > ring_->ring().max_chunk_bytes()) {
     result = absl::DataLossError(absl::StrCat("chunk claims ", chunk.size, " bytes, more than ",
                                               ring_->ring().max_chunk_bytes()));

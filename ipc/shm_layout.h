@@ -10,16 +10,20 @@
 //   [meta_offset, + max_chunks * 64)   ChunkMeta of chunk i at meta_offset + i * 64
 //                                      (meta_offset = 4096 + n_readers * 64, meta_stride = 64)
 //   [data_offset, + max_chunks*max_chunk_bytes)
-//                                      payload of chunk i at data_offset + i * max_chunk_bytes
+//                                      data buffer b at data_offset + b * max_chunk_bytes
 //                                      (data_offset 4096-aligned)
 //
-// Protocol (one writer, n_readers readers). Messages are numbered 0, 1, 2, ...; message n lives
-// in chunk n % max_chunks. Each line has one writing side: the writer writes chunk metas, reader
-// r writes only its own cursor line, so no line is written by two sides (no false sharing
-// between readers, no reader store into a line the writer polls).
+// Protocol (one writer, n_readers readers). Messages are numbered 0, 1, 2, ...; message n's
+// meta is chunk n % max_chunks, and its payload sits in the data buffer that meta names: the
+// writer takes the buffer freed most recently (its lines are still in some cache; a ring that
+// rotated through all buffers would stream max_chunks × the payload through memory). Each line has
+// one writing side: the writer writes chunk metas, reader r writes only its own cursor line, so no
+// line is written by two sides (no false sharing between readers, no reader store into a line the
+// writer polls).
 //   writer, message n: wait until n < max_chunks or every reader's `consumed` >= n + 1 -
 //     max_chunks (it caches the minimum and re-reads the cursors only when that runs out);
-//     copy payload, size, flags; store seq = n + 1 (release); fence; if readers_sleeping:
+//     pick a free buffer, copy payload, size, flags, buffer; store seq = n + 1 (release);
+//     fence; if readers_sleeping:
 //     ++write_epoch, futex-wake write_epoch.
 //   reader r, its next message n: wait until chunk meta seq == n + 1 (acquire); use the
 //     payload; store its cursor's consumed = n + 1 (release); fence (or none, see below); if
@@ -100,7 +104,7 @@ static_assert(sizeof(ReaderCursor) == kCacheLine);
 struct alignas(kCacheLine) ChunkMeta {
   std::atomic<uint64_t> seq;  // 0   n + 1 once message n is in the chunk; 0 before first use
   uint32_t flags;             // 8   kChunkOverflow, ...
-  uint32_t reserved;          // 12
+  uint32_t buffer;            // 12  the data buffer holding the payload (< max_chunks)
   uint64_t size;              // 16  payload bytes (the ZMQ frame's size when overflowing)
 };
 static_assert(std::is_standard_layout_v<ChunkMeta>);

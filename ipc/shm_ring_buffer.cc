@@ -106,7 +106,9 @@ RingWriter::RingWriter(std::unique_ptr<ShmRingBuffer> ring, WaitOptions options)
     : ring_(std::move(ring)),
       options_(options),
       to_writer_(ring_->to_writer()),
-      free_below_(ring_->max_chunks()) {
+      free_below_(ring_->max_chunks()),
+      buffer_free_(ring_->max_chunks(), 1),
+      chunk_buffer_(ring_->max_chunks(), 0) {
   to_writer_.heavy_fence_on_block = ring_->header()->writer_heavy_fences != 0;
 }
 
@@ -164,7 +166,34 @@ std::string RingWriter::DescribeWait() const {
                       "' to read message ", needed - 1, " (chunk ", idx_, ")");
 }
 
-uint8_t* RingWriter::TryAcquire() { return ChunkFree() ? ring_->chunk(idx_) : nullptr; }
+void RingWriter::ReclaimBuffers() {
+  const uint64_t consumed = free_below_ - ring_->max_chunks();  // every reader consumed these
+  for (; reclaimed_below_ < std::min(consumed, seq_); ++reclaimed_below_) {
+    buffer_free_[chunk_buffer_[reclaimed_below_ % ring_->max_chunks()]] = 1;
+  }
+}
+
+uint32_t RingWriter::PickBuffer() const {
+  if (last_size_ >= kReuseAtOnceBytes && buffer_free_[last_buffer_]) return last_buffer_;
+  if (buffer_free_[idx_]) return static_cast<uint32_t>(idx_);
+  // A free chunk (meta slot) means at most max_chunks - 1 messages are outstanding, so some
+  // buffer is free.
+  uint32_t b = 0;
+  while (!buffer_free_[b]) ++b;
+  return b;
+}
+
+uint8_t* RingWriter::TryAcquire() {
+  // After a large message, learn at once whether its buffer is free again (one read of each
+  // reader's cursor): re-filling a buffer still in cache beats streaming a cold one.
+  if (last_size_ >= kReuseAtOnceBytes && reclaimed_below_ < seq_) {
+    free_below_ = std::max(free_below_, MinConsumed() + ring_->max_chunks());
+  }
+  if (!ChunkFree()) return nullptr;
+  ReclaimBuffers();
+  buffer_ = PickBuffer();
+  return ring_->chunk(buffer_);
+}
 
 absl::StatusOr<uint8_t*> RingWriter::Acquire(int64_t deadline_ns) {
   if (uint8_t* chunk = TryAcquire()) return chunk;
@@ -172,13 +201,20 @@ absl::StatusOr<uint8_t*> RingWriter::Acquire(int64_t deadline_ns) {
       WaitFor([&] { return ChunkFree(); }, [&] { return CheckReaders(); },
               [&] { return DescribeWait(); }, to_writer_, options_, nullptr, deadline_ns);
   if (!st.ok()) return st;
-  return ring_->chunk(idx_);
+  ReclaimBuffers();
+  buffer_ = PickBuffer();
+  return ring_->chunk(buffer_);
 }
 
 void RingWriter::Publish(uint64_t size, uint32_t flags) {
   ChunkMeta* m = ring_->meta(idx_);
+  buffer_free_[buffer_] = 0;
+  chunk_buffer_[idx_] = buffer_;
+  last_buffer_ = buffer_;
+  last_size_ = size;
   m->size = size;
   m->flags = flags;
+  m->buffer = buffer_;
   m->seq.store(seq_ + 1, std::memory_order_release);
   ring_->to_readers().Notify();
   ++seq_;
@@ -252,19 +288,30 @@ std::optional<RingReader::Chunk> RingReader::TryAcquire() {
   if (!Poll()) return std::nullopt;
   // No clock read here: the arrival predictor learns the gaps a reader waits across, and a
   // message that was already there ends no wait.
+  return Current();
+}
+
+RingReader::Chunk RingReader::Current() {
   const ChunkMeta* m = ring_->meta(idx_);
-  return Chunk{ring_->chunk(idx_), m->size, m->flags};
+  const uint32_t buffer = m->buffer;
+  if (buffer >= ring_->max_chunks()) return Chunk{nullptr, m->size, m->flags};  // corrupt
+  last_buffer_ = buffer;
+  last_size_ = m->size;
+  return Chunk{ring_->chunk(buffer), m->size, m->flags};
 }
 
 absl::StatusOr<RingReader::Chunk> RingReader::Acquire(int64_t deadline_ns) {
   if (std::optional<Chunk> ready = TryAcquire()) return *ready;
-  const uint8_t* next_chunk = ring_->chunk(idx_);
+  // The writer's choice (PickBuffer): the last buffer again after a large message, else ring
+  // order.
+  const uint8_t* next_chunk = ring_->chunk(
+      last_size_ >= RingWriter::kReuseAtOnceBytes ? last_buffer_ : static_cast<uint32_t>(idx_));
   int64_t arrived_ns = 0;
   absl::Status st = WaitFor(
       [&] {
-        // Ask for the payload's first line while polling the chunk's flags: when the flags
-        // turn, the payload is on its way already (two cache-line misses overlap instead of
-        // following each other).
+        // Ask for the payload's first line (of the buffer the writer most likely picks) while
+        // polling the chunk's meta: when the meta turns, the payload is on its way already
+        // (two cache-line misses overlap instead of following each other).
         __builtin_prefetch(next_chunk);
         return Poll();
       },
@@ -277,8 +324,7 @@ absl::StatusOr<RingReader::Chunk> RingReader::Acquire(int64_t deadline_ns) {
       ring_->to_readers(), options_, &predictor_, deadline_ns, &arrived_ns);
   if (!st.ok()) return st;
   predictor_.OnArrival(arrived_ns);
-  const ChunkMeta* m = ring_->meta(idx_);
-  return Chunk{ring_->chunk(idx_), m->size, m->flags};
+  return Current();
 }
 
 void RingReader::Release() {

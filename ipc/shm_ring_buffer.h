@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -63,9 +64,14 @@ class ShmRingBuffer {
 };
 
 // The writer's side: takes chunks in ring order once every reader has read them.
-// Messages are numbered from 0; message n lives in chunk n % max_chunks (shm_layout.h).
+// Messages are numbered from 0; message n's meta is chunk n % max_chunks, its payload in a
+// data buffer the writer picks (shm_layout.h).
 class RingWriter {
  public:
+  // After a message at least this large, the next Acquire re-reads the readers' cursors to
+  // refill the same (cache-warm) buffer if it is free.
+  static constexpr uint64_t kReuseAtOnceBytes = 64 << 10;
+
   RingWriter(std::unique_ptr<ShmRingBuffer> ring, WaitOptions options);
 
   // Waits until every reader has attached (or the deadline passes, naming the missing ones).
@@ -100,9 +106,23 @@ class RingWriter {
   std::unique_ptr<ShmRingBuffer> ring_;
   WaitOptions options_;
   FutexChannel to_writer_;  // readers → this writer (heavy fence before sleeping, if offered)
-  uint64_t seq_ = 0;        // next message to write
-  uint64_t idx_ = 0;        // its chunk: seq_ % max_chunks
-  uint64_t free_below_;     // messages < free_below_ have a free chunk (cached)
+  // Returns to buffer_free_ the buffers of messages every reader consumed (known so far).
+  void ReclaimBuffers();
+  // Picks the buffer for message seq_: after a large message its buffer again if free (its
+  // lines are warm), else buffer idx_ (ring order, which readers prefetch), else any free one.
+  uint32_t PickBuffer() const;
+
+  uint64_t seq_ = 0;     // next message to write
+  uint64_t idx_ = 0;     // its chunk: seq_ % max_chunks
+  uint64_t free_below_;  // messages < free_below_ have a free chunk (cached)
+  // Data buffers: which are free, the buffer each outstanding message's chunk names, and the
+  // messages whose buffers were reclaimed so far.
+  std::vector<uint8_t> buffer_free_;
+  std::vector<uint32_t> chunk_buffer_;
+  uint64_t reclaimed_below_ = 0;
+  uint32_t buffer_ = 0;  // the buffer of the chunk Acquire() returned
+  uint32_t last_buffer_ = 0;
+  uint64_t last_size_ = 0;  // the last message's size: large ones reuse their buffer at once
   std::atomic<bool> cancelled_{false};
 };
 
@@ -110,7 +130,7 @@ class RingWriter {
 class RingReader {
  public:
   struct Chunk {
-    const uint8_t* data;  // valid until Release()
+    const uint8_t* data;  // valid until Release(); nullptr if the meta names no valid buffer
     uint64_t size;
     uint32_t flags;
   };
@@ -138,13 +158,16 @@ class RingReader {
  private:
   RingReader(std::unique_ptr<ShmRingBuffer> ring, uint32_t index, WaitOptions options);
   absl::Status CheckWriter() const;
+  Chunk Current();  // the chunk of message seq_, once written
 
   std::unique_ptr<ShmRingBuffer> ring_;
   uint32_t index_;
   WaitOptions options_;
-  FutexChannel to_writer_;  // this reader → the writer (light notify when the writer fences)
-  uint64_t seq_ = 0;        // next message to read
-  uint64_t idx_ = 0;        // its chunk: seq_ % max_chunks
+  FutexChannel to_writer_;    // this reader → the writer (light notify when the writer fences)
+  uint64_t seq_ = 0;          // next message to read
+  uint64_t idx_ = 0;          // its chunk: seq_ % max_chunks
+  uint32_t last_buffer_ = 0;  // the last message's buffer and size: after a large message the
+  uint64_t last_size_ = 0;    // writer reuses its buffer, else it goes in ring order
   ArrivalPredictor predictor_;
   std::atomic<bool> cancelled_{false};
 };

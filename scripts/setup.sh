@@ -25,6 +25,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libzmq3-dev cppzmq-dev libboost-dev libmsgpack-cxx-dev libabsl-dev libspdlog-dev
+  libiceoryx-posh-dev libiceoryx-hoofs-dev iceoryx  # ipc_bench's iceoryx peer (iox-roudi)
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev libsodium-dev
   procps iproute2 python3 ccache clang-format clang-tidy

@@ -48,14 +48,6 @@ absl::Status ParseInt(const std::string& flag, const std::string& value, T lo, T
   return absl::OkStatus();
 }
 
-// One call taken off the broadcast queue, copied out of shared memory.
-struct Call {
-  CallHeader header;
-  absl::Status decode_status;                 // a malformed call is answered with this
-  std::optional<core::SchedulerOutput> step;  // execute_model
-  std::string payload;                        // every other method
-};
-
 class WorkerProc {
  public:
   explicit WorkerProc(const WorkerProcOptions& options) : options_(options) {}
@@ -257,60 +249,54 @@ class WorkerProc {
     if (!broadcast_ready_) VLLM_RETURN_IF_ERROR(broadcast_->WaitUntilReady(deadline));
     spdlog::info("worker rank {} (pid {}): ready", options_.rank, getpid());
     while (true) {
-      Call call;
+      absl::Status status;
       VLLM_RETURN_IF_ERROR(broadcast_->Dequeue([&](ipc::ByteSpan bytes) {
-        call = Take(bytes);
+        status = Take(bytes);  // a malformed call is answered with its error
         return absl::OkStatus();
       }));
-      std::string result;
-      absl::Status status = call.decode_status;
-      if (status.ok()) status = Dispatch(call, &result);
+      result_.clear();
+      if (status.ok()) status = Dispatch(&result_);
       const bool reply =
-          !status.ok() || call.header.reply_rank < 0 || call.header.reply_rank == options_.rank;
+          !status.ok() || header_.reply_rank < 0 || header_.reply_rank == options_.rank;
       if (reply) {
-        ReplyHeader header{call.header.call_id, options_.rank, status.code(),
-                           std::string(status.message())};
-        const std::string prefix = EncodeReplyPrefix(header);
+        EncodeReplyPrefixTo(
+            {header_.call_id, options_.rank, status.code(), std::string(status.message())},
+            &reply_prefix_);
         const ipc::ByteSpan parts[2] = {
-            {reinterpret_cast<const uint8_t*>(prefix.data()), prefix.size()},
-            {reinterpret_cast<const uint8_t*>(result.data()), result.size()}};
+            {reinterpret_cast<const uint8_t*>(reply_prefix_.data()), reply_prefix_.size()},
+            {reinterpret_cast<const uint8_t*>(result_.data()), result_.size()}};
         VLLM_RETURN_IF_ERROR(response_->EnqueueParts(parts));
       }
-      if (status.ok() && call.header.method == kShutdownMethod) return absl::OkStatus();
+      if (status.ok() && header_.method == kShutdownMethod) return absl::OkStatus();
+      if (result_.capacity() > kMaxKeptBytes) std::string().swap(result_);
+      if (payload_.capacity() > kMaxKeptBytes) std::string().swap(payload_);
     }
   }
 
-  // Decodes a call in place (the bytes live in shared memory only during Dequeue).
-  static Call Take(ipc::ByteSpan bytes) {
-    Call call;
+  // Decodes a call in place (the bytes live in shared memory only during Dequeue) into
+  // header_ and step_ (execute_model) or payload_ (every other method).
+  absl::Status Take(ipc::ByteSpan bytes) {
     auto framed = DecodeCall(bytes);
     if (!framed.ok()) {
-      call.decode_status = framed.status();
-      return call;
+      header_ = CallHeader();
+      return framed.status();
     }
-    call.header = framed->header;
+    header_ = std::move(framed->header);
     const auto& p = framed->payload;
-    if (call.header.method == kExecuteModelMethod) {
-      auto step = core::DecodeSchedulerOutput(
-          std::string_view(reinterpret_cast<const char*>(p.data()), p.size()));
-      if (step.ok()) {
-        call.step = std::move(*step);
-      } else {
-        call.decode_status = step.status();
-      }
-    } else {
-      call.payload.assign(reinterpret_cast<const char*>(p.data()), p.size());
+    if (header_.method == kExecuteModelMethod) {
+      return core::DecodeSchedulerOutputInto(
+          std::string_view(reinterpret_cast<const char*>(p.data()), p.size()), &step_);
     }
-    return call;
+    payload_.assign(reinterpret_cast<const char*>(p.data()), p.size());
+    return absl::OkStatus();
   }
 
-  absl::Status Dispatch(const Call& call, std::string* result) {
-    const std::string& method = call.header.method;
-    const ipc::ByteSpan payload(reinterpret_cast<const uint8_t*>(call.payload.data()),
-                                call.payload.size());
+  absl::Status Dispatch(std::string* result) {
+    const std::string& method = header_.method;
+    const ipc::ByteSpan payload(reinterpret_cast<const uint8_t*>(payload_.data()), payload_.size());
     if (method == kExecuteModelMethod) {
-      VLLM_ASSIGN_OR_RETURN(core::ModelRunnerOutput out, worker_->ExecuteModel(*call.step));
-      *result = core::Encode(out);
+      VLLM_ASSIGN_OR_RETURN(const core::ModelRunnerOutput out, worker_->ExecuteModel(step_));
+      core::EncodeTo(out, result);
       return absl::OkStatus();
     }
     if (method == kGetKVCacheSpecMethod) {
@@ -337,7 +323,7 @@ class WorkerProc {
       return LinkStages(handles);
     }
     if (method == kEchoMethod) {
-      *result = call.payload;
+      *result = payload_;
       return absl::OkStatus();
     }
     if (method == kShutdownMethod) return CheckEmptyPayload(payload, method);
@@ -404,6 +390,14 @@ class WorkerProc {
   }
 
   const WorkerProcOptions options_;
+  // The call being answered, and the buffers reused from call to call (one grown past
+  // kMaxKeptBytes is released after use).
+  static constexpr size_t kMaxKeptBytes = size_t{4} << 20;
+  CallHeader header_;
+  core::SchedulerOutput step_;  // execute_model's argument
+  std::string payload_;         // every other method's
+  std::string result_;
+  std::string reply_prefix_;
   std::optional<ipc::CurveKeys> curve_;  // from --cluster-key-file
   std::atomic<bool> terminated_{false};
   std::atomic<ipc::MessageQueueReader*> reader_{nullptr};

@@ -1,11 +1,15 @@
 #include "worker/worker_protocol.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "absl/strings/str_format.h"
 #include "base/msgpack_fields.h"
 #include "base/msgpack_util.h"
 #include "base/status_macros.h"
+#include "core/msgpack_cursor.h"
 
 namespace vllm::worker {
 namespace {
@@ -13,14 +17,6 @@ namespace {
 using wire::FieldReader;
 constexpr size_t kMaxMethodBytes = 64;
 constexpr size_t kMaxMessageBytes = 2048;
-
-std::string Frame(const msgpack::sbuffer& header) {
-  std::string out(4 + header.size(), '\0');
-  const uint32_t n = static_cast<uint32_t>(header.size());
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  std::memcpy(out.data() + 4, header.data(), header.size());
-  return out;
-}
 
 // Unpacks one flat msgpack array (at most `max_array` elements, no maps or bins, strings up to
 // `max_str` bytes) — the shape of every header and small payload here — naming `what` in errors.
@@ -83,34 +79,110 @@ absl::Status CheckRange(std::string_view what, std::string_view field, int64_t v
   return absl::OkStatus();
 }
 
+// A msgpack stream appending to a std::string (whose capacity the caller keeps).
+struct StringStream {
+  std::string* out;
+  void write(const char* data, size_t size) { out->append(data, size); }
+};
+
+// Frames what `pack` writes: [length: u32 little-endian][header], into `*out`.
+template <typename Pack>
+void FrameInto(std::string* out, Pack&& pack) {
+  out->assign(4, '\0');
+  StringStream stream{out};
+  msgpack::packer<StringStream> pk(stream);
+  pack(pk);
+  const uint32_t n = static_cast<uint32_t>(out->size() - 4);
+  for (int i = 0; i < 4; ++i) (*out)[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+}
+
+// The fast path of DecodeCall / DecodeReply: the cursor over a well-formed header of exactly
+// `fields` fields of this version, else nullopt (the full decoder then names the problem).
+std::optional<core::MsgpackCursor> OpenHeader(absl::Span<const uint8_t> bytes, uint32_t fields,
+                                              size_t* header_end) {
+  if (bytes.size() < 4) return std::nullopt;
+  const uint32_t n = uint32_t{bytes[0]} | uint32_t{bytes[1]} << 8 | uint32_t{bytes[2]} << 16 |
+                     uint32_t{bytes[3]} << 24;
+  if (n > kMaxHeaderBytes || n > bytes.size() - 4) return std::nullopt;
+  core::MsgpackCursor c(bytes.data() + 4, n, 8, kMaxMessageBytes);
+  uint8_t version = 0;
+  if (!c.ArrayOf(fields) || !c.Int(&version) || version != kWorkerProtocolVersion) {
+    return std::nullopt;
+  }
+  *header_end = 4 + n;
+  return c;
+}
+
+bool DecodeCallFast(absl::Span<const uint8_t> bytes, Framed<CallHeader>* out) {
+  size_t end = 0;
+  std::optional<core::MsgpackCursor> c = OpenHeader(bytes, 4, &end);
+  std::string_view method;
+  if (!c || !c->Int(&out->header.call_id) || !c->Str(kMaxMethodBytes, &method) ||
+      !c->Int(&out->header.reply_rank) || !c->at_end()) {
+    return false;
+  }
+  out->header.method.assign(method.data(), method.size());
+  out->payload = bytes.subspan(end);
+  return true;
+}
+
+bool DecodeReplyFast(absl::Span<const uint8_t> bytes, Framed<ReplyHeader>* out) {
+  size_t end = 0;
+  std::optional<core::MsgpackCursor> c = OpenHeader(bytes, 5, &end);
+  int32_t code = 0;
+  std::string_view message;
+  if (!c || !c->Int(&out->header.call_id) || !c->Int(&out->header.rank) || !c->Int(&code) ||
+      code < 0 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated) ||
+      !c->Str(kMaxMessageBytes, &message) || !c->at_end()) {
+    return false;
+  }
+  out->header.code = static_cast<absl::StatusCode>(code);
+  out->header.message.assign(message.data(), message.size());
+  out->payload = bytes.subspan(end);
+  return true;
+}
+
 }  // namespace
 
+void EncodeCallPrefixTo(const CallHeader& header, std::string* out) {
+  FrameInto(out, [&](auto& pk) {
+    pk.pack_array(4);
+    pk.pack(kWorkerProtocolVersion);
+    pk.pack(header.call_id);
+    pk.pack_str(static_cast<uint32_t>(header.method.size()));
+    pk.pack_str_body(header.method.data(), static_cast<uint32_t>(header.method.size()));
+    pk.pack(header.reply_rank);
+  });
+}
+
+void EncodeReplyPrefixTo(const ReplyHeader& header, std::string* out) {
+  FrameInto(out, [&](auto& pk) {
+    pk.pack_array(5);
+    pk.pack(kWorkerProtocolVersion);
+    pk.pack(header.call_id);
+    pk.pack(header.rank);
+    pk.pack(static_cast<int32_t>(header.code));
+    // Keep replies decodable: an over-long error message is cut.
+    const uint32_t size = static_cast<uint32_t>(std::min(header.message.size(), kMaxMessageBytes));
+    pk.pack_str(size);
+    pk.pack_str_body(header.message.data(), size);
+  });
+}
+
 std::string EncodeCallPrefix(const CallHeader& header) {
-  msgpack::sbuffer buffer;
-  msgpack::packer<msgpack::sbuffer> pk(buffer);
-  pk.pack_array(4);
-  pk.pack(kWorkerProtocolVersion);
-  pk.pack(header.call_id);
-  pk.pack(header.method);
-  pk.pack(header.reply_rank);
-  return Frame(buffer);
+  std::string out;
+  EncodeCallPrefixTo(header, &out);
+  return out;
 }
 
 std::string EncodeReplyPrefix(const ReplyHeader& header) {
-  msgpack::sbuffer buffer;
-  msgpack::packer<msgpack::sbuffer> pk(buffer);
-  pk.pack_array(5);
-  pk.pack(kWorkerProtocolVersion);
-  pk.pack(header.call_id);
-  pk.pack(header.rank);
-  pk.pack(static_cast<int32_t>(header.code));
-  // Keep replies decodable: an over-long error message is cut.
-  pk.pack(header.message.size() > kMaxMessageBytes ? header.message.substr(0, kMaxMessageBytes)
-                                                   : header.message);
-  return Frame(buffer);
+  std::string out;
+  EncodeReplyPrefixTo(header, &out);
+  return out;
 }
 
 absl::StatusOr<Framed<CallHeader>> DecodeCall(absl::Span<const uint8_t> bytes) {
+  if (Framed<CallHeader> fast; DecodeCallFast(bytes, &fast)) return fast;
   VLLM_ASSIGN_OR_RETURN(auto split, Split(bytes, "worker call"));
   try {
     VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(split.first.get(), "worker call", 4));
@@ -127,6 +199,7 @@ absl::StatusOr<Framed<CallHeader>> DecodeCall(absl::Span<const uint8_t> bytes) {
 }
 
 absl::StatusOr<Framed<ReplyHeader>> DecodeReply(absl::Span<const uint8_t> bytes) {
+  if (Framed<ReplyHeader> fast; DecodeReplyFast(bytes, &fast)) return fast;
   VLLM_ASSIGN_OR_RETURN(auto split, Split(bytes, "worker reply"));
   try {
     VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(split.first.get(), "worker reply", 5));

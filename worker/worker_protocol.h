@@ -118,9 +118,13 @@ std::string EncodeStageHandles(const std::vector<std::string>& handles);
 // The prefix (length + header) of a message; the payload is sent after it as a second part.
 std::string EncodeCallPrefix(const CallHeader& header);
 std::string EncodeReplyPrefix(const ReplyHeader& header);
+// The same into `*out`, whose capacity is reused (no allocation per call once grown).
+void EncodeCallPrefixTo(const CallHeader& header, std::string* out);
+void EncodeReplyPrefixTo(const ReplyHeader& header, std::string* out);
 
 // DataLoss for a truncated or malformed message, InvalidArgument for a wrong version or
-// field, ResourceExhausted for a header over kMaxHeaderBytes.
+// field, ResourceExhausted for a header over kMaxHeaderBytes. A well-formed header is read
+// in one pass (core/msgpack_cursor.h); anything else goes through the bounded unpacker.
 [[nodiscard]] absl::StatusOr<Framed<CallHeader>> DecodeCall(absl::Span<const uint8_t> bytes);
 [[nodiscard]] absl::StatusOr<Framed<ReplyHeader>> DecodeReply(absl::Span<const uint8_t> bytes);
 

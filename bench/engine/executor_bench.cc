@@ -46,6 +46,7 @@ std::string WorkerBinary(const char* argv0) {
 
 absl::StatusOr<Stats> EmptyStep(int32_t tp, int iterations, const std::string& binary) {
   executor::MultiprocExecutorOptions o;
+  o.config.device.device = config::Device::kCpu;  // what the engine factory would resolve
   o.config.model.model = kModel;
   o.config.cache.kv_cache_memory_bytes = 8 << 20;
   o.config.parallel.tensor_parallel_size = tp;

@@ -8,19 +8,57 @@
 //            and prefills the replacements of ~N/32 finished requests (chunked).
 //
 // Only the two scheduler calls are timed (manual time); building the fake model output
-// (the worker's job) is not. Counters: p50_us / p99_us per step, req_steps_per_s
-// (scheduled requests per second of scheduler time), running (mean running requests),
-// schedule_us / update_us (mean time in each call).
+// (the worker's job) is not. The scheduler reuses one SchedulerOutput and one
+// EngineCoreOutputs (the overloads that overwrite them in place). Counters: p50_us / p99_us
+// per step, req_steps_per_s (scheduled requests per second of scheduler time), running (mean
+// running requests), schedule_us / update_us (mean time in each call), allocs_per_step (mean
+// heap allocations, operator new, inside the two calls; counted by this binary's operator new),
+// steady_allocs_per_step (the same over the steady_steps that admitted, finished and preempted
+// no request).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "base/status_macros.h"
 #include "benchmark/benchmark.h"
 #include "core/scheduler.h"
+
+// Counting allocator: every operator new of this process (single-threaded while counted).
+namespace {
+int64_t g_num_allocs = 0;
+
+void* CountedAlloc(std::size_t size, std::size_t align) {
+  ++g_num_allocs;
+  if (size == 0) size = 1;
+  void* p = align <= alignof(std::max_align_t)
+                ? std::malloc(size)
+                : std::aligned_alloc(align, (size + align - 1) / align * align);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t size) { return CountedAlloc(size, 0); }
+void* operator new[](std::size_t size) { return CountedAlloc(size, 0); }
+void* operator new(std::size_t size, std::align_val_t align) {
+  return CountedAlloc(size, static_cast<std::size_t>(align));
+}
+void* operator new[](std::size_t size, std::align_val_t align) {
+  return CountedAlloc(size, static_cast<std::size_t>(align));
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace vllm::core {
 namespace {
@@ -61,20 +99,34 @@ class Driver {
 
   // One step; adds the scheduler time to *elapsed (when non-null).
   void Step(std::chrono::nanoseconds* elapsed) {
+    const int64_t allocs0 = g_num_allocs;
     auto t0 = std::chrono::steady_clock::now();
-    SchedulerOutput so = scheduler_->Schedule();
+    scheduler_->Schedule(&so_);
     auto t1 = std::chrono::steady_clock::now();
-    FillModelOutput(so);
+    const int64_t allocs1 = g_num_allocs;
+    FillModelOutput(so_);
+    const int64_t allocs2 = g_num_allocs;
     auto t2 = std::chrono::steady_clock::now();
-    auto outputs = scheduler_->UpdateFromOutput(so, model_output_);
+    absl::Status status = scheduler_->UpdateFromOutput(so_, model_output_, &outputs_);
     auto t3 = std::chrono::steady_clock::now();
-    VLLM_CHECK_OK(outputs.status());
+    allocs_ += (allocs1 - allocs0) + (g_num_allocs - allocs2);
+    VLLM_CHECK_OK(status);
     if (elapsed != nullptr) *elapsed = (t1 - t0) + (t3 - t2);
     schedule_ns_ += (t1 - t0).count();
     update_ns_ += (t3 - t2).count();
-    last_scheduled_ = static_cast<int64_t>(so.num_scheduled_reqs());
-    for (const EngineCoreOutput& o : outputs->outputs) {
-      if (o.finished()) AddRequest(workload_.max_tokens);
+    last_scheduled_ = static_cast<int64_t>(so_.num_scheduled_reqs());
+    // Steady state: no request admitted, finished or preempted in this step.
+    bool steady = so_.scheduled_new_reqs.empty() && so_.finished_req_ids.empty() &&
+                  so_.preempted_req_ids.empty();
+    for (const EngineCoreOutput& o : outputs_.outputs) {
+      if (o.finished()) {
+        steady = false;
+        AddRequest(workload_.max_tokens);
+      }
+    }
+    if (steady) {
+      ++steady_steps_;
+      steady_allocs_ += (allocs1 - allocs0) + (g_num_allocs - allocs2);
     }
   }
 
@@ -82,6 +134,11 @@ class Driver {
   // Total time in Schedule() / UpdateFromOutput() since construction (warm-up included).
   int64_t schedule_ns() const { return schedule_ns_; }
   int64_t update_ns() const { return update_ns_; }
+  // Heap allocations inside the two scheduler calls since construction.
+  int64_t allocs() const { return allocs_; }
+  // Of those, in steps that admitted, finished and preempted no request, and their number.
+  int64_t steady_allocs() const { return steady_allocs_; }
+  int64_t steady_steps() const { return steady_steps_; }
   size_t num_running() const { return scheduler_->running().size(); }
 
  private:
@@ -115,7 +172,12 @@ class Driver {
 
   Workload workload_;
   std::unique_ptr<Scheduler> scheduler_;
+  SchedulerOutput so_;
+  EngineCoreOutputs outputs_;
   ModelRunnerOutput model_output_;
+  int64_t allocs_ = 0;
+  int64_t steady_allocs_ = 0;
+  int64_t steady_steps_ = 0;
   int64_t next_id_ = 0;
   int64_t last_scheduled_ = 0;
   int64_t schedule_ns_ = 0;
@@ -130,6 +192,9 @@ void Run(benchmark::State& state, const Workload& workload) {
   double running = 0;
   const int64_t schedule_ns0 = driver.schedule_ns();
   const int64_t update_ns0 = driver.update_ns();
+  const int64_t allocs0 = driver.allocs();
+  const int64_t steady_allocs0 = driver.steady_allocs();
+  const int64_t steady_steps0 = driver.steady_steps();
   double total_seconds = 0;
   for (auto _ : state) {
     std::chrono::nanoseconds elapsed{0};
@@ -151,6 +216,14 @@ void Run(benchmark::State& state, const Workload& workload) {
       static_cast<double>(driver.schedule_ns() - schedule_ns0) / 1e3 / static_cast<double>(n);
   state.counters["update_us"] =
       static_cast<double>(driver.update_ns() - update_ns0) / 1e3 / static_cast<double>(n);
+  state.counters["allocs_per_step"] =
+      static_cast<double>(driver.allocs() - allocs0) / static_cast<double>(n);
+  const int64_t steady_steps = driver.steady_steps() - steady_steps0;
+  state.counters["steady_steps"] = static_cast<double>(steady_steps);
+  state.counters["steady_allocs_per_step"] =
+      steady_steps == 0 ? 0.0
+                        : static_cast<double>(driver.steady_allocs() - steady_allocs0) /
+                              static_cast<double>(steady_steps);
 }
 
 void BM_SchedulerStepDecode(benchmark::State& state) { Run(state, kDecode); }

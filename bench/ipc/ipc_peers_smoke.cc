@@ -1,6 +1,8 @@
 // ipc_peers_smoke: runs every peer and limit measurement of bench/ipc/ipc_peers.h once with small
 // iteration counts and prints the results, to sanity-check them by eye. Also checks that no
-// "vllm-bench-*" entry is left behind in /dev/shm. Exits non-zero if anything failed.
+// "vllm-bench-*" entry is left behind in /dev/shm, and runs the iceoryx peer (bench/ipc/
+// iceoryx_peer.h) once per wait strategy, or says why it cannot. Exits non-zero if anything
+// failed.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/common/bench_util.h"
+#include "bench/ipc/iceoryx_peer.h"
 #include "bench/ipc/ipc_peers.h"
 
 namespace vllm::bench {
@@ -65,6 +68,19 @@ int Main() {
       ok &= PrintThroughput("boost mq throughput", bytes, readers, BoostMqThroughput(tp));
     }
   }
+  if (const std::string why = IceoryxUnavailableReason(); !why.empty()) {
+    std::printf("iceoryx: skipped (%s)\n", why.c_str());
+  } else {
+    for (const IceoryxWait wait : {IceoryxWait::kWaitSet, IceoryxWait::kBusyPoll}) {
+      const std::string what = std::string("iceoryx ") + IceoryxWaitName(wait);
+      const RoundTripConfig rt{4096, 2, 2000, 200};
+      ok &= PrintLatency((what + " rt").c_str(), rt.payload_bytes, 2, IceoryxRoundTrip(rt, wait));
+      const ThroughputConfig tp{size_t{1} << 20, 2, 500};
+      ok &=
+          PrintThroughput((what + " tp").c_str(), tp.payload_bytes, 2, IceoryxThroughput(tp, wait));
+    }
+    StopIceoryxRouDi();
+  }
   ok &= PrintLatency("cache-line ping-pong", 8, 1, CacheLinePingPong(100000, 1000));
   for (const size_t block : {size_t{64}, size_t{1} << 20}) {
     std::printf("%-22s %9zu B  ring 160 MiB  %8.2f GB/s\n", "memcpy", block,
@@ -90,4 +106,9 @@ int Main() {
 }  // namespace
 }  // namespace vllm::bench
 
-int main() { return vllm::bench::Main(); }
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == vllm::bench::kIceoryxChildCommand) {
+    return vllm::bench::RunIceoryxChild(argc, argv);
+  }
+  return vllm::bench::Main();
+}

@@ -38,6 +38,8 @@ struct Reply {
 };
 static_assert(sizeof(Reply) == kReplyBytes);
 
+// Start-up waits take absolute deadlines; per-message calls pass the timeout itself, which
+// ipc::Deadline resolves only when a call has to wait (no clock read on the fast path).
 absl::Time Deadline(absl::Duration d) { return absl::Now() + d; }
 
 // The writer's side of one run: the broadcast queue, N reader processes and their reply queues.
@@ -118,7 +120,7 @@ absl::StatusOr<Reply> ReadReply(MessageQueueReader& q) {
         std::memcpy(&reply, b.data(), kReplyBytes);
         return absl::OkStatus();
       },
-      Deadline(kStepTimeout)));
+      kStepTimeout));
   return reply;
 }
 
@@ -147,7 +149,7 @@ absl::StatusOr<std::vector<double>> ShmQueueRoundTrip(const RoundTripConfig& con
     const uint64_t seq = static_cast<uint64_t>(it);
     payload.Stamp(seq);
     const int64_t t0 = NowNs();
-    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), Deadline(kStepTimeout)));
+    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), kStepTimeout));
     for (auto& q : s.replies) {
       VLLM_ASSIGN_OR_RETURN(Reply reply, ReadReply(*q));
       if (reply.seq_or_count != seq || reply.sum != seq + payload.rest_sum) {
@@ -169,7 +171,7 @@ absl::StatusOr<ThroughputResult> ShmQueueThroughput(const ThroughputConfig& conf
   const int64_t t0 = NowNs();
   for (uint64_t i = 0; i < n; ++i) {
     payload.Stamp(i);
-    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), Deadline(kStepTimeout)));
+    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), kStepTimeout));
   }
   s.broadcast->Close();
   const uint64_t expected_sum = n * (n - 1) / 2 + n * payload.rest_sum;
@@ -197,7 +199,7 @@ absl::StatusOr<WakeupResult> ShmQueueWakeup(absl::Duration idle, absl::Duration 
   // A few quick exchanges first, so the reader is past start-up.
   for (uint64_t i = 0; i < 10; ++i) {
     payload.Stamp(i);
-    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), Deadline(kStepTimeout)));
+    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), kStepTimeout));
     VLLM_RETURN_IF_ERROR(ReadReply(*s.replies[0]).status());
   }
   // Idle: nothing to read for `idle`.
@@ -220,7 +222,7 @@ absl::StatusOr<WakeupResult> ShmQueueWakeup(absl::Duration idle, absl::Duration 
     payload.Stamp(seq);
     const int64_t send_ns = NowNs();
     std::memcpy(payload.buffer.data() + 8, &send_ns, 8);
-    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), Deadline(kStepTimeout)));
+    VLLM_RETURN_IF_ERROR(s.broadcast->Enqueue(payload.bytes(), kStepTimeout));
     VLLM_ASSIGN_OR_RETURN(Reply reply, ReadReply(*s.replies[0]));
     if (reply.seq_or_count != seq || reply.send_ns != send_ns) {
       return absl::DataLossError("bad reply in the wake-up run");
@@ -281,16 +283,16 @@ int RunShmQueueReader(int argc, char** argv) {
       total += reply.sum;
       continue;
     }
-    if (auto rst = (*replies)->Enqueue({reinterpret_cast<uint8_t*>(&reply), kReplyBytes},
-                                       Deadline(kStepTimeout));
+    if (auto rst =
+            (*replies)->Enqueue({reinterpret_cast<uint8_t*>(&reply), kReplyBytes}, kStepTimeout);
         !rst.ok()) {
       return fail(rst);
     }
   }
   if (stream) {
     Reply done{count, total, 0, 0, {}};
-    if (auto st = (*replies)->Enqueue({reinterpret_cast<uint8_t*>(&done), kReplyBytes},
-                                      Deadline(kStepTimeout));
+    if (auto st =
+            (*replies)->Enqueue({reinterpret_cast<uint8_t*>(&done), kReplyBytes}, kStepTimeout);
         !st.ok()) {
       return fail(st);
     }

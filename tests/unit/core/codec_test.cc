@@ -687,5 +687,109 @@ TEST_F(CodecTest, RandomCorruptionNeverCrashes) {
   SUCCEED() << accepted << " corrupted frames still decoded";
 }
 
+// The executor's per-step paths (EncodeTo, Decode...Into) against Encode / Decode...: the same
+// bytes, and on valid, corrupted and truncated frames under several limits the same value or
+// the same error. The seeds have the shapes the fast paths read (a decode step without new
+// requests or KV-connector metadata; a reply without logprobs) and those they hand over.
+SchedulerOutput FastPathSchedulerOutput() {
+  SchedulerOutput s;
+  s.step_id = uint64_t{1} << 40;
+  CachedRequestData& c = s.scheduled_cached_reqs;
+  c.req_ids = {"r0", std::string(40, 'x'), "r2"};
+  c.resumed_from_preemption = {0, 1, 0};
+  c.new_token_ids = {42, -1, 70000, 3, 4};
+  c.new_token_ids_offsets = {0, 1, 3, 5};
+  c.new_block_ids = {9, 100000};
+  c.new_block_ids_offsets = {0, 0, 2, 2};
+  c.num_computed_tokens = {20, 0, 1 << 20};
+  s.num_scheduled_tokens = {1, 2, 2};
+  s.total_num_scheduled_tokens = 5;
+  s.finished_req_ids = {"gone"};
+  s.preempted_req_ids = {"r9", "r10"};
+  s.structured_output_indices = {2};
+  // One row: every integer width msgpack has, at its edges.
+  s.grammar_bitmask = {-1,  -32, -33, -128, -129,  -32768, -32769,   INT32_MIN,
+                       127, 128, 255, 256,  65535, 65536,  INT32_MAX};
+  s.num_scheduled_spec_tokens = {0, 1, 1};
+  s.num_spec_tokens_to_schedule = 2;
+  return s;
+}
+
+ModelRunnerOutput FastPathModelRunnerOutput() {
+  ModelRunnerOutput m;
+  m.req_ids = {"r0", "r1", "r2"};
+  m.sampled_token_ids = {{7}, {}, {8, 9}};
+  m.logprobs = {{}, {}, {}};
+  m.draft_token_ids = {{1, 70000}, {}, {-40}};
+  return m;
+}
+
+template <typename T, typename Full, typename Into>
+void ExpectSameOutcome(const std::string& bytes, const DecodeLimits& limits, Full full, Into into) {
+  absl::StatusOr<T> want = full(bytes, limits);
+  T got = T();
+  const absl::Status status = into(bytes, &got, limits);
+  ASSERT_EQ(status, want.status()) << "on " << bytes.size() << " bytes";
+  if (want.ok()) {
+    ASSERT_EQ(got, *want);
+  }
+}
+
+TEST_F(CodecTest, PerStepPathsMatchTheFullCodec) {
+  const std::vector<SchedulerOutput> steps = {SchedulerOutput(), FastPathSchedulerOutput(),
+                                              FullSchedulerOutput()};
+  const std::vector<ModelRunnerOutput> replies = {ModelRunnerOutput(), FastPathModelRunnerOutput(),
+                                                  FullModelRunnerOutput()};
+  std::string bytes;
+  for (const SchedulerOutput& s : steps) {
+    EncodeTo(s, &bytes);
+    EXPECT_EQ(bytes, Encode(s));
+  }
+  for (const ModelRunnerOutput& m : replies) {
+    EncodeTo(m, &bytes);
+    EXPECT_EQ(bytes, Encode(m));
+  }
+  // Decoding into an object that held a larger step leaves nothing of it behind.
+  SchedulerOutput reused = FullSchedulerOutput();
+  ASSERT_TRUE(DecodeSchedulerOutputInto(Encode(FastPathSchedulerOutput()), &reused).ok());
+  EXPECT_EQ(reused, FastPathSchedulerOutput());
+  ASSERT_TRUE(DecodeSchedulerOutputInto(Encode(SchedulerOutput()), &reused).ok());
+  EXPECT_EQ(reused, SchedulerOutput());
+
+  std::vector<DecodeLimits> limits(5);
+  limits[1].max_array_elements = 2;
+  limits[2].max_string_bytes = 3;
+  limits[3].max_depth = 3;
+  limits[4].max_message_bytes = 24;
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 30000; ++iter) {
+    const DecodeLimits& l = limits[iter % limits.size()];
+    const bool step = (iter / limits.size()) % 2 == 0;
+    std::string frame =
+        step ? Encode(steps[rng() % steps.size()]) : Encode(replies[rng() % replies.size()]);
+    if (iter >= 200) {  // the first rounds: the valid frames as they are
+      const int flips = static_cast<int>(rng() % 3);
+      for (int f = 0; f < flips; ++f) frame[rng() % frame.size()] = static_cast<char>(rng());
+      if (rng() % 4 == 0) frame.resize(rng() % frame.size());
+    }
+    if (step) {
+      ExpectSameOutcome<SchedulerOutput>(
+          frame, l,
+          [](std::string_view b, const DecodeLimits& x) { return DecodeSchedulerOutput(b, x); },
+          [](std::string_view b, SchedulerOutput* o, const DecodeLimits& x) {
+            return DecodeSchedulerOutputInto(b, o, x);
+          });
+    } else {
+      ExpectSameOutcome<ModelRunnerOutput>(
+          frame, l,
+          [](std::string_view b, const DecodeLimits& x) { return DecodeModelRunnerOutput(b, x); },
+          [](std::string_view b, ModelRunnerOutput* o, const DecodeLimits& x) {
+            return DecodeModelRunnerOutputInto(b, o, x);
+          });
+    }
+    if (HasFatalFailure()) return;
+  }
+}
+
 }  // namespace
 }  // namespace vllm::core
