@@ -173,11 +173,12 @@ absl::Status MessageQueueWriter::EnqueueParts(absl::Span<const ByteSpan> parts, 
   auto check = [this] { return CheckCancelled(); };
 
   if (ring_) {
-    uint8_t* chunk = ring_->TryAcquire();
-    if (chunk == nullptr) {
-      VLLM_ASSIGN_OR_RETURN(chunk, ring_->Acquire(deadline_mono()));
-    }
     const bool overflow = total > ring_->ring().max_chunk_bytes();
+    const uint64_t in_ring = overflow ? 0 : total;
+    uint8_t* chunk = ring_->TryAcquire(in_ring);
+    if (chunk == nullptr) {
+      VLLM_ASSIGN_OR_RETURN(chunk, ring_->Acquire(in_ring, deadline_mono()));
+    }
     if (!overflow) {
       for (const ByteSpan& p : parts) {
         if (!p.empty()) std::memcpy(chunk, p.data(), p.size());
@@ -390,7 +391,8 @@ absl::Status MessageQueueReader::DequeueLocal(absl::FunctionRef<absl::Status(Byt
       result = visit({static_cast<const uint8_t*>(parts_[1].data()), parts_[1].size()});
     }
   } else if (chunk.data == nullptr) {
-    result = absl::DataLossError("a chunk of the ring names no valid data buffer");
+    result = absl::DataLossError(absl::StrCat("a slot of the ring names no valid payload (",
+                                              chunk.size, " bytes, flags ", chunk.flags, ")"));
   } else if (chunk.size > ring_->ring().max_chunk_bytes()) {
     result = absl::DataLossError(absl::StrCat("chunk claims ", chunk.size, " bytes, more than ",
                                               ring_->ring().max_chunk_bytes()));

@@ -7,28 +7,33 @@
 //
 //   [0, 4096)                          RingHeader
 //   [4096, + n_readers * 64)           ReaderCursor of reader r at 4096 + r * 64 (one line each)
-//   [meta_offset, + max_chunks * 64)   ChunkMeta of chunk i at meta_offset + i * 64
-//                                      (meta_offset = 4096 + n_readers * 64, meta_stride = 64)
+//   [meta_offset, + n_slots * 128)     slot i at meta_offset + i * 128: a ChunkMeta line, then
+//                                      inline payload (kInlineBytes from the meta's byte 24)
+//                                      (meta_offset = 4096 + n_readers * 64, meta_stride = 128,
+//                                      n_slots = SlotCount(max_chunks))
 //   [data_offset, + max_chunks*max_chunk_bytes)
 //                                      data buffer b at data_offset + b * max_chunk_bytes
 //                                      (data_offset 4096-aligned)
 //
 // Protocol (one writer, n_readers readers). Messages are numbered 0, 1, 2, ...; message n's
-// meta is chunk n % max_chunks, and its payload sits in the data buffer that meta names: the
-// writer takes the buffer freed most recently (its lines are still in some cache; a ring that
-// rotated through all buffers would stream max_chunks × the payload through memory). Each line has
+// meta is slot n % n_slots. A payload of at most kInlineBytes sits in the slot itself (flag
+// kChunkInline): up to n_slots small messages can be in flight, so with more readers than cores
+// each process runs through a long batch per time slice. A larger payload sits in the data
+// buffer the meta names (max_chunks of them, max_chunk_bytes each); the writer refills the
+// buffer a large message just left (its lines are still in some cache). Each line has
 // one writing side: the writer writes chunk metas, reader r writes only its own cursor line, so no
 // line is written by two sides (no false sharing between readers, no reader store into a line the
 // writer polls).
-//   writer, message n: wait until n < max_chunks or every reader's `consumed` >= n + 1 -
-//     max_chunks (it caches the minimum and re-reads the cursors only when that runs out);
-//     pick a free buffer, copy payload, size, flags, buffer; store seq = n + 1 (release);
+//   writer, message n: wait until n < n_slots or every reader's `consumed` >= n + 1 - n_slots
+//     (it caches the minimum and re-reads the cursors only when that runs out), and for a
+//     large payload until some buffer's last message was consumed by every reader; copy
+//     payload (inline or into the buffer), size, flags, buffer; store seq = n + 1 (release);
 //     fence; if readers_sleeping:
 //     ++write_epoch, futex-wake write_epoch.
 //   reader r, its next message n: wait until chunk meta seq == n + 1 (acquire); use the
 //     payload; store its cursor's consumed = n + 1 (release); fence (or none, see below); if
 //     writer_sleeping: ++read_epoch, futex-wake read_epoch.
-// A chunk's seq changes only when the writer reuses it for message n + max_chunks, which it
+// A slot's seq changes only when the writer reuses it for message n + n_slots, which it
 // does only after every reader consumed message n: a reader never sees a stale chunk as new.
 // Each side fences between its store and its load of the other's sleeping count (Dekker); with
 // writer_heavy_fences == 1 a reader skips that fence and the writer, before it sleeps, makes
@@ -52,6 +57,17 @@ inline constexpr size_t kRingHeaderBytes = 4096;
 
 // ChunkMeta::flags bits.
 inline constexpr uint32_t kChunkOverflow = 1u << 0;  // payload travels over ZMQ, not in the chunk
+inline constexpr uint32_t kChunkInline = 1u << 1;    // payload sits in the slot, not in a buffer
+
+// A slot: its ChunkMeta line and one more line; payloads up to kInlineBytes live in it.
+inline constexpr size_t kSlotBytes = 128;
+inline constexpr size_t kInlinePayloadOffset = 24;
+inline constexpr size_t kInlineBytes = kSlotBytes - kInlinePayloadOffset;  // 104
+// Slots: at least kMinSlots (small messages batch deep), at least one per data buffer.
+inline constexpr uint64_t kMinSlots = 1024;
+inline constexpr uint64_t SlotCount(uint64_t max_chunks) {
+  return max_chunks > kMinSlots ? max_chunks : kMinSlots;
+}
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint8_t>::is_always_lock_free);
@@ -103,12 +119,14 @@ static_assert(sizeof(ReaderCursor) == kCacheLine);
 // Per-chunk metadata, written by the writer only, one cache line per chunk.
 struct alignas(kCacheLine) ChunkMeta {
   std::atomic<uint64_t> seq;  // 0   n + 1 once message n is in the chunk; 0 before first use
-  uint32_t flags;             // 8   kChunkOverflow, ...
+  uint32_t flags;             // 8   kChunkOverflow, kChunkInline
   uint32_t buffer;            // 12  the data buffer holding the payload (< max_chunks)
   uint64_t size;              // 16  payload bytes (the ZMQ frame's size when overflowing)
+                              // 24  inline payload (kChunkInline), into the slot's next line
 };
 static_assert(std::is_standard_layout_v<ChunkMeta>);
 static_assert(sizeof(ChunkMeta) == kCacheLine);
+static_assert(offsetof(ChunkMeta, size) + sizeof(uint64_t) == kInlinePayloadOffset);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 inline constexpr uint64_t kReaderCursorOffset = kRingHeaderBytes;
@@ -127,8 +145,8 @@ inline constexpr RingGeometry ComputeGeometry(uint32_t n_readers, uint64_t max_c
                                               uint64_t max_chunk_bytes) {
   RingGeometry g{};
   g.meta_offset = kReaderCursorOffset + uint64_t{n_readers} * kCacheLine;
-  g.meta_stride = kCacheLine;
-  g.data_offset = AlignUp(g.meta_offset + max_chunks * g.meta_stride, 4096);
+  g.meta_stride = kSlotBytes;
+  g.data_offset = AlignUp(g.meta_offset + SlotCount(max_chunks) * g.meta_stride, 4096);
   g.total_bytes = g.data_offset + max_chunks * max_chunk_bytes;  // max_chunk_bytes % 64 == 0
   return g;
 }

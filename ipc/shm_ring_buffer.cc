@@ -106,9 +106,11 @@ RingWriter::RingWriter(std::unique_ptr<ShmRingBuffer> ring, WaitOptions options)
     : ring_(std::move(ring)),
       options_(options),
       to_writer_(ring_->to_writer()),
-      free_below_(ring_->max_chunks()),
+      n_slots_(ring_->n_slots()),
+      free_below_(n_slots_),
       buffer_free_(ring_->max_chunks(), 1),
-      chunk_buffer_(ring_->max_chunks(), 0) {
+      free_buffers_(static_cast<uint32_t>(ring_->max_chunks())),
+      slot_buffer_(n_slots_, kNoBuffer) {
   to_writer_.heavy_fence_on_block = ring_->header()->writer_heavy_fences != 0;
 }
 
@@ -134,15 +136,39 @@ uint64_t RingWriter::MinConsumed() const {
   return min;
 }
 
-bool RingWriter::ChunkFree() {
+void RingWriter::RefreshConsumed() {
+  free_below_ = std::max(free_below_, MinConsumed() + n_slots_);
+}
+
+bool RingWriter::SlotFree() {
   if (seq_ < free_below_) return true;
-  free_below_ = MinConsumed() + ring_->max_chunks();
+  RefreshConsumed();
   return seq_ < free_below_;
+}
+
+void RingWriter::ReclaimBuffers() {
+  const uint64_t consumed = free_below_ - n_slots_;  // every reader consumed these messages
+  for (; reclaimed_below_ < std::min(consumed, seq_); ++reclaimed_below_) {
+    uint32_t& b = slot_buffer_[reclaimed_below_ % n_slots_];
+    if (b == kNoBuffer) continue;
+    buffer_free_[b] = 1;
+    ++free_buffers_;
+    b = kNoBuffer;
+  }
+}
+
+uint64_t RingWriter::NeededConsumed() const {
+  if (seq_ >= free_below_) return seq_ + 1 - n_slots_;  // waiting for a slot
+  // Waiting for a buffer: the oldest outstanding message that holds one.
+  for (uint64_t m = reclaimed_below_; m < seq_; ++m) {
+    if (slot_buffer_[m % n_slots_] != kNoBuffer) return m + 1;
+  }
+  return seq_;
 }
 
 absl::Status RingWriter::CheckReaders() const {
   if (cancelled_.load(std::memory_order_relaxed)) return absl::CancelledError("cancelled");
-  const uint64_t needed = seq_ + 1 - ring_->max_chunks();  // seq_ >= max_chunks while waiting
+  const uint64_t needed = NeededConsumed();
   for (uint32_t r = 0; r < ring_->n_readers(); ++r) {
     if (ring_->cursor(r)->consumed.load(std::memory_order_acquire) >= needed) continue;
     if (!ring_->segment().SlotHeldByOther(1 + r)) {
@@ -155,7 +181,7 @@ absl::Status RingWriter::CheckReaders() const {
 }
 
 std::string RingWriter::DescribeWait() const {
-  const uint64_t needed = seq_ + 1 - ring_->max_chunks();
+  const uint64_t needed = NeededConsumed();
   std::vector<std::string> slow;
   for (uint32_t r = 0; r < ring_->n_readers(); ++r) {
     if (ring_->cursor(r)->consumed.load(std::memory_order_relaxed) < needed) {
@@ -163,62 +189,67 @@ std::string RingWriter::DescribeWait() const {
     }
   }
   return absl::StrCat("reader(s) ", absl::StrJoin(slow, ", "), " of '", ring_->segment().name(),
-                      "' to read message ", needed - 1, " (chunk ", idx_, ")");
-}
-
-void RingWriter::ReclaimBuffers() {
-  const uint64_t consumed = free_below_ - ring_->max_chunks();  // every reader consumed these
-  for (; reclaimed_below_ < std::min(consumed, seq_); ++reclaimed_below_) {
-    buffer_free_[chunk_buffer_[reclaimed_below_ % ring_->max_chunks()]] = 1;
-  }
+                      "' to read message ", needed - 1, " (a free ",
+                      seq_ >= free_below_ ? "slot" : "data buffer", ")");
 }
 
 uint32_t RingWriter::PickBuffer() const {
+  // After a large message its buffer again (its lines are warm), else the one after it (the
+  // order a waiting reader prefetches), else any.
   if (last_size_ >= kReuseAtOnceBytes && buffer_free_[last_buffer_]) return last_buffer_;
-  if (buffer_free_[idx_]) return static_cast<uint32_t>(idx_);
-  // A free chunk (meta slot) means at most max_chunks - 1 messages are outstanding, so some
-  // buffer is free.
+  const uint32_t next = last_buffer_ + 1 == ring_->max_chunks() ? 0 : last_buffer_ + 1;
+  if (buffer_free_[next]) return next;
   uint32_t b = 0;
-  while (!buffer_free_[b]) ++b;
+  while (!buffer_free_[b]) ++b;  // the caller checked free_buffers_ > 0
   return b;
 }
 
-uint8_t* RingWriter::TryAcquire() {
+uint8_t* RingWriter::TryAcquire(uint64_t size) {
+  if (!SlotFree()) return nullptr;
+  inline_ = size <= kInlineBytes;
+  if (inline_) return ring_->inline_data(slot_);
   // After a large message, learn at once whether its buffer is free again (one read of each
-  // reader's cursor): re-filling a buffer still in cache beats streaming a cold one.
-  if (last_size_ >= kReuseAtOnceBytes && reclaimed_below_ < seq_) {
-    free_below_ = std::max(free_below_, MinConsumed() + ring_->max_chunks());
-  }
-  if (!ChunkFree()) return nullptr;
+  // reader's cursor): refilling a buffer still in cache beats streaming a cold one.
+  if (last_size_ >= kReuseAtOnceBytes && reclaimed_below_ < seq_) RefreshConsumed();
   ReclaimBuffers();
+  if (free_buffers_ == 0) {
+    RefreshConsumed();
+    ReclaimBuffers();
+    if (free_buffers_ == 0) return nullptr;
+  }
   buffer_ = PickBuffer();
   return ring_->chunk(buffer_);
 }
 
-absl::StatusOr<uint8_t*> RingWriter::Acquire(int64_t deadline_ns) {
-  if (uint8_t* chunk = TryAcquire()) return chunk;
+absl::StatusOr<uint8_t*> RingWriter::Acquire(uint64_t size, int64_t deadline_ns) {
+  if (uint8_t* data = TryAcquire(size)) return data;
+  uint8_t* data = nullptr;
   absl::Status st =
-      WaitFor([&] { return ChunkFree(); }, [&] { return CheckReaders(); },
+      WaitFor([&] { return (data = TryAcquire(size)) != nullptr; }, [&] { return CheckReaders(); },
               [&] { return DescribeWait(); }, to_writer_, options_, nullptr, deadline_ns);
   if (!st.ok()) return st;
-  ReclaimBuffers();
-  buffer_ = PickBuffer();
-  return ring_->chunk(buffer_);
+  return data;
 }
 
 void RingWriter::Publish(uint64_t size, uint32_t flags) {
-  ChunkMeta* m = ring_->meta(idx_);
-  buffer_free_[buffer_] = 0;
-  chunk_buffer_[idx_] = buffer_;
-  last_buffer_ = buffer_;
+  ChunkMeta* m = ring_->meta(slot_);
+  if (inline_) {
+    flags |= kChunkInline;
+    m->buffer = 0;
+  } else {
+    buffer_free_[buffer_] = 0;
+    --free_buffers_;
+    slot_buffer_[slot_] = buffer_;
+    last_buffer_ = buffer_;
+    m->buffer = buffer_;
+  }
   last_size_ = size;
   m->size = size;
   m->flags = flags;
-  m->buffer = buffer_;
   m->seq.store(seq_ + 1, std::memory_order_release);
   ring_->to_readers().Notify();
   ++seq_;
-  idx_ = idx_ + 1 == ring_->max_chunks() ? 0 : idx_ + 1;
+  slot_ = slot_ + 1 == n_slots_ ? 0 : slot_ + 1;
   // The next Acquire re-reads the readers' cursors: fetch their lines now, while the message
   // just published is read, not when the next one is due.
   if (seq_ == free_below_) {
@@ -259,14 +290,18 @@ absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Attach(std::unique_ptr<S
 }
 
 RingReader::RingReader(std::unique_ptr<ShmRingBuffer> ring, uint32_t index, WaitOptions options)
-    : ring_(std::move(ring)), index_(index), options_(options), to_writer_(ring_->to_writer()) {
+    : ring_(std::move(ring)),
+      index_(index),
+      options_(options),
+      to_writer_(ring_->to_writer()),
+      n_slots_(ring_->n_slots()) {
   // Releases skip their CPU fence when the writer fences for them before it sleeps and this
   // process is one its fence reaches.
   to_writer_.light_notify = ring_->header()->writer_heavy_fences != 0 && RegisterForHeavyFences();
 }
 
 bool RingReader::Poll() const {
-  return ring_->meta(idx_)->seq.load(std::memory_order_acquire) == seq_ + 1;
+  return ring_->meta(slot_)->seq.load(std::memory_order_acquire) == seq_ + 1;
 }
 
 absl::Status RingReader::CheckWriter() const {
@@ -292,20 +327,32 @@ std::optional<RingReader::Chunk> RingReader::TryAcquire() {
 }
 
 RingReader::Chunk RingReader::Current() {
-  const ChunkMeta* m = ring_->meta(idx_);
+  const ChunkMeta* m = ring_->meta(slot_);
+  const uint32_t flags = m->flags;
+  const uint64_t size = m->size;
+  last_size_ = size;
+  if (flags & kChunkInline) {
+    // A size beyond the slot is a corrupt meta: no data (the caller reports it).
+    if (size > kInlineBytes && !(flags & kChunkOverflow)) return Chunk{nullptr, size, flags};
+    return Chunk{ring_->inline_data(slot_), size, flags};
+  }
   const uint32_t buffer = m->buffer;
-  if (buffer >= ring_->max_chunks()) return Chunk{nullptr, m->size, m->flags};  // corrupt
+  if (buffer >= ring_->max_chunks()) return Chunk{nullptr, size, flags};  // corrupt
   last_buffer_ = buffer;
-  last_size_ = m->size;
-  return Chunk{ring_->chunk(buffer), m->size, m->flags};
+  return Chunk{ring_->chunk(buffer), size, flags};
 }
 
 absl::StatusOr<RingReader::Chunk> RingReader::Acquire(int64_t deadline_ns) {
   if (std::optional<Chunk> ready = TryAcquire()) return *ready;
-  // The writer's choice (PickBuffer): the last buffer again after a large message, else ring
-  // order.
-  const uint8_t* next_chunk = ring_->chunk(
-      last_size_ >= RingWriter::kReuseAtOnceBytes ? last_buffer_ : static_cast<uint32_t>(idx_));
+  // Where the payload most likely is: inline in the slot after a small message, else the
+  // buffer the writer picks (PickBuffer: the last one again after a large message, else the
+  // next one).
+  const uint32_t next_buffer =
+      last_size_ >= RingWriter::kReuseAtOnceBytes
+          ? last_buffer_
+          : (last_buffer_ + 1 == ring_->max_chunks() ? 0 : last_buffer_ + 1);
+  const uint8_t* next_chunk =
+      last_size_ <= kInlineBytes ? ring_->inline_data(slot_) + 40 : ring_->chunk(next_buffer);
   int64_t arrived_ns = 0;
   absl::Status st = WaitFor(
       [&] {
@@ -318,7 +365,7 @@ absl::StatusOr<RingReader::Chunk> RingReader::Acquire(int64_t deadline_ns) {
       [&] { return CheckWriter(); },
       [&] {
         return absl::StrCat("writer (pid ", ring_->header()->writer_pid, ") of '",
-                            ring_->segment().name(), "' to write message ", seq_, " (chunk ", idx_,
+                            ring_->segment().name(), "' to write message ", seq_, " (slot ", slot_,
                             ") for reader ", index_);
       },
       ring_->to_readers(), options_, &predictor_, deadline_ns, &arrived_ns);
@@ -331,7 +378,7 @@ void RingReader::Release() {
   ++seq_;
   ring_->cursor(index_)->consumed.store(seq_, std::memory_order_release);
   to_writer_.Notify();
-  idx_ = idx_ + 1 == ring_->max_chunks() ? 0 : idx_ + 1;
+  slot_ = slot_ + 1 == n_slots_ ? 0 : slot_ + 1;
 }
 
 void RingReader::Cancel() {

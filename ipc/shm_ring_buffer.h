@@ -1,5 +1,6 @@
-// The shared-memory ring of MessageQueue: `max_chunks` chunks of `max_chunk_bytes`, one writer,
-// `n_readers` readers, laid out as shm_layout.h describes. ShmRingBuffer owns the mapping and
+// The shared-memory ring of MessageQueue: SlotCount(max_chunks) slots (small payloads inline)
+// and `max_chunks` data buffers of `max_chunk_bytes`, one writer, `n_readers` readers, laid out
+// as shm_layout.h describes. ShmRingBuffer owns the mapping and
 // validates it; RingWriter and RingReader are the two sides' views of it.
 //
 // Liveness: slot 0 of the segment's OFD locks is the writer's, slot 1 + r is reader r's
@@ -43,6 +44,10 @@ class ShmRingBuffer {
   ChunkMeta* meta(uint64_t i) const {
     return reinterpret_cast<ChunkMeta*>(base() + header_->meta_offset + i * header_->meta_stride);
   }
+  uint8_t* inline_data(uint64_t slot) const {
+    return reinterpret_cast<uint8_t*>(meta(slot)) + kInlinePayloadOffset;
+  }
+  uint64_t n_slots() const { return SlotCount(header_->max_chunks); }
   uint8_t* chunk(uint64_t i) const {
     return base() + header_->data_offset + i * header_->max_chunk_bytes;
   }
@@ -64,8 +69,8 @@ class ShmRingBuffer {
 };
 
 // The writer's side: takes chunks in ring order once every reader has read them.
-// Messages are numbered from 0; message n's meta is chunk n % max_chunks, its payload in a
-// data buffer the writer picks (shm_layout.h).
+// Messages are numbered from 0; message n's meta is slot n % n_slots, its payload inline in the
+// slot or in a data buffer the writer picks (shm_layout.h).
 class RingWriter {
  public:
   // After a message at least this large, the next Acquire re-reads the readers' cursors to
@@ -77,13 +82,14 @@ class RingWriter {
   // Waits until every reader has attached (or the deadline passes, naming the missing ones).
   [[nodiscard]] absl::Status WaitForReaders(int64_t deadline_ns);
 
-  // Waits until the next chunk is free and returns its buffer (max_chunk_bytes long), which
-  // the caller fills before Publish(). Errors: Unavailable naming a reader that died,
-  // DeadlineExceeded naming the readers that have not read it, Cancelled.
-  [[nodiscard]] absl::StatusOr<uint8_t*> Acquire(int64_t deadline_ns);
-  // The next chunk's buffer if it is free now, else nullptr: no clock read, no waiting (the
-  // fast path of Acquire).
-  uint8_t* TryAcquire();
+  // Waits until message `size` bytes long can be written: a free slot, and for a payload over
+  // kInlineBytes a free data buffer too. Returns where to write it (the slot's inline bytes or
+  // the buffer, max_chunk_bytes long), filled by the caller before Publish(). An overflowing
+  // message (sent over ZMQ) asks for 0 bytes. Errors: Unavailable naming a reader that died,
+  // DeadlineExceeded naming the readers behind, Cancelled.
+  [[nodiscard]] absl::StatusOr<uint8_t*> Acquire(uint64_t size, int64_t deadline_ns);
+  // The same if it can be had now, else nullptr: no clock read, no waiting.
+  uint8_t* TryAcquire(uint64_t size);
   // Publishes the chunk returned by the last Acquire() with `size` bytes and `flags`.
   void Publish(uint64_t size, uint32_t flags);
 
@@ -95,9 +101,12 @@ class RingWriter {
   ShmRingBuffer& ring() const { return *ring_; }
 
  private:
-  // True once every reader has consumed the message that last used seq_'s chunk. Re-reads
-  // the readers' cursors only when the cached bound does not cover seq_.
-  bool ChunkFree();
+  // True once every reader has consumed the message that last used seq_'s slot. Re-reads the
+  // readers' cursors only when the cached bound does not cover seq_.
+  bool SlotFree();
+  void RefreshConsumed();  // re-reads the cursors into free_below_
+  // What the readers behind must have consumed for this wait to end.
+  uint64_t NeededConsumed() const;
   // The smallest `consumed` over the readers.
   uint64_t MinConsumed() const;
   absl::Status CheckReaders() const;
@@ -109,18 +118,22 @@ class RingWriter {
   // Returns to buffer_free_ the buffers of messages every reader consumed (known so far).
   void ReclaimBuffers();
   // Picks the buffer for message seq_: after a large message its buffer again if free (its
-  // lines are warm), else buffer idx_ (ring order, which readers prefetch), else any free one.
+  // lines are warm), else the next one (the order readers prefetch), else any free one.
   uint32_t PickBuffer() const;
 
+  static constexpr uint32_t kNoBuffer = UINT32_MAX;
+  const uint64_t n_slots_;
   uint64_t seq_ = 0;     // next message to write
-  uint64_t idx_ = 0;     // its chunk: seq_ % max_chunks
-  uint64_t free_below_;  // messages < free_below_ have a free chunk (cached)
-  // Data buffers: which are free, the buffer each outstanding message's chunk names, and the
-  // messages whose buffers were reclaimed so far.
+  uint64_t slot_ = 0;    // its slot: seq_ % n_slots_
+  uint64_t free_below_;  // messages < free_below_ have a free slot (cached)
+  bool inline_ = false;  // the last Acquire handed out the slot's inline bytes
+  // Data buffers: which are free and how many, the buffer each outstanding message's slot
+  // holds (kNoBuffer: inline), and the messages whose buffers were reclaimed so far.
   std::vector<uint8_t> buffer_free_;
-  std::vector<uint32_t> chunk_buffer_;
+  uint32_t free_buffers_;
+  std::vector<uint32_t> slot_buffer_;
   uint64_t reclaimed_below_ = 0;
-  uint32_t buffer_ = 0;  // the buffer of the chunk Acquire() returned
+  uint32_t buffer_ = 0;  // the buffer the last Acquire handed out
   uint32_t last_buffer_ = 0;
   uint64_t last_size_ = 0;  // the last message's size: large ones reuse their buffer at once
   std::atomic<bool> cancelled_{false};
@@ -163,11 +176,12 @@ class RingReader {
   std::unique_ptr<ShmRingBuffer> ring_;
   uint32_t index_;
   WaitOptions options_;
-  FutexChannel to_writer_;    // this reader → the writer (light notify when the writer fences)
+  FutexChannel to_writer_;  // this reader → the writer (light notify when the writer fences)
+  uint64_t n_slots_;
   uint64_t seq_ = 0;          // next message to read
-  uint64_t idx_ = 0;          // its chunk: seq_ % max_chunks
-  uint32_t last_buffer_ = 0;  // the last message's buffer and size: after a large message the
-  uint64_t last_size_ = 0;    // writer reuses its buffer, else it goes in ring order
+  uint64_t slot_ = 0;         // its slot: seq_ % n_slots_
+  uint32_t last_buffer_ = 0;  // the last buffered message's buffer, and the last size: where
+  uint64_t last_size_ = 0;    // the next payload most likely is (RingWriter::PickBuffer)
   ArrivalPredictor predictor_;
   std::atomic<bool> cancelled_{false};
 };

@@ -140,14 +140,16 @@ TEST_F(MessageQueueProcessTest, WriterReportsKilledReader) {
       Start({"reader", "--handle", (*w)->handle().ToText(), "--rank", "1", "--stall"});
   ASSERT_TRUE((*w)->WaitUntilReady(absl::Now() + absl::Seconds(30)).ok());
   ExpectLine(&stalled, "READY", absl::Seconds(30));
-  // Fill the ring: rank 1 never reads, so the 5th message has to wait for it.
-  for (uint64_t i = 0; i < 4; ++i) {
-    auto msg = PatternMessage(1, i, 1024);
-    ASSERT_TRUE((*w)->Enqueue(msg, absl::Now() + absl::Seconds(10)).ok());
+  // Fill the ring: rank 1 never reads, so the writer soon has to wait for it (once 4 messages
+  // too large for a slot hold the 4 data buffers, or all 1,024 slots are taken).
+  absl::Status blocked;
+  uint64_t i = 0;
+  for (; i < 2 * SlotCount(opt.max_chunks); ++i) {
+    blocked = (*w)->Enqueue(PatternMessage(1, i, 1024), absl::Now() + absl::Milliseconds(200));
+    if (!blocked.ok()) break;
   }
-  auto msg = PatternMessage(1, 4, 1024);
-  auto blocked = (*w)->Enqueue(msg, absl::Now() + absl::Milliseconds(200));
   ASSERT_EQ(blocked.code(), absl::StatusCode::kDeadlineExceeded) << blocked;
+  const auto msg = PatternMessage(1, i, 1024);
   EXPECT_TRUE(absl::StrContains(blocked.message(), "reader(s) 1")) << blocked;
 
   stalled.Kill(SIGKILL);

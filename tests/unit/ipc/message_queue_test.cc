@@ -240,7 +240,7 @@ TEST(MessageQueueStressTest, NoLostWakeups) {
   strict.liveness_interval = absl::Hours(1);
   MessageQueueOptions opt;
   opt.n_readers = 3;
-  opt.max_chunks = 2;  // the writer blocks often too
+  opt.max_chunks = 2;  // the writer blocks often too: every other message needs a data buffer
   opt.max_chunk_bytes = 256;
   opt.wait = strict;
   auto f = MakeQueue(opt, strict);
@@ -267,9 +267,12 @@ TEST(MessageQueueStressTest, NoLostWakeups) {
     });
   }
   std::minstd_rand rng(99);
+  uint8_t message[200] = {};
   for (uint64_t i = 0; i < kCount; ++i) {
+    std::memcpy(message, &i, 8);
+    // Odd messages are larger than a slot holds: they take one of the 2 data buffers.
     absl::Status st =
-        f->writer->Enqueue({reinterpret_cast<uint8_t*>(&i), 8}, In(absl::Seconds(20)));
+        f->writer->Enqueue({message, i % 2 == 1 ? sizeof message : 8}, In(absl::Seconds(20)));
     if (!st.ok()) {
       ADD_FAILURE() << "writer lost a wake-up at " << i << ": " << st;
       for (auto& rd : f->readers) rd->Cancel();

@@ -52,34 +52,48 @@ TEST_F(ShmRingBufferTest, CreatorUnlinksNameOnDestruction) {
 }
 
 TEST_F(ShmRingBufferTest, WrapsAroundInOrderAndBlocksWhenFull) {
-  auto ring = ShmRingBuffer::Create(name_, 1, 3, 64);
+  auto ring = ShmRingBuffer::Create(name_, 1, 3, 256);
   ASSERT_TRUE(ring.ok());
   RingWriter writer(std::move(*ring), fast_);
-  auto reader_ring = ShmRingBuffer::Open(name_, 1, 3, 64);
+  auto reader_ring = ShmRingBuffer::Open(name_, 1, 3, 256);
   ASSERT_TRUE(reader_ring.ok());
   auto reader = RingReader::Attach(std::move(*reader_ring), 0, fast_);
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_TRUE(writer.WaitForReaders(In(absl::Seconds(5))).ok());
-  for (uint64_t i = 0; i < 10; ++i) {
-    auto chunk = writer.Acquire(In(absl::Seconds(5)));
+  // Small payloads sit in the slots, larger ones in the 3 data buffers: both wrap in order.
+  for (uint64_t i = 0; i < 2 * SlotCount(3) + 10; ++i) {
+    const uint64_t size = i % 3 == 0 ? 200 : 8;
+    auto chunk = writer.Acquire(size, In(absl::Seconds(5)));
     ASSERT_TRUE(chunk.ok()) << chunk.status();
     std::memcpy(*chunk, &i, 8);
-    writer.Publish(8, 0);
+    writer.Publish(size, 0);
     auto got = (*reader)->Acquire(In(absl::Seconds(5)));
     ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size, size);
+    ASSERT_EQ((got->flags & kChunkInline) != 0, size <= kInlineBytes);
     uint64_t v = 0;
     std::memcpy(&v, got->data, 8);
-    EXPECT_EQ(v, i);
+    ASSERT_EQ(v, i);
     (*reader)->Release();
   }
-  // Fill the ring: the 4th acquire must time out naming the reader that is behind.
+  // Fill the data buffers: the 4th large message must time out naming the reader behind.
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(writer.Acquire(In(absl::Seconds(5))).ok());
-    writer.Publish(0, 0);
+    ASSERT_TRUE(writer.Acquire(200, In(absl::Seconds(5))).ok());
+    writer.Publish(200, 0);
   }
-  auto full = writer.Acquire(In(absl::Milliseconds(30)));
+  auto full = writer.Acquire(200, In(absl::Milliseconds(30)));
   ASSERT_EQ(full.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(full.status().message().find("reader(s) 0"), std::string::npos) << full.status();
+  // Small messages still go (slots are free); then fill the slots too.
+  uint64_t small = 0;
+  while (writer.TryAcquire(8) != nullptr) {
+    writer.Publish(8, 0);
+    ++small;
+  }
+  EXPECT_EQ(small, SlotCount(3) - 3);
+  auto no_slot = writer.Acquire(8, In(absl::Milliseconds(30)));
+  ASSERT_EQ(no_slot.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(no_slot.status().message().find("a free slot"), std::string::npos) << no_slot.status();
 }
 
 TEST_F(ShmRingBufferTest, SecondAttachOfSameReaderIsRefused) {
@@ -92,15 +106,15 @@ TEST_F(ShmRingBufferTest, SecondAttachOfSameReaderIsRefused) {
 }
 
 TEST_F(ShmRingBufferTest, WriterReportsReaderThatWentAway) {
-  auto ring = ShmRingBuffer::Create(name_, 1, 1, 64);
+  auto ring = ShmRingBuffer::Create(name_, 1, 1, 256);
   ASSERT_TRUE(ring.ok());
   RingWriter writer(std::move(*ring), fast_);
-  auto reader = RingReader::Attach(*ShmRingBuffer::Open(name_, 1, 1, 64), 0, fast_);
+  auto reader = RingReader::Attach(*ShmRingBuffer::Open(name_, 1, 1, 256), 0, fast_);
   ASSERT_TRUE(reader.ok());
-  ASSERT_TRUE(writer.Acquire(In(absl::Seconds(5))).ok());
-  writer.Publish(0, 0);
+  ASSERT_TRUE(writer.Acquire(256, In(absl::Seconds(5))).ok());
+  writer.Publish(256, 0);
   reader->reset();  // closes its descriptor: its liveness lock goes, like a dead process's
-  auto st = writer.Acquire(In(absl::Seconds(10)));
+  auto st = writer.Acquire(256, In(absl::Seconds(10)));
   ASSERT_EQ(st.status().code(), absl::StatusCode::kUnavailable) << st.status();
   EXPECT_NE(st.status().message().find("reader 0"), std::string::npos);
 }
@@ -111,7 +125,7 @@ TEST_F(ShmRingBufferTest, ReaderDrainsThenReportsCloseAndDeadWriter) {
   auto writer = std::make_unique<RingWriter>(std::move(*ring), fast_);
   auto reader = RingReader::Attach(*ShmRingBuffer::Open(name_, 1, 4, 64), 0, fast_);
   ASSERT_TRUE(reader.ok());
-  ASSERT_TRUE(writer->Acquire(In(absl::Seconds(5))).ok());
+  ASSERT_TRUE(writer->Acquire(0, In(absl::Seconds(5))).ok());
   writer->Publish(0, 0);
   writer->Close();
   ASSERT_TRUE((*reader)->Acquire(In(absl::Seconds(5))).ok()) << "published before close";
