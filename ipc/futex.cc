@@ -34,18 +34,18 @@ long Membarrier(int cmd) { return syscall(SYS_membarrier, cmd, 0, 0); }
 }  // namespace
 
 bool HeavyFencesAvailable() {
-  static const bool available = [] {
+  static const bool kAvailable = [] {
     const long cmds = Membarrier(MEMBARRIER_CMD_QUERY);
     return cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) != 0 &&
            (cmds & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) != 0;
   }();
-  return available;
+  return kAvailable;
 }
 
 bool RegisterForHeavyFences() {
-  static const bool registered =
+  static const bool kRegistered =
       HeavyFencesAvailable() && Membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
-  return registered;
+  return kRegistered;
 }
 
 bool HeavyFence() { return Membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0; }

@@ -211,8 +211,8 @@ class RouDi {
     pid_ = pid;
     g_roudi_pid = pid;
     InstallSignalHandlers();
-    static const bool at_exit_registered = [] { return std::atexit(StopRouDi) == 0; }();
-    (void)at_exit_registered;
+    static const bool kAtExitRegistered = [] { return std::atexit(StopRouDi) == 0; }();
+    (void)kAtExitRegistered;
     return AwaitReady(log);
   }
 

@@ -328,9 +328,8 @@ void Targets(const Flags& flags, const Results& results, const Limits& limits,
                         peer == std::string("zmq_ipc") ? "ZeroMQ " : "iceoryx ",
                         worst > 0 ? absl::StrFormat("%.2f× (%s)", worst, where) : "n/a");
       }
-      check(absl::StrFormat(is_rt ? "%d readers: p99 round trip ≤ ZeroMQ's and iceoryx's"
-                                  : "%d readers: broadcast throughput ≥ ZeroMQ's and iceoryx's",
-                            n),
+      check(absl::StrCat(n, is_rt ? " readers: p99 round trip ≤ ZeroMQ's and iceoryx's"
+                                  : " readers: broadcast throughput ≥ ZeroMQ's and iceoryx's"),
             ok, value);
     }
   }
