@@ -26,12 +26,14 @@
 #ifdef VLLM_HAVE_ICEORYX
 #include "base/status_macros.h"
 #include "bench/ipc/iceoryx_roudi.h"
+#include "bench/ipc/ipc_peers.h"
 #include "iceoryx_hoofs/log/logmanager.hpp"
 #include "iceoryx_posh/mepoo/chunk_header.hpp"
 #include "iceoryx_posh/popo/untyped_publisher.hpp"
 #include "iceoryx_posh/popo/untyped_subscriber.hpp"
 #include "iceoryx_posh/popo/wait_set.hpp"
 #include "iceoryx_posh/runtime/posh_runtime.hpp"
+#include "ipc/wait_strategy.h"
 #endif
 
 namespace vllm::bench {
@@ -86,25 +88,9 @@ constexpr uint64_t kProbe = ~uint64_t{0};
 // Depth of the writer's reply queues: room for every answer to outstanding probes.
 constexpr uint64_t kReplyQueueCapacity = 16;
 
-// The 64-byte reply (as ipc_peers.cc's): after each round-trip message {reader, seq, its
-// TouchBytes sum}; once at the end of a stream {reader, messages, sum of sums}.
-struct Reply {
-  uint64_t reader;
-  uint64_t seq;
-  uint64_t checksum;
-  uint64_t reserved[5];
-};
-static_assert(sizeof(Reply) == 64);
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 // Spin-waiting as kBusyPoll does: pause, and give the core away every 256 empty polls.
 inline void BusyPause(uint32_t spins) {
-  CpuRelax();
+  ipc::CpuRelax();
   if ((spins & 255) == 0) sched_yield();
 }
 
@@ -186,12 +172,12 @@ const void* NextSample(UntypedSubscriber& sub, WaitSet* waitset, IceoryxWait wai
   }
 }
 
-bool PublishReply(UntypedPublisher& pub, const Reply& reply) {
+bool PublishReply(UntypedPublisher& pub, const PeerReply& reply) {
   const int64_t deadline = NowNs() + absl::ToInt64Nanoseconds(kReaderTimeout);
   while (NowNs() < deadline) {
-    auto loaned = pub.loan(sizeof(Reply));
+    auto loaned = pub.loan(sizeof(PeerReply));
     if (!loaned.has_error()) {
-      std::memcpy(loaned.value(), &reply, sizeof(Reply));
+      std::memcpy(loaned.value(), &reply, sizeof(PeerReply));
       pub.publish(loaned.value());
       return true;
     }
@@ -227,7 +213,7 @@ int ReaderMain(const ReaderArgs& a) {
     const uint64_t sum = TouchBytes(sample, size);
     data.release(sample);
     if (seq == kProbe) {  // the writer's handshake, before message 0: answer, do not count
-      if (!PublishReply(reply, Reply{a.reader, kProbe, 0, {}})) return fail("cannot answer");
+      if (!PublishReply(reply, PeerReply{a.reader, kProbe, 0, {}})) return fail("cannot answer");
       continue;
     }
     if (size != a.payload_bytes || seq != i) {
@@ -236,11 +222,11 @@ int ReaderMain(const ReaderArgs& a) {
     }
     sum_of_sums += sum;
     ++i;
-    if (!a.stream && !PublishReply(reply, Reply{a.reader, seq, sum, {}})) {
+    if (!a.stream && !PublishReply(reply, PeerReply{a.reader, seq, sum, {}})) {
       return fail("cannot publish a reply");
     }
   }
-  if (a.stream && !PublishReply(reply, Reply{a.reader, a.messages, sum_of_sums, {}})) {
+  if (a.stream && !PublishReply(reply, PeerReply{a.reader, a.messages, sum_of_sums, {}})) {
     return fail("cannot publish the ack");
   }
   return 0;
@@ -341,8 +327,8 @@ absl::Status Handshake(WriterPorts& ports, const Payload& payload,
       for (size_t r = 0; r < n; ++r) {
         for (auto taken = ports.replies[r]->take(); !taken.has_error();
              taken = ports.replies[r]->take()) {
-          Reply reply{};
-          std::memcpy(&reply, taken.value(), sizeof(Reply));
+          PeerReply reply{};
+          std::memcpy(&reply, taken.value(), sizeof(PeerReply));
           ports.replies[r]->release(taken.value());
           if (reply.seq != kProbe || reply.reader != r) {
             return absl::DataLossError(
@@ -373,17 +359,17 @@ absl::Status AwaitReplies(WriterPorts& ports, IceoryxWait wait, Expect expect,
       if ((pending & (uint64_t{1} << r)) == 0) continue;
       auto taken = ports.replies[r]->take();
       if (taken.has_error()) continue;
-      Reply reply{};
+      PeerReply reply{};
       const uint32_t size =
           iox::mepoo::ChunkHeader::fromUserPayload(taken.value())->userPayloadSize();
-      std::memcpy(&reply, taken.value(), std::min<size_t>(size, sizeof(Reply)));
+      std::memcpy(&reply, taken.value(), std::min<size_t>(size, sizeof(PeerReply)));
       ports.replies[r]->release(taken.value());
-      if (size == sizeof(Reply) && reply.reader == r && reply.seq == kProbe) {
+      if (size == sizeof(PeerReply) && reply.reader == r && reply.seq == kProbe) {
         progress = true;  // a late answer to a handshake probe
         continue;
       }
       const auto [seq, checksum] = expect(r);
-      if (size != sizeof(Reply) || reply.reader != r || reply.seq != seq ||
+      if (size != sizeof(PeerReply) || reply.reader != r || reply.seq != seq ||
           reply.checksum != checksum) {
         return absl::DataLossError(absl::StrCat("reader ", r, " replied (", reply.reader, ", ",
                                                 reply.seq, ", ", reply.checksum, "), expected (", r,

@@ -57,17 +57,6 @@ constexpr size_t kSeqBytes = sizeof(uint64_t);
 constexpr int kExitTimedOut = 3;
 constexpr int kExitBadMessage = 4;
 
-// The 64-byte message a reader sends back: after each message in the round-trip tests (`seq`
-// of that message, its TouchBytes sum), once at the end of a stream (`seq` = messages received,
-// `checksum` = sum of their sums).
-struct Reply {
-  uint64_t reader;
-  uint64_t seq;
-  uint64_t checksum;
-  uint64_t reserved[5];
-};
-static_assert(sizeof(Reply) == 64);
-
 enum class ReplyMode { kEachMessage, kOnceAtEnd };
 
 // The writer's message: a fixed byte pattern whose first 8 bytes are overwritten with the
@@ -120,8 +109,8 @@ class ReaderCheck {
     return true;
   }
 
-  Reply LastMessageReply() const { return Reply{Index(), count_ - 1, last_checksum_, {}}; }
-  Reply StreamAck() const { return Reply{Index(), count_, checksum_sum_, {}}; }
+  PeerReply LastMessageReply() const { return PeerReply{Index(), count_ - 1, last_checksum_, {}}; }
+  PeerReply StreamAck() const { return PeerReply{Index(), count_, checksum_sum_, {}}; }
 
   // Prints `why` and returns `exit_code`, for `return check.Fail(...)` in a reader's body.
   int Fail(int exit_code, absl::string_view why) const {
@@ -145,7 +134,7 @@ class ReaderCheck {
 
 // Checks one reply in the writer: from a valid reader not yet heard from in this round
 // (`seen` is a bit mask, n_readers <= 64), carrying the expected sequence number and checksum.
-absl::Status CheckReply(const Reply& reply, uint64_t seq, uint64_t checksum, int n_readers,
+absl::Status CheckReply(const PeerReply& reply, uint64_t seq, uint64_t checksum, int n_readers,
                         uint64_t& seen) {
   if (reply.reader >= static_cast<uint64_t>(n_readers)) {
     return absl::DataLossError(absl::StrCat("reply from unknown reader ", reply.reader));
@@ -163,11 +152,11 @@ absl::Status CheckReply(const Reply& reply, uint64_t seq, uint64_t checksum, int
   return absl::OkStatus();
 }
 
-absl::StatusOr<Reply> DecodeReply(const void* data, size_t size) {
-  if (size != sizeof(Reply)) {
+absl::StatusOr<PeerReply> DecodeReply(const void* data, size_t size) {
+  if (size != sizeof(PeerReply)) {
     return absl::DataLossError(absl::StrCat("reply of ", size, " bytes, expected 64"));
   }
-  Reply reply;
+  PeerReply reply;
   std::memcpy(&reply, data, sizeof(reply));
   return reply;
 }
@@ -263,7 +252,7 @@ absl::StatusOr<std::vector<double>> TimeRoundTrips(const RoundTripConfig& config
     VLLM_RETURN_IF_ERROR(broadcast(payload));
     uint64_t seen = 0;
     for (int i = 0; i < config.n_readers; ++i) {
-      VLLM_ASSIGN_OR_RETURN(const Reply reply, receive_reply());
+      VLLM_ASSIGN_OR_RETURN(const PeerReply reply, receive_reply());
       VLLM_RETURN_IF_ERROR(CheckReply(reply, seq, payload.Checksum(seq), config.n_readers, seen));
     }
     const int64_t now = NowNs();
@@ -299,7 +288,7 @@ absl::StatusOr<ThroughputResult> TimeStream(const ThroughputConfig& config, Payl
   }
   uint64_t seen = 0;
   for (int i = 0; i < config.n_readers; ++i) {
-    VLLM_ASSIGN_OR_RETURN(const Reply ack, receive_reply());
+    VLLM_ASSIGN_OR_RETURN(const PeerReply ack, receive_reply());
     VLLM_RETURN_IF_ERROR(CheckReply(ack, messages, expected_sum, config.n_readers, seen));
   }
   const double elapsed_ns = static_cast<double>(std::max<int64_t>(NowNs() - start, 1));
@@ -345,14 +334,14 @@ int ZmqReaderMain(const ZmqEndpoints& endpoints, int reader, size_t payload_byte
     if (!sub.recv(message)) return check.Fail(kExitTimedOut, "no message within the timeout");
     if (!check.Consume(message.data(), message.size())) return kExitBadMessage;
     if (mode == ReplyMode::kEachMessage) {
-      const Reply reply = check.LastMessageReply();
+      const PeerReply reply = check.LastMessageReply();
       if (!push.send(zmq::buffer(&reply, sizeof(reply)))) {
         return check.Fail(kExitTimedOut, "could not send a reply");
       }
     }
   }
   if (mode == ReplyMode::kOnceAtEnd) {
-    const Reply ack = check.StreamAck();
+    const PeerReply ack = check.StreamAck();
     if (!push.send(zmq::buffer(&ack, sizeof(ack)))) {
       return check.Fail(kExitTimedOut, "could not send the ack");
     }
@@ -407,7 +396,7 @@ absl::Status ZmqBroadcast(zmq::socket_t& xpub, const Payload& payload,
   return absl::OkStatus();
 }
 
-absl::StatusOr<Reply> ZmqReceiveReply(zmq::socket_t& pull, std::vector<ChildProcess>& readers) {
+absl::StatusOr<PeerReply> ZmqReceiveReply(zmq::socket_t& pull, std::vector<ChildProcess>& readers) {
   IdleWait wait(readers, "waiting for a ZeroMQ reply");
   zmq::message_t message;
   while (!pull.recv(message)) VLLM_RETURN_IF_ERROR(wait.OnIdle());
@@ -497,7 +486,7 @@ class BoostQueues {
       requests_.push_back(CreateQueue(request_names_.back(), request_depth, payload_bytes));
     }
     reply_name_ = absl::StrCat(base, "-rep");
-    replies_ = CreateQueue(reply_name_, static_cast<size_t>(n_readers), sizeof(Reply));
+    replies_ = CreateQueue(reply_name_, static_cast<size_t>(n_readers), sizeof(PeerReply));
   }
   BoostQueues(const BoostQueues&) = delete;
   BoostQueues& operator=(const BoostQueues&) = delete;
@@ -538,7 +527,7 @@ int BoostReaderMain(const std::string& request_name, const std::string& reply_na
   ready->fetch_add(1, std::memory_order_release);
 
   ReaderCheck check(reader, payload_bytes);
-  auto send = [&](const Reply& reply) {
+  auto send = [&](const PeerReply& reply) {
     return replies.timed_send(&reply, sizeof(reply), 0, BoostDeadlineIn(kReaderTimeoutMs));
   };
   for (uint64_t i = 0; i < messages; ++i) {
@@ -572,10 +561,10 @@ absl::Status BoostBroadcast(BoostQueues& queues, int n_readers, const Payload& p
   return absl::OkStatus();
 }
 
-absl::StatusOr<Reply> BoostReceiveReply(bip::message_queue& replies,
-                                        std::vector<ChildProcess>& readers) {
+absl::StatusOr<PeerReply> BoostReceiveReply(bip::message_queue& replies,
+                                            std::vector<ChildProcess>& readers) {
   IdleWait wait(readers, "waiting for a Boost message_queue reply");
-  Reply reply;
+  PeerReply reply;
   bip::message_queue::size_type received = 0;
   unsigned int priority = 0;
   while (!replies.timed_receive(&reply, sizeof(reply), received, priority,

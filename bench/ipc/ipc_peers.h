@@ -29,6 +29,17 @@
 
 namespace vllm::bench {
 
+// The 64-byte message a reader sends back (ZeroMQ, Boost and iceoryx rows): after each message
+// in the round-trip tests (`seq` of that message, its TouchBytes sum), once at the end of a
+// stream (`seq` = messages received, `checksum` = sum of their sums).
+struct PeerReply {
+  uint64_t reader;
+  uint64_t seq;
+  uint64_t checksum;
+  uint64_t reserved[5];
+};
+static_assert(sizeof(PeerReply) == 64);
+
 // One round-trip measurement: `warmup` untimed exchanges, then `iterations` timed ones.
 struct RoundTripConfig {
   size_t payload_bytes = 64;  // >= 8
