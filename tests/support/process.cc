@@ -13,10 +13,13 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -187,20 +190,59 @@ std::string DescribeWaitStatus(int status) {
   return absl::StrCat("wait status ", status);
 }
 
-int FreePort() {
+namespace {
+
+// Whether 127.0.0.1:`port` can be bound right now (with SO_REUSEADDR, as our servers bind).
+bool CanBind(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
+  if (fd < 0) return false;
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
   close(fd);
-  return port;
+  return ok;
+}
+
+// The kernel's range for ephemeral (outgoing and port-0) ports: [low, high].
+std::pair<int, int> EphemeralRange() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768;
+  int high = 60999;
+  if (!(in >> low >> high) || low < 1 || high > 65535 || low > high) return {32768, 60999};
+  return {low, high};
+}
+
+}  // namespace
+
+int FreePort() {
+  // Servers take port, port + 1, ... (one per rank), so the whole run must be free, and it must
+  // lie outside the ephemeral range: there, any connection this machine opens may take the
+  // port between the check and the bind. Start at a random place so that tests running side by
+  // side under ctest -j seldom try the same run.
+  constexpr int kRun = 8;
+  const auto [eph_low, eph_high] = EphemeralRange();
+  int lo = 10000;
+  int hi = eph_low - kRun;  // the run [port, port + kRun) ends below the ephemeral range
+  if (hi - lo < 1000) {     // no room below it: above it
+    lo = eph_high + 1;
+    hi = 65536 - kRun;
+  }
+  if (hi <= lo) return 0;
+  uint32_t state = static_cast<uint32_t>(getpid()) * 2654435761u ^
+                   static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&state)) ^
+                   static_cast<uint32_t>(time(nullptr));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    state = state * 1664525u + 1013904223u;
+    const int port = lo + static_cast<int>((state >> 8) % static_cast<uint32_t>(hi - lo));
+    bool free = true;
+    for (int i = 0; i < kRun && free; ++i) free = CanBind(port + i);
+    if (free) return port;
+  }
+  return 0;
 }
 
 }  // namespace vllm::testing

@@ -57,8 +57,9 @@ std::set<std::string> ShmEntriesOf(pid_t creator);
 // Private ipc:// endpoint directories (ipc/ipc_address.h: <base>/vllm-ipc-<pid>-XXXXXX, <base>
 // being $XDG_RUNTIME_DIR, $TMPDIR or /tmp) whose process is gone: what a dead process left.
 std::set<std::string> OrphanedIpcDirs();
-// A TCP port of 127.0.0.1 that was free a moment ago (bound to port 0 and released), for a
-// server the test starts next; 0 when none could be had.
+// A TCP port of 127.0.0.1 that was free a moment ago, with the 7 ports after it (servers that
+// take one port per rank: port + rank), for a server the test starts next; 0 when none could be
+// had. Chosen below the kernel's ephemeral range, so that no outgoing connection takes it first.
 int FreePort();
 // "exited 3" / "killed by signal 9" for a wait status.
 std::string DescribeWaitStatus(int status);
