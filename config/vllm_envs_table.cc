@@ -314,7 +314,8 @@ constexpr auto kTable = std::to_array<VllmEnvVar>({
     {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", P::kInt, "300", kYes, W::kNone,
      "how long a step waits on the workers (executor/)"},
     {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", P::kInt, "5", kYes, W::kNone,
-     "grace for engine-core and worker processes to exit before SIGKILL"},
+     "grace for an engine-core process to exit before SIGKILL (launcher/); the executor "
+     "gives its workers vLLM's default 5 s"},
     {"VLLM_KV_CACHE_LAYOUT", P::kChoice, "", kNo, W::kKernels},
     {"VLLM_SSM_CONV_STATE_LAYOUT", P::kChoice, "", kNo, W::kKernels},
     {"VLLM_COMPUTE_NANS_IN_LOGITS", P::kBoolInt, "0", kNo, W::kKernels},

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "config/config_codec.h"
 #include "launcher/engine_core_main.h"
+#include "launcher/serve_env.h"
 #include "spdlog/spdlog.h"
 
 namespace vllm::launcher {
@@ -174,7 +175,7 @@ void EngineProcessManager::Stop() {
     if (e != nullptr) e->Terminate();
   }
   for (auto& e : engines_) {
-    if (e != nullptr) e->Stop(absl::Seconds(4));
+    if (e != nullptr) e->Stop(WorkerShutdownTimeout());  // VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS
   }
 }
 

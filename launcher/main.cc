@@ -15,11 +15,14 @@
 #include "ipc/curve.h"
 #include "launcher/dp_coordinator_main.h"
 #include "launcher/engine_core_main.h"
+#include "launcher/serve_env.h"
 #include "launcher/serve_main.h"
 #include "router/router_main.h"
 #include "worker/worker_proc.h"
 
 int main(int argc, char** argv) {
+  // VLLM_LOGGING_LEVEL in every process (children inherit the environment).
+  vllm::launcher::ConfigureLoggingFromEnv();
   if (argc >= 2 && std::strcmp(argv[1], vllm::worker::kWorkerProcSubcommand) == 0) {
     const std::vector<std::string> flags(argv + 2, argv + argc);
     auto options = vllm::worker::ParseWorkerProcFlags(flags);

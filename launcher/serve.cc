@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
+#include "config/vllm_envs.h"
 #include "frontend/engine/async_llm.h"
 #include "frontend/engine/engine_core_client.h"
 #include "frontend/openai/api_server.h"
@@ -175,6 +177,13 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
   server_options.host = args.host;
   server_options.port = static_cast<uint16_t>(args.port);
   server_options.api_key = args.api_key;
+  // vLLM's HTTP variables (checked at start-up; this process inherits the environment).
+  VLLM_ASSIGN_OR_RETURN(const config::VllmEnv env, config::ReadVllmEnv());
+  server_options.keep_alive_timeout = std::chrono::seconds(env.http_timeout_keep_alive_s);
+  // 0: no limit (vLLM); kept far below overflow in the session's buffer arithmetic.
+  server_options.max_body_bytes = env.http_max_request_body_size == 0
+                                      ? std::numeric_limits<size_t>::max() / 4
+                                      : static_cast<size_t>(env.http_max_request_body_size);
   server_options.max_connections = args.max_connections;
   server_options.tool_call_parser = args.config.tool_calling.tool_call_parser;
   server_options.enable_auto_tool_choice = args.config.tool_calling.enable_auto_tool_choice;

@@ -18,6 +18,7 @@
 #include "launcher/headless.h"
 #include "launcher/serve.h"
 #include "launcher/serve_args.h"
+#include "launcher/serve_env.h"
 #include "launcher/spec/api_server_spec.h"
 #include "launcher/spec/frames.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -45,6 +46,7 @@ void RaiseOpenFileLimit() {
 int RunServe(const std::vector<std::string>& argv) {
   // stdout carries only the ready line (scripts wait for it); logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("vllm-launch"));
+  ConfigureLoggingFromEnv();
   auto parsed = ParseServeArgs(argv, VLLM_DEFAULT_MODEL);
   if (!parsed.ok()) {
     std::fprintf(stderr, "vllm-launch: error: %s\n(see vllm-launch --help)\n",
@@ -54,6 +56,12 @@ int RunServe(const std::vector<std::string>& argv) {
   if (!parsed->args.has_value()) {
     std::fputs(parsed->text.c_str(), stdout);
     return parsed->exit_code;
+  }
+  // vLLM's environment variables: refused ones stop here, honoured ones apply to the flags, and
+  // one warning names the ignored and unknown ones.
+  if (absl::Status s = ApplyVllmEnvAtStartup(*parsed->args); !s.ok()) {
+    std::fprintf(stderr, "vllm-launch: error: %s\n", std::string(s.message()).c_str());
+    return 2;
   }
   RaiseOpenFileLimit();
   const ServeArgs& args = *parsed->args;
@@ -81,6 +89,7 @@ int RunApiServer(const std::vector<std::string>& argv) {
     return 2;
   }
   spdlog::set_default_logger(spdlog::stderr_color_mt(absl::StrCat("api-server-", index)));
+  ConfigureLoggingFromEnv();
   // Ends with the launcher (and not at all if it is already gone).
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) return 1;

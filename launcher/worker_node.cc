@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -66,7 +67,14 @@ class WorkerNode {
       VLLM_ASSIGN_OR_RETURN(curve_, ipc::LoadCurveKeyFile(args_.cluster_key_file));
     }
     const config::ParallelConfig& p = args_.config.parallel;
-    VLLM_ASSIGN_OR_RETURN(address_, LocalAddressTowards(p.master_addr, p.master_port));
+    // VLLM_HOST_IP, as vLLM's get_ip(): this node's address for the others; else the one on
+    // the route to the head.
+    const char* host_ip = std::getenv("VLLM_HOST_IP");
+    if (host_ip != nullptr && *host_ip != '\0') {
+      address_ = host_ip;
+    } else {
+      VLLM_ASSIGN_OR_RETURN(address_, LocalAddressTowards(p.master_addr, p.master_port));
+    }
     VLLM_ASSIGN_OR_RETURN(binary_, executor::SelfExecutable());
     VLLM_ASSIGN_OR_RETURN(ready_timeout_, EngineReadyTimeout());
     return absl::OkStatus();

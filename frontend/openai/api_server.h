@@ -60,6 +60,9 @@ struct ApiServerOptions {
   // Longest wait for a whole request to arrive (idle keep-alive connections included) and
   // for one write to complete; a slower client is disconnected.
   std::chrono::milliseconds io_timeout{std::chrono::seconds(60)};
+  // After a response, how long a keep-alive connection may wait for its next request (uvicorn's
+  // timeout_keep_alive: vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5 s); then it is closed.
+  std::chrono::milliseconds keep_alive_timeout{std::chrono::seconds(5)};
   // An overflow connection (past max_connections) must send its one request within this.
   std::chrono::milliseconds overflow_read_timeout{std::chrono::seconds(2)};
   // Reported by GET /version.

@@ -58,6 +58,9 @@ void Session::DoRead() {
   if (idle_since_ns_.load() == 0) idle_since_ns_.store(MonoNowNs());
   if (overflow_) {
     stream_.expires_after(ctx_->options.overflow_read_timeout);
+  } else if (request_.method() != http::verb::unknown) {
+    // A keep-alive connection after a response (request_ holds the last request).
+    stream_.expires_after(ctx_->options.keep_alive_timeout);
   } else {
     stream_.expires_after(ctx_->options.io_timeout);
   }
