@@ -1,9 +1,12 @@
 #include "executor/engine_factory.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "executor/multiproc_executor.h"
@@ -13,6 +16,20 @@
 #include "worker/worker.h"
 
 namespace vllm::executor {
+
+absl::StatusOr<absl::Duration> ExecuteModelTimeoutFromEnv(absl::Duration unset) {
+  constexpr char kName[] = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS";
+  const char* v = std::getenv(kName);
+  if (v == nullptr || *v == '\0') return unset;
+  int64_t seconds = 0;
+  // Python's int() takes surrounding blanks and a sign, as SimpleAtoi does.
+  if (!absl::SimpleAtoi(v, &seconds) || seconds < 1 || seconds > 604800) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": expected a whole number of seconds in [1, 604800], got '",
+                     std::string(v).substr(0, 64), "'"));
+  }
+  return absl::Seconds(seconds);
+}
 
 absl::StatusOr<config::VllmConfig> ResolveVllmConfig(const config::VllmConfig& config,
                                                      const worker::HfConfig& model_config) {
@@ -79,7 +96,7 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
     MultiprocExecutorOptions mp;
     mp.config = c;
     mp.worker_binary = runtime.worker_binary;
-    mp.execute_timeout = runtime.execute_timeout;
+    VLLM_ASSIGN_OR_RETURN(mp.execute_timeout, ExecuteModelTimeoutFromEnv(runtime.execute_timeout));
     mp.cluster_key_file = runtime.cluster_key_file;
     mp.node_heartbeat_timeout = runtime.node_heartbeat_timeout;
     VLLM_ASSIGN_OR_RETURN(executor, MultiprocExecutor::Create(mp));

@@ -26,7 +26,8 @@ namespace vllm::executor {
 struct EngineRuntimeOptions {
   // The vllm-launch binary for worker processes; empty: the one next to this executable.
   std::string worker_binary;
-  // A step not answered by then fails (a hung worker), and the engine with it.
+  // A step not answered by then fails (a hung worker), and the engine with it; a set
+  // VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS takes its place (ExecuteModelTimeoutFromEnv).
   absl::Duration execute_timeout = absl::Minutes(5);
   // Across nodes (--nnodes): the cluster key file for the sockets between them (empty: plain
   // TCP) and how long a silent node is given before the engine fails.
@@ -47,6 +48,13 @@ struct BuiltEngine {
 // InvalidArgument naming the flag; the model's errors name the file and field.
 [[nodiscard]] absl::StatusOr<config::VllmConfig> ResolveVllmConfig(
     const config::VllmConfig& config, const worker::HfConfig& model_config);
+
+// vLLM's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (envs.py: int(os.getenv(..., "300"))): how long
+// the multi-process executor waits on its workers for a step (and every other call) before the
+// engine fails naming the rank. `unset` when the variable is unset or empty; InvalidArgument
+// naming it when it is not a whole number of seconds in [1, 604800] (a week) (vLLM would fail the first
+// step on a bad value, and time every step out at once on 0 or less).
+[[nodiscard]] absl::StatusOr<absl::Duration> ExecuteModelTimeoutFromEnv(absl::Duration unset);
 
 // Loads the model's config, resolves, logs the resolved config ("Initializing a V1 LLM engine
 // with config: ...") and builds the engine. Bad flags fail before any worker starts; errors

@@ -6,11 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +35,29 @@
 
 namespace vllm::executor {
 namespace {
+
+// Why process `pid` of this node cannot run, from /proc/<pid>/stat's state letter: stopped
+// (SIGSTOP, a debugger), in uninterruptible sleep, or a zombie; nullopt when it can (or is gone).
+std::optional<std::string> NotRunning(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return std::nullopt;
+  switch (stat[paren + 2]) {
+    case 'T':
+      return "is stopped (by a signal such as SIGSTOP)";
+    case 't':
+      return "is stopped by a debugger";
+    case 'D':
+      return "is in uninterruptible sleep (state D)";
+    case 'Z':
+      return "has exited (a zombie)";
+    default:
+      return std::nullopt;
+  }
+}
 
 absl::StatusOr<std::string> DefaultWorkerBinary() {
   VLLM_ASSIGN_OR_RETURN(const std::string self, SelfExecutable());
@@ -416,6 +442,32 @@ std::string MultiprocExecutor::DescribeRank(int32_t rank) const {
   return s;
 }
 
+std::string MultiprocExecutor::DescribeTimeout(const std::string& method, int32_t waited_rank,
+                                               absl::string_view detail) const {
+  std::string s =
+      absl::StrCat(method, " timed out after ", absl::FormatDuration(options_.execute_timeout),
+                   " (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS): ");
+  // A rank of this node that cannot run holds every rank of its group up (they wait for it in
+  // the all-reduce), so it is named rather than the rank that was waited on.
+  const int32_t local = nodes_ != nullptr ? options_.config.parallel.local_world_size()
+                                          : static_cast<int32_t>(rank_pids_.size());
+  for (int32_t r = 0; r < std::min<int32_t>(local, rank_pids_.size()); ++r) {
+    if (std::optional<std::string> why = NotRunning(rank_pids_[r]); why.has_value()) {
+      absl::StrAppend(&s, DescribeRank(r), " ", *why);
+      if (r != waited_rank && waited_rank >= 0) {
+        absl::StrAppend(&s, ", so worker rank ", waited_rank, " did not answer");
+      }
+      return s;
+    }
+  }
+  if (waited_rank >= 0) {
+    absl::StrAppend(&s, DescribeRank(waited_rank), " did not answer; it may be hung");
+  } else {
+    absl::StrAppend(&s, "the workers did not take it: ", detail);
+  }
+  return s;
+}
+
 void MultiprocExecutor::Fail(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return;
@@ -453,9 +505,7 @@ absl::StatusOr<uint64_t> MultiprocExecutor::Broadcast(const std::string& method,
   const ipc::ByteSpan parts[2] = {Bytes(call_prefix_), payload};
   absl::Status s = broadcast_->EnqueueParts(parts, absl::Now() + options_.execute_timeout);
   if (absl::IsDeadlineExceeded(s)) {
-    Fail(absl::DeadlineExceededError(absl::StrCat("workers did not take ", method, " within ",
-                                                  absl::FormatDuration(options_.execute_timeout),
-                                                  ": ", s.message())));
+    Fail(absl::DeadlineExceededError(DescribeTimeout(method, -1, s.message())));
   } else if (!s.ok()) {
     Fail(s);
   }
@@ -481,9 +531,7 @@ absl::Status MultiprocExecutor::AwaitReply(int32_t rank, uint64_t call_id,
         },
         deadline);
     if (absl::IsDeadlineExceeded(s)) {
-      Fail(absl::DeadlineExceededError(
-          absl::StrFormat("%s did not answer %s within %s; it may be hung", DescribeRank(rank),
-                          method, absl::FormatDuration(options_.execute_timeout))));
+      Fail(absl::DeadlineExceededError(DescribeTimeout(method, rank, "")));
     } else if (!s.ok()) {
       Fail(absl::Status(s.code(), absl::StrCat("worker rank ", rank, ": ", s.message())));
     }
@@ -635,7 +683,11 @@ void MultiprocExecutor::Shutdown() {
   };
   {
     absl::MutexLock lock(&mu_);
-    mu_.AwaitWithTimeout(absl::Condition(&all_exited), options_.shutdown_timeout);
+    // After a step timed out, a rank is stopped or hung and the others wait for it inside a
+    // collective: none would drain the queue, so they are killed without the grace.
+    const bool hung = absl::IsDeadlineExceeded(failure_);
+    mu_.AwaitWithTimeout(absl::Condition(&all_exited),
+                         hung ? absl::ZeroDuration() : options_.shutdown_timeout);
   }
   KillAndReap();
 }

@@ -53,6 +53,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "config/vllm_config.h"
@@ -169,6 +170,11 @@ class MultiprocExecutor final : public core::Executor {
   bool attached(int32_t rank) const;
   // "worker rank 1 (pid 42)", with its node when the engine spans nodes.
   std::string DescribeRank(int32_t rank) const;
+  // "<method> timed out after N (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS): " and the rank that holds
+  // it up: a rank of this node that is stopped or in uninterruptible sleep (/proc), else
+  // `waited_rank` ("may be hung"), else (-1: the broadcast was not taken) `detail`.
+  std::string DescribeTimeout(const std::string& method, int32_t waited_rank,
+                              absl::string_view detail) const;
   // Per pipeline stage, its TP group's spec: made here when the group is on this node or
   // spans nodes (gloo through a store here), empty when another node makes it.
   absl::StatusOr<std::vector<std::string>> MakeCommGroups();
