@@ -184,7 +184,9 @@ void EngineCore::PublishKvEvents() {
 absl::StatusOr<EngineCore::StepResult> EngineCore::Step() {
   VLLM_CHECK(!shut_down_) << "Step after Shutdown";
   if (!scheduler_->HasRequests()) return StepResult{};
-  SchedulerOutput scheduler_output = scheduler_->Schedule();
+  if (spare_outputs_.empty()) spare_outputs_.emplace_back();
+  SchedulerOutput& scheduler_output = spare_outputs_.front();
+  scheduler_->Schedule(&scheduler_output);
   ModelRunnerOutput model_output;
   const bool kv_transfers = scheduler_->HasPendingKvTransfers();
   if (scheduler_output.num_scheduled_reqs() > 0 || !scheduler_output.finished_req_ids.empty() ||
@@ -214,7 +216,12 @@ absl::StatusOr<EngineCore::StepResult> EngineCore::StepWithBatchQueue() {
   VLLM_CHECK(!shut_down_) << "StepWithBatchQueue after Shutdown";
   bool model_executed = false;
   if (scheduler_->HasRequests()) {
-    SchedulerOutput scheduler_output = scheduler_->Schedule();
+    SchedulerOutput scheduler_output;
+    if (!spare_outputs_.empty()) {
+      scheduler_output = std::move(spare_outputs_.back());
+      spare_outputs_.pop_back();
+    }
+    scheduler_->Schedule(&scheduler_output);
     model_executed = scheduler_output.total_num_scheduled_tokens > 0;
     ModelOutputFuture future = executor_->ExecuteModelAsync(scheduler_output);
     batch_queue_.emplace_back(std::move(future), std::move(scheduler_output));
@@ -232,6 +239,7 @@ absl::StatusOr<EngineCore::StepResult> EngineCore::StepWithBatchQueue() {
   VLLM_ASSIGN_OR_RETURN(EngineCoreOutputs outputs,
                         scheduler_->UpdateFromOutput(scheduler_output, model_output));
   Finalize(outputs);
+  spare_outputs_.push_back(std::move(scheduler_output));
   return StepResult{std::move(outputs), model_executed};
 }
 

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -187,6 +188,10 @@ class EngineCore {
   const int32_t batch_queue_size_;
   // Oldest at the front.
   std::deque<std::pair<ModelOutputFuture, SchedulerOutput>> batch_queue_;
+  // SchedulerOutputs whose steps are done, kept for their buffers: Schedule() overwrites one in
+  // place (its vectors and request-id strings keep their capacity), so a steady step allocates
+  // nothing for its plan. Step() uses the first; StepWithBatchQueue() takes and returns them.
+  std::vector<SchedulerOutput> spare_outputs_;
   bool shut_down_ = false;
   std::unique_ptr<kv_events::KvEventPublisher> kv_publisher_;  // null: no KV events published
 };
