@@ -53,10 +53,13 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   r.request_id = request.request_id;
   if (request.prompt_text.has_value()) {
     VLLM_ASSIGN_OR_RETURN(r.prompt_token_ids,
-                          tokenizer_->Encode(*request.prompt_text, /*add_special_tokens=*/true));
+                          tokenizer_->Encode(*request.prompt_text, request.add_special_tokens));
   } else {
     r.prompt_token_ids = std::move(request.prompt_token_ids);
   }
+  VLLM_RETURN_IF_ERROR(TruncatePrompt(request, config_.max_model_len, &r.prompt_token_ids));
+  VLLM_RETURN_IF_ERROR(CheckTokenConstraints(request.params, config_.vocab_size));
+  VLLM_RETURN_IF_ERROR(TokenizeBadWords(*tokenizer_, request.bad_words, &request.params));
   if (r.prompt_token_ids.empty()) {
     return absl::InvalidArgumentError("the prompt is empty: it must hold at least one token");
   }
@@ -112,6 +115,7 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   r.arrival_time = request.arrival_time;
   r.priority = request.priority;
   r.kv_transfer_params = std::move(request.kv_transfer_params);
+  r.cache_salt = std::move(request.cache_salt);
 
   auto state = std::make_shared<RequestState>();
   DetokenizerOptions options;
@@ -125,6 +129,7 @@ absl::Status AsyncLLM::Generate(GenerateRequest request, OutputCallback on_outpu
   state->want_logprobs = r.sampling_params.logprobs.has_value();
   state->want_prompt_logprobs = r.sampling_params.prompt_logprobs.has_value();
   state->first_prompt_token = r.prompt_token_ids.front();
+  if (request.return_prompt_token_ids) state->prompt_token_ids = r.prompt_token_ids;
   state->stop_ids = r.sampling_params.stop_token_ids;
   if (!r.sampling_params.ignore_eos) {
     state->stop_ids.insert(state->stop_ids.end(), config_.eos_token_ids.begin(),
@@ -255,8 +260,7 @@ std::vector<EngineStatus> AsyncLLM::Engines() const {
 }
 
 TokenLogprob AsyncLLM::Decoded(int32_t id, float logprob, int32_t rank) const {
-  const int32_t ids[1] = {id};
-  return TokenLogprob{id, tokenizer_->Decode(ids, /*skip_special_tokens=*/false), logprob, rank};
+  return TokenLogprob{id, tokenizer_->DecodeToken(id), logprob, rank};
 }
 
 PositionLogprobs AsyncLLM::DecodedPosition(const core::TokenLogprobs& lp) const {
@@ -280,6 +284,8 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
     state = it->second;
   }
   GenerateOutput delta;
+  delta.prompt_token_ids = std::move(state->prompt_token_ids);  // the first delta only
+  state->prompt_token_ids.clear();
   delta.token_ids_delta.assign(out.new_token_ids.begin(), out.new_token_ids.end());
   state->num_output_tokens += static_cast<int32_t>(out.new_token_ids.size());
   // vLLM's stop_terminated: the request ended on a stop token (not a grammar's end, a stop

@@ -96,6 +96,8 @@ class AsyncLLM final : public EngineClient {
     // leads them, with no logprob).
     bool want_prompt_logprobs = false;
     int32_t first_prompt_token = 0;
+    // return_prompt_token_ids: the prompt, until the first delta carries it.
+    std::vector<int32_t> prompt_token_ids;
     int32_t engine_index = 0;  // the engine it was sent to
     // The ids whose sampling stops the request (EOS ids, stop_token_ids): their text is not
     // part of the output (IncrementalDetokenizer::Append's stop_terminated).

@@ -43,6 +43,25 @@ using base::kParamPayloadUrl;
 [[nodiscard]] absl::Status CheckMaxLogprobs(const core::SamplingParams& params,
                                             int32_t max_logprobs);
 
+struct GenerateRequest;
+class Tokenizer;
+// vLLM's truncate_prompt_tokens (renderers/params.py): keeps request.truncate_prompt_tokens of
+// `ids` (-1: max_model_len - 1), the last ones unless !request.truncate_left. InvalidParam
+// naming truncate_prompt_tokens when it exceeds max_model_len (vLLM's message).
+[[nodiscard]] absl::Status TruncatePrompt(const GenerateRequest& request, int32_t max_model_len,
+                                          std::vector<int32_t>* ids);
+// vLLM's SamplingParams._validate_logit_bias / _validate_allowed_token_ids: every id in
+// [0, vocab_size), else InvalidParam naming the field (vLLM's messages).
+[[nodiscard]] absl::Status CheckTokenConstraints(const core::SamplingParams& params,
+                                                 int32_t vocab_size);
+// vLLM's SamplingParams.update_from_tokenizer: each bad word (leading whitespace stripped)
+// tokenized without special tokens as is and with a leading space; the spaced form is kept
+// when it starts with another token and has as many tokens. Appends to
+// params->bad_words_token_ids; InvalidParam naming bad_words for a word with no tokens or
+// more sequences than core::kMaxBadWords.
+[[nodiscard]] absl::Status TokenizeBadWords(const Tokenizer& tokenizer,
+                                            const std::vector<std::string>& words,
+                                            core::SamplingParams* params);
 // One engine request (one choice of one prompt; the server fans n > 1 out into n of them).
 struct GenerateRequest {
   // Unique among in-flight requests; the server derives it from the response id.
@@ -64,6 +83,20 @@ struct GenerateRequest {
   // Disaggregated prefill/decode: the request's kv_transfer_params, passed to the engine
   // (core::EngineCoreRequest::kv_transfer_params).
   std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
+  // A text prompt is tokenized with the tokenizer's special tokens (BOS) when true.
+  bool add_special_tokens = true;
+  // vLLM's truncate_prompt_tokens: keep this many prompt tokens (-1: max_model_len - 1), the
+  // last ones when truncate_left (vLLM's default truncation_side for generation), else the
+  // first. InvalidArgument naming truncate_prompt_tokens past max_model_len.
+  std::optional<int64_t> truncate_prompt_tokens;
+  bool truncate_left = true;
+  // vLLM's bad_words: each word tokenized without and with a leading space (vLLM's
+  // SamplingParams.update_from_tokenizer) into params.bad_words_token_ids.
+  std::vector<std::string> bad_words;
+  // The first delta carries prompt_token_ids (vLLM's return_token_ids).
+  bool return_prompt_token_ids = false;
+  // Salts the prefix cache (core::EngineCoreRequest::cache_salt).
+  std::optional<std::string> cache_salt;
 };
 
 // A log-probability of one token, decoded by the engine client.
@@ -111,10 +144,14 @@ struct GenerateOutput {
   // On the final delta: the engine's kv_transfer_params for the client (vLLM's
   // RequestOutput.kv_transfer_params), when its KV connector gave any.
   std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
+  // On the first delta when the request set return_prompt_token_ids: the prompt as the engine
+  // got it (after truncation).
+  std::vector<int32_t> prompt_token_ids;
 
   bool finished() const { return finish_reason.has_value(); }
 };
 
+// vLLM 0.33's buckets of vllm:iteration_tokens_total (tokens per engine step).
 // Engine-wide gauges and cumulative counters read when /metrics is scraped.
 struct EngineStats {
   int32_t num_requests_running = 0;

@@ -270,6 +270,7 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
       prepared.logprobs);
   gen.assembler->SetEcho(std::move(prepared.echo_texts));
   gen.assembler->SetTokensAsTokenIds(prepared.options.return_tokens_as_token_ids);
+  gen.assembler->SetOptions(prepared.options);
   gen.assembler->SetChatOutput(std::move(prepared.chat_output));
   if (prepared.echo_logprobs) {
     gen.assembler->SetEchoLogprobs(prepared.options.params.logprobs.value_or(0));
