@@ -45,7 +45,7 @@ void PackStructuredOutputs(Packer& pk,
 }
 
 void PackSamplingParams(Packer& pk, const SamplingParams& p) {
-  pk.pack_array(16);
+  pk.pack_array(20);
   pk.pack(p.n);
   wire::PackDouble(pk, p.temperature);
   wire::PackDouble(pk, p.top_p);
@@ -62,6 +62,13 @@ void PackSamplingParams(Packer& pk, const SamplingParams& p) {
   wire::PackOptional(pk, p.logprobs);
   wire::PackOptional(pk, p.prompt_logprobs);
   PackStructuredOutputs(pk, p.structured_outputs);
+  wire::PackList<int32_t>(pk, p.allowed_token_ids);
+  pk.pack_array(static_cast<uint32_t>(p.bad_words_token_ids.size()));
+  for (const std::vector<int32_t>& word : p.bad_words_token_ids) wire::PackList<int32_t>(pk, word);
+  pk.pack_array(static_cast<uint32_t>(p.logit_bias.size()));
+  for (const auto& [id, bias] : p.logit_bias) pk.pack(id);
+  pk.pack_array(static_cast<uint32_t>(p.logit_bias.size()));
+  for (const auto& [id, bias] : p.logit_bias) wire::PackFloat(pk, bias);
 }
 
 void PackRequest(Packer& pk, const EngineCoreRequest& r) {
@@ -260,7 +267,7 @@ absl::Status ReadStructuredOutputs(const msgpack::object& o,
 }
 
 absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SamplingParams", 16));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "SamplingParams", 20));
   VLLM_RETURN_IF_ERROR(r.Int("n", &p->n));
   VLLM_RETURN_IF_ERROR(r.Double("temperature", &p->temperature));
   VLLM_RETURN_IF_ERROR(r.Double("top_p", &p->top_p));
@@ -276,7 +283,24 @@ absl::Status ReadSamplingParams(const msgpack::object& o, SamplingParams* p) {
   VLLM_RETURN_IF_ERROR(r.Bool("ignore_eos", &p->ignore_eos));
   VLLM_RETURN_IF_ERROR(r.OptionalInt("logprobs", &p->logprobs));
   VLLM_RETURN_IF_ERROR(r.OptionalInt("prompt_logprobs", &p->prompt_logprobs));
-  return ReadStructuredOutputs(r.Next(), &p->structured_outputs);
+  VLLM_RETURN_IF_ERROR(ReadStructuredOutputs(r.Next(), &p->structured_outputs));
+  VLLM_RETURN_IF_ERROR(r.IntList("allowed_token_ids", &p->allowed_token_ids));
+  VLLM_ASSIGN_OR_RETURN(auto words, r.List("bad_words_token_ids", r.Next()));
+  p->bad_words_token_ids.resize(words.size());
+  for (size_t i = 0; i < words.size(); ++i) {
+    VLLM_RETURN_IF_ERROR(
+        r.ReadIntList(words[i], "bad_words_token_ids", &p->bad_words_token_ids[i]));
+  }
+  std::vector<int32_t> bias_ids;
+  std::vector<float> biases;
+  VLLM_RETURN_IF_ERROR(r.IntList("logit_bias_ids", &bias_ids));
+  VLLM_RETURN_IF_ERROR(r.FloatList("logit_bias_values", &biases));
+  if (bias_ids.size() != biases.size()) {
+    return r.Error("logit_bias_values", "must have one value per logit_bias id");
+  }
+  p->logit_bias.resize(bias_ids.size());
+  for (size_t i = 0; i < bias_ids.size(); ++i) p->logit_bias[i] = {bias_ids[i], biases[i]};
+  return absl::OkStatus();
 }
 
 absl::Status ReadRequest(const msgpack::object& o, EngineCoreRequest* q) {

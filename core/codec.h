@@ -8,7 +8,9 @@
 //                      presence_penalty: float, frequency_penalty: float,
 //                      repetition_penalty: float, seed: int?, max_tokens: int?, min_tokens,
 //                      stop_token_ids: [int], ignore_eos: bool, logprobs: int?,
-//                      prompt_logprobs: int?, structured_outputs: StructuredOutputsParams?]
+//                      prompt_logprobs: int?, structured_outputs: StructuredOutputsParams?,
+//                      allowed_token_ids: [int], bad_words_token_ids: [[int]],
+//                      logit_bias_ids: [int], logit_bias_values: [float] (equal lengths)]
 //   StructuredOutputsParams [json: str?, regex: str?, choice: [str]?, grammar: str?,
 //                      json_object: bool, structural_tag: str?, disable_any_whitespace: bool,
 //                      disable_additional_properties: bool, disable_fallback: bool,
@@ -91,7 +93,8 @@ namespace vllm::core {
 // 7: KV connectors: EngineCoreRequest / EngineCoreOutput kv_transfer_params,
 // SchedulerStats.connector_prefix_cache_stats, SchedulerOutput.kv_connector_metadata,
 // ModelRunnerOutput.kv_connector_output.
-inline constexpr uint32_t kWireVersion = 7;
+// 8: SamplingParams allowed_token_ids, bad_words_token_ids, logit_bias.
+inline constexpr uint32_t kWireVersion = 8;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

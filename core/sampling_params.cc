@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 
 namespace vllm::core {
 namespace {
@@ -10,6 +11,50 @@ namespace {
 absl::Status Invalid(const absl::FormatSpec<const char*, double>& format, const char* range,
                      double value) {
   return absl::InvalidArgumentError(absl::StrFormat(format, range, value));
+}
+
+absl::Status ValidateTokenConstraints(const SamplingParams& p) {
+  if (p.allowed_token_ids.size() > static_cast<size_t>(kMaxTokenIdList) ||
+      p.logit_bias.size() > static_cast<size_t>(kMaxTokenIdList)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "allowed_token_ids and logit_bias may have at most %d entries", kMaxTokenIdList));
+  }
+  for (int32_t id : p.allowed_token_ids) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("allowed_token_ids must be non-negative token ids, got %d", id));
+    }
+  }
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const auto& [id, bias] = p.logit_bias[i];
+    if (id < 0 || (i > 0 && id <= p.logit_bias[i - 1].first)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("logit_bias ids must be non-negative and ascending, got %d", id));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("logit_bias values must be in [-100, 100], got %g", bias));
+    }
+  }
+  if (p.bad_words_token_ids.size() > static_cast<size_t>(kMaxBadWords)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("Too many bad words after tokenization: %d. The max number is %d.",
+                        p.bad_words_token_ids.size(), kMaxBadWords));
+  }
+  for (const std::vector<int32_t>& word : p.bad_words_token_ids) {
+    if (word.empty() || word.size() > static_cast<size_t>(kMaxBadWordTokens)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("bad_words entries must tokenize to 1 to %d tokens, got %d",
+                          kMaxBadWordTokens, word.size()));
+    }
+    for (int32_t id : word) {
+      if (id < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("bad_words token ids must be non-negative, got %d", id));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -74,6 +119,7 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return absl::InvalidArgumentError(absl::StrFormat("prompt_logprobs must be in [0, %d], got %d",
                                                       kMaxLogprobs, *p.prompt_logprobs));
   }
+  VLLM_RETURN_IF_ERROR(ValidateTokenConstraints(p));
   if (p.structured_outputs.has_value()) {
     return structured_output::ValidateStructuredOutputsParams(*p.structured_outputs);
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,12 +54,27 @@ struct SamplingParams {
   // structured_outputs); unset for free text. Only the engine core reads it: the scheduler
   // strips it from the copy workers get (they receive the step's token bitmask instead).
   std::optional<structured_output::StructuredOutputsParams> structured_outputs;
+  // vLLM's logits processors, applied to the logits the sampler sees (after the grammar
+  // bitmask, before penalties and temperature; logprobs stay those of the raw logits):
+  //   allowed_token_ids: only these ids may be sampled (empty: every id);
+  //   bad_words_token_ids: each a token sequence (vLLM's _bad_words_token_ids, tokenized by
+  //     the frontend); its last token is banned where the output ends with the others;
+  //   logit_bias: (token id, bias) pairs added to the logits, bias in [-100, 100], ids
+  //     unique and ascending.
+  std::vector<int32_t> allowed_token_ids;
+  std::vector<std::vector<int32_t>> bad_words_token_ids;
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   friend bool operator==(const SamplingParams&, const SamplingParams&) = default;
 };
 
 // Upper bounds on user-facing sizes (a request beyond them is rejected, not truncated).
 inline constexpr int32_t kMaxStopTokenIds = 1024;
+// allowed_token_ids and logit_bias entries (a vocabulary's worth), bad-word sequences (vLLM's
+// VLLM_MAX_NUM_BAD_WORDS default) and tokens per sequence.
+inline constexpr int32_t kMaxTokenIdList = 1 << 18;
+inline constexpr int32_t kMaxBadWords = 128;
+inline constexpr int32_t kMaxBadWordTokens = 256;
 // Bounds logprobs and prompt_logprobs alike: the most --max-logprobs may allow (the engine
 // client refuses more than the configured --max-logprobs: frontend::CheckMaxLogprobs).
 inline constexpr int32_t kMaxLogprobs = config::kMaxLogprobsLimit;

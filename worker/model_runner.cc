@@ -42,10 +42,19 @@ absl::Status Bad(const std::string& req_id, const std::string& what) {
       absl::StrFormat("SchedulerOutput: request %s: %s", req_id, what));
 }
 
-// The device sampler lacks penalties and logprobs: such rows are sampled on the host.
+// The device sampler lacks penalties, logprobs, allowed_token_ids, bad_words and logit_bias:
+// such rows are sampled on the host.
 bool NeedsHostSampling(const core::SamplingParams& p) {
   return p.logprobs.has_value() || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
-         p.repetition_penalty != 1.0;
+         p.repetition_penalty != 1.0 || !p.allowed_token_ids.empty() ||
+         !p.bad_words_token_ids.empty() || !p.logit_bias.empty();
+}
+
+// vLLM's allowed_token_ids, bad_words and logit_bias on one row (before the penalties).
+void ApplyConstraints(const core::SamplingParams& p, float* logits, int64_t vocab,
+                      std::span<const int32_t> output_ids) {
+  cpu::ApplyTokenConstraints(logits, vocab, p.allowed_token_ids, p.bad_words_token_ids,
+                             p.logit_bias, output_ids);
 }
 
 }  // namespace
@@ -317,6 +326,7 @@ int32_t ModelRunner::Sample(RequestState& s, float* logits, core::TokenLogprobs*
   if (logprobs != nullptr) raw.assign(logits, logits + vocab);
   const cpu::SamplingRow row = ToSamplingRow(s.sampling_params);
   const std::span<const int32_t> all(s.token_ids);
+  ApplyConstraints(s.sampling_params, logits, vocab, all.subspan(s.num_prompt_tokens));
   cpu::ApplyPenalties(logits, vocab, all.first(s.num_prompt_tokens),
                       all.subspan(s.num_prompt_tokens), row);
   const double u = cpu::CounterUniform(s.seed, s.token_ids.size());
@@ -352,6 +362,8 @@ void ModelRunner::VerifyDrafts(RequestState& s, int32_t num_spec, float* logits,
   const cpu::SamplingRow row = ToSamplingRow(s.sampling_params);
   // Row j predicts the token after draft[0..j): penalties count those drafts as output.
   for (size_t j = 0; j < rows; ++j) {
+    ApplyConstraints(s.sampling_params, logits + j * vocab, vocab,
+                     all.subspan(s.num_prompt_tokens, num_real + j - s.num_prompt_tokens));
     cpu::ApplyPenalties(logits + j * vocab, vocab, all.first(s.num_prompt_tokens),
                         all.subspan(s.num_prompt_tokens, num_real + j - s.num_prompt_tokens), row);
   }

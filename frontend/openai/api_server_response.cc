@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "frontend/openai/request_fields.h"
 
 namespace vllm::frontend {
 
@@ -26,6 +27,12 @@ std::vector<GenerateRequest> FanOut(const std::vector<Prompt>& prompts,
       r.priority = options.priority;
       r.arrival_time = arrival_time;
       r.kv_transfer_params = options.kv_transfer_params;
+      r.add_special_tokens = options.add_special_tokens;
+      r.truncate_prompt_tokens = options.truncate_prompt_tokens;
+      r.truncate_left = options.truncate_left;
+      r.bad_words = options.bad_words;
+      r.return_prompt_token_ids = options.return_token_ids;
+      r.cache_salt = options.cache_salt;
       requests.push_back(std::move(r));
     }
   }
@@ -47,7 +54,9 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
     parsed.echo_logprobs = r.echo && parsed.logprobs;
     if (r.echo) {
       for (const Prompt& p : parsed.prompts) {
-        if (p.text.has_value()) {
+        if (parsed.options.return_token_ids) {
+          parsed.echo_texts.emplace_back();  // vLLM echoes no text with return_token_ids
+        } else if (p.text.has_value()) {
           parsed.echo_texts.push_back(*p.text);
         } else {
           VLLM_ASSIGN_OR_RETURN(std::string text, engine.Detokenize(p.token_ids));
@@ -62,6 +71,7 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
   VLLM_RETURN_IF_ERROR(ApplyToolChoiceGrammar(json, tools, &r.options.params));
   const bool exclude_tools =
       tools.choice == ToolChoice::kNone && parsers.exclude_tools_when_tool_choice_none;
+  VLLM_RETURN_IF_ERROR(MoveDocumentsToTemplateKwargs(&json));
   VLLM_ASSIGN_OR_RETURN(
       ChatTemplateInput input,
       TemplateInputFor(json, exclude_tools ? nlohmann::ordered_json() : tools.tools,
@@ -71,6 +81,7 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
   parsed.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
   parsed.options = std::move(r.options);
   parsed.logprobs = r.logprobs;
+  if (parsed.options.chat_echo.has_value()) parsed.echo_texts.push_back(*parsed.options.chat_echo);
   VLLM_ASSIGN_OR_RETURN(parsed.chat_output, ChatOutputFor(json, tools, input.kwargs, parsers));
   if (tools.choice != ToolChoice::kNone && parsers.tool_parser != nullptr &&
       parsers.tool_parser->reads_special_tokens()) {
@@ -142,7 +153,17 @@ void ResponseAssembler::ParseDelta(ChoiceState& state, const GenerateOutput& out
   delta->chat = std::move(parts);
 }
 
+void ResponseAssembler::SetOptions(const GenerationOptions& options) {
+  return_token_ids_ = options.return_token_ids;
+  continuous_usage_ = options.continuous_usage_stats && stream_;
+  lazy_role_ = stream_ && kind_ == ApiKind::kChat && (return_token_ids_ || continuous_usage_);
+  if (options.request_id.has_value()) {
+    meta_.id = absl::StrCat(kind_ == ApiKind::kChat ? "chatcmpl-" : "cmpl-", *options.request_id);
+  }
+}
+
 void ResponseAssembler::SetEcho(std::vector<std::string> prompt_texts) {
+  echo_ = kind_ == ApiKind::kCompletion && !prompt_texts.empty();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const size_t prompt = i / static_cast<size_t>(n_);
     if (prompt < prompt_texts.size()) choices_[i].echo = prompt_texts[prompt];
@@ -150,7 +171,7 @@ void ResponseAssembler::SetEcho(std::vector<std::string> prompt_texts) {
 }
 
 std::string ResponseAssembler::Start() {
-  if (!stream_ || kind_ != ApiKind::kChat) return "";
+  if (!stream_ || kind_ != ApiKind::kChat || lazy_role_) return "";
   std::string out;
   for (const ChoiceState& state : choices_) {
     Choice role;
@@ -166,6 +187,11 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
   VLLM_CHECK(!state.finished) << "output after the final one for choice " << index;
   state.prompt_tokens = output.num_prompt_tokens;
   state.output_tokens = output.num_output_tokens;
+  if (!output.prompt_token_ids.empty()) state.prompt_token_ids = output.prompt_token_ids;
+  if (return_token_ids_ && !stream_) {
+    state.token_ids.insert(state.token_ids.end(), output.token_ids_delta.begin(),
+                           output.token_ids_delta.end());
+  }
   if (output.finished()) {
     state.finished = true;
     ++num_finished_;
@@ -209,7 +235,8 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
   }
   const bool parsed = state.parser != nullptr;
   if (text.empty() && logprobs.empty() && !output.finished() &&
-      !output.prompt_logprobs.has_value()) {
+      !output.prompt_logprobs.has_value() &&
+      !(return_token_ids_ && !output.token_ids_delta.empty())) {
     return "";
   }
   Choice delta;
@@ -227,12 +254,68 @@ std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& out
     ParseDelta(state, output, &delta);
     // Text held back by the parsers (a possible tag) waits for the next step.
     if (delta.chat->empty() && logprobs_ == false && !output.finished() &&
-        !output.prompt_logprobs.has_value()) {
+        !output.prompt_logprobs.has_value() &&
+        !(return_token_ids_ && !output.token_ids_delta.empty())) {
       return "";
     }
   }
-  return SseEvent(kind_ == ApiKind::kChat ? BuildChatChunk(meta_, delta, /*first=*/false)
-                                          : BuildCompletionChunk(meta_, delta));
+  const bool first_chunk = !state.started;
+  state.started = true;
+  return StreamChunk(state, delta, output, first_chunk);
+}
+
+namespace {
+
+nlohmann::json UsageOf(int64_t prompt_tokens, int64_t completion_tokens) {
+  return nlohmann::json{{"prompt_tokens", prompt_tokens},
+                        {"completion_tokens", completion_tokens},
+                        {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+}  // namespace
+
+std::string ResponseAssembler::StreamChunk(const ChoiceState& state, const Choice& delta,
+                                           const GenerateOutput& output, bool first_chunk) const {
+  std::string out;
+  if (lazy_role_ && first_chunk) {
+    Choice role;
+    role.index = delta.index;
+    nlohmann::json chunk = BuildChatChunk(meta_, role, /*first=*/true);
+    if (return_token_ids_) chunk["prompt_token_ids"] = state.prompt_token_ids;
+    if (continuous_usage_) chunk["usage"] = UsageOf(state.prompt_tokens, 0);
+    out += SseEvent(chunk);
+  }
+  nlohmann::json chunk = kind_ == ApiKind::kChat ? BuildChatChunk(meta_, delta, /*first=*/false)
+                                                 : BuildCompletionChunk(meta_, delta);
+  if (return_token_ids_) {
+    nlohmann::json& choice = chunk["choices"][0];
+    std::vector<int32_t> ids;
+    if (kind_ == ApiKind::kCompletion && first_chunk) {
+      // vLLM: the prompt's ids on a choice's first chunk (and, with echo, first in token_ids).
+      choice["prompt_token_ids"] = state.prompt_token_ids;
+      if (echo_) ids = state.prompt_token_ids;
+    }
+    ids.insert(ids.end(), output.token_ids_delta.begin(), output.token_ids_delta.end());
+    choice["token_ids"] = std::move(ids);
+  }
+  if (continuous_usage_) chunk["usage"] = UsageOf(state.prompt_tokens, state.output_tokens);
+  return out + SseEvent(chunk);
+}
+
+void ResponseAssembler::AddTokenIds(nlohmann::json* body) const {
+  if (!return_token_ids_) return;
+  nlohmann::json& list = (*body)["choices"];
+  for (size_t i = 0; i < choices_.size() && i < list.size(); ++i) {
+    const ChoiceState& state = choices_[i];
+    std::vector<int32_t> ids;
+    if (echo_) ids = state.prompt_token_ids;
+    ids.insert(ids.end(), state.token_ids.begin(), state.token_ids.end());
+    list[i]["token_ids"] = std::move(ids);
+    if (kind_ == ApiKind::kCompletion) list[i]["prompt_token_ids"] = state.prompt_token_ids;
+  }
+  if (kind_ == ApiKind::kChat && !choices_.empty()) {
+    (*body)["prompt_token_ids"] = choices_.front().prompt_token_ids;
+  }
 }
 
 Usage ResponseAssembler::TotalUsage() const {
@@ -259,9 +342,11 @@ std::string ResponseAssembler::Finish() const {
   std::vector<Choice> choices;
   choices.reserve(choices_.size());
   for (const ChoiceState& state : choices_) choices.push_back(state.choice);
-  return DumpJson(kind_ == ApiKind::kChat
-                      ? BuildChatCompletionResponse(meta_, choices, TotalUsage())
-                      : BuildCompletionResponse(meta_, choices, TotalUsage()));
+  nlohmann::json body = kind_ == ApiKind::kChat
+                            ? BuildChatCompletionResponse(meta_, choices, TotalUsage())
+                            : BuildCompletionResponse(meta_, choices, TotalUsage());
+  AddTokenIds(&body);
+  return DumpJson(body);
 }
 
 std::string ResponseAssembler::StreamError(const absl::Status& status) {

@@ -80,6 +80,9 @@ class ResponseAssembler {
   // Chat: parse each choice's text into reasoning, content and tool calls. Call before the
   // first OnOutput.
   void SetChatOutput(ChatOutputOptions options);
+  // vLLM's return_token_ids (choices' token_ids, prompt_token_ids), continuous_usage_stats
+  // (usage in every chunk) and request_id (the response id) of `options`. Call before Start().
+  void SetOptions(const GenerationOptions& options);
 
   // Streaming: the events that open the stream (chat: one role chunk per choice).
   std::string Start();
@@ -103,19 +106,33 @@ class ResponseAssembler {
     bool finished = false;
     std::string echo;  // text still to put before the choice's next text (echo)
     std::unique_ptr<ChatOutputStream> parser;  // a stream's output parsing (SetChatOutput)
+    std::vector<int32_t> prompt_token_ids;     // return_token_ids: from the first delta
+    std::vector<int32_t> token_ids;            // return_token_ids: the output so far
+    bool started = false;                      // a stream: its first chunk went out
   };
+  // A stream's chunk of choice `index` with what SetOptions asked for (token ids, usage).
+  std::string StreamChunk(const ChoiceState& state, const Choice& delta,
+                          const GenerateOutput& output, bool first_chunk) const;
+  // return_token_ids on a finished non-streaming body.
+  void AddTokenIds(nlohmann::json* body) const;
   // A streamed chat choice's delta through its output parser.
   void ParseDelta(ChoiceState& state, const GenerateOutput& output, Choice* delta);
 
   Usage TotalUsage() const;
 
   const ApiKind kind_;
-  const ResponseMeta meta_;
+  ResponseMeta meta_;
   const int32_t n_;
   const bool stream_;
   const bool include_usage_;
   const bool logprobs_;
   bool tokens_as_ids_ = false;
+  bool return_token_ids_ = false;
+  bool continuous_usage_ = false;
+  bool echo_ = false;  // completions: token_ids start with the prompt's (vLLM's echo)
+  // Chat streams with token ids or continuous usage: each choice's role chunk waits for its
+  // first delta (it carries the prompt's ids and token count).
+  bool lazy_role_ = false;
   int32_t echo_logprobs_top_ = -1;  // -1: no echo logprobs
   ChatOutputOptions chat_output_;   // the streams' parsers refer to it
   std::vector<ChoiceState> choices_;

@@ -11,6 +11,7 @@
 #include "base/ordered_json.h"
 #include "base/status_macros.h"
 #include "frontend/openai/kv_transfer_params.h"
+#include "frontend/openai/request_fields.h"
 #include "frontend/openai/structured_output_request.h"
 
 namespace vllm::frontend {
@@ -558,6 +559,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const Body& body,
   VLLM_RETURN_IF_ERROR(RejectUnhonouredFields(body, /*chat=*/false));
   GenerationOptions& options = request.options;
   VLLM_RETURN_IF_ERROR(ParseCommon(body, &options));
+  VLLM_RETURN_IF_ERROR(ParseVllmFields(body, /*chat=*/false, &options));
   VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens,
                         GetInt(body, "max_tokens", kInt32Min, kInt32Max));
   // OpenAI's completions default is 16 tokens; vLLM's is "up to max_model_len" (unset).
@@ -585,7 +587,10 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(const Body& bod
   VLLM_RETURN_IF_ERROR(RejectUnhonouredFields(body, /*chat=*/true));
   GenerationOptions& options = request.options;
   VLLM_RETURN_IF_ERROR(ParseCommon(body, &options));
+  VLLM_RETURN_IF_ERROR(ParseVllmFields(body, /*chat=*/true, &options));
   VLLM_RETURN_IF_ERROR(ParseTemplateFlags(body, &request));
+  VLLM_ASSIGN_OR_RETURN(options.chat_echo,
+                        ChatEcho(body, request.messages, request.add_generation_prompt));
   VLLM_RETURN_IF_ERROR(Assign(GetBool(body, "add_special_tokens"), &request.add_special_tokens));
   // max_completion_tokens supersedes the deprecated max_tokens.
   const char* max_tokens_field =

@@ -74,6 +74,24 @@ struct GenerationOptions {
   bool return_tokens_as_token_ids = false;
   // Disaggregated prefill/decode (vLLM's kv_transfer_params; kv_transfer_params.h parses it).
   std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
+  // vLLM 0.33's own fields (request_fields.h parses them; logit_bias and allowed_token_ids
+  // are params'). bad_words: tokenized by the engine client (GenerateRequest::bad_words).
+  std::vector<std::string> bad_words;
+  // truncate_prompt_tokens (-1: max_model_len - 1) and truncation_side (default "left").
+  std::optional<int64_t> truncate_prompt_tokens;
+  bool truncate_left = true;
+  // Completions: the tokenizer's special tokens (BOS) added to a text prompt (default true).
+  bool add_special_tokens = true;
+  // Choices carry token_ids, and prompt_token_ids (vLLM's return_token_ids).
+  bool return_token_ids = false;
+  // stream_options.continuous_usage_stats (with include_usage): usage in every chunk.
+  bool continuous_usage_stats = false;
+  // The response id is "cmpl-<request_id>" / "chatcmpl-<request_id>" (vLLM's request_id).
+  std::optional<std::string> request_id;
+  // Salts the prefix cache's first block hash (vLLM's cache_salt).
+  std::optional<std::string> cache_salt;
+  // Chat: the text of the last message, when echo is set and its role is the response's.
+  std::optional<std::string> chat_echo;
 };
 
 // One prompt of a completion request: text, or token ids when `text` is unset.

@@ -259,9 +259,6 @@ absl::Status RejectUnhonouredFields(const json& body, bool chat) {
     const auto it = body.find(field);
     return it != body.end() && !it->is_null() && !(it->is_array() && it->empty());
   };
-  if (set("logit_bias")) {
-    return InvalidParam("logit_bias", "logit_bias is not supported by this server yet");
-  }
   if (chat) return absl::OkStatus();  // tools: ParseToolRequest (frontend/openai/chat_tools.h)
   for (const char* field : {"tools", "functions", "function_call"}) {
     if (set(field)) {

@@ -21,8 +21,9 @@ namespace vllm::frontend {
                                                   core::SamplingParams* params);
 
 // Fields this server does not honour on this endpoint: InvalidParam naming the field when a
-// request sets one to anything but its no-op value (logit_bias; on /v1/completions also the
-// chat fields tools, tool_choice other than "none", functions and function_call).
+// request sets one to anything but its no-op value (on /v1/completions the chat fields tools,
+// tool_choice other than "none", functions and function_call; vLLM's own fields:
+// request_fields.h).
 [[nodiscard]] absl::Status RejectUnhonouredFields(const nlohmann::ordered_json& body, bool chat);
 
 }  // namespace vllm::frontend

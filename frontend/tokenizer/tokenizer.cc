@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
@@ -150,6 +151,32 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::filesystem
   return FromJson(*tokenizer_json, config_json);
 }
 
+namespace {
+
+// vLLM's get_leading_space_marker: a Metaspace pre-tokenizer's replacement (top level or in a
+// Sequence), "" otherwise.
+std::string MetaspaceMarker(const nlohmann::json& j) {
+  auto marker = [](const nlohmann::json& pre) -> std::optional<std::string> {
+    if (!pre.is_object() || pre.value("type", std::string()) != "Metaspace") return std::nullopt;
+    const auto r = pre.find("replacement");
+    return r != pre.end() && r->is_string() ? r->get<std::string>() : std::string("\u2581");
+  };
+  const auto pre = j.find("pre_tokenizer");
+  if (pre == j.end()) return "";
+  if (auto m = marker(*pre); m.has_value()) return *m;
+  if (pre->is_object() && pre->value("type", std::string()) == "Sequence") {
+    const auto subs = pre->find("pretokenizers");
+    if (subs != pre->end() && subs->is_array()) {
+      for (const nlohmann::json& sub : *subs) {
+        if (auto m = marker(sub); m.has_value()) return *m;
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokenizer_json,
                                                                std::string_view config_json) {
   // The nesting is bounded before parsing: the parsers below recurse once per level of nested
@@ -181,6 +208,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view 
         PreTokenizer::FromJson(j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json());
     if (!pre.ok()) return pre.status();
     t->pre_tokenizer_ = *std::move(pre);
+    t->space_marker_ = MetaspaceMarker(j);
     t->id_to_token_ = t->model_.id_to_token();
     absl::Status s = t->ParseAddedTokens(j.contains("added_tokens") ? j["added_tokens"]
                                                                     : nlohmann::json::array());
@@ -580,6 +608,32 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special_to
                                       {" 've", "'ve"},
                                       {" 're", "'re"}});
   }
+  return text;
+}
+
+std::string Tokenizer::DecodeToken(int32_t id) const {
+  // Decode's steps for one token, without the clean-up.
+  std::string text;
+  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() || id_to_token_[id].empty()) {
+    return text;
+  }
+  auto form = decode_form_.find(id);
+  std::string raw = form != decode_form_.end() ? form->second : id_to_token_[id];
+  if (!has_decoder_) {
+    text = std::move(raw);
+  } else {
+    for (const std::string& piece : DecodeSteps({std::move(raw)})) text += piece;
+  }
+  if (space_marker_.empty()) return text;
+  // vLLM's _restore_leading_spaces: as many leading spaces as the raw token has markers.
+  size_t markers = 0;
+  for (absl::string_view rest = id_to_token_[id]; absl::StartsWith(rest, space_marker_);
+       rest.remove_prefix(space_marker_.size())) {
+    ++markers;
+  }
+  const size_t existing =
+      text.find_first_not_of(' ') == std::string::npos ? text.size() : text.find_first_not_of(' ');
+  if (markers > existing) text.insert(0, markers - existing, ' ');
   return text;
 }
 

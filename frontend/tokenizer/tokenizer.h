@@ -51,6 +51,13 @@ class Tokenizer {
   // U+FFFD. Always returns valid UTF-8.
   [[nodiscard]] std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
+  // The text of one token as vLLM 0.33 shows a logprob's token (convert_ids_list_to_tokens
+  // with transformers 5): decode([id]) without clean_up_tokenization_spaces (transformers 5
+  // applies it to no single-token decode), special tokens kept; for a Metaspace pre-tokenizer
+  // (SentencePiece style), the leading spaces decode dropped are restored from the raw
+  // token's leading replacement characters. Out-of-range ids: "".
+  [[nodiscard]] std::string DecodeToken(int32_t id) const;
+
   // One past the largest id of the vocab or added tokens (HF's len(tokenizer)).
   [[nodiscard]] int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }
   // Ids of tokenizer_config.json's bos_token / eos_token; nullopt when unset or unknown.
@@ -129,6 +136,9 @@ class Tokenizer {
   std::vector<DecoderStep> decoder_;
   bool has_decoder_ = false;
   bool clean_up_spaces_ = false;
+  // The pre-tokenizer's Metaspace replacement character (vLLM's get_leading_space_marker);
+  // empty when there is none.
+  std::string space_marker_;
   std::optional<int32_t> bos_token_id_;
   std::optional<int32_t> eos_token_id_;
   std::string bos_token_;

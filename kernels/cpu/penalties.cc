@@ -1,7 +1,9 @@
 // vLLM's repetition / frequency / presence penalties on one row of logits
-// (vllm/model_executor/layers/utils.py apply_penalties).
+// (vllm/model_executor/layers/utils.py apply_penalties), and its allowed-token, bad-word and
+// logit-bias logits processors (vllm/v1/sample/sampler.py apply_logits_processors).
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -54,6 +56,40 @@ void ApplyPenalties(float* logits, int64_t vocab_size, std::span<const int32_t> 
     logits[out[i]] -= row.frequency_penalty * count;
     logits[out[i]] -= row.presence_penalty;
     i = j;
+  }
+}
+
+void ApplyTokenConstraints(float* logits, int64_t vocab_size, std::span<const int32_t> allowed_ids,
+                           std::span<const std::vector<int32_t>> bad_words,
+                           std::span<const std::pair<int32_t, float>> logit_bias,
+                           std::span<const int32_t> output_ids) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (!allowed_ids.empty()) {
+    std::vector<bool> allowed(static_cast<size_t>(vocab_size), false);
+    for (int32_t id : allowed_ids) {
+      if (id >= 0 && id < vocab_size) allowed[static_cast<size_t>(id)] = true;
+    }
+    for (int64_t id = 0; id < vocab_size; ++id) {
+      if (!allowed[static_cast<size_t>(id)]) logits[id] = kNegInf;
+    }
+  }
+  for (const std::vector<int32_t>& word : bad_words) {
+    if (word.empty() || word.size() > output_ids.size() + 1) continue;
+    const size_t prefix = word.size() - 1;
+    const auto tail = output_ids.subspan(output_ids.size() - prefix);
+    if (!std::equal(tail.begin(), tail.end(), word.begin())) continue;
+    const int32_t last = word.back();
+    if (last >= 0 && last < vocab_size) logits[last] = kNegInf;
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (id >= 0 && id < vocab_size) logits[id] += bias;
+  }
+  if (allowed_ids.empty() && bad_words.empty()) return;
+  // Every token masked (allowed ids all banned as bad words, say): vLLM's sampler then picks
+  // id 0 (the argmax of a row of -inf); so does this row, instead of a row with nothing to
+  // sample.
+  if (std::none_of(logits, logits + vocab_size, [](float x) { return x > kNegInf; })) {
+    logits[0] = 0.0f;
   }
 }
 

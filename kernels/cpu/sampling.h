@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace vllm::kernels::cpu {
@@ -35,6 +36,19 @@ struct SamplingRow {
 // Ids outside [0, vocab_size) are ignored. A no-op when all three are off.
 void ApplyPenalties(float* logits, int64_t vocab_size, std::span<const int32_t> prompt_ids,
                     std::span<const int32_t> output_ids, const SamplingRow& row);
+
+// vLLM's allowed_token_ids, bad_words and logit_bias (in vLLM's order: the allowed-ids mask,
+// then bad words, then the bias), in place on one row of `vocab_size` logits:
+//   allowed: every id not in `allowed_ids` gets -inf (empty: no mask);
+//   bad words: for each sequence, its last token gets -inf when `output_ids` ends with the
+//              sequence's other tokens (a one-token word is always banned);
+//   bias: logits[id] += bias.
+// Ids outside [0, vocab_size) are ignored. A no-op when all three are empty. When the masks
+// leave no finite logit, id 0 gets logit 0 (vLLM samples id 0 from such a row).
+void ApplyTokenConstraints(float* logits, int64_t vocab_size, std::span<const int32_t> allowed_ids,
+                           std::span<const std::vector<int32_t>> bad_words,
+                           std::span<const std::pair<int32_t, float>> logit_bias,
+                           std::span<const int32_t> output_ids);
 
 // Structured outputs: sets the logits of the tokens `bitmask` disallows to -inf, in place
 // (vLLM's apply_grammar_bitmask; XGrammar's packed layout: bit j of word w is token 32w + j,

@@ -184,7 +184,7 @@ book ::= "Genesis" | "Exodus" | "Psalms")";
     refused({{"structured_outputs", {{"json", {{"$ref", "#"}}}}}}, "structured_outputs.json");
     refused({{"guided_decoding_backend", "outlines"}, {"guided_regex", "a"}},
             "guided_decoding_backend");
-    refused({{"logit_bias", {{"5", 10}}}}, "logit_bias");
+    refused({{"logit_bias", {{"abc", 10}}}}, "logit_bias");  // a key that is no token id
     std::string deep;
     for (int i = 0; i < 10000; ++i) deep += R"({"type":"array","items":)";
     deep += "true" + std::string(10000, '}');

@@ -28,6 +28,9 @@ SamplingParams FullSamplingParams() {
   p.ignore_eos = true;
   p.logprobs = 5;
   p.prompt_logprobs = 3;
+  p.allowed_token_ids = {1, 2, 3};
+  p.bad_words_token_ids = {{9}, {10, 11}};
+  p.logit_bias = {{4, -100.0f}, {8, 2.5f}};
   return p;
 }
 
