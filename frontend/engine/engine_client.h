@@ -45,15 +45,18 @@ using base::kParamPayloadUrl;
 
 struct GenerateRequest;
 class Tokenizer;
+
 // vLLM's truncate_prompt_tokens (renderers/params.py): keeps request.truncate_prompt_tokens of
 // `ids` (-1: max_model_len - 1), the last ones unless !request.truncate_left. InvalidParam
 // naming truncate_prompt_tokens when it exceeds max_model_len (vLLM's message).
 [[nodiscard]] absl::Status TruncatePrompt(const GenerateRequest& request, int32_t max_model_len,
                                           std::vector<int32_t>* ids);
+
 // vLLM's SamplingParams._validate_logit_bias / _validate_allowed_token_ids: every id in
 // [0, vocab_size), else InvalidParam naming the field (vLLM's messages).
 [[nodiscard]] absl::Status CheckTokenConstraints(const core::SamplingParams& params,
                                                  int32_t vocab_size);
+
 // vLLM's SamplingParams.update_from_tokenizer: each bad word (leading whitespace stripped)
 // tokenized without special tokens as is and with a leading space; the spaced form is kept
 // when it starts with another token and has as many tokens. Appends to
@@ -62,6 +65,7 @@ class Tokenizer;
 [[nodiscard]] absl::Status TokenizeBadWords(const Tokenizer& tokenizer,
                                             const std::vector<std::string>& words,
                                             core::SamplingParams* params);
+
 // One engine request (one choice of one prompt; the server fans n > 1 out into n of them).
 struct GenerateRequest {
   // Unique among in-flight requests; the server derives it from the response id.

@@ -268,6 +268,37 @@ TEST(TokenizerTest, SentencePieceRules) {
   EXPECT_TRUE(l.IsSpecial(1));
 }
 
+// Logprob token strings as vLLM 0.33 (with transformers 5) shows them: one token decoded without
+// clean_up_tokenization_spaces, the leading spaces of a Metaspace tokenizer's pieces restored.
+TEST(TokenizerTest, DecodeTokenAsVllmLogprobs) {
+  // A Phi-3 style token " ..." on a tokenizer with clean_up_tokenization_spaces: decode()
+  // cleans it to "...", the logprob string keeps the space.
+  nlohmann::json j = ReadJson(kRoot / "models" / "kjv-llama-tiny" / "tokenizer.json");
+  const int32_t id = static_cast<int32_t>(j["model"]["vocab"].size());
+  j["added_tokens"].push_back({{"id", id},
+                               {"content", " ..."},
+                               {"single_word", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"normalized", false},
+                               {"special", false}});
+  auto clean = Tokenizer::FromJson(j.dump(), R"({"clean_up_tokenization_spaces": true})");
+  ASSERT_TRUE(clean.ok()) << clean.status();
+  EXPECT_EQ((*clean)->Decode(std::vector<int32_t>{id}, false), "...");
+  EXPECT_EQ((*clean)->DecodeToken(id), " ...");
+  EXPECT_EQ((*clean)->DecodeToken(-1), "");
+  // Metaspace pre-tokenizer: "▁th" decodes alone to "th", vLLM restores " th"; the Llama-2
+  // legacy form (no Metaspace pre-tokenizer) keeps decode's "th", as vLLM does.
+  auto meta = Tokenizer::Load(kFixtures / "metaspace_sp");
+  auto llama2 = Tokenizer::Load(kFixtures / "llama2_sp");
+  ASSERT_TRUE(meta.ok() && llama2.ok());
+  const int32_t th = *(*meta)->TokenToId("\u2581th");
+  EXPECT_EQ((*meta)->Decode(std::vector<int32_t>{th}, false), "th");
+  EXPECT_EQ((*meta)->DecodeToken(th), " th");
+  const int32_t th2 = *(*llama2)->TokenToId("\u2581th");
+  EXPECT_EQ((*llama2)->DecodeToken(th2), (*llama2)->Decode(std::vector<int32_t>{th2}, false));
+}
+
 // Deeply nested Sequence steps once overflowed the stack (the parsers recurse per level).
 TEST(TokenizerTest, DeepNestingIsInvalidArgument) {
   std::string decoder = R"({"type":"Fuse"})";

@@ -339,5 +339,30 @@ TEST(LogprobsTest, LargeLogitsDoNotOverflow) {
   EXPECT_NEAR(r.logprobs[2], 999.0 - lse, 1e-6);
 }
 
+// vLLM's allowed_token_ids, bad_words and logit_bias (vllm/v1/sample/sampler.py order).
+TEST(TokenConstraintsTest, AllowedBadWordsAndBias) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  std::vector<float> logits = {1, 2, 3, 4, 5, 6};
+  const std::vector<int32_t> allowed = {1, 3, 4, 99};  // 99: outside the vocabulary, ignored
+  // {4}: always banned; {2, 3}: banned after a 2; {5, 1}: not (the output ends in 2).
+  const std::vector<std::vector<int32_t>> bad = {{4}, {2, 3}, {5, 1}};
+  const std::vector<std::pair<int32_t, float>> bias = {{1, 10.0f}, {0, -1.0f}};
+  const std::vector<int32_t> output = {0, 2};
+  ApplyTokenConstraints(logits.data(), 6, allowed, bad, bias, output);
+  EXPECT_EQ(logits, (std::vector<float>{kNegInf, 12.0f, kNegInf, kNegInf, kNegInf, kNegInf}));
+  // A bad word longer than the output so far + 1 never matches; none at all is a no-op.
+  std::vector<float> row = {1, 2, 3};
+  const std::vector<std::vector<int32_t>> long_word = {{0, 1, 2}};
+  ApplyTokenConstraints(row.data(), 3, {}, long_word, {}, std::vector<int32_t>{1});
+  EXPECT_EQ(row, (std::vector<float>{1, 2, 3}));
+  // Everything masked: id 0 is left to sample (vLLM's argmax of a row of -inf), never a row
+  // with nothing in it.
+  std::vector<float> masked = {1, 2, 3};
+  const std::vector<int32_t> only = {2};
+  const std::vector<std::vector<int32_t>> ban2 = {{2}};
+  ApplyTokenConstraints(masked.data(), 3, only, ban2, {}, {});
+  EXPECT_EQ(SampleRow(masked.data(), 3, SamplingRow{}, 0.5), 0);
+}
+
 }  // namespace
 }  // namespace vllm::kernels::cpu
