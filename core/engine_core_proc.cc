@@ -16,6 +16,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -45,6 +46,11 @@ std::string Pack(const auto&... fields) {
 }
 
 zmq::message_t Msg(std::string_view s) { return zmq::message_t(s.data(), s.size()); }
+
+void MarkHeadLoss(absl::Status& status, HeadLoss loss) {
+  status.SetPayload(kHeadLossPayload,
+                    absl::Cord(loss == HeadLoss::kSilent ? "silent" : "unanswered"));
+}
 
 struct UtilityCall {
   uint64_t call_id = 0;
@@ -123,6 +129,10 @@ class EngineCoreProc::Impl {
                                         const std::string& routing_id = "") {
     zmq::socket_t socket(ipc::ZmqContext(), type);
     socket.set(zmq::sockopt::linger, linger_ms);
+    // A connect whose SYNs are dropped (a partition) is given up after a second and tried
+    // again, instead of waiting out the kernel's SYN back-off (up to a minute between tries),
+    // so the head is reached within a second of the network healing.
+    socket.set(zmq::sockopt::connect_timeout, 1000);
     if (!routing_id.empty()) socket.set(zmq::sockopt::routing_id, routing_id);
     if (options_.curve.has_value()) {
       VLLM_RETURN_IF_ERROR(ipc::MakeCurveClient(socket, *options_.curve));
@@ -224,12 +234,14 @@ class EngineCoreProc::Impl {
       asked = ipc::RecvMultipart(hs, parts, 2, deadline, kPollSlice, check, "CONFIG");
     }
     if (absl::IsDeadlineExceeded(asked)) {
-      return absl::DeadlineExceededError(absl::StrCat(
+      absl::Status unanswered = absl::DeadlineExceededError(absl::StrCat(
           "no answer from the frontend at ", address, " within ",
           absl::FormatDuration(options_.handshake_timeout),
           tcp ? " (check --data-parallel-address and --data-parallel-rpc-port, that the head "
                 "node runs, and --cluster-key-file on both sides)"
               : ""));
+      if (tcp) MarkHeadLoss(unanswered, HeadLoss::kUnanswered);
+      return unanswered;
     }
     VLLM_RETURN_IF_ERROR(asked);
     if (parts.size() == 2 && parts[0].to_string_view() == "REJECT") {
@@ -388,6 +400,7 @@ class EngineCoreProc::Impl {
     spdlog::error("engine {}: {}", options_.engine_index, std::string(lost.message()));
     absl::MutexLock lock(&mu_);
     lost_ = lost;
+    MarkHeadLoss(lost_, HeadLoss::kSilent);
     stop_.store(true);
     wake_ = true;
   }
@@ -646,6 +659,12 @@ class EngineCoreProc::Impl {
   std::deque<Output> outputs_ ABSL_GUARDED_BY(out_mu_);
   bool output_done_ ABSL_GUARDED_BY(out_mu_) = false;
 };
+
+HeadLoss HeadLossOf(const absl::Status& status) {
+  const absl::optional<absl::Cord> loss = status.GetPayload(kHeadLossPayload);
+  if (!loss.has_value()) return HeadLoss::kNone;
+  return *loss == "silent" ? HeadLoss::kSilent : HeadLoss::kUnanswered;
+}
 
 EngineCoreProc::EngineCoreProc(EngineCoreProcOptions options)
     : impl_(std::make_unique<Impl>(std::move(options))) {}

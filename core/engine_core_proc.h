@@ -108,6 +108,14 @@ struct EngineCoreProcOptions {
   absl::Duration frontend_timeout = absl::ZeroDuration();
 };
 
+// Why an engine ended with its head over TCP gone: the head went silent for frontend_timeout
+// after the engine had joined (kSilent), or did not answer HELLO within the handshake timeout
+// (kUnanswered). Carried as a payload on the error Run() returns (nothing else carries it); a
+// headless node's launcher starts such an engine again to re-join the head (--rejoin-head).
+enum class HeadLoss { kNone, kSilent, kUnanswered };
+inline constexpr char kHeadLossPayload[] = "vllm.core/head-loss";
+HeadLoss HeadLossOf(const absl::Status& status);
+
 // Runs the engine process until Stop() (SIGTERM), a `shutdown` from the frontend, or a fatal
 // executor error (reported as 'F' first). Returns OK on an orderly stop, the error otherwise.
 // Thread-safe: Stop() may be called from any thread (a signal-handling thread).

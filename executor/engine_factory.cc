@@ -5,10 +5,10 @@
 #include <utility>
 
 #include "absl/random/random.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "config/vllm_envs.h"
 #include "executor/multiproc_executor.h"
 #include "executor/uniproc_executor.h"
 #include "spdlog/spdlog.h"
@@ -20,10 +20,10 @@ namespace vllm::executor {
 absl::StatusOr<absl::Duration> ExecuteModelTimeoutFromEnv(absl::Duration unset) {
   constexpr char kName[] = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS";
   const char* v = std::getenv(kName);
-  if (v == nullptr || *v == '\0') return unset;
-  int64_t seconds = 0;
-  // Python's int() takes surrounding blanks and a sign, as SimpleAtoi does.
-  if (!absl::SimpleAtoi(v, &seconds) || seconds < 1 || seconds > 604800) {
+  if (v == nullptr) return unset;
+  // Python's int(), as config::ReadVllmEnv (which the launcher runs first) parses it.
+  VLLM_ASSIGN_OR_RETURN(const int64_t seconds, config::ParsePythonInt(kName, v));
+  if (seconds < 1 || seconds > 604800) {
     return absl::InvalidArgumentError(
         absl::StrCat(kName, ": expected a whole number of seconds in [1, 604800], got '",
                      std::string(v).substr(0, 64), "'"));

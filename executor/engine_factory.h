@@ -51,9 +51,9 @@ struct BuiltEngine {
 
 // vLLM's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (envs.py: int(os.getenv(..., "300"))): how long
 // the multi-process executor waits on its workers for a step (and every other call) before the
-// engine fails naming the rank. `unset` when the variable is unset or empty; InvalidArgument
-// naming it when it is not a whole number of seconds in [1, 604800] (a week) (vLLM would fail the first
-// step on a bad value, and time every step out at once on 0 or less).
+// engine fails naming the rank. `unset` when the variable is unset; InvalidArgument naming it
+// when Python's int() refuses it or it is outside [1, 604800] s (vLLM would fail the first step
+// on a bad value, and time every step out at once on 0 or less).
 [[nodiscard]] absl::StatusOr<absl::Duration> ExecuteModelTimeoutFromEnv(absl::Duration unset);
 
 // Loads the model's config, resolves, logs the resolved config ("Initializing a V1 LLM engine

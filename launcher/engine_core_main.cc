@@ -136,7 +136,14 @@ int RunEngineCore(const std::vector<std::string>& args) {
   const absl::Status status = proc.Run();
   if (!status.ok()) {
     spdlog::error("engine core stopped: {}", status.ToString());
-    return 1;
+    switch (core::HeadLossOf(status)) {
+      case core::HeadLoss::kSilent:
+        return kEngineExitHeadSilent;
+      case core::HeadLoss::kUnanswered:
+        return kEngineExitHeadUnanswered;
+      case core::HeadLoss::kNone:
+        return 1;
+    }
   }
   return 0;
 }

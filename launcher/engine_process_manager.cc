@@ -1,6 +1,7 @@
 #include "launcher/engine_process_manager.h"
 
 #include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -131,7 +132,9 @@ EngineProcessManager::SuperviseEnd EngineProcessManager::Supervise(
       HandleEngine(i, fds[i].revents != 0, restart, on_death, state[i]);
     }
     if (!restart && watches.empty() &&
-        std::all_of(state.begin(), state.end(), [](const EngineState& st) { return st.dead; })) {
+        std::all_of(state.begin(), state.end(), [](const EngineState& st) {
+          return st.dead && st.restart_at == absl::InfiniteFuture();  // none re-joining
+        })) {
       return SuperviseEnd::kEnginesEnded;
     }
   }
@@ -148,6 +151,8 @@ void EngineProcessManager::HandleEngine(
     if (why.ok()) why = absl::UnavailableError("the engine core ended");
     spdlog::error("{}", why.ToString());
     on_death(rank, why);
+    if (ScheduleRejoin(rank, engines_[i]->wait_status().value_or(0), now, st)) return;
+    st.rejoin_attempts = 0;
     if (restart) {
       st.backoff = now - st.started < absl::Minutes(1)
                        ? std::clamp(st.backoff * 2, absl::Seconds(1), absl::Seconds(30))
@@ -158,6 +163,10 @@ void EngineProcessManager::HandleEngine(
     }
   } else if (st.dead && now >= st.restart_at) {
     st.started = now;
+    if (st.rejoin_attempts > 0) {
+      spdlog::info("data-parallel engine {}: re-joining the head (attempt {})", rank,
+                   st.rejoin_attempts);
+    }
     if (absl::Status s = StartEngine(rank, i); !s.ok()) {
       spdlog::error("{}", s.ToString());
       st.backoff = std::clamp(st.backoff * 2, absl::Seconds(1), absl::Seconds(30));
@@ -167,6 +176,32 @@ void EngineProcessManager::HandleEngine(
     st.dead = false;
     st.restart_at = absl::InfiniteFuture();
   }
+}
+
+bool EngineProcessManager::ScheduleRejoin(int32_t rank, int wait_status, absl::Time now,
+                                          EngineState& st) {
+  if (!rejoin_ || !WIFEXITED(wait_status)) return false;
+  const int code = WEXITSTATUS(wait_status);
+  if (code == kEngineExitHeadSilent) {
+    st.rejoin_attempts = 1;  // it had joined: start over with the shortest back-off
+    st.backoff = absl::Seconds(1);
+    spdlog::warn(
+        "data-parallel engine {}: the head went silent; re-joining it in {} (the head decides "
+        "whether to take it back; --no-rejoin-head ends the node instead)",
+        rank, absl::FormatDuration(st.backoff));
+  } else if (code == kEngineExitHeadUnanswered && st.rejoin_attempts > 0) {
+    st.backoff = std::min(absl::Seconds(1) * (int64_t{1} << std::min(st.rejoin_attempts, 5)),
+                          absl::Seconds(30));
+    ++st.rejoin_attempts;
+    spdlog::warn(
+        "data-parallel engine {}: the head did not answer re-join attempt {}; the next "
+        "in {}",
+        rank, st.rejoin_attempts - 1, absl::FormatDuration(st.backoff));
+  } else {
+    return false;
+  }
+  st.restart_at = now + st.backoff;
+  return true;
 }
 
 void EngineProcessManager::Stop() {

@@ -58,6 +58,14 @@ class EngineProcessManager {
                          const std::function<void(int32_t, const absl::Status&)>& on_death,
                          const std::vector<Watch>& watches = {});
 
+  // Headless nodes (--rejoin-head): an engine that ended because its head went silent
+  // (kEngineExitHeadSilent) is started again to re-join it, whatever Supervise's `restart`
+  // says, and so is each re-join attempt the head did not answer (kEngineExitHeadUnanswered)
+  // — after 1 s, then 2, 4 … up to 30 s between unanswered attempts, each logged. The head
+  // decides whether to take the engine back (an attempt it refuses ends the engine as any
+  // other failure). An engine that never joined is not retried (a start-up mistake).
+  void set_rejoin(bool rejoin) { rejoin_ = rejoin; }
+
   // SIGTERM to every engine (they stop their workers and exit side by side), then waits up
   // to 4 s each before SIGKILL. Idempotent.
   void Stop();
@@ -69,7 +77,11 @@ class EngineProcessManager {
     absl::Time started = absl::Now();
     absl::Time restart_at = absl::InfiniteFuture();
     absl::Duration backoff = absl::ZeroDuration();
+    int32_t rejoin_attempts = 0;  // > 0: re-joining a silent head (this many started)
   };
+  // A dead engine that took its head as gone: schedules its next re-join attempt. False when
+  // it is not re-joining (set_rejoin off, another end, or a first join that was not answered).
+  bool ScheduleRejoin(int32_t rank, int wait_status, absl::Time now, EngineState& st);
   // One engine after a poll: its death (`ended`: its pidfd is readable) or its restart.
   void HandleEngine(size_t i, bool ended, bool restart,
                     const std::function<void(int32_t, const absl::Status&)>& on_death,
@@ -80,6 +92,7 @@ class EngineProcessManager {
   const ServeArgs& args_;
   std::vector<std::string> handshake_addresses_;
   std::vector<std::unique_ptr<executor::ChildProcess>> engines_;  // null: never started
+  bool rejoin_ = false;
 };
 
 }  // namespace vllm::launcher

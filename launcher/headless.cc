@@ -36,11 +36,12 @@ absl::Status ServeHeadless(const ServeArgs& args) {
                           (void)!write(stop_pipe[1], "x", 1);
                         }));
   EngineProcessManager engines(args);
+  engines.set_rejoin(args.rejoin_head);
   VLLM_RETURN_IF_ERROR(engines.Start({head}));  // the destructor stops the ones started
-  std::printf("vllm-launch: headless: data-parallel engines %d..%d joining the head at %s\n",
+  std::printf("vllm-launch: headless: data-parallel engines %d..%d joining the head at %s%s\n",
               parallel.data_parallel_start_rank,
               parallel.data_parallel_start_rank + parallel.data_parallel_size_local - 1,
-              head.c_str());
+              head.c_str(), args.rejoin_head ? " (and again whenever it goes silent)" : "");
   std::fflush(stdout);
   const bool stopped = engines.Supervise(stop_pipe[0], args.restart_dead_engines,
                                          [](int32_t, const absl::Status&) {}) ==

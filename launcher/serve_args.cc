@@ -225,6 +225,13 @@ void AddParallelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                "requests. Needs TCP between the engines and the head (--data-parallel-address). "
                "Not in vLLM.")
       ->group("ParallelConfig");
+  app.add_flag("--rejoin-head,!--no-rejoin-head", a.rejoin_head,
+               "With --headless: when the head goes silent (a partition, or the head restarts), "
+               "keep trying to join it again, with a back-off (1 s doubled up to 30 s, logged); "
+               "the head decides whether to take the node back. Default on; "
+               "--no-rejoin-head: this node's launcher exits once its engines took the head as "
+               "gone. Not in vLLM.")
+      ->group("ParallelConfig");
   app.add_flag("--data-parallel-lockstep", a.data_parallel_lockstep,
                "Request waves across the data-parallel engines: while any engine has work, the "
                "idle ones run dummy forward steps, so collectives across DP ranks (MoE expert "
@@ -588,6 +595,11 @@ absl::Status CheckDataParallelFlags(const CLI::App& app, const FlagValues& f, Se
                          "nodes, or --data-parallel-address given, e.g. 127.0.0.1 on one node)"));
       }
     }
+  }
+  if (app.count("--rejoin-head") > 0 && !a.headless) {  // either spelling
+    return absl::InvalidArgumentError(
+        "--rejoin-head / --no-rejoin-head: only with --headless (a node that joins a head over "
+        "the network)");
   }
   if (a.restart_dead_engines && a.config.parallel.nnodes > 1) {
     return absl::InvalidArgumentError(

@@ -55,6 +55,10 @@ struct ServeArgs {
   std::string cluster_key_file;  // --cluster-key-file (checked readable at parse time)
   // A local engine core that dies is started again (it joins the head again; TCP only).
   bool restart_dead_engines = false;
+  // --headless (--rejoin-head, the default): an engine that took the head as gone (silent for
+  // VLLM_ENGINE_HEARTBEAT_TIMEOUT_S) is started again to re-join it, with a bounded back-off;
+  // a worker node of --nnodes joins again. --no-rejoin-head: the node ends instead.
+  bool rejoin_head = true;
   // --data-parallel-lockstep: request waves; an engine with no work runs dummy steps while
   // another has work (vLLM does this for MoE models with DP > 1; here a flag, off by
   // default). Needs -dp > 1 with internal load balancing; given on the head only.

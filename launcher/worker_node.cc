@@ -83,15 +83,20 @@ class WorkerNode {
   const std::string& head() const { return head_; }
   const std::string& address() const { return address_; }
   bool joined_once() const { return joined_once_; }
+  // The last session ended because the head sent nothing for the heartbeat timeout.
+  bool head_went_silent() const { return head_went_silent_; }
 
   // One engine, from HELLO to its end: OK when it ended normally (every rank exited 0, or the
   // head said STOP). InvalidArgument: a REJECT naming a flag (fatal); FailedPrecondition: the
   // head refused us for now; DeadlineExceeded: no head answered; Cancelled: a signal; other
   // errors (a rank died, the head went silent): join again.
   absl::Status RunSession() {
+    head_went_silent_ = false;
     zmq::socket_t socket(ipc::ZmqContext(), zmq::socket_type::dealer);
     socket.set(zmq::sockopt::linger, 500);  // a last WORKER_EXITED still leaves
     socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(executor::kMaxNodeFrameBytes));
+    // Dropped SYNs (a partition): a new try every second, not the kernel's SYN back-off.
+    socket.set(zmq::sockopt::connect_timeout, 1000);
     if (curve_.has_value()) VLLM_RETURN_IF_ERROR(ipc::MakeCurveClient(socket, *curve_));
     socket.connect(head_);
     const config::ParallelConfig& p = args_.config.parallel;
@@ -260,6 +265,7 @@ class WorkerNode {
       }
       const absl::Time now = absl::Now();
       if (now - last_seen > timeout) {
+        head_went_silent_ = true;
         return absl::UnavailableError(absl::StrCat("the head at ", head_, " sent nothing for ",
                                                    absl::FormatDuration(timeout)));
       }
@@ -290,6 +296,7 @@ class WorkerNode {
   std::optional<ipc::CurveKeys> curve_;
   absl::Duration ready_timeout_;
   bool joined_once_ = false;
+  bool head_went_silent_ = false;
 };
 
 }  // namespace
@@ -357,6 +364,7 @@ absl::Status ServeWorkerNode(const ServeArgs& args) {
     if (stopping.load() || absl::IsCancelled(s)) break;
     if (absl::IsInvalidArgument(s)) return s;  // refused: a flag to fix
     if (absl::IsDeadlineExceeded(s) && !node.joined_once()) return s;
+    if (node.head_went_silent() && !args.rejoin_head) return s;  // --no-rejoin-head
     if (s.ok()) {
       spdlog::info("node rank {}: the engine ended; joining the next one", p.node_rank);
       continue;

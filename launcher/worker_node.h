@@ -6,7 +6,8 @@
 // (R × local world size ..), makes the TP groups that lie wholly on this node, and supervises
 // them: it reports a rank that exits, sends heartbeats, and stops its ranks when the head says
 // STOP, goes silent for the heartbeat timeout, or every rank has ended. Then it joins again, so
-// a restarted head gets its node back; SIGINT / SIGTERM stop it.
+// a restarted head (or one behind a healed partition) gets its node back; SIGINT / SIGTERM stop
+// it, and so does a silent head with --no-rejoin-head.
 //
 // Start-up errors name the flag: a REJECT (--nnodes, --node-rank, sizes, --model), or no answer
 // within VLLM_ENGINE_READY_TIMEOUT_S (--master-addr / --master-port / --cluster-key-file).
@@ -24,7 +25,8 @@ namespace vllm::launcher {
 // True for the flags of a worker node (nnodes > 1, this node's rank within its engine > 0).
 bool IsWorkerNode(const ServeArgs& args);
 
-// Runs the worker node until a signal stops it (OK) or a start-up error (the flag's).
+// Runs the worker node until a signal stops it (OK), a start-up error (the flag's), or (with
+// --no-rejoin-head) the head going silent.
 [[nodiscard]] absl::Status ServeWorkerNode(const ServeArgs& args);
 
 // The address of this node on the route to `host` (the source address of a UDP socket connected

@@ -28,7 +28,7 @@ PACKAGES=(
   libiceoryx-posh-dev libiceoryx-hoofs-dev iceoryx  # ipc_bench's iceoryx peer (iox-roudi)
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev libsodium-dev
-  procps iproute2 python3 ccache clang-format clang-tidy
+  procps iproute2 iptables python3 ccache clang-format clang-tidy  # iptables: multinode_partition_test
   curl patch xz-utils  # Abseil's and XGrammar's sources (fetch_abseil_source, fetch_xgrammar_source)
 )
 

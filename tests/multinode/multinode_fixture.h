@@ -101,17 +101,23 @@ class MultinodeTest : public testing::ServeTest {
             "64MiB"};
   }
 
-  // env for every node: short deadlines, so a dead or missing node shows within seconds.
+  // env for every node: short deadlines, so a dead or missing node shows within seconds
+  // (heartbeat_timeout_s_: how long silence takes a node or an engine as gone).
   std::vector<std::string> Env(const std::vector<std::string>& in_node) {
     std::vector<std::string> argv = in_node;
-    argv.insert(argv.end(), {"/usr/bin/env", "VLLM_ENGINE_READY_TIMEOUT_S=60",
-                             "VLLM_ENGINE_HEARTBEAT_TIMEOUT_S=5"});
+    argv.insert(argv.end(),
+                {"/usr/bin/env", "VLLM_ENGINE_READY_TIMEOUT_S=60",
+                 absl::StrCat("VLLM_ENGINE_HEARTBEAT_TIMEOUT_S=", heartbeat_timeout_s_)});
     return argv;
   }
 
-  // Starts node B (--headless) with `args`; returns once it printed its line.
-  void StartNodeB(const std::vector<std::string>& args) {
+  // Starts node B (--headless) with `args`; returns once it printed its line. With
+  // `stderr_file`, its stderr (its processes' logs) goes there.
+  void StartNodeB(const std::vector<std::string>& args, const std::string& stderr_file = "") {
     std::vector<std::string> argv = Env(nodes_->InB({}));
+    if (!stderr_file.empty()) {
+      argv.insert(argv.end(), {"/bin/sh", "-c", "exec \"$@\" 2>>\"$0\"", stderr_file});
+    }
     argv.push_back(testing::BinDir() + "/vllm-launch");
     argv.insert(argv.end(), args.begin(), args.end());
     auto p = testing::Subprocess::Spawn(argv);
@@ -333,6 +339,7 @@ class MultinodeTest : public testing::ServeTest {
         << *ready;
   }
 
+  int heartbeat_timeout_s_ = 5;
   std::unique_ptr<testing::NetnsPair> nodes_;
   std::vector<testing::Subprocess> headless_;
   std::string key_file_;

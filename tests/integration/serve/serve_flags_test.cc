@@ -292,6 +292,14 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
             r.output);
   }
   {
+    // Re-joining a silent head is a --headless node's (its effect: multinode_partition_test).
+    const CliResult r = RunCli({"--no-rejoin-head"});
+    Covered(
+        "--no-rejoin-head",
+        r.exit_code == 2 && absl::StrContains(r.output, "--no-rejoin-head: only with --headless"),
+        r.output);
+  }
+  {
     // The head's port only means something when engines reach it over TCP.
     const CliResult r = RunCli({"-dpp", "13345"});
     EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -710,6 +718,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     ASSERT_TRUE(line.ok()) << line.status();
     Covered("--headless", absl::StrContains(*line, "headless: data-parallel engines 1..1"), *line);
     Covered("--data-parallel-start-rank", absl::StrContains(*line, "engines 1..1"), *line);
+    // The default (--rejoin-head): the node says it re-joins a head that goes silent.
+    Covered("--rejoin-head", absl::StrContains(*line, "and again whenever it goes silent"), *line);
     Covered("--data-parallel-rpc-port",
             absl::StrContains(*line, absl::StrCat("tcp://127.0.0.1:", rpc_port)), *line);
     ASSERT_NO_FATAL_FAILURE(Start({"-dp", "2", "-dpl", "1", "--data-parallel-address", "127.0.0.1",

@@ -126,6 +126,11 @@ TEST(ServeArgsTest, DataParallelAcrossNodes) {
   EXPECT_TRUE(node->args->headless);
   EXPECT_EQ(node->args->config.parallel.data_parallel_start_rank, 2);
   EXPECT_EQ(node->args->config.parallel.data_parallel_size_local, 2);
+  EXPECT_TRUE(node->args->rejoin_head);  // by default a headless node re-joins a silent head
+  auto no_rejoin = Parse(
+      {"-dp", "4", "-dpl", "2", "-dpr", "2", "-dpa", "10.0.0.1", "--headless", "--no-rejoin-head"});
+  ASSERT_TRUE(no_rejoin.ok()) << no_rejoin.status();
+  EXPECT_FALSE(no_rejoin->args->rejoin_head);
   // One node: no TCP, unless an address is given (engines may then join again).
   auto local = Parse({"-dp", "2"});
   ASSERT_TRUE(local.ok()) << local.status();
@@ -455,6 +460,7 @@ TEST(ServeArgsTest, BadFlagsNameTheFlagAndTheChoices) {
       {{"-dp", "2", "-dpn", "1", "--headless"}, "--data-parallel-rank"},
       {{"-dp", "4", "-dpl", "2", "-dpr", "2", "-dph", "--headless"}, "--data-parallel-hybrid-lb"},
       {{"--restart-dead-engines"}, "--restart-dead-engines"},
+      {{"--no-rejoin-head"}, "--no-rejoin-head: only with --headless"},
       // Lockstep needs several replicas behind one head, and is given on the head.
       {{"--data-parallel-lockstep"}, "--data-parallel-lockstep"},
       {{"-dp", "4", "-dpl", "2", "-dpr", "2", "--data-parallel-lockstep"},
