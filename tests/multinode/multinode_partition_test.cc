@@ -10,7 +10,7 @@
 //   3. the link flapping every 2 s for 30 s (down 2 s, up 2 s, …), ending up;
 //   4. the head killed and started again while the node is cut off, then the link up.
 //
-// Throughout, a client on node A sends requests: every one succeeds or fails naming engine 1
+// Through steps 1-3, a client on node A sends requests: every one succeeds or fails naming engine 1
 // (none on the head's live engine is lost); after each heal every engine serves again within
 // 5 s (4: the new head is ready within 5 s); node B's launcher keeps exactly one engine process
 // (none orphaned), logs each re-join, and stops cleanly at the end. Skips, saying why, when not
@@ -40,6 +40,8 @@ using nlohmann::json;
 using testing_multinode::MultinodeTest;
 
 constexpr absl::Duration kBackWithin = absl::Seconds(5);
+// Step 3: the link changes state every 2 s this many times (30 s), ending up.
+constexpr int kFlapToggles = 15;
 
 class MultinodePartitionTest : public MultinodeTest {
  protected:
@@ -201,7 +203,7 @@ TEST_F(MultinodePartitionTest, PartitionsHealWithoutAnOrchestrator) {
   }
 
   // 3. The link flapping every 2 s for 30 s, ending up.
-  for (int i = 0; i < 15; ++i) {
+  for (int i = 0; i < kFlapToggles; ++i) {
     ASSERT_TRUE(nodes_->SetLinkUp(i % 2 == 1).ok());
     absl::SleepFor(absl::Seconds(2));  // the flapping itself, not a synchronisation
   }
