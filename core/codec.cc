@@ -98,7 +98,7 @@ void PackLogprobsList(Packer& pk, const std::vector<TokenLogprobs>& list) {
 }
 
 void PackOutput(Packer& pk, const EngineCoreOutput& o) {
-  pk.pack_array(8);
+  pk.pack_array(9);
   pk.pack(o.request_id);
   wire::PackList<int32_t>(pk,
                           std::span<const int32_t>(o.new_token_ids.data(), o.new_token_ids.size()));
@@ -112,6 +112,12 @@ void PackOutput(Packer& pk, const EngineCoreOutput& o) {
   PackLogprobsList(pk, o.logprobs);
   PackLogprobsList(pk, o.prompt_logprobs);
   kv_transfer::PackOptional(pk, o.kv_transfer_params);
+  pk.pack_array(static_cast<uint32_t>(o.events.size()));
+  for (const EngineCoreEvent& e : o.events) {
+    pk.pack_array(2);
+    pk.pack(static_cast<uint8_t>(e.type));
+    wire::PackDouble(pk, e.timestamp);
+  }
 }
 
 void PackStructuredOutputStats(Packer& pk, const structured_output::StructuredOutputStats& s) {
@@ -342,8 +348,32 @@ absl::Status ReadLogprobsList(const FieldReader& r, std::string_view field,
   return absl::OkStatus();
 }
 
+// EngineCoreOutput.events: [[type, timestamp]], at most kMaxEvents entries.
+absl::Status ReadEvents(const FieldReader& r, const msgpack::object& o,
+                        std::vector<EngineCoreEvent>* out) {
+  constexpr size_t kMaxEvents = 1024;
+  VLLM_ASSIGN_OR_RETURN(auto list, r.List("events", o));
+  if (list.size() > kMaxEvents) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "EngineCoreOutput.events: %d entries exceed the limit of %d", list.size(), kMaxEvents));
+  }
+  out->resize(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    VLLM_ASSIGN_OR_RETURN(FieldReader e, FieldReader::Open(list[i], "EngineCoreEvent", 2));
+    uint8_t type = 0;
+    VLLM_RETURN_IF_ERROR(e.Int("type", &type));
+    if (type < static_cast<uint8_t>(EngineCoreEventType::kQueued) ||
+        type > static_cast<uint8_t>(EngineCoreEventType::kPreempted)) {
+      return e.Error("type", absl::StrFormat("unknown value %d", type));
+    }
+    (*out)[i].type = static_cast<EngineCoreEventType>(type);
+    VLLM_RETURN_IF_ERROR(e.Double("timestamp", &(*out)[i].timestamp));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 8));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 9));
   VLLM_RETURN_IF_ERROR(r.String("request_id", kMaxIdBytes, &out->request_id));
   VLLM_RETURN_IF_ERROR(r.IntList("new_token_ids", &out->new_token_ids));
   std::optional<uint8_t> reason;
@@ -360,7 +390,8 @@ absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
   VLLM_RETURN_IF_ERROR(r.Int("num_cached_tokens", &out->num_cached_tokens));
   VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "logprobs", r.Next(), &out->logprobs));
   VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "prompt_logprobs", r.Next(), &out->prompt_logprobs));
-  return kv_transfer::ReadOptional(r.Next(), &out->kv_transfer_params);
+  VLLM_RETURN_IF_ERROR(kv_transfer::ReadOptional(r.Next(), &out->kv_transfer_params));
+  return ReadEvents(r, r.Next(), &out->events);
 }
 
 absl::Status ReadStructuredOutputStats(const msgpack::object& o,

@@ -24,7 +24,8 @@
 //   EngineCoreOutput  [request_id: str, new_token_ids: [int], finish_reason: uint?
 //                      (FinishReason), stop_reason: int?, num_cached_tokens: int,
 //                      logprobs: [TokenLogprobs], prompt_logprobs: [TokenLogprobs],
-//                      kv_transfer_params: KVTransferParams?]
+//                      kv_transfer_params: KVTransferParams?, events: [[type: uint
+//                      (EngineCoreEventType), timestamp: float]] (at most 1024)]
 //   PrefixCacheStats  [reset: bool, requests, queries, hits]
 //   StructuredOutputStats [cache_hits, cache_misses, compile_failures, compile_timeouts,
 //                      compile_seconds_counts: [int] (exactly one per bucket of
@@ -94,7 +95,8 @@ namespace vllm::core {
 // SchedulerStats.connector_prefix_cache_stats, SchedulerOutput.kv_connector_metadata,
 // ModelRunnerOutput.kv_connector_output.
 // 8: SamplingParams allowed_token_ids, bad_words_token_ids, logit_bias.
-inline constexpr uint32_t kWireVersion = 8;
+// 9: EngineCoreOutput.events (queued / scheduled / preempted timestamps).
+inline constexpr uint32_t kWireVersion = 9;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

@@ -55,6 +55,7 @@ void MarkHeadLoss(absl::Status& status, HeadLoss loss) {
 struct UtilityCall {
   uint64_t call_id = 0;
   std::string method;
+  std::string args;  // msgpack (the call's bin), may be empty
 };
 
 // An ADD frame that could not be decoded but whose request id could be read: the request is
@@ -382,6 +383,9 @@ class EngineCoreProc::Impl {
                               wire::ConvertAs<uint64_t>(o.via.array.ptr[0], "call_id"));
         VLLM_ASSIGN_OR_RETURN(call.method,
                               wire::ConvertAs<std::string>(o.via.array.ptr[1], "method"));
+        if (o.via.array.size >= 3 && o.via.array.ptr[2].type == msgpack::type::BIN) {
+          call.args.assign(o.via.array.ptr[2].via.bin.ptr, o.via.array.ptr[2].via.bin.size);
+        }
         return Input(std::move(call));
       }
       default:
@@ -410,7 +414,7 @@ class EngineCoreProc::Impl {
     std::deque<FromFrontend> inputs;
     {
       absl::MutexLock lock(&mu_);
-      if (!engine_->scheduler().HasRequests() && !InWave()) {
+      if ((!engine_->scheduler().HasRequests() || sleep_level_ >= 0) && !InWave()) {
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_; };
         mu_.AwaitWithTimeout(absl::Condition(&ready), kPollSlice);
       }
@@ -450,6 +454,14 @@ class EngineCoreProc::Impl {
       std::string result;
       if (call->method == "reset_prefix_cache") {
         result = Pack(engine_->scheduler().ResetPrefixCache());
+      } else if (call->method == "sleep") {
+        status = Sleep(call->args);
+        result = Pack(true);
+      } else if (call->method == "wake_up") {
+        sleep_level_ = -1;
+        result = Pack(true);
+      } else if (call->method == "is_sleeping") {
+        result = Pack(sleep_level_ >= 0);
       } else if (call->method == "ping") {
         result = Pack(true);
       } else {
@@ -464,6 +476,28 @@ class EngineCoreProc::Impl {
       if (dp_ != nullptr) dp_->ApplyWave(*wave);
     }
     // StartDpWave on the input socket: our engines take waves from the coordinator only.
+  }
+
+  // The "sleep" utility (vLLM's EngineCore.sleep); `args`: msgpack int, the level. Level 0
+  // pauses scheduling: requests are taken but not stepped until "wake_up". Levels 1 and 2
+  // would free the KV cache (and the weights), which our executors cannot do yet: refused.
+  absl::Status Sleep(const std::string& args) {
+    int32_t level = 1;
+    if (!args.empty()) {
+      VLLM_ASSIGN_OR_RETURN(
+          auto oh,
+          wire::UnpackBounded({reinterpret_cast<const uint8_t*>(args.data()), args.size()}));
+      VLLM_ASSIGN_OR_RETURN(level, wire::ConvertAs<int32_t>(oh.get(), "level"));
+    }
+    if (level != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sleep level ", level,
+                       " (free the KV cache / the weights) is not implemented by this engine yet; "
+                       "level=0 pauses scheduling"));
+    }
+    sleep_level_ = level;
+    spdlog::info("engine {}: sleeping (level {})", options_.engine_index, level);
+    return absl::OkStatus();
   }
 
   // Lockstep and some engine has work: this engine steps even without work of its own.
@@ -483,7 +517,7 @@ class EngineCoreProc::Impl {
     while (!stop_.load()) {
       TakeInputs();
       MaybeReport();
-      if (!engine_->scheduler().HasRequests()) {
+      if (!engine_->scheduler().HasRequests() || sleep_level_ >= 0) {
         if (InWave()) {
           // Lockstep: another engine has work, so this one steps too.
           if (absl::Status s = dp_->DummyStep(engine_->executor()); !s.ok())
@@ -654,6 +688,8 @@ class EngineCoreProc::Impl {
   std::deque<FromFrontend> inputs_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);  // the frontend went silent (FrontendLost)
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  // The main loop's: -1 awake, else the level of the "sleep" utility call.
+  int32_t sleep_level_ = -1;
 
   absl::Mutex out_mu_;
   std::deque<Output> outputs_ ABSL_GUARDED_BY(out_mu_);

@@ -86,6 +86,22 @@ struct TokenLogprobs {
   friend bool operator==(const TokenLogprobs&, const TokenLogprobs&) = default;
 };
 
+// What happened to a request inside the engine (vLLM's EngineCoreEventType; wire values).
+enum class EngineCoreEventType : uint8_t {
+  kQueued = 1,     // the engine took the request
+  kScheduled = 2,  // scheduled from the waiting queue (first time, or again after a preemption)
+  kPreempted = 3,  // its blocks were freed; it waits to be recomputed
+};
+
+// One such event with the engine's clock (seconds since the epoch, the clock of
+// EngineCoreOutputs::timestamp), as vLLM's EngineCoreEvent.
+struct EngineCoreEvent {
+  EngineCoreEventType type = EngineCoreEventType::kQueued;
+  double timestamp = 0.0;
+
+  friend bool operator==(const EngineCoreEvent&, const EngineCoreEvent&) = default;
+};
+
 // One request's progress in one step.
 struct EngineCoreOutput {
   std::string request_id;
@@ -107,6 +123,9 @@ struct EngineCoreOutput {
   // Set on a finishing output when the KV connector has something for the client (vLLM's
   // EngineCoreOutput.kv_transfer_params: a prefill instance's where-to-read-the-blocks).
   std::optional<kv_transfer::KVTransferParams> kv_transfer_params;
+  // The request's events since its previous output (vLLM's EngineCoreOutput.events): the
+  // frontend's queue, prefill, decode and inference times come from them.
+  std::vector<EngineCoreEvent> events;
 
   bool finished() const { return finish_reason.has_value(); }
   friend bool operator==(const EngineCoreOutput&, const EngineCoreOutput&) = default;

@@ -127,6 +127,8 @@ struct alignas(64) Request {
   // --- Written by the Scheduler (cold).
   std::optional<int32_t> stop_reason;
   int32_t num_preemptions = 0;
+  // Events not yet sent with an output (EngineCoreOutput::events).
+  std::vector<EngineCoreEvent> events;
 
   // --- Written by the KVCacheManager (cold).
   // Hashes of the full blocks of all_token_ids, extended lazily.

@@ -5,10 +5,16 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 
 namespace vllm::core {
 namespace {
+
+// An event now, on the clock of EngineCoreOutputs::timestamp.
+EngineCoreEvent EventNow(EngineCoreEventType type) {
+  return EngineCoreEvent{type, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())};
+}
 
 // A step walks thousands of heap-allocated requests, and the hardware cannot prefetch
 // through pointers: fetch the hot lines of a request (its first three) a few iterations
@@ -51,6 +57,7 @@ EngineCoreOutput& ReuseOutputAt(std::vector<EngineCoreOutput>* outputs, size_t i
   if (!out.logprobs.empty()) out.logprobs.clear();
   if (!out.prompt_logprobs.empty()) out.prompt_logprobs.clear();
   out.kv_transfer_params.reset();
+  if (!out.events.empty()) out.events.clear();
   return out;
 }
 
@@ -137,6 +144,7 @@ absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
   auto owned = std::make_unique<Request>(std::move(request), config_.model.max_model_len);
   owned->arrival_seq = next_arrival_seq_++;
   Request* raw = owned.get();
+  raw->events.push_back(EventNow(EngineCoreEventType::kQueued));
   requests_.emplace(raw->request_id, std::move(owned));
   if (raw->sampling_params.structured_outputs.has_value()) {
     raw->structured_output = structured_output_manager_->Submit(
@@ -218,6 +226,7 @@ void Scheduler::PreemptRequest(Request* request) {
   request->num_computed_tokens = 0;
   request->spec_token_ids.clear();
   ++request->num_preemptions;
+  request->events.push_back(EventNow(EngineCoreEventType::kPreempted));
   // Outputs of steps already in flight describe a computation we are discarding.
   request->num_stale_steps = request->num_inflight_steps;
   waiting_.Prepend(request);
@@ -363,6 +372,7 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
       scheduled_resumed_.push_back(request);
     }
     request->status = RequestStatus::kRunning;
+    request->events.push_back(EventNow(EngineCoreEventType::kScheduled));
     request->num_computed_tokens = num_computed_tokens;
     if (request->num_cached_tokens < 0) request->num_cached_tokens = num_computed_tokens;
     request->num_scheduled_tokens = num_new_tokens;
@@ -672,6 +682,7 @@ absl::Status Scheduler::UpdateFromOutput(const SchedulerOutput& scheduler_output
     out.request_id.assign(request.request_id);
     out.new_token_ids.assign(sampled.begin(), sampled.begin() + num_appended);
     out.num_cached_tokens = std::max(request.num_cached_tokens, 0);
+    if (!request.events.empty()) out.events.swap(request.events);
     if (!model_output.logprobs.empty() && request.sampling_params.logprobs.has_value()) {
       const auto& logprobs = model_output.logprobs[output_index_[i]];
       out.logprobs.assign(logprobs.begin(),

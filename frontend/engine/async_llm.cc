@@ -274,7 +274,7 @@ PositionLogprobs AsyncLLM::DecodedPosition(const core::TokenLogprobs& lp) const 
   return p;
 }
 
-std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& out,
+std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& out, double timestamp,
                                                 OutputCallback* cb, bool* abort_in_engine) {
   std::shared_ptr<RequestState> state;
   {
@@ -328,6 +328,24 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
   // Only a finishing engine output carries them (a request a stop string ended here has none,
   // as in vLLM).
   delta.kv_transfer_params = out.kv_transfer_params;
+  for (const core::EngineCoreEvent& e : out.events) {
+    if (e.type == core::EngineCoreEventType::kQueued) {
+      state->queued_ts = e.timestamp;
+    } else if (e.type == core::EngineCoreEventType::kScheduled) {
+      if (state->scheduled_ts == 0.0) state->scheduled_ts = e.timestamp;  // the first (vLLM)
+    } else {
+      ++state->num_preemptions;
+    }
+  }
+  if (!out.new_token_ids.empty()) {
+    if (state->first_token_ts == 0.0) state->first_token_ts = timestamp;
+    state->last_token_ts = timestamp;
+  }
+  delta.queued_ts = state->queued_ts;
+  delta.scheduled_ts = state->scheduled_ts;
+  delta.first_token_ts = state->first_token_ts;
+  delta.last_token_ts = state->last_token_ts;
+  delta.num_preemptions = state->num_preemptions;
   if (delta.finished()) {
     absl::MutexLock lock(&mu_);
     requests_.erase(out.request_id);
@@ -451,16 +469,36 @@ void AsyncLLM::OutputLoop() {
       }
     }
     std::vector<std::string> to_abort;
+    int64_t iteration_tokens = 0;
     for (const core::EngineCoreOutput& o : outs.outputs) {
       OutputCallback cb;
       bool abort_in_engine = false;
-      std::optional<GenerateOutput> delta = Process(o, &cb, &abort_in_engine);
+      std::optional<GenerateOutput> delta = Process(o, outs.timestamp, &cb, &abort_in_engine);
       if (!delta.has_value()) continue;
+      const auto n = static_cast<int32_t>(o.new_token_ids.size());
+      iteration_tokens += n;
+      if (n > 0 && delta->num_output_tokens == n) {  // its first tokens: the prompt computed
+        iteration_tokens += std::max(delta->num_prompt_tokens - delta->num_cached_tokens, 0);
+      }
       if (abort_in_engine) to_abort.push_back(o.request_id);
       cb(std::move(*delta));
     }
+    if (!outs.outputs.empty()) ObserveIterationTokens(outs.engine_index, iteration_tokens);
     if (!to_abort.empty()) (void)client_->AbortRequests(to_abort, outs.engine_index);
   }
+}
+
+void AsyncLLM::ObserveIterationTokens(int32_t engine, int64_t tokens) {
+  if (engine < 0 || engine >= client_->num_engines()) return;
+  const auto value = static_cast<double>(tokens);
+  const size_t bucket =
+      std::lower_bound(kIterationTokensBuckets.begin(), kIterationTokensBuckets.end(), value) -
+      kIterationTokensBuckets.begin();
+  absl::MutexLock lock(&mu_);
+  EngineStats& e = stats_[engine];
+  e.iteration_tokens_counts.resize(kIterationTokensBuckets.size() + 1, 0);
+  ++e.iteration_tokens_counts[bucket];
+  e.iteration_tokens_sum += value;
 }
 
 }  // namespace vllm::frontend

@@ -82,6 +82,12 @@ class AsyncLLM final : public EngineClient {
   int32_t NumSpeculativeTokens() const override {
     return config_.vllm.speculative.enabled() ? config_.vllm.speculative.num_speculative_tokens : 0;
   }
+  // Utility calls to every engine (core/engine_core_proc.h).
+  absl::StatusOr<bool> ResetPrefixCache() override;
+  absl::Status Sleep(int32_t level) override;
+  absl::StatusOr<bool> WakeUp() override;
+  absl::StatusOr<bool> IsSleeping() override;
+  std::vector<std::pair<std::string, std::string>> CacheConfigInfo() const override;
 
   EngineCoreClient& client() { return *client_; }
 
@@ -102,6 +108,9 @@ class AsyncLLM final : public EngineClient {
     // The ids whose sampling stops the request (EOS ids, stop_token_ids): their text is not
     // part of the output (IncrementalDetokenizer::Append's stop_terminated).
     std::vector<int32_t> stop_ids;
+    // The engine's events and output timestamps so far (GenerateOutput::queued_ts, ...).
+    double queued_ts = 0.0, scheduled_ts = 0.0, first_token_ts = 0.0, last_token_ts = 0.0;
+    int32_t num_preemptions = 0;
   };
 
   AsyncLLM(std::unique_ptr<EngineCoreClient> client, std::unique_ptr<Tokenizer> tokenizer,
@@ -112,8 +121,13 @@ class AsyncLLM final : public EngineClient {
   void MaybeLogStats(absl::Time now);
   // Applies one engine output to its request; returns the delta to deliver, and whether the
   // request is over (then its state was removed). Runs on the output thread.
-  std::optional<GenerateOutput> Process(const core::EngineCoreOutput& out, OutputCallback* cb,
-                                        bool* abort_in_engine);
+  // `timestamp`: the engine's, of the batch carrying `out`.
+  std::optional<GenerateOutput> Process(const core::EngineCoreOutput& out, double timestamp,
+                                        OutputCallback* cb, bool* abort_in_engine);
+  // Runs utility `method` (msgpack `args`) on every live engine; the AND of their bools.
+  absl::StatusOr<bool> CallEveryEngine(const char* method, const std::string& args);
+  // Records one output batch's tokens in engine `engine`'s vllm:iteration_tokens_total.
+  void ObserveIterationTokens(int32_t engine, int64_t tokens);
   void FailAll(const absl::Status& status);
   // Ends the listed requests (those still pending) with `status`; returns them with the
   // engine each was on.

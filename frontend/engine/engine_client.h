@@ -8,12 +8,14 @@
 #ifndef VLLM_FRONTEND_ENGINE_ENGINE_CLIENT_H_
 #define VLLM_FRONTEND_ENGINE_ENGINE_CLIENT_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -151,11 +153,23 @@ struct GenerateOutput {
   // On the first delta when the request set return_prompt_token_ids: the prompt as the engine
   // got it (after truncation).
   std::vector<int32_t> prompt_token_ids;
+  // The request's life in the engine so far (vLLM's RequestStateStats), on the engine's clock
+  // (seconds since the epoch; 0: not yet): taken (queued), first scheduled, first and latest
+  // token (the timestamps of the engine outputs carrying them); and its preemptions. The
+  // /metrics queue, prefill, decode and inference times are differences of these.
+  double queued_ts = 0.0;
+  double scheduled_ts = 0.0;
+  double first_token_ts = 0.0;
+  double last_token_ts = 0.0;
+  int32_t num_preemptions = 0;
 
   bool finished() const { return finish_reason.has_value(); }
 };
 
 // vLLM 0.33's buckets of vllm:iteration_tokens_total (tokens per engine step).
+inline constexpr std::array<double, 13> kIterationTokensBuckets = {
+    1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+
 // Engine-wide gauges and cumulative counters read when /metrics is scraped.
 struct EngineStats {
   int32_t num_requests_running = 0;
@@ -172,6 +186,11 @@ struct EngineStats {
   structured_output::StructuredOutputStats structured_output;
   // Speculative decoding's drafts and accepted tokens since start (all zero without it).
   spec_decode::SpecDecodingStats spec_decoding;
+  // Tokens per engine step (prompt tokens computed + tokens generated, per output batch, as
+  // vLLM's IterationStats): count per bucket of kIterationTokensBuckets plus +Inf (not
+  // cumulative), and the sum. Empty until the first step.
+  std::vector<int64_t> iteration_tokens_counts;
+  double iteration_tokens_sum = 0.0;
 };
 
 // One data-parallel engine as /health and /metrics report it.
@@ -245,6 +264,30 @@ class EngineClient {
   // --speculative-config's num_speculative_tokens (k), 0 without speculative decoding (then
   // /metrics has no vllm:spec_decode_* families, as in vLLM).
   virtual int32_t NumSpeculativeTokens() const { return 0; }
+
+  // POST /reset_prefix_cache (vLLM's reset_prefix_cache, a utility call to every engine): true
+  // when every engine dropped its cached blocks, false when one could not (blocks in use by
+  // requests). Blocks until the engines answered.
+  [[nodiscard]] virtual absl::StatusOr<bool> ResetPrefixCache() {
+    return absl::UnimplementedError("this engine client cannot reset the prefix cache");
+  }
+  // The dev-mode sleep family (vLLM's sleep / wake_up / is_sleeping): level 0 pauses
+  // scheduling; level 1 and 2 also abort every request, drop the prefix cache and free the KV
+  // cache (re-created by WakeUp). FailedPrecondition (HTTP 400) naming why where an engine
+  // cannot (see AsyncLLM).
+  [[nodiscard]] virtual absl::Status Sleep(int32_t level) {
+    (void)level;
+    return absl::UnimplementedError("this engine client cannot sleep");
+  }
+  // Wakes every engine; true when all are awake.
+  [[nodiscard]] virtual absl::StatusOr<bool> WakeUp() {
+    return absl::UnimplementedError("this engine client cannot wake up");
+  }
+  [[nodiscard]] virtual absl::StatusOr<bool> IsSleeping() { return false; }
+
+  // vllm:cache_config_info's labels (besides engine): the cache settings as vLLM's
+  // CacheConfig.metrics_info() writes them (Python's str of each value).
+  virtual std::vector<std::pair<std::string, std::string>> CacheConfigInfo() const { return {}; }
 };
 
 }  // namespace vllm::frontend

@@ -299,14 +299,16 @@ absl::Status EngineCoreClient::AbortRequests(std::span<const std::string> reques
 
 absl::StatusOr<std::string> EngineCoreClient::CallUtility(const std::string& method,
                                                           absl::Duration timeout,
-                                                          int32_t engine_index) {
+                                                          int32_t engine_index,
+                                                          std::string_view args) {
   const uint64_t id = next_call_id_.fetch_add(1);
   msgpack::sbuffer b;
   msgpack::packer<msgpack::sbuffer> pk(b);
   pk.pack_array(3);
   pk.pack(id);
   pk.pack(method);
-  pk.pack_bin(0);
+  pk.pack_bin(static_cast<uint32_t>(args.size()));
+  pk.pack_bin_body(args.data(), static_cast<uint32_t>(args.size()));
   VLLM_RETURN_IF_ERROR(
       Send(engine_index, core::EngineCoreRequestType::kUtility, std::string(b.data(), b.size())));
   absl::MutexLock lock(&mu_);

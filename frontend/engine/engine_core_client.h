@@ -130,10 +130,12 @@ class EngineCoreClient {
   [[nodiscard]] absl::Status AddRequest(const core::EngineCoreRequest& request);
   [[nodiscard]] absl::Status AbortRequests(std::span<const std::string> request_ids,
                                            int32_t engine_index = 0);
-  // Runs a utility method on an engine; returns its msgpack result.
+  // Runs a utility method on an engine; returns its msgpack result. `args`: the method's
+  // msgpack arguments (sent as the call's bin), may be empty.
   [[nodiscard]] absl::StatusOr<std::string> CallUtility(const std::string& method,
                                                         absl::Duration timeout,
-                                                        int32_t engine_index = 0);
+                                                        int32_t engine_index = 0,
+                                                        std::string_view args = {});
 
   // One outputs frame received from an engine.
   struct ReceivedOutputs {

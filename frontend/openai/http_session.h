@@ -29,6 +29,7 @@
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "frontend/engine/engine_client.h"
+#include "frontend/openai/anthropic_messages.h"
 #include "frontend/openai/api_server.h"
 #include "frontend/openai/api_server_response.h"
 #include "frontend/openai/metrics.h"
@@ -66,6 +67,9 @@ inline std::string ErrorJson(int code, absl::string_view type, absl::string_view
   return DumpJson(ErrorBody(code, type, message));
 }
 
+// The vLLM release whose OpenAI-compatible API this server matches (GET /version).
+inline constexpr char kVllmApiVersion[] = "0.33.0";
+
 // State shared by the listener, every session and every engine callback. Outlives the
 // ApiServer when engine callbacks still hold it.
 struct ServerContext {
@@ -74,7 +78,8 @@ struct ServerContext {
         options(std::move(o)),
         max_connections(max_conn),
         metrics(&registry, e->ModelName(), static_cast<int32_t>(e->Engines().size()),
-                e->Engines().empty() ? 0 : e->Engines()[0].rank, e->NumSpeculativeTokens()),
+                e->Engines().empty() ? 0 : e->Engines()[0].rank, e->NumSpeculativeTokens(),
+                ServerMetricsOptions{e->MaxModelLen(), e->CacheConfigInfo()}),
         created(static_cast<int64_t>(WallSeconds())),
         id_seed(std::random_device{}()) {}
 
@@ -114,6 +119,11 @@ struct ServerContext {
   mutable absl::Mutex in_flight_mu;
   int64_t in_flight ABSL_GUARDED_BY(in_flight_mu) = 0;
 
+  int64_t InFlight() const {
+    absl::MutexLock lock(&in_flight_mu);
+    return in_flight;
+  }
+
   void AddInFlight(int64_t delta) {
     absl::MutexLock lock(&in_flight_mu);
     in_flight += delta;
@@ -149,6 +159,11 @@ struct Generation {
   Clock::time_point arrival;
   std::unique_ptr<ResponseAssembler> assembler;
   std::vector<SubRequest> subs;
+  // POST /v1/messages: the chat answer becomes Anthropic's (null for the OpenAI routes).
+  std::unique_ptr<AnthropicStream> anthropic;
+  // The request's n and max_tokens (vllm:request_params_*).
+  int32_t n = 1;
+  std::optional<int32_t> max_tokens;
 };
 
 // What the preprocessing pool hands back to a session: the started engine requests, or why
@@ -163,6 +178,7 @@ struct Prepared {
   bool echo_logprobs = false;            // echo with logprobs
   ChatOutputOptions chat_output;         // chat: reasoning and tool-call parsing
   std::vector<std::string> request_ids;  // started in the engine, in choice order
+  bool anthropic = false;                // POST /v1/messages
 };
 
 // An engine output that arrived before its generation was set up on the strand.
@@ -222,6 +238,13 @@ class Session : public std::enable_shared_from_this<Session> {
   // with a JSON body naming the live and the dead ranks. 503 once none serves.
   void HandleHealth();
   void HandleMetrics();
+  // GET /load, POST /invocations (SageMaker: a chat body if it has messages, else a completion
+  // body if it has a prompt, as vLLM's pydantic dispatch), /reset_prefix_cache and the
+  // dev-mode sleep family (VLLM_SERVER_DEV_MODE=1).
+  void HandleInvocations();
+  void HandleDevRoute(const std::string& path, const std::string& query);
+  // An error of a generation as its API shapes it (Anthropic's or OpenAI's body).
+  void SendGenerationError(const absl::Status& status, bool anthropic);
 
   // ---- generation (serving_routes.cc) ----
 
@@ -237,12 +260,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Hands the body to the preprocessing pool; OnPrepared continues on the strand. The job
   // holds the session; a read watches for the client leaving meanwhile.
-  void HandleGenerate(ApiKind kind);
+  void HandleGenerate(ApiKind kind, bool anthropic = false);
 
   // Runs on the preprocessing pool: parses the body, then starts the engine requests
   // (EngineClient::Generate tokenizes). Their outputs may reach the strand before OnPrepared.
   static Prepared Prepare(const PostTarget& target, ApiKind kind, uint64_t serial,
-                          const std::string& body);
+                          const std::string& body, bool anthropic);
+  // The per-request histograms of a finished engine request (vLLM's FinishedRequestStats).
+  void RecordFinished(const EngineMetrics& m, const GenerateOutput& out);
 
   void OnPrepared(uint64_t serial, Prepared prepared);
   void OnEngineOutput(uint64_t serial, int32_t index, absl::StatusOr<GenerateOutput> out);

@@ -88,15 +88,27 @@ class MetricsRegistry {
   std::vector<std::unique_ptr<Metric>> metrics_ ABSL_GUARDED_BY(mu_);
 };
 
-// The vLLM metrics of one data-parallel engine; pointers into the registry.
+// The vLLM metrics of one data-parallel engine; pointers into the registry. Families as vLLM
+// 0.33's PrometheusStatLogger registers them by default (v1/metrics/loggers.py), in its order.
 struct EngineMetrics {
   // The request_success series for `reason`.
   Metric* RequestSuccess(core::FinishReason reason) const {
     return request_success[static_cast<size_t>(reason)];
   }
 
-  Metric* num_requests_running;  // vllm:num_requests_running (gauge, from the engine)
-  Metric* num_requests_waiting;  // vllm:num_requests_waiting
+  // Performance estimates (vLLM's PerfMetricsProm; only counted with --enable-mfu-metrics,
+  // which we do not have: they stay 0 as in vLLM by default).
+  Metric* estimated_flops_per_gpu;        // vllm:estimated_flops_per_gpu_total
+  Metric* estimated_read_bytes_per_gpu;   // vllm:estimated_read_bytes_per_gpu_total
+  Metric* estimated_write_bytes_per_gpu;  // vllm:estimated_write_bytes_per_gpu_total
+  Metric* num_requests_running;           // vllm:num_requests_running (gauge, from the engine)
+  Metric* num_requests_waiting;           // vllm:num_requests_waiting
+  // vllm:num_requests_waiting_by_reason{reason="capacity"|"deferred"}: our scheduler defers
+  // nothing apart from the waiting queue, so every waiting request counts as capacity.
+  Metric* num_requests_waiting_capacity;
+  Metric* num_requests_waiting_deferred;
+  // vllm:engine_sleep_state{sleep_state="awake"|"weights_offloaded"|"discard_all"}
+  std::array<Metric*, 3> engine_sleep_state;
   Metric* kv_cache_usage_perc;   // vllm:kv_cache_usage_perc, in [0, 1]
   Metric* prefix_cache_queries;  // vllm:prefix_cache_queries_total (tokens)
   Metric* prefix_cache_hits;     // vllm:prefix_cache_hits_total (tokens)
@@ -104,16 +116,41 @@ struct EngineMetrics {
   // connector): vllm:external_prefix_cache_queries_total / _hits_total (tokens).
   Metric* external_prefix_cache_queries;
   Metric* external_prefix_cache_hits;
-  Metric* num_preemptions;    // vllm:num_preemptions_total
-  Metric* prompt_tokens;      // vllm:prompt_tokens_total
+  // Multi-modal cache (vllm:mm_cache_queries_total / _hits_total): text-only models here, 0.
+  Metric* mm_cache_queries;
+  Metric* mm_cache_hits;
+  Metric* num_preemptions;  // vllm:num_preemptions_total
+  Metric* prompt_tokens;    // vllm:prompt_tokens_total
+  // vllm:prompt_tokens_by_source_total{source="local_compute"|"local_cache_hit"|
+  // "external_kv_transfer"}
+  std::array<Metric*, 3> prompt_tokens_by_source;
+  Metric* prompt_tokens_cached;  // vllm:prompt_tokens_cached_total (local + external)
+  // vllm:prompt_tokens_cached_by_source_total{source="device"|"host"|"p2p"|"disk"|
+  // "external_unspecified"}: device = our prefix-cache hits, external_unspecified = the
+  // connector's.
+  std::array<Metric*, 5> prompt_tokens_cached_by_source;
   Metric* generation_tokens;  // vllm:generation_tokens_total
   // vllm:request_success_total{finished_reason=...}: finished requests by
-  // core::FinishReason (stop, length, abort, error), indexed by its value. A client that
-  // disconnects counts as abort; an engine failure as error.
-  std::array<Metric*, 4> request_success;
-  Metric* time_to_first_token;  // vllm:time_to_first_token_seconds
-  Metric* inter_token_latency;  // vllm:inter_token_latency_seconds
-  Metric* e2e_request_latency;  // vllm:e2e_request_latency_seconds
+  // core::FinishReason (stop, length, abort, error), indexed by its value, then vLLM's
+  // "repetition" (which we never produce). A client that disconnects counts as abort; an
+  // engine failure as error.
+  std::array<Metric*, 5> request_success;
+  Metric* request_prompt_tokens;               // vllm:request_prompt_tokens (histogram)
+  Metric* request_generation_tokens;           // vllm:request_generation_tokens
+  Metric* iteration_tokens;                    // vllm:iteration_tokens_total (per engine step)
+  Metric* request_max_num_generation_tokens;   // vllm:request_max_num_generation_tokens
+  Metric* request_params_n;                    // vllm:request_params_n
+  Metric* request_params_max_tokens;           // vllm:request_params_max_tokens
+  Metric* time_to_first_token;                 // vllm:time_to_first_token_seconds
+  Metric* inter_token_latency;                 // vllm:inter_token_latency_seconds
+  Metric* request_time_per_output_token;       // vllm:request_time_per_output_token_seconds
+  Metric* e2e_request_latency;                 // vllm:e2e_request_latency_seconds
+  Metric* request_queue_time;                  // vllm:request_queue_time_seconds
+  Metric* request_inference_time;              // vllm:request_inference_time_seconds
+  Metric* request_prefill_time;                // vllm:request_prefill_time_seconds
+  Metric* request_decode_time;                 // vllm:request_decode_time_seconds
+  Metric* request_num_preemptions;             // vllm:request_num_preemptions
+  Metric* request_prefill_kv_computed_tokens;  // vllm:request_prefill_kv_computed_tokens
   // Structured outputs (ours; vLLM 0.33 has no such metrics), from the engine's
   // StructuredOutputStats.
   Metric* structured_output_cache_queries;  // vllm:structured_output_cache_queries_total
@@ -136,6 +173,23 @@ struct EngineMetrics {
   // The same for the speculative-decoding counters (nothing when they are not registered; a
   // position past the engine's list reads 0).
   void SetSpecDecoding(const spec_decode::SpecDecodingStats& stats) const;
+  // vllm:engine_sleep_state: awake, or asleep at `level` (vLLM's record_sleep_state).
+  void SetSleepState(bool sleeping, int32_t level) const;
+};
+
+// vLLM's histogram buckets (v1/metrics/buckets.py), for the families above.
+const std::vector<double>& RequestLatencyBuckets();
+const std::vector<double>& TimeToFirstTokenBuckets();
+const std::vector<double>& InterTokenLatencyBuckets();
+// The 1-2-5 series up to `max_value` (vLLM's build_1_2_5_buckets: request token counts).
+std::vector<double> OneTwoFiveBuckets(int64_t max_value);
+
+// What ServerMetrics needs to know of the server besides its engines.
+struct ServerMetricsOptions {
+  // Caps the request-token histograms' buckets (vLLM's request_tokens family); 0: 1 << 20.
+  int32_t max_model_len = 0;
+  // vllm:cache_config_info's labels besides engine (vLLM: every CacheConfig field).
+  MetricLabels cache_config_info;
 };
 
 // The vLLM metrics the server maintains. As vLLM's PrometheusStatLogger, every series is
@@ -147,20 +201,25 @@ class ServerMetrics {
   // Engine e's series carry engine="<first_rank + e>" (its data-parallel rank). With
   // `num_spec_tokens` (k) > 0, the vllm:spec_decode_* families too, with k positions.
   ServerMetrics(MetricsRegistry* registry, const std::string& model_name, int32_t num_engines,
-                int32_t first_rank = 0, int32_t num_spec_tokens = 0);
+                int32_t first_rank = 0, int32_t num_spec_tokens = 0,
+                const ServerMetricsOptions& options = {});
 
   // Engine `index`'s series (an index out of range is clamped: never a crash on a stray one).
   const EngineMetrics& engine(int32_t index) const;
   int32_t num_engines() const { return static_cast<int32_t>(engines_.size()); }
 
  private:
+  using LabelsFn = std::function<MetricLabels(int32_t)>;
+  // The families from vllm:num_requests_running to vllm:request_success_total.
+  void AddEngineStateMetrics(MetricsRegistry* registry, const LabelsFn& labels);
+  // vllm:admission_rejections_total and the histograms.
+  void AddRequestHistograms(MetricsRegistry* registry, const LabelsFn& labels,
+                            const std::string& model_name, int32_t max_model_len);
   // The vllm:structured_output_* families, one series per engine.
-  void AddStructuredOutputMetrics(MetricsRegistry* registry,
-                                  const std::function<MetricLabels(int32_t)>& labels);
+  void AddStructuredOutputMetrics(MetricsRegistry* registry, const LabelsFn& labels);
   // The vllm:spec_decode_* families (vLLM's SpecDecodingProm), one series per engine and,
   // per position, `num_spec_tokens` more.
-  void AddSpecDecodingMetrics(MetricsRegistry* registry,
-                              const std::function<MetricLabels(int32_t)>& labels,
+  void AddSpecDecodingMetrics(MetricsRegistry* registry, const LabelsFn& labels,
                               int32_t num_spec_tokens);
 
   std::vector<EngineMetrics> engines_;

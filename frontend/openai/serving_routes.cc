@@ -1,24 +1,65 @@
 // Session's OpenAI side (vLLM's vllm/entrypoints/openai/api_server.py routes): routing, the
 // API key, /v1/models, /health, /metrics, /version, /tokenize and /detokenize, and generation
 // requests from the preprocessing pool to the last engine output. See http_session.h.
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "frontend/openai/http_session.h"
 
 namespace vllm::frontend::api_server_internal {
 namespace {
 
-const char* const kRoutes[][2] = {
-    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
-    {"/v1/models", "GET"},       {"/health", "GET"},
-    {"/version", "GET"},         {"/metrics", "GET"},
-    {"/tokenize", "POST"},       {"/detokenize", "POST"},
+// Path, the methods it takes (", "-separated, as the Allow header lists them), whether only
+// dev mode serves it (VLLM_SERVER_DEV_MODE=1, as vLLM's dev routers).
+struct RouteEntry {
+  const char* path;
+  const char* methods;
+  bool dev_only;
 };
+const RouteEntry kRoutes[] = {
+    {"/v1/completions", "POST", false},
+    {"/v1/chat/completions", "POST", false},
+    {"/v1/messages", "POST", false},
+    {"/v1/models", "GET", false},
+    {"/health", "GET", false},
+    {"/ping", "GET, POST", false},
+    {"/load", "GET", false},
+    {"/invocations", "POST", false},
+    {"/version", "GET", false},
+    {"/metrics", "GET", false},
+    {"/tokenize", "POST", false},
+    {"/detokenize", "POST", false},
+    {"/reset_prefix_cache", "POST", true},
+    {"/sleep", "POST", true},
+    {"/wake_up", "POST", true},
+    {"/is_sleeping", "GET", true},
+};
+
+// vLLM's envs.VLLM_SERVER_DEV_MODE: bool(int(value)), read once.
+bool DevMode() {
+  static const bool dev = [] {
+    const char* v = std::getenv("VLLM_SERVER_DEV_MODE");
+    int n = 0;
+    return v != nullptr && absl::SimpleAtoi(v, &n) && n != 0;
+  }();
+  return dev;
+}
+
+bool MethodAllowed(std::string_view methods, std::string_view method) {
+  for (absl::string_view m :
+       absl::StrSplit(absl::string_view(methods.data(), methods.size()), ", ")) {
+    if (m == absl::string_view(method.data(), method.size())) return true;
+  }
+  return false;
+}
 
 // Compares in time that depends only on `expected`'s length, not on where the strings differ.
 bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
@@ -56,20 +97,21 @@ void Session::Route() {
     return SendError(absl::InvalidArgumentError("An HTTP/1.1 request needs a Host header"));
   }
   const char* allowed = nullptr;
-  for (const auto& route : kRoutes) {
-    if (path == route[0]) allowed = route[1];
+  for (const RouteEntry& route : kRoutes) {
+    if (path == route.path && (!route.dev_only || DevMode())) allowed = route.methods;
   }
   if (allowed == nullptr) {
     return SendError(absl::NotFoundError(absl::StrCat("Not Found: ", path)));
   }
-  if (request_.method_string() != allowed) {
+  const std::string_view method(request_.method_string().data(), request_.method_string().size());
+  if (!MethodAllowed(allowed, method)) {
     return SendJson(http::status::method_not_allowed,
                     ErrorJson(405, "MethodNotAllowed",
                               absl::StrCat("Method ", std::string(request_.method_string()),
                                            " is not allowed on ", path, "; use ", allowed)),
                     allowed);
   }
-  if (overflow_ && path != "/health") {
+  if (overflow_ && path != "/health" && path != "/ping") {
     return SendError(absl::UnavailableError(
         absl::StrCat("The server is at its connection limit (--max-connections ",
                      ctx_->max_connections, "); retry later")));
@@ -83,14 +125,23 @@ void Session::Route() {
   }
   if (path == "/v1/completions") return HandleGenerate(ApiKind::kCompletion);
   if (path == "/v1/chat/completions") return HandleGenerate(ApiKind::kChat);
+  if (path == "/v1/messages") return HandleGenerate(ApiKind::kChat, /*anthropic=*/true);
+  if (path == "/invocations") return HandleInvocations();
   if (path == "/tokenize") return HandleTokenization(&frontend::HandleTokenize);
   if (path == "/detokenize") return HandleTokenization(&frontend::HandleDetokenize);
   if (path == "/v1/models") return HandleModels();
-  if (path == "/health") return HandleHealth();
+  if (path == "/health" || path == "/ping") return HandleHealth();
   if (path == "/version") {
-    return SendJson(http::status::ok, DumpJson(nlohmann::json{{"version", ctx_->options.version}}));
+    // vLLM answers {"version": its own}; ours names the vLLM API we serve, too.
+    return SendJson(http::status::ok,
+                    DumpJson(nlohmann::json{{"version", ctx_->options.version},
+                                            {"vllm_api_version", kVllmApiVersion}}));
   }
-  return HandleMetrics();
+  if (path == "/metrics") return HandleMetrics();
+  if (path == "/load") {
+    return SendJson(http::status::ok, DumpJson(nlohmann::json{{"server_load", ctx_->InFlight()}}));
+  }
+  return HandleDevRoute(path, target.size() > path.size() ? target.substr(path.size() + 1) : "");
 }
 
 bool Session::Authorized() const {
@@ -140,12 +191,18 @@ void Session::HandleMetrics() {
     const EngineMetrics& m = ctx_->metrics.engine(e.index);
     m.num_requests_running->Set(stats.num_requests_running);
     m.num_requests_waiting->Set(stats.num_requests_waiting);
+    m.num_requests_waiting_capacity->Set(stats.num_requests_waiting);
+    m.num_requests_waiting_deferred->Set(0);
     m.kv_cache_usage_perc->Set(stats.kv_cache_usage);
     m.prefix_cache_queries->Set(static_cast<double>(stats.prefix_cache_queries));
     m.prefix_cache_hits->Set(static_cast<double>(stats.prefix_cache_hits));
     m.external_prefix_cache_queries->Set(static_cast<double>(stats.connector_prefix_cache_queries));
     m.external_prefix_cache_hits->Set(static_cast<double>(stats.connector_prefix_cache_hits));
     m.num_preemptions->Set(static_cast<double>(stats.num_preemptions));
+    m.prompt_tokens_cached_by_source[0]->Set(static_cast<double>(stats.prefix_cache_hits));
+    m.prompt_tokens_cached_by_source[4]->Set(
+        static_cast<double>(stats.connector_prefix_cache_hits));
+    m.iteration_tokens->SetHistogram(stats.iteration_tokens_counts, stats.iteration_tokens_sum);
     m.SetStructuredOutput(stats.structured_output);
     m.SetSpecDecoding(stats.spec_decoding);
   }
@@ -183,13 +240,13 @@ void Session::HandleTokenization(TokenizationHandler handler) {
   net::post(*ctx_->prep, std::move(job));
 }
 
-void Session::HandleGenerate(ApiKind kind) {
+void Session::HandleGenerate(ApiKind kind, bool anthropic) {
   if (absl::Status s = CheckContentType(); !s.ok()) return SendError(s);
   const uint64_t serial = ++generation_serial_;
   PostTarget target{ctx_, stream_.get_executor(), weak_from_this()};
-  auto job = [self = shared_from_this(), target = std::move(target), kind, serial,
+  auto job = [self = shared_from_this(), target = std::move(target), kind, serial, anthropic,
               body = std::move(request_.body())]() mutable {
-    Prepared prepared = Prepare(target, kind, serial, body);
+    Prepared prepared = Prepare(target, kind, serial, body, anthropic);
     Strand strand = target.strand;
     net::post(strand, [self = std::move(self), serial, prepared = std::move(prepared)]() mutable {
       self->OnPrepared(serial, std::move(prepared));
@@ -209,12 +266,19 @@ void Session::HandleGenerate(ApiKind kind) {
 }
 
 Prepared Session::Prepare(const PostTarget& target, ApiKind kind, uint64_t serial,
-                          const std::string& body) {
+                          const std::string& body, bool anthropic) {
   ServerContext& ctx = *target.ctx;
   Prepared out;
   out.kind = kind;
+  out.anthropic = anthropic;
+  absl::StatusOr<std::string> chat_body =
+      anthropic ? AnthropicToChatRequest(body) : absl::StatusOr<std::string>(std::string());
+  if (!chat_body.ok()) {
+    out.status = chat_body.status();
+    return out;
+  }
   absl::StatusOr<ParsedGeneration> parsed =
-      ParseGeneration(kind, body, *ctx.engine, ctx.chat_parsers);
+      ParseGeneration(kind, anthropic ? *chat_body : body, *ctx.engine, ctx.chat_parsers);
   if (!parsed.ok()) {
     out.status = parsed.status();
     return out;
@@ -258,7 +322,7 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
   if (!prepared.status.ok()) {
     early_outputs_.clear();  // outputs of engine requests Prepare aborted again
     EndInFlight();
-    return SendError(prepared.status);
+    return SendGenerationError(prepared.status, prepared.anthropic);
   }
   Generation& gen = gen_.emplace();
   gen.serial = serial;
@@ -276,13 +340,17 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
     gen.assembler->SetEchoLogprobs(prepared.options.params.logprobs.value_or(0));
   }
   for (std::string& id : prepared.request_ids) gen.subs.emplace_back().id = std::move(id);
+  if (prepared.anthropic) gen.anthropic = std::make_unique<AnthropicStream>();
+  gen.n = prepared.options.n;
+  gen.max_tokens = prepared.options.params.max_tokens;
   if (gen.stream) {
     QueueBytes(
         absl::StrCat("HTTP/1.1 200 OK\r\nServer: ", ctx_->options.server_name,
                      "\r\nContent-Type: text/event-stream; "
                      "charset=utf-8\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n",
                      keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
-    QueueChunk(gen.assembler->Start());
+    std::string start = gen.assembler->Start();
+    QueueChunk(gen.anthropic != nullptr ? gen.anthropic->Convert(start) : start);
   }
   std::vector<EarlyOutput> early = std::move(early_outputs_);
   early_outputs_.clear();
@@ -304,6 +372,7 @@ void Session::OnEngineOutput(uint64_t serial, int32_t index, absl::StatusOr<Gene
   RecordMetrics(gen_->subs[index], *out);
   if (out->finished()) gen_->subs[index].finished = true;
   std::string events = gen_->assembler->OnOutput(index, *out);
+  if (gen_->anthropic != nullptr && gen_->stream) events = gen_->anthropic->Convert(events);
   if (gen_->stream) QueueChunk(events);
   if (gen_->assembler->AllFinished()) CompleteGeneration();
 }
@@ -318,6 +387,10 @@ void Session::RecordMetrics(SubRequest& sub, const GenerateOutput& out) {
       sub.got_first_token = true;
       m.time_to_first_token->Observe(Seconds(now - gen_->arrival));
       m.prompt_tokens->Add(out.num_prompt_tokens);
+      const int32_t cached = std::clamp(out.num_cached_tokens, 0, out.num_prompt_tokens);
+      m.prompt_tokens_cached->Add(cached);
+      m.prompt_tokens_by_source[0]->Add(out.num_prompt_tokens - cached);  // local_compute
+      m.prompt_tokens_by_source[1]->Add(cached);                          // local_cache_hit
     } else {
       m.inter_token_latency->Observe(Seconds(now - sub.last_token_time));
     }
@@ -329,11 +402,26 @@ void Session::RecordMetrics(SubRequest& sub, const GenerateOutput& out) {
     if (!sub.got_first_token) m.prompt_tokens->Add(out.num_prompt_tokens);
     m.e2e_request_latency->Observe(Seconds(now - gen_->arrival));
     m.RequestSuccess(*out.finish_reason)->Add(1);
+    RecordFinished(m, out);
   }
 }
 
 void Session::CompleteGeneration() {
   std::string tail = gen_->assembler->Finish();
+  if (gen_->anthropic != nullptr) {
+    tail = gen_->stream ? gen_->anthropic->Convert(tail) : AnthropicMessageFromChat(tail);
+  }
+  // vLLM's parent requests: per prompt, the most generated tokens of its n choices, and n.
+  const size_t n = static_cast<size_t>(std::max(gen_->n, 1));
+  for (size_t first = 0; first < gen_->subs.size(); first += n) {
+    int32_t most = 0;
+    for (size_t i = first; i < std::min(first + n, gen_->subs.size()); ++i) {
+      most = std::max(most, gen_->subs[i].num_output_tokens);
+    }
+    const EngineMetrics& m = ctx_->metrics.engine(gen_->subs[first].engine_index);
+    m.request_max_num_generation_tokens->Observe(most);
+    m.request_params_n->Observe(static_cast<double>(n));
+  }
   bool stream = gen_->stream;
   gen_.reset();
   EndInFlight();
@@ -348,13 +436,15 @@ void Session::CompleteGeneration() {
 void Session::FailGeneration(const absl::Status& status) {
   AbortUnfinished(core::FinishReason::kError);
   bool stream = gen_->stream;
+  std::unique_ptr<AnthropicStream> anthropic = std::move(gen_->anthropic);
   gen_.reset();
   EndInFlight();
   if (stream) {
-    QueueChunk(ResponseAssembler::StreamError(status));
+    std::string error = ResponseAssembler::StreamError(status);
+    QueueChunk(anthropic != nullptr ? anthropic->Convert(error) : error);
     QueueLastChunk();
   } else {
-    SendError(status);
+    SendGenerationError(status, anthropic != nullptr);
   }
 }
 

@@ -227,6 +227,15 @@ TEST(SchedulerAllocTest, ReusedOutputsEqualFreshOnes) {
     absl::StatusOr<EngineCoreOutputs> expected = fresh->UpdateFromOutput(expected_so, model_output);
     ASSERT_TRUE(expected.ok()) << expected.status();
     ASSERT_TRUE(reused->UpdateFromOutput(so, model_output, &outputs).ok());
+    // Events carry each scheduler's own clock: the same kinds, then the rest compared whole.
+    ASSERT_EQ(outputs.outputs.size(), expected->outputs.size());
+    for (size_t i = 0; i < outputs.outputs.size(); ++i) {
+      ASSERT_EQ(outputs.outputs[i].events.size(), expected->outputs[i].events.size());
+      for (size_t j = 0; j < outputs.outputs[i].events.size(); ++j) {
+        ASSERT_EQ(outputs.outputs[i].events[j].type, expected->outputs[i].events[j].type);
+      }
+      outputs.outputs[i].events = expected->outputs[i].events;
+    }
     ASSERT_EQ(outputs, *expected);
     finished += static_cast<int64_t>(outputs.finished_requests.size());
     if (step % 5 == 0 && next < 80) add(next++);

@@ -123,7 +123,7 @@ std::string FrameWithOneBadOutput() {
   pk.pack(0);        // engine_index
   pk.pack_array(2);  // outputs
   for (const char* id : {"a", "b"}) {
-    pk.pack_array(8);
+    pk.pack_array(9);
     pk.pack(std::string(id));
     pk.pack(std::vector<int32_t>{5});
     if (std::string(id) == "b") {
@@ -136,6 +136,7 @@ std::string FrameWithOneBadOutput() {
     pk.pack_array(0);  // logprobs
     pk.pack_array(0);  // prompt_logprobs
     pk.pack_nil();     // kv_transfer_params
+    pk.pack_array(0);  // events
   }
   pk.pack_nil();     // scheduler_stats
   pk.pack(1.5);      // timestamp
