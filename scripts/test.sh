@@ -86,18 +86,21 @@ run_fuzz_suite() {
 OPENAI_VERSION=3.54.0
 LIZARD_VERSION=1.24.3
 JSONSCHEMA_VERSION=4.26.0  # the structured-output corpus test validates outputs with it
+ANTHROPIC_VERSION=2.16.0   # serve_anthropic_sdk_test drives /v1/messages with it
 install_pydeps() {
   local dir=build/release/pydeps
-  local check="import sys, openai, lizard, jsonschema
+  local check="import sys, openai, lizard, jsonschema, anthropic
 from importlib.metadata import version
 sys.exit(openai.__version__ != '${OPENAI_VERSION}' or lizard.version != '${LIZARD_VERSION}' or
-         version('jsonschema') != '${JSONSCHEMA_VERSION}')"
+         version('jsonschema') != '${JSONSCHEMA_VERSION}' or
+         anthropic.__version__ != '${ANTHROPIC_VERSION}')"
   PYTHONPATH=$dir python3 -c "$check" 2>/dev/null && return
   echo "=== pip install openai==${OPENAI_VERSION} lizard==${LIZARD_VERSION}" \
        "jsonschema==${JSONSCHEMA_VERSION} into ${dir}"
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
       --no-warn-conflicts --upgrade --target "$dir" "openai==${OPENAI_VERSION}" \
-      "lizard==${LIZARD_VERSION}" "jsonschema==${JSONSCHEMA_VERSION}" ||
+      "lizard==${LIZARD_VERSION}" "jsonschema==${JSONSCHEMA_VERSION}" \
+      "anthropic==${ANTHROPIC_VERSION}" ||
     echo "pip install FAILED: serve_openai_sdk_test, the corpus test and size_test will fail"
 }
 
