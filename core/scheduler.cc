@@ -454,42 +454,54 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
     total += r->num_scheduled_tokens;
     AdvanceAfterSchedule(record, num_requests, r);
   }
+  // The cached requests: the arrays are sized once and written by index (a decode step
+  // writes some ten values per request; push_back's bookkeeping was most of this loop,
+  // measured with callgrind). new_token_ids starts at one token per request (a decode) and
+  // grows when a request feeds more.
   CachedRequestData& c = output->scheduled_cached_reqs;
-  // A reused output has the capacity already; a new one grows (a decode feeds one token).
-  c.new_token_ids.reserve(num_cached);
-  c.resumed_from_preemption.reserve(num_cached);
-  c.num_computed_tokens.reserve(num_cached);
-  c.new_token_ids_offsets.reserve(num_cached + 1);
-  c.new_block_ids_offsets.reserve(num_cached + 1);
+  c.resumed_from_preemption.resize(num_cached);
+  c.num_computed_tokens.resize(num_cached);
+  c.new_token_ids_offsets.resize(num_cached + 1);
+  c.new_block_ids_offsets.resize(num_cached + 1);
+  c.new_token_ids.resize(num_cached);
+  output->num_scheduled_tokens.resize(num_requests);
+  const size_t num_new = scheduled_new_.size();
+  size_t num_tokens_out = 0;
   size_t num_ids = 0;
   auto add_cached = [&](Request* r, bool resumed) {
-    AssignStringAt(&c.req_ids, num_ids++, r->request_id);
-    c.resumed_from_preemption.push_back(resumed ? 1 : 0);
+    const size_t k = num_ids++;
+    AssignStringAt(&c.req_ids, k, r->request_id);
+    c.resumed_from_preemption[k] = resumed ? 1 : 0;
     // A resumed request's worker state is gone: send all its tokens.
     const int32_t begin = resumed ? 0 : r->num_computed_tokens;
     const int32_t end =
         resumed ? r->num_tokens()
                 : r->num_computed_tokens + r->num_scheduled_tokens - r->num_scheduled_spec_tokens;
-    if (end - begin == 1) {
-      c.new_token_ids.push_back(r->all_token_ids[begin]);  // the common decode case
-    } else {
-      c.new_token_ids.insert(c.new_token_ids.end(), r->all_token_ids.begin() + begin,
-                             r->all_token_ids.begin() + end);
-    }
     // Then its draft tokens, which the worker verifies.
-    if (r->num_scheduled_spec_tokens > 0) {
-      c.new_token_ids.insert(c.new_token_ids.end(), r->spec_token_ids.begin(),
-                             r->spec_token_ids.begin() + r->num_scheduled_spec_tokens);
+    const auto num_fed = static_cast<size_t>(end - begin + r->num_scheduled_spec_tokens);
+    if (num_tokens_out + num_fed > c.new_token_ids.size()) [[unlikely]] {
+      c.new_token_ids.resize(std::max(2 * c.new_token_ids.size(), num_tokens_out + num_fed));
     }
-    c.new_token_ids_offsets.push_back(static_cast<uint32_t>(c.new_token_ids.size()));
+    int32_t* out = c.new_token_ids.data() + num_tokens_out;
+    if (end - begin == 1) {
+      *out++ = r->all_token_ids[begin];  // the common decode case
+    } else {
+      out = std::copy(r->all_token_ids.begin() + begin, r->all_token_ids.begin() + end, out);
+    }
+    if (r->num_scheduled_spec_tokens > 0) {
+      std::copy(r->spec_token_ids.begin(),
+                r->spec_token_ids.begin() + r->num_scheduled_spec_tokens, out);
+    }
+    num_tokens_out += num_fed;
+    c.new_token_ids_offsets[k + 1] = static_cast<uint32_t>(num_tokens_out);
     const size_t first_new_block = resumed ? 0 : r->num_blocks_before_step;
     if (first_new_block < r->block_ids.size()) {
       c.new_block_ids.insert(c.new_block_ids.end(), r->block_ids.begin() + first_new_block,
                              r->block_ids.end());
     }
-    c.new_block_ids_offsets.push_back(static_cast<uint32_t>(c.new_block_ids.size()));
-    c.num_computed_tokens.push_back(r->num_computed_tokens);
-    output->num_scheduled_tokens.push_back(r->num_scheduled_tokens);
+    c.new_block_ids_offsets[k + 1] = static_cast<uint32_t>(c.new_block_ids.size());
+    c.num_computed_tokens[k] = r->num_computed_tokens;
+    output->num_scheduled_tokens[num_new + k] = r->num_scheduled_tokens;
     total += r->num_scheduled_tokens;
     AdvanceAfterSchedule(record, num_requests, r);
   };
@@ -499,6 +511,7 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
   }
   for (Request* r : scheduled_resumed_) add_cached(r, true);
   c.req_ids.resize(num_ids);
+  c.new_token_ids.resize(num_tokens_out);
 
   output->total_num_scheduled_tokens = total;
   output->finished_req_ids.swap(finished_req_ids_);
@@ -575,6 +588,16 @@ absl::Status Scheduler::MatchModelOutput(const SchedulerOutput& scheduler_output
     }
   }
   const std::vector<int32_t>& num_spec = inflight_steps_.front().num_spec_tokens;
+  if (num_spec.empty() && model_output.draft_token_ids.empty()) {
+    // No drafts anywhere (the common step): each request sampled at most one token. When one
+    // did not, the general pass below names it.
+    bool plain = true;
+    for (size_t i = 0; i < num_scheduled && plain; ++i) {
+      const std::vector<int32_t>& sampled = model_output.sampled_token_ids[output_index_[i]];
+      plain = sampled.empty() || (sampled.size() == 1 && sampled[0] >= 0);
+    }
+    if (plain) return absl::OkStatus();
+  }
   for (size_t i = 0; i < num_scheduled; ++i) {
     const std::vector<int32_t>& sampled = model_output.sampled_token_ids[output_index_[i]];
     // A request samples at most one token plus its accepted drafts.
@@ -680,7 +703,11 @@ absl::Status Scheduler::UpdateFromOutput(const SchedulerOutput& scheduler_output
     }
     EngineCoreOutput& out = ReuseOutputAt(&result.outputs, num_outputs++);
     out.request_id.assign(request.request_id);
-    out.new_token_ids.assign(sampled.begin(), sampled.begin() + num_appended);
+    if (num_appended == 1) {
+      out.new_token_ids.push_back(sampled[0]);  // ReuseOutputAt emptied it
+    } else {
+      out.new_token_ids.assign(sampled.begin(), sampled.begin() + num_appended);
+    }
     out.num_cached_tokens = std::max(request.num_cached_tokens, 0);
     if (!request.events.empty()) out.events.swap(request.events);
     if (!model_output.logprobs.empty() && request.sampling_params.logprobs.has_value()) {

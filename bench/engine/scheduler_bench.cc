@@ -12,7 +12,7 @@
 // EngineCoreOutputs (the overloads that overwrite them in place). Counters: p50_us / p99_us
 // per step, req_steps_per_s (scheduled requests per second of scheduler time), running (mean
 // running requests), schedule_us / update_us (mean time in each call), allocs_per_step (mean
-// heap allocations, operator new, inside the two calls; counted by this binary's operator new),
+// heap allocations, operator new, inside the two calls; base/alloc_counter),
 // steady_allocs_per_step (the same over the steady_steps that admitted, finished and preempted
 // no request).
 #include <algorithm>
@@ -24,41 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "base/alloc_counter.h"
 #include "base/status_macros.h"
 #include "benchmark/benchmark.h"
 #include "core/scheduler.h"
-
-// Counting allocator: every operator new of this process (single-threaded while counted).
-namespace {
-int64_t g_num_allocs = 0;
-
-void* CountedAlloc(std::size_t size, std::size_t align) {
-  ++g_num_allocs;
-  if (size == 0) size = 1;
-  void* p = align <= alignof(std::max_align_t)
-                ? std::malloc(size)
-                : std::aligned_alloc(align, (size + align - 1) / align * align);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new[](std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new(std::size_t size, std::align_val_t align) {
-  return CountedAlloc(size, static_cast<std::size_t>(align));
-}
-void* operator new[](std::size_t size, std::align_val_t align) {
-  return CountedAlloc(size, static_cast<std::size_t>(align));
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 namespace vllm::core {
 namespace {
@@ -99,17 +68,17 @@ class Driver {
 
   // One step; adds the scheduler time to *elapsed (when non-null).
   void Step(std::chrono::nanoseconds* elapsed) {
-    const int64_t allocs0 = g_num_allocs;
+    const int64_t allocs0 = vllm::base::AllocationsOnThisThread();
     auto t0 = std::chrono::steady_clock::now();
     scheduler_->Schedule(&so_);
     auto t1 = std::chrono::steady_clock::now();
-    const int64_t allocs1 = g_num_allocs;
+    const int64_t allocs1 = vllm::base::AllocationsOnThisThread();
     FillModelOutput(so_);
-    const int64_t allocs2 = g_num_allocs;
+    const int64_t allocs2 = vllm::base::AllocationsOnThisThread();
     auto t2 = std::chrono::steady_clock::now();
     absl::Status status = scheduler_->UpdateFromOutput(so_, model_output_, &outputs_);
     auto t3 = std::chrono::steady_clock::now();
-    allocs_ += (allocs1 - allocs0) + (g_num_allocs - allocs2);
+    allocs_ += (allocs1 - allocs0) + (vllm::base::AllocationsOnThisThread() - allocs2);
     VLLM_CHECK_OK(status);
     if (elapsed != nullptr) *elapsed = (t1 - t0) + (t3 - t2);
     schedule_ns_ += (t1 - t0).count();
@@ -126,7 +95,7 @@ class Driver {
     }
     if (steady) {
       ++steady_steps_;
-      steady_allocs_ += (allocs1 - allocs0) + (g_num_allocs - allocs2);
+      steady_allocs_ += (allocs1 - allocs0) + (vllm::base::AllocationsOnThisThread() - allocs2);
     }
   }
 

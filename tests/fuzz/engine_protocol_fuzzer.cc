@@ -6,7 +6,11 @@
 //   - limits only ever refuse: whatever decodes under tight DecodeLimits decodes under the
 //     defaults to the same encoding;
 //   - RecoverOutputRequestIds never crashes, and on a frame that decodes it returns exactly
-//     the outputs' request ids.
+//     the outputs' request ids;
+//   - the executor's per-step paths (codec_fast.cc) agree with the full codec: the Into
+//     decoders give the same value or the same error (into one object per type reused across
+//     inputs, as the executor reuses its own), under the default and the tight limits, and
+//     EncodeTo writes Encode's bytes.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -62,6 +66,47 @@ void CheckRecoveredIds(std::string_view bytes) {
   FUZZ_CHECK(recovered == ids, "RecoverOutputRequestIds disagrees with DecodeEngineCoreOutputs");
 }
 
+// DecodeXInto(bytes, reused) against DecodeX(bytes): the same value or the same error.
+template <typename T, typename Full, typename Into>
+void CheckPerStepPath(std::string_view bytes, const DecodeLimits& limits, Full full, Into into,
+                      T* reused, const char* what) {
+  absl::StatusOr<T> expected = full(bytes, limits);
+  const absl::Status status = into(bytes, reused, limits);
+  if (!expected.ok()) {
+    FUZZ_CHECK(!status.ok(), std::string(what) +
+                                 ": the per-step decoder accepts what the full "
+                                 "one refuses: " +
+                                 expected.status().ToString());
+    FUZZ_CHECK(status == expected.status(),
+               std::string(what) + ": the per-step decoder refuses differently: " +
+                   status.ToString() + " vs " + expected.status().ToString());
+    return;
+  }
+  FUZZ_CHECK(status.ok(), std::string(what) +
+                              ": the per-step decoder refuses what the full one "
+                              "accepts: " +
+                              status.ToString());
+  // Compared by their encodings: a logprob may be NaN, which no value equals.
+  const std::string expected_bytes = core::Encode(*expected);
+  FUZZ_CHECK(core::Encode(*reused) == expected_bytes,
+             std::string(what) + ": the per-step decoder's value differs");
+  std::string fast;
+  core::EncodeTo(*expected, &fast);
+  FUZZ_CHECK(fast == expected_bytes,
+             std::string(what) + ": EncodeTo and Encode write different bytes");
+}
+
+void CheckPerStepPaths(std::string_view bytes) {
+  static core::SchedulerOutput* const scheduler_output = new core::SchedulerOutput();
+  static core::ModelRunnerOutput* const model_output = new core::ModelRunnerOutput();
+  for (const DecodeLimits& limits : {DecodeLimits{}, kTight}) {
+    CheckPerStepPath(bytes, limits, core::DecodeSchedulerOutput, core::DecodeSchedulerOutputInto,
+                     scheduler_output, "SchedulerOutput");
+    CheckPerStepPath(bytes, limits, core::DecodeModelRunnerOutput,
+                     core::DecodeModelRunnerOutputInto, model_output, "ModelRunnerOutput");
+  }
+}
+
 }  // namespace
 }  // namespace vllm::fuzz
 
@@ -77,5 +122,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::RoundTrip(bytes, core::DecodeStartDpWave, "StartDpWave");
   fuzz::RoundTrip(bytes, core::DecodeAbortRequests, "AbortRequests");
   fuzz::CheckRecoveredIds(bytes);
+  fuzz::CheckPerStepPaths(bytes);
   return 0;
 }

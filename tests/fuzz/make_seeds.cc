@@ -185,12 +185,27 @@ void EngineSeeds(const fs::path& dir) {
   kv.sends_released = {"cmpl-g-0"};
   Write(dir, "scheduler_output_full", core::Encode(so));
   Write(dir, "scheduler_output_empty", core::Encode(core::SchedulerOutput{}));
+  // A decode step as the executor sends most of them (the per-step fast path of codec_fast.cc):
+  // cached requests only, no KV-connector metadata.
+  core::SchedulerOutput step;
+  step.step_id = 8;
+  step.scheduled_cached_reqs = cached;
+  step.scheduled_cached_reqs.resumed_from_preemption = {0, 0};
+  step.num_scheduled_tokens = {1, 2};
+  step.total_num_scheduled_tokens = 3;
+  step.finished_req_ids = {"cmpl-d-0"};
+  Write(dir, "scheduler_output_step", core::Encode(step));
 
   core::ModelRunnerOutput mro;
   mro.req_ids = {"cmpl-a-0", "cmpl-b-0"};
   mro.sampled_token_ids = {{42}, {}};
   mro.logprobs = {{Logprobs()}, {}};
   Write(dir, "model_runner_output", core::Encode(mro));
+  // The common reply (the per-step fast path): sampled tokens, no logprobs or KV output.
+  core::ModelRunnerOutput plain;
+  plain.req_ids = {"cmpl-b-0", "cmpl-c-0"};
+  plain.sampled_token_ids = {{42}, {43, 44}};
+  Write(dir, "model_runner_output_step", core::Encode(plain));
   mro.kv_connector_output.emplace();
   mro.kv_connector_output->finished_sending = {"cmpl-d-0"};
   mro.kv_connector_output->finished_recving = {"cmpl-f-0"};

@@ -9,8 +9,8 @@
 // allocate. A request's token list, block table and block hashes are reserved when it is
 // admitted for up to 1024 generated tokens; a longer output may grow them (amortised).
 //
-// Counts come from this binary's replacement of the global operator new (every form), which
-// also works under ASan (the replacement allocates with malloc, which ASan still checks).
+// Counts come from base/alloc_counter (the global operator new, every form, replaced in this
+// binary), which also works under ASan (it allocates with malloc, which ASan still checks).
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -19,58 +19,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/alloc_counter.h"
 #include "core/scheduler.h"
 #include "gtest/gtest.h"
 #include "tests/unit/core/core_test_util.h"
-
-namespace {
-// Allocations while counting is on (the scheduler thread only; tests here are single-threaded).
-bool g_counting = false;
-int64_t g_num_allocs = 0;
-
-void* CountedAlloc(std::size_t size, std::size_t align) {
-  if (g_counting) ++g_num_allocs;
-  if (size == 0) size = 1;
-  void* p = align <= alignof(std::max_align_t)
-                ? std::malloc(size)
-                : std::aligned_alloc(align, (size + align - 1) / align * align);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-void* operator new(std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new[](std::size_t size) { return CountedAlloc(size, 0); }
-void* operator new(std::size_t size, std::align_val_t align) {
-  return CountedAlloc(size, static_cast<std::size_t>(align));
-}
-void* operator new[](std::size_t size, std::align_val_t align) {
-  return CountedAlloc(size, static_cast<std::size_t>(align));
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  try {
-    return CountedAlloc(size, 0);
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  try {
-    return CountedAlloc(size, 0);
-  } catch (const std::bad_alloc&) {
-    return nullptr;
-  }
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace vllm::core {
 namespace {
@@ -80,14 +32,10 @@ using testing::MakeRequest;
 using testing::MakeTestConfig;
 using testing::ScriptedToken;
 
-// Counts the allocations of `fn()`.
+// Counts the allocations of `fn()` (base/alloc_counter.h).
 template <typename Fn>
 int64_t CountAllocs(Fn&& fn) {
-  const int64_t before = g_num_allocs;
-  g_counting = true;
-  fn();
-  g_counting = false;
-  return g_num_allocs - before;
+  return base::CountAllocations(fn);
 }
 
 // A request id as long as a real one (cmpl-<32 hex>-0: beyond std::string's inline buffer).
