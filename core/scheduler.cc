@@ -489,8 +489,8 @@ void Scheduler::BuildOutput(SchedulerOutput* output) {
       out = std::copy(r->all_token_ids.begin() + begin, r->all_token_ids.begin() + end, out);
     }
     if (r->num_scheduled_spec_tokens > 0) {
-      std::copy(r->spec_token_ids.begin(),
-                r->spec_token_ids.begin() + r->num_scheduled_spec_tokens, out);
+      std::copy(r->spec_token_ids.begin(), r->spec_token_ids.begin() + r->num_scheduled_spec_tokens,
+                out);
     }
     num_tokens_out += num_fed;
     c.new_token_ids_offsets[k + 1] = static_cast<uint32_t>(num_tokens_out);
