@@ -68,6 +68,8 @@ struct alignas(64) Request {
   // --- Immutable after construction (a hot copy of sampling_params).
   bool has_stop_token_ids = false;
   // --- Written by the Scheduler.
+  // `events` (a cold line) is not empty: the step reads this flag, not the vector.
+  bool has_events = false;
   // Tokens whose KV is (or, for scheduled in-flight steps, will be) in the cache.
   int32_t num_computed_tokens = 0;
   // Steps including this request that were scheduled but whose output has not arrived.

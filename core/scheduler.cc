@@ -11,9 +11,16 @@
 namespace vllm::core {
 namespace {
 
-// An event now, on the clock of EngineCoreOutputs::timestamp.
-EngineCoreEvent EventNow(EngineCoreEventType type) {
-  return EngineCoreEvent{type, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())};
+// Records an event of `request` now, on the clock of EngineCoreOutputs::timestamp. A request
+// keeps at most kMaxPendingEvents between two outputs (a request preempted again and again
+// before its first token would otherwise grow them past what the output codec accepts): the
+// first ones, which the frontend's queue and prefill times come from, are kept.
+void RecordEvent(Request* request, EngineCoreEventType type) {
+  constexpr size_t kMaxPendingEvents = 256;
+  if (request->events.size() >= kMaxPendingEvents) return;
+  request->events.push_back(
+      EngineCoreEvent{type, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())});
+  request->has_events = true;
 }
 
 // A step walks thousands of heap-allocated requests, and the hardware cannot prefetch
@@ -144,7 +151,7 @@ absl::Status Scheduler::AddRequest(EngineCoreRequest request) {
   auto owned = std::make_unique<Request>(std::move(request), config_.model.max_model_len);
   owned->arrival_seq = next_arrival_seq_++;
   Request* raw = owned.get();
-  raw->events.push_back(EventNow(EngineCoreEventType::kQueued));
+  RecordEvent(raw, EngineCoreEventType::kQueued);
   requests_.emplace(raw->request_id, std::move(owned));
   if (raw->sampling_params.structured_outputs.has_value()) {
     raw->structured_output = structured_output_manager_->Submit(
@@ -226,7 +233,7 @@ void Scheduler::PreemptRequest(Request* request) {
   request->num_computed_tokens = 0;
   request->spec_token_ids.clear();
   ++request->num_preemptions;
-  request->events.push_back(EventNow(EngineCoreEventType::kPreempted));
+  RecordEvent(request, EngineCoreEventType::kPreempted);
   // Outputs of steps already in flight describe a computation we are discarding.
   request->num_stale_steps = request->num_inflight_steps;
   waiting_.Prepend(request);
@@ -372,7 +379,7 @@ void Scheduler::ScheduleWaiting(int32_t* token_budget) {
       scheduled_resumed_.push_back(request);
     }
     request->status = RequestStatus::kRunning;
-    request->events.push_back(EventNow(EngineCoreEventType::kScheduled));
+    RecordEvent(request, EngineCoreEventType::kScheduled);
     request->num_computed_tokens = num_computed_tokens;
     if (request->num_cached_tokens < 0) request->num_cached_tokens = num_computed_tokens;
     request->num_scheduled_tokens = num_new_tokens;
@@ -709,7 +716,10 @@ absl::Status Scheduler::UpdateFromOutput(const SchedulerOutput& scheduler_output
       out.new_token_ids.assign(sampled.begin(), sampled.begin() + num_appended);
     }
     out.num_cached_tokens = std::max(request.num_cached_tokens, 0);
-    if (!request.events.empty()) out.events.swap(request.events);
+    if (request.has_events) {
+      out.events.swap(request.events);
+      request.has_events = false;
+    }
     if (!model_output.logprobs.empty() && request.sampling_params.logprobs.has_value()) {
       const auto& logprobs = model_output.logprobs[output_index_[i]];
       out.logprobs.assign(logprobs.begin(),
