@@ -9,11 +9,15 @@
 //                   the difference is the executor's share of a real step.
 //
 //   build/release/bin/executor_bench [--iterations N] [--empty-only]
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -30,11 +34,35 @@ using Clock = std::chrono::steady_clock;
 
 struct Stats {
   double p50 = 0, p99 = 0;
+  // Context switches per timed step: the whole machine's (/proc/stat "ctxt": every process,
+  // so other work counts too) and the engine process's own (getrusage).
+  double machine_switches = 0, engine_switches = 0;
 };
+
+// The machine's context switches since boot (/proc/stat "ctxt"); 0 if unreadable.
+int64_t MachineContextSwitches() {
+  std::ifstream in("/proc/stat");
+  std::string key;
+  int64_t value = 0;
+  while (in >> key) {
+    if (key == "ctxt" && (in >> value)) return value;
+    in.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+int64_t OwnContextSwitches() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw + u.ru_nivcsw;
+}
 
 Stats Summarise(std::vector<double> us) {
   std::sort(us.begin(), us.end());
-  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+  Stats s;
+  s.p50 = us[us.size() / 2];
+  s.p99 = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  return s;
 }
 
 const std::string kModel = std::string(VLLM_SOURCE_DIR) + "/tests/fixtures/models/llama_mha";
@@ -57,14 +85,24 @@ absl::StatusOr<Stats> EmptyStep(int32_t tp, int iterations, const std::string& b
   std::vector<double> us;
   us.reserve(iterations);
   core::SchedulerOutput empty;
+  int64_t machine0 = 0, own0 = 0;
   for (int i = 0; i < iterations + 1000; ++i) {
+    if (i == 1000) {
+      machine0 = MachineContextSwitches();
+      own0 = OwnContextSwitches();
+    }
     auto t0 = Clock::now();
     auto out = (*executor)->ExecuteModel(empty);
     auto t1 = Clock::now();
     if (!out.ok()) return out.status();
     if (i >= 1000) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
-  return Summarise(std::move(us));
+  Stats stats = Summarise(std::move(us));
+  stats.machine_switches =
+      static_cast<double>(MachineContextSwitches() - machine0) / static_cast<double>(iterations);
+  stats.engine_switches =
+      static_cast<double>(OwnContextSwitches() - own0) / static_cast<double>(iterations);
+  return stats;
 }
 
 absl::StatusOr<Stats> DecodeStep(const std::string& backend, int32_t tp, int steps,
@@ -119,14 +157,17 @@ int Main(int argc, char** argv) {
     }
   }
   const std::string binary = WorkerBinary(argv[0]);
-  std::printf("| measurement | TP | p50 µs | p99 µs |\n|---|---:|---:|---:|\n");
+  std::printf(
+      "| measurement | TP | p50 µs | p99 µs | context switches per step: machine / engine |\n"
+      "|---|---:|---:|---:|---:|\n");
   for (int32_t tp : {1, 2, 4}) {
     auto s = EmptyStep(tp, iterations, binary);
     if (!s.ok()) {
       std::fprintf(stderr, "empty step TP=%d: %s\n", tp, s.status().ToString().c_str());
       return 1;
     }
-    std::printf("| empty step, MultiprocExecutor | %d | %.2f | %.2f |\n", tp, s->p50, s->p99);
+    std::printf("| empty step, MultiprocExecutor | %d | %.2f | %.2f | %.2f / %.2f |\n", tp, s->p50,
+                s->p99, s->machine_switches, s->engine_switches);
   }
   if (empty_only) return 0;
   const int steps = std::max(20, iterations / 200);
@@ -138,7 +179,7 @@ int Main(int argc, char** argv) {
                    s.status().ToString().c_str());
       return 1;
     }
-    std::printf("| 256-request decode step, llama_mha, %s | %d | %.1f | %.1f |\n", backend, tp,
+    std::printf("| 256-request decode step, llama_mha, %s | %d | %.1f | %.1f | |\n", backend, tp,
                 s->p50, s->p99);
   }
   return 0;
