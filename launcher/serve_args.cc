@@ -18,38 +18,11 @@
 #include "config/speculative_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
+#include "launcher/vllm_serve_flags.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::launcher {
-namespace {
-
-// argparse-style multi-letter short aliases that CLI11 does not have.
-constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
-    {"-tp", "--tensor-parallel-size"},      {"-pp", "--pipeline-parallel-size"},
-    {"-dp", "--data-parallel-size"},        {"-dpl", "--data-parallel-size-local"},
-    {"-dpr", "--data-parallel-start-rank"}, {"-dpn", "--data-parallel-rank"},
-    {"-dpa", "--data-parallel-address"},    {"-dpp", "--data-parallel-rpc-port"},
-    {"-dph", "--data-parallel-hybrid-lb"},  {"-dpe", "--data-parallel-external-lb"},
-    {"-asc", "--api-server-count"},
-};
-
-std::vector<std::string> ExpandAliases(const std::vector<std::string>& argv) {
-  std::vector<std::string> out;
-  for (const std::string& a : argv) {
-    std::string arg = a;
-    for (const auto& [alias, name] : kAliases) {
-      if (arg == alias) {
-        arg = std::string(name);
-      } else if (arg.rfind(std::string(alias) + "=", 0) == 0) {
-        arg = std::string(name) + arg.substr(alias.size());
-      }
-    }
-    out.push_back(std::move(arg));
-  }
-  return out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 namespace {
 
@@ -116,7 +89,8 @@ struct FlagValues {
   bool dp_hybrid_lb = false, dp_external_lb = false;
   // -dpl / -dpr taken from --nnodes and --node-rank (InferDpFromNodes), as if given.
   bool dp_from_nodes = false;
-  std::string api_key, chat_template, kv_events_config, kv_transfer_config, cluster_key_file,
+  std::vector<std::string> api_keys;
+  std::string chat_template, kv_events_config, kv_transfer_config, cluster_key_file,
       structured_outputs_config, reasoning_parser, speculative_config;
 };
 
@@ -147,10 +121,18 @@ void AddModelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--served-model-name", a.served_model_names,
                  "The model name(s) used in the API. Default: the --model argument.")
       ->group("ModelConfig");
-  app.add_option("--max-model-len", c.model.max_model_len,
-                 "Model context length (prompt and output). Default: derived from the model "
-                 "config.")
-      ->check(CLI::PositiveNumber)
+  app.add_option_function<std::string>(
+         "--max-model-len",
+         [&c](const std::string& v) {
+           const int64_t n = OrThrow(ParseHumanReadableInt("--max-model-len", v, true));
+           if (n == 0 || n < -1 || n > (1 << 24)) {
+             throw CLI::ValidationError(
+                 absl::StrCat("--max-model-len: ", n, " is not in [1, 16777216] (or -1/auto)"));
+           }
+           c.model.max_model_len = n == -1 ? 0 : static_cast<int32_t>(n);
+         },
+         "Model context length (prompt and output): 2048, 1k (1000), 1K (1024), 2m, or -1 / "
+         "auto for the model config's (the default).")
       ->group("ModelConfig");
   AddParsedOption(app, "--dtype", c.model.dtype, config::ParseModelDType,
                   "Data type for model weights and activations (CUDA; the CPU backend computes "
@@ -288,6 +270,16 @@ void AddCacheFlags(CLI::App& app, ServeArgs& a) {
                   "KV-cache memory per worker on the CPU (like VLLM_CPU_KVCACHE_SPACE): 4GiB, "
                   "512MiB, or bytes. Default: 4GiB.")
       ->group("CacheConfig");
+  app.add_option_function<std::string>(
+         "--kv-cache-memory-bytes",
+         [&c](const std::string& v) {
+           const int64_t n = OrThrow(ParseHumanReadableInt("--kv-cache-memory-bytes", v, false));
+           if (n < 1) throw CLI::ValidationError("--kv-cache-memory-bytes: must be positive");
+           c.cache.kv_cache_memory_bytes = n;
+         },
+         "KV-cache size per worker in bytes, as vLLM's human-readable integers (4G = 4 GiB, "
+         "4g = 4e9); the same setting as --kv-cache-memory.")
+      ->group("CacheConfig");
   app.add_option("--gpu-memory-utilization", c.cache.gpu_memory_utilization,
                  "The fraction of GPU memory to be used for the model executor (weights, "
                  "activations and KV cache), from 0 to 1; e.g. 0.5 means 50% GPU memory "
@@ -326,9 +318,17 @@ void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--max-num-seqs", c.scheduler.max_num_seqs,
                  "Maximum number of sequences per iteration.")
       ->group("SchedulerConfig");
-  app.add_option("--max-num-batched-tokens", c.scheduler.max_num_batched_tokens,
-                 "Maximum number of tokens per iteration.")
-      ->check(CLI::PositiveNumber)
+  app.add_option_function<std::string>(
+         "--max-num-batched-tokens",
+         [&c](const std::string& v) {
+           const int64_t n = OrThrow(ParseHumanReadableInt("--max-num-batched-tokens", v, false));
+           if (n < 1 || n > (1 << 24)) {
+             throw CLI::ValidationError(
+                 absl::StrCat("--max-num-batched-tokens: ", n, " is not in [1, 16777216]"));
+           }
+           c.scheduler.max_num_batched_tokens = static_cast<int32_t>(n);
+         },
+         "Maximum number of tokens per iteration (2048, 8k, 8K).")
       ->group("SchedulerConfig");
   app.add_option("--long-prefill-token-threshold", c.scheduler.long_prefill_token_threshold,
                  "Largest prefill chunk of one request (0: no limit).")
@@ -389,7 +389,10 @@ void AddFrontendFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--port", a.port, "Port to listen on.")
       ->check(CLI::Range(0, 65535))
       ->group("Frontend");
-  app.add_option("--api-key", f.api_key, "If set, the server requires this key in the header.")
+  app.add_option("--api-key", f.api_keys,
+                 "If set, the server requires this key in the header (one key; vLLM takes "
+                 "several).")
+      ->expected(1, 64)
       ->group("Frontend");
   app.add_option("--max-connections", a.max_connections,
                  "Client connections served at once; past it the longest-idle connection is "
@@ -427,7 +430,12 @@ absl::Status ApplyModelFlags(const FlagValues& f, const std::string& default_mod
     const bool is_default = f.model.empty() && f.positional_model.empty();
     a.served_model_names.push_back(is_default ? model.filename().string() : model.string());
   }
-  if (!f.api_key.empty()) a.api_key = f.api_key;
+  if (f.api_keys.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--api-key: ", f.api_keys.size(),
+                     " keys given; vllm-launch checks one key (give one --api-key)"));
+  }
+  if (!f.api_keys.empty() && !f.api_keys[0].empty()) a.api_key = f.api_keys[0];
   if (!f.chat_template.empty()) a.chat_template = f.chat_template;
   return absl::OkStatus();
 }
@@ -743,7 +751,10 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   AddSchedulerAndDeviceFlags(app, f, a);
   AddFrontendFlags(app, f, a);
 
-  std::vector<std::string> args = ExpandAliases(argv);
+  auto normalized = NormalizeVllmSpellings(
+      argv, [&app](const std::string& name) { return app.get_option_no_throw(name) != nullptr; });
+  if (!normalized.ok()) return normalized.status();
+  std::vector<std::string> args = *std::move(normalized);
   std::reverse(args.begin(), args.end());  // CLI11 consumes a reversed vector
   ParsedServeArgs parsed;
   try {

@@ -1,0 +1,234 @@
+// Every `vllm serve` flag of vLLM 0.33 (tests/fixtures/vllm_0_33/serve_flags.tsv, listed from
+// vLLM's argument parser) is either parsed into our configuration with vLLM's spelling
+// (aliases, --no-X negations) or refused at start-up with a message naming it and the reason:
+// a flag vLLM adds shows up here as a failing row. Also vLLM's human-readable integers.
+#include "launcher/vllm_serve_flags.h"
+
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/serve_args.h"
+
+namespace vllm::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Row {
+  std::string name, aliases, kind, group;
+};
+
+std::vector<Row> ReadTable() {
+  std::ifstream in(std::string(VLLM_SOURCE_DIR) + "/tests/fixtures/vllm_0_33/serve_flags.tsv");
+  std::vector<Row> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> cols = absl::StrSplit(line, '\t');
+    if (cols.size() != 4) {
+      ADD_FAILURE() << "bad row: " << line;
+      continue;
+    }
+    rows.push_back({cols[0], cols[1], cols[2], cols[3]});
+  }
+  return rows;
+}
+
+absl::StatusOr<ParsedServeArgs> Parse(const std::vector<std::string>& argv) {
+  return ParseServeArgs(argv, "models/kjv-llama-tiny");
+}
+
+std::string KindName(VllmFlagKind k) {
+  switch (k) {
+    case VllmFlagKind::kBool:
+      return "bool";
+    case VllmFlagKind::kNegatable:
+      return "negatable";
+    case VllmFlagKind::kOptional:
+      return "optional";
+    case VllmFlagKind::kList:
+      return "list";
+    case VllmFlagKind::kValue:
+      return "value";
+  }
+  return "?";
+}
+
+TEST(VllmServeFlagsTest, CompiledTableIsTheTestData) {
+  const std::vector<Row> rows = ReadTable();
+  ASSERT_EQ(rows.size(), VllmServeFlags().size());
+  EXPECT_GE(rows.size(), 300u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const VllmServeFlag& f = VllmServeFlags()[i];
+    EXPECT_EQ(rows[i].name, std::string(f.name));
+    EXPECT_EQ(rows[i].aliases, std::string(f.aliases)) << rows[i].name;
+    EXPECT_EQ(rows[i].kind, KindName(f.kind)) << rows[i].name;
+    EXPECT_EQ(rows[i].group, std::string(f.group)) << rows[i].name;
+  }
+}
+
+// Flags we support whose value "1" is not valid, or that need others beside them.
+const std::map<std::string, std::vector<std::string>>& Samples() {
+  static const auto* samples = new std::map<std::string, std::vector<std::string>>{
+      {"--dtype", {"--dtype", "float32"}},
+      {"--load-format", {"--load-format", "dummy"}},
+      {"--device", {"--device", "cpu"}},
+      {"--scheduling-policy", {"--scheduling-policy", "priority"}},
+      {"--distributed-executor-backend", {"--distributed-executor-backend", "mp"}},
+      {"--kv-events-config", {"--kv-events-config", R"({"enable_kv_cache_events": false})"}},
+      {"--kv-transfer-config",
+       {"--kv-transfer-config",
+        R"({"kv_connector": "OffloadingConnector", "kv_role": "kv_both"})"}},
+      {"--speculative-config",
+       {"--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 2})"}},
+      {"--structured-outputs-config",
+       {"--structured-outputs-config", R"({"backend": "xgrammar"})"}},
+      {"--reasoning-parser", {"--reasoning-parser", "qwen3"}},
+      {"--tool-call-parser", {"--tool-call-parser", "hermes"}},
+      {"--enable-auto-tool-choice", {"--enable-auto-tool-choice", "--tool-call-parser", "hermes"}},
+      {"--data-parallel-rpc-port",
+       {"--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "13345"}},
+      {"--data-parallel-rank", {"-dp", "2", "--data-parallel-rank", "1"}},
+      {"--data-parallel-start-rank", {"-dp", "2", "-dpl", "1", "--data-parallel-start-rank", "1"}},
+      {"--data-parallel-external-lb", {"-dp", "2", "-dpn", "1", "--data-parallel-external-lb"}},
+      {"--data-parallel-hybrid-lb", {"-dp", "4", "-dpl", "2", "--data-parallel-hybrid-lb"}},
+      {"--headless", {"--headless", "-dp", "2", "-dpl", "1", "-dpr", "1"}},
+      {"--node-rank", {"--node-rank", "0"}},
+      {"--kv-offloading-backend", {"--kv-offloading-backend", "native"}},
+      {"--kv-offloading-size", {"--kv-offloading-size", "1"}},
+      {"--gpu-memory-utilization", {"--gpu-memory-utilization", "0.5"}},
+      {"--max-model-len", {"--max-model-len", "1k"}},
+  };
+  return *samples;
+}
+
+std::vector<std::string> SampleArgv(const Row& row) {
+  if (auto it = Samples().find(row.name); it != Samples().end()) return it->second;
+  if (row.kind == "bool" || row.kind == "negatable") return {row.name};
+  return {row.name, "1"};
+}
+
+constexpr char kRefused[] = "vLLM's flag is not supported by vllm-launch: ";
+
+// The whole table: each flag parses or is refused by name with a reason; so do its aliases
+// and, where vLLM has it, its --no-X negation.
+TEST(VllmServeFlagsTest, EveryVllmFlagIsParsedOrRefusedByName) {
+  int supported = 0, refused = 0;
+  std::vector<std::string> refused_names;
+  for (const Row& row : ReadTable()) {
+    const std::vector<std::string> argv = SampleArgv(row);
+    auto p = Parse(argv);
+    if (p.ok()) {
+      ++supported;
+      EXPECT_TRUE(p->args.has_value()) << row.name;
+    } else {
+      ++refused;
+      refused_names.push_back(row.name);
+      EXPECT_THAT(p.status().message(), HasSubstr(row.name + ": " + kRefused))
+          << absl::StrJoin(argv, " ");
+    }
+    if (!row.aliases.empty() && !absl::StartsWith(row.aliases, "--")) {
+      std::vector<std::string> aliased = argv;
+      for (std::string& a : aliased) {
+        if (a == row.name) a = std::vector<std::string>(absl::StrSplit(row.aliases, ','))[0];
+      }
+      auto q = Parse(aliased);
+      EXPECT_EQ(q.ok(), p.ok()) << absl::StrJoin(aliased, " ") << ": " << q.status();
+    }
+    if (row.kind == "negatable") {
+      const std::string no = "--no-" + row.name.substr(2);
+      auto q = Parse({no});
+      if (p.ok()) {
+        EXPECT_TRUE(q.ok()) << no << ": " << q.status();
+      } else {
+        EXPECT_THAT(q.status().message(), HasSubstr(no + ": " + kRefused));
+      }
+    }
+  }
+  std::printf("vLLM 0.33 serve flags: %d supported, %d refused: %s\n", supported, refused,
+              absl::StrJoin(refused_names, " ").c_str());
+  EXPECT_GE(supported, 40);
+}
+
+TEST(VllmServeFlagsTest, NegationsOfTheIssue) {
+  auto p = Parse({"--enforce-eager", "--no-enforce-eager"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->args->config.model.enforce_eager);
+  EXPECT_TRUE(Parse({"--no-data-parallel-hybrid-lb"}).ok());
+  EXPECT_TRUE(Parse({"--no-data-parallel-external-lb"}).ok());
+  auto q = Parse({"--no-enable-prefix-caching"});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_FALSE(q->args->config.cache.enable_prefix_caching);
+  // A flag that is neither ours nor vLLM's stays an unknown one, and a negation vLLM lacks.
+  EXPECT_FALSE(Parse({"--disable-log-requests"}).ok());
+  EXPECT_FALSE(Parse({"--no-max-model-len"}).ok());
+}
+
+TEST(VllmServeFlagsTest, MaxModelLenAsVllmParsesIt) {
+  const std::vector<std::pair<std::string, int32_t>> cases = {
+      {"2048", 2048}, {"1k", 1000}, {"1K", 1024}, {"2m", 2000000},
+      {"auto", 0},    {"AUTO", 0},  {"-1", 0},    {"25.6k", 25600}};
+  for (const auto& [text, want] : cases) {
+    auto p = Parse({"--max-model-len", text});
+    ASSERT_TRUE(p.ok()) << text << ": " << p.status();
+    EXPECT_EQ(p->args->config.model.max_model_len, want) << text;
+    auto q = Parse({"--max-model-len=" + text});
+    ASSERT_TRUE(q.ok()) << text << ": " << q.status();
+    EXPECT_EQ(q->args->config.model.max_model_len, want) << text;
+  }
+  for (const std::string bad : {"1.5K", "k", "0", "-2", "1x", "", "1kk"}) {
+    auto p = Parse({"--max-model-len=" + bad});
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_THAT(p.status().message(), HasSubstr("--max-model-len")) << bad;
+  }
+}
+
+TEST(VllmServeFlagsTest, HumanReadableInts) {
+  EXPECT_EQ(*ParseHumanReadableInt("--x", "1G", false), int64_t{1} << 30);
+  EXPECT_EQ(*ParseHumanReadableInt("--x", "1g", false), 1000000000);
+  EXPECT_EQ(*ParseHumanReadableInt("--x", "2T", false), int64_t{2} << 40);
+  EXPECT_EQ(*ParseHumanReadableInt("--x", " 7 ", false), 7);
+  EXPECT_FALSE(ParseHumanReadableInt("--x", "auto", false).ok());
+  EXPECT_THAT(ParseHumanReadableInt("--x", "1.5M", false).status().message(),
+              HasSubstr("decimals are not allowed"));
+  auto p = Parse({"--kv-cache-memory-bytes", "512M", "--max-num-batched-tokens", "4k"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->args->config.cache.kv_cache_memory_bytes, int64_t{512} << 20);
+  EXPECT_EQ(p->args->config.scheduler.max_num_batched_tokens, 4000);
+}
+
+TEST(VllmServeFlagsTest, ApiKeyTakesVllmsNargsAndRefusesSeveral) {
+  auto p = Parse({"--api-key", "k1"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->args->api_key, "k1");
+  auto q = Parse({"--api-key", "a", "b"});
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(q.status().message(), HasSubstr("--api-key: 2 keys"));
+}
+
+TEST(VllmServeFlagsTest, RefusalsNameTheFlagAndWhy) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--enable-lora"}, "--enable-lora: vLLM's flag is not supported by vllm-launch: LoRA"},
+      {{"-q", "awq"}, "--quantization: vLLM's flag is not supported by vllm-launch: quantized"},
+      {{"--limit-mm-per-prompt", "{}"}, "multimodal"},
+      {{"--root-path=/api"}, "--root-path: "},
+      {{"--ssl-keyfile", "k.pem"}, "TLS"},
+      {{"--no-trust-remote-code"}, "--no-trust-remote-code: "},
+      {{"-ep"}, "--enable-expert-parallel: vLLM's flag is not supported"},
+  };
+  for (const auto& [argv, want] : cases) {
+    auto p = Parse(argv);
+    ASSERT_FALSE(p.ok()) << absl::StrJoin(argv, " ");
+    EXPECT_THAT(p.status().message(), HasSubstr(want));
+  }
+}
+
+}  // namespace
+}  // namespace vllm::launcher
