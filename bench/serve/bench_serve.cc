@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/serve/metrics.h"
+#include "frontend/tokenizer/tokenizer.h"
 
 namespace vllm::bench_serve {
 namespace {
@@ -68,57 +69,232 @@ absl::StatusOr<std::vector<std::string>> ParseMetricNames(const std::string& tex
   std::vector<std::string> names;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     const std::string name(absl::StripAsciiWhitespace(part));
-    if (name != "ttft" && name != "tpot" && name != "itl" && name != "e2el") {
-      return absl::InvalidArgumentError(absl::StrCat("--percentile-metrics: unknown metric \"",
-                                                     name, "\" (ttft, tpot, itl, e2el)"));
+    if (name != "ttft" && name != "tpot" && name != "itl" && name != "e2el" &&
+        name != "client_queue_time") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--percentile-metrics: unknown metric \"", name,
+                       "\" (ttft, tpot, itl, e2el, client_queue_time)"));
     }
     names.push_back(name);
   }
   return names;
 }
 
+// vLLM 0.33 `vllm bench serve` flags we do not support, with the reason (refused by name,
+// never ignored). Source: vllm/benchmarks/serve.py add_cli_args and
+// vllm/benchmarks/datasets/datasets.py add_dataset_parser.
+struct RefusedFlag {
+  const char* name;
+  const char* reason;
+};
+constexpr RefusedFlag kRefusedFlags[] = {
+    {"--chat-template-kwargs", "no chat-template kwargs are sent"},
+    {"--header", "no extra HTTP headers are sent"},
+    {"--insecure", "http only"},
+    {"--logprobs", "logprobs are not requested"},
+    {"--lora-modules", "no LoRA"},
+    {"--lora-assignment", "no LoRA"},
+    {"--num-warmups", "no warm-up requests"},
+    {"--plot-timeline", "no plots"},
+    {"--plot-dataset-stats", "no plots"},
+    {"--timeline-itl-thresholds", "no plots"},
+    {"--probe-request-rate", "no probe requests"},
+    {"--profile", "no profiler control"},
+    {"--ready-check-timeout-sec", "no initial ready check"},
+    {"--request-id-prefix", "no request ids are sent"},
+    {"--self-timed", "no timed_trace dataset"},
+    {"--no-self-timed", "no timed_trace dataset"},
+    {"--skip-tokenizer-init", "the random dataset needs the tokenizer"},
+    {"--use-beam-search", "beam search is not requested"},
+    {"--no-stream", "requests always stream"},
+    {"--no-oversample", "datasets always cycle to --num-prompts"},
+    {"--disable-shuffle", "no shuffled datasets"},
+    {"--skip-chat-template", "no chat template is applied client-side"},
+    {"--enable-multimodal-chat", "no multimodal datasets"},
+    {"--custom-ensure-client-side-data", "no such check"},
+    {"--random-batch-size", "no batched random prompts"},
+    {"--no-reranker", "no rerank datasets"},
+    {"--sharegpt-output-len", "no sharegpt dataset"},
+    {"--hf-name", "no Hugging Face datasets"},
+    {"--hf-split", "no Hugging Face datasets"},
+    {"--hf-subset", "no Hugging Face datasets"},
+    {"--hf-output-len", "no Hugging Face datasets"},
+    {"--prefix-repetition-prefix-len", "no prefix_repetition dataset"},
+    {"--prefix-repetition-suffix-len", "no prefix_repetition dataset"},
+    {"--prefix-repetition-num-prefixes", "no prefix_repetition dataset"},
+    {"--prefix-repetition-output-len", "no prefix_repetition dataset"},
+    {"--random-mm-base-items-per-request", "no multimodal datasets"},
+    {"--random-mm-bucket-config", "no multimodal datasets"},
+    {"--random-mm-limit-mm-per-prompt", "no multimodal datasets"},
+    {"--random-mm-num-mm-items-range-ratio", "no multimodal datasets"},
+    {"--asr-max-audio-len-sec", "no audio datasets"},
+    {"--asr-min-audio-len-sec", "no audio datasets"},
+    {"--bfcl-categories", "no BFCL dataset"},
+    {"--blazedit-min-distance", "no blazedit dataset"},
+    {"--blazedit-max-distance", "no blazedit dataset"},
+    {"--spec-bench-category", "no spec_bench dataset"},
+    {"--spec-bench-output-len", "no spec_bench dataset"},
+    {"--speed-bench-category", "no speed_bench dataset"},
+    {"--speed-bench-dataset-subset", "no speed_bench dataset"},
+    {"--speed-bench-output-len", "no speed_bench dataset"},
+    {"--timed-trace-chunk-hash-size", "no timed_trace dataset"},
+    {"--timed-trace-label-hash-ids", "no timed_trace dataset"},
+    {"--timed-trace-label-input-length", "no timed_trace dataset"},
+    {"--timed-trace-label-output-length", "no timed_trace dataset"},
+    {"--timed-trace-label-timestamp", "no timed_trace dataset"},
+    {"--timed-trace-sec-multiplier", "no timed_trace dataset"},
+};
+
+absl::Status RefuseUnsupported(const std::vector<std::string>& args) {
+  for (const std::string& arg : args) {
+    const absl::string_view name = absl::string_view(arg).substr(0, arg.find('='));
+    for (const RefusedFlag& refused : kRefusedFlags) {
+      if (name == refused.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(refused.name, " (a vLLM bench flag) is not supported: ", refused.reason));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// vLLM's parse_goodput/check_goodput_args: "KEY:VALUE" pairs, KEY in ttft/tpot/e2el, VALUE ms.
+absl::StatusOr<GoodputSlos> ParseGoodput(const std::vector<std::string>& pairs) {
+  GoodputSlos slos;
+  for (const std::string& pair : pairs) {
+    const std::vector<std::string> parts = absl::StrSplit(pair, ':');
+    double value = 0;
+    if (parts.size() != 2 || !absl::SimpleAtod(parts[1], &value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--goodput: expected \"KEY:VALUE\" pairs (a metric name and milliseconds), got \"", pair,
+          "\""));
+    }
+    if (parts[0] != "ttft" && parts[0] != "tpot" && parts[0] != "e2el") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--goodput: invalid metric name ", parts[0], " (ttft, tpot, e2el)"));
+    }
+    if (value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--goodput: negative value for ", parts[0]));
+    }
+    slos.emplace_back(parts[0], value);
+  }
+  return slos;
+}
+
+// Raw values CLI11 collects before they are checked together.
+struct RawFlags {
+  std::string base_url, endpoint, request_rate = "inf", metrics = "ttft,tpot,itl",
+                                  percentiles = "99", tokenizer_mode = "auto", extra_body;
+  std::optional<int> max_concurrency, input_len, output_len, top_k;
+  std::optional<double> top_p, min_p, frequency_penalty, presence_penalty, repetition_penalty;
+  std::string ramp_up_strategy;
+  std::optional<int> ramp_up_start_rps, ramp_up_end_rps;
+  std::vector<std::string> goodput, metadata;
+  double request_timeout_s = 6 * 3600;
+  bool disable_tqdm = false;
+  bool trust_remote_code = false;
+};
+
+// The sampling flags and --extra-body, merged into the request body as vLLM does.
+absl::Status SamplingBody(const RawFlags& raw, nlohmann::json& body) {
+  if (!raw.extra_body.empty()) {
+    nlohmann::json extra = nlohmann::json::parse(raw.extra_body, nullptr, false);
+    if (extra.is_discarded() || !extra.is_object()) {
+      return absl::InvalidArgumentError("--extra-body: expected a JSON object");
+    }
+    body = std::move(extra);
+  }
+  // vLLM: {**sampling_params, **extra_body}: --extra-body wins.
+  const auto set = [&](const char* key, const auto& value) {
+    if (value.has_value() && !body.contains(key)) body[key] = *value;
+  };
+  set("top_p", raw.top_p);
+  set("top_k", raw.top_k);
+  set("min_p", raw.min_p);
+  set("frequency_penalty", raw.frequency_penalty);
+  set("presence_penalty", raw.presence_penalty);
+  set("repetition_penalty", raw.repetition_penalty);
+  return absl::OkStatus();
+}
+
+absl::Status FinalizeRamp(const RawFlags& raw, LoadOptions& load) {
+  if (raw.ramp_up_strategy.empty()) {
+    if (raw.ramp_up_start_rps || raw.ramp_up_end_rps) {
+      return absl::InvalidArgumentError(
+          "--ramp-up-start-rps and --ramp-up-end-rps need --ramp-up-strategy");
+    }
+    return absl::OkStatus();
+  }
+  if (!raw.ramp_up_start_rps || !raw.ramp_up_end_rps) {
+    return absl::InvalidArgumentError(
+        "--ramp-up-strategy needs --ramp-up-start-rps and --ramp-up-end-rps");
+  }
+  if (*raw.ramp_up_start_rps > *raw.ramp_up_end_rps) {
+    return absl::InvalidArgumentError("--ramp-up-start-rps must be <= --ramp-up-end-rps");
+  }
+  if (*raw.ramp_up_start_rps < (raw.ramp_up_strategy == "exponential" ? 1 : 0) ||
+      *raw.ramp_up_end_rps < 1) {
+    return absl::InvalidArgumentError(
+        "--ramp-up-start-rps must be > 0 for the exponential strategy, --ramp-up-end-rps > 0");
+  }
+  load.ramp_up = {raw.ramp_up_strategy, *raw.ramp_up_start_rps, *raw.ramp_up_end_rps};
+  return absl::OkStatus();
+}
+
 // Fills `flags` from the raw values CLI11 collected and checks them together.
-absl::Status Finalize(BenchServeFlags& flags, const std::string& base_url,
-                      const std::string& endpoint, const std::string& request_rate,
-                      std::optional<int> max_concurrency, const std::string& metrics,
-                      const std::string& percentiles) {
+absl::Status Finalize(BenchServeFlags& flags, const RawFlags& raw) {
   LoadOptions& load = flags.load;
   load.backend = flags.backend_name == "openai-chat" ? BenchBackend::kOpenAIChat
                                                      : BenchBackend::kOpenAICompletions;
   std::string prefix;
-  if (!base_url.empty()) {
-    if (absl::Status status = ParseBaseUrl(base_url, load, prefix); !status.ok()) return status;
+  if (!raw.base_url.empty()) {
+    if (absl::Status status = ParseBaseUrl(raw.base_url, load, prefix); !status.ok()) return status;
   }
   const std::string default_endpoint =
       load.backend == BenchBackend::kOpenAIChat ? "/v1/chat/completions" : "/v1/completions";
-  load.path = prefix + (endpoint.empty() ? default_endpoint : endpoint);
-  if (!absl::SimpleAtod(request_rate, &load.request_rate) || !(load.request_rate > 0)) {
+  load.path = prefix + (raw.endpoint.empty() ? default_endpoint : raw.endpoint);
+  if (!absl::SimpleAtod(raw.request_rate, &load.request_rate) || !(load.request_rate > 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--request-rate: expected a positive number or inf, got ", request_rate));
+        absl::StrCat("--request-rate: expected a positive number or inf, got ", raw.request_rate));
   }
   if (!(load.burstiness > 0)) return absl::InvalidArgumentError("--burstiness must be > 0");
-  if (max_concurrency.has_value() && *max_concurrency < 1) {
+  if (raw.max_concurrency.has_value() && *raw.max_concurrency < 1) {
     return absl::InvalidArgumentError("--max-concurrency must be >= 1");
   }
-  load.max_concurrency = max_concurrency;
+  load.max_concurrency = raw.max_concurrency;
+  if (absl::Status status = FinalizeRamp(raw, load); !status.ok()) return status;
   load.seed = flags.random.seed;
+  // vLLM: --input-len/--output-len override the dataset-specific lengths.
+  if (raw.input_len) flags.random.input_len = *raw.input_len;
+  if (raw.output_len) flags.random.output_len = flags.custom_output_len = *raw.output_len;
   if (flags.random.num_prompts < 1) return absl::InvalidArgumentError("--num-prompts must be >= 1");
   if (flags.dataset_name == "custom") flags.dataset_name = "prompts";
   if (flags.dataset_name == "prompts" && flags.dataset_path.empty()) {
-    return absl::InvalidArgumentError("--dataset-name prompts needs --dataset-path");
+    return absl::InvalidArgumentError("--dataset-name custom needs --dataset-path");
   }
+  // vLLM: the random dataset runs every request to its length (ignore_eos on).
+  if (flags.dataset_name == "random") load.settings.ignore_eos = true;
   if (!(flags.structured_output_ratio >= 0.0 && flags.structured_output_ratio <= 1.0)) {
     return absl::InvalidArgumentError("--structured-output-ratio must be in [0, 1]");
   }
-  if (flags.dataset_name == "random" && load.backend == BenchBackend::kOpenAIChat) {
-    return absl::InvalidArgumentError(
-        "the random dataset sends token ids, which chat messages cannot carry: use --backend "
-        "openai, or --dataset-name prompts with --backend openai-chat");
+  if (absl::Status status = SamplingBody(raw, load.settings.extra_body); !status.ok()) {
+    return status;
   }
-  auto names = ParseMetricNames(metrics);
+  for (const std::string& item : raw.metadata) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError("--metadata: use KEY=VALUE");
+    }
+    flags.metadata.emplace_back(absl::StripAsciiWhitespace(item.substr(0, eq)),
+                                absl::StripAsciiWhitespace(item.substr(eq + 1)));
+  }
+  auto goodput = ParseGoodput(raw.goodput);
+  if (!goodput.ok()) return goodput.status();
+  flags.goodput = *std::move(goodput);
+  auto names = ParseMetricNames(raw.metrics);
   if (!names.ok()) return names.status();
   flags.percentile_metrics = *std::move(names);
-  auto values = ParsePercentiles(percentiles);
+  auto values = ParsePercentiles(raw.percentiles);
   if (!values.ok()) return values.status();
   flags.metric_percentiles = *std::move(values);
   return absl::OkStatus();
@@ -131,22 +307,6 @@ std::string NowDate() {
   char buffer[32];
   std::strftime(buffer, sizeof(buffer), "%Y%m%d-%H%M%S", &local);
   return buffer;
-}
-
-absl::StatusOr<std::vector<SampleRequest>> BuildDataset(const BenchServeFlags& flags) {
-  absl::StatusOr<std::vector<SampleRequest>> requests =
-      flags.dataset_name == "prompts"
-          ? LoadPromptsFile(flags.dataset_path, flags.random.num_prompts, flags.custom_output_len)
-          : SampleRandomRequests(flags.random);
-  if (!requests.ok() || flags.json_schema_path.empty()) return requests;
-  absl::StatusOr<JsonSchemaList> schemas = LoadJsonSchemas(flags.json_schema_path);
-  if (!schemas.ok()) return schemas.status();
-  if (absl::Status status =
-          AssignJsonSchemas(*schemas, flags.structured_output_ratio, flags.random.seed, *requests);
-      !status.ok()) {
-    return status;
-  }
-  return requests;
 }
 
 // The structured-output counts when some request carried a schema.
@@ -175,50 +335,88 @@ absl::Status SaveResult(const BenchServeFlags& flags, const BenchmarkRunInfo& in
     }
     path = std::filesystem::path(flags.result_dir) / path;
   }
-  std::ofstream out(path);
-  out << result.dump() << "\n";
+  std::error_code size_ec;
+  const bool append_newline = flags.append_result && std::filesystem::exists(path, size_ec) &&
+                              std::filesystem::file_size(path, size_ec) > 0 && !size_ec;
+  std::ofstream out(path, flags.append_result ? std::ios::app : std::ios::trunc);
+  if (append_newline) out << "\n";
+  out << result.dump();
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
   std::printf("Result saved to %s\n", path.string().c_str());
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(const std::vector<std::string>& args) {
-  BenchServeFlags flags;
+void AddTargetOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
   LoadOptions& load = flags.load;
-  std::string base_url, endpoint, request_rate = "inf", metrics = "ttft,tpot,itl",
-                                  percentiles = "99";
-  std::optional<int> max_concurrency;
-  CLI::App app("Serving benchmark against an OpenAI-compatible server (vLLM's `bench serve`)",
-               "vllm-launch bench serve");
   app.add_option("--backend", flags.backend_name, "openai (/v1/completions) or openai-chat")
       ->check(CLI::IsMember({"openai", "openai-chat"}));
-  app.add_option("--base-url", base_url, "http://host:port[/prefix]; overrides --host/--port");
+  app.add_option("--base-url", raw.base_url, "http://host:port[/prefix]; overrides --host/--port");
   app.add_option("--host", load.host, "Server host")->capture_default_str();
   app.add_option("--port", load.port, "Server port")->capture_default_str();
-  app.add_option("--endpoint", endpoint,
+  app.add_option("--endpoint", raw.endpoint,
                  "Request path (default /v1/completions, or /v1/chat/completions for chat)");
   app.add_option("--model", load.settings.model, "Model name (default: first of /v1/models)");
-  app.add_option("--dataset-name", flags.dataset_name, "random or prompts")
+  app.add_option("--served-model-name", flags.served_model_name,
+                 "Model name sent in requests (default: --model)");
+  app.add_option("--tokenizer", flags.tokenizer,
+                 "Directory with tokenizer.json (default: --model when it is one)");
+  app.add_option("--tokenizer-mode", raw.tokenizer_mode, "auto (tokenizer.json)")
+      ->check(CLI::IsMember({"auto", "hf"}));
+  app.add_flag("--trust-remote-code", raw.trust_remote_code,
+               "Accepted: tokenizer.json is read without running model code");
+  app.add_option("--request-rate", raw.request_rate, "Requests per second, or inf (all at once)")
+      ->capture_default_str();
+  app.add_option("--burstiness", load.burstiness,
+                 "Gamma shape of request intervals (1 = Poisson process)")
+      ->capture_default_str();
+  app.add_option("--max-concurrency", raw.max_concurrency, "At most this many requests in flight");
+  app.add_option("--ramp-up-strategy", raw.ramp_up_strategy, "linear or exponential")
+      ->check(CLI::IsMember({"linear", "exponential"}));
+  app.add_option("--ramp-up-start-rps", raw.ramp_up_start_rps, "Ramp-up start rate");
+  app.add_option("--ramp-up-end-rps", raw.ramp_up_end_rps, "Ramp-up end rate");
+  app.add_flag("--ignore-eos", load.settings.ignore_eos,
+               "Send ignore_eos: true (always on with the random dataset, as vLLM)");
+  app.add_option("--temperature", load.settings.temperature, "Sent only when given");
+  app.add_option("--top-p", raw.top_p);
+  app.add_option("--top-k", raw.top_k);
+  app.add_option("--min-p", raw.min_p);
+  app.add_option("--frequency-penalty", raw.frequency_penalty);
+  app.add_option("--presence-penalty", raw.presence_penalty);
+  app.add_option("--repetition-penalty", raw.repetition_penalty);
+  app.add_option("--extra-body", raw.extra_body, "JSON object merged into every request body");
+  app.add_option("--request-timeout", raw.request_timeout_s,
+                 "Seconds each network step may take (not a vLLM flag; vLLM allows 6 hours)")
+      ->capture_default_str();
+}
+
+void AddDatasetOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
+  app.add_option("--dataset-name", flags.dataset_name, "random or custom (alias prompts)")
       ->check(CLI::IsMember({"random", "prompts", "custom"}))
       ->capture_default_str();
   app.add_option("--dataset-path", flags.dataset_path,
-                 "Prompts file: JSON lines {\"prompt\": ..., \"output_len\": N} or text lines");
+                 "custom file: JSON lines {\"prompt\": ..., \"output_len\": N} or text lines");
   app.add_option("--custom-output-len", flags.custom_output_len,
-                 "max_tokens for prompts-file lines without output_len")
+                 "max_tokens for custom lines without output_len")
       ->capture_default_str();
   app.add_option("--num-prompts", flags.random.num_prompts, "Number of requests")
       ->capture_default_str();
+  app.add_option("--input-len", raw.input_len, "Overrides --random-input-len");
+  app.add_option("--output-len", raw.output_len,
+                 "Overrides --random-output-len and --custom-output-len");
   app.add_option("--random-input-len", flags.random.input_len)->capture_default_str();
   app.add_option("--random-output-len", flags.random.output_len)->capture_default_str();
+  app.add_option("--random-prefix-len", flags.random.prefix_len,
+                 "Tokens of a random prefix shared by every prompt")
+      ->capture_default_str();
   app.add_option("--random-range-ratio", flags.random.range_ratio,
                  "Lengths uniform in [len*(1-r), len*(1+r)]")
       ->capture_default_str();
-  app.add_option("--random-vocab-min", flags.random.vocab_min, "Smallest random token id")
+  app.add_option("--random-vocab-min", flags.random.vocab_min,
+                 "Without a tokenizer: smallest random token id (not a vLLM flag)")
       ->capture_default_str();
-  app.add_option("--random-vocab-max", flags.random.vocab_max, "Random token ids are below this")
+  app.add_option("--random-vocab-max", flags.random.vocab_max,
+                 "Without a tokenizer: random ids are below this (not a vLLM flag)")
       ->capture_default_str();
   CLI::Option* schema_path =
       app.add_option("--json-schema-path", flags.json_schema_path,
@@ -228,29 +426,55 @@ absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(const std::vector<std::stri
                  "Share of requests sent with a schema (which ones: --seed)")
       ->needs(schema_path)
       ->capture_default_str();
-  app.add_option("--request-rate", request_rate, "Requests per second, or inf (all at once)")
-      ->capture_default_str();
-  app.add_option("--burstiness", load.burstiness,
-                 "Gamma shape of request intervals (1 = Poisson process)")
-      ->capture_default_str();
-  app.add_option("--max-concurrency", max_concurrency, "At most this many requests in flight");
   app.add_option("--seed", flags.random.seed)->capture_default_str();
-  app.add_flag("--ignore-eos", load.settings.ignore_eos, "Send ignore_eos: true");
-  app.add_option("--temperature", load.settings.temperature)->capture_default_str();
+}
+
+void AddOutputOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
   app.add_flag("--save-result", flags.save_result, "Write the result JSON");
+  app.add_flag("--save-detailed", flags.save_detailed, "Also save the per-request lists");
+  app.add_flag("--append-result", flags.append_result, "Append to the result file");
   app.add_option("--result-dir", flags.result_dir, "Directory of the result JSON");
   app.add_option("--result-filename", flags.result_filename,
-                 "Result file name (default: vLLM's {backend}-{rate}qps-...-{date}.json)");
-  double request_timeout_s = 6 * 3600;
-  app.add_option("--request-timeout", request_timeout_s,
-                 "Seconds each network step may take (not a vLLM flag; vLLM allows 6 hours)")
+                 "Result file name (default: vLLM's {label}-{rate}qps-...-{date}.json)");
+  app.add_option("--label", flags.label, "Replaces the backend in the result file name");
+  app.add_option("--metadata", raw.metadata, "KEY=VALUE pairs saved in the result JSON");
+  app.add_option("--goodput", raw.goodput, "SLOs as KEY:VALUE (ttft, tpot, e2el; ms)");
+  app.add_flag("--disable-tqdm", raw.disable_tqdm, "No progress bar");
+  app.add_option("--percentile-metrics", raw.metrics,
+                 "Subset of ttft,tpot,itl,e2el,client_queue_time")
       ->capture_default_str();
-  bool disable_tqdm = false;
-  app.add_flag("--disable-tqdm", disable_tqdm, "No progress bar");
-  app.add_option("--percentile-metrics", metrics, "Subset of ttft,tpot,itl,e2el")
+  app.add_option("--metric-percentiles", raw.percentiles, "Comma-separated percentiles")
       ->capture_default_str();
-  app.add_option("--metric-percentiles", percentiles, "Comma-separated percentiles")
-      ->capture_default_str();
+}
+
+// The tokenizer of the run: --tokenizer, else the model when it names a local directory with a
+// tokenizer.json (vLLM defaults the tokenizer to the model). Null when there is none.
+absl::StatusOr<std::unique_ptr<frontend::Tokenizer>> LoadBenchTokenizer(
+    const BenchServeFlags& flags, std::string& tokenizer_id) {
+  std::error_code ec;
+  if (!flags.tokenizer.empty()) {
+    tokenizer_id = flags.tokenizer;
+    return frontend::Tokenizer::Load(flags.tokenizer);
+  }
+  const std::string& model = flags.load.settings.model;
+  if (std::filesystem::exists(std::filesystem::path(model) / "tokenizer.json", ec)) {
+    tokenizer_id = model;
+    return frontend::Tokenizer::Load(model);
+  }
+  return std::unique_ptr<frontend::Tokenizer>();
+}
+
+}  // namespace
+
+absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(const std::vector<std::string>& args) {
+  if (absl::Status status = RefuseUnsupported(args); !status.ok()) return status;
+  BenchServeFlags flags;
+  RawFlags raw;
+  CLI::App app("Serving benchmark against an OpenAI-compatible server (vLLM's `bench serve`)",
+               "vllm-launch bench serve");
+  AddTargetOptions(app, flags, raw);
+  AddDatasetOptions(app, flags, raw);
+  AddOutputOptions(app, flags, raw);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses back to front
   try {
     app.parse(reversed);
@@ -261,16 +485,112 @@ absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(const std::vector<std::stri
   } catch (const CLI::ParseError& error) {
     return absl::InvalidArgumentError(error.what());
   }
-  load.show_progress = !disable_tqdm;
-  if (!(request_timeout_s > 0)) return absl::InvalidArgumentError("--request-timeout must be > 0");
-  load.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(request_timeout_s * 1000));
-  if (absl::Status status =
-          Finalize(flags, base_url, endpoint, request_rate, max_concurrency, metrics, percentiles);
-      !status.ok()) {
-    return status;
+  flags.load.show_progress = !raw.disable_tqdm;
+  if (!(raw.request_timeout_s > 0)) {
+    return absl::InvalidArgumentError("--request-timeout must be > 0");
   }
+  flags.load.request_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(raw.request_timeout_s * 1000));
+  if (absl::Status status = Finalize(flags, raw); !status.ok()) return status;
   return flags;
 }
+
+namespace {
+
+// Prints `status` as a bench serve error and returns `code`.
+int Fail(const absl::Status& status, int code) {
+  std::fprintf(stderr, "vllm-launch bench serve: %s\n", std::string(status.message()).c_str());
+  return code;
+}
+
+// Reads the files (schemas, custom prompts), discovers the model when not given, loads the
+// tokenizer and draws the random dataset. Returns the exit code to stop with, or nullopt to go
+// on. Files are read before the server is asked, so a bad path exits 2 without a server.
+std::optional<int> Prepare(BenchServeFlags& flags, std::unique_ptr<frontend::Tokenizer>& tokenizer,
+                           std::string& tokenizer_id, std::vector<SampleRequest>& requests) {
+  LoadOptions& load = flags.load;
+  JsonSchemaList schemas;
+  if (!flags.json_schema_path.empty()) {
+    absl::StatusOr<JsonSchemaList> loaded = LoadJsonSchemas(flags.json_schema_path);
+    if (!loaded.ok()) return Fail(loaded.status(), 2);
+    schemas = *std::move(loaded);
+  }
+  if (flags.dataset_name == "prompts") {
+    auto prompts =
+        LoadPromptsFile(flags.dataset_path, flags.random.num_prompts, flags.custom_output_len);
+    if (!prompts.ok()) return Fail(prompts.status(), 2);
+    requests = *std::move(prompts);
+  }
+  if (load.settings.model.empty()) {
+    absl::StatusOr<std::string> model = FetchFirstModelId(load.host, load.port, kModelsTimeout);
+    if (!model.ok()) {
+      return Fail(absl::UnavailableError(absl::StrCat("cannot find the model (give --model): ",
+                                                      model.status().message())),
+                  1);
+    }
+    load.settings.model = *model;
+  }
+  auto loaded = LoadBenchTokenizer(flags, tokenizer_id);
+  if (!loaded.ok()) {
+    return Fail(absl::InvalidArgumentError(
+                    absl::StrCat("--tokenizer ", tokenizer_id, ": ", loaded.status().message())),
+                2);
+  }
+  tokenizer = *std::move(loaded);
+  if (flags.dataset_name == "random") {
+    if (tokenizer == nullptr && load.backend == BenchBackend::kOpenAIChat) {
+      return Fail(absl::InvalidArgumentError(
+                      "the random dataset with --backend openai-chat sends text, which needs "
+                      "--tokenizer DIR (a directory with tokenizer.json)"),
+                  2);
+    }
+    if (tokenizer == nullptr) {
+      std::fprintf(stderr,
+                   "vllm-launch bench serve: no tokenizer (give --tokenizer DIR); random "
+                   "prompts are token ids in [%d, %d)\n",
+                   flags.random.vocab_min, flags.random.vocab_max);
+    }
+    flags.random.tokenizer = tokenizer.get();
+    auto sampled = SampleRandomRequests(flags.random);
+    if (!sampled.ok()) return Fail(sampled.status(), 2);
+    requests = *std::move(sampled);
+  }
+  if (!schemas.empty()) {
+    if (absl::Status status =
+            AssignJsonSchemas(schemas, flags.structured_output_ratio, flags.random.seed, requests);
+        !status.ok()) {
+      return Fail(status, 2);
+    }
+  }
+  return std::nullopt;
+}
+
+void PrintTraffic(const LoadOptions& load) {
+  if (!load.settings.temperature.has_value()) {
+    std::printf(
+        "WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by "
+        "default. The default will be determined on the server side and can be model/API "
+        "specific. For the old behavior, include --temperature=0.\n");
+  }
+  if (!load.ramp_up.strategy.empty()) {
+    std::printf("Traffic ramp-up strategy: %s.\n", load.ramp_up.strategy.c_str());
+    std::printf("Will increase RPS from %d to %d RPS over the duration of the benchmark.\n",
+                load.ramp_up.start_rps, load.ramp_up.end_rps);
+  } else {
+    std::printf("Traffic request rate: %s\n", absl::StrCat(load.request_rate).c_str());
+  }
+  // Python prints floats with a ".0" when they are whole ("1.0").
+  const std::string burstiness = load.burstiness == std::floor(load.burstiness)
+                                     ? absl::StrFormat("%.1f", load.burstiness)
+                                     : absl::StrCat(load.burstiness);
+  std::printf("Burstiness factor: %s%s\n", burstiness.c_str(),
+              load.burstiness == 1.0 ? " (Poisson process)" : "");
+  std::printf("Maximum request concurrency: %s\n",
+              load.max_concurrency ? absl::StrCat(*load.max_concurrency).c_str() : "None");
+  std::fflush(stdout);
+}
+
+}  // namespace
 
 int RunBenchServe(const std::vector<std::string>& args) {
   absl::StatusOr<BenchServeFlags> flags = ParseBenchServeFlags(args);
@@ -283,48 +603,36 @@ int RunBenchServe(const std::vector<std::string>& args) {
     std::printf("%s", flags->help_text.c_str());
     return 0;
   }
-  absl::StatusOr<std::vector<SampleRequest>> requests = BuildDataset(*flags);
-  if (!requests.ok()) {
-    std::fprintf(stderr, "vllm-launch bench serve: %s\n",
-                 std::string(requests.status().message()).c_str());
-    return 2;
-  }
+  std::unique_ptr<frontend::Tokenizer> tokenizer;
+  std::string tokenizer_id;
+  std::vector<SampleRequest> requests;
+  if (std::optional<int> code = Prepare(*flags, tokenizer, tokenizer_id, requests)) return *code;
   LoadOptions& load = flags->load;
-  if (load.settings.model.empty()) {
-    absl::StatusOr<std::string> model = FetchFirstModelId(load.host, load.port, kModelsTimeout);
-    if (!model.ok()) {
-      std::fprintf(stderr, "vllm-launch bench serve: cannot find the model (give --model): %s\n",
-                   std::string(model.status().message()).c_str());
-      return 1;
-    }
-    load.settings.model = *model;
-  }
-  std::printf("Traffic request rate: %s\n", absl::StrCat(load.request_rate).c_str());
-  // Python prints floats with a ".0" when they are whole ("1.0").
-  const std::string burstiness = load.burstiness == std::floor(load.burstiness)
-                                     ? absl::StrFormat("%.1f", load.burstiness)
-                                     : absl::StrCat(load.burstiness);
-  std::printf("Burstiness factor: %s%s\n", burstiness.c_str(),
-              load.burstiness == 1.0 ? " (Poisson process)" : "");
-  std::printf("Maximum request concurrency: %s\n",
-              load.max_concurrency ? absl::StrCat(*load.max_concurrency).c_str() : "None");
-  std::fflush(stdout);
+  const std::string model_id = load.settings.model;
+  if (!flags->served_model_name.empty()) load.settings.model = flags->served_model_name;
+  PrintTraffic(load);
 
-  const LoadResult result = RunLoad(load, *requests);
+  const LoadResult result = RunLoad(load, requests);
   BenchmarkRunInfo info;
   info.date = NowDate();
   info.backend = flags->backend_name;
-  info.model_id = load.settings.model;
+  info.label = flags->label;
+  info.model_id = model_id;
+  info.tokenizer_id = tokenizer_id;
   info.num_prompts = flags->random.num_prompts;
   info.request_rate = load.request_rate;
   info.burstiness = load.burstiness;
   info.max_concurrency = load.max_concurrency;
+  info.ramp_up_strategy = load.ramp_up.strategy;
+  info.ramp_up_start_rps = load.ramp_up.start_rps;
+  info.ramp_up_end_rps = load.ramp_up.end_rps;
+  info.metadata = flags->metadata;
   // An all-failed run can take no measurable time; keep the throughputs finite.
   info.duration_s = std::max(result.duration_s, 1e-9);
   info.percentile_metrics = flags->percentile_metrics;
   BenchmarkMetrics metrics =
-      CalculateMetrics(result.outputs, info.duration_s, flags->metric_percentiles);
-  metrics.structured_output = StructuredOutputs(*requests, result.outputs);
+      CalculateMetrics(result.outputs, info.duration_s, flags->metric_percentiles, flags->goodput);
+  metrics.structured_output = StructuredOutputs(requests, result.outputs);
   std::printf("%s", FormatResultTable(info, metrics).c_str());
   std::fflush(stdout);
 
@@ -335,9 +643,9 @@ int RunBenchServe(const std::vector<std::string>& args) {
     ++shown;
   }
   int exit_code = metrics.failed == 0 ? 0 : 1;
-  if (flags->save_result) {
-    if (absl::Status status =
-            SaveResult(*flags, info, BuildResultJson(info, metrics, result.outputs));
+  if (flags->save_result || flags->append_result) {
+    if (absl::Status status = SaveResult(
+            *flags, info, BuildResultJson(info, metrics, result.outputs, flags->save_detailed));
         !status.ok()) {
       std::fprintf(stderr, "vllm-launch bench serve: %s\n", std::string(status.message()).c_str());
       exit_code = 1;

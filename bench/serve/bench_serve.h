@@ -34,7 +34,22 @@ struct BenchServeFlags {
   std::string json_schema_path;
   // Share of the requests sent with a schema, chosen by --seed.
   double structured_output_ratio = 1.0;
+  // --tokenizer (a local directory with tokenizer.json); empty: the model's, when --model (or
+  // the served model's id) is such a directory.
+  std::string tokenizer;
+  // --served-model-name: the "model" sent in requests (default: --model).
+  std::string served_model_name;
+  // --label: replaces the backend in the result file name; saved as "label".
+  std::string label;
+  // --goodput SLOs in ms ("ttft", "tpot", "e2el"); empty: no goodput.
+  GoodputSlos goodput;
+  // --metadata KEY=VALUE pairs, saved in the result JSON.
+  std::vector<std::pair<std::string, std::string>> metadata;
   bool save_result = false;
+  // --append-result: append the JSON as one line to the result file instead of replacing it.
+  bool append_result = false;
+  // --save-detailed: also save the per-request lists.
+  bool save_detailed = false;
   std::string result_dir;
   std::string result_filename;
   std::vector<std::string> percentile_metrics = {"ttft", "tpot", "itl"};
@@ -45,8 +60,8 @@ struct BenchServeFlags {
 };
 
 // Parses the arguments after `bench serve`. Fails with InvalidArgument (message for the user)
-// on an unknown flag, a bad value or inconsistent flags (e.g. the random dataset with the chat
-// backend, which needs text prompts).
+// on an unknown flag, a vLLM flag we do not support (named, with the reason), a bad value or
+// inconsistent flags.
 [[nodiscard]] absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(
     const std::vector<std::string>& args);
 

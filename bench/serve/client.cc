@@ -132,8 +132,9 @@ class LoadRunner {
       }
       return {std::move(outputs_), 0.0};
     }
-    offsets_ =
-        ArrivalOffsets(requests_.size(), options_.request_rate, options_.burstiness, options_.seed);
+    offsets_ = ArrivalOffsets(requests_.size(), options_.request_rate, options_.burstiness,
+                              options_.seed, options_.ramp_up);
+    sent_s_.assign(requests_.size(), 0.0);
     start_ = Clock::now();
     end_ = start_;
     OnArrivalTimer();
@@ -150,6 +151,8 @@ class LoadRunner {
   // given, and starts the next waiting request.
   void Complete(size_t index, RequestOutput output, std::unique_ptr<Connection> connection) {
     outputs_[index] = std::move(output);
+    outputs_[index].start_time = sent_s_[index];
+    outputs_[index].client_queue_time = std::max(0.0, sent_s_[index] - offsets_[index]);
     if (connection != nullptr) idle_.push_back(std::move(connection));
     --in_flight_;
     ++done_;
@@ -186,6 +189,7 @@ class LoadRunner {
 
   void StartRequest(size_t index) {
     const SampleRequest& sample = requests_[index];
+    sent_s_[index] = SecondsSince(start_);
     http::request<http::string_body> request{http::verb::post, options_.path, 11};
     request.set(http::field::host, absl::StrCat(options_.host, ":", options_.port));
     request.set(http::field::user_agent, "vllm-launch-bench-serve");
@@ -213,6 +217,8 @@ class LoadRunner {
   asio::steady_timer arrival_timer_;
   tcp::resolver::results_type endpoints_;
   std::vector<double> offsets_;
+  // When each request was sent, seconds from start_.
+  std::vector<double> sent_s_;
   std::vector<RequestOutput> outputs_;
   std::deque<size_t> ready_;
   std::vector<std::unique_ptr<Connection>> idle_;
@@ -360,13 +366,37 @@ void StreamingCall::Done() {
 
 }  // namespace
 
-std::vector<double> ArrivalOffsets(size_t n, double request_rate, double burstiness,
-                                   uint64_t seed) {
+std::vector<double> ArrivalOffsets(size_t n, double request_rate, double burstiness, uint64_t seed,
+                                   const RampUp& ramp_up) {
   std::vector<double> offsets(n, 0.0);
-  if (std::isinf(request_rate) || request_rate <= 0.0) return offsets;
   std::mt19937_64 rng(seed);
-  std::gamma_distribution<double> interval(burstiness, 1.0 / (request_rate * burstiness));
-  for (size_t i = 1; i < n; ++i) offsets[i] = offsets[i - 1] + interval(rng);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    double rate = request_rate;
+    if (!ramp_up.strategy.empty()) {
+      const double progress =
+          static_cast<double>(i) / static_cast<double>(std::max<size_t>(n - 1, 1));
+      rate = ramp_up.strategy == "linear"
+                 ? ramp_up.start_rps + (ramp_up.end_rps - ramp_up.start_rps) * progress
+                 : ramp_up.start_rps * std::pow(static_cast<double>(ramp_up.end_rps) /
+                                                    static_cast<double>(ramp_up.start_rps),
+                                                progress);
+    }
+    double delay = 0.0;
+    if (std::isinf(rate) || rate <= 0.0) {
+      delay = 0.0;
+    } else if (std::isinf(burstiness)) {
+      delay = 1.0 / rate;
+    } else {
+      delay = std::gamma_distribution<double>(burstiness, 1.0 / (rate * burstiness))(rng);
+    }
+    total += delay;
+    offsets[i] = total;
+  }
+  if (ramp_up.strategy.empty() && n > 0 && offsets.back() != 0.0 && !std::isinf(request_rate)) {
+    const double scale = static_cast<double>(n) / request_rate / offsets.back();
+    for (double& offset : offsets) offset *= scale;
+  }
   return offsets;
 }
 

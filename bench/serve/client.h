@@ -19,6 +19,14 @@
 
 namespace vllm::bench_serve {
 
+// vLLM's --ramp-up-strategy: the rate of request i goes from start_rps to end_rps over the
+// run, linearly or exponentially. Empty strategy: the fixed --request-rate.
+struct RampUp {
+  std::string strategy;
+  int start_rps = 0;
+  int end_rps = 0;
+};
+
 // Where and how to send the requests.
 struct LoadOptions {
   std::string host = "127.0.0.1";
@@ -33,6 +41,7 @@ struct LoadOptions {
   double burstiness = 1.0;
   // At most this many requests in flight; none = unlimited.
   std::optional<int> max_concurrency;
+  RampUp ramp_up;
   uint64_t seed = 0;
   // Draw a progress bar on stderr.
   bool show_progress = true;
@@ -48,9 +57,13 @@ struct LoadResult {
 };
 
 // Start offsets (seconds from the start of the run) of `n` requests, as vLLM's get_request():
-// the first at 0, then intervals drawn from Gamma(shape = burstiness,
-// scale = 1 / (rate * burstiness)); all 0 for an infinite rate. Deterministic in `seed`.
-std::vector<double> ArrivalOffsets(size_t n, double request_rate, double burstiness, uint64_t seed);
+// request i waits an interval drawn from Gamma(shape = burstiness, scale = 1 / (rate_i *
+// burstiness)) after request i-1 (the first after the start; a constant 1/rate_i at infinite
+// burstiness; 0 at an infinite rate), where rate_i is `request_rate` or the ramp-up's rate;
+// without a ramp-up the offsets are then scaled so that the last is n / request_rate.
+// Deterministic in `seed`.
+std::vector<double> ArrivalOffsets(size_t n, double request_rate, double burstiness, uint64_t seed,
+                                   const RampUp& ramp_up = {});
 
 // Sends every request and waits for all of them. Never fails as a whole: a request that
 // cannot connect, gets a non-200 status, times out or streams malformed data is recorded as a

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "frontend/tokenizer/tokenizer.h"
 
 namespace vllm::bench_serve {
 namespace {
@@ -57,6 +58,32 @@ absl::Status LoadJsonLines(const std::filesystem::path& path, JsonSchemaList& sc
   return absl::OkStatus();
 }
 
+// Turns the ids of `request` into text whose encoding is prompt_len tokens long, as vLLM's
+// gen_prompt_decode_to_target_len: decode, re-encode, cut or extend with `draw_id()`, at most
+// 10 retries; prompt_len becomes the final text's token count.
+template <typename DrawId>
+void FitDecodedPrompt(const frontend::Tokenizer& tokenizer, DrawId& draw_id,
+                      SampleRequest& request) {
+  constexpr int kMaxRetries = 10;
+  const size_t target = request.prompt_token_ids.size();
+  std::vector<int32_t> ids = std::move(request.prompt_token_ids);
+  request.prompt_token_ids.clear();
+  for (int retry = 0;; ++retry) {
+    request.prompt = tokenizer.Decode(ids, /*skip_special_tokens=*/false);
+    absl::StatusOr<std::vector<int32_t>> encoded =
+        tokenizer.Encode(request.prompt, /*add_special_tokens=*/false);
+    if (!encoded.ok()) break;
+    ids = *std::move(encoded);
+    if (retry >= kMaxRetries || ids.size() == target) break;
+    if (ids.size() > target) {
+      ids.resize(target);
+    } else {
+      while (ids.size() < target) ids.push_back(draw_id());
+    }
+  }
+  request.prompt_len = static_cast<int>(ids.size());
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<SampleRequest>> SampleRandomRequests(
@@ -65,14 +92,31 @@ absl::StatusOr<std::vector<SampleRequest>> SampleRandomRequests(
     return absl::InvalidArgumentError(
         absl::StrCat("--random-range-ratio must be in [0, 1), got ", options.range_ratio));
   }
-  if (options.vocab_min < 0 || options.vocab_max <= options.vocab_min) {
+  if (options.tokenizer == nullptr &&
+      (options.vocab_min < 0 || options.vocab_max <= options.vocab_min)) {
     return absl::InvalidArgumentError(
         absl::StrCat("empty token-id range [", options.vocab_min, ", ", options.vocab_max, ")"));
   }
-  if (options.input_len <= 0 || options.output_len <= 0 || options.num_prompts < 0) {
+  if (options.input_len <= 0 || options.output_len <= 0 || options.num_prompts < 0 ||
+      options.prefix_len < 0) {
     return absl::InvalidArgumentError(
-        "--random-input-len and --random-output-len must be positive, --num-prompts >= 0");
+        "--random-input-len and --random-output-len must be positive, --num-prompts and "
+        "--random-prefix-len >= 0");
   }
+  std::vector<int32_t> allowed;  // the tokenizer's ids less its special ones
+  if (options.tokenizer != nullptr) {
+    for (int32_t id = 0; id < options.tokenizer->vocab_size(); ++id) {
+      if (!options.tokenizer->IsSpecial(id)) allowed.push_back(id);
+    }
+    if (allowed.empty()) return absl::InvalidArgumentError("the tokenizer has no ordinary token");
+  }
+  std::mt19937_64 rng(options.seed);
+  const auto draw_id = [&] {
+    if (allowed.empty()) {
+      return static_cast<int32_t>(UniformInt(rng, options.vocab_min, options.vocab_max - 1));
+    }
+    return allowed[UniformInt(rng, 0, static_cast<int64_t>(allowed.size()) - 1)];
+  };
   // As vLLM: bounds are int(len * (1 -/+ ratio)), both inclusive.
   const auto low = [&](int len) {
     return std::max<int64_t>(1, static_cast<int64_t>(len * (1.0 - options.range_ratio)));
@@ -80,17 +124,19 @@ absl::StatusOr<std::vector<SampleRequest>> SampleRandomRequests(
   const auto high = [&](int len) {
     return std::max<int64_t>(1, static_cast<int64_t>(len * (1.0 + options.range_ratio)));
   };
-  std::mt19937_64 rng(options.seed);
+  std::vector<int32_t> prefix(options.prefix_len);
+  for (int32_t& id : prefix) id = draw_id();
   std::vector<SampleRequest> requests(options.num_prompts);
   for (SampleRequest& request : requests) {
     const int64_t input_len = UniformInt(rng, low(options.input_len), high(options.input_len));
     request.expected_output_len =
         static_cast<int>(UniformInt(rng, low(options.output_len), high(options.output_len)));
-    request.prompt_token_ids.resize(input_len);
-    for (int32_t& id : request.prompt_token_ids) {
-      id = static_cast<int32_t>(UniformInt(rng, options.vocab_min, options.vocab_max - 1));
+    request.prompt_token_ids = prefix;
+    for (int64_t i = 0; i < input_len; ++i) request.prompt_token_ids.push_back(draw_id());
+    request.prompt_len = static_cast<int>(request.prompt_token_ids.size());
+    if (options.tokenizer != nullptr) {
+      FitDecodedPrompt(*options.tokenizer, draw_id, request);
     }
-    request.prompt_len = static_cast<int>(input_len);
   }
   return requests;
 }

@@ -14,6 +14,10 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
+namespace vllm::frontend {
+class Tokenizer;
+}  // namespace vllm::frontend
+
 namespace vllm::bench_serve {
 
 // One request of the benchmark, as vLLM's SampleRequest.
@@ -41,15 +45,23 @@ struct RandomDatasetOptions {
   int output_len = 128;
   // Lengths are drawn uniformly from [len * (1 - ratio), len * (1 + ratio)]; in [0, 1).
   double range_ratio = 0.0;
-  // Token ids are drawn uniformly from [vocab_min, vocab_max).
+  // Tokens of a prefix shared by every prompt (vLLM's --random-prefix-len), drawn once.
+  int prefix_len = 0;
+  // Without a tokenizer: token ids are drawn uniformly from [vocab_min, vocab_max) and sent
+  // as ids.
   int32_t vocab_min = 1000;
   int32_t vocab_max = 30000;
+  // With one (as vLLM): ids are drawn from its vocabulary less its special tokens, decoded to
+  // text, and the text re-encoded and adjusted (cut, or extended with more random ids, up to
+  // 10 times) until it is `prompt_len` tokens long; the prompt is sent as that text. Not owned.
+  const frontend::Tokenizer* tokenizer = nullptr;
   uint64_t seed = 0;
 };
 
 // Draws `num_prompts` random prompts. Deterministic in `options` (same seed, same prompts).
-// Input lengths are at least 1, output lengths at least 1. Fails with InvalidArgument on a
-// ratio outside [0, 1), an empty vocabulary range or non-positive lengths.
+// Input lengths (prefix included) are at least 1, output lengths at least 1. Fails with
+// InvalidArgument on a ratio outside [0, 1), an empty vocabulary range, a negative prefix or
+// non-positive lengths.
 [[nodiscard]] absl::StatusOr<std::vector<SampleRequest>> SampleRandomRequests(
     const RandomDatasetOptions& options);
 

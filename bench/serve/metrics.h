@@ -32,6 +32,11 @@ struct RequestOutput {
   std::string finish_reason;
   // Empty on success; what went wrong otherwise.
   std::string error;
+  // When the request was sent, in seconds from the start of the run (vLLM's start_time).
+  double start_time = 0.0;
+  // Time the request waited for a --max-concurrency slot after it arrived (vLLM's
+  // client_queue_time).
+  double client_queue_time = 0.0;
 };
 
 // Mean, median, std and the requested percentiles of one metric, in milliseconds.
@@ -70,6 +75,14 @@ struct BenchmarkMetrics {
   MetricSummary tpot;
   MetricSummary itl;
   MetricSummary e2el;
+  // Over successful requests (vLLM prints it only with --max-concurrency).
+  MetricSummary client_queue_time;
+  // Successful requests per second that met every --goodput SLO; set only with --goodput.
+  std::optional<double> request_goodput;
+  // The most output tokens in one one-second bucket of the run, and the most requests in
+  // flight in one such bucket (vLLM's max_output_tokens_per_s, max_concurrent_requests).
+  double max_output_tokens_per_s = 0.0;
+  int64_t max_concurrent_requests = 0;
   // Set when some requests carried a JSON schema.
   std::optional<StructuredOutputSummary> structured_output;
 };
@@ -85,10 +98,16 @@ double StdDev(const std::vector<double>& values);
 // Summarises `values` (seconds) into milliseconds.
 MetricSummary Summarize(const std::vector<double>& values, const std::vector<double>& percentiles);
 
+// --goodput service-level objectives in milliseconds, by metric ("ttft", "tpot", "e2el").
+using GoodputSlos = std::vector<std::pair<std::string, double>>;
+
 // Computes the metrics over all requests. TPOT = (latency - ttft) / (output_tokens - 1) for
-// successful requests with more than one output token. `duration_s` must be positive.
+// successful requests with more than one output token. `duration_s` must be positive. With
+// `goodput` non-empty, request_goodput counts the successful requests whose every named metric
+// is at most its SLO (TPOT 0 for one-token outputs), as vLLM's calculate_metrics().
 BenchmarkMetrics CalculateMetrics(const std::vector<RequestOutput>& outputs, double duration_s,
-                                  const std::vector<double>& percentiles);
+                                  const std::vector<double>& percentiles,
+                                  const GoodputSlos& goodput = {});
 
 // Counts the outputs of the requests whose `constrained[i]` is true (`outputs` and
 // `constrained` in dataset order, same size).
@@ -99,7 +118,17 @@ StructuredOutputSummary SummarizeStructuredOutputs(const std::vector<RequestOutp
 struct BenchmarkRunInfo {
   std::string date;     // %Y%m%d-%H%M%S
   std::string backend;  // "openai" or "openai-chat"
+  // --label; empty: null in the JSON and the backend in the file name.
+  std::string label;
   std::string model_id;
+  // The tokenizer's name or path; empty: model_id.
+  std::string tokenizer_id;
+  // --ramp-up-strategy ("linear", "exponential") and its rates; empty: none.
+  std::string ramp_up_strategy;
+  int ramp_up_start_rps = 0;
+  int ramp_up_end_rps = 0;
+  // --metadata KEY=VALUE pairs, saved as top-level string fields.
+  std::vector<std::pair<std::string, std::string>> metadata;
   int num_prompts = 0;
   double request_rate = 0.0;  // +inf for "all at once"
   double burstiness = 1.0;
@@ -113,15 +142,19 @@ struct BenchmarkRunInfo {
 // with a "Structured Outputs" section before the last line when `metrics.structured_output`.
 std::string FormatResultTable(const BenchmarkRunInfo& info, const BenchmarkMetrics& metrics);
 
-// vLLM's result JSON (the keys `vllm bench serve --save-result` writes; request_rate is the
-// string "inf" for an unlimited rate, request_goodput is null), plus with
+// vLLM's result JSON (the keys `vllm bench serve --save-result` writes;
+// request_rate is the string "inf" for an unlimited rate, request_goodput null without
+// --goodput; the per-request lists input_lens, output_lens, start_times, ttfts, itls,
+// generated_texts and errors only with `save_detailed`, as vLLM), plus with
 // `metrics.structured_output`: structured_output_requests, structured_output_completed,
 // valid_json_outputs, cut_at_max_tokens and "correct_rate(%)" (valid_json_outputs per request
 // sent with a schema, as vLLM's structured-output script names it).
 nlohmann::json BuildResultJson(const BenchmarkRunInfo& info, const BenchmarkMetrics& metrics,
-                               const std::vector<RequestOutput>& outputs);
+                               const std::vector<RequestOutput>& outputs, bool save_detailed);
 
-// vLLM's default result file name: "{backend}-{rate}qps[-concurrency{n}]-{model}-{date}.json",
+// vLLM's default result file name: "{label}-{rate}qps[-concurrency{n}]-{model}-{date}.json"
+// (label defaults to the backend; with a ramp-up
+// "{label}-ramp-up-{strategy}-{start}qps-{end}qps[-concurrency{n}]-{model}-{date}.json"),
 // with rate printed as Python prints a float ("inf", "50.0") and model the last path part.
 std::string DefaultResultFilename(const BenchmarkRunInfo& info);
 

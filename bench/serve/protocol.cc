@@ -30,7 +30,8 @@ std::string BuildRequestBody(BenchBackend backend, const RequestSettings& settin
     }
     body["max_tokens"] = request.expected_output_len;
   }
-  body["temperature"] = settings.temperature;
+  if (settings.temperature.has_value()) body["temperature"] = *settings.temperature;
+  for (const auto& [key, value] : settings.extra_body.items()) body[key] = value;
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   if (settings.ignore_eos) body["ignore_eos"] = true;

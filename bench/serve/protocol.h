@@ -5,11 +5,13 @@
 #define VLLM_BENCH_SERVE_PROTOCOL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
 #include "bench/serve/dataset.h"
 #include "bench/serve/metrics.h"
+#include "nlohmann/json.hpp"
 
 namespace vllm::bench_serve {
 
@@ -22,8 +24,12 @@ enum class BenchBackend {
 // Sampling fields shared by every request of a run.
 struct RequestSettings {
   std::string model;
-  double temperature = 0.0;
+  // Sent only when given (vLLM's bench no longer sends temperature 0 by default).
+  std::optional<double> temperature;
   bool ignore_eos = false;
+  // Further body fields: vLLM's --top-p/--top-k/--min-p/--frequency-penalty/
+  // --presence-penalty/--repetition-penalty (a JSON object, possibly empty).
+  nlohmann::json extra_body = nlohmann::json::object();
 };
 
 // The JSON body vLLM's request functions send: "model", "prompt" (or "messages"),

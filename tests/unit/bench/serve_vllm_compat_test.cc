@@ -1,0 +1,278 @@
+// `bench serve` against vLLM 0.33's own names
+// (tests/unit/bench/testdata/vllm_0_33_bench_serve.json, taken from vllm/benchmarks/serve.py and
+// datasets.py): every vLLM flag is parsed or refused by name, the result JSON has exactly vLLM's
+// keys, the table prints vLLM's labels; plus the tokenizer-backed random dataset, goodput, peak
+// metrics and ramp-up arrivals.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/serve/bench_serve.h"
+#include "bench/serve/client.h"
+#include "bench/serve/dataset.h"
+#include "bench/serve/metrics.h"
+#include "frontend/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace vllm::bench_serve {
+namespace {
+
+using ::testing::HasSubstr;
+
+const nlohmann::json& VllmNames() {
+  static const nlohmann::json names = [] {
+    std::ifstream in(std::filesystem::path(VLLM_SOURCE_DIR) /
+                     "tests/unit/bench/testdata/vllm_0_33_bench_serve.json");
+    return nlohmann::json::parse(in, nullptr, false);
+  }();
+  return names;
+}
+
+std::set<std::string> Keys(const nlohmann::json& object) {
+  std::set<std::string> keys;
+  for (const auto& [key, value] : object.items()) keys.insert(key);
+  return keys;
+}
+
+std::set<std::string> Strings(const nlohmann::json& list) {
+  return list.get<std::set<std::string>>();
+}
+
+// Two requests and a failure, sent 0.5 s apart.
+std::vector<RequestOutput> SampleOutputs() {
+  RequestOutput a;
+  a.success = true;
+  a.start_time = 0.0;
+  a.ttft = 0.1;
+  a.latency = 0.5;
+  a.itl = {0.2, 0.2};
+  a.output_tokens = 3;
+  a.prompt_len = 10;
+  RequestOutput b = a;
+  b.start_time = 0.5;
+  b.ttft = 0.3;
+  b.latency = 1.7;  // ends at 2.2 s
+  b.itl = {0.1, 1.3};
+  RequestOutput failed;
+  failed.error = "HTTP 500";
+  return {a, b, failed};
+}
+
+TEST(BenchServeVllmTest, ResultJsonHasVllmsKeys) {
+  const nlohmann::json& vllm = VllmNames();
+  ASSERT_FALSE(vllm.is_discarded());
+  BenchmarkRunInfo info;
+  info.date = "20261203-120000";
+  info.backend = "openai";
+  info.model_id = "m";
+  info.request_rate = std::numeric_limits<double>::infinity();
+  info.duration_s = 3.0;
+  info.percentile_metrics = {"ttft", "tpot", "itl"};
+  const std::vector<RequestOutput> outputs = SampleOutputs();
+  const BenchmarkMetrics metrics = CalculateMetrics(outputs, 3.0, {99});
+  const nlohmann::json plain = BuildResultJson(info, metrics, outputs, /*save_detailed=*/false);
+  EXPECT_EQ(Keys(plain), Strings(vllm["result_keys"]));
+  EXPECT_TRUE(plain["label"].is_null());
+  EXPECT_EQ(plain["endpoint_type"], "openai");
+  EXPECT_EQ(plain["latencies"].size(), 3u);
+
+  std::set<std::string> detailed = Strings(vllm["result_keys"]);
+  for (const std::string& key : Strings(vllm["detailed_keys"])) detailed.insert(key);
+  for (const std::string& key : Strings(vllm["ramp_up_keys"])) detailed.insert(key);
+  info.ramp_up_strategy = "linear";
+  info.ramp_up_start_rps = 1;
+  info.ramp_up_end_rps = 4;
+  info.label = "mine";
+  const nlohmann::json full = BuildResultJson(info, metrics, outputs, /*save_detailed=*/true);
+  EXPECT_EQ(Keys(full), detailed);
+  EXPECT_EQ(full["label"], "mine");
+  EXPECT_EQ(DefaultResultFilename(info), "mine-ramp-up-linear-1qps-4qps-m-20261203-120000.json");
+}
+
+TEST(BenchServeVllmTest, TablePrintsVllmsLabels) {
+  BenchmarkRunInfo info;
+  info.backend = "openai";
+  info.request_rate = 5.0;
+  info.max_concurrency = 2;
+  info.duration_s = 3.0;
+  info.percentile_metrics = {"ttft", "tpot", "itl"};
+  const BenchmarkMetrics metrics = CalculateMetrics(SampleOutputs(), 3.0, {99}, {{"ttft", 200.0}});
+  const std::string table = FormatResultTable(info, metrics);
+  size_t last = 0;
+  for (const std::string& label : VllmNames()["table_labels"].get<std::vector<std::string>>()) {
+    // vLLM's "{:<40} ": the label padded to 40 columns, in vLLM's order.
+    const size_t at = table.find(absl::StrCat(label, std::string(40 - label.size(), ' '), " "));
+    EXPECT_NE(at, std::string::npos) << label;
+    if (at == std::string::npos) continue;
+    EXPECT_GE(at, last) << label << " out of order";
+    last = at;
+  }
+  EXPECT_THAT(table, HasSubstr("Peak concurrent requests:                2.00      \n"));
+  EXPECT_THAT(table, HasSubstr("Request goodput (req/s):                 0.33      \n"));
+}
+
+TEST(BenchServeVllmTest, EveryVllmFlagIsParsedOrRefusedByName) {
+  // Values for the flags we take (the rest must be refused by name).
+  const std::map<std::string, std::vector<std::string>> supported = {
+      {"--backend", {"openai-chat"}},
+      {"--base-url", {"http://h:1"}},
+      {"--host", {"h"}},
+      {"--port", {"1"}},
+      {"--endpoint", {"/v1/x"}},
+      {"--model", {"m"}},
+      {"--served-model-name", {"s"}},
+      {"--tokenizer", {"t"}},
+      {"--tokenizer-mode", {"auto"}},
+      {"--trust-remote-code", {}},
+      {"--request-rate", {"4"}},
+      {"--burstiness", {"0.5"}},
+      {"--max-concurrency", {"2"}},
+      {"--ramp-up-strategy", {"linear"}},
+      {"--ramp-up-start-rps", {"1"}},
+      {"--ramp-up-end-rps", {"2"}},
+      {"--ignore-eos", {}},
+      {"--temperature", {"0"}},
+      {"--top-p", {"0.9"}},
+      {"--top-k", {"5"}},
+      {"--min-p", {"0.1"}},
+      {"--frequency-penalty", {"0.1"}},
+      {"--presence-penalty", {"0.1"}},
+      {"--repetition-penalty", {"1.1"}},
+      {"--extra-body", {"{\"a\":1}"}},
+      {"--dataset-name", {"custom"}},
+      {"--dataset-path", {"p"}},
+      {"--custom-output-len", {"3"}},
+      {"--num-prompts", {"3"}},
+      {"--input-len", {"3"}},
+      {"--output-len", {"3"}},
+      {"--random-input-len", {"3"}},
+      {"--random-output-len", {"3"}},
+      {"--random-prefix-len", {"3"}},
+      {"--random-range-ratio", {"0.5"}},
+      {"--seed", {"3"}},
+      {"--save-result", {}},
+      {"--save-detailed", {}},
+      {"--append-result", {}},
+      {"--result-dir", {"d"}},
+      {"--result-filename", {"f"}},
+      {"--label", {"l"}},
+      {"--metadata", {"k=v"}},
+      {"--goodput", {"ttft:5", "e2el:9"}},
+      {"--disable-tqdm", {}},
+      {"--percentile-metrics", {"e2el"}},
+      {"--metric-percentiles", {"50"}},
+  };
+  for (const std::string& flag : VllmNames()["flags"].get<std::vector<std::string>>()) {
+    const auto it = supported.find(flag);
+    if (it == supported.end()) {
+      const auto parsed = ParseBenchServeFlags({flag, "1"});
+      ASSERT_FALSE(parsed.ok()) << flag;
+      EXPECT_THAT(parsed.status().message(), HasSubstr(absl::StrCat(flag, " (a vLLM bench flag)")));
+      continue;
+    }
+    std::vector<std::string> args = {flag};
+    args.insert(args.end(), it->second.begin(), it->second.end());
+    // Flags that need a companion.
+    if (flag == "--ramp-up-strategy")
+      args.insert(args.end(), {"--ramp-up-start-rps", "1", "--ramp-up-end-rps", "2"});
+    if (flag == "--ramp-up-start-rps" || flag == "--ramp-up-end-rps") {
+      args.insert(
+          args.end(),
+          {"--ramp-up-strategy", "linear",
+           flag == "--ramp-up-start-rps" ? "--ramp-up-end-rps" : "--ramp-up-start-rps", "2"});
+    }
+    if (flag == "--dataset-name") args.insert(args.end(), {"--dataset-path", "p"});
+    EXPECT_TRUE(ParseBenchServeFlags(args).ok())
+        << absl::StrCat(flag, ": ", ParseBenchServeFlags(args).status().message());
+  }
+}
+
+TEST(BenchServeVllmTest, FlagsTakeVllmsMeaning) {
+  const auto flags = ParseBenchServeFlags({"--goodput", "ttft:500", "tpot:50", "--top-k", "5",
+                                           "--extra-body", "{\"top_k\": 7}", "--output-len", "9",
+                                           "--label", "x", "--save-detailed"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->goodput, (GoodputSlos{{"ttft", 500.0}, {"tpot", 50.0}}));
+  EXPECT_EQ(flags->load.settings.extra_body["top_k"], 7);  // --extra-body wins, as vLLM
+  EXPECT_EQ(flags->random.output_len, 9);
+  EXPECT_TRUE(flags->load.settings.ignore_eos);  // the random dataset ignores EOS in vLLM
+  EXPECT_FALSE(flags->load.settings.temperature.has_value());
+  EXPECT_TRUE(flags->save_detailed);
+  EXPECT_FALSE(ParseBenchServeFlags({"--goodput", "itl:5"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--goodput", "ttft"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--ramp-up-strategy", "linear"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--ramp-up-start-rps", "1"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--extra-body", "[1]"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--metadata", "novalue"}).ok());
+}
+
+TEST(BenchServeVllmTest, GoodputAndPeaks) {
+  // a: ttft 0.1, tpot 0.2, e2el 0.5; b: ttft 0.3, tpot 0.7, e2el 1.7.
+  const std::vector<RequestOutput> outputs = SampleOutputs();
+  EXPECT_FALSE(CalculateMetrics(outputs, 2.0, {99}).request_goodput.has_value());
+  EXPECT_DOUBLE_EQ(*CalculateMetrics(outputs, 2.0, {99}, {{"ttft", 200}}).request_goodput, 0.5);
+  EXPECT_DOUBLE_EQ(*CalculateMetrics(outputs, 2.0, {99}, {{"e2el", 2000}}).request_goodput, 1.0);
+  EXPECT_DOUBLE_EQ(*CalculateMetrics(outputs, 2.0, {99}, {{"tpot", 100}}).request_goodput, 0.0);
+  const BenchmarkMetrics metrics = CalculateMetrics(outputs, 2.0, {99});
+  // Tokens at 0.1, 0.3, 0.5 (a) and 0.8, 0.9, 2.2 (b): five in second 0.
+  EXPECT_DOUBLE_EQ(metrics.max_output_tokens_per_s, 5.0);
+  EXPECT_EQ(metrics.max_concurrent_requests, 2);
+}
+
+TEST(BenchServeVllmTest, RampUpArrivals) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // Infinite burstiness: constant intervals 1/rate_i, rates 1, 2, 3 (linear from 1 to 3).
+  EXPECT_THAT(ArrivalOffsets(3, inf, inf, 0, RampUp{"linear", 1, 3}),
+              ::testing::ElementsAre(1.0, 1.5, ::testing::DoubleNear(1.5 + 1.0 / 3, 1e-12)));
+  // Exponential from 1 to 4: rates 1, 2, 4.
+  EXPECT_THAT(ArrivalOffsets(3, inf, inf, 0, RampUp{"exponential", 1, 4}),
+              ::testing::ElementsAre(1.0, 1.5, 1.75));
+}
+
+TEST(BenchServeVllmTest, RandomDatasetDrawsFromTheTokenizerAndTheSeed) {
+  const auto tokenizer =
+      frontend::Tokenizer::Load(std::filesystem::path(VLLM_SOURCE_DIR) / "models/kjv-llama-tiny");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  RandomDatasetOptions options;
+  options.num_prompts = 4;
+  options.input_len = 24;
+  options.output_len = 4;
+  options.prefix_len = 8;
+  options.tokenizer = tokenizer->get();
+  const auto first = SampleRandomRequests(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (const SampleRequest& request : *first) {
+    EXPECT_TRUE(request.prompt_token_ids.empty());  // sent as text, as vLLM
+    EXPECT_FALSE(request.prompt.empty());
+    const auto ids = (*tokenizer)->Encode(request.prompt, false);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(static_cast<int>(ids->size()), request.prompt_len);
+    EXPECT_NEAR(request.prompt_len, 32, 2);
+    for (int32_t id : *ids) EXPECT_LT(id, (*tokenizer)->vocab_size());
+  }
+  // The shared prefix: every prompt starts with the same text.
+  const std::string& a = (*first)[0].prompt;
+  const std::string& b = (*first)[1].prompt;
+  const size_t common = std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin();
+  EXPECT_GE(common, 8u);
+  // Same seed, same prompts; another seed, other prompts.
+  const auto again = SampleRandomRequests(options);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[3].prompt, (*first)[3].prompt);
+  options.seed = 1;
+  const auto other = SampleRandomRequests(options);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE((*other)[3].prompt, (*first)[3].prompt);
+}
+
+}  // namespace
+}  // namespace vllm::bench_serve
