@@ -9,6 +9,7 @@
 #include "base/msgpack_util.h"
 #include "base/status_macros.h"
 #include "config/speculative_config.h"
+#include "core/codec_internal.h"
 #include "kv_transfer/codec.h"
 
 namespace vllm::core {
@@ -624,19 +625,6 @@ absl::Status ReadModelRunnerOutput(const msgpack::object& o, ModelRunnerOutput* 
   return kv_transfer::ReadOptional(r.Next(), &out->kv_connector_output);
 }
 
-// wire::UnpackBounded under `limits` (no maps, no bin: no message of ours has them).
-absl::StatusOr<msgpack::object_handle> Unpack(std::string_view bytes, const DecodeLimits& limits) {
-  wire::UnpackLimits unpack_limits;
-  unpack_limits.max_array = limits.max_array_elements;
-  unpack_limits.max_map = 0;
-  unpack_limits.max_str = limits.max_string_bytes;
-  unpack_limits.max_bin = 0;
-  unpack_limits.max_depth = limits.max_depth;
-  return wire::UnpackBounded(
-      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-      unpack_limits);
-}
-
 // Unpacks `bytes` under `limits`, checks the envelope, and hands the body to `read_body`.
 // Every msgpack-c exception from reading fields is caught here.
 template <typename T, typename ReadBody>
@@ -651,7 +639,7 @@ absl::StatusOr<T> DecodeEnvelope(std::string_view bytes, const DecodeLimits& lim
     return absl::DataLossError(absl::StrFormat("%s: empty message", what));
   }
   // The handle references `bytes`, which outlives it; every field is copied out into T.
-  auto handle = Unpack(bytes, limits);
+  auto handle = UnpackFrame(bytes, limits);
   if (!handle.ok()) {
     return absl::Status(handle.status().code(),
                         absl::StrFormat("%s: %s", what, handle.status().message()));
@@ -682,6 +670,20 @@ absl::StatusOr<T> DecodeEnvelope(std::string_view bytes, const DecodeLimits& lim
 }
 
 }  // namespace
+
+// wire::UnpackBounded under `limits` (no maps, no bin: no message of ours has them).
+absl::StatusOr<msgpack::object_handle> UnpackFrame(std::string_view bytes,
+                                                   const DecodeLimits& limits) {
+  wire::UnpackLimits unpack_limits;
+  unpack_limits.max_array = limits.max_array_elements;
+  unpack_limits.max_map = 0;
+  unpack_limits.max_str = limits.max_string_bytes;
+  unpack_limits.max_bin = 0;
+  unpack_limits.max_depth = limits.max_depth;
+  return wire::UnpackBounded(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      unpack_limits);
+}
 
 std::string Encode(const SamplingParams& params) {
   return EncodeEnvelope(WireTag::kSamplingParams,
@@ -774,62 +776,6 @@ absl::StatusOr<std::vector<std::string>> DecodeAbortRequests(std::string_view by
         }
         return absl::OkStatus();
       });
-}
-
-namespace {
-
-// Unpacks a damaged frame under `limits` for best-effort reading; nullopt when even that fails.
-std::optional<msgpack::object_handle> UnpackLeniently(std::string_view bytes,
-                                                      const DecodeLimits& limits) {
-  if (bytes.empty() || bytes.size() > limits.max_message_bytes) return std::nullopt;
-  auto handle = Unpack(bytes, limits);
-  if (!handle.ok()) return std::nullopt;
-  return std::move(*handle);
-}
-
-// The elements of `o` when it is an array of at least `min_size`; else nullptr.
-const msgpack::object* ArrayOf(const msgpack::object& o, uint32_t min_size) {
-  if (o.type != msgpack::type::ARRAY || o.via.array.size < min_size) return nullptr;
-  return o.via.array.ptr;
-}
-
-// `o` as a request id (a string within the id limit), if it is one.
-std::optional<std::string> RequestIdOf(const msgpack::object& o) {
-  if (o.type != msgpack::type::STR || o.via.str.size > kMaxIdBytes) return std::nullopt;
-  return std::string(o.via.str.ptr, o.via.str.size);
-}
-
-// The body of an envelope [tag, version, body] when it is an array of at least `min_size`.
-const msgpack::object* EnvelopeBody(const msgpack::object& root, uint32_t min_size) {
-  const msgpack::object* envelope = ArrayOf(root, 3);
-  return envelope != nullptr ? ArrayOf(envelope[2], min_size) : nullptr;
-}
-
-}  // namespace
-
-std::vector<std::string> RecoverOutputRequestIds(std::string_view bytes,
-                                                 const DecodeLimits& limits) {
-  std::vector<std::string> ids;
-  std::optional<msgpack::object_handle> handle = UnpackLeniently(bytes, limits);
-  if (!handle.has_value()) return ids;
-  // [tag, version, [engine_index, [[request_id, ...], ...], ...]]
-  const msgpack::object* body = EnvelopeBody(handle->get(), 2);
-  if (body == nullptr || body[1].type != msgpack::type::ARRAY) return ids;
-  const msgpack::object_array& outputs = body[1].via.array;
-  for (uint32_t i = 0; i < outputs.size; ++i) {
-    const msgpack::object* output = ArrayOf(outputs.ptr[i], 1);
-    if (output == nullptr) continue;
-    if (std::optional<std::string> id = RequestIdOf(output[0])) ids.push_back(std::move(*id));
-  }
-  return ids;
-}
-
-std::optional<std::string> RecoverRequestId(std::string_view bytes, const DecodeLimits& limits) {
-  std::optional<msgpack::object_handle> handle = UnpackLeniently(bytes, limits);
-  if (!handle.has_value()) return std::nullopt;
-  // [tag, version, [request_id, ...]]
-  const msgpack::object* body = EnvelopeBody(handle->get(), 1);
-  return body != nullptr ? RequestIdOf(body[0]) : std::nullopt;
 }
 
 }  // namespace vllm::core

@@ -218,9 +218,11 @@ class Scheduler {
   void ReserveForDecode(Request& request) const;
   // Fills `output` from this step's scratch lists and advances num_computed_tokens.
   void BuildOutput(SchedulerOutput* output);
-  // UpdateFromOutput's first pass: fills output_index_ (each scheduled request's entry in
-  // `model_output`) and checks every sampled token, changing no request. InvalidArgument when
-  // a scheduled request has no entry or a token id is negative.
+  // UpdateFromOutput's first pass (scheduler_update.cc): checks that `scheduler_output` is the
+  // oldest step in flight (FailedPrecondition) and that `model_output`'s lists agree, fills
+  // output_index_ (each scheduled request's entry in `model_output`) and checks every sampled
+  // token, changing no request. InvalidArgument when a list's length disagrees, a scheduled
+  // request has no entry or a token id is negative.
   [[nodiscard]] absl::Status MatchModelOutput(const SchedulerOutput& scheduler_output,
                                               const ModelRunnerOutput& model_output);
   // Applies the stop conditions after a token was appended; sets the finished status.
