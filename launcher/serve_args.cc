@@ -18,6 +18,7 @@
 #include "config/speculative_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
+#include "launcher/serve_config_file.h"
 #include "launcher/vllm_serve_flags.h"
 #include "nlohmann/json.hpp"
 
@@ -751,7 +752,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   AddSchedulerAndDeviceFlags(app, f, a);
   AddFrontendFlags(app, f, a);
 
-  auto normalized = NormalizeVllmSpellings(
+  auto normalized = ExpandServeArgv(
       argv, [&app](const std::string& name) { return app.get_option_no_throw(name) != nullptr; });
   if (!normalized.ok()) return normalized.status();
   std::vector<std::string> args = *std::move(normalized);

@@ -4,6 +4,7 @@
 // why vllm-launch refuses the ones it does not implement.
 #include "launcher/vllm_serve_flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -355,7 +356,6 @@ const VllmServeFlag* FindVllmServeFlag(std::string_view name) {
 std::string VllmFlagRefusalReason(const VllmServeFlag& flag) {
   // Specific reasons first (a flag's name), then a reason for its group.
   static constexpr std::pair<std::string_view, std::string_view> kByName[] = {
-      {"--config", "YAML config files are not read yet: give the flags on the command line"},
       {"--tokenizer",
        "the tokenizer is always the model's own (tokenizer.json in the model directory)"},
       {"--root-path", "the server serves at / only (no path prefix behind a proxy)"},
@@ -470,6 +470,10 @@ absl::StatusOr<std::vector<std::string>> NormalizeVllmSpellings(
       continue;
     }
     std::string arg = ExpandAlias(given);
+    if (absl::StartsWith(arg, "--")) {  // vLLM takes --max_model_len for --max-model-len
+      const size_t end = std::min(arg.find('='), arg.size());
+      std::replace(arg.begin(), arg.begin() + static_cast<std::ptrdiff_t>(end), '_', '-');
+    }
     if (!absl::StartsWith(arg, "--")) {
       out.push_back(std::move(arg));
       continue;

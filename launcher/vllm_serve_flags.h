@@ -41,7 +41,8 @@ struct VllmServeFlag {
 // `-tp=2`, our own and vLLM's) to long names; `--no-X` of a boolean flag we have (`known`
 // names it, and vLLM has the negation or `--no-X` is not known itself) to `--X=false`.
 // InvalidArgument naming the flag and the reason for a vLLM 0.33 flag (or its negation) that
-// `known` does not have. Arguments after a bare `--` are left alone.
+// `known` does not have. `--x_y` is `--x-y`, as vLLM. Arguments after a bare `--` are left
+// alone.
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> NormalizeVllmSpellings(
     const std::vector<std::string>& argv, const std::function<bool(const std::string&)>& known);
 

@@ -29,6 +29,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libxxhash-dev libgtest-dev libbenchmark-dev
   libopenblas-dev libgloo-dev libpcre2-dev libutf8proc-dev libsodium-dev
   procps iproute2 iptables python3 ccache clang-format clang-tidy  # iptables: multinode_partition_test
+  libyaml-cpp-dev  # vllm-launch serve --config FILE.yaml (launcher/serve_config_file.cc)
   curl patch xz-utils  # Abseil's and XGrammar's sources (fetch_abseil_source, fetch_xgrammar_source)
 )
 

@@ -109,7 +109,14 @@ const std::map<std::string, std::vector<std::string>>& Samples() {
   return *samples;
 }
 
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
 std::vector<std::string> SampleArgv(const Row& row) {
+  if (row.name == "--config") return {"--config", WriteFile("sample.yaml", "port: 8001\n")};
   if (auto it = Samples().find(row.name); it != Samples().end()) return it->second;
   if (row.kind == "bool" || row.kind == "negatable") return {row.name};
   return {row.name, "1"};
@@ -227,6 +234,57 @@ TEST(VllmServeFlagsTest, RefusalsNameTheFlagAndWhy) {
     auto p = Parse(argv);
     ASSERT_FALSE(p.ok()) << absl::StrJoin(argv, " ");
     EXPECT_THAT(p.status().message(), HasSubstr(want));
+  }
+}
+
+TEST(VllmServeFlagsTest, UnderscoresAsVllm) {
+  auto p = Parse({"--max_model_len=300", "--max_num_seqs", "3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->args->config.model.max_model_len, 300);
+  EXPECT_EQ(p->args->config.scheduler.max_num_seqs, 3);
+}
+
+TEST(VllmServeFlagsTest, ConfigYamlAsVllmAndTheCommandLineWins) {
+  const std::string path = WriteFile("serve.yaml",
+                                     "# vLLM's serve config\n"
+                                     "port: 8123\n"
+                                     "max_model_len: 1k\n"
+                                     "enable-prefix-caching: false\n"
+                                     "enforce-eager: true\n"
+                                     "served-model-name: [a, b]\n"
+                                     "max-num-seqs: 5\n"
+                                     "speculative-config:\n"
+                                     "  method: ngram\n"
+                                     "  num_speculative_tokens: 2\n");
+  auto p = Parse({"my/model", "--config", path, "--max-num-seqs", "7", "--enable-prefix-caching"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ServeArgs& a = *p->args;
+  EXPECT_EQ(a.config.model.model, "my/model");
+  EXPECT_EQ(a.port, 8123);
+  EXPECT_EQ(a.config.model.max_model_len, 1000);
+  EXPECT_TRUE(a.config.model.enforce_eager);
+  EXPECT_TRUE(a.config.cache.enable_prefix_caching);  // the command line's
+  EXPECT_EQ(a.config.scheduler.max_num_seqs, 7);      // the command line's
+  EXPECT_EQ(a.served_model_names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(a.config.speculative.num_speculative_tokens, 2);
+  auto q = Parse({"--config=" + path});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_FALSE(q->args->config.cache.enable_prefix_caching);
+  EXPECT_EQ(q->args->config.scheduler.max_num_seqs, 5);
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--config", WriteFile("c.json", "{}")}, "--config: the config file must be .yaml"},
+      {{"--config", ::testing::TempDir() + "missing.yaml"}, "--config "},
+      {{"--config", WriteFile("list.yaml", "- a\n")}, "expected a mapping"},
+      {{"--config", WriteFile("lora.yaml", "enable-lora: true\n")},
+       "--enable-lora: vLLM's flag is not supported"},
+      {{"--config", path, "--config", path}, "more than one config file"},
+      {{"--config"}, "--config: needs a file"},
+  };
+  for (const auto& [argv, want] : bad) {
+    auto r = Parse(argv);
+    ASSERT_FALSE(r.ok()) << absl::StrJoin(argv, " ");
+    EXPECT_THAT(r.status().message(), HasSubstr(want));
   }
 }
 
