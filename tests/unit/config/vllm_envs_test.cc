@@ -67,6 +67,7 @@ TEST(VllmEnvTable, HonouredAndRefusedSets) {
       "VLLM_NIXL_SIDE_CHANNEL_PORT",
       "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
       "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
+      "VLLM_SERVER_DEV_MODE",
   };
   EXPECT_EQ(honoured, want);
   EXPECT_EQ(refused, (std::set<std::string_view>{"VLLM_LOGGING_CONFIG_PATH",
