@@ -292,6 +292,14 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
             r.output);
   }
   {
+    // --kv-cache-memory-bytes sets --kv-cache-memory's field (launcher_vllm_serve_flags_test
+    // checks 512M gives 512 MiB); here vLLM's human-readable integers reach the parser.
+    const CliResult r = RunCli({"--kv-cache-memory-bytes", "1.5K"});
+    Covered("--kv-cache-memory-bytes",
+            r.exit_code == 2 && absl::StrContains(r.output, "--kv-cache-memory-bytes: decimals"),
+            r.output);
+  }
+  {
     // Re-joining a silent head is a --headless node's (its effect: multinode_partition_test).
     const CliResult r = RunCli({"--no-rejoin-head"});
     Covered(
