@@ -752,6 +752,17 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   AddSchedulerAndDeviceFlags(app, f, a);
   AddFrontendFlags(app, f, a);
 
+  for (const std::string& arg : argv) {  // vLLM's --help=GROUP / --help=KEYWORD
+    if (arg.rfind("--help=", 0) != 0) continue;
+    std::vector<HelpEntry> ours;
+    for (const CLI::Option* o : app.get_options()) {
+      if (o->get_group().empty() || o->nonpositional() == false) continue;
+      ours.push_back({o->get_name(false, true), o->get_group(), o->get_description()});
+    }
+    ParsedServeArgs help;
+    help.text = FilteredHelp(arg.substr(7), ours, app.help());
+    return help;
+  }
   auto normalized = ExpandServeArgv(
       argv, [&app](const std::string& name) { return app.get_option_no_throw(name) != nullptr; });
   if (!normalized.ok()) return normalized.status();

@@ -501,6 +501,51 @@ absl::StatusOr<std::vector<std::string>> NormalizeVllmSpellings(
   return out;
 }
 
+std::string FilteredHelp(std::string_view keyword, const std::vector<HelpEntry>& ours,
+                         const std::string& full_help) {
+  std::string key = absl::AsciiStrToLower(std::string(keyword));
+  std::replace(key.begin(), key.end(), '_', '-');
+  if (key == "all") return full_help;
+  bool is_group = false;
+  for (const HelpEntry& e : ours) is_group |= absl::AsciiStrToLower(e.group) == key;
+  for (const VllmServeFlag& f : kFlags) {
+    is_group |= absl::AsciiStrToLower(std::string(f.group)) == key;
+  }
+  auto matches = [&](const std::string& names, const std::string& group) {
+    return is_group ? absl::AsciiStrToLower(group) == key
+                    : absl::StrContains(absl::AsciiStrToLower(names), key);
+  };
+  std::string ours_text, refused_text;
+  for (const HelpEntry& e : ours) {
+    if (!matches(e.names, e.group)) continue;
+    absl::StrAppend(&ours_text, "  ", e.names, "\n      ", e.description, "\n");
+  }
+  for (const VllmServeFlag& f : kFlags) {
+    const std::string name(f.name);
+    if (!matches(name, std::string(f.group))) continue;
+    bool supported = false;
+    for (const HelpEntry& e : ours) {
+      const std::vector<std::string> names = absl::StrSplit(e.names, ',');
+      for (const std::string& n : names) supported |= n == name;
+    }
+    if (name == "--config") supported = true;  // read before parsing (serve_config_file.h)
+    if (!supported)
+      absl::StrAppend(&refused_text, "  ", name, ": ", VllmFlagRefusalReason(f), "\n");
+  }
+  const std::string what = is_group ? key : absl::StrCat("arguments matching '", key, "'");
+  if (ours_text.empty() && refused_text.empty()) {
+    return absl::StrCat("No group or arguments matching '", key,
+                        "'.\nUse '--help' to see available groups or '--help=all' to see all "
+                        "available parameters.\n");
+  }
+  std::string out = absl::StrCat(what, ":\n", ours_text);
+  if (!refused_text.empty()) {
+    absl::StrAppend(&out, "\nvLLM 0.33 flags of ", what, " that vllm-launch refuses:\n",
+                    refused_text);
+  }
+  return out;
+}
+
 absl::StatusOr<int64_t> ParseHumanReadableInt(std::string_view flag, std::string_view text,
                                               bool allow_auto) {
   const std::string v(absl::StripAsciiWhitespace(std::string(text)));

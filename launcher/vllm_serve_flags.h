@@ -46,6 +46,20 @@ struct VllmServeFlag {
 [[nodiscard]] absl::StatusOr<std::vector<std::string>> NormalizeVllmSpellings(
     const std::vector<std::string>& argv, const std::function<bool(const std::string&)>& known);
 
+// One of our flags, for FilteredHelp.
+struct HelpEntry {
+  std::string names;  // "--tensor-parallel-size" (as the parser lists it)
+  std::string group;
+  std::string description;
+};
+
+// vLLM's `--help=KEYWORD` (case-insensitive, `_` as `-`): `all` gives `full_help`; a group's
+// name (ModelConfig, CacheConfig, Frontend, ...) its flags; anything else the flags whose names
+// contain it. Our flags (`ours`) with their descriptions, then vLLM's flags of the group (or
+// match) that are refused here, each with the reason.
+[[nodiscard]] std::string FilteredHelp(std::string_view keyword, const std::vector<HelpEntry>& ours,
+                                       const std::string& full_help);
+
 // vLLM's human-readable integers (vllm/utils/argparse_utils.py, human_readable_int): "2048",
 // "1k" (10^3), "1K" (2^10), "25.6k", "2m", "2M", "1g", "1G", "1t", "1T" (no decimals with
 // the binary suffixes); with `allow_auto` also "-1" and "auto" (case-insensitive), which give

@@ -237,6 +237,25 @@ TEST(VllmServeFlagsTest, RefusalsNameTheFlagAndWhy) {
   }
 }
 
+TEST(VllmServeFlagsTest, HelpByGroupOrKeywordAsVllm) {
+  auto group = Parse({"--help=cacheconfig"});
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_FALSE(group->args.has_value());
+  EXPECT_THAT(group->text, HasSubstr("--block-size"));
+  EXPECT_THAT(group->text, HasSubstr("--kv-cache-dtype: the KV cache keeps the model's dtype"));
+  EXPECT_THAT(group->text, ::testing::Not(HasSubstr("--tensor-parallel-size")));
+  auto keyword = Parse({"--help=lora"});
+  ASSERT_TRUE(keyword.ok()) << keyword.status();
+  EXPECT_THAT(keyword->text, HasSubstr("--enable-lora: LoRA adapters are not supported"));
+  EXPECT_THAT(keyword->text, ::testing::Not(HasSubstr("--block-size")));
+  auto all = Parse({"--help=all"});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_THAT(all->text, HasSubstr("--tensor-parallel-size"));
+  auto none = Parse({"--help=zzz"});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_THAT(none->text, HasSubstr("No group or arguments matching 'zzz'"));
+}
+
 TEST(VllmServeFlagsTest, UnderscoresAsVllm) {
   auto p = Parse({"--max_model_len=300", "--max_num_seqs", "3"});
   ASSERT_TRUE(p.ok()) << p.status();
