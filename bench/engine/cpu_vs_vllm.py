@@ -37,11 +37,16 @@ other CPU settings (VLLM_CPU_OMP_THREADS_BIND=auto, which reserves one core for 
 on a small machine) stay at its defaults unless --vllm-env says otherwise.
 
 The client is the same for both: `vllm-launch bench serve --dataset-name random
---random-input-len 128 --random-output-len 64 --ignore-eos --random-vocab-min 10
---random-vocab-max 4000 (the bundled model's vocabulary is 4096; the client's defaults,
-1000..30000, are out of range) --num-prompts N(c) --max-concurrency c --seed S+c` (the same
-prompts for both servers and every round; a different seed per concurrency, and S+7919 for the
-warm-up, so that no measured prompt is already in either server's prefix cache).
+--random-input-len 128 --random-output-len 64 --ignore-eos --tokenizer M --temperature 0
+--num-prompts N(c) --max-concurrency c --seed S+c` (as vLLM's `vllm bench serve`: random ids
+from the model's vocabulary less its special tokens, sent as the decoded text; the same prompts
+for both servers and every round; a different seed per concurrency, and S+7919 for the
+warm-up, so that no measured prompt is already in either server's prefix cache). Around every
+measured run the driver reads both servers' `vllm:prefix_cache_queries_total` and
+`vllm:prefix_cache_hits_total` from GET /metrics and reports the hits (tokens found in the
+prefix cache, as a share of the prompt tokens looked up) beside the table, so a run whose
+prompts one server had cached shows up. (The BENCHMARKS table predates this; it was not redone
+with it.)
 
 JSON-schema mode (--structured; concurrency 16 and 64 unless --concurrency): at each
 concurrency two runs per server, "plain" and "JSON", the JSON one with `--json-schema-path`
@@ -291,6 +296,35 @@ def http_get(url, timeout=5.0):
         return None, b""
 
 
+def prefix_cache_counts(port):
+    """(queries, hits) of the server's prefix cache, in tokens, summed over label sets, from
+    GET /metrics (vLLM's vllm:prefix_cache_queries_total / _hits_total; ours has the same
+    names); None when the endpoint cannot be read."""
+    status, body = http_get(f"http://127.0.0.1:{port}/metrics")
+    if status != 200:
+        return None
+    totals = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+    for line in body.decode(errors="replace").splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            try:
+                totals[name] += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                pass
+    return totals["vllm:prefix_cache_queries_total"], totals["vllm:prefix_cache_hits_total"]
+
+
+def hit_pct(runs):
+    """Prefix-cache hits over the runs as "p %" of the prompt tokens looked up ("—" unknown)."""
+    q = sum(r.get("prefix_cache_queries") or 0 for r in runs
+            if r.get("prefix_cache_queries") is not None)
+    h = sum(r.get("prefix_cache_hits") or 0 for r in runs
+            if r.get("prefix_cache_hits") is not None)
+    if not any(r.get("prefix_cache_queries") is not None for r in runs):
+        return "—"
+    return f"{100.0 * h / q:.1f} %" if q else "0 %"
+
+
 def http_post_json(url, body, timeout=300.0):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
@@ -439,23 +473,28 @@ def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, se
     fname = f"{tag}.json"
     cmd = [launcher, "bench", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--model", args.served_model_name, "--dataset-name", "random",
+           "--tokenizer", args.model, "--temperature", "0",
            "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-           "--random-vocab-min", str(args.vocab_min), "--random-vocab-max", str(args.vocab_max),
            "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
            "--seed", str(seed), "--disable-tqdm",
            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
            "--save-result", "--result-dir", out_dir, "--result-filename", fname]
     if ignore_eos:
         cmd.append("--ignore-eos")
+    else:
+        # The random dataset turns ignore_eos on, as vLLM's; --extra-body overrides it as vLLM's.
+        cmd += ["--extra-body", json.dumps({"ignore_eos": False})]
     if schema_path:
         cmd += ["--json-schema-path", schema_path]
     waited = wait_quiet(args, pgid)
     load = os.getloadavg()
+    cache0 = prefix_cache_counts(port)
     cpu0 = cpu_sample(pgid)
     t0 = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     wall = time.monotonic() - t0
     shares = cpu_shares(cpu0, cpu_sample(pgid))
+    cache1 = prefix_cache_counts(port)
     load_after = os.getloadavg()
     path = os.path.join(out_dir, fname)
     if not os.path.exists(path):
@@ -476,6 +515,9 @@ def bench_serve(args, launcher, port, concurrency, num_prompts, out_dir, tag, se
     server_cpus = shares["cpu_server_pct"] / 100.0 * (os.cpu_count() or 1)
     keep["tokens_per_server_cpu_s"] = (res.get("output_throughput") or 0) / server_cpus \
         if server_cpus > 0 else None
+    if cache0 is not None and cache1 is not None:
+        keep["prefix_cache_queries"] = cache1[0] - cache0[0]
+        keep["prefix_cache_hits"] = cache1[1] - cache0[1]
     done = res.get("completed") or 0
     keep["mean_output_tokens"] = (res.get("total_output_tokens") or 0) / done if done else None
     if res.get("failed"):
@@ -584,8 +626,9 @@ def table(runs, concurrencies, rounds):
         return [r[key] for r in runs if r["server"] == server and r["concurrency"] == c]
 
     lines = ["| max concurrency | prompts | ours out tok/s | vLLM-CPU out tok/s | ours ÷ vLLM "
-             "| TTFT p50 ours / vLLM (ms) | TTFT p99 ours / vLLM (ms) |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+             "| TTFT p50 ours / vLLM (ms) | TTFT p99 ours / vLLM (ms) "
+             "| prefix-cache hits ours / vLLM |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in concurrencies:
         ratios = []
         for rd in range(1, rounds + 1):
@@ -603,7 +646,9 @@ def table(runs, concurrencies, rounds):
             f"| {rng(get('ours', c, 'median_ttft_ms'), '{:.0f}')} / "
             f"{rng(get('vllm', c, 'median_ttft_ms'), '{:.0f}')} "
             f"| {rng(get('ours', c, 'p99_ttft_ms'), '{:.0f}')} / "
-            f"{rng(get('vllm', c, 'p99_ttft_ms'), '{:.0f}')} |")
+            f"{rng(get('vllm', c, 'p99_ttft_ms'), '{:.0f}')} "
+            f"| {hit_pct([r for r in runs if (r['server'], r['concurrency']) == ('ours', c)])} / "
+            f"{hit_pct([r for r in runs if (r['server'], r['concurrency']) == ('vllm', c)])} |")
     return "\n".join(lines)
 
 
@@ -663,7 +708,7 @@ def structured_notes(runs, concurrencies):
             cut = sum(r.get("cut_at_max_tokens") or 0 for r in rs)
             failed = sum(r.get("failed") or 0 for r in rs)
             parts.append(f"{srv}: {ok}/{req} parse as JSON, {cut} cut at max_tokens, "
-                         f"{failed} failed")
+                         f"{failed} failed, prefix-cache hits {hit_pct(rs)}")
         out.append(f"c={c} JSON requests over all rounds — " + "; ".join(parts))
     return out
 
@@ -671,15 +716,17 @@ def structured_notes(runs, concurrencies):
 def run_listing(runs):
     """Every measured run in order, with who else used the CPUs meanwhile."""
     lines = ["| round | server | max concurrency | kind | out tok/s | req/s | 1-min load before "
-             "| CPU % server / client / others / steal | out tokens per server CPU-s |",
-             "|---:|---|---:|---|---:|---:|---:|---|---:|"]
+             "| CPU % server / client / others / steal | out tokens per server CPU-s "
+             "| prefix-cache hits |",
+             "|---:|---|---:|---|---:|---:|---:|---|---:|---:|"]
     for r in runs:
         per_cpu = r.get("tokens_per_server_cpu_s")
         lines.append(f"| {r['round']} | {r['server']} | {r['concurrency']} | {r['kind']} "
                      f"| {r['output_throughput']:,.0f} | {r['request_throughput']:.1f} "
                      f"| {r['loadavg_before'][0]:.2f} | {r.get('cpu_server_pct')} / "
                      f"{r.get('cpu_client_pct')} / {r.get('cpu_others_pct')} / "
-                     f"{r.get('cpu_steal_pct')} | {f'{per_cpu:,.0f}' if per_cpu else '—'} |")
+                     f"{r.get('cpu_steal_pct')} | {f'{per_cpu:,.0f}' if per_cpu else '—'} "
+                     f"| {hit_pct([r])} |")
     return "\n".join(lines)
 
 
@@ -743,8 +790,6 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--input-len", type=int, default=128)
     ap.add_argument("--output-len", type=int, default=64)
-    ap.add_argument("--vocab-min", type=int, default=10)
-    ap.add_argument("--vocab-max", type=int, default=4000)
     ap.add_argument("--warmup-prompts", type=int, default=32)
     ap.add_argument("--greedy-prompts", type=int, default=10)
     ap.add_argument("--greedy-max-tokens", type=int, default=32)
@@ -847,13 +892,15 @@ def main():
     if args.structured:
         print(f"{args.rounds} rounds, servers alternating; client: vllm-launch bench serve "
               f"--random-input-len {args.input_len} --random-output-len {args.output_len} "
-              f"--seed {args.seed}+c (plain) / {args.seed}+c+{JSON_SEED_OFFSET} (JSON: "
+              f"--tokenizer M --seed {args.seed}+c (plain) / {args.seed}+c+{JSON_SEED_OFFSET} (JSON: "
               f"--json-schema-path {len(args.schemas.split(','))} schemas), no --ignore-eos, "
               f"temperature 0\n")
     else:
         print(f"{args.rounds} rounds, servers alternating; client: vllm-launch bench serve "
               f"--random-input-len {args.input_len} --random-output-len {args.output_len} "
-              f"--ignore-eos --seed {args.seed}+c\n")
+              f"--ignore-eos --tokenizer M --temperature 0 --seed {args.seed}+c (warm-up "
+              f"{args.seed}+7919); prefix-cache hits: tokens found cached per prompt token "
+              f"looked up, from each server's /metrics around each run\n")
     print(md)
     if args.structured:
         print("\n" + "\n".join(structured_notes(runs, concurrencies)))

@@ -448,7 +448,8 @@ void AddOutputOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
 }
 
 // The tokenizer of the run: --tokenizer, else the model when it names a local directory with a
-// tokenizer.json (vLLM defaults the tokenizer to the model). Null when there is none.
+// tokenizer.json (vLLM defaults the tokenizer to the model) and no --random-vocab-min/max was
+// given. Null when there is none.
 absl::StatusOr<std::unique_ptr<frontend::Tokenizer>> LoadBenchTokenizer(
     const BenchServeFlags& flags, std::string& tokenizer_id) {
   std::error_code ec;
@@ -457,6 +458,8 @@ absl::StatusOr<std::unique_ptr<frontend::Tokenizer>> LoadBenchTokenizer(
     return frontend::Tokenizer::Load(flags.tokenizer);
   }
   const std::string& model = flags.load.settings.model;
+  // An explicit id range asks for id prompts: the model's tokenizer is not used then.
+  if (flags.vocab_range_given) return std::unique_ptr<frontend::Tokenizer>();
   if (std::filesystem::exists(std::filesystem::path(model) / "tokenizer.json", ec)) {
     tokenizer_id = model;
     return frontend::Tokenizer::Load(model);
@@ -486,6 +489,8 @@ absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(const std::vector<std::stri
     return absl::InvalidArgumentError(error.what());
   }
   flags.load.show_progress = !raw.disable_tqdm;
+  flags.vocab_range_given =
+      app.count("--random-vocab-min") > 0 || app.count("--random-vocab-max") > 0;
   if (!(raw.request_timeout_s > 0)) {
     return absl::InvalidArgumentError("--request-timeout must be > 0");
   }
@@ -549,6 +554,12 @@ std::optional<int> Prepare(BenchServeFlags& flags, std::unique_ptr<frontend::Tok
                    "vllm-launch bench serve: no tokenizer (give --tokenizer DIR); random "
                    "prompts are token ids in [%d, %d)\n",
                    flags.random.vocab_min, flags.random.vocab_max);
+    }
+    if (tokenizer != nullptr && flags.vocab_range_given) {
+      return Fail(absl::InvalidArgumentError(
+                      "--random-vocab-min/--random-vocab-max apply only without --tokenizer; "
+                      "with one, ids come from its vocabulary"),
+                  2);
     }
     flags.random.tokenizer = tokenizer.get();
     auto sampled = SampleRandomRequests(flags.random);

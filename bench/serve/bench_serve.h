@@ -28,6 +28,8 @@ struct BenchServeFlags {
   // Output length for prompts-file lines that do not give one (vLLM's --custom-output-len).
   int custom_output_len = 256;
   RandomDatasetOptions random;
+  // --random-vocab-min or --random-vocab-max was given (refused when a tokenizer is used).
+  bool vocab_range_given = false;
   // JSON schemas that constrain requests (vLLM's benchmark_serving_structured_output.py flag
   // names): one schema file, a .jsonl file of schemas or a directory of *.json files; empty:
   // every request unconstrained.

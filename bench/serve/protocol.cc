@@ -30,12 +30,13 @@ std::string BuildRequestBody(BenchBackend backend, const RequestSettings& settin
     }
     body["max_tokens"] = request.expected_output_len;
   }
-  if (settings.temperature.has_value()) body["temperature"] = *settings.temperature;
-  for (const auto& [key, value] : settings.extra_body.items()) body[key] = value;
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   if (settings.ignore_eos) body["ignore_eos"] = true;
   if (request.json_schema != nullptr) body["structured_outputs"] = {{"json", *request.json_schema}};
+  // As vLLM: the sampling flags and --extra-body go last and override what is above.
+  if (settings.temperature.has_value()) body["temperature"] = *settings.temperature;
+  for (const auto& [key, value] : settings.extra_body.items()) body[key] = value;
   return body.dump();
 }
 

@@ -27,17 +27,19 @@ struct RequestSettings {
   // Sent only when given (vLLM's bench no longer sends temperature 0 by default).
   std::optional<double> temperature;
   bool ignore_eos = false;
-  // Further body fields: vLLM's --top-p/--top-k/--min-p/--frequency-penalty/
+  // Further body fields: --extra-body and vLLM's --top-p/--top-k/--min-p/--frequency-penalty/
   // --presence-penalty/--repetition-penalty (a JSON object, possibly empty).
   nlohmann::json extra_body = nlohmann::json::object();
 };
 
 // The JSON body vLLM's request functions send: "model", "prompt" (or "messages"),
-// "temperature", "max_tokens" (chat: "max_completion_tokens"), "stream": true,
-// "stream_options": {"include_usage": true}, "ignore_eos" when set, and
+// "max_tokens" (chat: "max_completion_tokens"), "stream": true,
+// "stream_options": {"include_usage": true}, "ignore_eos" when set,
 // "structured_outputs": {"json": schema} when the request has a JSON schema (vLLM's request
-// field, which ours takes too, on both endpoints). Token-id prompts are sent as an array of
-// ints; the chat backend needs a text prompt (checked by the caller).
+// field, which ours takes too, on both endpoints), then "temperature" when given and the
+// extra_body fields, which override any of the above (vLLM's payload.update(extra_body)). Token-id
+// prompts are sent as an array of ints; the chat backend needs a text prompt (checked by the
+// caller).
 std::string BuildRequestBody(BenchBackend backend, const RequestSettings& settings,
                              const SampleRequest& request);
 

@@ -18,6 +18,7 @@
 #include "bench/serve/client.h"
 #include "bench/serve/dataset.h"
 #include "bench/serve/metrics.h"
+#include "bench/serve/protocol.h"
 #include "frontend/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -213,6 +214,32 @@ TEST(BenchServeVllmTest, FlagsTakeVllmsMeaning) {
   EXPECT_FALSE(ParseBenchServeFlags({"--ramp-up-start-rps", "1"}).ok());
   EXPECT_FALSE(ParseBenchServeFlags({"--extra-body", "[1]"}).ok());
   EXPECT_FALSE(ParseBenchServeFlags({"--metadata", "novalue"}).ok());
+  // Refused before anything is sent (exit 2): a tokenizer that cannot load, our own id-range
+  // flags beside a tokenizer, the chat backend's random text without a tokenizer.
+  const std::string model = std::filesystem::path(VLLM_SOURCE_DIR) / "models/kjv-llama-tiny";
+  EXPECT_EQ(RunBenchServe({"--model", "m", "--tokenizer", "/nonexistent"}), 2);
+  EXPECT_EQ(RunBenchServe({"--model", "m", "--tokenizer", model, "--random-vocab-max", "100"}), 2);
+  EXPECT_EQ(RunBenchServe({"--model", "m", "--backend", "openai-chat"}), 2);
+}
+
+TEST(BenchServeVllmTest, ExtraBodyOverridesTheRequestAsVllms) {
+  RequestSettings settings;
+  settings.model = "m";
+  settings.ignore_eos = true;
+  SampleRequest request;
+  request.prompt = "hi";
+  request.expected_output_len = 3;
+  nlohmann::json body =
+      nlohmann::json::parse(BuildRequestBody(BenchBackend::kOpenAICompletions, settings, request));
+  EXPECT_FALSE(body.contains("temperature"));
+  EXPECT_EQ(body["ignore_eos"], true);
+  settings.temperature = 0.0;
+  settings.extra_body = {{"ignore_eos", false}, {"top_k", 4}};
+  body =
+      nlohmann::json::parse(BuildRequestBody(BenchBackend::kOpenAICompletions, settings, request));
+  EXPECT_EQ(body["ignore_eos"], false);
+  EXPECT_EQ(body["top_k"], 4);
+  EXPECT_EQ(body["temperature"], 0.0);
 }
 
 TEST(BenchServeVllmTest, GoodputAndPeaks) {
