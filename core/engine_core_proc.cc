@@ -293,6 +293,9 @@ class EngineCoreProc::Impl {
     if (waves != nullptr) items.push_back({static_cast<void*>(*waves), 0, ZMQ_POLLIN, 0});
     std::vector<zmq::message_t> parts;
     const int64_t frontend_timeout_ns = absl::ToInt64Nanoseconds(options_.frontend_timeout);
+    // The silence counts from now: joining (the model load, the KV cache) may have taken longer
+    // than the timeout, and the frontend's heartbeats only start once the engine is ready.
+    for (auto& f : frontends_) f->last_input_ns = ipc::MonoNowNs();
     while (!stop_.load()) {
       try {
         zmq::poll(items, std::chrono::milliseconds(absl::ToInt64Milliseconds(kPollSlice)));

@@ -45,12 +45,12 @@ const RouteEntry kRoutes[] = {
 
 // vLLM's envs.VLLM_SERVER_DEV_MODE: bool(int(value)), read once.
 bool DevMode() {
-  static const bool dev = [] {
+  static const bool kDev = [] {
     const char* v = std::getenv("VLLM_SERVER_DEV_MODE");
     int n = 0;
     return v != nullptr && absl::SimpleAtoi(v, &n) && n != 0;
   }();
-  return dev;
+  return kDev;
 }
 
 bool MethodAllowed(std::string_view methods, std::string_view method) {
