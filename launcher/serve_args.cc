@@ -85,7 +85,7 @@ namespace {
 // What the flags are parsed into that is not a field as is (checked against other flags, or
 // only counted). Every other flag binds to its VllmConfig or ServeArgs field directly.
 struct FlagValues {
-  std::string model, positional_model;
+  std::string model, positional_model, tokenizer;
   int32_t dp_local = 1, dp_start_rank = 0, dp_rank = 0;
   bool dp_hybrid_lb = false, dp_external_lb = false;
   // -dpl / -dpr taken from --nnodes and --node-rank (InferDpFromNodes), as if given.
@@ -118,6 +118,9 @@ void AddModelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--model", f.model,
                  "Name or path of the Hugging Face model to use. Default: the bundled "
                  "models/kjv-llama-tiny.")
+      ->group("ModelConfig");
+  app.add_option("--tokenizer", f.tokenizer,
+                 "The tokenizer: only the model's own (the default) is accepted.")
       ->group("ModelConfig");
   app.add_option("--served-model-name", a.served_model_names,
                  "The model name(s) used in the API. Default: the --model argument.")
@@ -426,6 +429,11 @@ absl::Status ApplyModelFlags(const FlagValues& f, const std::string& default_mod
   model = !f.model.empty()              ? f.model
           : !f.positional_model.empty() ? f.positional_model
                                         : default_model;
+  if (!f.tokenizer.empty() && f.tokenizer != model.string()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tokenizer '", f.tokenizer,
+                                                   "': the tokenizer is the model's own ('",
+                                                   model.string(), "'); another is not supported"));
+  }
   if (a.served_model_names.empty()) {
     // As vLLM: the --model argument as given; the bundled default answers to its short name.
     const bool is_default = f.model.empty() && f.positional_model.empty();

@@ -356,8 +356,6 @@ const VllmServeFlag* FindVllmServeFlag(std::string_view name) {
 std::string VllmFlagRefusalReason(const VllmServeFlag& flag) {
   // Specific reasons first (a flag's name), then a reason for its group.
   static constexpr std::pair<std::string_view, std::string_view> kByName[] = {
-      {"--tokenizer",
-       "the tokenizer is always the model's own (tokenizer.json in the model directory)"},
       {"--root-path", "the server serves at / only (no path prefix behind a proxy)"},
       {"--allowed-origins", "CORS headers are not sent"},
       {"--allowed-methods", "CORS headers are not sent"},

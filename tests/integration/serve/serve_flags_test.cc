@@ -300,6 +300,13 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
             r.output);
   }
   {
+    // --tokenizer: only the model's own (serve_args_test: the model's path is accepted).
+    const CliResult r = RunCli({"--tokenizer", "other/tokenizer"});
+    Covered("--tokenizer",
+            r.exit_code == 2 && absl::StrContains(r.output, "--tokenizer 'other/tokenizer'"),
+            r.output);
+  }
+  {
     // Re-joining a silent head is a --headless node's (its effect: multinode_partition_test).
     const CliResult r = RunCli({"--no-rejoin-head"});
     Covered(

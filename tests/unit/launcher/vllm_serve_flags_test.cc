@@ -105,6 +105,7 @@ const std::map<std::string, std::vector<std::string>>& Samples() {
       {"--kv-offloading-size", {"--kv-offloading-size", "1"}},
       {"--gpu-memory-utilization", {"--gpu-memory-utilization", "0.5"}},
       {"--max-model-len", {"--max-model-len", "1k"}},
+      {"--tokenizer", {"--tokenizer", "models/kjv-llama-tiny"}},
   };
   return *samples;
 }
@@ -254,6 +255,13 @@ TEST(VllmServeFlagsTest, HelpByGroupOrKeywordAsVllm) {
   auto none = Parse({"--help=zzz"});
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_THAT(none->text, HasSubstr("No group or arguments matching 'zzz'"));
+}
+
+TEST(VllmServeFlagsTest, TokenizerOnlyTheModels) {
+  EXPECT_TRUE(Parse({"my/model", "--tokenizer", "my/model"}).ok());
+  auto p = Parse({"my/model", "--tokenizer", "other/tok"});
+  ASSERT_FALSE(p.ok());
+  EXPECT_THAT(p.status().message(), HasSubstr("--tokenizer 'other/tok'"));
 }
 
 TEST(VllmServeFlagsTest, UnderscoresAsVllm) {
