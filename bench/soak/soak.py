@@ -103,10 +103,14 @@ class Tally:
     def __init__(self):
         self.lock = threading.Lock()
         self.counts = {"ok": 0, "error": 0, "cancelled": 0, "refused": 0}
+        self.failures = []  # (time, what) of every failed or refused request
+        self.start = time.time()
 
-    def add(self, key):
+    def add(self, key, what=""):
         with self.lock:
             self.counts[key] += 1
+            if key in ("error", "refused"):
+                self.failures.append((time.time() - self.start, what[:300]))
 
 
 def one_request(port, rng, tally):
@@ -128,8 +132,8 @@ def one_request(port, rng, tally):
         conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
         resp = conn.getresponse()
         if resp.status != 200:
-            resp.read()
-            tally.add("refused" if resp.status < 500 else "error")
+            text = resp.read().decode(errors="replace")
+            tally.add("refused" if resp.status < 500 else "error", f"{resp.status} {text}")
             return
         if not stream:
             json.loads(resp.read())
@@ -147,13 +151,17 @@ def one_request(port, rng, tally):
             if line.startswith(b"data: "):
                 chunks += 1
                 if b'"error"' in line:
-                    break
+                    tally.add("error", "stream: " + line.decode(errors="replace"))
+                    return
                 if cancel and chunks >= 2:
                     tally.add("cancelled")
                     return  # closing the connection cancels the request
-        tally.add("ok" if finished else "error")
-    except (OSError, http.client.HTTPException, ValueError):
-        tally.add("error")
+        if finished:
+            tally.add("ok")
+        else:
+            tally.add("error", "stream ended without [DONE]")
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        tally.add("error", f"{type(e).__name__}: {e}")
     finally:
         conn.close()
 
@@ -234,6 +242,8 @@ def main():
 def drive(args, server):
     tally = Tally()
     stop = threading.Event()
+    start_time = time.time()
+    tally.start = start_time
 
     def client(i):
         rng = random.Random(args.seed * 1000 + i)
@@ -282,6 +292,10 @@ def write_outputs(args, samples, shm, kills, tally, totals):
         w = csv.writer(f)
         w.writerow(["t_s", "pid", "role", "rss_kib", "fds", "threads"])
         w.writerows(samples)
+    with open(os.path.join(args.out, "failures.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_s", "what"])
+        w.writerows(tally.failures)
     with open(os.path.join(args.out, "shm.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["t_s", "shm_entries"])
