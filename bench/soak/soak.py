@@ -92,11 +92,19 @@ def status_fields(pid):
     return rss, fds, threads
 
 
-def shm_entries():
+def shm_entries(pids):
+    """/dev/shm entries made by the server: ours name their creator ("vllm-<kind>-<pid>-...");
+    other programs' (a test run beside the soak) are not counted."""
+    count = 0
     try:
-        return len([n for n in os.listdir("/dev/shm") if n.startswith("vllm-")])
+        names = os.listdir("/dev/shm")
     except OSError:
         return -1
+    for name in names:
+        parts = name.split("-")
+        if len(parts) >= 3 and parts[0] == "vllm" and parts[2].isdigit() and int(parts[2]) in pids:
+            count += 1
+    return count
 
 
 class Tally:
@@ -259,15 +267,17 @@ def drive(args, server):
     kills = []
     samples = []
     shm = []
+    seen_pids = set()
     while time.time() - start < args.duration:
         now = time.time()
         if now >= next_sample:
             t = now - start
             for pid in tree(server.pid):
+                seen_pids.add(pid)
                 fields = status_fields(pid)
                 if fields is not None:
                     samples.append((t, pid, role(pid, server.pid)) + fields)
-            shm.append((t, shm_entries()))
+            shm.append((t, shm_entries(seen_pids)))
             next_sample += args.sample_every
         if now >= next_kill:
             engines = [p for p in tree(server.pid) if role(p, server.pid) == "engine-core"]
