@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -257,6 +258,10 @@ class Session : public std::enable_shared_from_this<Session> {
   using TokenizationHandler = absl::StatusOr<nlohmann::json> (*)(std::string_view,
                                                                  const EngineClient&);
   void HandleTokenization(TokenizationHandler handler);
+  // Runs `call` on the preprocessing pool (tokenization, utility calls that wait for every
+  // engine: never on an I/O thread) and answers its JSON, or its error, from the strand; 503
+  // while the server shuts down.
+  void AnswerFromPrepPool(std::function<absl::StatusOr<nlohmann::json>()> call);
 
   // Hands the body to the preprocessing pool; OnPrepared continues on the strand. The job
   // holds the session; a read watches for the client leaving meanwhile.

@@ -62,24 +62,7 @@ void Session::HandleInvocations() {
 
 void Session::HandleDevRoute(const std::string& path, const std::string& query) {
   EngineClient* engine = ctx_->engine;
-  // Utility calls block until every engine answered (at most a step): run them on the
-  // preprocessing pool, never on an I/O thread.
-  auto run = [this](std::function<absl::StatusOr<nlohmann::json>()> call) {
-    Strand strand = stream_.get_executor();
-    auto job = [self = shared_from_this(), strand, call = std::move(call)]() mutable {
-      absl::StatusOr<nlohmann::json> answer = call();
-      net::post(strand, [self = std::move(self), answer = std::move(answer)]() mutable {
-        if (self->closed_) return;
-        if (!answer.ok()) return self->SendError(answer.status());
-        self->SendJson(http::status::ok, DumpJson(*answer));
-      });
-    };
-    absl::MutexLock lock(&ctx_->prep_mu);
-    if (!ctx_->prep.has_value()) {
-      return SendError(absl::UnavailableError("The server is shutting down"));
-    }
-    net::post(*ctx_->prep, std::move(job));
-  };
+  // Utility calls block until every engine answered (at most a step): the preprocessing pool.
   if (path == "/reset_prefix_cache") {
     for (const char* flag : {"reset_running_requests", "reset_external"}) {
       absl::StatusOr<bool> set = BoolParam(query, flag);
@@ -91,13 +74,13 @@ void Session::HandleDevRoute(const std::string& path, const std::string& query) 
                                "local prefix cache")));
       }
     }
-    return run([engine]() -> absl::StatusOr<nlohmann::json> {
+    return AnswerFromPrepPool([engine]() -> absl::StatusOr<nlohmann::json> {
       VLLM_ASSIGN_OR_RETURN(bool success, engine->ResetPrefixCache());
       return nlohmann::json{{"success", success}};
     });
   }
   if (path == "/is_sleeping") {
-    return run([engine]() -> absl::StatusOr<nlohmann::json> {
+    return AnswerFromPrepPool([engine]() -> absl::StatusOr<nlohmann::json> {
       VLLM_ASSIGN_OR_RETURN(bool sleeping, engine->IsSleeping());
       return nlohmann::json{{"is_sleeping", sleeping}};
     });
@@ -107,7 +90,7 @@ void Session::HandleDevRoute(const std::string& path, const std::string& query) 
     if (!QueryParam(query, "tags").empty()) {
       return SendError(InvalidParam("tags", "tags: partial wake-up is not supported"));
     }
-    return run([engine, metrics]() -> absl::StatusOr<nlohmann::json> {
+    return AnswerFromPrepPool([engine, metrics]() -> absl::StatusOr<nlohmann::json> {
       VLLM_ASSIGN_OR_RETURN(bool awake, engine->WakeUp());
       for (int32_t e = 0; e < metrics->num_engines(); ++e) {
         metrics->engine(e).SetSleepState(!awake, 0);
@@ -129,7 +112,7 @@ void Session::HandleDevRoute(const std::string& path, const std::string& query) 
         http::status::unprocessable_entity,
         ErrorJson(422, "BadRequestError", "mode: Input should be 'abort', 'wait' or 'keep'"));
   }
-  run([engine, metrics, level]() -> absl::StatusOr<nlohmann::json> {
+  AnswerFromPrepPool([engine, metrics, level]() -> absl::StatusOr<nlohmann::json> {
     if (absl::Status s = engine->Sleep(level); !s.ok()) {
       // The engines' refusal of a level is the request's fault: 400, not 500.
       if (absl::IsFailedPrecondition(s)) return InvalidParam("level", s.message());

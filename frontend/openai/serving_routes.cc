@@ -223,10 +223,15 @@ absl::Status Session::CheckContentType() const {
 
 void Session::HandleTokenization(TokenizationHandler handler) {
   if (absl::Status s = CheckContentType(); !s.ok()) return SendError(s);
+  AnswerFromPrepPool([handler, ctx = ctx_, body = std::move(request_.body())] {
+    return handler(body, *ctx->engine);
+  });
+}
+
+void Session::AnswerFromPrepPool(std::function<absl::StatusOr<nlohmann::json>()> call) {
   Strand strand = stream_.get_executor();
-  auto job = [self = shared_from_this(), strand, handler, ctx = ctx_,
-              body = std::move(request_.body())]() mutable {
-    absl::StatusOr<nlohmann::json> answer = handler(body, *ctx->engine);
+  auto job = [self = shared_from_this(), strand, call = std::move(call)]() mutable {
+    absl::StatusOr<nlohmann::json> answer = call();
     net::post(strand, [self = std::move(self), answer = std::move(answer)]() mutable {
       if (self->closed_) return;
       if (!answer.ok()) return self->SendError(answer.status());

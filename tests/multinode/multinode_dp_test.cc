@@ -276,13 +276,7 @@ TEST_F(MultinodeDpTest, StartupMistakesOnTheHeadlessNodeNameTheFlag) {
   // unheard, and says so; the head keeps waiting for the right one.
   std::vector<std::string> a = Common("2");
   a.insert(a.end(), {"-dpl", "1", "--cluster-key-file", key_file_});
-  std::vector<std::string> argv = Env(nodes_->InA({}));
-  argv.push_back(testing::BinDir() + "/vllm-launch");
-  argv.insert(argv.end(), {"--port", "0"});
-  argv.insert(argv.end(), a.begin(), a.end());
-  auto head = testing::Subprocess::Spawn(argv);
-  ASSERT_TRUE(head.ok()) << head.status();
-  server_.emplace(std::move(*head));
+  ASSERT_NO_FATAL_FAILURE(SpawnHead(a));
 
   const Failure wrong_dp =
       RunNodeBToFailure({"-dp", "4", "-dpl", "1", "-dpr", "1", "-dpa", nodes_->address_a(), "-dpp",

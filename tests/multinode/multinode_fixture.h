@@ -138,6 +138,18 @@ class MultinodeTest : public testing::ServeTest {
     ASSERT_NO_FATAL_FAILURE(StartServer(args, prefix));
   }
 
+  // Spawns the head on node A (`vllm-launch --port 0 ARGS`) without waiting for it to serve:
+  // for a head that waits for engines a case starts later.
+  void SpawnHead(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = Env(nodes_->InA({}));
+    argv.push_back(testing::BinDir() + "/vllm-launch");
+    argv.insert(argv.end(), {"--port", "0"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto head = testing::Subprocess::Spawn(argv);
+    ASSERT_TRUE(head.ok()) << head.status();
+    server_.emplace(std::move(*head));
+  }
+
   // Greedy completions of kPrompts, all at once, from inside node A.
   std::vector<std::string> Complete(int port) {
     std::vector<std::string> texts(kPrompts.size());

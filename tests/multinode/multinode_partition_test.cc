@@ -233,13 +233,7 @@ TEST_F(MultinodePartitionTest, PartitionsHealWithoutAnOrchestrator) {
       },
       absl::Seconds(20)))
       << "node B's engine did not start re-joining";
-  std::vector<std::string> argv = Env(nodes_->InA({}));
-  argv.push_back(testing::BinDir() + "/vllm-launch");
-  argv.insert(argv.end(), {"--port", "0"});
-  argv.insert(argv.end(), a.begin(), a.end());
-  auto head = testing::Subprocess::Spawn(argv);
-  ASSERT_TRUE(head.ok()) << head.status();
-  server_.emplace(std::move(*head));
+  ASSERT_NO_FATAL_FAILURE(SpawnHead(a));
   // The new head's own engine runs (it waits for engine 1 to join before it is ready).
   EXPECT_TRUE(
       WaitFor([&] { return testing::ChildrenRunning(server_->pid(), "engine-core").size() == 1; },

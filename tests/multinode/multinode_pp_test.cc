@@ -133,15 +133,7 @@ TEST_F(MultinodePpTest, StartupMistakesOnTheWorkerNodeNameTheFlag) {
 
   // A head that waits for node 1: a node B with other sizes or --nnodes is refused by flag, one
   // without the key is unheard; the head keeps waiting for the right one.
-  std::vector<std::string> argv = Env(nodes_->InA({}));
-  argv.push_back(testing::BinDir() + "/vllm-launch");
-  argv.insert(argv.end(), {"--port", "0"});
-  for (const std::string& a : Engine({"-pp", "2", "--cluster-key-file", key_file_}, 0)) {
-    argv.push_back(a);
-  }
-  auto head = testing::Subprocess::Spawn(argv);
-  ASSERT_TRUE(head.ok()) << head.status();
-  server_.emplace(std::move(*head));
+  ASSERT_NO_FATAL_FAILURE(SpawnHead(Engine({"-pp", "2", "--cluster-key-file", key_file_}, 0)));
 
   const Failure wrong_tp =
       RunNodeBToFailure(Engine({"-pp", "2", "-tp", "2", "--cluster-key-file", key_file_}, 1), "20");
