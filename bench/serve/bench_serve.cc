@@ -7,6 +7,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -17,7 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "bench/serve/dataset_flags.h"
 #include "bench/serve/metrics.h"
+#include "bench/serve/preflight.h"
 #include "frontend/tokenizer/tokenizer.h"
 
 namespace vllm::bench_serve {
@@ -89,40 +92,27 @@ struct RefusedFlag {
 };
 constexpr RefusedFlag kRefusedFlags[] = {
     {"--chat-template-kwargs", "no chat-template kwargs are sent"},
-    {"--header", "no extra HTTP headers are sent"},
     {"--insecure", "http only"},
     {"--logprobs", "logprobs are not requested"},
     {"--lora-modules", "no LoRA"},
     {"--lora-assignment", "no LoRA"},
-    {"--num-warmups", "no warm-up requests"},
     {"--plot-timeline", "no plots"},
     {"--plot-dataset-stats", "no plots"},
     {"--timeline-itl-thresholds", "no plots"},
     {"--probe-request-rate", "no probe requests"},
     {"--profile", "no profiler control"},
-    {"--ready-check-timeout-sec", "no initial ready check"},
-    {"--request-id-prefix", "no request ids are sent"},
     {"--self-timed", "no timed_trace dataset"},
     {"--no-self-timed", "no timed_trace dataset"},
     {"--skip-tokenizer-init", "the random dataset needs the tokenizer"},
     {"--use-beam-search", "beam search is not requested"},
     {"--no-stream", "requests always stream"},
-    {"--no-oversample", "datasets always cycle to --num-prompts"},
-    {"--disable-shuffle", "no shuffled datasets"},
-    {"--skip-chat-template", "no chat template is applied client-side"},
     {"--enable-multimodal-chat", "no multimodal datasets"},
     {"--custom-ensure-client-side-data", "no such check"},
-    {"--random-batch-size", "no batched random prompts"},
     {"--no-reranker", "no rerank datasets"},
-    {"--sharegpt-output-len", "no sharegpt dataset"},
     {"--hf-name", "no Hugging Face datasets"},
     {"--hf-split", "no Hugging Face datasets"},
     {"--hf-subset", "no Hugging Face datasets"},
     {"--hf-output-len", "no Hugging Face datasets"},
-    {"--prefix-repetition-prefix-len", "no prefix_repetition dataset"},
-    {"--prefix-repetition-suffix-len", "no prefix_repetition dataset"},
-    {"--prefix-repetition-num-prefixes", "no prefix_repetition dataset"},
-    {"--prefix-repetition-output-len", "no prefix_repetition dataset"},
     {"--random-mm-base-items-per-request", "no multimodal datasets"},
     {"--random-mm-bucket-config", "no multimodal datasets"},
     {"--random-mm-limit-mm-per-prompt", "no multimodal datasets"},
@@ -185,7 +175,7 @@ absl::StatusOr<GoodputSlos> ParseGoodput(const std::vector<std::string>& pairs) 
 struct RawFlags {
   std::string base_url, endpoint, request_rate = "inf", metrics = "ttft,tpot,itl",
                                   percentiles = "99", tokenizer_mode = "auto", extra_body;
-  std::optional<int> max_concurrency, input_len, output_len, top_k;
+  std::optional<int> max_concurrency, top_k;
   std::optional<double> top_p, min_p, frequency_penalty, presence_penalty, repetition_penalty;
   std::string ramp_up_strategy;
   std::optional<int> ramp_up_start_rps, ramp_up_end_rps;
@@ -193,6 +183,9 @@ struct RawFlags {
   double request_timeout_s = 6 * 3600;
   bool disable_tqdm = false;
   bool trust_remote_code = false;
+  std::vector<std::string> headers;
+  std::optional<std::string> request_id_prefix;
+  DatasetRawFlags dataset;
 };
 
 // The sampling flags and --extra-body, merged into the request body as vLLM does.
@@ -241,6 +234,32 @@ absl::Status FinalizeRamp(const RawFlags& raw, LoadOptions& load) {
   return absl::OkStatus();
 }
 
+// vLLM's --header KEY=VALUE pairs (split at the first '=', both sides stripped) and
+// --request-id-prefix (default "bench-" and 8 random hex digits and "-", as vLLM's uuid4 prefix).
+absl::Status FinalizeRequestFlags(const RawFlags& raw, LoadOptions& load) {
+  for (const std::string& item : raw.headers) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError("--header: invalid header format, use KEY=VALUE");
+    }
+    std::string name(absl::StripAsciiWhitespace(item.substr(0, eq)));
+    std::string value(absl::StripAsciiWhitespace(item.substr(eq + 1)));
+    const bool bad_name =
+        name.empty() || name.find_first_of(" \t\r\n:()<>@,;\\\"/[]?={}") != std::string::npos;
+    if (bad_name || value.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("--header: invalid header ", item));
+    }
+    load.headers.emplace_back(std::move(name), std::move(value));
+  }
+  if (raw.request_id_prefix.has_value()) {
+    load.request_id_prefix = *raw.request_id_prefix;
+  } else {
+    std::random_device device;
+    load.request_id_prefix = absl::StrFormat("bench-%08x-", static_cast<uint32_t>(device()));
+  }
+  return absl::OkStatus();
+}
+
 // Fills `flags` from the raw values CLI11 collected and checks them together.
 absl::Status Finalize(BenchServeFlags& flags, const RawFlags& raw) {
   LoadOptions& load = flags.load;
@@ -263,20 +282,10 @@ absl::Status Finalize(BenchServeFlags& flags, const RawFlags& raw) {
   }
   load.max_concurrency = raw.max_concurrency;
   if (absl::Status status = FinalizeRamp(raw, load); !status.ok()) return status;
-  load.seed = flags.random.seed;
-  // vLLM: --input-len/--output-len override the dataset-specific lengths.
-  if (raw.input_len) flags.random.input_len = *raw.input_len;
-  if (raw.output_len) flags.random.output_len = flags.custom_output_len = *raw.output_len;
-  if (flags.random.num_prompts < 1) return absl::InvalidArgumentError("--num-prompts must be >= 1");
-  if (flags.dataset_name == "custom") flags.dataset_name = "prompts";
-  if (flags.dataset_name == "prompts" && flags.dataset_path.empty()) {
-    return absl::InvalidArgumentError("--dataset-name custom needs --dataset-path");
+  if (absl::Status status = FinalizeDatasetFlags(flags, raw.dataset); !status.ok()) {
+    return status;
   }
-  // vLLM: the random dataset runs every request to its length (ignore_eos on).
-  if (flags.dataset_name == "random") load.settings.ignore_eos = true;
-  if (!(flags.structured_output_ratio >= 0.0 && flags.structured_output_ratio <= 1.0)) {
-    return absl::InvalidArgumentError("--structured-output-ratio must be in [0, 1]");
-  }
+  if (absl::Status status = FinalizeRequestFlags(raw, load); !status.ok()) return status;
   if (absl::Status status = SamplingBody(raw, load.settings.extra_body); !status.ok()) {
     return status;
   }
@@ -385,48 +394,17 @@ void AddTargetOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
   app.add_option("--presence-penalty", raw.presence_penalty);
   app.add_option("--repetition-penalty", raw.repetition_penalty);
   app.add_option("--extra-body", raw.extra_body, "JSON object merged into every request body");
+  app.add_option("--header", raw.headers, "KEY=VALUE headers sent with every request");
+  app.add_option("--request-id-prefix", raw.request_id_prefix,
+                 "x-request-id of request i: PREFIX + i (default bench-<8 random hex>-)");
+  app.add_option("--num-warmups", flags.num_warmups, "Copies of the first request sent first")
+      ->capture_default_str();
+  app.add_option("--ready-check-timeout-sec", flags.ready_check_timeout_s,
+                 "Retry the first request until it succeeds, at most this long (0: no check)")
+      ->capture_default_str();
   app.add_option("--request-timeout", raw.request_timeout_s,
                  "Seconds each network step may take (not a vLLM flag; vLLM allows 6 hours)")
       ->capture_default_str();
-}
-
-void AddDatasetOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
-  app.add_option("--dataset-name", flags.dataset_name, "random or custom (alias prompts)")
-      ->check(CLI::IsMember({"random", "prompts", "custom"}))
-      ->capture_default_str();
-  app.add_option("--dataset-path", flags.dataset_path,
-                 "custom file: JSON lines {\"prompt\": ..., \"output_len\": N} or text lines");
-  app.add_option("--custom-output-len", flags.custom_output_len,
-                 "max_tokens for custom lines without output_len")
-      ->capture_default_str();
-  app.add_option("--num-prompts", flags.random.num_prompts, "Number of requests")
-      ->capture_default_str();
-  app.add_option("--input-len", raw.input_len, "Overrides --random-input-len");
-  app.add_option("--output-len", raw.output_len,
-                 "Overrides --random-output-len and --custom-output-len");
-  app.add_option("--random-input-len", flags.random.input_len)->capture_default_str();
-  app.add_option("--random-output-len", flags.random.output_len)->capture_default_str();
-  app.add_option("--random-prefix-len", flags.random.prefix_len,
-                 "Tokens of a random prefix shared by every prompt")
-      ->capture_default_str();
-  app.add_option("--random-range-ratio", flags.random.range_ratio,
-                 "Lengths uniform in [len*(1-r), len*(1+r)]")
-      ->capture_default_str();
-  app.add_option("--random-vocab-min", flags.random.vocab_min,
-                 "Without a tokenizer: smallest random token id (not a vLLM flag)")
-      ->capture_default_str();
-  app.add_option("--random-vocab-max", flags.random.vocab_max,
-                 "Without a tokenizer: random ids are below this (not a vLLM flag)")
-      ->capture_default_str();
-  CLI::Option* schema_path =
-      app.add_option("--json-schema-path", flags.json_schema_path,
-                     "Constrain requests by JSON schema (structured_outputs.json): one schema "
-                     "file, a .jsonl of schemas or a directory of *.json, cycled over requests");
-  app.add_option("--structured-output-ratio", flags.structured_output_ratio,
-                 "Share of requests sent with a schema (which ones: --seed)")
-      ->needs(schema_path)
-      ->capture_default_str();
-  app.add_option("--seed", flags.random.seed)->capture_default_str();
 }
 
 void AddOutputOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
@@ -476,7 +454,7 @@ absl::StatusOr<BenchServeFlags> ParseBenchServeFlags(const std::vector<std::stri
   CLI::App app("Serving benchmark against an OpenAI-compatible server (vLLM's `bench serve`)",
                "vllm-launch bench serve");
   AddTargetOptions(app, flags, raw);
-  AddDatasetOptions(app, flags, raw);
+  AddDatasetOptions(app, flags, raw.dataset);
   AddOutputOptions(app, flags, raw);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 parses back to front
   try {
@@ -542,30 +520,13 @@ std::optional<int> Prepare(BenchServeFlags& flags, std::unique_ptr<frontend::Tok
                 2);
   }
   tokenizer = *std::move(loaded);
-  if (flags.dataset_name == "random") {
-    if (tokenizer == nullptr && load.backend == BenchBackend::kOpenAIChat) {
-      return Fail(absl::InvalidArgumentError(
-                      "the random dataset with --backend openai-chat sends text, which needs "
-                      "--tokenizer DIR (a directory with tokenizer.json)"),
-                  2);
-    }
-    if (tokenizer == nullptr) {
-      std::fprintf(stderr,
-                   "vllm-launch bench serve: no tokenizer (give --tokenizer DIR); random "
-                   "prompts are token ids in [%d, %d)\n",
-                   flags.random.vocab_min, flags.random.vocab_max);
-    }
-    if (tokenizer != nullptr && flags.vocab_range_given) {
-      return Fail(absl::InvalidArgumentError(
-                      "--random-vocab-min/--random-vocab-max apply only without --tokenizer; "
-                      "with one, ids come from its vocabulary"),
-                  2);
-    }
-    flags.random.tokenizer = tokenizer.get();
-    auto sampled = SampleRandomRequests(flags.random);
-    if (!sampled.ok()) return Fail(sampled.status(), 2);
-    requests = *std::move(sampled);
+  if (flags.dataset_name != "prompts") {
+    auto built = BuildDataset(flags, tokenizer.get());
+    if (!built.ok()) return Fail(built.status(), 2);
+    requests = *std::move(built);
   }
+  // vLLM's prefix_repetition requests carry no request id.
+  if (flags.dataset_name == "prefix_repetition") load.request_id_prefix.reset();
   if (!schemas.empty()) {
     if (absl::Status status =
             AssignJsonSchemas(schemas, flags.structured_output_ratio, flags.random.seed, requests);
@@ -576,13 +537,46 @@ std::optional<int> Prepare(BenchServeFlags& flags, std::unique_ptr<frontend::Tok
   return std::nullopt;
 }
 
-void PrintTraffic(const LoadOptions& load) {
+// vLLM's initial test run (sent only with --ready-check-timeout-sec) and warm-ups, after its
+// temperature warning. Returns the exit code to stop with (the endpoint never answered), or
+// nullopt to go on.
+std::optional<int> RunPreflight(const BenchServeFlags& flags,
+                                const std::vector<SampleRequest>& requests) {
+  const LoadOptions& load = flags.load;
   if (!load.settings.temperature.has_value()) {
     std::printf(
         "WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by "
         "default. The default will be determined on the server side and can be model/API "
         "specific. For the old behavior, include --temperature=0.\n");
   }
+  std::printf("Starting initial single prompt test run...\n");
+  if (flags.ready_check_timeout_s > 0 && !requests.empty()) {
+    std::printf("Waiting for endpoint to become up in %d seconds\n", flags.ready_check_timeout_s);
+    std::fflush(stdout);
+    const RequestOutput output =
+        WaitForEndpoint(load, requests.front(), flags.ready_check_timeout_s);
+    if (!output.success) {
+      return Fail(absl::UnavailableError(absl::StrCat(
+                      "Initial test run failed - Please make sure benchmark arguments are "
+                      "correctly specified. Error: ",
+                      output.error)),
+                  1);
+    }
+    std::printf("Initial test run completed.\n");
+  } else {
+    std::printf("Skipping endpoint ready check.\n");
+  }
+  if (flags.num_warmups > 0 && !requests.empty()) {
+    std::printf("Warming up with %d requests...\n", flags.num_warmups);
+    std::fflush(stdout);
+    RunWarmups(load, requests.front(), flags.num_warmups);
+    std::printf("Warmup run completed.\n");
+  }
+  std::printf("Starting main benchmark run...\n");
+  return std::nullopt;
+}
+
+void PrintTraffic(const LoadOptions& load) {
   if (!load.ramp_up.strategy.empty()) {
     std::printf("Traffic ramp-up strategy: %s.\n", load.ramp_up.strategy.c_str());
     std::printf("Will increase RPS from %d to %d RPS over the duration of the benchmark.\n",
@@ -621,6 +615,7 @@ int RunBenchServe(const std::vector<std::string>& args) {
   LoadOptions& load = flags->load;
   const std::string model_id = load.settings.model;
   if (!flags->served_model_name.empty()) load.settings.model = flags->served_model_name;
+  if (std::optional<int> code = RunPreflight(*flags, requests)) return *code;
   PrintTraffic(load);
 
   const LoadResult result = RunLoad(load, requests);

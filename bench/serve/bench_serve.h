@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "bench/serve/client.h"
 #include "bench/serve/dataset.h"
+#include "bench/serve/dataset_files.h"
 
 namespace vllm::bench_serve {
 
@@ -22,12 +23,28 @@ struct BenchServeFlags {
   LoadOptions load;
   // "openai" or "openai-chat", as given (for the table and the JSON).
   std::string backend_name = "openai";
-  // "random" or "prompts" (alias "custom").
+  // "random", "sharegpt", "custom", "prefix_repetition" (vLLM's) or "prompts" (ours).
   std::string dataset_name = "random";
   std::string dataset_path;
-  // Output length for prompts-file lines that do not give one (vLLM's --custom-output-len).
+  // vLLM's --custom-output-len: every custom request's max_tokens (-1: the line's
+  // "output_tokens"); for `prompts` files, lines without "output_len".
   int custom_output_len = 256;
+  // vLLM's --sharegpt-output-len: replaces the completions' lengths.
+  std::optional<int> sharegpt_output_len;
+  // vLLM's --skip-chat-template (custom: send the prompt as written), --disable-shuffle (file
+  // datasets in file order, prefix_repetition in generated order) and --no-oversample (file
+  // datasets: fewer requests than --num-prompts when fewer pass).
+  bool skip_chat_template = false;
+  bool disable_shuffle = false;
+  bool no_oversample = false;
   RandomDatasetOptions random;
+  // vLLM's --prefix-repetition-* (num_prompts and seed are taken from `random`).
+  PrefixRepetitionOptions prefix_repetition;
+  // vLLM's --num-warmups: copies of the first request sent before the measured run.
+  int num_warmups = 0;
+  // vLLM's --ready-check-timeout-sec: retry the first request until it succeeds, for at most
+  // this long (0: no check).
+  int ready_check_timeout_s = 0;
   // --random-vocab-min or --random-vocab-max was given (refused when a tokenizer is used).
   bool vocab_range_given = false;
   // JSON schemas that constrain requests (vLLM's benchmark_serving_structured_output.py flag

@@ -198,6 +198,10 @@ class LoadRunner {
     if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr) {
       request.set(http::field::authorization, absl::StrCat("Bearer ", key));
     }
+    for (const auto& [name, value] : options_.headers) request.set(name, value);
+    if (options_.request_id_prefix.has_value()) {
+      request.set("x-request-id", absl::StrCat(*options_.request_id_prefix, index));
+    }
     request.keep_alive(true);
     request.body() = BuildRequestBody(options_.backend, options_.settings, sample);
     request.prepare_payload();

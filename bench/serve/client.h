@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -47,6 +48,12 @@ struct LoadOptions {
   bool show_progress = true;
   // Limit on each network operation (connect, write, every read); vLLM allows 6 hours.
   std::chrono::milliseconds request_timeout = std::chrono::hours(6);
+  // vLLM's --header KEY=VALUE pairs: set on every request after the standard fields (so they
+  // override them), before x-request-id.
+  std::vector<std::pair<std::string, std::string>> headers;
+  // vLLM's --request-id-prefix: request i is sent with `x-request-id: {prefix}{i}`; none: no
+  // such header (vLLM's prefix_repetition requests and its test request carry no id).
+  std::optional<std::string> request_id_prefix;
 };
 
 // What a run produced: one output per request, in dataset order, and the wall time from the

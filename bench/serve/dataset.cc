@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "bench/serve/dataset_files.h"
 #include "frontend/tokenizer/tokenizer.h"
 
 namespace vllm::bench_serve {
@@ -58,39 +60,15 @@ absl::Status LoadJsonLines(const std::filesystem::path& path, JsonSchemaList& sc
   return absl::OkStatus();
 }
 
-// Turns the ids of `request` into text whose encoding is prompt_len tokens long, as vLLM's
-// gen_prompt_decode_to_target_len: decode, re-encode, cut or extend with `draw_id()`, at most
-// 10 retries; prompt_len becomes the final text's token count.
-template <typename DrawId>
-void FitDecodedPrompt(const frontend::Tokenizer& tokenizer, DrawId& draw_id,
-                      SampleRequest& request) {
-  constexpr int kMaxRetries = 10;
-  const size_t target = request.prompt_token_ids.size();
-  std::vector<int32_t> ids = std::move(request.prompt_token_ids);
-  request.prompt_token_ids.clear();
-  for (int retry = 0;; ++retry) {
-    request.prompt = tokenizer.Decode(ids, /*skip_special_tokens=*/false);
-    absl::StatusOr<std::vector<int32_t>> encoded =
-        tokenizer.Encode(request.prompt, /*add_special_tokens=*/false);
-    if (!encoded.ok()) break;
-    ids = *std::move(encoded);
-    if (retry >= kMaxRetries || ids.size() == target) break;
-    if (ids.size() > target) {
-      ids.resize(target);
-    } else {
-      while (ids.size() < target) ids.push_back(draw_id());
-    }
-  }
-  request.prompt_len = static_cast<int>(ids.size());
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<SampleRequest>> SampleRandomRequests(
     const RandomDatasetOptions& options) {
-  if (!(options.range_ratio >= 0.0 && options.range_ratio < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--random-range-ratio must be in [0, 1), got ", options.range_ratio));
+  const double output_ratio = options.output_range_ratio.value_or(options.range_ratio);
+  if (!(options.range_ratio >= 0.0 && options.range_ratio < 1.0) ||
+      !(output_ratio >= 0.0 && output_ratio < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--random-range-ratio must be in [0, 1), got ",
+                                                   options.range_ratio, " and ", output_ratio));
   }
   if (options.tokenizer == nullptr &&
       (options.vocab_min < 0 || options.vocab_max <= options.vocab_min)) {
@@ -103,40 +81,74 @@ absl::StatusOr<std::vector<SampleRequest>> SampleRandomRequests(
         "--random-input-len and --random-output-len must be positive, --num-prompts and "
         "--random-prefix-len >= 0");
   }
+  const frontend::Tokenizer* tokenizer = options.tokenizer;
   std::vector<int32_t> allowed;  // the tokenizer's ids less its special ones
-  if (options.tokenizer != nullptr) {
-    for (int32_t id = 0; id < options.tokenizer->vocab_size(); ++id) {
-      if (!options.tokenizer->IsSpecial(id)) allowed.push_back(id);
+  int num_special = 0;           // vLLM's tokenizer.num_special_tokens_to_add()
+  if (tokenizer != nullptr) {
+    for (int32_t id = 0; id < tokenizer->vocab_size(); ++id) {
+      if (!tokenizer->IsSpecial(id)) allowed.push_back(id);
     }
     if (allowed.empty()) return absl::InvalidArgumentError("the tokenizer has no ordinary token");
+    absl::StatusOr<std::vector<int32_t>> added = tokenizer->Encode("", true);
+    if (added.ok()) num_special = static_cast<int>(added->size());
+  }
+  // As vLLM's get_sampling_params: [floor(len * (1 - r)), ceil(len * (1 + r))], the input
+  // length less the special tokens, the output length at least 1.
+  const int real_input_len = std::max(0, options.input_len - num_special);
+  const int64_t input_low =
+      static_cast<int64_t>(std::floor(real_input_len * (1.0 - options.range_ratio)));
+  const int64_t input_high =
+      static_cast<int64_t>(std::ceil(real_input_len * (1.0 + options.range_ratio)));
+  const int64_t output_low = std::max<int64_t>(
+      1, static_cast<int64_t>(std::floor(options.output_len * (1.0 - output_ratio))));
+  const int64_t output_high = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(options.output_len * (1.0 + output_ratio))));
+  if (options.prefix_len + input_low < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--random-input-len is too small: with the tokenizer's ", num_special,
+                     " special tokens and range ratio ", options.range_ratio,
+                     " a prompt (prefix + sampled) can have no token"));
   }
   std::mt19937_64 rng(options.seed);
-  const auto draw_id = [&] {
+  const std::function<int32_t()> draw_any = [&] {  // vLLM's rng.integers(0, vocab_size)
+    return static_cast<int32_t>(UniformInt(rng, 0, tokenizer->vocab_size() - 1));
+  };
+  const auto draw_allowed = [&] {
     if (allowed.empty()) {
       return static_cast<int32_t>(UniformInt(rng, options.vocab_min, options.vocab_max - 1));
     }
     return allowed[UniformInt(rng, 0, static_cast<int64_t>(allowed.size()) - 1)];
   };
-  // As vLLM: bounds are int(len * (1 -/+ ratio)), both inclusive.
-  const auto low = [&](int len) {
-    return std::max<int64_t>(1, static_cast<int64_t>(len * (1.0 - options.range_ratio)));
-  };
-  const auto high = [&](int len) {
-    return std::max<int64_t>(1, static_cast<int64_t>(len * (1.0 + options.range_ratio)));
-  };
   std::vector<int32_t> prefix(options.prefix_len);
-  for (int32_t& id : prefix) id = draw_id();
+  for (int32_t& id : prefix) id = draw_allowed();
+  if (tokenizer != nullptr && !prefix.empty()) {
+    const size_t target = prefix.size();
+    prefix = FitDecodedPrompt(*tokenizer, std::move(prefix), target, draw_any).ids;
+  }
   std::vector<SampleRequest> requests(options.num_prompts);
-  for (SampleRequest& request : requests) {
-    const int64_t input_len = UniformInt(rng, low(options.input_len), high(options.input_len));
-    request.expected_output_len =
-        static_cast<int>(UniformInt(rng, low(options.output_len), high(options.output_len)));
+  for (size_t index = 0; index < requests.size(); ++index) {
+    SampleRequest& request = requests[index];
+    const int64_t input_len = UniformInt(rng, input_low, input_high);
+    request.expected_output_len = static_cast<int>(UniformInt(rng, output_low, output_high));
     request.prompt_token_ids = prefix;
-    for (int64_t i = 0; i < input_len; ++i) request.prompt_token_ids.push_back(draw_id());
-    request.prompt_len = static_cast<int>(request.prompt_token_ids.size());
-    if (options.tokenizer != nullptr) {
-      FitDecodedPrompt(*options.tokenizer, draw_id, request);
+    if (tokenizer == nullptr) {
+      for (int64_t i = 0; i < input_len; ++i) request.prompt_token_ids.push_back(draw_allowed());
+      request.prompt_len = static_cast<int>(request.prompt_token_ids.size());
+      continue;
     }
+    // vLLM: allowed[(offset + index + arange(input_len)) % len(allowed)], offset uniform in
+    // [0, vocab_size).
+    const uint64_t offset =
+        static_cast<uint64_t>(UniformInt(rng, 0, tokenizer->vocab_size() - 1)) + index;
+    for (int64_t i = 0; i < input_len; ++i) {
+      request.prompt_token_ids.push_back(allowed[(offset + i) % allowed.size()]);
+    }
+    FittedPrompt fitted =
+        FitDecodedPrompt(*tokenizer, std::move(request.prompt_token_ids),
+                         static_cast<size_t>(options.prefix_len + input_len), draw_any);
+    request.prompt_token_ids.clear();
+    request.prompt = std::move(fitted.text);
+    request.prompt_len = static_cast<int>(fitted.ids.size());
   }
   return requests;
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,17 +44,23 @@ struct RandomDatasetOptions {
   int num_prompts = 1000;
   int input_len = 1024;
   int output_len = 128;
-  // Lengths are drawn uniformly from [len * (1 - ratio), len * (1 + ratio)]; in [0, 1).
+  // Lengths are drawn uniformly from [floor(len * (1 - ratio)), ceil(len * (1 + ratio))]; in
+  // [0, 1). `output_range_ratio`, when set, applies to output lengths instead (vLLM's
+  // --random-range-ratio '{"input": r1, "output": r2}').
   double range_ratio = 0.0;
+  std::optional<double> output_range_ratio;
   // Tokens of a prefix shared by every prompt (vLLM's --random-prefix-len), drawn once.
   int prefix_len = 0;
   // Without a tokenizer: token ids are drawn uniformly from [vocab_min, vocab_max) and sent
   // as ids.
   int32_t vocab_min = 1000;
   int32_t vocab_max = 30000;
-  // With one (as vLLM): ids are drawn from its vocabulary less its special tokens, decoded to
-  // text, and the text re-encoded and adjusted (cut, or extended with more random ids, up to
-  // 10 times) until it is `prompt_len` tokens long; the prompt is sent as that text. Not owned.
+  // With one (as vLLM's RandomDataset): the input length is drawn around input_len less the
+  // special tokens the tokenizer adds (BOS), the prompt is the random prefix followed by
+  // consecutive ids of the vocabulary less its special tokens, starting at a random offset
+  // (plus the request's index), decoded to text, and the text re-encoded and adjusted (cut, or
+  // extended with random ids, up to 10 times) until it is `prompt_len` tokens long; the prompt
+  // is sent as that text. Not owned.
   const frontend::Tokenizer* tokenizer = nullptr;
   uint64_t seed = 0;
 };

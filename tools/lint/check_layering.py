@@ -63,7 +63,7 @@ ALLOWED = {
     # The OpenAI server (vllm/entrypoints/openai/) over the engine client.
     "frontend/openai": _BELOW_FRONTEND + ["executor", "frontend/engine", "frontend/tokenizer",
                                           "frontend/jinja", "frontend/parsers"],
-    "bench/serve": ["base", "frontend/tokenizer"],
+    "bench/serve": ["base", "frontend/tokenizer", "frontend/jinja"],
     "bench/common": ["base"],
     "launcher": None,  # anything of ours except tests/
 }

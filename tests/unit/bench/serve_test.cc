@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,6 +98,11 @@ class FakeOpenAIServer {
     std::lock_guard<std::mutex> lock(mutex_);
     return targets_;
   }
+  // "x-request-id|x-bench-test" headers of every POST, in arrival order.
+  std::vector<std::string> headers() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return headers_;
+  }
 
  private:
   void AcceptLoop() {
@@ -133,6 +139,8 @@ class FakeOpenAIServer {
         std::lock_guard<std::mutex> lock(mutex_);
         bodies_.push_back(body);
         targets_.emplace_back(request.target());
+        headers_.push_back(absl::StrCat(std::string(request["x-request-id"]), "|",
+                                        std::string(request["x-bench-test"])));
       }
       if (config_.mode == FakeMode::kHttp500) {
         --in_flight_;
@@ -226,6 +234,7 @@ class FakeOpenAIServer {
   mutable std::mutex mutex_;
   std::vector<nlohmann::json> bodies_;
   std::vector<std::string> targets_;
+  std::vector<std::string> headers_;
   std::vector<int> open_fds_;
   std::thread accept_thread_;
   std::vector<std::thread> connection_threads_;
@@ -541,6 +550,39 @@ TEST_F(BenchServeRunTest, ChatBackendSendsRandomPromptsAsTextWithATokenizer) {
     EXPECT_FALSE(body["messages"][0]["content"].get<std::string>().empty());
     EXPECT_EQ(body["ignore_eos"], true);
   }
+}
+
+// vLLM's --ready-check-timeout-sec (one test request), --num-warmups (copies of it) and the
+// headers: --header on every request, x-request-id = --request-id-prefix + index on the
+// measured ones only.
+TEST_F(BenchServeRunTest, SendsTheTestRequestWarmupsAndHeadersAsVllm) {
+  FakeOpenAIServer server(FakeServerConfig{});
+  ASSERT_EQ(Run(server.port(),
+                {"--model", "m", "--num-prompts", "3", "--random-input-len", "4",
+                 "--random-output-len", "2", "--ready-check-timeout-sec", "5", "--num-warmups", "2",
+                 "--header", "x-bench-test=yes", "--request-id-prefix", "r-"}),
+            0);
+  const std::vector<std::string> headers = server.headers();
+  ASSERT_EQ(headers.size(), 6u);
+  EXPECT_EQ(headers[0], "|yes");  // the test request
+  EXPECT_EQ(headers[1], "|yes");  // the warm-ups
+  EXPECT_EQ(headers[2], "|yes");
+  EXPECT_EQ(std::set<std::string>(headers.begin() + 3, headers.end()),
+            (std::set<std::string>{"r-0|yes", "r-1|yes", "r-2|yes"}));
+  EXPECT_EQ(Result()["completed"], 3);  // the test and warm-up requests are not measured
+  // All three are copies of the dataset's first request.
+  const std::vector<nlohmann::json> bodies = server.bodies();
+  EXPECT_EQ(bodies[1], bodies[0]);
+  EXPECT_EQ(bodies[2], bodies[0]);
+  EXPECT_NE(std::find(bodies.begin() + 3, bodies.end(), bodies[0]), bodies.end());
+  // A ready check that never succeeds: exit 1, nothing measured.
+  FakeServerConfig failing;
+  failing.mode = FakeMode::kHttp500;
+  FakeOpenAIServer broken(failing);
+  EXPECT_EQ(Run(broken.port(), {"--model", "m", "--num-prompts", "2", "--random-input-len", "4",
+                                "--ready-check-timeout-sec", "1"}),
+            1);
+  EXPECT_EQ(broken.bodies().size(), 1u);
 }
 
 TEST_F(BenchServeRunTest, UsesThePromptTokensTheServerReports) {

@@ -17,6 +17,7 @@
 #include "bench/serve/bench_serve.h"
 #include "bench/serve/client.h"
 #include "bench/serve/dataset.h"
+#include "bench/serve/dataset_files.h"
 #include "bench/serve/metrics.h"
 #include "bench/serve/protocol.h"
 #include "frontend/tokenizer/tokenizer.h"
@@ -171,6 +172,19 @@ TEST(BenchServeVllmTest, EveryVllmFlagIsParsedOrRefusedByName) {
       {"--disable-tqdm", {}},
       {"--percentile-metrics", {"e2el"}},
       {"--metric-percentiles", {"50"}},
+      {"--header", {"x-a=1"}},
+      {"--request-id-prefix", {"r-"}},
+      {"--num-warmups", {"2"}},
+      {"--ready-check-timeout-sec", {"5"}},
+      {"--no-oversample", {}},
+      {"--disable-shuffle", {}},
+      {"--skip-chat-template", {}},
+      {"--random-batch-size", {"1"}},
+      {"--sharegpt-output-len", {"9"}},
+      {"--prefix-repetition-prefix-len", {"3"}},
+      {"--prefix-repetition-suffix-len", {"3"}},
+      {"--prefix-repetition-num-prefixes", {"3"}},
+      {"--prefix-repetition-output-len", {"3"}},
   };
   for (const std::string& flag : VllmNames()["flags"].get<std::vector<std::string>>()) {
     const auto it = supported.find(flag);
@@ -192,6 +206,7 @@ TEST(BenchServeVllmTest, EveryVllmFlagIsParsedOrRefusedByName) {
            flag == "--ramp-up-start-rps" ? "--ramp-up-end-rps" : "--ramp-up-start-rps", "2"});
     }
     if (flag == "--dataset-name") args.insert(args.end(), {"--dataset-path", "p"});
+    if (flag == "--dataset-path") args.insert(args.end(), {"--dataset-name", "custom"});
     EXPECT_TRUE(ParseBenchServeFlags(args).ok())
         << absl::StrCat(flag, ": ", ParseBenchServeFlags(args).status().message());
   }
@@ -299,6 +314,196 @@ TEST(BenchServeVllmTest, RandomDatasetDrawsFromTheTokenizerAndTheSeed) {
   const auto other = SampleRandomRequests(options);
   ASSERT_TRUE(other.ok());
   EXPECT_NE((*other)[3].prompt, (*first)[3].prompt);
+}
+
+std::filesystem::path Fixture(const std::string& name) {
+  return std::filesystem::path(VLLM_SOURCE_DIR) / "tests/fixtures/bench" / name;
+}
+
+const frontend::Tokenizer& TinyTokenizer() {
+  static const std::unique_ptr<frontend::Tokenizer> tokenizer = [] {
+    auto loaded =
+        frontend::Tokenizer::Load(std::filesystem::path(VLLM_SOURCE_DIR) / "models/kjv-llama-tiny");
+    return loaded.ok() ? *std::move(loaded) : nullptr;
+  }();
+  return *tokenizer;
+}
+
+std::vector<std::string> Prompts(const std::vector<SampleRequest>& requests) {
+  std::vector<std::string> prompts;
+  for (const SampleRequest& request : requests) prompts.push_back(request.prompt);
+  return prompts;
+}
+
+TEST(BenchServeVllmTest, PyRandomIsCPythonsRandom) {
+  // python3: random.seed(0); [random.getrandbits(32) for _ in range(3)]
+  PyRandom zero(0);
+  EXPECT_EQ(zero.NextU32(), 3626764237u);
+  EXPECT_EQ(zero.NextU32(), 1654615998u);
+  EXPECT_EQ(zero.NextU32(), 3255389356u);
+  // random.seed(7); random.shuffle(list(range(10)))
+  std::vector<int> items = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  PyRandom(7).Shuffle(items);
+  EXPECT_EQ(items, (std::vector<int>{8, 3, 1, 4, 7, 0, 9, 6, 2, 5}));
+  // A seed of more than 32 bits: random.seed(2**40 + 5); random.shuffle(list(range(6)))
+  items = {0, 1, 2, 3, 4, 5};
+  PyRandom((uint64_t{1} << 40) + 5).Shuffle(items);
+  EXPECT_EQ(items, (std::vector<int>{1, 0, 3, 2, 5, 4}));
+  // random.seed(0); [random.choice(range(5)) for _ in range(6)]
+  PyRandom choice(0);
+  std::vector<uint32_t> picks;
+  for (int i = 0; i < 6; ++i) picks.push_back(choice.Below(5));
+  EXPECT_EQ(picks, (std::vector<uint32_t>{3, 3, 0, 2, 4, 3}));
+}
+
+TEST(BenchServeVllmTest, ShareGptFiltersShufflesAndOversamplesAsVllm) {
+  const frontend::Tokenizer& tokenizer = TinyTokenizer();
+  FileDatasetOptions options{.path = Fixture("sharegpt_tiny.json"), .num_prompts = 5};
+  // Kept entries a, c, d, e, f; Python's shuffle at seed 0 walks d, c, a, f, e; d's completion
+  // ("Ok") and c's prompt ("Hi") are under 4 tokens; random.choice at seed 0 then picks 1, 1.
+  auto requests = LoadShareGptDataset(options, tokenizer, std::nullopt);
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  const std::string a = "Tell me about the river that runs by the old mill.";
+  const std::string e = "Which birds sing before the sun comes up in May?";
+  const std::string f = "Write one line about a lantern left burning on the hill.";
+  EXPECT_EQ(Prompts(*requests), (std::vector<std::string>{a, f, e, f, f}));
+  const auto tokens = [&](const std::string& text) {
+    return static_cast<int>(tokenizer.Encode(text, true)->size());
+  };
+  EXPECT_EQ((*requests)[0].prompt_len, tokens(a));  // special tokens counted, as HF's tokenizer()
+  EXPECT_EQ((*requests)[0].expected_output_len,
+            tokens("The river runs past the mill and on down to the sea in the spring."));
+  // --sharegpt-output-len: the output check is skipped (d passes), lengths replaced.
+  options.num_prompts = 4;
+  requests = LoadShareGptDataset(options, tokenizer, 10);
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  EXPECT_EQ((*requests)[0].prompt, "Count the stones along the garden wall for me.");
+  EXPECT_EQ((*requests)[3].prompt, e);
+  EXPECT_EQ((*requests)[3].expected_output_len, 10);
+  // --no-oversample: only what passes; --disable-shuffle: file order.
+  options.num_prompts = 10;
+  options.no_oversample = true;
+  options.disable_shuffle = true;
+  requests = LoadShareGptDataset(options, tokenizer, std::nullopt);
+  ASSERT_TRUE(requests.ok());
+  EXPECT_EQ(Prompts(*requests), (std::vector<std::string>{a, e, f}));
+  // Prompt + output over 2048 tokens: nothing passes.
+  EXPECT_FALSE(LoadShareGptDataset(options, tokenizer, 2100).ok());
+  options.path = Fixture("custom_tiny.jsonl");  // not a JSON array
+  EXPECT_FALSE(LoadShareGptDataset(options, tokenizer, std::nullopt).ok());
+}
+
+TEST(BenchServeVllmTest, CustomDatasetAppliesTheChatTemplateAsVllm) {
+  const frontend::Tokenizer& tokenizer = TinyTokenizer();
+  FileDatasetOptions options{.path = Fixture("custom_tiny.jsonl"), .num_prompts = 5};
+  // Python's shuffle at seed 0: rows 0, 2, 1; random.choice then picks 1, 1.
+  auto requests = LoadCustomDataset(options, &tokenizer, -1, /*apply_chat_template=*/false);
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  const std::string harbour = "Describe a quiet harbour at dawn.";
+  EXPECT_EQ(Prompts(*requests),
+            (std::vector<std::string>{"Name three colours of the evening sky.", harbour,
+                                      "What does a miller grind?", harbour, harbour}));
+  std::vector<int> outputs;
+  for (const SampleRequest& request : *requests) outputs.push_back(request.expected_output_len);
+  EXPECT_EQ(outputs, (std::vector<int>{12, 9, 5, 9, 9}));  // "output_tokens" ("9" too)
+  // --custom-output-len (default 256) replaces output_tokens; the chat template is applied.
+  options.num_prompts = 1;
+  requests = LoadCustomDataset(options, &tokenizer, 256, /*apply_chat_template=*/true);
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  ASSERT_EQ(requests->size(), 1u);
+  const SampleRequest& templated = requests->front();
+  EXPECT_EQ(templated.expected_output_len, 256);
+  EXPECT_THAT(templated.prompt, HasSubstr("<|start_header_id|>user<|end_header_id|>\n\nName"));
+  EXPECT_THAT(templated.prompt,
+              ::testing::EndsWith("<|start_header_id|>assistant<|end_header_id|>\n\n"));
+  EXPECT_EQ(templated.prompt_len,
+            static_cast<int>(tokenizer.Encode(templated.prompt, true)->size()));
+  // Refused as vLLM: a file not named .jsonl; -1 with a line lacking output_tokens. Without a
+  // tokenizer the template cannot be applied.
+  options.path = Fixture("sharegpt_tiny.json");
+  EXPECT_FALSE(LoadCustomDataset(options, &tokenizer, 256, false).ok());
+  const std::string missing = ::testing::TempDir() + "/bench_custom_missing.jsonl";
+  std::ofstream(missing) << R"({"prompt": "no length"})"
+                         << "\n";
+  options.path = missing;
+  EXPECT_FALSE(LoadCustomDataset(options, &tokenizer, -1, false).ok());
+  EXPECT_TRUE(LoadCustomDataset(options, &tokenizer, 3, false).ok());
+  EXPECT_FALSE(LoadCustomDataset(options, nullptr, 3, true).ok());
+  auto raw = LoadCustomDataset(options, nullptr, 3, false);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(raw->front().prompt_len, 0);  // the server's usage counts it
+}
+
+TEST(BenchServeVllmTest, PrefixRepetitionSharesEachPrefixAsVllm) {
+  const frontend::Tokenizer& tokenizer = TinyTokenizer();
+  PrefixRepetitionOptions options{.num_prompts = 7,
+                                  .prefix_len = 12,
+                                  .suffix_len = 5,
+                                  .num_prefixes = 2,
+                                  .output_len = 6,
+                                  .disable_shuffle = true};
+  auto requests = SamplePrefixRepetitionRequests(options, tokenizer);
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  ASSERT_EQ(requests->size(), 6u);  // 2 prefixes x (7 / 2) prompts
+  std::set<std::string> heads;
+  for (const SampleRequest& request : *requests) {
+    EXPECT_NEAR(request.prompt_len, 17, 2);
+    EXPECT_EQ(request.expected_output_len, 6);
+    heads.insert(request.prompt.substr(0, 12));
+  }
+  EXPECT_EQ(heads.size(), 2u);  // unshuffled: prompts 0-2 share one prefix, 3-5 the other
+  EXPECT_EQ((*requests)[0].prompt.substr(0, 12), (*requests)[2].prompt.substr(0, 12));
+  options.disable_shuffle = false;
+  auto shuffled = SamplePrefixRepetitionRequests(options, tokenizer);
+  ASSERT_TRUE(shuffled.ok());
+  // Same seed, same prompts, in Python's shuffled order.
+  std::vector<std::string> ordered = Prompts(*requests);
+  std::vector<std::string> mixed = Prompts(*shuffled);
+  EXPECT_NE(mixed, ordered);
+  std::sort(ordered.begin(), ordered.end());
+  std::sort(mixed.begin(), mixed.end());
+  EXPECT_EQ(mixed, ordered);
+  options.num_prefixes = 8;  // more prefixes than prompts
+  EXPECT_FALSE(SamplePrefixRepetitionRequests(options, tokenizer).ok());
+}
+
+TEST(BenchServeVllmTest, DatasetFlagsTakeVllmsMeaning) {
+  auto flags = ParseBenchServeFlags(
+      {"--random-range-ratio", R"({"input": 0.5, "output": 0.25})", "--output-len", "9"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_DOUBLE_EQ(flags->random.range_ratio, 0.5);
+  EXPECT_DOUBLE_EQ(*flags->random.output_range_ratio, 0.25);
+  EXPECT_EQ(flags->sharegpt_output_len, 9);  // --output-len maps to every dataset
+  EXPECT_EQ(flags->prefix_repetition.output_len, 9);
+  EXPECT_FALSE(flags->load.request_id_prefix->empty());  // vLLM's bench-<hex>- default
+  flags = ParseBenchServeFlags({"--header", "x-a = 1", "--request-id-prefix", "", "--dataset-name",
+                                "sharegpt", "--dataset-path", "p"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->load.headers, (std::vector<std::pair<std::string, std::string>>{{"x-a", "1"}}));
+  EXPECT_EQ(*flags->load.request_id_prefix, "");
+  EXPECT_FALSE(flags->load.settings.ignore_eos);  // only the random dataset sets it
+  EXPECT_FALSE(ParseBenchServeFlags({"--random-batch-size", "2"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--random-range-ratio", R"({"input": 0.5})"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--dataset-path", "p"}).ok());  // random takes no file
+  EXPECT_FALSE(ParseBenchServeFlags({"--dataset-name", "sharegpt"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--header", "novalue"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--header", "bad name=1"}).ok());
+  // Vocabulary sampling as vLLM: [floor(n (1 - r)), ceil(n (1 + r))] on the input length less
+  // the BOS the tokenizer adds, the output ratio apart.
+  RandomDatasetOptions options;
+  options.num_prompts = 40;
+  options.input_len = 11;
+  options.output_len = 3;
+  options.range_ratio = 0.5;
+  options.output_range_ratio = 0.0;
+  options.tokenizer = &TinyTokenizer();
+  auto requests = SampleRandomRequests(options);
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  for (const SampleRequest& request : *requests) {
+    EXPECT_GE(request.prompt_len, 5 - 1);  // floor(10 * 0.5), a re-encoding may merge one
+    EXPECT_LE(request.prompt_len, 15 + 1);
+    EXPECT_EQ(request.expected_output_len, 3);
+  }
 }
 
 }  // namespace
