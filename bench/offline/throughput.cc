@@ -1,5 +1,6 @@
 #include "bench/offline/throughput.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "base/status_macros.h"
 #include "bench/offline/offline_common.h"
 #include "bench/serve/dataset.h"
+#include "bench/serve/dataset_files.h"
 #include "frontend/engine/llm_engine.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -32,6 +34,10 @@ struct ThroughputFlags {
   std::optional<int32_t> input_len, output_len, prefix_len;
   std::optional<int32_t> random_input_len, random_output_len, random_prefix_len;
   std::string random_range_ratio = "0.0";
+  // --dataset-name prefix_repetition: all four are needed (vLLM passes None for a missing one).
+  std::optional<int32_t> prefix_repetition_prefix_len, prefix_repetition_suffix_len,
+      prefix_repetition_num_prefixes, prefix_repetition_output_len;
+  bool no_oversample = false;
   int32_t n = 1;
   int32_t num_prompts = 1000;
   int32_t num_warmups = 0;
@@ -44,7 +50,7 @@ struct ThroughputFlags {
 // vLLM's flags of `bench throughput` that vllm-launch does not implement.
 const std::vector<RefusedFlag>& RefusedThroughputFlags() {
   constexpr std::string_view kFiles =
-      "only the random dataset is supported (no --dataset-path datasets)";
+      "only the random, sharegpt and prefix_repetition datasets are supported";
   constexpr std::string_view kHf = "only the vllm backend (the offline engine) is supported";
   constexpr std::string_view kMm = "multimodal and reranking datasets are not supported";
   static const auto* const kRefused = new std::vector<RefusedFlag>{
@@ -56,16 +62,11 @@ const std::vector<RefusedFlag>& RefusedThroughputFlags() {
       {"--lora-path", "LoRA adapters are not supported"},
       {"--lora-assignment", "LoRA adapters are not supported"},
       {"--profile", "no profiler is built in (time the run with perf or nsys instead)"},
-      {"--no-oversample", kFiles},
-      {"--custom-output-len", kFiles},
+      {"--custom-output-len", "the custom dataset is not one of bench throughput's"},
       {"--hf-subset", kFiles},
       {"--hf-split", kFiles},
       {"--hf-name", kFiles},
       {"--enable-multimodal-chat", kMm},
-      {"--prefix-repetition-prefix-len", "the prefix_repetition dataset is not supported"},
-      {"--prefix-repetition-suffix-len", "the prefix_repetition dataset is not supported"},
-      {"--prefix-repetition-num-prefixes", "the prefix_repetition dataset is not supported"},
-      {"--prefix-repetition-output-len", "the prefix_repetition dataset is not supported"},
       {"--random-batch-size", kMm},
       {"--no-reranker", kMm},
       {"--random-mm-base-items-per-request", kMm},
@@ -85,7 +86,22 @@ void AddThroughputOptions(CLI::App& app, ThroughputFlags& f) {
   app.add_option("--dataset-name", f.dataset_name,
                  "Name of the dataset to benchmark on (default sharegpt; without "
                  "--dataset-path, every name but prefix_repetition gives random).");
-  app.add_option("--dataset-path", f.dataset_path, "Path to the dataset (not supported).");
+  app.add_option("--dataset-path", f.dataset_path,
+                 "Path to the dataset (a ShareGPT JSON file for sharegpt).");
+  app.add_flag("--no-oversample", f.no_oversample,
+               "Do not oversample if the dataset has fewer samples than num-prompts.");
+  app.add_option("--prefix-repetition-prefix-len", f.prefix_repetition_prefix_len,
+                 "Number of prefix tokens per request (prefix_repetition).")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--prefix-repetition-suffix-len", f.prefix_repetition_suffix_len,
+                 "Number of suffix tokens per request (prefix_repetition).")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--prefix-repetition-num-prefixes", f.prefix_repetition_num_prefixes,
+                 "Number of prefixes to generate (prefix_repetition).")
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--prefix-repetition-output-len", f.prefix_repetition_output_len,
+                 "Number of output tokens per request (prefix_repetition).")
+      ->check(CLI::Range(1, 1 << 24));
   app.add_option("--input-len", f.input_len, "Input prompt length for each request.")
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--output-len", f.output_len, "Output length for each request.")
@@ -122,6 +138,38 @@ void AddThroughputOptions(CLI::App& app, ThroughputFlags& f) {
                "in this thread and steps only once every request is added).");
 }
 
+// vLLM's datasets of bench throughput that we build: random (what every name but
+// prefix_repetition gives without --dataset-path), sharegpt (with it), prefix_repetition.
+absl::Status CheckDatasetFlags(const ThroughputFlags& f) {
+  static constexpr std::string_view kNames[] = {
+      "sharegpt",          "random",    "burstgpt",      "hf",
+      "prefix_repetition", "random-mm", "random-rerank", "custom_audio"};
+  if (std::find(std::begin(kNames), std::end(kNames), f.dataset_name) == std::end(kNames)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset-name: invalid choice '", f.dataset_name,
+                     "' (choose from sharegpt, random, burstgpt, hf, prefix_repetition, random-mm, "
+                     "random-rerank, custom_audio)"));
+  }
+  if (f.dataset_name == "prefix_repetition") {
+    if (!f.prefix_repetition_prefix_len || !f.prefix_repetition_suffix_len ||
+        !f.prefix_repetition_num_prefixes || !f.prefix_repetition_output_len) {
+      return absl::InvalidArgumentError(
+          "--dataset-name prefix_repetition needs --prefix-repetition-prefix-len, "
+          "--prefix-repetition-suffix-len, --prefix-repetition-num-prefixes and "
+          "--prefix-repetition-output-len (bench throughput has no defaults for them)");
+    }
+    return absl::OkStatus();
+  }
+  if (!f.dataset_path.empty() && f.dataset_name != "sharegpt") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dataset-name ", f.dataset_name,
+                     " with --dataset-path: vLLM's dataset is not supported "
+                     "by vllm-launch bench throughput (sharegpt with a path, random and "
+                     "prefix_repetition are)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ThroughputFlags> ParseThroughputFlags(const std::vector<std::string>& args,
                                                      std::string& help) {
   ThroughputFlags f;
@@ -148,16 +196,7 @@ absl::StatusOr<ThroughputFlags> ParseThroughputFlags(const std::vector<std::stri
         ": vLLM's backend is not supported by vllm-launch: only vllm "
         "(the offline engine in this process) is; for a server use `vllm-launch bench serve`"));
   }
-  if (!f.dataset_path.empty()) {
-    return absl::InvalidArgumentError(
-        "--dataset-path: vLLM's flag of `bench throughput` is not supported by vllm-launch: only "
-        "the random dataset is (leave out --dataset-path)");
-  }
-  if (f.dataset_name == "prefix_repetition") {
-    return absl::InvalidArgumentError(
-        "--dataset-name prefix_repetition: not supported by vllm-launch bench throughput (only "
-        "random)");
-  }
+  VLLM_RETURN_IF_ERROR(CheckDatasetFlags(f));
   VLLM_ASSIGN_OR_RETURN(f.engine, ParseEngineFlags(app.remaining(), kCommand,
                                                    /*prefix_caching_default=*/true));
   return f;
@@ -197,17 +236,52 @@ absl::StatusOr<bench_serve::RandomDatasetOptions> DatasetOptions(const Throughpu
   return o;
 }
 
-// The dataset's prompts as the engine's frontend tokenizes text (special tokens added).
-absl::StatusOr<std::vector<OfflinePrompt>> SamplePrompts(bench_serve::RandomDatasetOptions o,
-                                                         const frontend::Tokenizer& tokenizer,
-                                                         int32_t max_model_len) {
+// `num_prompts` requests of the dataset the flags name, drawn from `seed`.
+absl::StatusOr<std::vector<bench_serve::SampleRequest>> SampleRequests(
+    const ThroughputFlags& f, const bench_serve::RandomDatasetOptions& random,
+    const frontend::Tokenizer& tokenizer, int32_t num_prompts, uint64_t seed) {
+  if (f.dataset_name == "prefix_repetition") {
+    bench_serve::PrefixRepetitionOptions o;
+    o.num_prompts = num_prompts;
+    o.prefix_len = *f.prefix_repetition_prefix_len;
+    o.suffix_len = *f.prefix_repetition_suffix_len;
+    o.num_prefixes = *f.prefix_repetition_num_prefixes;
+    o.output_len = *f.prefix_repetition_output_len;
+    o.seed = seed;
+    return bench_serve::SamplePrefixRepetitionRequests(o, tokenizer);
+  }
+  if (!f.dataset_path.empty()) {  // sharegpt; --output-len replaces the completions' lengths
+    bench_serve::FileDatasetOptions o;
+    o.path = f.dataset_path;
+    o.num_prompts = num_prompts;
+    o.seed = seed;
+    o.no_oversample = f.no_oversample;
+    std::optional<int> output_len;
+    if (f.output_len) output_len = *f.output_len;
+    return bench_serve::LoadShareGptDataset(o, tokenizer, output_len);
+  }
+  bench_serve::RandomDatasetOptions o = random;
   o.tokenizer = &tokenizer;
+  o.num_prompts = num_prompts;
+  o.seed = seed;
+  return bench_serve::SampleRandomRequests(o);
+}
+
+// The dataset's prompts as the engine's frontend tokenizes text (special tokens added).
+absl::StatusOr<std::vector<OfflinePrompt>> SamplePrompts(
+    const ThroughputFlags& f, const bench_serve::RandomDatasetOptions& random,
+    const frontend::Tokenizer& tokenizer, int32_t num_prompts, uint64_t seed,
+    int32_t max_model_len) {
   VLLM_ASSIGN_OR_RETURN(std::vector<bench_serve::SampleRequest> requests,
-                        bench_serve::SampleRandomRequests(o));
+                        SampleRequests(f, random, tokenizer, num_prompts, seed));
   std::vector<OfflinePrompt> prompts;
   for (const bench_serve::SampleRequest& r : requests) {
     OfflinePrompt p;
-    VLLM_ASSIGN_OR_RETURN(p.token_ids, tokenizer.Encode(r.prompt, /*add_special_tokens=*/true));
+    if (r.prompt.empty() && !r.prompt_token_ids.empty()) {
+      p.token_ids = r.prompt_token_ids;
+    } else {
+      VLLM_ASSIGN_OR_RETURN(p.token_ids, tokenizer.Encode(r.prompt, /*add_special_tokens=*/true));
+    }
     p.max_tokens = r.expected_output_len;
     if (static_cast<int64_t>(p.token_ids.size()) + p.max_tokens > max_model_len) {
       return absl::InvalidArgumentError(
@@ -228,7 +302,9 @@ int Fail(const absl::Status& status, int code) {
 
 int Run(const ThroughputFlags& f) {
   // vLLM: without a dataset path every dataset but prefix_repetition is the random one.
-  std::printf("When dataset path is not set, it will default to random dataset\n");
+  if (f.dataset_path.empty() && f.dataset_name != "prefix_repetition") {
+    std::printf("When dataset path is not set, it will default to random dataset\n");
+  }
   absl::StatusOr<bench_serve::RandomDatasetOptions> dataset = DatasetOptions(f);
   if (!dataset.ok()) return Fail(dataset.status(), 2);
   auto tokenizer = frontend::Tokenizer::Load(f.engine.config.model.model);
@@ -238,17 +314,17 @@ int Run(const ThroughputFlags& f) {
   auto engine = frontend::LLMEngine::Create(engine_args);
   if (!engine.ok()) return Fail(engine.status(), 1);
   const int32_t max_model_len = (*engine)->max_model_len();
-  auto requests = SamplePrompts(*dataset, **tokenizer, max_model_len);
+  const uint64_t seed = f.engine.config.model.seed;
+  auto requests = SamplePrompts(f, *dataset, **tokenizer, f.num_prompts, seed, max_model_len);
   if (!requests.ok()) return Fail(requests.status(), 2);
   BatchOptions options{.n = f.n,
                        .detokenize = !f.disable_detokenize,
                        .tokenizer = tokenizer->get(),
                        .request_id_prefix = "warmup"};
   if (f.num_warmups > 0) {
-    bench_serve::RandomDatasetOptions warmup = *dataset;  // vLLM: the seed plus one
-    warmup.num_prompts = f.num_warmups;
-    warmup.seed += 1;
-    auto warmup_requests = SamplePrompts(warmup, **tokenizer, max_model_len);
+    // vLLM: the same dataset, --num-warmups prompts drawn with the seed plus one.
+    auto warmup_requests =
+        SamplePrompts(f, *dataset, **tokenizer, f.num_warmups, seed + 1, max_model_len);
     if (!warmup_requests.ok()) return Fail(warmup_requests.status(), 2);
     std::printf("Warming up with %d requests...\n", f.num_warmups);
     std::fflush(stdout);

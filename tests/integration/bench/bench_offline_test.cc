@@ -148,6 +148,43 @@ TEST(BenchOfflineTest, ThroughputPrintsVllmLinesAndJson) {
   EXPECT_GT(result["requests_per_second"].get<double>(), 0.0);
 }
 
+// The sharegpt file dataset and the synthetic prefix_repetition one (bench/serve's builders).
+TEST(BenchOfflineTest, ThroughputTakesSharegptAndPrefixRepetition) {
+  std::vector<std::string> sharegpt = {
+      "bench",          "throughput",
+      "--dataset-name", "sharegpt",
+      "--dataset-path", std::string(VLLM_SOURCE_DIR) + "/tests/fixtures/bench/sharegpt_tiny.json",
+      "--output-len",   "4",
+      "--num-prompts",  "6"};
+  sharegpt.insert(sharegpt.end(), kEngineFlags.begin(), kEngineFlags.end());
+  const CliResult r = RunCli(sharegpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("Total num output tokens:  24\n"));  // 6 prompts x 4
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("default to random dataset")));
+  std::vector<std::string> prefix = {"bench",
+                                     "throughput",
+                                     "--dataset-name",
+                                     "prefix_repetition",
+                                     "--prefix-repetition-prefix-len",
+                                     "8",
+                                     "--prefix-repetition-suffix-len",
+                                     "4",
+                                     "--prefix-repetition-num-prefixes",
+                                     "2",
+                                     "--prefix-repetition-output-len",
+                                     "3",
+                                     "--num-prompts",
+                                     "4"};
+  prefix.insert(prefix.end(), kEngineFlags.begin(), kEngineFlags.end());
+  const CliResult p = RunCli(prefix);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_THAT(p.output, HasSubstr("Total num output tokens:  12\n"));  // 4 prompts x 3
+  std::smatch prompt_tokens;
+  ASSERT_TRUE(std::regex_search(p.output, prompt_tokens,
+                                std::regex("Total num prompt tokens:  ([0-9]+)\n")));
+  EXPECT_GE(std::stoll(prompt_tokens[1]), 4 * (8 + 4));
+}
+
 // Every vLLM flag of the command is listed by our --help or refused by name (exit 2, before
 // any engine starts); server flags are refused too.
 void CheckFlags(const std::string& command, const std::string& fixture_key) {
