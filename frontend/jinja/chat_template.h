@@ -89,6 +89,9 @@ class ChatTemplate {
       const nlohmann::ordered_json& extra, bool add_generation_prompt, const std::string& bos_token,
       const std::string& eos_token, const Limits& limits = Limits()) const;
 
+  // The template's text, as given to Parse.
+  const std::string& source() const { return source_; }
+
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
   ~ChatTemplate();

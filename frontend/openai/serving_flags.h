@@ -1,0 +1,30 @@
+// The serve flags behind the server-wide request defaults (frontend/openai/request_defaults.h),
+// as given: plain data shared by ApiServerOptions' resolution, the launcher's ServeArgs and its
+// ApiServerSpec. No dependencies.
+#ifndef VLLM_FRONTEND_OPENAI_SERVING_FLAGS_H_
+#define VLLM_FRONTEND_OPENAI_SERVING_FLAGS_H_
+
+#include <cstddef>
+#include <string>
+
+namespace vllm::frontend {
+
+// The longest --override-generation-config and --generation-config path.
+inline constexpr size_t kMaxServingFlagBytes = 4096;
+
+// The flags as given.
+struct ServingFlags {
+  // --generation-config: "auto" (the model directory's generation_config.json, else the
+  // sampling fields of its config.json), "vllm" (none: vLLM's neutral defaults), or a folder
+  // holding a generation_config.json.
+  std::string generation_config = "auto";
+  // --override-generation-config: a JSON object merged over the generation config ("" none).
+  std::string override_generation_config;
+  // --chat-template-content-format: "auto", "string" or "openai".
+  std::string chat_template_content_format = "auto";
+  bool operator==(const ServingFlags&) const = default;
+};
+
+}  // namespace vllm::frontend
+
+#endif  // VLLM_FRONTEND_OPENAI_SERVING_FLAGS_H_
