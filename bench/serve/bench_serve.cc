@@ -91,9 +91,7 @@ struct RefusedFlag {
   const char* reason;
 };
 constexpr RefusedFlag kRefusedFlags[] = {
-    {"--chat-template-kwargs", "no chat-template kwargs are sent"},
     {"--insecure", "http only"},
-    {"--logprobs", "logprobs are not requested"},
     {"--lora-modules", "no LoRA"},
     {"--lora-assignment", "no LoRA"},
     {"--plot-timeline", "no plots"},
@@ -175,7 +173,7 @@ absl::StatusOr<GoodputSlos> ParseGoodput(const std::vector<std::string>& pairs) 
 struct RawFlags {
   std::string base_url, endpoint, request_rate = "inf", metrics = "ttft,tpot,itl",
                                   percentiles = "99", tokenizer_mode = "auto", extra_body;
-  std::optional<int> max_concurrency, top_k;
+  std::optional<int> max_concurrency, top_k, logprobs;
   std::optional<double> top_p, min_p, frequency_penalty, presence_penalty, repetition_penalty;
   std::string ramp_up_strategy;
   std::optional<int> ramp_up_start_rps, ramp_up_end_rps;
@@ -189,7 +187,7 @@ struct RawFlags {
 };
 
 // The sampling flags and --extra-body, merged into the request body as vLLM does.
-absl::Status SamplingBody(const RawFlags& raw, nlohmann::json& body) {
+absl::Status SamplingBody(const RawFlags& raw, bool body_is_chat, nlohmann::json& body) {
   if (!raw.extra_body.empty()) {
     nlohmann::json extra = nlohmann::json::parse(raw.extra_body, nullptr, false);
     if (extra.is_discarded() || !extra.is_object()) {
@@ -201,6 +199,12 @@ absl::Status SamplingBody(const RawFlags& raw, nlohmann::json& body) {
   const auto set = [&](const char* key, const auto& value) {
     if (value.has_value() && !body.contains(key)) body[key] = *value;
   };
+  // vLLM's completions payload carries "logprobs"; its chat payload has no such field.
+  if (raw.logprobs.has_value() && body_is_chat) {
+    return absl::InvalidArgumentError(
+        "--logprobs applies to --backend openai only (vLLM's chat requests do not send it)");
+  }
+  set("logprobs", raw.logprobs);
   set("top_p", raw.top_p);
   set("top_k", raw.top_k);
   set("min_p", raw.min_p);
@@ -286,7 +290,9 @@ absl::Status Finalize(BenchServeFlags& flags, const RawFlags& raw) {
     return status;
   }
   if (absl::Status status = FinalizeRequestFlags(raw, load); !status.ok()) return status;
-  if (absl::Status status = SamplingBody(raw, load.settings.extra_body); !status.ok()) {
+  if (absl::Status status =
+          SamplingBody(raw, load.backend == BenchBackend::kOpenAIChat, load.settings.extra_body);
+      !status.ok()) {
     return status;
   }
   for (const std::string& item : raw.metadata) {
@@ -387,6 +393,7 @@ void AddTargetOptions(CLI::App& app, BenchServeFlags& flags, RawFlags& raw) {
   app.add_flag("--ignore-eos", load.settings.ignore_eos,
                "Send ignore_eos: true (always on with the random dataset, as vLLM)");
   app.add_option("--temperature", load.settings.temperature, "Sent only when given");
+  app.add_option("--logprobs", raw.logprobs, "Logprobs per token (openai backend)");
   app.add_option("--top-p", raw.top_p);
   app.add_option("--top-k", raw.top_k);
   app.add_option("--min-p", raw.min_p);

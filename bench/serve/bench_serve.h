@@ -35,6 +35,9 @@ struct BenchServeFlags {
   // datasets in file order, prefix_repetition in generated order) and --no-oversample (file
   // datasets: fewer requests than --num-prompts when fewer pass).
   bool skip_chat_template = false;
+  // vLLM's --chat-template-kwargs: variables for the custom dataset's chat template (a JSON
+  // object; null: none).
+  nlohmann::ordered_json chat_template_kwargs;
   bool disable_shuffle = false;
   bool no_oversample = false;
   RandomDatasetOptions random;

@@ -222,7 +222,8 @@ absl::StatusOr<std::vector<SampleRequest>> LoadShareGptDataset(const FileDataset
 absl::StatusOr<std::vector<SampleRequest>> LoadCustomDataset(const FileDatasetOptions& options,
                                                              const frontend::Tokenizer* tokenizer,
                                                              int output_len,
-                                                             bool apply_chat_template) {
+                                                             bool apply_chat_template,
+                                                             const nlohmann::ordered_json& kwargs) {
   if (!absl::EndsWith(options.path, ".jsonl")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--dataset-name custom: only JSONL files (*.jsonl) are supported, as vLLM; got ",
@@ -274,9 +275,11 @@ absl::StatusOr<std::vector<SampleRequest>> LoadCustomDataset(const FileDatasetOp
       request.expected_output_len = *parsed;
     }
     if (chat_template.has_value()) {
-      absl::StatusOr<std::string> rendered =
-          chat_template->Render({{"user", request.prompt}}, /*add_generation_prompt=*/true,
-                                tokenizer->bos_token(), tokenizer->eos_token());
+      const nlohmann::ordered_json messages =
+          nlohmann::ordered_json::array({{{"role", "user"}, {"content", request.prompt}}});
+      absl::StatusOr<std::string> rendered = chat_template->RenderJson(
+          messages, nullptr, kwargs.is_null() ? nlohmann::ordered_json::object() : kwargs,
+          /*add_generation_prompt=*/true, tokenizer->bos_token(), tokenizer->eos_token());
       if (!rendered.ok()) return rendered.status();
       request.prompt = *std::move(rendered);
     }

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/serve/dataset.h"
+#include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
 class Tokenizer;
@@ -74,12 +75,14 @@ struct FileDatasetOptions {
 // non-empty line with a string "prompt" and, optionally, "output_tokens"; shuffled as ShareGPT.
 // Every request gets `output_len`, or with -1 its line's "output_tokens" (required then). With
 // `apply_chat_template` the prompt becomes the tokenizer's chat template rendered for one user
-// message with the generation prompt (vLLM's default; --skip-chat-template turns it off);
+// message with the generation prompt and the variables of `chat_template_kwargs` (a JSON
+// object, vLLM's --chat-template-kwargs; null for none) (vLLM's default; --skip-chat-template
+// turns it off);
 // prompt_len is the token count of the final prompt (special tokens added), or 0 (the server's
 // usage) without a tokenizer. Oversampled as ShareGPT.
 [[nodiscard]] absl::StatusOr<std::vector<SampleRequest>> LoadCustomDataset(
     const FileDatasetOptions& options, const frontend::Tokenizer* tokenizer, int output_len,
-    bool apply_chat_template);
+    bool apply_chat_template, const nlohmann::ordered_json& chat_template_kwargs = nullptr);
 
 // vLLM's PrefixRepetitionRandomDataset (--prefix-repetition-*): `num_prefixes` prefixes of
 // `prefix_len` random token ids, each followed by `num_prompts / num_prefixes` suffixes of

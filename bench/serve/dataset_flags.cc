@@ -79,6 +79,8 @@ void AddDatasetOptions(CLI::App& app, BenchServeFlags& flags, DatasetRawFlags& r
       ->capture_default_str();
   app.add_flag("--skip-chat-template", flags.skip_chat_template,
                "custom: send prompts without the chat template");
+  app.add_option("--chat-template-kwargs", raw.chat_template_kwargs,
+                 "custom: JSON object of variables for the chat template");
   app.add_option("--sharegpt-output-len", flags.sharegpt_output_len,
                  "Replaces the ShareGPT completions' lengths");
   app.add_flag("--no-oversample", flags.no_oversample,
@@ -127,6 +129,13 @@ absl::Status FinalizeDatasetFlags(BenchServeFlags& flags, const DatasetRawFlags&
   if (absl::Status status = ParseRangeRatio(raw.range_ratio, flags.random); !status.ok()) {
     return status;
   }
+  if (!raw.chat_template_kwargs.empty()) {
+    flags.chat_template_kwargs =
+        nlohmann::ordered_json::parse(raw.chat_template_kwargs, nullptr, false);
+    if (flags.chat_template_kwargs.is_discarded() || !flags.chat_template_kwargs.is_object()) {
+      return absl::InvalidArgumentError("--chat-template-kwargs: expected a JSON object");
+    }
+  }
   if (raw.random_batch_size != 1) {
     return absl::InvalidArgumentError(
         "--random-batch-size (a vLLM bench flag) is supported only at 1: batched prompts are "
@@ -169,7 +178,7 @@ absl::StatusOr<std::vector<SampleRequest>> BuildDataset(BenchServeFlags& flags,
   if (name == "random") return BuildRandomDataset(flags, tokenizer);
   if (name == "custom") {
     return LoadCustomDataset(FileOptions(flags), tokenizer, flags.custom_output_len,
-                             !flags.skip_chat_template);
+                             !flags.skip_chat_template, flags.chat_template_kwargs);
   }
   if (tokenizer == nullptr) {
     return absl::InvalidArgumentError(

@@ -26,6 +26,7 @@ struct DatasetRawFlags {
   // vLLM's --random-range-ratio: a number, or a JSON object {"input": r1, "output": r2}.
   std::string range_ratio = "0.0";
   int random_batch_size = 1;
+  std::string chat_template_kwargs;
 };
 
 // Adds --dataset-name, --dataset-path, the --random-*, --custom-*, --sharegpt-*,

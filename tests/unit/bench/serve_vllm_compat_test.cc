@@ -173,6 +173,8 @@ TEST(BenchServeVllmTest, EveryVllmFlagIsParsedOrRefusedByName) {
       {"--percentile-metrics", {"e2el"}},
       {"--metric-percentiles", {"50"}},
       {"--header", {"x-a=1"}},
+      {"--logprobs", {"2"}},
+      {"--chat-template-kwargs", {"{\"enable_thinking\": false}"}},
       {"--request-id-prefix", {"r-"}},
       {"--num-warmups", {"2"}},
       {"--ready-check-timeout-sec", {"5"}},
@@ -482,6 +484,13 @@ TEST(BenchServeVllmTest, DatasetFlagsTakeVllmsMeaning) {
   EXPECT_EQ(flags->load.headers, (std::vector<std::pair<std::string, std::string>>{{"x-a", "1"}}));
   EXPECT_EQ(*flags->load.request_id_prefix, "");
   EXPECT_FALSE(flags->load.settings.ignore_eos);  // only the random dataset sets it
+  flags =
+      ParseBenchServeFlags({"--logprobs", "3", "--chat-template-kwargs", R"({"b": 1, "a": 2})"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_EQ(flags->load.settings.extra_body["logprobs"], 3);  // vLLM's completions field
+  EXPECT_EQ(flags->chat_template_kwargs.dump(), R"({"b":1,"a":2})");
+  EXPECT_FALSE(ParseBenchServeFlags({"--logprobs", "3", "--backend", "openai-chat"}).ok());
+  EXPECT_FALSE(ParseBenchServeFlags({"--chat-template-kwargs", "[1]"}).ok());
   EXPECT_FALSE(ParseBenchServeFlags({"--random-batch-size", "2"}).ok());
   EXPECT_FALSE(ParseBenchServeFlags({"--random-range-ratio", R"({"input": 0.5})"}).ok());
   EXPECT_FALSE(ParseBenchServeFlags({"--dataset-path", "p"}).ok());  // random takes no file
