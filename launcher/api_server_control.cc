@@ -26,6 +26,7 @@ absl::StatusOr<std::string> EncodeSpecFor(const ServeArgs& args, int32_t index, 
   f.dp_load_balancing = args.dp_load_balancing;
   f.cluster_key_file = args.cluster_key_file;
   spec.coordinator = coordinator;
+  spec.serving = args.serving;
   return EncodeApiServerSpec(spec);
 }
 
@@ -44,6 +45,7 @@ ServeArgs ServeArgsFromSpec(const ApiServerSpec& spec) {
   args.dp_load_balancing = f.dp_load_balancing;
   args.cluster_key_file = f.cluster_key_file;
   args.api_server_count = spec.count;
+  args.serving = spec.serving;
   return args;
 }
 

@@ -170,6 +170,12 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
   config.vocab_size = model_config.vocab_size;
   config.eos_token_ids = model_config.eos_token_ids;
   config.first_engine_rank = engines.first_rank;
+  // vLLM's default_sampling_params and content format, read before the template moves.
+  VLLM_ASSIGN_OR_RETURN(
+      frontend::RequestDefaults request_defaults,
+      frontend::ResolveRequestDefaults(
+          args.config.model.model, args.serving,
+          chat_template.has_value() ? std::string_view(chat_template->source()) : ""));
   Frontend f;
   VLLM_ASSIGN_OR_RETURN(f.llm, frontend::AsyncLLM::Create(std::move(client), std::move(tokenizer),
                                                           std::move(chat_template), config));
@@ -189,6 +195,7 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
   server_options.enable_auto_tool_choice = args.config.tool_calling.enable_auto_tool_choice;
   server_options.exclude_tools_when_tool_choice_none =
       args.config.tool_calling.exclude_tools_when_tool_choice_none;
+  server_options.request_defaults = std::move(request_defaults);
   server_options.reasoning_parser = args.config.structured_outputs.reasoning_parser;
   if (role.count > 1) {
     server_options.reuse_port = true;

@@ -18,6 +18,7 @@
 #include "config/speculative_config.h"
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
+#include "launcher/request_default_flags.h"
 #include "launcher/serve_config_file.h"
 #include "launcher/vllm_serve_flags.h"
 #include "nlohmann/json.hpp"
@@ -759,6 +760,7 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   AddCacheFlags(app, a);
   AddSchedulerAndDeviceFlags(app, f, a);
   AddFrontendFlags(app, f, a);
+  AddRequestDefaultFlags(app, a.serving);
 
   for (const std::string& arg : argv) {  // vLLM's --help=GROUP / --help=KEYWORD
     if (arg.rfind("--help=", 0) != 0) continue;

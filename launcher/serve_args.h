@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "config/vllm_config.h"
+#include "frontend/openai/serving_flags.h"
 #include "launcher/spec/api_server_spec.h"  // DpLoadBalancing
 
 namespace vllm::launcher {
@@ -37,6 +38,9 @@ struct ServeArgs {
   // "kjv-llama-tiny" for the bundled default.
   std::vector<std::string> served_model_names;
   std::optional<std::string> chat_template;  // a file or the template itself
+  // --generation-config, --override-generation-config, --chat-template-content-format
+  // (launcher/request_default_flags.h).
+  frontend::ServingFlags serving;
   // Data parallelism (sizes and ranks: config.parallel): replicas of the engine (each with its
   // own tensor-parallel group). The head node runs the API server and replicas 0 .. -dpl - 1;
   // --headless nodes run engines only, which join the head over TCP (multi_node: the engines

@@ -373,14 +373,6 @@ std::string VllmFlagRefusalReason(const VllmServeFlag& flag) {
       {"--enable-log-requests", "per-request logging is not implemented"},
       {"--max-log-len", "per-request logging is not implemented"},
       {"--disable-log-stats", "periodic stats logging is not implemented (nothing to disable)"},
-      {"--generation-config",
-       "the model directory's generation_config.json is not read for default sampling "
-       "parameters"},
-      {"--override-generation-config",
-       "the model directory's generation_config.json is not read for default sampling "
-       "parameters"},
-      {"--chat-template-content-format",
-       "message content is always rendered as a string (vLLM's \"string\" format)"},
       {"--max-num-partial-prefills", "concurrent partial prefills are not implemented"},
       {"--quantization", "quantized checkpoints are not supported"},
       {"--trust-remote-code", "models with custom Python code are not run (C++ runtime)"},

@@ -367,6 +367,7 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(EngineClient* engin
   ctx->chat_parsers =
       ChatParsers{ctx->options.enable_auto_tool_choice ? ctx->tool_parser.get() : nullptr,
                   ctx->options.exclude_tools_when_tool_choice_none, ctx->reasoning_parser.get()};
+  ctx->chat_parsers.defaults = &ctx->options.request_defaults;
   auto impl = std::make_unique<Impl>(std::move(ctx));
   VLLM_RETURN_IF_ERROR(impl->Listen());
   return std::unique_ptr<ApiServer>(new ApiServer(std::move(impl)));

@@ -40,6 +40,7 @@
 #include "frontend/engine/engine_client.h"
 #include "frontend/engine/listen_address.h"  // ResolveListenAddress, for the launcher
 #include "frontend/openai/metrics.h"
+#include "frontend/openai/request_defaults.h"
 
 namespace vllm::frontend {
 
@@ -79,6 +80,9 @@ struct ApiServerOptions {
   std::string tool_call_parser;
   bool enable_auto_tool_choice = false;
   bool exclude_tools_when_tool_choice_none = false;
+  // --generation-config, --override-generation-config, --chat-template-content-format,
+  // resolved (ResolveRequestDefaults): applied to every generation request.
+  RequestDefaults request_defaults;
   // --reasoning-parser (deepseek_r1, qwen3; "" none): chat answers split <think>...</think>
   // into reasoning.
   std::string reasoning_parser;

@@ -43,6 +43,7 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
                                                  const EngineClient& engine,
                                                  const ChatParsers& parsers) {
   VLLM_ASSIGN_OR_RETURN(nlohmann::ordered_json json, ParseJsonObject(body));
+  if (parsers.defaults != nullptr) ApplySamplingDefaults(*parsers.defaults, &json);
   const std::string model_name = engine.ModelName();
   ParsedGeneration parsed;
   parsed.kind = kind;
@@ -64,6 +65,10 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
         }
       }
     }
+    if (parsers.defaults != nullptr) {
+      VLLM_RETURN_IF_ERROR(
+          ApplyMaxTokensDefault(*parsers.defaults, engine, parsed.prompts, &parsed.options));
+    }
     return parsed;
   }
   VLLM_ASSIGN_OR_RETURN(ChatCompletionRequest r, ParseChatCompletionRequest(json, model_name));
@@ -76,10 +81,15 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
       ChatTemplateInput input,
       TemplateInputFor(json, exclude_tools ? nlohmann::ordered_json() : tools.tools,
                        r.add_generation_prompt, r.continue_final_message, r.add_special_tokens));
+  if (parsers.defaults != nullptr) ApplyContentFormat(*parsers.defaults, json, &input.messages);
   // The same ids POST /tokenize returns for these messages.
   VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, engine.TokenizeChat(input));
   parsed.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
   parsed.options = std::move(r.options);
+  if (parsers.defaults != nullptr) {
+    VLLM_RETURN_IF_ERROR(
+        ApplyMaxTokensDefault(*parsers.defaults, engine, parsed.prompts, &parsed.options));
+  }
   parsed.logprobs = r.logprobs;
   if (parsed.options.chat_echo.has_value()) parsed.echo_texts.push_back(*parsed.options.chat_echo);
   VLLM_ASSIGN_OR_RETURN(parsed.chat_output, ChatOutputFor(json, tools, input.kwargs, parsers));

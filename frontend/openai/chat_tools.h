@@ -16,6 +16,7 @@
 #include "frontend/engine/engine_client.h"
 #include "frontend/jinja/chat_template_input.h"
 #include "frontend/openai/chat_output.h"
+#include "frontend/openai/request_defaults.h"
 #include "frontend/parsers/reasoning_parser.h"
 #include "frontend/parsers/tool_parser.h"
 #include "nlohmann/json.hpp"
@@ -32,6 +33,9 @@ struct ChatParsers {
   const parsers::ToolParser* tool_parser = nullptr;
   bool exclude_tools_when_tool_choice_none = false;
   const parsers::ReasoningParser* reasoning_parser = nullptr;  // unset: no --reasoning-parser
+  // The server's request defaults (--generation-config, --chat-template-content-format; both
+  // endpoints); unset: none.
+  const RequestDefaults* defaults = nullptr;
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };

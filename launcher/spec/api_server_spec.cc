@@ -102,6 +102,27 @@ absl::Status ReadFrontend(const msgpack::object& o, FrontendSettings* f) {
   return r.String("cluster_key_file", kMaxSpecString, &f->cluster_key_file);
 }
 
+void PackServing(Packer& pk, const frontend::ServingFlags& s) {
+  pk.pack_array(3);
+  pk.pack(s.generation_config);
+  pk.pack(s.override_generation_config);
+  pk.pack(s.chat_template_content_format);
+}
+
+absl::Status ReadServing(const msgpack::object& o, frontend::ServingFlags* s) {
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ApiServerSpec.serving", 3));
+  VLLM_RETURN_IF_ERROR(r.String("generation_config", kMaxSpecString, &s->generation_config));
+  VLLM_RETURN_IF_ERROR(
+      r.String("override_generation_config", kMaxSpecString, &s->override_generation_config));
+  VLLM_RETURN_IF_ERROR(
+      r.String("chat_template_content_format", 16, &s->chat_template_content_format));
+  const std::string& f = s->chat_template_content_format;
+  if (f != "auto" && f != "string" && f != "openai") {
+    return r.Error("chat_template_content_format", "expected auto, string or openai");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadCoordinator(const msgpack::object& o, DpCoordinatorAddresses* c) {
   VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ApiServerSpec.coordinator", 4));
   VLLM_RETURN_IF_ERROR(r.String("stats", kMaxSpecString, &c->stats));
@@ -130,13 +151,17 @@ absl::StatusOr<config::VllmConfig> ReadConfig(const msgpack::object& o) {
 
 absl::StatusOr<std::string> EncodeApiServerSpec(const ApiServerSpec& s) {
   VLLM_RETURN_IF_ERROR(CheckFrontend(s.frontend));
+  VLLM_RETURN_IF_ERROR(CheckLength("serving.override_generation_config",
+                                   s.serving.override_generation_config, kMaxSpecString));
+  VLLM_RETURN_IF_ERROR(
+      CheckLength("serving.generation_config", s.serving.generation_config, kMaxSpecString));
   const std::string config = config::EncodeVllmConfig(s.config);
   if (config.size() > config::kMaxEncodedConfigBytes) {
     return absl::InvalidArgumentError("ApiServerSpec.vllm_config: over the limit");
   }
   msgpack::sbuffer b;
   Packer pk(b);
-  pk.pack_array(7);
+  pk.pack_array(8);
   pk.pack(std::string(kSpecTag));
   pk.pack(kVersion);
   pk.pack(s.index);
@@ -145,6 +170,7 @@ absl::StatusOr<std::string> EncodeApiServerSpec(const ApiServerSpec& s) {
   pk.pack_bin_body(config.data(), static_cast<uint32_t>(config.size()));
   PackFrontend(pk, s.frontend);
   PackCoordinator(pk, s.coordinator);
+  PackServing(pk, s.serving);
   if (b.size() > kMaxApiServerSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ApiServerSpec: ", b.size(), " bytes, over the limit of ", kMaxApiServerSpecBytes));
@@ -155,7 +181,7 @@ absl::StatusOr<std::string> EncodeApiServerSpec(const ApiServerSpec& s) {
 absl::StatusOr<ApiServerSpec> DecodeApiServerSpec(std::string_view bytes) {
   VLLM_ASSIGN_OR_RETURN(auto handle,
                         UnpackSpec(bytes, kSpecTag, kMaxApiServerSpecBytes, kSpecLimits));
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, OpenSpec(handle.get(), kSpecTag, kVersion, 7));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, OpenSpec(handle.get(), kSpecTag, kVersion, 8));
   ApiServerSpec s;
   VLLM_RETURN_IF_ERROR(r.Int("index", &s.index));
   VLLM_RETURN_IF_ERROR(r.Int("count", &s.count));
@@ -166,6 +192,7 @@ absl::StatusOr<ApiServerSpec> DecodeApiServerSpec(std::string_view bytes) {
   VLLM_ASSIGN_OR_RETURN(s.config, ReadConfig(r.Next()));
   VLLM_RETURN_IF_ERROR(ReadFrontend(r.Next(), &s.frontend));
   VLLM_RETURN_IF_ERROR(ReadCoordinator(r.Next(), &s.coordinator));
+  VLLM_RETURN_IF_ERROR(ReadServing(r.Next(), &s.serving));
   return s;
 }
 

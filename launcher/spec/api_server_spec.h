@@ -3,12 +3,15 @@
 // server), as length-prefixed frames (launcher/spec/frames.h) of one msgpack array each:
 //
 //   launcher → API server   ["ApiServerSpec", 1, index, count, vllm_config (bin: the
-//                            config/config_codec.h encoding), frontend, coordinator]   (first)
+//                            config/config_codec.h encoding), frontend, coordinator,
+//                            serving]   (first)
 //       frontend:    [host, port, api_key | nil, max_connections, shutdown_timeout_s (f64),
 //                     [served_model_name...], chat_template | nil, multi_node,
 //                     dp_load_balancing ("internal" | "hybrid" | "external"),
 //                     cluster_key_file]
 //       coordinator: [stats, publish, waves, report_key_hex]   (all "": none)
+//       serving:     [generation_config, override_generation_config,
+//                     chat_template_content_format]   (frontend::ServingFlags)
 //   (strings ≤ kMaxSpecString bytes; chat_template ≤ kMaxChatTemplateBytes)
 //   launcher → API server   ["engine_dead", rank, why]     a local engine core ended
 //   API server → launcher   ["handshake", address]         its client's handshake socket (first)
@@ -31,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/vllm_config.h"
+#include "frontend/openai/serving_flags.h"
 #include "launcher/spec/coordinator_spec.h"
 
 namespace vllm::launcher {
@@ -69,6 +73,7 @@ struct ApiServerSpec {
   config::VllmConfig config;
   FrontendSettings frontend;
   DpCoordinatorAddresses coordinator;  // publish empty: no coordinator
+  frontend::ServingFlags serving;      // the JSON checked by the API server at start-up
   bool operator==(const ApiServerSpec&) const = default;
 };
 

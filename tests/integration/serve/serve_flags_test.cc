@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -165,6 +166,10 @@ class ServeFlagsTest : public ServeTest {
             absl::StrCat("expected '", expected, "' in: ", config));
   }
 
+  // --generation-config, --override-generation-config, --chat-template-content-format on the
+  // server Start gave them (below).
+  void CheckRequestDefaults(const std::string& gen_dir);
+
   std::string log_path_;
   std::set<std::string> covered_;
 };
@@ -237,6 +242,45 @@ int ConnectIdle(int port) {
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   return fd;
 }
+void ServeFlagsTest::CheckRequestDefaults(const std::string& gen_dir) {
+  auto complete = [&](const nlohmann::json& extra) {
+    nlohmann::json body = {{"prompt", "In the beginning"}};
+    body.update(extra);
+    return Request(port_, "POST", "/v1/completions", body.dump(), "").Json();
+  };
+  auto tokens = [](const nlohmann::json& r) {
+    return r.contains("usage") ? r["usage"].value("completion_tokens", -1) : -1;
+  };
+  auto text = [](const nlohmann::json& r) {
+    return r.contains("choices") ? r["choices"][0].value("text", "") : "";
+  };
+  // No max_tokens: the override's 3, not the folder's 50; max_tokens 10: cut to it (a folder's
+  // max_new_tokens caps requests, as vLLM's override_max_tokens); greedy as the folder says.
+  const nlohmann::json plain = complete(nlohmann::json::object());
+  const nlohmann::json capped = complete({{"max_tokens", 10}});
+  const nlohmann::json greedy = complete({{"temperature", 0}});
+  Covered("--override-generation-config", tokens(plain) == 3 && tokens(capped) == 3,
+          absl::StrCat(plain.dump(), capped.dump()));
+  const std::string log = Log("Default vLLM sampling parameters have been overridden");
+  Covered("--generation-config",
+          text(plain) == text(greedy) && !text(plain).empty() &&
+              absl::StrContains(log, absl::StrCat("overridden by ", gen_dir,
+                                                  ": `{'temperature': 0.0, 'max_tokens': 3}`")),
+          absl::StrCat(plain.dump(), greedy.dump(), log));
+  // "openai": the template sees the content as a list of parts (its "list" branch).
+  auto count = [&](const std::string& prompt) {
+    const nlohmann::json body = {{"prompt", prompt}, {"add_special_tokens", false}};
+    return Request(port_, "POST", "/tokenize", body.dump(), "").Json().value("count", -1);
+  };
+  const nlohmann::json chat = {{"messages", {{{"role", "user"}, {"content", "Choose"}}}},
+                               {"max_tokens", 1}};
+  const nlohmann::json r = Request(port_, "POST", "/v1/chat/completions", chat.dump(), "").Json();
+  const int prompt_tokens = r.contains("usage") ? r["usage"].value("prompt_tokens", -1) : -1;
+  Covered("--chat-template-content-format",
+          prompt_tokens == count("list list list Choose") && prompt_tokens != count("S:Choose"),
+          r.dump());
+}
+
 TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   const std::set<std::string> help = HelpFlags();
   ASSERT_GT(help.size(), 30u) << "could not read the flags from --help";
@@ -677,7 +721,20 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
 
   // 4b. Two API server processes on one port: fresh connections reach both (the Server
   //     header names the process); a --headless node runs none, so -asc is refused there.
-  ASSERT_NO_FATAL_FAILURE(Start({"--api-server-count", "2"}));
+  //     The request defaults travel in their spec: a --generation-config folder (greedy,
+  //     max_new_tokens 50) under an override (max_new_tokens 3), and the "openai" content format.
+  const std::string gen_dir = absl::StrCat(::testing::TempDir(), "/serve_flags_gen_", getpid());
+  std::filesystem::create_directories(gen_dir);
+  std::ofstream(gen_dir + "/generation_config.json")
+      << R"({"temperature": 0.0, "max_new_tokens": 50})";
+  ASSERT_NO_FATAL_FAILURE(Start(
+      {"--api-server-count", "2", "--generation-config", gen_dir, "--override-generation-config",
+       R"({"max_new_tokens": 3})", "--chat-template",
+       "{% for m in messages %}{% if m['content'] is string %}S:{{ m['content'] }}{% else %}list "
+       "list list {{ m['content'][0]['text'] }}{% endif %}{% endfor %}",
+       "--chat-template-content-format", "openai"}));
+  CheckRequestDefaults(gen_dir);
+  std::filesystem::remove_all(gen_dir);
   {
     std::set<std::string> servers;
     for (int i = 0; i < 24 && servers.size() < 2; ++i) {

@@ -43,6 +43,9 @@ ApiServerSpec Everything() {
   s.coordinator.publish = "tcp://10.0.0.1:5001";
   s.coordinator.waves = "tcp://10.0.0.1:5002";
   s.coordinator.report_key = std::string(32, '\x7f');
+  s.serving.generation_config = "/etc/gen";
+  s.serving.override_generation_config = R"({"temperature": 0.5})";
+  s.serving.chat_template_content_format = "openai";
   return s;
 }
 

@@ -106,6 +106,8 @@ const std::map<std::string, std::vector<std::string>>& Samples() {
       {"--gpu-memory-utilization", {"--gpu-memory-utilization", "0.5"}},
       {"--max-model-len", {"--max-model-len", "1k"}},
       {"--tokenizer", {"--tokenizer", "models/kjv-llama-tiny"}},
+      {"--override-generation-config", {"--override-generation-config", R"({"temperature": 0.5})"}},
+      {"--chat-template-content-format", {"--chat-template-content-format", "openai"}},
   };
   return *samples;
 }
@@ -313,6 +315,27 @@ TEST(VllmServeFlagsTest, ConfigYamlAsVllmAndTheCommandLineWins) {
     ASSERT_FALSE(r.ok()) << absl::StrJoin(argv, " ");
     EXPECT_THAT(r.status().message(), HasSubstr(want));
   }
+}
+
+// --generation-config, --override-generation-config, --chat-template-content-format: bound to
+// ServeArgs::serving; a value refused names the flag (the file is read when the server starts).
+TEST(VllmServeFlagsTest, RequestDefaultFlags) {
+  auto d = Parse({});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->args->serving, frontend::ServingFlags{});  // vLLM's defaults: auto, none, auto
+  auto p = Parse({"--generation-config", "vllm", "--override-generation-config",
+                  R"({"max_new_tokens": 4})", "--chat-template-content-format", "string"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->args->serving.generation_config, "vllm");
+  EXPECT_EQ(p->args->serving.override_generation_config, R"({"max_new_tokens": 4})");
+  EXPECT_EQ(p->args->serving.chat_template_content_format, "string");
+  EXPECT_THAT(Parse({"--override-generation-config", "{"}).status().message(),
+              HasSubstr("--override-generation-config"));
+  EXPECT_THAT(
+      Parse({"--override-generation-config", R"({"temperature": "hot"})"}).status().message(),
+      HasSubstr("--override-generation-config: temperature must be a number"));
+  EXPECT_THAT(Parse({"--chat-template-content-format", "html"}).status().message(),
+              HasSubstr("--chat-template-content-format: 'html' is not one of"));
 }
 
 }  // namespace

@@ -1,0 +1,19 @@
+// vLLM 0.33's serve flags behind the server's request defaults (frontend/openai/
+// request_defaults.h): --generation-config, --override-generation-config and
+// --chat-template-content-format, bound to ServeArgs::serving and checked as parsed.
+#ifndef VLLM_LAUNCHER_REQUEST_DEFAULT_FLAGS_H_
+#define VLLM_LAUNCHER_REQUEST_DEFAULT_FLAGS_H_
+
+#include "CLI/CLI.hpp"
+#include "frontend/openai/serving_flags.h"
+
+namespace vllm::launcher {
+
+// Adds the flags to `app` (group ModelConfig / Frontend, as vLLM's). A value the flag refuses
+// (a content format not auto/string/openai, an override that is not a JSON object or sets a
+// sampling field of the wrong type) stops parsing with a message naming the flag.
+void AddRequestDefaultFlags(CLI::App& app, frontend::ServingFlags& serving);
+
+}  // namespace vllm::launcher
+
+#endif  // VLLM_LAUNCHER_REQUEST_DEFAULT_FLAGS_H_
