@@ -1,6 +1,7 @@
 // vllm-launch: the command-line entry point.
 //   vllm-launch [serve] [MODEL] [flags]   the OpenAI-compatible server (launcher/serve_main.h)
 //   vllm-launch bench serve [flags]       the serving load generator (bench/serve/bench_serve.h)
+//   vllm-launch bench sweep serve|serve_sla  sweeps, SLA search (bench/sweep/sweep.h)
 //   vllm-launch bench latency|throughput  the offline engine timed (bench/offline/)
 //   vllm-launch router [flags]            the router in front of several servers
 //                                         (router/router_main.h)
@@ -15,6 +16,7 @@
 #include "bench/offline/latency.h"
 #include "bench/offline/throughput.h"
 #include "bench/serve/bench_serve.h"
+#include "bench/sweep/sweep.h"
 #include "ipc/curve.h"
 #include "launcher/dp_coordinator_main.h"
 #include "launcher/engine_core_main.h"
@@ -65,6 +67,9 @@ int main(int argc, char** argv) {
   }
   if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "serve") == 0) {
     return vllm::bench_serve::RunBenchServe(std::vector<std::string>(argv + 3, argv + argc));
+  }
+  if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "sweep") == 0) {
+    return vllm::bench_sweep::RunBenchSweep(std::vector<std::string>(argv + 3, argv + argc));
   }
   if (argc >= 3 && std::strcmp(argv[1], "bench") == 0 && std::strcmp(argv[2], "latency") == 0) {
     return vllm::bench_offline::RunBenchLatency(std::vector<std::string>(argv + 3, argv + argc));
