@@ -90,6 +90,9 @@ struct ModelConfig {
   // Most log-probabilities a request may ask for, per token (logprobs, top_logprobs) and per
   // prompt position (prompt_logprobs). vLLM's default, the OpenAI API's limit.
   int32_t max_logprobs = 20;
+  // --enable-sleep-mode: /sleep at level 1 and 2 frees the KV cache (and the weights) in the
+  // workers; without it they stay allocated (core/engine_core.h, SleepExecutor).
+  bool enable_sleep_mode = false;
 
   template <class Self, class V>
   static void Fields(Self& m, V& v) {
@@ -99,6 +102,7 @@ struct ModelConfig {
     v("seed", m.seed);
     v("enforce_eager", m.enforce_eager);
     v("max_logprobs", m.max_logprobs, Range(0, kMaxLogprobsLimit));
+    v("enable_sleep_mode", m.enable_sleep_mode);
   }
   [[nodiscard]] absl::Status Validate() const;
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;

@@ -158,6 +158,55 @@ void EngineCore::AbortRequests(std::span<const std::string> request_ids) {
   scheduler_->FinishRequests(request_ids, RequestStatus::kFinishedAborted);
 }
 
+absl::Status EngineCore::SleepExecutor(int32_t level) {
+  if (executor_sleeping()) {
+    spdlog::warn("Executor is already sleeping.");
+    return absl::OkStatus();
+  }
+  if (!scheduler_->ResetPrefixCache()) {
+    return absl::InternalError("sleep: the prefix cache could not be reset (blocks in use)");
+  }
+  const absl::Time start = absl::Now();
+  if (scheduler_->config().model.enable_sleep_mode) {
+    VLLM_RETURN_IF_ERROR(executor_->Sleep(level));
+  } else {
+    spdlog::warn(
+        "sleep level {}: --enable-sleep-mode is off, so the KV cache and weights stay allocated",
+        level);
+  }
+  weights_asleep_ = kv_cache_asleep_ = true;
+  spdlog::info("It took {:.6f} seconds to fall asleep.",
+               absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
+}
+
+absl::Status EngineCore::WakeUpExecutor(const std::optional<std::vector<std::string>>& tags) {
+  if (!executor_sleeping()) {
+    spdlog::warn("Executor is not sleeping.");
+    return absl::OkStatus();
+  }
+  bool weights = !tags.has_value(), kv_cache = !tags.has_value();
+  for (const std::string& tag : tags.value_or(std::vector<std::string>{})) {
+    const bool asleep =
+        (tag == "weights" && weights_asleep_) || (tag == "kv_cache" && kv_cache_asleep_);
+    if (!asleep) {
+      spdlog::warn("Tag {} is not in sleeping tags", tag);
+      return absl::OkStatus();
+    }
+    weights = weights || tag == "weights";
+    kv_cache = kv_cache || tag == "kv_cache";
+  }
+  const absl::Time start = absl::Now();
+  if (scheduler_->config().model.enable_sleep_mode) {
+    VLLM_RETURN_IF_ERROR(executor_->WakeUp(weights, kv_cache));
+  }
+  if (weights) weights_asleep_ = false;
+  if (kv_cache) kv_cache_asleep_ = false;
+  spdlog::info("It took {:.6f} seconds to wake up{}{}.", absl::ToDoubleSeconds(absl::Now() - start),
+               weights ? " weights" : "", kv_cache ? " kv_cache" : "");
+  return absl::OkStatus();
+}
+
 void EngineCore::Finalize(EngineCoreOutputs& outputs) {
   outputs.engine_index = scheduler_->config().parallel.data_parallel_rank;
   outputs.timestamp = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());

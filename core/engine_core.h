@@ -90,6 +90,17 @@ class Executor {
     return absl::UnimplementedError("this executor has no dummy batch");
   }
 
+  // Sleep mode (vLLM's Executor.sleep / wake_up), only while no step is in flight: every
+  // worker frees its KV cache (level 1), and its weights too (level 2); WakeUp re-creates the
+  // weights and/or the KV cache as `weights` / `kv_cache` say. A worker's error is returned
+  // as it is. Unimplemented unless overridden.
+  [[nodiscard]] virtual absl::Status Sleep(int32_t /*level*/) {
+    return absl::UnimplementedError("this executor has no sleep mode");
+  }
+  [[nodiscard]] virtual absl::Status WakeUp(bool /*weights*/, bool /*kv_cache*/) {
+    return absl::UnimplementedError("this executor has no sleep mode");
+  }
+
   // OK while the executor can run steps; its fatal error (e.g. a worker died) otherwise
   // (vLLM's check_health). Cheap; the engine-core process polls it while idle.
   [[nodiscard]] virtual absl::Status CheckHealth() const { return absl::OkStatus(); }
@@ -162,6 +173,20 @@ class EngineCore {
   // Waits for in-flight steps and shuts the executor down. Idempotent.
   void Shutdown();
 
+  // Sleep mode, level 1 or 2, once paused with no request left (vLLM's EngineCore.sleep after
+  // its pause; core/engine_sleep.h): resets the prefix cache, then the executor frees the
+  // workers' KV cache (level 1) or KV cache and weights (level 2) — with
+  // config.model.enable_sleep_mode (--enable-sleep-mode). Without it the memory stays (as in
+  // vLLM, whose allocator then holds nothing to free) and only the state changes. Asleep
+  // already: nothing is done (vLLM: "already sleeping"). Internal when the prefix cache cannot
+  // be reset; the executor's error otherwise.
+  [[nodiscard]] absl::Status SleepExecutor(int32_t level);
+  // vLLM's Executor.wake_up: `tags` nullopt wakes everything; otherwise every tag must be
+  // asleep ("weights", "kv_cache") or nothing is done (a warning, as vLLM).
+  [[nodiscard]] absl::Status WakeUpExecutor(const std::optional<std::vector<std::string>>& tags);
+  // Some of the workers' memory is asleep: no step may run.
+  bool executor_sleeping() const { return weights_asleep_ || kv_cache_asleep_; }
+
   int32_t num_gpu_blocks() const { return scheduler_->kv_cache_config().num_blocks; }
   int32_t batch_queue_size() const { return batch_queue_size_; }
   size_t num_inflight_batches() const { return batch_queue_.size(); }
@@ -193,6 +218,8 @@ class EngineCore {
   // nothing for its plan. Step() uses the first; StepWithBatchQueue() takes and returns them.
   std::vector<SchedulerOutput> spare_outputs_;
   bool shut_down_ = false;
+  bool weights_asleep_ = false;  // vLLM's executor sleeping_tags
+  bool kv_cache_asleep_ = false;
   std::unique_ptr<kv_events::KvEventPublisher> kv_publisher_;  // null: no KV events published
 };
 

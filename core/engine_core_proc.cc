@@ -27,6 +27,7 @@
 #include "core/codec.h"
 #include "core/dp_engine_core_proc.h"
 #include "core/engine_handshake.h"
+#include "core/engine_sleep.h"
 #include "core/kv_event_options.h"
 #include "ipc/wait_strategy.h"
 #include "ipc/zmq_util.h"
@@ -189,6 +190,7 @@ class EngineCoreProc::Impl {
     std::string kind, payload;
     if (engine.ok()) {
       engine_ = std::move(*engine);
+      sleep_ = std::make_unique<EngineSleep>(*engine_);
       kind = "READY";
       payload = EncodeReady({options_.engine_index, engine_->num_gpu_blocks(),
                              engine_->scheduler().config().model.max_model_len});
@@ -417,7 +419,7 @@ class EngineCoreProc::Impl {
     std::deque<FromFrontend> inputs;
     {
       absl::MutexLock lock(&mu_);
-      if ((!engine_->scheduler().HasRequests() || sleep_level_ >= 0) && !InWave()) {
+      if (!CanStep() && !InWave()) {
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wake_; };
         mu_.AwaitWithTimeout(absl::Condition(&ready), kPollSlice);
       }
@@ -441,16 +443,12 @@ class EngineCoreProc::Impl {
 
   void Apply(size_t frontend, Input& input) {
     if (auto* r = std::get_if<EngineCoreRequest>(&input)) {
-      const std::string id = r->request_id;
-      if (absl::Status s = engine_->AddRequest(std::move(*r)); !s.ok()) {
-        Reject(frontend, id, s);
-      } else if (frontends_.size() > 1) {
-        frontend_of_[id] = frontend;
-      }
+      if (!sleep_->Hold(frontend, *r)) AddRequest(frontend, std::move(*r));
     } else if (auto* bad = std::get_if<UndecodableRequest>(&input)) {
       Reject(frontend, bad->request_id, bad->why);
     } else if (auto* ids = std::get_if<std::vector<std::string>>(&input)) {
       engine_->AbortRequests(*ids);
+      sleep_->DropHeld(*ids);
       for (const std::string& id : *ids) frontend_of_.erase(id);
     } else if (auto* call = std::get_if<UtilityCall>(&input)) {
       absl::Status status;
@@ -458,50 +456,100 @@ class EngineCoreProc::Impl {
       if (call->method == "reset_prefix_cache") {
         result = Pack(engine_->scheduler().ResetPrefixCache());
       } else if (call->method == "sleep") {
-        status = Sleep(call->args);
+        std::optional<absl::Status> answer =
+            sleep_->Sleep(frontend, call->call_id, call->args, [this]() { AbortAllRequests(); });
+        if (!answer.has_value()) return;  // answered by MaybeFinishSleep once drained
+        status = *answer;
         result = Pack(true);
       } else if (call->method == "wake_up") {
-        sleep_level_ = -1;
-        result = Pack(true);
+        absl::StatusOr<bool> awake = WakeUp(call->args);
+        status = awake.status();
+        result = Pack(awake.value_or(false));
       } else if (call->method == "is_sleeping") {
-        result = Pack(sleep_level_ >= 0);
+        result = Pack(sleep_->sleeping());
       } else if (call->method == "ping") {
         result = Pack(true);
       } else {
         status =
             absl::InvalidArgumentError(absl::StrCat("unknown utility method '", call->method, "'"));
       }
-      Send({kOutputKindUtility,
-            Pack(call->call_id, static_cast<int32_t>(status.code()), std::string(status.message()),
-                 msgpack::type::raw_ref(result.data(), static_cast<uint32_t>(result.size()))),
-            frontend});
+      SendUtilityReply(frontend, call->call_id, status, result);
     } else if (auto* wave = std::get_if<DpWave>(&input)) {
       if (dp_ != nullptr) dp_->ApplyWave(*wave);
     }
     // StartDpWave on the input socket: our engines take waves from the coordinator only.
   }
 
-  // The "sleep" utility (vLLM's EngineCore.sleep); `args`: msgpack int, the level. Level 0
-  // pauses scheduling: requests are taken but not stepped until "wake_up". Levels 1 and 2
-  // would free the KV cache (and the weights), which our executors cannot do yet: refused.
-  absl::Status Sleep(const std::string& args) {
-    int32_t level = 1;
-    if (!args.empty()) {
-      VLLM_ASSIGN_OR_RETURN(
-          auto oh,
-          wire::UnpackBounded({reinterpret_cast<const uint8_t*>(args.data()), args.size()}));
-      VLLM_ASSIGN_OR_RETURN(level, wire::ConvertAs<int32_t>(oh.get(), "level"));
+  void AddRequest(size_t frontend, EngineCoreRequest request) {
+    const std::string id = request.request_id;
+    if (absl::Status s = engine_->AddRequest(std::move(request)); !s.ok()) {
+      Reject(frontend, id, s);
+    } else if (frontends_.size() > 1) {
+      frontend_of_[id] = frontend;
     }
-    if (level != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("sleep level ", level,
-                       " (free the KV cache / the weights) is not implemented by this engine yet; "
-                       "level=0 pauses scheduling"));
-    }
-    sleep_level_ = level;
-    spdlog::info("engine {}: sleeping (level {})", options_.engine_index, level);
-    return absl::OkStatus();
   }
+
+  void SendUtilityReply(size_t frontend, uint64_t call_id, const absl::Status& status,
+                        const std::string& result) {
+    Send({kOutputKindUtility,
+          Pack(call_id, static_cast<int32_t>(status.code()), std::string(status.message()),
+               msgpack::type::raw_ref(result.data(), static_cast<uint32_t>(result.size()))),
+          frontend});
+  }
+
+  // Sleep mode=abort (core/engine_sleep.h): every request ends, finish_reason "abort", and
+  // its frontend is told (vLLM's _send_abort_outputs).
+  void AbortAllRequests() {
+    const std::vector<std::string> running = engine_->scheduler().RequestIds();
+    engine_->AbortRequests(running);
+    std::vector<std::pair<std::string, size_t>> ids;  // with the frontend to tell
+    for (const std::string& id : running) {
+      auto it = frontend_of_.find(id);
+      ids.emplace_back(id, it == frontend_of_.end() ? 0 : it->second);
+      if (it != frontend_of_.end()) frontend_of_.erase(it);
+    }
+    for (EngineSleep::Held& held : sleep_->TakeHeld()) {
+      ids.emplace_back(held.second.request_id, held.first);
+    }
+    if (ids.empty()) return;
+    std::vector<EngineCoreOutputs> outs(frontends_.size());
+    for (const auto& [id, f] : ids) {
+      EngineCoreOutput& o = outs[f].outputs.emplace_back();
+      o.request_id = id;
+      o.finish_reason = FinishReason::kAbort;
+      outs[f].finished_requests.push_back(id);
+    }
+    for (size_t f = 0; f < outs.size(); ++f) {
+      if (outs[f].outputs.empty()) continue;
+      outs[f].engine_index = options_.engine_index;
+      Send({kOutputKindOutputs, Encode(outs[f]), f});
+    }
+    spdlog::info("engine {}: sleep aborted {} requests", options_.engine_index, ids.size());
+  }
+
+  // The "wake_up" utility; fully awake: the requests held while paused go to the scheduler,
+  // and a sleep that still waited is answered Aborted.
+  absl::StatusOr<bool> WakeUp(const std::string& args) {
+    std::vector<EngineSleep::Held> resumed;
+    std::optional<EngineSleep::Pending> cancelled;
+    VLLM_ASSIGN_OR_RETURN(bool awake, sleep_->WakeUp(args, &resumed, &cancelled));
+    if (cancelled.has_value()) {
+      SendUtilityReply(cancelled->frontend, cancelled->call_id,
+                       absl::AbortedError("woken up before the requests finished"), Pack(false));
+    }
+    for (auto& [frontend, request] : resumed) AddRequest(frontend, std::move(request));
+    return awake;
+  }
+
+  // A sleep that waited for the requests to finish: answered once they have.
+  void MaybeFinishSleep() {
+    if (auto done = sleep_->MaybeFinish()) {
+      SendUtilityReply(done->first.frontend, done->first.call_id, done->second, Pack(true));
+    }
+  }
+
+  // The engine has requests to step and is neither paused nor asleep.
+  bool CanStep() { return engine_->scheduler().HasRequests() && sleep_->may_step(); }
 
   // Lockstep and some engine has work: this engine steps even without work of its own.
   bool InWave() const { return dp_ != nullptr && dp_->InWave(); }
@@ -519,9 +567,11 @@ class EngineCoreProc::Impl {
                  engine_->num_gpu_blocks());
     while (!stop_.load()) {
       TakeInputs();
+      MaybeFinishSleep();
       MaybeReport();
-      if (!engine_->scheduler().HasRequests() || sleep_level_ >= 0) {
-        if (InWave()) {
+      if (!CanStep()) {
+        // vLLM runs no dummy batch while the executor sleeps.
+        if (InWave() && !engine_->executor_sleeping()) {
           // Lockstep: another engine has work, so this one steps too.
           if (absl::Status s = dp_->DummyStep(engine_->executor()); !s.ok())
             return ReportExecutorFailure(s);
@@ -537,6 +587,7 @@ class EngineCoreProc::Impl {
       absl::StatusOr<EngineCore::StepResult> step = engine_->RunOneStep();
       if (!step.ok()) return ReportExecutorFailure(step.status());
       if (step->outputs.has_value()) SendStepOutputs(*step->outputs);
+      MaybeFinishSleep();
       MaybeReport();
       // Lockstep: a step that ran nothing (requests waiting for KV space) still steps the
       // model, as vLLM's busy loop does.
@@ -691,8 +742,7 @@ class EngineCoreProc::Impl {
   std::deque<FromFrontend> inputs_ ABSL_GUARDED_BY(mu_);
   absl::Status lost_ ABSL_GUARDED_BY(mu_);  // the frontend went silent (FrontendLost)
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
-  // The main loop's: -1 awake, else the level of the "sleep" utility call.
-  int32_t sleep_level_ = -1;
+  std::unique_ptr<EngineSleep> sleep_;  // the main loop's; made with engine_
 
   absl::Mutex out_mu_;
   std::deque<Output> outputs_ ABSL_GUARDED_BY(out_mu_);

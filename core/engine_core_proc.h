@@ -52,8 +52,10 @@
 // FinishReason::kError, and so is an ADD frame that does not decode but whose request_id can
 // still be read (core::RecoverRequestId); any other undecodable frame is logged and dropped
 // (its sender cannot be told). Utility methods: "reset_prefix_cache" (result: msgpack bool),
-// "sleep" (args: msgpack int level; 0 pauses scheduling until "wake_up", 1 and 2 are refused
-// with FailedPrecondition), "wake_up", "is_sleeping" (result: msgpack bool), "ping".
+// "sleep" (args: msgpack [level, mode] or level; core/engine_sleep.h: the pause, then at level
+// 1 and 2 the workers' memory freed; answered once the pause is complete), "wake_up" (args:
+// msgpack [tag, ...], empty for all; result: fully awake), "is_sleeping" (result: msgpack
+// bool), "ping".
 //
 // Threads: "vllm-ec-input" (decodes frames into the input queue), the caller's thread (main
 // loop: owns the EngineCore, which with --kv-events-config publishes each step's KV-cache

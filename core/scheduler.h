@@ -124,6 +124,13 @@ class Scheduler {
   size_t num_waiting_for_fsm() const { return waiting_for_fsm_.size(); }
   int32_t GetNumUnfinishedRequests() const { return static_cast<int32_t>(requests_.size()); }
   bool HasUnfinishedRequests() const { return !requests_.empty(); }
+  // Every unfinished request's id (a sleep with mode=abort aborts them all).
+  std::vector<std::string> RequestIds() const {
+    std::vector<std::string> ids;
+    ids.reserve(requests_.size());
+    for (const auto& [id, request] : requests_) ids.push_back(id);
+    return ids;
+  }
   // True when there is something to tell the workers even without unfinished requests.
   bool HasFinishedRequests() const { return !finished_req_ids_.empty(); }
   bool HasRequests() const {

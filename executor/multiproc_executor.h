@@ -104,6 +104,10 @@ class MultiprocExecutor final : public core::Executor {
   core::ModelOutputFuture ExecuteModelAsync(const core::SchedulerOutput& scheduler_output) override;
   // Every rank runs it (their collectives must match); rank 0 replies.
   absl::Status ExecuteDummyBatch() override;
+  // Every rank frees / re-creates its memory (worker_protocol.h sleep, wake_up); wake_up,
+  // which may read the weights again, has the start-up timeout.
+  absl::Status Sleep(int32_t level) override;
+  absl::Status WakeUp(bool weights, bool kv_cache) override;
   absl::Status CheckHealth() const override { return failure(); }
   // The pipeline's depth: the engine core keeps this many steps in flight.
   int32_t max_concurrent_batches() const override {

@@ -33,6 +33,10 @@ class UniProcExecutor final : public core::Executor {
   absl::StatusOr<core::ModelRunnerOutput> ExecuteModel(
       const core::SchedulerOutput& scheduler_output) override;
   absl::Status ExecuteDummyBatch() override { return worker_->ExecuteDummyBatch(); }
+  absl::Status Sleep(int32_t level) override { return worker_->Sleep(level); }
+  absl::Status WakeUp(bool weights, bool kv_cache) override {
+    return worker_->WakeUp(weights, kv_cache);
+  }
   void Shutdown() override { shut_down_ = true; }
 
   worker::Worker& worker() { return *worker_; }

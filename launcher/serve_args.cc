@@ -157,6 +157,11 @@ void AddModelFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
                "Always execute the model in eager mode: no CUDA graphs. Default: CUDA graphs "
                "for decode steps and eager execution for the rest.")
       ->group("ModelConfig");
+  app.add_flag("--enable-sleep-mode", c.model.enable_sleep_mode,
+               "Enable sleep mode: POST /sleep?level=1 frees the KV cache, level=2 the weights "
+               "too, /wake_up re-creates them (the routes need VLLM_SERVER_DEV_MODE=1). "
+               "Without it they pause scheduling and free nothing.")
+      ->group("ModelConfig");
   AddParsedOption(app, "--load-format", c.load.load_format, config::ParseLoadFormat,
                   "The format of the model weights to load: auto, safetensors, or dummy (random "
                   "weights, for profiling).")

@@ -379,7 +379,6 @@ std::string VllmFlagRefusalReason(const VllmServeFlag& flag) {
       {"--grpc", "the gRPC server is not implemented"},
       {"--grpc-port", "the gRPC server is not implemented"},
       {"--kv-cache-dtype", "the KV cache keeps the model's dtype"},
-      {"--enable-sleep-mode", "sleep mode is not implemented"},
   };
   for (const auto& [name, reason] : kByName) {
     if (flag.name == name) return std::string(reason);

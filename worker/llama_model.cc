@@ -168,6 +168,18 @@ absl::Status LlamaModel::LoadWeights(WeightSource& weights) {
   return absl::OkStatus();
 }
 
+void LlamaModel::ReleaseWeights() {
+  embed_tokens_ = {};
+  lm_head_ = {};
+  final_norm_ = {};
+  layers_ = {};
+}
+
+absl::Status LlamaModel::ReloadWeights(WeightSource& weights) {
+  ReleaseWeights();
+  return LoadWeights(weights);
+}
+
 absl::Status LlamaModel::LoadGemmaNorms(WeightSource& weights) {
   const std::vector<int64_t> shape = {config_.hidden_size};
   AddOne(final_norm_);

@@ -183,6 +183,12 @@ class LlamaModel {
   // Bytes of weights this rank holds.
   int64_t weight_bytes() const;
 
+  // Sleep mode, level 2 (model_backend.h): frees every weight of a model built by Load (not
+  // an EAGLE head); Forward must not run until ReloadWeights. ReloadWeights reads them again
+  // from `weights` (the same checkpoint), as Load did.
+  void ReleaseWeights();
+  [[nodiscard]] absl::Status ReloadWeights(WeightSource& weights);
+
  private:
   struct Layer {
     std::vector<float> input_norm;

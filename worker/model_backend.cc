@@ -1,5 +1,7 @@
 #include "worker/model_backend.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -39,6 +41,32 @@ DummyStep::DummyStep(int32_t num_tokens, int32_t num_seqs, int32_t max_seq_len)
 
 absl::Status CpuModelBackend::InitializeKVCache(int32_t num_blocks, int32_t block_size) {
   VLLM_ASSIGN_OR_RETURN(kv_cache_, model_->AllocateKVCache(num_blocks, block_size));
+  return absl::OkStatus();
+}
+
+absl::Status CpuModelBackend::ReleaseMemory(bool kv_cache, bool weights) {
+  if (kv_cache && kv_cache_.num_blocks > 0) {
+    released_blocks_ = kv_cache_.num_blocks;
+    released_block_size_ = kv_cache_.block_size;
+    kv_cache_ = KVCache{};  // munmap of every layer's pages
+  }
+  if (weights) {
+    model_->ReleaseWeights();
+    malloc_trim(0);  // the freed weights' heap pages back to the system, not kept by malloc
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuModelBackend::RestoreMemory(bool kv_cache, bool restore_weights,
+                                            WeightSource* weights) {
+  if (restore_weights) {
+    if (weights == nullptr) return absl::InternalError("RestoreMemory: no weight source");
+    VLLM_RETURN_IF_ERROR(model_->ReloadWeights(*weights));
+  }
+  if (kv_cache && released_blocks_ > 0) {
+    VLLM_RETURN_IF_ERROR(InitializeKVCache(released_blocks_, released_block_size_));
+    released_blocks_ = 0;
+  }
   return absl::OkStatus();
 }
 

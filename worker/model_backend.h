@@ -145,6 +145,21 @@ class ModelBackend {
                                                                   int32_t /*tp_rank*/) {
     return std::nullopt;
   }
+
+  // Sleep mode (vLLM's Worker.sleep / wake_up; Worker::Sleep). ReleaseMemory frees the KV
+  // cache when `kv_cache` and the weights when `weights` (what is already free stays so);
+  // nothing may Execute until RestoreMemory re-created both. RestoreMemory re-creates the
+  // KV cache (its former geometry, zeroed) when `kv_cache`, and the weights when
+  // `restore_weights`, read from `weights` (the checkpoint again, or the dummy source; CUDA
+  // fills dummy weights on the device, and `weights` may then be null). Unimplemented unless
+  // overridden.
+  [[nodiscard]] virtual absl::Status ReleaseMemory(bool /*kv_cache*/, bool /*weights*/) {
+    return absl::UnimplementedError("this model backend cannot free its memory (sleep mode)");
+  }
+  [[nodiscard]] virtual absl::Status RestoreMemory(bool /*kv_cache*/, bool /*restore_weights*/,
+                                                   WeightSource* /*weights*/) {
+    return absl::UnimplementedError("this model backend cannot free its memory (sleep mode)");
+  }
 };
 
 // LlamaModel with a float32 host KV cache; samples nothing on the "device".
@@ -167,6 +182,10 @@ class CpuModelBackend final : public ModelBackend {
   absl::Status Execute(const StepInputs& inputs, StepResult* result) override;
   std::optional<kv_transfer::KvCacheView> HostKvCacheView(int32_t tp_size,
                                                           int32_t tp_rank) override;
+  // Frees with munmap (the cache) and malloc_trim (the weights), so the pages go back to the
+  // system at once.
+  absl::Status ReleaseMemory(bool kv_cache, bool weights) override;
+  absl::Status RestoreMemory(bool kv_cache, bool restore_weights, WeightSource* weights) override;
 
   LlamaModel& model() { return *model_; }
 
@@ -174,6 +193,9 @@ class CpuModelBackend final : public ModelBackend {
   std::unique_ptr<LlamaModel> model_;
   const int64_t kv_cache_memory_bytes_;
   KVCache kv_cache_;
+  // The cache's geometry while ReleaseMemory has freed it (0 blocks: not freed).
+  int32_t released_blocks_ = 0;
+  int32_t released_block_size_ = 0;
 };
 
 }  // namespace vllm::worker

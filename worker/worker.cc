@@ -217,3 +217,41 @@ core::KVCacheSpec Worker::GetKVCacheSpec() const {
 }
 
 }  // namespace vllm::worker
+absl::Status Worker::Sleep(int32_t level) {
+  if (level != 1 && level != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("sleep level ", level, " (1 or 2 here)"));
+  }
+  if (kv_connector_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "sleep mode with --kv-transfer-config is not supported (the connector holds the KV "
+        "cache's addresses)");
+  }
+  if (!runner_->kv_cache_initialized()) {
+    return absl::FailedPreconditionError("sleep before InitializeKVCache");
+  }
+  const bool weights = level == 2;
+  VLLM_RETURN_IF_ERROR(runner_->backend().ReleaseMemory(/*kv_cache=*/true, weights));
+  kv_cache_asleep_ = true;
+  weights_asleep_ = weights_asleep_ || weights;
+  return absl::OkStatus();
+}
+
+absl::Status Worker::WakeUp(bool weights, bool kv_cache) {
+  const bool restore_weights = weights && weights_asleep_;
+  const bool restore_cache = kv_cache && kv_cache_asleep_;
+  std::unique_ptr<WeightSource> source;
+  const bool dummy = config_.load.load_format == LoadFormat::kDummy;
+  if (restore_weights && !(dummy && config_.device.device == Device::kCuda)) {
+    if (dummy) {
+      source = MakeDummyWeights(config_.model.seed);
+    } else {
+      VLLM_ASSIGN_OR_RETURN(source, OpenSafetensors(config_.model.model));
+    }
+  }
+  VLLM_RETURN_IF_ERROR(
+      runner_->backend().RestoreMemory(restore_cache, restore_weights, source.get()));
+  if (restore_weights) weights_asleep_ = false;
+  if (restore_cache) kv_cache_asleep_ = false;
+  return absl::OkStatus();
+}
+

@@ -98,6 +98,16 @@ class Worker {
   // Fails before InitializeKVCache, or with the backend's error.
   [[nodiscard]] absl::Status ExecuteDummyBatch();
 
+  // Sleep mode (vLLM's Worker.sleep / wake_up), while the engine runs no step: level 1 frees
+  // the KV cache, level 2 the KV cache and the weights (ModelBackend::ReleaseMemory). WakeUp
+  // re-creates the weights (read again from the model directory, or the dummy source) and/or
+  // the KV cache, as `weights` / `kv_cache` say; what is awake already stays as it is.
+  // FailedPrecondition with a KV connector (its view of the cache would go stale) or before
+  // InitializeKVCache; InvalidArgument for another level; the backend's or loader's errors.
+  // A draft in the worker keeps its weights and cache.
+  [[nodiscard]] absl::Status Sleep(int32_t level);
+  [[nodiscard]] absl::Status WakeUp(bool weights, bool kv_cache);
+
   const HfConfig& model_config() const { return runner_->backend().config(); }
   ModelRunner& runner() { return *runner_; }
   const config::VllmConfig& config() const { return config_; }
@@ -111,6 +121,8 @@ class Worker {
   kernels::Communicator* const comm_;
   std::string cluster_key_file_;
   std::unique_ptr<KVConnectorWorker> kv_connector_;
+  bool kv_cache_asleep_ = false;  // Sleep freed them; WakeUp has not re-created them
+  bool weights_asleep_ = false;
 };
 
 }  // namespace vllm::worker

@@ -322,6 +322,14 @@ class WorkerProc {
       VLLM_ASSIGN_OR_RETURN(const std::vector<std::string> handles, DecodeStageHandles(payload));
       return LinkStages(handles);
     }
+    if (method == kSleepMethod) {
+      VLLM_ASSIGN_OR_RETURN(const int32_t level, DecodeSleepLevel(payload));
+      return worker_->Sleep(level);
+    }
+    if (method == kWakeUpMethod) {
+      VLLM_ASSIGN_OR_RETURN(const WakeUpArgs args, DecodeWakeUpArgs(payload));
+      return worker_->WakeUp(args.weights, args.kv_cache);
+    }
     if (method == kEchoMethod) {
       *result = payload_;
       return absl::OkStatus();

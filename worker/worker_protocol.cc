@@ -367,6 +367,51 @@ absl::StatusOr<InitializeKVCacheArgs> DecodeInitializeKVCacheArgs(absl::Span<con
   }
 }
 
+std::string EncodeSleepLevel(int32_t level) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(1);
+  pk.pack(level);
+  return std::string(buffer.data(), buffer.size());
+}
+
+absl::StatusOr<int32_t> DecodeSleepLevel(absl::Span<const uint8_t> bytes) {
+  constexpr std::string_view kWhat = "sleep arguments";
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, kWhat, 0));
+  try {
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 1));
+    int32_t level = 0;
+    VLLM_RETURN_IF_ERROR(r.Int("level", &level));
+    VLLM_RETURN_IF_ERROR(CheckRange(kWhat, "level", level, 1, 2));
+    return level;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: malformed (%s)", kWhat, e.what()));
+  }
+}
+
+std::string EncodeWakeUpArgs(const WakeUpArgs& args) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_array(2);
+  pk.pack(args.weights);
+  pk.pack(args.kv_cache);
+  return std::string(buffer.data(), buffer.size());
+}
+
+absl::StatusOr<WakeUpArgs> DecodeWakeUpArgs(absl::Span<const uint8_t> bytes) {
+  constexpr std::string_view kWhat = "wake_up arguments";
+  VLLM_ASSIGN_OR_RETURN(auto handle, UnpackFlat(bytes, kWhat, 0));
+  try {
+    VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(handle.get(), kWhat, 2));
+    WakeUpArgs args;
+    VLLM_RETURN_IF_ERROR(r.Bool("weights", &args.weights));
+    VLLM_RETURN_IF_ERROR(r.Bool("kv_cache", &args.kv_cache));
+    return args;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: malformed (%s)", kWhat, e.what()));
+  }
+}
+
 absl::Status CheckEmptyPayload(absl::Span<const uint8_t> bytes, std::string_view what) {
   if (bytes.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(

@@ -39,6 +39,11 @@
 //                               when pipeline_parallel_size > 1: rank r of a stage after the
 //                               first attaches to the queue of rank r − tensor_parallel_size,
 //                               then both ends wait until connected.
+//   kSleepMethod                EncodeSleepLevel: msgpack [level] (1 or 2) → empty. Sleep mode
+//                               (Worker::Sleep): level 1 frees the KV cache, level 2 the
+//                               weights too.
+//   kWakeUpMethod               EncodeWakeUpArgs: msgpack [weights: bool, kv_cache: bool] →
+//                               empty (Worker::WakeUp: re-creates what the flags name).
 // "Empty" payloads are checked (CheckEmptyPayload): a non-empty one is InvalidArgument.
 #ifndef VLLM_WORKER_WORKER_PROTOCOL_H_
 #define VLLM_WORKER_WORKER_PROTOCOL_H_
@@ -67,6 +72,8 @@ inline constexpr char kEchoMethod[] = "echo";
 inline constexpr char kShutdownMethod[] = "shutdown";
 inline constexpr char kInitDeviceMethod[] = "init_device";
 inline constexpr char kInitPipelineMethod[] = "init_pipeline";
+inline constexpr char kSleepMethod[] = "sleep";
+inline constexpr char kWakeUpMethod[] = "wake_up";
 inline constexpr uint32_t kMaxHeaderBytes = 4096;
 
 struct CallHeader {
@@ -150,6 +157,18 @@ struct InitializeKVCacheArgs {
 std::string EncodeInitializeKVCacheArgs(const InitializeKVCacheArgs& args);
 [[nodiscard]] absl::StatusOr<InitializeKVCacheArgs> DecodeInitializeKVCacheArgs(
     absl::Span<const uint8_t> bytes);
+
+// sleep's argument: the level, 1 or 2.
+std::string EncodeSleepLevel(int32_t level);
+[[nodiscard]] absl::StatusOr<int32_t> DecodeSleepLevel(absl::Span<const uint8_t> bytes);
+
+// wake_up's argument: what to re-create (vLLM's wake_up tags "weights" and "kv_cache").
+struct WakeUpArgs {
+  bool weights = true;
+  bool kv_cache = true;
+};
+std::string EncodeWakeUpArgs(const WakeUpArgs& args);
+[[nodiscard]] absl::StatusOr<WakeUpArgs> DecodeWakeUpArgs(absl::Span<const uint8_t> bytes);
 
 // OK for an empty payload, InvalidArgument naming `what` otherwise.
 [[nodiscard]] absl::Status CheckEmptyPayload(absl::Span<const uint8_t> bytes,

@@ -84,8 +84,8 @@ class AsyncLLM final : public EngineClient {
   }
   // Utility calls to every engine (core/engine_core_proc.h).
   absl::StatusOr<bool> ResetPrefixCache() override;
-  absl::Status Sleep(int32_t level) override;
-  absl::StatusOr<bool> WakeUp() override;
+  absl::Status Sleep(int32_t level, const std::string& mode) override;
+  absl::StatusOr<bool> WakeUp(const std::vector<std::string>& tags) override;
   absl::StatusOr<bool> IsSleeping() override;
   std::vector<std::pair<std::string, std::string>> CacheConfigInfo() const override;
 
@@ -125,7 +125,8 @@ class AsyncLLM final : public EngineClient {
   std::optional<GenerateOutput> Process(const core::EngineCoreOutput& out, double timestamp,
                                         OutputCallback* cb, bool* abort_in_engine);
   // Runs utility `method` (msgpack `args`) on every live engine; the AND of their bools.
-  absl::StatusOr<bool> CallEveryEngine(const char* method, const std::string& args);
+  absl::StatusOr<bool> CallEveryEngine(const char* method, const std::string& args,
+                                       absl::Duration timeout = absl::Seconds(30));
   // Records one output batch's tokens in engine `engine`'s vllm:iteration_tokens_total.
   void ObserveIterationTokens(int32_t engine, int64_t tokens);
   void FailAll(const absl::Status& status);

@@ -15,6 +15,9 @@ namespace vllm::frontend {
 namespace {
 
 constexpr absl::Duration kUtilityTimeout = absl::Seconds(30);
+// A sleep with mode=wait answers once the engine's requests finished; a wake_up at level 2
+// reads the weights again.
+constexpr absl::Duration kSleepTimeout = absl::Minutes(10);
 
 absl::StatusOr<bool> DecodeBool(const std::string& result, const char* method) {
   VLLM_ASSIGN_OR_RETURN(
@@ -32,14 +35,14 @@ absl::StatusOr<bool> DecodeBool(const std::string& result, const char* method) {
 
 // Calls `method` on every live engine and ANDs their boolean answers (a dead engine is
 // skipped: /health reports it).
-absl::StatusOr<bool> AsyncLLM::CallEveryEngine(const char* method, const std::string& args) {
+absl::StatusOr<bool> AsyncLLM::CallEveryEngine(const char* method, const std::string& args,
+                                               absl::Duration timeout) {
   bool all = true;
   int32_t live = 0;
   for (int32_t e = 0; e < client_->num_engines(); ++e) {
     if (!client_->EngineFailure(e).ok()) continue;
     ++live;
-    VLLM_ASSIGN_OR_RETURN(std::string result,
-                          client_->CallUtility(method, kUtilityTimeout, e, args));
+    VLLM_ASSIGN_OR_RETURN(std::string result, client_->CallUtility(method, timeout, e, args));
     VLLM_ASSIGN_OR_RETURN(bool answer, DecodeBool(result, method));
     all = all && answer;
   }
@@ -51,13 +54,22 @@ absl::StatusOr<bool> AsyncLLM::ResetPrefixCache() {
   return CallEveryEngine("reset_prefix_cache", "");
 }
 
-absl::Status AsyncLLM::Sleep(int32_t level) {
+absl::Status AsyncLLM::Sleep(int32_t level, const std::string& mode) {
+  // The engine's "sleep" arguments: msgpack [level, mode] (core/engine_core_proc.h).
   msgpack::sbuffer b;
-  msgpack::pack(b, level);
-  return CallEveryEngine("sleep", std::string(b.data(), b.size())).status();
+  msgpack::packer<msgpack::sbuffer> pk(b);
+  pk.pack_array(2);
+  pk.pack(level);
+  pk.pack(mode);
+  return CallEveryEngine("sleep", std::string(b.data(), b.size()), kSleepTimeout).status();
 }
 
-absl::StatusOr<bool> AsyncLLM::WakeUp() { return CallEveryEngine("wake_up", ""); }
+absl::StatusOr<bool> AsyncLLM::WakeUp(const std::vector<std::string>& tags) {
+  // "wake_up": msgpack [tag, ...], empty for every tag (vLLM's tags=None).
+  msgpack::sbuffer b;
+  msgpack::pack(b, tags);
+  return CallEveryEngine("wake_up", std::string(b.data(), b.size()), kSleepTimeout);
+}
 
 absl::StatusOr<bool> AsyncLLM::IsSleeping() {
   // Sleeping when any engine is (vLLM's is_sleeping asks the one engine it has).

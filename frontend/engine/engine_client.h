@@ -271,16 +271,20 @@ class EngineClient {
   [[nodiscard]] virtual absl::StatusOr<bool> ResetPrefixCache() {
     return absl::UnimplementedError("this engine client cannot reset the prefix cache");
   }
-  // The dev-mode sleep family (vLLM's sleep / wake_up / is_sleeping): level 0 pauses
-  // scheduling; level 1 and 2 also abort every request, drop the prefix cache and free the KV
-  // cache (re-created by WakeUp). FailedPrecondition (HTTP 400) naming why where an engine
-  // cannot (see AsyncLLM).
-  [[nodiscard]] virtual absl::Status Sleep(int32_t level) {
+  // The dev-mode sleep family (vLLM's sleep / wake_up / is_sleeping): `mode` (abort, wait or
+  // keep) says what becomes of the requests in the engines, then level 0 pauses scheduling;
+  // level 1 also drops the prefix cache and frees the KV cache, level 2 the weights too
+  // (re-created by WakeUp; core/engine_core_proc.h). FailedPrecondition (HTTP 400) naming why
+  // where an engine cannot.
+  [[nodiscard]] virtual absl::Status Sleep(int32_t level, const std::string& mode) {
     (void)level;
+    (void)mode;
     return absl::UnimplementedError("this engine client cannot sleep");
   }
-  // Wakes every engine; true when all are awake.
-  [[nodiscard]] virtual absl::StatusOr<bool> WakeUp() {
+  // Wakes every engine (`tags` empty: everything; else "weights", "kv_cache", "scheduling");
+  // true when all are fully awake.
+  [[nodiscard]] virtual absl::StatusOr<bool> WakeUp(const std::vector<std::string>& tags) {
+    (void)tags;
     return absl::UnimplementedError("this engine client cannot wake up");
   }
   [[nodiscard]] virtual absl::StatusOr<bool> IsSleeping() { return false; }

@@ -27,6 +27,16 @@ std::string QueryParam(const std::string& query, const std::string& key) {
   return "";
 }
 
+// Every value of query parameter `key`, in order (FastAPI's query_params.getlist).
+std::vector<std::string> QueryParams(const std::string& query, const std::string& key) {
+  std::vector<std::string> values;
+  for (absl::string_view pair : absl::StrSplit(query, '&')) {
+    std::vector<absl::string_view> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    if (kv.size() == 2 && kv[0] == key) values.emplace_back(kv[1]);
+  }
+  return values;
+}
+
 // FastAPI's bool query parsing: true/false/1/0/yes/no/on/off (any case).
 absl::StatusOr<bool> BoolParam(const std::string& query, const std::string& key) {
   std::string v = QueryParam(query, key);
@@ -87,15 +97,20 @@ void Session::HandleDevRoute(const std::string& path, const std::string& query) 
   }
   ServerMetrics* metrics = &ctx_->metrics;
   if (path == "/wake_up") {
-    if (!QueryParam(query, "tags").empty()) {
-      return SendError(InvalidParam("tags", "tags: partial wake-up is not supported"));
-    }
-    return AnswerFromPrepPool([engine, metrics]() -> absl::StatusOr<nlohmann::json> {
-      VLLM_ASSIGN_OR_RETURN(bool awake, engine->WakeUp());
-      for (int32_t e = 0; e < metrics->num_engines(); ++e) {
-        metrics->engine(e).SetSleepState(!awake, 0);
+    // ?tags=weights&tags=kv_cache wakes those only (vLLM: none given wakes everything, and the
+    // answer's tags is then null).
+    std::vector<std::string> tags = QueryParams(query, "tags");
+    if (tags.size() > 8) return SendError(InvalidParam("tags", "tags: at most 8 values"));
+    return AnswerFromPrepPool([engine, metrics, tags]() -> absl::StatusOr<nlohmann::json> {
+      VLLM_ASSIGN_OR_RETURN(bool awake, engine->WakeUp(tags));
+      if (awake) {
+        for (int32_t e = 0; e < metrics->num_engines(); ++e) {
+          metrics->engine(e).SetSleepState(false, 0);
+        }
       }
-      return nlohmann::json{{"status", awake ? "awake" : "sleeping"}, {"tags", nullptr}};
+      return nlohmann::json{
+          {"status", awake ? "awake" : "sleeping"},
+          {"tags", tags.empty() ? nlohmann::json(nullptr) : nlohmann::json(tags)}};
     });
   }
   // /sleep?level=0..2&mode=abort|wait|keep (vLLM: 422 outside those).
@@ -106,14 +121,15 @@ void Session::HandleDevRoute(const std::string& path, const std::string& query) 
         http::status::unprocessable_entity,
         ErrorJson(422, "BadRequestError", "level: Input should be an integer between 0 and 2"));
   }
-  const std::string mode = QueryParam(query, "mode");
-  if (!mode.empty() && mode != "abort" && mode != "wait" && mode != "keep") {
+  std::string mode = QueryParam(query, "mode");
+  if (mode.empty()) mode = "abort";  // vLLM's default: requests in flight are aborted
+  if (mode != "abort" && mode != "wait" && mode != "keep") {
     return SendJson(
         http::status::unprocessable_entity,
         ErrorJson(422, "BadRequestError", "mode: Input should be 'abort', 'wait' or 'keep'"));
   }
-  AnswerFromPrepPool([engine, metrics, level]() -> absl::StatusOr<nlohmann::json> {
-    if (absl::Status s = engine->Sleep(level); !s.ok()) {
+  AnswerFromPrepPool([engine, metrics, level, mode]() -> absl::StatusOr<nlohmann::json> {
+    if (absl::Status s = engine->Sleep(level, mode); !s.ok()) {
       // The engines' refusal of a level is the request's fault: 400, not 500.
       if (absl::IsFailedPrecondition(s)) return InvalidParam("level", s.message());
       return s;

@@ -124,6 +124,19 @@ absl::StatusOr<std::unique_ptr<CudaLlamaModel>> CudaLlamaModel::Load(
   return model;
 }
 
+void CudaLlamaModel::ReleaseWeights() {
+  layers_.clear();
+  embed_tokens_ = lm_head_ = final_norm_ = nullptr;
+  tensors_.clear();  // cudaFree of every weight
+  weight_bytes_ = 0;
+}
+
+absl::Status CudaLlamaModel::ReloadWeights(WeightSource* weights, cudaStream_t stream) {
+  ReleaseWeights();
+  VLLM_RETURN_IF_ERROR(LoadWeights(weights, stream));
+  return CudaStatus(cudaStreamSynchronize(stream), "weight upload");
+}
+
 absl::StatusOr<void*> CudaLlamaModel::NewTensor(int64_t elems, const char* what) {
   VLLM_ASSIGN_OR_RETURN(DeviceBuffer b,
                         DeviceBuffer::Allocate(static_cast<size_t>(elems) * dtype_bytes(), what));

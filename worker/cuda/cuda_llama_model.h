@@ -153,6 +153,12 @@ class CudaLlamaModel {
   int32_t vocab_size() const { return config_.vocab_size; }
   // Bytes of weights on the device (this rank).
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Sleep mode, level 2 (model_backend.h): frees every weight tensor (weight_bytes() 0);
+  // Forward must not run until ReloadWeights uploads them again from `weights` (may be null
+  // with dummy weights) on `stream`, synchronised before it returns. The tensors' addresses
+  // change: graphs captured before are stale.
+  void ReleaseWeights();
+  [[nodiscard]] absl::Status ReloadWeights(WeightSource* weights, cudaStream_t stream);
   // Bytes of preallocated scratch, logits and attention workspace (not the GEMM workspace).
   int64_t activation_bytes() const { return activation_bytes_; }
 

@@ -388,6 +388,40 @@ absl::Status CudaModelBackend::InitializeKVCache(int32_t num_blocks, int32_t blo
   return CaptureGraphs();
 }
 
+absl::Status CudaModelBackend::ReleaseMemory(bool kv_cache, bool weights) {
+  VLLM_RETURN_IF_ERROR(SelectDevice());
+  VLLM_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "sleep"));
+  DestroyGraphs();
+  if (kv_cache && cache_.num_blocks > 0) {
+    released_blocks_ = cache_.num_blocks;
+    released_block_size_ = cache_.block_size;
+    cache_ = CudaKVCache{};
+  }
+  if (weights && !weights_released_) {
+    model_->ReleaseWeights();
+    weights_released_ = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelBackend::RestoreMemory(bool kv_cache, bool restore_weights,
+                                             WeightSource* weights) {
+  VLLM_RETURN_IF_ERROR(SelectDevice());
+  if (restore_weights && weights_released_) {
+    VLLM_RETURN_IF_ERROR(model_->ReloadWeights(weights, stream_));
+    weights_released_ = false;
+  }
+  if (kv_cache && released_blocks_ > 0) {
+    VLLM_ASSIGN_OR_RETURN(cache_, model_->AllocateKVCache(released_blocks_, released_block_size_));
+    released_blocks_ = 0;
+  }
+  // Graphs read both the weights and the cache: captured again once both are back.
+  if (weights_released_ || released_blocks_ > 0 || options_.enforce_eager) {
+    return absl::OkStatus();
+  }
+  return CaptureGraphs();
+}
+
 absl::Status CudaModelBackend::CaptureGraphs() {
   const absl::Time start = absl::Now();
   size_t free_before = 0, free_after = 0, total = 0;

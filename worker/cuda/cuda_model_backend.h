@@ -118,6 +118,12 @@ class CudaModelBackend final : public ModelBackend {
   // InvalidArgument when the batch exceeds the limits the backend was built for (more than
   // max_num_seqs sampled rows; logits_only rows may number up to the step's tokens).
   absl::Status Execute(const StepInputs& inputs, StepResult* result) override;
+  // Sleep mode: cudaFree of the cache and (level 2) the weights, the graphs destroyed (they
+  // point into both); RestoreMemory allocates and uploads them again and captures the graphs
+  // anew once both are back. Weights are not offloaded to host memory at level 1 (vLLM's
+  // CuMemAllocator does): they stay on the device.
+  absl::Status ReleaseMemory(bool kv_cache, bool weights) override;
+  absl::Status RestoreMemory(bool kv_cache, bool restore_weights, WeightSource* weights) override;
 
   CudaLlamaModel& model() { return *model_; }
   cudaStream_t stream() const { return stream_; }
@@ -199,6 +205,11 @@ class CudaModelBackend final : public ModelBackend {
   std::vector<int64_t> prompt_slots_;
   std::map<int32_t, cudaGraphExec_t> graphs_;
   int64_t num_graph_steps_ = 0;
+  // Sleep mode: the cache's geometry while it is freed (0 blocks: not freed), and whether the
+  // weights are.
+  int32_t released_blocks_ = 0;
+  int32_t released_block_size_ = 0;
+  bool weights_released_ = false;
 };
 
 // CudaModelBackend::Create as a ModelBackend (for Worker).

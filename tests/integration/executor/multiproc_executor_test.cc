@@ -2,7 +2,8 @@
 // fixtures give Hugging Face's greedy tokens with TP = 1, 2, 4, also under a randomized
 // add/abort load; a killed worker fails the engine within 1 s; a stopped (hung) worker is
 // reported after the timeout; malformed calls get error replies; start-up failures name the
-// rank. After every test no child process and no new /dev/shm entry of ours remains.
+// rank; sleep mode (levels 1 and 2) keeps the greedy tokens. After every test no child process and
+// no new /dev/shm entry of ours remains.
 #include "executor/multiproc_executor.h"
 
 #include <dirent.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -218,6 +220,40 @@ TEST_F(MultiprocExecutorTest, HungWorkerIsReportedAfterTheTimeout) {
   // The executor is failed for good; shutting down kills the stopped worker.
   EXPECT_FALSE((*executor)->CollectiveRpc("echo", "z", absl::Seconds(1)).ok());
   executor->reset();
+}
+
+// Sleep mode through the workers (worker_protocol.h sleep, wake_up): after level 2 (weights and
+// KV cache freed, read again on wake-up, in two steps by tags) and level 1 the same greedy
+// tokens come out.
+TEST_F(MultiprocExecutorTest, SleepAndWakeUpKeepTheGreedyTokens) {
+  const Reference ref = LoadReference("llama_gqa");
+  config::EngineArgs args = MpArgs("llama_gqa", 2);
+  args.config.model.enable_sleep_mode = true;
+  auto engine = frontend::LLMEngine::Create(args);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto generate = [&]() {
+    std::vector<core::EngineCoreRequest> requests;
+    for (size_t i = 0; i < ref.prompts.size(); ++i) {
+      requests.push_back(GreedyRequest(absl::StrCat("r", i), ref.prompts[i], ref.max_new_tokens));
+    }
+    auto outputs = (*engine)->Generate(std::move(requests));
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    for (size_t i = 0; outputs.ok() && i < outputs->size(); ++i) {
+      EXPECT_EQ((*outputs)[i].output_token_ids, ref.greedy[i]) << "prompt " << i;
+    }
+  };
+  generate();
+  core::EngineCore& core = (*engine)->engine_core();
+  ASSERT_TRUE(core.SleepExecutor(2).ok());
+  EXPECT_TRUE(core.executor_sleeping());
+  ASSERT_TRUE(core.WakeUpExecutor(std::vector<std::string>{"weights"}).ok());
+  EXPECT_TRUE(core.executor_sleeping());
+  ASSERT_TRUE(core.WakeUpExecutor(std::vector<std::string>{"kv_cache"}).ok());
+  EXPECT_FALSE(core.executor_sleeping());
+  generate();
+  ASSERT_TRUE(core.SleepExecutor(1).ok());
+  ASSERT_TRUE(core.WakeUpExecutor(std::nullopt).ok());
+  generate();
 }
 
 TEST_F(MultiprocExecutorTest, MalformedCallsGetErrorRepliesAndTheWorkersLiveOn) {

@@ -1,9 +1,13 @@
 // vLLM 0.33's other endpoints and its /metrics families against one real server on the bundled
 // model (VLLM_SERVER_DEV_MODE=1): /ping (GET and POST), /load, /version, /invocations
-// (dispatched by body shape), /reset_prefix_cache, the sleep family (level 0; levels 1-2
-// refused), /v1/messages (Anthropic, plain and streamed), and a diff of our /metrics families
-// (name and type) against vLLM 0.33's default list (tests/fixtures/vllm_0_33), with the
+// (dispatched by body shape), /reset_prefix_cache, the sleep family (--enable-sleep-mode:
+// level 0 pauses; levels 1 and 2 free the KV cache / and the weights, the engine's RSS falls by
+// at least half the KV cache, and a greedy request after wake_up gives the same tokens; partial
+// wake-up by tags), /v1/messages (Anthropic, plain and streamed), and a diff of our /metrics
+// families (name and type) against vLLM 0.33's default list (tests/fixtures/vllm_0_33), with the
 // per-request histograms and iteration tokens filled from real requests.
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -12,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -33,6 +38,33 @@ class ServeEndpointsTest : public testing::ServeTest {
   }
 };
 
+// VmRSS of `pid` in bytes (/proc/<pid>/status); -1 when unreadable.
+int64_t RssBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (absl::StartsWith(line, "VmRSS:")) {
+      std::istringstream fields(line.substr(6));
+      int64_t kib = -1;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return -1;
+}
+
+// The value of label `label` in /metrics' vllm:cache_config_info line; "" when absent.
+std::string CacheConfigLabel(const std::string& metrics, const std::string& label) {
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (!absl::StartsWith(line, "vllm:cache_config_info{")) continue;
+    const std::string key = label + "=\"";
+    const size_t at = line.find(key);
+    if (at == absl::string_view::npos) return "";
+    const size_t begin = at + key.size();
+    return std::string(line.substr(begin, line.find('"', begin) - begin));
+  }
+  return "";
+}
+
 // name -> type of every "# TYPE vllm:..." line.
 std::map<std::string, std::string> Families(const std::string& text) {
   std::map<std::string, std::string> out;
@@ -46,7 +78,8 @@ std::map<std::string, std::string> Families(const std::string& text) {
 
 TEST_F(ServeEndpointsTest, EndpointsAndMetricsAsVllm) {
   setenv("VLLM_SERVER_DEV_MODE", "1", 1);
-  ASSERT_NO_FATAL_FAILURE(StartServer());
+  // The CPU backend (even where a GPU is visible): the worker's RSS is measured below.
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--enable-sleep-mode", "--device", "cpu"}));
   unsetenv("VLLM_SERVER_DEV_MODE");
 
   EXPECT_EQ(Call("GET", "/ping").status, 200);
@@ -74,7 +107,7 @@ TEST_F(ServeEndpointsTest, EndpointsAndMetricsAsVllm) {
   EXPECT_EQ(external.status, 400);
   EXPECT_TRUE(absl::StrContains(external.body, "reset_external")) << external.body;
 
-  // Sleep level 0 pauses, wake_up resumes; levels 1-2 are refused by name; 3 is a 422.
+  // Sleep level 0 pauses, wake_up resumes; 3 is a 422.
   EXPECT_EQ(Call("POST", "/sleep?level=0").Json(), json({{"status", "sleeping"}, {"level", 0}}));
   EXPECT_EQ(Call("GET", "/is_sleeping").Json(), json({{"is_sleeping", true}}));
   const testing::MetricSamples asleep = testing::ScrapeMetrics(port_);
@@ -84,10 +117,43 @@ TEST_F(ServeEndpointsTest, EndpointsAndMetricsAsVllm) {
   EXPECT_EQ(asleep.at(awake_key), 0.0);
   EXPECT_EQ(Call("POST", "/wake_up").Json()["status"], "awake");
   EXPECT_EQ(Call("GET", "/is_sleeping").Json(), json({{"is_sleeping", false}}));
-  testing::HttpResponse level1 = Call("POST", "/sleep?level=1");
-  EXPECT_EQ(level1.status, 400);
-  EXPECT_TRUE(absl::StrContains(level1.body, "level")) << level1.body;
   EXPECT_EQ(Call("POST", "/sleep?level=3").status, 422);
+  EXPECT_EQ(Call("POST", "/sleep?level=1&mode=later").status, 422);
+
+  // Levels 1 and 2 free the KV cache (and the weights): the engine process's RSS (the worker
+  // runs in it at TP 1) falls by at least half the KV cache; the same greedy request gives the
+  // same tokens after wake_up. Level 2 wakes in two steps by tags.
+  const std::vector<pid_t> engines = testing::ChildrenRunning(server_->pid(), "engine-core");
+  ASSERT_EQ(engines.size(), 1u);
+  int64_t kv_bytes = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      CacheConfigLabel(Call("GET", "/metrics").body, "kv_cache_memory_bytes"), &kv_bytes));
+  ASSERT_GT(kv_bytes, 0);
+  const std::string greedy = R"({"prompt": "In the beginning", "max_tokens": 8, "temperature": 0})";
+  const json expected = Call("POST", "/v1/completions", greedy).Json()["choices"][0]["text"];
+  for (const int level : {1, 2}) {
+    SCOPED_TRACE(level);
+    const int64_t awake_rss = RssBytes(engines[0]);
+    EXPECT_EQ(Call("POST", "/sleep?level=" + std::to_string(level)).Json(),
+              json({{"status", "sleeping"}, {"level", level}}));
+    EXPECT_EQ(Call("GET", "/is_sleeping").Json(), json({{"is_sleeping", true}}));
+    const int64_t asleep_rss = RssBytes(engines[0]);
+    EXPECT_GE(awake_rss - asleep_rss, kv_bytes / 2)
+        << "RSS " << awake_rss << " -> " << asleep_rss << " bytes, KV cache " << kv_bytes;
+    std::printf("sleep level %d: engine RSS %.1f MiB -> %.1f MiB (KV cache %.1f MiB)\n", level,
+                awake_rss / 1048576.0, asleep_rss / 1048576.0, kv_bytes / 1048576.0);
+    if (level == 2) {
+      EXPECT_EQ(Call("POST", "/wake_up?tags=weights").Json(),
+                json({{"status", "sleeping"}, {"tags", json::array({"weights"})}}));
+      EXPECT_EQ(Call("GET", "/is_sleeping").Json(), json({{"is_sleeping", true}}));
+      EXPECT_EQ(Call("POST", "/wake_up?tags=kv_cache").Json(),
+                json({{"status", "awake"}, {"tags", json::array({"kv_cache"})}}));
+    } else {
+      EXPECT_EQ(Call("POST", "/wake_up").Json(), json({{"status", "awake"}, {"tags", nullptr}}));
+    }
+    EXPECT_EQ(Call("GET", "/is_sleeping").Json(), json({{"is_sleeping", false}}));
+    EXPECT_EQ(Call("POST", "/v1/completions", greedy).Json()["choices"][0]["text"], expected);
+  }
 
   // Anthropic Messages: plain, then streamed with Anthropic's event sequence.
   const json msg = {{"model", "kjv-llama-tiny"},

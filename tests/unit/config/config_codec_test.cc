@@ -24,6 +24,7 @@ VllmConfig Everything() {
   c.model.dtype = ModelDType::kBFloat16;
   c.model.seed = (uint64_t{1} << 63) + 5;
   c.model.enforce_eager = true;
+  c.model.enable_sleep_mode = true;
   c.model.max_logprobs = 33;
   c.cache.block_size = 32;
   c.cache.enable_prefix_caching = false;
@@ -134,35 +135,38 @@ TEST(ConfigCodecTest, WrongKindsNameTheField) {
       {2, [](auto& pk) { pk.pack(7); }, "VllmConfig.model"},
       {2,
        [](auto& pk) {
-         pk.pack_array(6);
+         pk.pack_array(7);
          pk.pack(std::string("m"));
          pk.pack(std::string("long"));  // max_model_len
          pk.pack(std::string("auto"));
          pk.pack(0);
          pk.pack(false);
          pk.pack(20);
+         pk.pack(false);
        },
        "VllmConfig.model.max_model_len"},
       {2,
        [](auto& pk) {
-         pk.pack_array(6);
+         pk.pack_array(7);
          pk.pack(std::string("m"));
          pk.pack(0);
          pk.pack(std::string("int4"));  // dtype
          pk.pack(0);
          pk.pack(false);
          pk.pack(20);
+         pk.pack(false);
        },
        "VllmConfig.model.dtype"},
       {2,
        [](auto& pk) {
-         pk.pack_array(6);
+         pk.pack_array(7);
          pk.pack(std::string("m"));
          pk.pack(0);
          pk.pack(std::string("auto"));
          pk.pack(0);
          pk.pack(false);
          pk.pack(100000);  // max_logprobs past kMaxLogprobsLimit
+         pk.pack(false);   // enable_sleep_mode
        },
        "--max-logprobs: 100000 is outside [0, 1024]"},
       {3,
