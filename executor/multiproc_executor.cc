@@ -654,6 +654,9 @@ core::ModelOutputFuture MultiprocExecutor::ExecuteModelAsync(const core::Schedul
 absl::Status MultiprocExecutor::ExecuteDummyBatch() {
   return CollectiveRpc(worker::kExecuteDummyBatchMethod, "", options_.execute_timeout,
                        output_rank())
+      .status();
+}
+
 absl::Status MultiprocExecutor::Sleep(int32_t level) {
   return CollectiveRpc(worker::kSleepMethod, worker::EncodeSleepLevel(level),
                        options_.execute_timeout)
@@ -664,9 +667,6 @@ absl::Status MultiprocExecutor::WakeUp(bool weights, bool kv_cache) {
   return CollectiveRpc(worker::kWakeUpMethod,
                        worker::EncodeWakeUpArgs({.weights = weights, .kv_cache = kv_cache}),
                        options_.startup_timeout)
-      .status();
-}
-
       .status();
 }
 

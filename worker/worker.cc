@@ -203,20 +203,6 @@ absl::Status Worker::ExecuteDummyBatch() {
   return runner_->backend().Execute(inputs, &result);
 }
 
-core::KVCacheSpec Worker::GetKVCacheSpec() const {
-  const ModelBackend& backend = runner_->backend();
-  core::KVCacheSpec spec;
-  const PpStage stage = backend.stage();
-  spec.num_layers = stage.end_layer - stage.first_layer;  // this stage's layers
-  spec.num_kv_heads = backend.num_kv_heads();
-  spec.head_dim = backend.config().head_dim;
-  spec.dtype_bytes = backend.kv_dtype_bytes();
-  if (runner_->drafter() != nullptr)
-    spec.draft_bytes_per_token = runner_->drafter()->kv_bytes_per_token();
-  return spec;
-}
-
-}  // namespace vllm::worker
 absl::Status Worker::Sleep(int32_t level) {
   if (level != 1 && level != 2) {
     return absl::InvalidArgumentError(absl::StrCat("sleep level ", level, " (1 or 2 here)"));
@@ -255,3 +241,17 @@ absl::Status Worker::WakeUp(bool weights, bool kv_cache) {
   return absl::OkStatus();
 }
 
+core::KVCacheSpec Worker::GetKVCacheSpec() const {
+  const ModelBackend& backend = runner_->backend();
+  core::KVCacheSpec spec;
+  const PpStage stage = backend.stage();
+  spec.num_layers = stage.end_layer - stage.first_layer;  // this stage's layers
+  spec.num_kv_heads = backend.num_kv_heads();
+  spec.head_dim = backend.config().head_dim;
+  spec.dtype_bytes = backend.kv_dtype_bytes();
+  if (runner_->drafter() != nullptr)
+    spec.draft_bytes_per_token = runner_->drafter()->kv_bytes_per_token();
+  return spec;
+}
+
+}  // namespace vllm::worker
