@@ -77,6 +77,11 @@ class AsyncLLM final : public EngineClient {
   absl::StatusOr<std::string> Detokenize(std::span<const int32_t> ids) const override;
   absl::StatusOr<std::vector<std::string>> TokenStrings(
       std::span<const int32_t> ids) const override;
+  absl::StatusOr<std::string> Decode(std::span<const int32_t> ids,
+                                     bool skip_special_tokens) const override {
+    return tokenizer_->Decode(ids, skip_special_tokens);
+  }
+  std::vector<int32_t> EosTokenIds() const override { return config_.eos_token_ids; }
   EngineStats Stats() const override;
   std::vector<EngineStatus> Engines() const override;
   int32_t NumSpeculativeTokens() const override {

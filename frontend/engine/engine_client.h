@@ -250,6 +250,16 @@ class EngineClient {
   [[nodiscard]] virtual absl::StatusOr<std::string> Detokenize(
       std::span<const int32_t> ids) const = 0;
 
+  // The text of generated `ids`, special tokens dropped when skip_special_tokens (beam search
+  // decodes its beams so). Defaults to Detokenize.
+  [[nodiscard]] virtual absl::StatusOr<std::string> Decode(std::span<const int32_t> ids,
+                                                           bool skip_special_tokens) const {
+    (void)skip_special_tokens;
+    return Detokenize(ids);
+  }
+  // The ids that end generation (the model's EOS ids); beam search completes a beam on them.
+  virtual std::vector<int32_t> EosTokenIds() const { return {}; }
+
   // The vocabulary's string of each id (HF's convert_ids_to_tokens: byte-level form, e.g.
   // "Ġthe"). InvalidArgument naming the first id outside the vocabulary.
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> TokenStrings(

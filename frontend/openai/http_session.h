@@ -33,6 +33,7 @@
 #include "frontend/openai/anthropic_messages.h"
 #include "frontend/openai/api_server.h"
 #include "frontend/openai/api_server_response.h"
+#include "frontend/openai/beam_search.h"
 #include "frontend/openai/metrics.h"
 #include "frontend/openai/openai_protocol.h"
 #include "nlohmann/json.hpp"
@@ -165,6 +166,8 @@ struct Generation {
   // The request's n and max_tokens (vllm:request_params_*).
   int32_t n = 1;
   std::optional<int32_t> max_tokens;
+  // use_beam_search: one search per prompt (aborted with the request).
+  std::vector<std::shared_ptr<BeamSearch>> beam_searches;
 };
 
 // What the preprocessing pool hands back to a session: the started engine requests, or why
@@ -175,11 +178,12 @@ struct Prepared {
   ResponseMeta meta;
   GenerationOptions options;
   bool logprobs = false;
-  std::vector<std::string> echo_texts;   // per prompt (echo), else empty
-  bool echo_logprobs = false;            // echo with logprobs
-  ChatOutputOptions chat_output;         // chat: reasoning and tool-call parsing
-  std::vector<std::string> request_ids;  // started in the engine, in choice order
-  bool anthropic = false;                // POST /v1/messages
+  std::vector<std::string> echo_texts;                     // per prompt (echo), else empty
+  bool echo_logprobs = false;                              // echo with logprobs
+  ChatOutputOptions chat_output;                           // chat: reasoning and tool-call parsing
+  std::vector<std::string> request_ids;                    // started in the engine, in choice order
+  bool anthropic = false;                                  // POST /v1/messages
+  std::vector<std::shared_ptr<BeamSearch>> beam_searches;  // use_beam_search: started
 };
 
 // An engine output that arrived before its generation was set up on the strand.

@@ -92,6 +92,9 @@ struct GenerationOptions {
   std::optional<std::string> cache_salt;
   // Chat: the text of the last message, when echo is set and its role is the response's.
   std::optional<std::string> chat_echo;
+  // vLLM's use_beam_search (n is the beam width) and length_penalty (beam_search.h).
+  bool use_beam_search = false;
+  double length_penalty = 1.0;
 };
 
 // One prompt of a completion request: text, or token ids when `text` is unset.

@@ -14,6 +14,7 @@
 #include "base/ordered_json.h"
 #include "base/status_macros.h"
 #include "frontend/engine/engine_client.h"
+#include "frontend/openai/beam_search.h"
 
 namespace vllm::frontend {
 namespace {
@@ -172,16 +173,6 @@ absl::Status Refuse(const char* field, const char* why) {
 }
 
 absl::Status RefuseUnimplemented(const Body& body, bool chat) {
-  VLLM_ASSIGN_OR_RETURN(std::optional<bool> beam, Bool(body, "use_beam_search"));
-  if (beam.value_or(false)) {
-    return Refuse("use_beam_search", "beam search is not implemented (it would be sampled)");
-  }
-  if (const Body* lp = Find(body, "length_penalty"); lp != nullptr) {
-    if (!lp->is_number()) return base::WrongTypeParam("length_penalty", "a number", *lp);
-    if (lp->get<double>() != 1.0) {
-      return Refuse("length_penalty", "it only scores beam search, which is not implemented");
-    }
-  }
   auto set = [&body](const char* field) {
     const Body* v = Find(body, field);
     return v != nullptr && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty());
@@ -305,7 +296,7 @@ absl::Status ParseVllmFields(const Body& body, bool chat, GenerationOptions* opt
     // vLLM's should_include_usage: continuous only together with include_usage.
     options->continuous_usage_stats = continuous.value_or(false) && options->include_usage;
   }
-  return absl::OkStatus();
+  return ParseBeamSearchFields(body, chat, options);  // use_beam_search, length_penalty
 }
 
 absl::StatusOr<std::optional<std::string>> ChatEcho(const Body& body,

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "frontend/openai/beam_search.h"
 #include "frontend/openai/http_session.h"
 
 namespace vllm::frontend::api_server_internal {
@@ -297,6 +298,19 @@ Prepared Session::Prepare(const PostTarget& target, ApiKind kind, uint64_t seria
   out.chat_output = std::move(parsed->chat_output);
   std::vector<GenerateRequest> requests =
       FanOut(parsed->prompts, out.options, out.meta.id, WallSeconds());
+  if (out.options.use_beam_search) {  // one search per prompt, over the engine (beam_search.h)
+    for (const GenerateRequest& r : requests) out.request_ids.push_back(r.request_id);
+    absl::StatusOr<std::vector<std::shared_ptr<BeamSearch>>> started = StartBeamSearches(
+        *ctx.engine, std::move(requests), out.options.n, out.options.length_penalty,
+        [&](int32_t i) { return MakeCallback(target, serial, i); });
+    if (!started.ok()) {
+      out.request_ids.clear();
+      out.status = started.status();
+      return out;
+    }
+    out.beam_searches = *std::move(started);
+    return out;
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     std::string id = requests[i].request_id;
     absl::Status status = ctx.engine->Generate(
@@ -316,6 +330,7 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
   if (serial != preparing_serial_ || closed_ || shutting_down_) {
     // The connection went away (or the server stops) while the request was prepared.
     for (const std::string& id : prepared.request_ids) ctx_->engine->Abort(id);
+    for (const auto& search : prepared.beam_searches) search->Abort();
     if (serial == preparing_serial_) {
       preparing_serial_ = 0;
       EndInFlight();
@@ -345,6 +360,7 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
     gen.assembler->SetEchoLogprobs(prepared.options.params.logprobs.value_or(0));
   }
   for (std::string& id : prepared.request_ids) gen.subs.emplace_back().id = std::move(id);
+  gen.beam_searches = std::move(prepared.beam_searches);
   if (prepared.anthropic) gen.anthropic = std::make_unique<AnthropicStream>();
   gen.n = prepared.options.n;
   gen.max_tokens = prepared.options.params.max_tokens;
@@ -455,6 +471,7 @@ void Session::FailGeneration(const absl::Status& status) {
 
 void Session::AbortUnfinished(std::optional<core::FinishReason> reason) {
   if (!gen_.has_value()) return;
+  for (const auto& search : gen_->beam_searches) search->Abort();
   for (SubRequest& sub : gen_->subs) {
     if (!sub.finished) {
       ctx_->engine->Abort(sub.id);

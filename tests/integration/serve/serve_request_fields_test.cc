@@ -4,6 +4,7 @@
 // vLLM, or refused with a 400 naming it. A field of the list without a row here fails the test,
 // so a field a newer vLLM adds shows up as a failing row. One server for every row.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -117,6 +118,103 @@ TEST_F(ServeRequestFieldsTest, EveryVllmFieldIsHonouredOrRefused) {
     }
     it->second(*this, cls == "ChatCompletionRequest");
   }
+}
+
+// Each choice's token logprobs (completions: logprobs.token_logprobs; chat: logprobs.content).
+std::vector<double> TokenLogprobs(bool chat, const json& choice) {
+  std::vector<double> out;
+  if (!chat) return choice["logprobs"]["token_logprobs"].get<std::vector<double>>();
+  for (const json& c : choice["logprobs"]["content"]) out.push_back(c["logprob"].get<double>());
+  return out;
+}
+
+double Sum(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s;
+}
+
+// vLLM's use_beam_search: n beams, each step's candidates from 2 x n logprobs, the best n
+// sorted by score; ignore_eos, so every beam's cumulative logprob is its tokens' sum.
+void BeamSearchRow(ServeRequestFieldsTest& t, bool chat) {
+  const json logprobs = chat ? json(true) : json(1);
+  const json greedy =
+      t.Gen(chat, {{"max_tokens", 6}, {"ignore_eos", true}, {"logprobs", logprobs}});
+  const double greedy_sum = Sum(TokenLogprobs(chat, greedy["choices"][0]));
+  for (int n : {2, 3}) {
+    SCOPED_TRACE(n);
+    json r = t.Gen(chat, {{"use_beam_search", true},
+                          {"n", n},
+                          {"max_tokens", 6},
+                          {"ignore_eos", true},
+                          {"logprobs", logprobs},
+                          {"return_token_ids", true}});
+    ASSERT_EQ(r["choices"].size(), static_cast<size_t>(n)) << r.dump();
+    std::set<std::vector<int32_t>> distinct;
+    double previous = 1.0;
+    for (const json& c : r["choices"]) {
+      distinct.insert(c["token_ids"].get<std::vector<int32_t>>());
+      EXPECT_EQ(c["token_ids"].size(), 6u);
+      EXPECT_EQ(c["finish_reason"], "length");
+      const double sum = Sum(TokenLogprobs(chat, c));
+      EXPECT_LE(sum, previous + 1e-4) << "not sorted by cumulative logprob: " << r.dump();
+      previous = sum;
+    }
+    EXPECT_EQ(distinct.size(), static_cast<size_t>(n)) << r.dump();
+    EXPECT_GE(Sum(TokenLogprobs(chat, r["choices"][0])), greedy_sum - 1e-4) << r.dump();
+    EXPECT_EQ(r["usage"]["completion_tokens"], 6 * n);
+  }
+  t.Refused(chat, {{"use_beam_search", true}, {"allowed_token_ids", {5, 6}}}, "allowed_token_ids");
+  if (!chat) {  // vLLM's completions refuse these; its chat streams the beams whole
+    t.Refused(chat, {{"use_beam_search", true}, {"stream", true}}, "beam search");
+    t.Refused(chat, {{"use_beam_search", true}, {"echo", true}, {"logprobs", 1}}, "echo");
+    return;
+  }
+  const json body{{"use_beam_search", true}, {"n", 2}, {"max_tokens", 4}, {"ignore_eos", true}};
+  json whole = t.Gen(chat, body);
+  testing::StreamResult s = t.Stream(chat, body);
+  ASSERT_TRUE(s.done) << s.error;
+  std::string text[2];
+  for (const json& e : s.events) {
+    for (const json& c : e["choices"]) {
+      if (c["delta"]["content"].is_string()) {
+        text[c["index"].get<int>()] += c["delta"]["content"].get<std::string>();
+      }
+    }
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(text[i], whole["choices"][i]["message"]["content"]);
+}
+
+// length_penalty: beams ended by EOS (in their logprobs with include_stop_str_in_output) are
+// shorter; the choices are sorted by cumulative logprob / length ^ length_penalty, so a
+// penalty favouring length reorders them.
+void LengthPenaltyRow(ServeRequestFieldsTest& t, bool chat) {
+  std::vector<std::vector<int32_t>> order[2];
+  const double penalties[2] = {0.0, 3.0};
+  for (int p = 0; p < 2; ++p) {
+    json r = t.Gen(chat, {{"use_beam_search", true},
+                          {"n", 4},
+                          {"max_tokens", 8},
+                          {"length_penalty", penalties[p]},
+                          {"include_stop_str_in_output", true},
+                          {"logprobs", chat ? json(true) : json(1)},
+                          {"return_token_ids", true}});
+    ASSERT_EQ(r["choices"].size(), 4u) << r.dump();
+    double previous = 1e9;
+    for (const json& c : r["choices"]) {
+      order[p].push_back(c["token_ids"].get<std::vector<int32_t>>());
+      const double len = static_cast<double>(std::max<size_t>(c["token_ids"].size(), 1));
+      const double score = Sum(TokenLogprobs(chat, c)) / std::pow(len, penalties[p]);
+      EXPECT_LE(score, previous + 1e-4) << "not sorted by score: " << r.dump();
+      previous = score;
+    }
+  }
+  // The completion's prompt ends a verse, so EOS ends some beams early; the chat's beams all
+  // run to max_tokens (equal lengths: the same order whatever the penalty).
+  if (!chat) {
+    EXPECT_NE(order[0], order[1]) << "length_penalty changed nothing";
+  }
+  t.Refused(chat, {{"use_beam_search", true}, {"length_penalty", "long"}}, "length_penalty");
 }
 
 // Rows for the sampling fields.
@@ -374,8 +472,8 @@ void AddRequestRows(std::map<std::string, Row>* rows) {
               "structured_outputs");
   };
   r["suffix"] = refused({{"suffix", "amen"}}, {{"suffix", ""}});
-  r["use_beam_search"] = refused({{"use_beam_search", true}}, {{"use_beam_search", false}});
-  r["length_penalty"] = refused({{"length_penalty", 2.0}}, {{"length_penalty", 1.0}});
+  r["use_beam_search"] = BeamSearchRow;
+  r["length_penalty"] = LengthPenaltyRow;
   r["logprob_token_ids"] = refused({{"logprob_token_ids", {5}}}, nullptr);
   r["prompt_embeds"] = refused({{"prompt_embeds", "AAAA"}}, nullptr);
   r["ec_transfer_params"] = refused({{"ec_transfer_params", {{"x", 1}}}}, nullptr);
