@@ -36,7 +36,11 @@ const std::vector<std::string>& TableMetrics() {
   return *kMetrics;
 }
 
-std::string Label(const ParamItem& item) { return item.empty() ? "(default)" : item.AsText(); }
+// A combination as the table shows it: its _benchmark_name, else its "k=v" pairs.
+std::string Label(const ParamItem& item) {
+  if (item.empty()) return "(default)";
+  return item.params().contains("_benchmark_name") ? item.Name() : item.AsText();
+}
 
 // The mean of `key` over `runs`; nullopt when some run lacks it or it is not a number.
 std::optional<double> MeanOf(const std::vector<Json>& runs, const std::string& key) {
