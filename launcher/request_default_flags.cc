@@ -40,6 +40,18 @@ void AddRequestDefaultFlags(CLI::App& app, frontend::ServingFlags& serving) {
          "How message content reaches the chat template: string (parts joined), openai (a "
          "list of {type, text} parts), or auto (detected from the template). Default: auto.")
       ->group("Frontend");
+  app.add_option_function<std::string>(
+         "--default-chat-template-kwargs",
+         [&serving](const std::string& v) { Set(serving, &F::default_chat_template_kwargs, v); },
+         "A JSON object of chat template variables under every chat request's "
+         "chat_template_kwargs, e.g. '{\"enable_thinking\": false}'.")
+      ->group("Frontend");
+  app.add_flag("--return-tokens-as-token-ids", serving.return_tokens_as_token_ids,
+               "Logprobs' tokens as 'token_id:<id>' unless a request says otherwise.")
+      ->group("Frontend");
+  app.add_flag("--enable-force-include-usage", serving.enable_force_include_usage,
+               "Every streamed response carries usage, in every chunk.")
+      ->group("Frontend");
 }
 
 }  // namespace vllm::launcher

@@ -1,6 +1,7 @@
 // vLLM 0.33's serve flags behind the server's request defaults (frontend/openai/
-// request_defaults.h): --generation-config, --override-generation-config and
-// --chat-template-content-format, bound to ServeArgs::serving and checked as parsed.
+// request_defaults.h): --generation-config, --override-generation-config,
+// --chat-template-content-format, --default-chat-template-kwargs, --return-tokens-as-token-ids
+// and --enable-force-include-usage, bound to ServeArgs::serving and checked as parsed.
 #ifndef VLLM_LAUNCHER_REQUEST_DEFAULT_FLAGS_H_
 #define VLLM_LAUNCHER_REQUEST_DEFAULT_FLAGS_H_
 

@@ -137,6 +137,17 @@ absl::Status CheckServingFlags(const ServingFlags& flags) {
   if (flags.generation_config.empty()) {
     return absl::InvalidArgumentError("--generation-config: empty (auto, vllm or a folder)");
   }
+  if (flags.default_chat_template_kwargs.size() > kMaxServingFlagBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--default-chat-template-kwargs: over ", kMaxServingFlagBytes, " bytes"));
+  }
+  if (!flags.default_chat_template_kwargs.empty()) {
+    VLLM_ASSIGN_OR_RETURN(ordered_json k, base::ParseOrderedJson(flags.default_chat_template_kwargs,
+                                                                 "--default-chat-template-kwargs"));
+    if (!k.is_object()) {
+      return absl::InvalidArgumentError("--default-chat-template-kwargs: not a JSON object");
+    }
+  }
   if (flags.override_generation_config.empty()) return absl::OkStatus();
   if (flags.override_generation_config.size() > kMaxServingFlagBytes) {
     return absl::InvalidArgumentError(
@@ -211,6 +222,13 @@ absl::StatusOr<RequestDefaults> ResolveRequestDefaults(const std::filesystem::pa
         src == "auto" ? std::string("the model's `generation_config.json`") : src,
         DescribeSamplingDefaults(out.sampling));
   }
+  if (!flags.default_chat_template_kwargs.empty()) {
+    VLLM_ASSIGN_OR_RETURN(out.chat_template_kwargs,
+                          base::ParseOrderedJson(flags.default_chat_template_kwargs,
+                                                 "--default-chat-template-kwargs"));
+  }
+  out.return_tokens_as_token_ids = flags.return_tokens_as_token_ids;
+  out.force_include_usage = flags.enable_force_include_usage;
   const std::string& format = flags.chat_template_content_format;
   if (format == "auto") {
     out.content_format = DetectContentFormat(chat_template);
@@ -243,6 +261,28 @@ void ApplySamplingDefaults(const RequestDefaults& defaults, ordered_json* body) 
     if (key == "max_tokens") continue;
     if (base::FindField(*body, key.c_str()) == nullptr) (*body)[key] = value;
   }
+  if (defaults.return_tokens_as_token_ids &&
+      base::FindField(*body, "return_tokens_as_token_ids") == nullptr) {
+    (*body)["return_tokens_as_token_ids"] = true;
+  }
+  const ordered_json* stream = base::FindField(*body, "stream");
+  const ordered_json* options = base::FindField(*body, "stream_options");
+  if (defaults.force_include_usage && stream != nullptr && *stream == true &&
+      (options == nullptr || options->is_object())) {
+    (*body)["stream_options"] = {{"include_usage", true}, {"continuous_usage_stats", true}};
+  }
+  if (defaults.chat_template_kwargs.empty() || base::FindField(*body, "messages") == nullptr) {
+    return;
+  }
+  const ordered_json* own = base::FindField(*body, "chat_template_kwargs");
+  if (own != nullptr && !own->is_object()) return;  // TemplateKwargs names the error
+  ordered_json merged = defaults.chat_template_kwargs;
+  if (own != nullptr) {
+    for (const auto& [key, value] : own->items()) {
+      if (!value.is_null() && value != "auto") merged[key] = value;
+    }
+  }
+  (*body)["chat_template_kwargs"] = std::move(merged);
 }
 
 void ApplyContentFormat(const RequestDefaults& defaults, const ordered_json& body,

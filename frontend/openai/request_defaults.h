@@ -45,6 +45,11 @@ struct RequestDefaults {
   // --chat-template-content-format, "auto" resolved against the chat template (see
   // DetectContentFormat).
   ContentFormat content_format = ContentFormat::kString;
+  // --default-chat-template-kwargs (empty: none), --return-tokens-as-token-ids,
+  // --enable-force-include-usage.
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool return_tokens_as_token_ids = false;
+  bool force_include_usage = false;
 };
 
 // Reads the generation config `flags` names for the model in `model_dir` and merges the
@@ -65,8 +70,12 @@ std::string DescribeSamplingDefaults(const nlohmann::ordered_json& sampling);
 ContentFormat DetectContentFormat(std::string_view chat_template);
 
 // Sets each default sampling field (max_tokens excepted: ApplyMaxTokensDefault) the body leaves
-// out or sets to null, so the request parses as if it had sent it. Chat's max_completion_tokens
-// counts as max_tokens.
+// out or sets to null, so the request parses as if it had sent it; likewise
+// return_tokens_as_token_ids (the server's when the request has none), a stream's
+// stream_options with --enable-force-include-usage ({"include_usage": true,
+// "continuous_usage_stats": true}, whatever the request's, as vLLM's should_include_usage), and
+// a chat's chat_template_kwargs over the defaults (vLLM's merge_kwargs: the request's keys win
+// unless null or "auto").
 void ApplySamplingDefaults(const RequestDefaults& defaults, nlohmann::ordered_json* body);
 
 // vLLM's get_max_tokens with the defaults: a request without max_tokens gets the default

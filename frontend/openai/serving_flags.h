@@ -9,7 +9,8 @@
 
 namespace vllm::frontend {
 
-// The longest --override-generation-config and --generation-config path.
+// The longest --override-generation-config, --default-chat-template-kwargs and
+// --generation-config path.
 inline constexpr size_t kMaxServingFlagBytes = 4096;
 
 // The flags as given.
@@ -22,6 +23,13 @@ struct ServingFlags {
   std::string override_generation_config;
   // --chat-template-content-format: "auto", "string" or "openai".
   std::string chat_template_content_format = "auto";
+  // --default-chat-template-kwargs: a JSON object under every chat request's
+  // chat_template_kwargs ("" none).
+  std::string default_chat_template_kwargs;
+  // --return-tokens-as-token-ids: logprobs' tokens as "token_id:<id>" unless a request says.
+  bool return_tokens_as_token_ids = false;
+  // --enable-force-include-usage: every stream carries usage (and continuous usage).
+  bool enable_force_include_usage = false;
   bool operator==(const ServingFlags&) const = default;
 };
 

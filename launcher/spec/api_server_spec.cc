@@ -103,14 +103,17 @@ absl::Status ReadFrontend(const msgpack::object& o, FrontendSettings* f) {
 }
 
 void PackServing(Packer& pk, const frontend::ServingFlags& s) {
-  pk.pack_array(3);
+  pk.pack_array(6);
   pk.pack(s.generation_config);
   pk.pack(s.override_generation_config);
   pk.pack(s.chat_template_content_format);
+  pk.pack(s.default_chat_template_kwargs);
+  pk.pack(s.return_tokens_as_token_ids);
+  pk.pack(s.enable_force_include_usage);
 }
 
 absl::Status ReadServing(const msgpack::object& o, frontend::ServingFlags* s) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ApiServerSpec.serving", 3));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ApiServerSpec.serving", 6));
   VLLM_RETURN_IF_ERROR(r.String("generation_config", kMaxSpecString, &s->generation_config));
   VLLM_RETURN_IF_ERROR(
       r.String("override_generation_config", kMaxSpecString, &s->override_generation_config));
@@ -120,7 +123,10 @@ absl::Status ReadServing(const msgpack::object& o, frontend::ServingFlags* s) {
   if (f != "auto" && f != "string" && f != "openai") {
     return r.Error("chat_template_content_format", "expected auto, string or openai");
   }
-  return absl::OkStatus();
+  VLLM_RETURN_IF_ERROR(
+      r.String("default_chat_template_kwargs", kMaxSpecString, &s->default_chat_template_kwargs));
+  VLLM_RETURN_IF_ERROR(r.Bool("return_tokens_as_token_ids", &s->return_tokens_as_token_ids));
+  return r.Bool("enable_force_include_usage", &s->enable_force_include_usage);
 }
 
 absl::Status ReadCoordinator(const msgpack::object& o, DpCoordinatorAddresses* c) {
@@ -155,6 +161,8 @@ absl::StatusOr<std::string> EncodeApiServerSpec(const ApiServerSpec& s) {
                                    s.serving.override_generation_config, kMaxSpecString));
   VLLM_RETURN_IF_ERROR(
       CheckLength("serving.generation_config", s.serving.generation_config, kMaxSpecString));
+  VLLM_RETURN_IF_ERROR(CheckLength("serving.default_chat_template_kwargs",
+                                   s.serving.default_chat_template_kwargs, kMaxSpecString));
   const std::string config = config::EncodeVllmConfig(s.config);
   if (config.size() > config::kMaxEncodedConfigBytes) {
     return absl::InvalidArgumentError("ApiServerSpec.vllm_config: over the limit");

@@ -11,7 +11,9 @@
 //                     cluster_key_file]
 //       coordinator: [stats, publish, waves, report_key_hex]   (all "": none)
 //       serving:     [generation_config, override_generation_config,
-//                     chat_template_content_format]   (frontend::ServingFlags)
+//                     chat_template_content_format, default_chat_template_kwargs,
+//                     return_tokens_as_token_ids, enable_force_include_usage]
+//                    (frontend::ServingFlags)
 //   (strings ≤ kMaxSpecString bytes; chat_template ≤ kMaxChatTemplateBytes)
 //   launcher → API server   ["engine_dead", rank, why]     a local engine core ended
 //   API server → launcher   ["handshake", address]         its client's handshake socket (first)

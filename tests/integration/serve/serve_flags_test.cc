@@ -272,13 +272,37 @@ void ServeFlagsTest::CheckRequestDefaults(const std::string& gen_dir) {
     const nlohmann::json body = {{"prompt", prompt}, {"add_special_tokens", false}};
     return Request(port_, "POST", "/tokenize", body.dump(), "").Json().value("count", -1);
   };
-  const nlohmann::json chat = {{"messages", {{{"role", "user"}, {"content", "Choose"}}}},
-                               {"max_tokens", 1}};
-  const nlohmann::json r = Request(port_, "POST", "/v1/chat/completions", chat.dump(), "").Json();
-  const int prompt_tokens = r.contains("usage") ? r["usage"].value("prompt_tokens", -1) : -1;
-  Covered("--chat-template-content-format",
-          prompt_tokens == count("list list list Choose") && prompt_tokens != count("S:Choose"),
-          r.dump());
+  auto chat = [&](const nlohmann::json& kwargs) {
+    nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", "Choose"}}}},
+                           {"max_tokens", 1}};
+    if (!kwargs.is_null()) body["chat_template_kwargs"] = kwargs;
+    const nlohmann::json r = Request(port_, "POST", "/v1/chat/completions", body.dump(), "").Json();
+    return r.contains("usage") ? r["usage"].value("prompt_tokens", -1) : -1;
+  };
+  const int prompt_tokens = chat(nullptr);
+  Covered(
+      "--chat-template-content-format",
+      prompt_tokens == count("hi list list list Choose") && prompt_tokens != count("hi S:Choose"),
+      absl::StrCat(prompt_tokens));
+  // The template's `greeting` from --default-chat-template-kwargs, a request's own winning.
+  Covered("--default-chat-template-kwargs",
+          chat({{"greeting", "hello there my friend"}}) ==
+                  count("hello there my friend list list list Choose") &&
+              prompt_tokens != chat({{"greeting", "hello there my friend"}}),
+          absl::StrCat(prompt_tokens));
+  const nlohmann::json logprobs = complete({{"logprobs", 1}, {"max_tokens", 1}});
+  Covered("--return-tokens-as-token-ids",
+          logprobs.contains("choices") &&
+              absl::StartsWith(logprobs["choices"][0]["logprobs"]["tokens"][0].get<std::string>(),
+                               "token_id:"),
+          logprobs.dump());
+  // A stream without stream_options carries usage in every chunk.
+  const nlohmann::json stream_body = {{"prompt", "In the beginning"}, {"stream", true}};
+  const std::string sse = Request(port_, "POST", "/v1/completions", stream_body.dump(), "").body;
+  Covered("--enable-force-include-usage",
+          absl::StrContains(sse, "\"completion_tokens\":1") &&
+              absl::StrContains(sse, "\"completion_tokens\":3"),
+          sse);
 }
 
 TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
@@ -730,9 +754,10 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   ASSERT_NO_FATAL_FAILURE(Start(
       {"--api-server-count", "2", "--generation-config", gen_dir, "--override-generation-config",
        R"({"max_new_tokens": 3})", "--chat-template",
-       "{% for m in messages %}{% if m['content'] is string %}S:{{ m['content'] }}{% else %}list "
-       "list list {{ m['content'][0]['text'] }}{% endif %}{% endfor %}",
-       "--chat-template-content-format", "openai"}));
+       "{{ greeting }} {% for m in messages %}{% if m['content'] is string %}S:{{ m['content'] }}"
+       "{% else %}list list list {{ m['content'][0]['text'] }}{% endif %}{% endfor %}",
+       "--chat-template-content-format", "openai", "--default-chat-template-kwargs",
+       R"({"greeting": "hi"})", "--return-tokens-as-token-ids", "--enable-force-include-usage"}));
   CheckRequestDefaults(gen_dir);
   std::filesystem::remove_all(gen_dir);
   {

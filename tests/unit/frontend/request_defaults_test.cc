@@ -122,6 +122,28 @@ TEST(RequestDefaults, SamplingDefaultsFillWhatTheBodyLeavesOut) {
   EXPECT_FALSE(body.contains("max_tokens"));  // ApplyMaxTokensDefault's
 }
 
+TEST(RequestDefaults, ServerFlagsFillTheBody) {
+  RequestDefaults d;
+  d.return_tokens_as_token_ids = true;
+  d.force_include_usage = true;
+  d.chat_template_kwargs = ordered_json::parse(R"({"enable_thinking": false, "x": 1})");
+  ordered_json chat = ordered_json::parse(
+      R"({"messages": [], "stream": true, "stream_options": {"include_usage": false},
+          "chat_template_kwargs": {"x": 2, "y": null, "enable_thinking": "auto"}})");
+  ApplySamplingDefaults(d, &chat);
+  EXPECT_EQ(chat["return_tokens_as_token_ids"], true);
+  EXPECT_EQ(chat["stream_options"].dump(),
+            R"({"include_usage":true,"continuous_usage_stats":true})");
+  // vLLM's merge_kwargs: the request's keys win unless null or "auto".
+  EXPECT_EQ(chat["chat_template_kwargs"].dump(), R"({"enable_thinking":false,"x":2})");
+  ordered_json plain =
+      ordered_json::parse(R"({"prompt": "x", "return_tokens_as_token_ids": false})");
+  ApplySamplingDefaults(d, &plain);
+  EXPECT_EQ(plain["return_tokens_as_token_ids"], false);  // the request's own
+  EXPECT_FALSE(plain.contains("stream_options"));         // not a stream
+  EXPECT_FALSE(plain.contains("chat_template_kwargs"));   // not a chat
+}
+
 TEST(RequestDefaults, DetectsTemplatesThatLoopOverContent) {
   const std::string llama =
       "{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "

@@ -46,6 +46,9 @@ ApiServerSpec Everything() {
   s.serving.generation_config = "/etc/gen";
   s.serving.override_generation_config = R"({"temperature": 0.5})";
   s.serving.chat_template_content_format = "openai";
+  s.serving.default_chat_template_kwargs = R"({"enable_thinking": false})";
+  s.serving.return_tokens_as_token_ids = true;
+  s.serving.enable_force_include_usage = true;
   return s;
 }
 

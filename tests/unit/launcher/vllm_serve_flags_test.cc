@@ -108,6 +108,7 @@ const std::map<std::string, std::vector<std::string>>& Samples() {
       {"--tokenizer", {"--tokenizer", "models/kjv-llama-tiny"}},
       {"--override-generation-config", {"--override-generation-config", R"({"temperature": 0.5})"}},
       {"--chat-template-content-format", {"--chat-template-content-format", "openai"}},
+      {"--default-chat-template-kwargs", {"--default-chat-template-kwargs", R"({"x": 1})"}},
   };
   return *samples;
 }
@@ -336,6 +337,17 @@ TEST(VllmServeFlagsTest, RequestDefaultFlags) {
       HasSubstr("--override-generation-config: temperature must be a number"));
   EXPECT_THAT(Parse({"--chat-template-content-format", "html"}).status().message(),
               HasSubstr("--chat-template-content-format: 'html' is not one of"));
+  auto q = Parse({"--default-chat-template-kwargs", R"({"enable_thinking": false})",
+                  "--return-tokens-as-token-ids", "--enable-force-include-usage"});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->args->serving.default_chat_template_kwargs, R"({"enable_thinking": false})");
+  EXPECT_TRUE(q->args->serving.return_tokens_as_token_ids);
+  EXPECT_TRUE(q->args->serving.enable_force_include_usage);
+  auto n = Parse({"--no-return-tokens-as-token-ids", "--no-enable-force-include-usage"});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_FALSE(n->args->serving.return_tokens_as_token_ids);
+  EXPECT_THAT(Parse({"--default-chat-template-kwargs", "[1]"}).status().message(),
+              HasSubstr("--default-chat-template-kwargs: not a JSON object"));
 }
 
 }  // namespace
