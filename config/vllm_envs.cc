@@ -123,6 +123,48 @@ absl::Status ReadDataParallel(const Reader& r, VllmEnv& e) {
   return r.Int("VLLM_DP_MASTER_PORT", 0, kMaxPort, &e.dp_master_port);
 }
 
+// The request limits, VLLM_PORT, the engine-death switch, the broadcast chunk and the long
+// --max-model-len switch.
+absl::Status ReadServingLimits(const Reader& r, VllmEnv& e) {
+  if (absl::Status s = r.Int("VLLM_MAX_N_SEQUENCES", 1, kMaxEnvRequestLimit, &e.max_n_sequences);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          r.Int("VLLM_MAX_COMPLETION_PROMPTS", 1, kMaxEnvRequestLimit, &e.max_completion_prompts);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = r.Int("VLLM_MAX_STOP_STRINGS", 0, kMaxEnvRequestLimit, &e.max_stop_strings);
+      !s.ok()) {
+    return s;
+  }
+  // envs.py's get_vllm_port: int(v); a URI is Kubernetes' service variable for a service
+  // named "vllm" (its own message).
+  if (const char* v = r.Raw("VLLM_PORT"); v != nullptr) {
+    const std::string_view text(v);
+    if (text.find("://") != std::string_view::npos) {
+      return Invalid("VLLM_PORT", text,
+                     "appears to be a URI. This may be caused by a Kubernetes service discovery "
+                     "issue (a service named vllm); set VLLM_PORT to a port number or unset it");
+    }
+    int64_t port = 0;
+    if (absl::Status s = r.Int("VLLM_PORT", 1, kMaxPort, &port); !s.ok()) return s;
+    e.port = port;
+  }
+  if (absl::Status s = r.BoolInt("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", &e.keep_alive_on_engine_death);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          r.Int("VLLM_MQ_MAX_CHUNK_BYTES_MB", 1, kMaxMqChunkMb, &e.mq_max_chunk_bytes_mb);
+      !s.ok()) {
+    return s;
+  }
+  r.Bool1True("VLLM_ALLOW_LONG_MAX_MODEL_LEN", &e.allow_long_max_model_len);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string_view EnvWhyText(EnvWhy why) {
@@ -252,7 +294,16 @@ absl::StatusOr<VllmEnv> ReadVllmEnv(const EnvLookup& lookup) {
     return s;
   }
   r.Bool1True("VLLM_ALLOW_RUNTIME_LORA_UPDATING", &e.allow_runtime_lora_updating);
+  if (absl::Status s = ReadServingLimits(r, e); !s.ok()) return s;
   return e;
+}
+
+const VllmEnv& ProcessVllmEnv() {
+  static const VllmEnv* const env = [] {
+    absl::StatusOr<VllmEnv> read = ReadVllmEnv();
+    return new VllmEnv(read.ok() ? *std::move(read) : VllmEnv{});
+  }();
+  return *env;
 }
 
 absl::Status CheckVllmEnvRefusals(const VllmEnv& env) {

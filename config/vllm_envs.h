@@ -113,12 +113,30 @@ struct VllmEnv {
   std::string nixl_side_channel_host = "localhost";        // VLLM_NIXL_SIDE_CHANNEL_HOST
   int64_t nixl_side_channel_port = 5600;                   // VLLM_NIXL_SIDE_CHANNEL_PORT
   bool allow_runtime_lora_updating = false;  // VLLM_ALLOW_RUNTIME_LORA_UPDATING (refused)
+  // Request limits (frontend/openai/openai_protocol.h), each at most kMaxEnvRequestLimit.
+  int64_t max_n_sequences = 16384;        // VLLM_MAX_N_SEQUENCES: n (and best_of)
+  int64_t max_completion_prompts = 1024;  // VLLM_MAX_COMPLETION_PROMPTS: prompts in a list
+  int64_t max_stop_strings = 4;           // VLLM_MAX_STOP_STRINGS: entries of a `stop` list
+  // VLLM_PORT: the first port tried for internal TCP ports (upward); nullopt: the kernel's.
+  std::optional<int64_t> port;
+  bool keep_alive_on_engine_death = false;  // VLLM_KEEP_ALIVE_ON_ENGINE_DEATH
+  int64_t mq_max_chunk_bytes_mb = 16;       // VLLM_MQ_MAX_CHUNK_BYTES_MB (1 .. kMaxMqChunkMb)
+  bool allow_long_max_model_len = false;    // VLLM_ALLOW_LONG_MAX_MODEL_LEN
 };
+
+// Our bounds on values vLLM leaves unbounded (a larger value is refused at start-up, naming
+// the variable): a request of 2^20 choices or prompts is far beyond any engine's queue, and a
+// broadcast chunk above 1 GiB beyond any step.
+inline constexpr int64_t kMaxEnvRequestLimit = int64_t{1} << 20;
+inline constexpr int64_t kMaxMqChunkMb = 1024;
 
 // Reads and parses every honoured (and refused) variable as vLLM does. InvalidArgument naming
 // the variable for text vLLM would fail on, and for values that cannot be used (a negative
 // timeout, a port outside 1..65535, a KV cache of 0 GiB).
 [[nodiscard]] absl::StatusOr<VllmEnv> ReadVllmEnv(const EnvLookup& lookup = ProcessEnv());
+// This process's environment, read once (the launcher refused bad values at start-up, before
+// any other process started: a value that fails here is taken as unset, vLLM's defaults).
+const VllmEnv& ProcessVllmEnv();
 
 // What start-up refuses, whatever the flags: VLLM_LOGGING_CONFIG_PATH set (also with
 // VLLM_CONFIGURE_LOGGING=0, as vLLM), VLLM_ALLOW_RUNTIME_LORA_UPDATING true.

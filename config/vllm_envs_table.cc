@@ -41,9 +41,11 @@ constexpr auto kTable = std::to_array<VllmEnvVar>({
     {"VLLM_HOST_IP", P::kStr, "", kYes, W::kNone,
      "the address a --headless worker node (--nnodes) gives the head; default: the local "
      "address on the route to --master-addr"},
-    {"VLLM_PORT", P::kOptInt, "", kNo, W::kOther,
-     "internal TCP ports are free ports the kernel picks; -dpp and --master-port name the "
-     "fixed ones"},
+    {"VLLM_PORT", P::kOptInt, "", kYes, W::kNone,
+     "internal TCP ports chosen automatically are the first free ones from it upward (1000 "
+     "tried: ipc::BindEndpoint): the engine client's input/output, the DP coordinator's, the "
+     "executor's ready and broadcast sockets, the collectives' store (multi-node and -dpa); "
+     "one node without them uses ipc:// sockets and no TCP port"},
     {"VLLM_RPC_BASE_PATH", P::kStr, "(tempdir)", kNo, W::kOther,
      "ipc:// sockets live under $XDG_RUNTIME_DIR or /tmp (ipc/ipc_address.h)"},
     {"VLLM_USE_MODELSCOPE", P::kBool1True, "False", kNo, W::kOther,
@@ -99,8 +101,9 @@ constexpr auto kTable = std::to_array<VllmEnvVar>({
     {"VLLM_CPU_KVCACHE_SPACE", P::kOptInt, "0", kYes, W::kNone,
      "GiB of KV cache per CPU worker; as in vLLM it overrides --kv-cache-memory"},
     {"VLLM_CPU_OMP_THREADS_BIND", P::kStr, "auto", kNo, W::kOther,
-     "the CPU backend pins no threads: a rank takes its share of the cores taskset leaves "
-     "(OMP_NUM_THREADS overrides)"},
+     "the CPU backend pins no threads, whatever the value (auto: vLLM binds each rank to a NUMA "
+     "node's cores; here a rank takes its share of the cores taskset leaves, OMP_NUM_THREADS "
+     "overrides); pin a server with taskset"},
     {"VLLM_CPU_NUM_OF_RESERVED_CPU", P::kOptInt, "0", kNo, W::kOther,
      "the CPU backend pins no threads (see VLLM_CPU_OMP_THREADS_BIND); reserve cores with taskset"},
     {"VLLM_CPU_CI_ENV", P::kBoolInt, "0", kNo, W::kKernels},
@@ -140,12 +143,12 @@ constexpr auto kTable = std::to_array<VllmEnvVar>({
     {"VLLM_XLA_USE_SPMD", P::kBoolInt, "0", kNo, W::kTpu},
     {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB", P::kInt, "512", kNo, W::kKernels},
     {"VLLM_ADAPTIVE_VERIFICATION_PROFILE_CONTEXT_LEN", P::kInt, "8192", kNo, W::kKernels},
-    {"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", P::kBoolInt, "0", kNo, W::kOther,
-     "the API server always stays up when its engines die (/health 503), as with 1; 0 does not"
-     " stop it"},
-    {"VLLM_ALLOW_LONG_MAX_MODEL_LEN", P::kBool1True, "0", kNo, W::kOther,
-     "the RoPE tables end at max_position_embeddings: a longer --max-model-len still fails at "
-     "start-up"},
+    {"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", P::kBoolInt, "0", kYes, W::kNone,
+     "0: once every engine is dead (and no --restart-dead-engines) the server exits with an "
+     "error; 1: it stays up answering 503. With -dp it serves while any engine lives"},
+    {"VLLM_ALLOW_LONG_MAX_MODEL_LEN", P::kBool1True, "0", kYes, W::kNone,
+     "a --max-model-len past max_position_embeddings starts with vLLM's warning; the RoPE "
+     "tables are computed that long"},
     {"VLLM_TEST_FORCE_LOAD_FORMAT", P::kStr, "dummy", kNo, W::kOther,
      "a vLLM test hook; --load-format dummy is the flag"},
     {"VLLM_FASTSAFETENSORS_QUEUE_SIZE", P::kInt, "0", kNo, W::kKernels},
@@ -153,12 +156,12 @@ constexpr auto kTable = std::to_array<VllmEnvVar>({
      "seconds an idle keep-alive connection is kept after a response"},
     {"VLLM_HTTP_MAX_REQUEST_BODY_SIZE", P::kInt, "33554432", kYes, W::kNone,
      "largest request body in bytes (413 past it); 0: no limit"},
-    {"VLLM_MAX_N_SEQUENCES", P::kInt, "16384", kNo, W::kOther,
-     "n is at most 128 (kMaxN, frontend/openai/openai_protocol.h)"},
-    {"VLLM_MAX_COMPLETION_PROMPTS", P::kInt, "1024", kNo, W::kOther,
-     "at most 1024 prompts per request (kMaxPrompts: vLLM's default)"},
-    {"VLLM_MAX_STOP_STRINGS", P::kInt, "4", kNo, W::kOther,
-     "at most 64 stop strings (kMaxStopStrings, frontend/openai/openai_protocol.h)"},
+    {"VLLM_MAX_N_SEQUENCES", P::kInt, "16384", kYes, W::kNone,
+     "the largest n (and beam_width), at most 2^20; prompts x n at most 16384 or this"},
+    {"VLLM_MAX_COMPLETION_PROMPTS", P::kInt, "1024", kYes, W::kNone,
+     "the most prompts in a /v1/completions list, at most 2^20"},
+    {"VLLM_MAX_STOP_STRINGS", P::kInt, "4", kYes, W::kNone,
+     "the most entries in a `stop` list, at most 2^20"},
     {"VLLM_MAX_NUM_BAD_WORDS", P::kInt, "128", kNo, W::kOther,
      "fixed at vLLM's default (core/sampling_params.h)"},
     {"VLLM_MAX_BAD_WORDS_TOTAL_TOKENS", P::kInt, "1024", kNo, W::kOther,
@@ -309,8 +312,9 @@ constexpr auto kTable = std::to_array<VllmEnvVar>({
     {"VLLM_TOOL_PARSE_REGEX_TIMEOUT_SECONDS", P::kInt, "1", kNo, W::kEndpoint},
     {"VLLM_ENFORCE_STRICT_TOOL_CALLING", P::kBoolTrue1, "True", kNo, W::kEndpoint},
     {"VLLM_BEAM_ALWAYS_CONSTRAIN_OUTPUT", P::kBoolTrue1, "True", kNo, W::kTpu},
-    {"VLLM_MQ_MAX_CHUNK_BYTES_MB", P::kInt, "16", kNo, W::kOther,
-     "the broadcast ring has 8 chunks of 4 MiB; larger steps travel over ZMQ as in vLLM"},
+    {"VLLM_MQ_MAX_CHUNK_BYTES_MB", P::kInt, "16", kYes, W::kNone,
+     "the executor's broadcast ring: 8 chunks of this many MiB (1 to 1024); larger steps "
+     "travel over ZMQ as in vLLM"},
     {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", P::kInt, "300", kYes, W::kNone,
      "how long a step waits on the workers (executor/)"},
     {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", P::kInt, "5", kYes, W::kNone,

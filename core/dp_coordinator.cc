@@ -374,16 +374,15 @@ class DpCoordinator::Impl {
       // Every subscription reaches us (not only a topic's first), so each new API server
       // (engine) gets the current figures (wave) at once.
       publish_.set(zmq::sockopt::xpub_verbose, 1);
+      // ipc::BindEndpoint: a TCP ":*" port follows VLLM_PORT when it is set.
       if (!options_.stats_address.empty()) {
-        stats_.bind(options_.stats_address);
-        stats_endpoint_ = stats_.get(zmq::sockopt::last_endpoint);
+        VLLM_ASSIGN_OR_RETURN(stats_endpoint_, ipc::BindEndpoint(stats_, options_.stats_address));
       }
-      publish_.bind(options_.publish_address);
-      publish_endpoint_ = publish_.get(zmq::sockopt::last_endpoint);
+      VLLM_ASSIGN_OR_RETURN(publish_endpoint_,
+                            ipc::BindEndpoint(publish_, options_.publish_address));
       if (wave_.has_value()) {
         wave_->set(zmq::sockopt::xpub_verbose, 1);
-        wave_->bind(options_.wave_address);
-        wave_endpoint_ = wave_->get(zmq::sockopt::last_endpoint);
+        VLLM_ASSIGN_OR_RETURN(wave_endpoint_, ipc::BindEndpoint(*wave_, options_.wave_address));
       }
     } catch (const zmq::error_t& e) {
       return absl::UnavailableError(absl::StrCat("DP coordinator: cannot bind ",

@@ -32,15 +32,34 @@ absl::StatusOr<absl::Duration> ExecuteModelTimeoutFromEnv(absl::Duration unset) 
 }
 
 absl::StatusOr<config::VllmConfig> ResolveVllmConfig(const config::VllmConfig& config,
-                                                     const worker::HfConfig& model_config) {
+                                                     const worker::HfConfig& model_config,
+                                                     bool allow_long_max_model_len) {
   config::VllmConfig c = config;
   // Resolved once here so every rank runs on the same kind of device.
   VLLM_ASSIGN_OR_RETURN(c.device.device, worker::ResolveDevice(config.device.device));
   int64_t model_len = model_config.max_position_embeddings;
-  if (c.model.max_model_len < 0 || c.model.max_model_len > model_len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--max-model-len %d is outside [1, %d] (the model's max_position_embeddings)",
-        c.model.max_model_len, model_len));
+  if (c.model.max_model_len < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--max-model-len %d is outside [1, %d]", c.model.max_model_len, model_len));
+  }
+  if (c.model.max_model_len > model_len) {
+    // vLLM's _get_and_verify_max_len: refused, or with VLLM_ALLOW_LONG_MAX_MODEL_LEN a warning
+    // (the workers compute RoPE tables that long: worker/worker.cc).
+    const std::string msg = absl::StrFormat(
+        "User-specified max_model_len (%d) is greater than the derived max_model_len "
+        "(max_position_embeddings=%d in model's config.json).",
+        c.model.max_model_len, model_len);
+    constexpr char kWarning[] =
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution: positions past the "
+        "model's trained length give output of unknown quality.";
+    if (!allow_long_max_model_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-model-len ", c.model.max_model_len, " is outside [1, ", model_len,
+          "] (the model's max_position_embeddings). ", msg,
+          " To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. ",
+          kWarning));
+    }
+    spdlog::warn("{} {}", msg, kWarning);
   }
   if (c.model.max_model_len == 0) c.model.max_model_len = static_cast<int32_t>(model_len);
   config::SchedulerConfig& s = c.scheduler;
@@ -98,6 +117,9 @@ absl::StatusOr<BuiltEngine> BuildEngineCore(const config::VllmConfig& config,
     mp.worker_binary = runtime.worker_binary;
     VLLM_ASSIGN_OR_RETURN(mp.execute_timeout, ExecuteModelTimeoutFromEnv(runtime.execute_timeout));
     mp.cluster_key_file = runtime.cluster_key_file;
+    // VLLM_MQ_MAX_CHUNK_BYTES_MB (vLLM's default 16): the broadcast ring's chunk.
+    mp.broadcast_chunk_bytes = static_cast<uint64_t>(config::ProcessVllmEnv().mq_max_chunk_bytes_mb)
+                               << 20;
     mp.node_heartbeat_timeout = runtime.node_heartbeat_timeout;
     VLLM_ASSIGN_OR_RETURN(executor, MultiprocExecutor::Create(mp));
   }

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "config/vllm_config.h"
+#include "config/vllm_envs.h"
 #include "core/engine_core.h"
 #include "worker/hf_config.h"
 
@@ -45,9 +46,12 @@ struct BuiltEngine {
 };
 
 // Resolves `config` against the model's config.json (see above) and validates the result.
-// InvalidArgument naming the flag; the model's errors name the file and field.
+// InvalidArgument naming the flag; the model's errors name the file and field. A
+// --max-model-len past max_position_embeddings is refused unless `allow_long_max_model_len`
+// (vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN; then a warning, as vLLM).
 [[nodiscard]] absl::StatusOr<config::VllmConfig> ResolveVllmConfig(
-    const config::VllmConfig& config, const worker::HfConfig& model_config);
+    const config::VllmConfig& config, const worker::HfConfig& model_config,
+    bool allow_long_max_model_len = config::ProcessVllmEnv().allow_long_max_model_len);
 
 // vLLM's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (envs.py: int(os.getenv(..., "300"))): how long
 // the multi-process executor waits on its workers for a step (and every other call) before the

@@ -106,12 +106,9 @@ absl::StatusOr<std::string> MultiprocExecutor::BindReady(zmq::socket_t& pull,
     VLLM_ASSIGN_OR_RETURN(file, ipc::ScopedIpcAddress::Create("ready"));
     address = file.address();
   }
-  try {
-    pull.bind(address);
-    if (parallel.nnodes_within_dp() > 1) address = pull.get(zmq::sockopt::last_endpoint);
-  } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(absl::StrCat("cannot bind ", address, ": ", e.what()));
-  }
+  // ipc::BindEndpoint: the ":*" port follows VLLM_PORT when it is set.
+  VLLM_ASSIGN_OR_RETURN(const std::string bound, ipc::BindEndpoint(pull, address));
+  if (parallel.nnodes_within_dp() > 1) address = bound;
   return address;
 }
 

@@ -10,9 +10,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ipc/wait_strategy.h"
@@ -44,6 +47,34 @@ absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view hos
   const std::string host_part = v6 ? absl::StrCat("[", host, "]") : std::string(host);
   const std::string endpoint =
       absl::StrCat("tcp://", host_part, ":", port == 0 ? std::string("*") : absl::StrCat(port));
+  return BindEndpoint(socket, endpoint);
+}
+
+std::optional<int> VllmPortBase() {
+  const char* v = std::getenv("VLLM_PORT");
+  if (v == nullptr) return std::nullopt;
+  int port = 0;
+  if (!absl::SimpleAtoi(v, &port) || port < 1 || port > 65535) return std::nullopt;
+  return port;
+}
+
+absl::StatusOr<std::string> BindEndpoint(zmq::socket_t& socket, const std::string& endpoint) {
+  const std::optional<int> base = VllmPortBase();
+  if (base.has_value() && absl::StartsWith(endpoint, "tcp://") && absl::EndsWith(endpoint, ":*")) {
+    const std::string prefix = endpoint.substr(0, endpoint.size() - 1);
+    for (int port = *base; port < *base + kVllmPortAttempts && port <= 65535; ++port) {
+      try {
+        socket.bind(absl::StrCat(prefix, port));
+        return socket.get(zmq::sockopt::last_endpoint);
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EADDRINUSE && e.num() != EACCES) {
+          return absl::UnavailableError(absl::StrCat("cannot bind ", prefix, port, ": ", e.what()));
+        }
+      }
+    }
+    return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint, ": no free port among ",
+                                               kVllmPortAttempts, " from VLLM_PORT=", *base));
+  }
   try {
     socket.bind(endpoint);
   } catch (const zmq::error_t& e) {

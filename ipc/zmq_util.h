@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,18 @@ std::string UniqueToken();
 // advertise, e.g. "tcp://10.0.0.2:43125". InvalidArgument for a wildcard host.
 [[nodiscard]] absl::StatusOr<std::string> BindTcp(zmq::socket_t& socket, absl::string_view host,
                                                   int port);
+
+// vLLM's VLLM_PORT: when set, an internal TCP port chosen automatically (port 0, an endpoint
+// ending ":*") is the first free one from VLLM_PORT upward (vLLM's get_open_port: at most
+// kVllmPortAttempts tried), not the kernel's pick. nullopt when unset or not a port number
+// (the launcher refuses such a value at start-up, before any process binds).
+inline constexpr int kVllmPortAttempts = 1000;
+std::optional<int> VllmPortBase();
+// Binds `socket` to `endpoint` (any ZMQ endpoint); a "tcp://...:*" endpoint follows
+// VllmPortBase(). Returns the bound endpoint (ZMQ_LAST_ENDPOINT). Unavailable when it cannot
+// bind (for VLLM_PORT: no free port among the attempts, naming the variable).
+[[nodiscard]] absl::StatusOr<std::string> BindEndpoint(zmq::socket_t& socket,
+                                                       const std::string& endpoint);
 
 // The numeric address to bind a TCP socket at for `host`: an address as it is, a name resolved
 // (IPv4 first; ZMQ binds only addresses and interfaces). InvalidArgument when it does not

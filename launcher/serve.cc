@@ -21,12 +21,14 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "config/vllm_envs.h"
 #include "frontend/engine/async_llm.h"
 #include "frontend/engine/engine_core_client.h"
 #include "frontend/openai/api_server.h"
+#include "frontend/openai/request_limits.h"
 #include "ipc/curve.h"
 #include "ipc/signal_watcher.h"
 #include "launcher/engine_process_manager.h"
@@ -118,6 +120,40 @@ struct StopRequest {
 
 // An API server of the launcher's: the launcher reports its engines' deaths; its end (EOF)
 // stops this process at once.
+// VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=0 (vLLM's default): once every engine is dead and none can
+// come back (no --restart-dead-engines), the server stops at once and exits with an error
+// (vLLM's API server shuts down when its engine is dead). With data parallelism the server
+// goes on while any engine lives (docs/DECISIONS.md).
+struct EnginesGone {
+  std::atomic<bool> serving{false};  // deaths during start-up are start-up errors instead
+  absl::Mutex mu;
+  absl::Status failure ABSL_GUARDED_BY(mu);
+
+  // Unless VLLM_KEEP_ALIVE_ON_ENGINE_DEATH or --restart-dead-engines: the client stops the
+  // server through Stop() when its last engine dies (this and `stop` must outlive the client).
+  void Arm(const ServeArgs& args, frontend::EngineCoreClientOptions& options, StopRequest& stop) {
+    if (config::ProcessVllmEnv().keep_alive_on_engine_death || args.restart_dead_engines) return;
+    options.on_every_engine_dead = [this, &stop](const absl::Status& why) { Stop(why, stop); };
+  }
+  void Stop(const absl::Status& why, StopRequest& stop) {
+    if (!serving.load()) return;
+    {
+      absl::MutexLock lock(&mu);
+      if (!failure.ok()) return;
+      failure = absl::UnavailableError(absl::StrCat(
+          "no engine is left to serve (", why.message(),
+          "): the API server stops (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 keeps it up, answering "
+          "503)"));
+      spdlog::error("{}", std::string(failure.message()));
+    }
+    stop.Request(/*at_once=*/true);
+  }
+  absl::Status Failure() {
+    absl::MutexLock lock(&mu);
+    return failure;
+  }
+};
+
 std::thread StartControlReader(const ApiServerRole& role, EngineRange engines,
                                frontend::EngineCoreClient* client, StopRequest* stop) {
   return std::thread([role, engines, client, stop] {
@@ -192,6 +228,9 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
                                       : static_cast<size_t>(env.http_max_request_body_size);
   server_options.max_connections = args.max_connections;
   server_options.tool_call_parser = args.config.tool_calling.tool_call_parser;
+  frontend::SetRequestLimits({.max_n = static_cast<int32_t>(env.max_n_sequences),
+                              .max_prompts = static_cast<int32_t>(env.max_completion_prompts),
+                              .max_stop_strings = static_cast<int32_t>(env.max_stop_strings)});
   server_options.enable_auto_tool_choice = args.config.tool_calling.enable_auto_tool_choice;
   server_options.exclude_tools_when_tool_choice_none =
       args.config.tool_calling.exclude_tools_when_tool_choice_none;
@@ -317,15 +356,17 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role) {
       return absl::UnavailableError("the launcher is gone");
     }
   } else {
+  // Stopping ends requests still in flight with an error and takes at most ~5 s (the engine
+  // gets 4).
+  StopRequest stop;
+  EnginesGone gone;
+  gone.Arm(args, client_options, stop);
     VLLM_RETURN_IF_ERROR(engines.Start({client->handshake_address()}));
   }
   if (args.multi_node && role.index == 0) {
     spdlog::info("waiting for {} data-parallel engine(s) to join at {}", served.num_engines,
                  client->handshake_address());
   }
-  // Stopping ends requests still in flight with an error and takes at most ~5 s (the engine
-  // gets 4).
-  StopRequest stop;
   int stop_pipe[2];
   if (pipe2(stop_pipe, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
   absl::Cleanup close_pipe = [&] {
@@ -357,12 +398,13 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role) {
   VLLM_ASSIGN_OR_RETURN(Frontend frontend,
                         StartFrontend(args, role, model_config, std::move(client),
                                       std::move(tokenizer), std::move(chat_template)));
-  // Watch the engines: when one dies, its requests fail and the others go on; /health says
-  // 503 once none is left (the server stays up).
+  // Watch the engines: when one dies, its requests fail and the others go on; once none is
+  // left the server stops (EnginesGone) or stays up answering 503 (/health too).
   // With --restart-dead-engines (TCP only) a dead local engine is started again and joins.
   // The coordinator's death stops the server (see CoordinatorWatch); `coordinator_failure` is
   // written by the monitor, read after it is joined.
   absl::Status coordinator_failure;
+  gone.serving.store(true);
   std::vector<EngineProcessManager::Watch> watches;
   if (coordinator != nullptr) {
     watches.push_back(CoordinatorWatch(coordinator.get(), &stop, &coordinator_failure));
@@ -390,7 +432,8 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role) {
   coordinator.reset();
   frontend.server.reset();
   frontend.llm.reset();
-  return coordinator_failure;
+  VLLM_RETURN_IF_ERROR(coordinator_failure);
+  return gone.Failure();
 }
 
 }  // namespace vllm::launcher

@@ -476,6 +476,8 @@ absl::StatusOr<std::unique_ptr<Drafter>> MakeDrafter(const config::SpeculativeCo
   nlohmann::json json;
   VLLM_ASSIGN_OR_RETURN(HfConfig dc,
                         eagle || eagle3 ? LoadEagleConfig(dir, eagle3, &json) : LoadHfConfig(dir));
+  // RoPE tables as long as the target's (stretched to a longer --max-model-len: worker.cc).
+  dc.max_position_embeddings = std::max(dc.max_position_embeddings, t.max_position_embeddings);
   if (dc.vocab_size != t.vocab_size) {
     return VocabMismatch(eagle    ? "EAGLE head"
                          : eagle3 ? "EAGLE-3 head"

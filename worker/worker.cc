@@ -52,6 +52,20 @@ absl::Status CheckResolvedDevice(Device device) {
       "executor::ResolveVllmConfig)");
 }
 
+namespace {
+
+// The model's config.json, its RoPE tables (sized by max_position_embeddings) stretched to
+// --max-model-len when that is longer (VLLM_ALLOW_LONG_MAX_MODEL_LEN let it past at start-up,
+// executor/engine_factory.h): every position the engine may schedule has its rotation.
+absl::StatusOr<HfConfig> LoadModelConfig(const config::VllmConfig& config) {
+  VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadHfConfig(config.model.model));
+  model_config.max_position_embeddings =
+      std::max<int64_t>(model_config.max_position_embeddings, config.model.max_model_len);
+  return model_config;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     const config::VllmConfig& config, kernels::Communicator* comm,
     [[maybe_unused]] kernels::cuda::DeviceCommunicator* device_comm, int32_t pp_rank) {
@@ -74,7 +88,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
           "CUDA_VISIBLE_DEVICES, or choose --device cpu)",
           comm->rank(), gpu, visible, visible == 1 ? "is" : "are"));
     }
-    VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadHfConfig(model));
+    VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadModelConfig(config));
     std::unique_ptr<WeightSource> weights;
     if (load_format != LoadFormat::kDummy) {
       VLLM_ASSIGN_OR_RETURN(weights, OpenSafetensors(model));
@@ -121,7 +135,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Create(
     // Every rank of every pipeline stage runs at once.
     kernels::cpu::SetBlasNumThreads(std::max(1, cores / std::max(1, comm->world_size() * pp_size)));
   }
-  VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadHfConfig(model));
+  VLLM_ASSIGN_OR_RETURN(HfConfig model_config, LoadModelConfig(config));
   std::unique_ptr<WeightSource> weights;
   if (load_format == LoadFormat::kDummy) {
     weights = MakeDummyWeights(seed);

@@ -78,7 +78,7 @@ struct GenerateRequest {
   std::vector<int32_t> prompt_token_ids;
   // Already checked by core::ValidateSamplingParams; n is 1.
   core::SamplingParams params;
-  // Stop strings, detected by the engine client's detokenizer (at most kMaxStopStrings).
+  // Stop strings, detected by the engine client's detokenizer (at most VLLM_MAX_STOP_STRINGS).
   std::vector<std::string> stop;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;

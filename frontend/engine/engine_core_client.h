@@ -85,6 +85,10 @@ struct EngineCoreClientOptions {
   std::string coordinator_stats;
   std::string coordinator_waves;
   std::string coordinator_report_key;
+  // Called once each time every engine has become dead (failure() turns non-OK), with that
+  // error; from whichever thread reported the last death, with the client's locks held (it
+  // must not call the client). The serve path uses it for VLLM_KEEP_ALIVE_ON_ENGINE_DEATH.
+  std::function<void(const absl::Status&)> on_every_engine_dead;
 };
 
 class EngineCoreClient {

@@ -562,6 +562,7 @@ void EngineCoreClient::EngineDied(int32_t engine_index, absl::Status status) {
                      ? status
                      : absl::UnavailableError(
                            absl::StrCat("every engine is dead (the last: ", status.message(), ")"));
+      if (options_.on_every_engine_dead) options_.on_every_engine_dead(failure_);
     }
   }
   lb_->SetAlive(engine_index, false);

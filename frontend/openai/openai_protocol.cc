@@ -1,5 +1,6 @@
 #include "frontend/openai/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "base/status_macros.h"
 #include "frontend/openai/kv_transfer_params.h"
 #include "frontend/openai/request_fields.h"
+#include "frontend/openai/request_limits.h"
 #include "frontend/openai/structured_output_request.h"
 
 namespace vllm::frontend {
@@ -137,10 +139,7 @@ absl::Status ParseStop(const Body& body, GenerationOptions* options) {
   if (v->is_string()) {
     options->stop.push_back(v->get<std::string>());
   } else if (v->is_array()) {
-    if (v->size() > static_cast<size_t>(kMaxStopStrings)) {
-      return InvalidParam("stop", absl::StrCat("stop has ", v->size(), " strings; at most ",
-                                               kMaxStopStrings, " are allowed"));
-    }
+    VLLM_RETURN_IF_ERROR(CheckStopStringCount(v->size()));
     for (const Body& s : *v) {
       if (!s.is_string()) return WrongType("stop", "a string or a list of strings", s);
       options->stop.push_back(s.get<std::string>());
@@ -172,7 +171,11 @@ absl::Status ParseStreamOptions(const Body& body, GenerationOptions* options) {
 // Sampling fields common to both endpoints (max_tokens and logprobs are endpoint-specific).
 absl::Status ParseCommon(const Body& body, GenerationOptions* options) {
   core::SamplingParams& p = options->params;
-  VLLM_RETURN_IF_ERROR(Assign(GetInt(body, "n", 1, kMaxN), &options->n));
+  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> n, GetInt(body, "n", kInt32Min, kInt32Max));
+  if (n.has_value()) {
+    VLLM_RETURN_IF_ERROR(CheckNumSequences(*n, "n"));
+    options->n = static_cast<int32_t>(*n);
+  }
   VLLM_RETURN_IF_ERROR(Assign(GetNumber(body, "temperature"), &p.temperature));
   VLLM_RETURN_IF_ERROR(Assign(GetNumber(body, "top_p"), &p.top_p));
   VLLM_RETURN_IF_ERROR(Assign(GetInt(body, "top_k", kInt32Min, kInt32Max), &p.top_k));
@@ -242,10 +245,7 @@ absl::StatusOr<std::vector<Prompt>> ParsePrompts(const Body& body) {
     VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, ParseTokenIds(*v, "prompt"));
     prompts.push_back(Prompt{std::nullopt, std::move(ids)});
   } else if (v->is_array() && !v->empty()) {
-    if (v->size() > static_cast<size_t>(kMaxPrompts)) {
-      return InvalidParam("prompt", absl::StrCat("prompt has ", v->size(), " entries; at most ",
-                                                 kMaxPrompts, " are allowed"));
-    }
+    VLLM_RETURN_IF_ERROR(CheckPromptCount(v->size()));
     for (const Body& item : *v) {
       if (item.is_string()) {
         prompts.push_back(Prompt{item.get<std::string>(), {}});
@@ -270,7 +270,8 @@ absl::StatusOr<std::vector<Prompt>> ParsePrompts(const Body& body) {
 }
 
 absl::Status RejectUnsupportedCompletionFields(const Body& body) {
-  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> best_of, GetInt(body, "best_of", 1, kMaxN));
+  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> best_of,
+                        GetInt(body, "best_of", 1, GetRequestLimits().max_n));
   if (best_of.value_or(1) != 1) {
     return InvalidParam("best_of", absl::StrCat("best_of must be 1, got ", *best_of));
   }
@@ -282,9 +283,10 @@ absl::Status RejectUnsupportedCompletionFields(const Body& body) {
 }
 
 absl::Status CheckChoiceCount(size_t num_prompts, int32_t n) {
-  if (num_prompts * static_cast<size_t>(n) > static_cast<size_t>(kMaxChoicesPerRequest)) {
+  const size_t max = static_cast<size_t>(std::max(kMaxChoicesPerRequest, GetRequestLimits().max_n));
+  if (num_prompts * static_cast<size_t>(n) > max) {
     return InvalidParam("n", absl::StrCat("the number of prompts (", num_prompts, ") times n (", n,
-                                          ") must be at most ", kMaxChoicesPerRequest));
+                                          ") must be at most ", max));
   }
   return absl::OkStatus();
 }

@@ -22,16 +22,14 @@
 #include "core/sampling_params.h"
 #include "frontend/engine/engine_client.h"
 #include "frontend/openai/chat_output.h"
+#include "frontend/openai/request_limits.h"
 #include "kv_transfer/types.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
 
-// Limits on request sizes (a request beyond them is rejected with 400, not truncated).
-inline constexpr int32_t kMaxN = 128;                   // choices per prompt
-inline constexpr int32_t kMaxPrompts = 1024;            // prompts in one completion request
-inline constexpr int32_t kMaxChoicesPerRequest = 1024;  // prompts x n
-inline constexpr int32_t kMaxStopStrings = 64;
+// Limits on request sizes (a request beyond them is rejected with 400, not truncated); n, the
+// prompts of a list and the stop strings follow vLLM's variables (request_limits.h).
 inline constexpr size_t kMaxStopStringBytes = 1024;
 inline constexpr int32_t kMaxChatMessages = 4096;
 
@@ -62,7 +60,7 @@ std::string DumpJson(const nlohmann::json& value);
 struct GenerationOptions {
   // Sampling parameters with n = 1 (validated by core::ValidateSamplingParams).
   core::SamplingParams params;
-  int32_t n = 1;  // choices per prompt, in [1, kMaxN]
+  int32_t n = 1;  // choices per prompt, in [1, GetRequestLimits().max_n]
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::vector<std::string> stop;
@@ -110,7 +108,7 @@ struct Prompt {
 // first in the choice's logprobs).
 struct CompletionRequest {
   std::string model;
-  std::vector<Prompt> prompts;  // 1..kMaxPrompts
+  std::vector<Prompt> prompts;  // 1..GetRequestLimits().max_prompts
   GenerationOptions options;
   // Each choice's text starts with its prompt's text (vLLM's echo).
   bool echo = false;

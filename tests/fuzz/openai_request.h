@@ -66,10 +66,11 @@ inline void CheckErrorBody(const absl::Status& status) {
 
 // What a parser promises about an accepted request's options.
 inline void CheckOptions(const frontend::GenerationOptions& options) {
-  FUZZ_CHECK(options.n >= 1 && options.n <= frontend::kMaxN, "n out of range");
+  FUZZ_CHECK(options.n >= 1 && options.n <= frontend::GetRequestLimits().max_n, "n out of range");
   FUZZ_CHECK(core::ValidateSamplingParams(options.params).ok(), "accepted invalid sampling params");
-  FUZZ_CHECK(options.stop.size() <= static_cast<size_t>(frontend::kMaxStopStrings),
-             "too many stop strings");
+  FUZZ_CHECK(
+      options.stop.size() <= static_cast<size_t>(frontend::GetRequestLimits().max_stop_strings),
+      "too many stop strings");
   for (const std::string& s : options.stop) {
     FUZZ_CHECK(!s.empty() && s.size() <= frontend::kMaxStopStringBytes, "bad stop string");
   }
@@ -104,9 +105,10 @@ inline void CheckCompletion(const nlohmann::ordered_json& body) {
   auto request = frontend::ParseCompletionRequest(body, kServedModel);
   if (!request.ok()) return CheckErrorBody(request.status());
   FUZZ_CHECK(request->model == kServedModel, "accepted another model");
-  FUZZ_CHECK(!request->prompts.empty() &&
-                 request->prompts.size() <= static_cast<size_t>(frontend::kMaxPrompts),
-             "prompt count out of range");
+  FUZZ_CHECK(
+      !request->prompts.empty() &&
+          request->prompts.size() <= static_cast<size_t>(frontend::GetRequestLimits().max_prompts),
+      "prompt count out of range");
   CheckOptions(request->options);
   const size_t choices = request->prompts.size() * static_cast<size_t>(request->options.n);
   FUZZ_CHECK(choices <= static_cast<size_t>(frontend::kMaxChoicesPerRequest), "too many choices");

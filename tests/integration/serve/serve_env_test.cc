@@ -1,10 +1,15 @@
 // vLLM's environment variables reach the server (config/vllm_envs.h, launcher/serve_env.h):
 // one server with VLLM_API_KEY, VLLM_HTTP_TIMEOUT_KEEP_ALIVE, VLLM_HTTP_MAX_REQUEST_BODY_SIZE,
-// VLLM_CPU_KVCACHE_SPACE, an unknown VLLM_NOT_A_VARIABLE and the ignored VLLM_USE_DEEP_GEMM
-// (one warning line names both); one with VLLM_LOGGING_LEVEL=warning (no info line from any
-// process); and start-ups refused before anything runs, each naming its variable.
+// VLLM_CPU_KVCACHE_SPACE, the request limits (VLLM_MAX_N_SEQUENCES, VLLM_MAX_STOP_STRINGS,
+// VLLM_MAX_COMPLETION_PROMPTS), VLLM_PORT and VLLM_MQ_MAX_CHUNK_BYTES_MB (honoured: not
+// named), an unknown VLLM_NOT_A_VARIABLE and the ignored VLLM_USE_DEEP_GEMM (one warning line
+// names both); one with VLLM_LOGGING_LEVEL=warning (no info line from any process),
+// VLLM_ALLOW_LONG_MAX_MODEL_LEN (a --max-model-len past the model's, served) and the default
+// VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=0 (its engine killed, the server exits with an error naming
+// it); and start-ups refused before anything runs, each naming its variable.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/integration/serve/serve_test_support.h"
 #include "tests/support/process.h"
 
@@ -93,10 +99,12 @@ int KeepAliveRequest(int port) {
 }
 
 TEST_F(ServeEnvTest, HonouredVariablesTakeEffectAndIgnoredOnesAreNamed) {
-  ASSERT_NO_FATAL_FAILURE(
-      StartServer({}, Prefix({"VLLM_API_KEY=env-key", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE=1",
-                              "VLLM_HTTP_MAX_REQUEST_BODY_SIZE=2000", "VLLM_CPU_KVCACHE_SPACE=1",
-                              "VLLM_NOT_A_VARIABLE=1", "VLLM_USE_DEEP_GEMM=1"})));
+  ASSERT_NO_FATAL_FAILURE(StartServer(
+      {}, Prefix({"VLLM_API_KEY=env-key", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE=1",
+                  "VLLM_HTTP_MAX_REQUEST_BODY_SIZE=2000", "VLLM_CPU_KVCACHE_SPACE=1",
+                  "VLLM_NOT_A_VARIABLE=1", "VLLM_USE_DEEP_GEMM=1", "VLLM_MAX_N_SEQUENCES=2",
+                  "VLLM_MAX_STOP_STRINGS=5", "VLLM_MAX_COMPLETION_PROMPTS=2", "VLLM_PORT=47000",
+                  "VLLM_MQ_MAX_CHUNK_BYTES_MB=1"})));
   const std::string log = Log("KV-cache blocks");
   // One warning line names the unknown and the ignored variable, and nothing honoured.
   std::vector<std::string> warnings;
@@ -107,6 +115,9 @@ TEST_F(ServeEnvTest, HonouredVariablesTakeEffectAndIgnoredOnesAreNamed) {
   EXPECT_TRUE(absl::StrContains(warnings[0], "VLLM_NOT_A_VARIABLE")) << warnings[0];
   EXPECT_TRUE(absl::StrContains(warnings[0], "VLLM_USE_DEEP_GEMM (")) << warnings[0];
   EXPECT_FALSE(absl::StrContains(warnings[0], "VLLM_API_KEY")) << warnings[0];
+  EXPECT_FALSE(absl::StrContains(warnings[0], "VLLM_MAX_")) << warnings[0];
+  EXPECT_FALSE(absl::StrContains(warnings[0], "VLLM_PORT")) << warnings[0];
+  EXPECT_FALSE(absl::StrContains(warnings[0], "VLLM_MQ_MAX_CHUNK_BYTES_MB")) << warnings[0];
   // VLLM_CPU_KVCACHE_SPACE=1 (GiB) wins over the fixture's --kv-cache-memory 64MiB, as vLLM.
   EXPECT_TRUE(absl::StrContains(log, "kv_cache_memory_bytes=1073741824")) << log;
 
@@ -119,6 +130,30 @@ TEST_F(ServeEnvTest, HonouredVariablesTakeEffectAndIgnoredOnesAreNamed) {
                          "Authorization: Bearer env-key\r\n\r\n");
   ASSERT_TRUE(allowed.ok()) << allowed.status();
   EXPECT_EQ(allowed->status, 200) << allowed->body;
+
+  // The request limits: n 2 (vLLM: 16384), 5 stop strings (vLLM: 4), 2 prompts (vLLM: 1024),
+  // with vLLM's messages.
+  const std::vector<std::pair<std::string, std::string>> limits = {
+      {R"({"prompt": "a", "max_tokens": 1, "n": 2, "stop": ["1", "2", "3", "4", "5"]})", ""},
+      {R"({"prompt": ["a", "b"], "max_tokens": 1})", ""},
+      {R"({"prompt": "a", "max_tokens": 1, "n": 3})",
+       "n must be at most 2, got 3. To increase this limit, set the VLLM_MAX_N_SEQUENCES"},
+      {R"({"prompt": "a", "max_tokens": 1, "stop": ["1", "2", "3", "4", "5", "6"]})",
+       "List should have at most 5 items after validation, not 6"},
+      {R"({"prompt": ["a", "b", "c"], "max_tokens": 1})",
+       "prompt list length 3 exceeds the maximum allowed count of 2. To increase this limit, "
+       "set the VLLM_MAX_COMPLETION_PROMPTS environment variable."},
+  };
+  for (const auto& [body, error] : limits) {
+    auto r = HttpRaw(port_, absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                         "Connection: close\r\nAuthorization: Bearer env-key"
+                                         "\r\nContent-Type: application/json\r\n"
+                                         "Content-Length: ",
+                                         body.size(), "\r\n\r\n", body));
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->status, error.empty() ? 200 : 400) << body << ": " << r->body;
+    EXPECT_TRUE(absl::StrContains(r->body, error)) << body << ": " << r->body;
+  }
 
   // VLLM_HTTP_MAX_REQUEST_BODY_SIZE=2000: a larger body is 413.
   const std::string big =
@@ -146,14 +181,35 @@ TEST_F(ServeEnvTest, HonouredVariablesTakeEffectAndIgnoredOnesAreNamed) {
   EXPECT_LT(idle, absl::Seconds(3));
 }
 
-TEST_F(ServeEnvTest, LoggingLevel) {
-  ASSERT_NO_FATAL_FAILURE(StartServer({}, Prefix({"VLLM_LOGGING_LEVEL=warning"})));
+// VLLM_LOGGING_LEVEL=warning; VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 with --max-model-len 1100 (the
+// model's max_position_embeddings is 1024): vLLM's warning, and a prompt past position 1024
+// is served; VLLM_KEEP_ALIVE_ON_ENGINE_DEATH unset (0): once its only engine is killed the
+// server exits with an error naming the variable.
+TEST_F(ServeEnvTest, LoggingLevelLongMaxModelLenAndEngineDeath) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartServer({"--max-model-len", "1100"},
+                  Prefix({"VLLM_LOGGING_LEVEL=warning", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"})));
   auto health = Http(port_, "GET", "/health");
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(health->status, 200);
-  server_->Kill(SIGTERM);
-  ASSERT_TRUE(server_->Wait(absl::Seconds(30)).ok());
+  EXPECT_TRUE(absl::StrContains(ReadFile(log_path_), "User-specified max_model_len (1100)"));
+  auto models = Http(port_, "GET", "/v1/models");
+  ASSERT_TRUE(models.ok()) << models.status();
+  EXPECT_EQ(models->Json()["data"][0].value("max_model_len", 0), 1100) << models->body;
+  const nlohmann::json long_prompt = {{"prompt", std::vector<int>(1060, 100)}, {"max_tokens", 4}};
+  auto r = Http(port_, "POST", "/v1/completions", long_prompt.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(r->Json()["usage"].value("prompt_tokens", 0), 1060) << r->body;
+
+  const std::vector<pid_t> engines = ChildrenOf(server_->pid());
+  ASSERT_EQ(engines.size(), 1u);
+  ASSERT_EQ(kill(engines[0], SIGKILL), 0);
+  auto status = server_->Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << DescribeWaitStatus(*status);
   const std::string log = ReadFile(log_path_);
+  EXPECT_TRUE(absl::StrContains(log, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 keeps it up")) << log;
   EXPECT_FALSE(absl::StrContains(log, "[info]")) << log;
 }
 
@@ -164,6 +220,9 @@ TEST_F(ServeEnvTest, RefusedVariables) {
       {"VLLM_LOGGING_CONFIG_PATH=/etc/logging.json", "VLLM_LOGGING_CONFIG_PATH"},
       {"VLLM_DP_SIZE=2", "VLLM_DP_SIZE"},
       {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE=5s", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE"},
+      {"VLLM_PORT=tcp://10.0.0.3:8000", "appears to be a URI"},
+      {"VLLM_MQ_MAX_CHUNK_BYTES_MB=0", "VLLM_MQ_MAX_CHUNK_BYTES_MB"},
+      {"VLLM_MAX_STOP_STRINGS=four", "VLLM_MAX_STOP_STRINGS"},
   };
   for (const auto& [assignment, name] : cases) {
     std::vector<std::string> argv = Prefix({assignment});

@@ -2,8 +2,9 @@
 // 0 or rank 1 (TP 2; PP 2's second stage) while four requests (two streamed, two plain) are
 // generating. Every in-flight request gets an error within 5 s, never a hang: an SSE error event
 // with code 503 on a stream, a 503 JSON body otherwise; then /health and new requests answer 503,
-// every child of the server exits, and Ctrl-C stops the server. A worker killed while idle turns
-// /health 503 at once, without waiting for a request to fail.
+// every child of the server exits, and Ctrl-C stops the server (VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1
+// keeps it up). A worker killed while idle turns /health 503 at once, without waiting for a
+// request to fail.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -24,6 +25,9 @@ namespace {
 
 using nlohmann::json;
 
+// The server stays up once its engine is dead (vLLM's default 0 stops it: serve_env_test).
+const std::vector<std::string> kKeepAlive = {"/usr/bin/env", "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1"};
+
 class ServeFailureTest : public testing::ServeTest {
  protected:
   // Starts long requests (two streamed, two not), waits until the engine runs all four,
@@ -41,7 +45,7 @@ bool IsError(const json& j) {
 
 void ServeFailureTest::KillDuringRequests(const std::vector<std::string>& server_args,
                                           int worker_rank) {
-  ASSERT_NO_FATAL_FAILURE(StartServer(server_args));
+  ASSERT_NO_FATAL_FAILURE(StartServer(server_args, kKeepAlive));
   const std::vector<pid_t> engines = testing::ChildrenOf(server_->pid());
   ASSERT_EQ(engines.size(), 1u);
   pid_t victim = engines[0];
@@ -160,7 +164,7 @@ TEST_F(ServeFailureTest, WorkerRank0KilledFailsInFlightRequests) {
 // A worker that dies while nothing runs takes the engine down at once: /health turns 503
 // without waiting for a request to fail, and no process is left.
 TEST_F(ServeFailureTest, IdleWorkerKilledTurnsHealthUnavailable) {
-  ASSERT_NO_FATAL_FAILURE(StartServer({"-tp", "2"}));
+  ASSERT_NO_FATAL_FAILURE(StartServer({"-tp", "2"}, kKeepAlive));
   const std::vector<pid_t> engines = testing::ChildrenOf(server_->pid());
   ASSERT_EQ(engines.size(), 1u);
   std::vector<pid_t> workers = testing::ChildrenOf(engines[0]);

@@ -26,8 +26,9 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kTimeoutEnv = {"/usr/bin/env",
-                                              "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2"};
+// VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1: the one-engine server stays up to answer 503.
+const std::vector<std::string> kTimeoutEnv = {
+    "/usr/bin/env", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2", "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1"};
 
 std::string Series(const std::string& name, int engine) {
   return absl::StrCat(name, "{model_name=\"kjv-llama-tiny\",engine=\"", engine, "\"}");

@@ -68,6 +68,13 @@ TEST(VllmEnvTable, HonouredAndRefusedSets) {
       "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS",
       "VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS",
       "VLLM_SERVER_DEV_MODE",
+      "VLLM_PORT",
+      "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH",
+      "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+      "VLLM_MAX_N_SEQUENCES",
+      "VLLM_MAX_COMPLETION_PROMPTS",
+      "VLLM_MAX_STOP_STRINGS",
+      "VLLM_MQ_MAX_CHUNK_BYTES_MB",
   };
   EXPECT_EQ(honoured, want);
   EXPECT_EQ(refused, (std::set<std::string_view>{"VLLM_LOGGING_CONFIG_PATH",
@@ -112,6 +119,13 @@ TEST(ReadVllmEnv, DefaultsAreVllms) {
   EXPECT_EQ(e->dp_size, 1);
   EXPECT_EQ(e->dp_master_ip, "127.0.0.1");
   EXPECT_EQ(e->nixl_side_channel_port, 5600);
+  EXPECT_EQ(e->max_n_sequences, 16384);
+  EXPECT_EQ(e->max_completion_prompts, 1024);
+  EXPECT_EQ(e->max_stop_strings, 4);
+  EXPECT_FALSE(e->port.has_value());
+  EXPECT_FALSE(e->keep_alive_on_engine_death);
+  EXPECT_EQ(e->mq_max_chunk_bytes_mb, 16);
+  EXPECT_FALSE(e->allow_long_max_model_len);
   EXPECT_TRUE(CheckVllmEnvRefusals(*e).ok());
 }
 
@@ -125,6 +139,13 @@ TEST(ReadVllmEnv, ParsesAsVllm) {
       {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "1"},
       {"VLLM_HTTP_MAX_REQUEST_BODY_SIZE", "0"},
       {"VLLM_ALLOW_RUNTIME_LORA_UPDATING", " TRUE "},
+      {"VLLM_MAX_N_SEQUENCES", "2_000"},
+      {"VLLM_MAX_COMPLETION_PROMPTS", " 7"},
+      {"VLLM_MAX_STOP_STRINGS", "0"},
+      {"VLLM_PORT", "40000"},
+      {"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "1"},
+      {"VLLM_MQ_MAX_CHUNK_BYTES_MB", "1"},
+      {"VLLM_ALLOW_LONG_MAX_MODEL_LEN", "True"},
   };
   auto e = ReadVllmEnv(MapEnv(env));
   ASSERT_TRUE(e.ok()) << e.status();
@@ -136,6 +157,13 @@ TEST(ReadVllmEnv, ParsesAsVllm) {
   EXPECT_EQ(e->http_timeout_keep_alive_s, 1);
   EXPECT_EQ(e->http_max_request_body_size, 0);
   EXPECT_TRUE(e->allow_runtime_lora_updating);
+  EXPECT_EQ(e->max_n_sequences, 2000);
+  EXPECT_EQ(e->max_completion_prompts, 7);
+  EXPECT_EQ(e->max_stop_strings, 0);
+  EXPECT_EQ(e->port, 40000);
+  EXPECT_TRUE(e->keep_alive_on_engine_death);
+  EXPECT_EQ(e->mq_max_chunk_bytes_mb, 1);
+  EXPECT_TRUE(e->allow_long_max_model_len);
   const absl::Status refused = CheckVllmEnvRefusals(*e);
   EXPECT_THAT(std::string(refused.message()), HasSubstr("VLLM_ALLOW_RUNTIME_LORA_UPDATING"));
   // An empty VLLM_CPU_KVCACHE_SPACE is unset (vLLM's CPU platform checks for "").
@@ -154,6 +182,15 @@ TEST(ReadVllmEnv, BadValuesNameTheVariable) {
       {"VLLM_DP_SIZE", "0"},
       {"VLLM_NIXL_SIDE_CHANNEL_PORT", "70000"},
       {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS", "x"},
+      {"VLLM_MAX_N_SEQUENCES", "0"},
+      {"VLLM_MAX_N_SEQUENCES", "2000000"},
+      {"VLLM_MAX_COMPLETION_PROMPTS", "many"},
+      {"VLLM_MAX_STOP_STRINGS", "-1"},
+      {"VLLM_PORT", "tcp://10.0.0.3:8000"},  // Kubernetes' service variable
+      {"VLLM_PORT", "0"},
+      {"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "true"},  // bool(int(v)), as vLLM
+      {"VLLM_MQ_MAX_CHUNK_BYTES_MB", "0"},
+      {"VLLM_MQ_MAX_CHUNK_BYTES_MB", "4096"},
   };
   for (const auto& [name, value] : bad) {
     const std::map<std::string, std::string> env = {{name, value}};

@@ -1,7 +1,7 @@
 // ResolveVllmConfig: max_model_len defaults to the model's max_position_embeddings and a
-// longer one is refused; a sliding window (attention within the window is implemented) does
-// not limit the context. BuildEngineCore refuses a reasoning parser whose think tokens the
-// model's tokenizer lacks, before any worker starts.
+// longer one is refused (allowed with VLLM_ALLOW_LONG_MAX_MODEL_LEN); a sliding window (attention
+// within the window is implemented) does not limit the context. BuildEngineCore refuses a reasoning
+// parser whose think tokens the model's tokenizer lacks, before any worker starts.
 #include "executor/engine_factory.h"
 
 #include <filesystem>
@@ -32,7 +32,18 @@ TEST(ResolveVllmConfigTest, NoWindowUsesTheModelsLength) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->model.max_model_len, 4096);
   auto bad = ResolveVllmConfig(Cpu(5000), Model(4096, std::nullopt));
-  EXPECT_FALSE(bad.ok());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+            std::string::npos)
+      << bad.status();
+}
+
+// VLLM_ALLOW_LONG_MAX_MODEL_LEN: a longer --max-model-len is allowed (with vLLM's warning).
+TEST(ResolveVllmConfigTest, AllowLongMaxModelLen) {
+  auto c = ResolveVllmConfig(Cpu(5000), Model(4096, std::nullopt),
+                             /*allow_long_max_model_len=*/true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.max_model_len, 5000);
 }
 
 TEST(ResolveVllmConfigTest, SlidingWindowDoesNotLimitTheContext) {

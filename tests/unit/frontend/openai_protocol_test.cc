@@ -80,7 +80,10 @@ TEST(OpenAiProtocolTest, RangeErrorsNameTheField) {
       {R"({"prompt": "a", "top_k": -2})", "top_k", "top_k"},
       {R"({"prompt": "a", "min_p": 2})", "min_p", "[0, 1]"},
       {R"({"prompt": "a", "max_tokens": 0})", "max_tokens", "at least 1"},
-      {R"({"prompt": "a", "n": 0})", "n", "n must be in [1, 128]"},
+      {R"({"prompt": "a", "n": 0})", "n", "n must be at least 1, got 0."},
+      {R"({"prompt": "a", "n": 16385})", "n",
+       "n must be at most 16384, got 16385. To increase this limit, set the "
+       "VLLM_MAX_N_SEQUENCES environment variable."},
       {R"({"prompt": "a", "logprobs": 1025})", "logprobs", "[0, 1024]"},
       {R"({"prompt": "a", "presence_penalty": 3})", "presence_penalty", "[-2, 2]"},
       {R"({"prompt": "a", "temperature": "hot"})", "temperature", "must be a number"},
@@ -105,6 +108,38 @@ TEST(OpenAiProtocolTest, RangeErrorsNameTheField) {
     EXPECT_EQ(ErrorParam(r.status()), c.param) << c.body << ": " << r.status();
     EXPECT_NE(r.status().message().find(c.message_part), std::string::npos) << r.status();
   }
+}
+
+// vLLM's VLLM_MAX_N_SEQUENCES, VLLM_MAX_COMPLETION_PROMPTS and VLLM_MAX_STOP_STRINGS as the
+// serve path sets them (request_limits.h), with vLLM's messages; serve_env_test checks that the
+// variables reach a server.
+TEST(OpenAiProtocolTest, RequestLimitsFollowVllmsVariables) {
+  EXPECT_EQ(GetRequestLimits().max_n, 16384);  // vLLM's defaults until set
+  EXPECT_EQ(GetRequestLimits().max_prompts, 1024);
+  EXPECT_EQ(GetRequestLimits().max_stop_strings, 4);
+  SetRequestLimits({.max_n = 300, .max_prompts = 2, .max_stop_strings = 1});
+  auto parse = [](const char* body) {
+    return ParseCompletionRequest(json::parse(body), kModel).status();
+  };
+  EXPECT_TRUE(parse(R"({"prompt": "a", "n": 300, "stop": ["x"]})").ok());  // past the old 128
+  EXPECT_TRUE(parse(R"({"prompt": ["a", "b"]})").ok());
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"prompt": "a", "n": 301})", "n must be at most 300, got 301"},
+      {R"({"prompt": ["a", "b", "c"]})",
+       "prompt list length 3 exceeds the maximum allowed count of 2. To increase this limit, "
+       "set the VLLM_MAX_COMPLETION_PROMPTS environment variable."},
+      {R"({"prompt": "a", "stop": ["x", "y"]})",
+       "List should have at most 1 item after validation, not 2"},
+  };
+  for (const auto& [body, message] : refused) {
+    const absl::Status s = parse(body);
+    EXPECT_EQ(HttpStatusFor(s), 400) << body;
+    EXPECT_NE(s.message().find(message), std::string::npos) << s;
+  }
+  EXPECT_EQ(ErrorParam(parse(R"({"prompt": "a", "stop": ["x", "y"]})")), "stop");
+  // A list of token ids is one prompt, whatever its length (as vLLM's is_list_of(prompt, int)).
+  EXPECT_TRUE(parse(R"({"prompt": [1, 2, 3, 4]})").ok());
+  SetRequestLimits({});
 }
 
 TEST(OpenAiProtocolTest, UnknownModelIsNotFound) {

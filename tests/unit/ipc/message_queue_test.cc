@@ -2,8 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "base/msgpack_util.h"
@@ -128,6 +130,33 @@ TEST(MessageQueueRemoteTest, TcpReaderGetsTheSameStreamAsLocalOnes) {
             absl::StatusCode::kCancelled);
   EXPECT_EQ(f->readers[0]->DequeueBytes(In(absl::Seconds(10))).status().code(),
             absl::StatusCode::kCancelled);
+}
+
+// vLLM's VLLM_PORT: internal TCP ports chosen automatically (port 0, "tcp://host:*") are the
+// first free ones from it upward; a port in use is skipped.
+TEST(VllmPortTest, AutomaticPortsStartAtVllmPort) {
+  auto port_of = [](const std::string& endpoint) {
+    return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  };
+  // A port the kernel picked, kept bound: VLLM_PORT names a port in use.
+  zmq::socket_t a(ZmqContext(), zmq::socket_type::pull), b(ZmqContext(), zmq::socket_type::pull),
+      c(ZmqContext(), zmq::socket_type::pull);
+  for (zmq::socket_t* s : {&a, &b, &c}) s->set(zmq::sockopt::linger, 0);
+  a.bind("tcp://127.0.0.1:*");
+  const int base = port_of(a.get(zmq::sockopt::last_endpoint));
+  ASSERT_EQ(setenv("VLLM_PORT", std::to_string(base).c_str(), 1), 0);
+  struct Unset {
+    ~Unset() { unsetenv("VLLM_PORT"); }
+  } unset;
+  EXPECT_EQ(VllmPortBase(), base);
+  auto first = BindTcp(b, "127.0.0.1", 0);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(port_of(*first), base);
+  EXPECT_LT(port_of(*first), base + kVllmPortAttempts);
+  auto second = BindEndpoint(c, "tcp://127.0.0.1:*");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_GT(port_of(*second), port_of(*first));
+  EXPECT_LT(port_of(*second), base + kVllmPortAttempts);
 }
 
 TEST(MessageQueueCurveTest, ReadersWithTheClusterKeyGetEveryMessage) {
