@@ -17,7 +17,7 @@ absl::StatusOr<std::string> EncodeSpecFor(const ServeArgs& args, int32_t index, 
   FrontendSettings& f = spec.frontend;
   f.host = args.host;
   f.port = port;
-  f.api_key = args.api_key;
+  f.http = args.http;
   f.max_connections = args.max_connections;
   f.shutdown_timeout_s = args.shutdown_timeout_s;
   f.served_model_names = args.served_model_names;
@@ -36,7 +36,7 @@ ServeArgs ServeArgsFromSpec(const ApiServerSpec& spec) {
   const FrontendSettings& f = spec.frontend;
   args.host = f.host;
   args.port = f.port;
-  args.api_key = f.api_key;
+  args.http = f.http;
   args.max_connections = f.max_connections;
   args.shutdown_timeout_s = f.shutdown_timeout_s;
   args.served_model_names = f.served_model_names;

@@ -32,9 +32,11 @@
 #include "ipc/curve.h"
 #include "ipc/signal_watcher.h"
 #include "launcher/engine_process_manager.h"
+#include "launcher/serve_args_frontend.h"
 #include "launcher/spec/frames.h"
 #include "spdlog/spdlog.h"
 #include "worker/hf_config.h"
+#include "worker/worker.h"
 
 namespace vllm::launcher {
 namespace {
@@ -118,8 +120,6 @@ struct StopRequest {
   }
 };
 
-// An API server of the launcher's: the launcher reports its engines' deaths; its end (EOF)
-// stops this process at once.
 // VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=0 (vLLM's default): once every engine is dead and none can
 // come back (no --restart-dead-engines), the server stops at once and exits with an error
 // (vLLM's API server shuts down when its engine is dead). With data parallelism the server
@@ -154,6 +154,8 @@ struct EnginesGone {
   }
 };
 
+// An API server of the launcher's: the launcher reports its engines' deaths; its end (EOF)
+// stops this process at once.
 std::thread StartControlReader(const ApiServerRole& role, EngineRange engines,
                                frontend::EngineCoreClient* client, StopRequest* stop) {
   return std::thread([role, engines, client, stop] {
@@ -218,19 +220,25 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
   frontend::ApiServerOptions server_options;
   server_options.host = args.host;
   server_options.port = static_cast<uint16_t>(args.port);
-  server_options.api_key = args.api_key;
+  server_options.http = args.http;
+  // vLLM's stats line names the KV cache's device: GPU for cuda (auto: as the engines resolve
+  // it, on this node), else the device.
+  const absl::StatusOr<config::Device> device = worker::ResolveDevice(args.config.device.device);
+  server_options.http.kv_cache_device =
+      device.ok() && *device == config::Device::kCpu ? "CPU" : "GPU";
   // vLLM's HTTP variables (checked at start-up; this process inherits the environment).
   VLLM_ASSIGN_OR_RETURN(const config::VllmEnv env, config::ReadVllmEnv());
+  frontend::SetRequestLimits({.max_n = static_cast<int32_t>(env.max_n_sequences),
+                              .max_prompts = static_cast<int32_t>(env.max_completion_prompts),
+                              .max_stop_strings = static_cast<int32_t>(env.max_stop_strings)});
   server_options.keep_alive_timeout = std::chrono::seconds(env.http_timeout_keep_alive_s);
+  server_options.http.log_stats_interval_s = LogStatsIntervalSeconds();
   // 0: no limit (vLLM); kept far below overflow in the session's buffer arithmetic.
   server_options.max_body_bytes = env.http_max_request_body_size == 0
                                       ? std::numeric_limits<size_t>::max() / 4
                                       : static_cast<size_t>(env.http_max_request_body_size);
   server_options.max_connections = args.max_connections;
   server_options.tool_call_parser = args.config.tool_calling.tool_call_parser;
-  frontend::SetRequestLimits({.max_n = static_cast<int32_t>(env.max_n_sequences),
-                              .max_prompts = static_cast<int32_t>(env.max_completion_prompts),
-                              .max_stop_strings = static_cast<int32_t>(env.max_stop_strings)});
   server_options.enable_auto_tool_choice = args.config.tool_calling.enable_auto_tool_choice;
   server_options.exclude_tools_when_tool_choice_none =
       args.config.tool_calling.exclude_tools_when_tool_choice_none;
@@ -347,6 +355,11 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role) {
   client_options.coordinator_stats = coordinator_addresses.stats;
   client_options.coordinator_waves = coordinator_addresses.waves;
   client_options.coordinator_report_key = coordinator_addresses.report_key;
+  // Stopping ends requests still in flight with an error and takes at most ~5 s (the engine
+  // gets 4).
+  StopRequest stop;
+  EnginesGone gone;
+  gone.Arm(args, client_options, stop);
   VLLM_ASSIGN_OR_RETURN(std::unique_ptr<frontend::EngineCoreClient> client,
                         frontend::EngineCoreClient::Create(client_options));
   EngineProcessManager engines(args);  // its destructor stops the ones started on an error
@@ -356,11 +369,6 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role) {
       return absl::UnavailableError("the launcher is gone");
     }
   } else {
-  // Stopping ends requests still in flight with an error and takes at most ~5 s (the engine
-  // gets 4).
-  StopRequest stop;
-  EnginesGone gone;
-  gone.Arm(args, client_options, stop);
     VLLM_RETURN_IF_ERROR(engines.Start({client->handshake_address()}));
   }
   if (args.multi_node && role.index == 0) {
@@ -395,6 +403,7 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role) {
     if (coordinator != nullptr) VLLM_RETURN_IF_ERROR(coordinator->Check());
     return absl::OkStatus();
   }));
+  gone.serving.store(true);
   VLLM_ASSIGN_OR_RETURN(Frontend frontend,
                         StartFrontend(args, role, model_config, std::move(client),
                                       std::move(tokenizer), std::move(chat_template)));
@@ -404,7 +413,6 @@ absl::Status Serve(const ServeArgs& args, const ApiServerRole& role) {
   // The coordinator's death stops the server (see CoordinatorWatch); `coordinator_failure` is
   // written by the monitor, read after it is joined.
   absl::Status coordinator_failure;
-  gone.serving.store(true);
   std::vector<EngineProcessManager::Watch> watches;
   if (coordinator != nullptr) {
     watches.push_back(CoordinatorWatch(coordinator.get(), &stop, &coordinator_failure));

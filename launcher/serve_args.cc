@@ -19,6 +19,7 @@
 #include "ipc/curve.h"
 #include "kv_events/kv_events.h"
 #include "launcher/request_default_flags.h"
+#include "launcher/serve_args_frontend.h"
 #include "launcher/serve_config_file.h"
 #include "launcher/vllm_serve_flags.h"
 #include "nlohmann/json.hpp"
@@ -91,7 +92,7 @@ struct FlagValues {
   bool dp_hybrid_lb = false, dp_external_lb = false;
   // -dpl / -dpr taken from --nnodes and --node-rank (InferDpFromNodes), as if given.
   bool dp_from_nodes = false;
-  std::vector<std::string> api_keys;
+  HttpFlagValues http;  // serve_args_frontend.h
   std::string chat_template, kv_events_config, kv_transfer_config, cluster_key_file,
       structured_outputs_config, reasoning_parser, speculative_config;
 };
@@ -399,11 +400,7 @@ void AddFrontendFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
   app.add_option("--port", a.port, "Port to listen on.")
       ->check(CLI::Range(0, 65535))
       ->group("Frontend");
-  app.add_option("--api-key", f.api_keys,
-                 "If set, the server requires this key in the header (one key; vLLM takes "
-                 "several).")
-      ->expected(1, 64)
-      ->group("Frontend");
+  AddHttpFlags(app, f.http);
   app.add_option("--max-connections", a.max_connections,
                  "Client connections served at once; past it the longest-idle connection is "
                  "closed, or /health alone is answered. Default: the open-file limit "
@@ -445,12 +442,6 @@ absl::Status ApplyModelFlags(const FlagValues& f, const std::string& default_mod
     const bool is_default = f.model.empty() && f.positional_model.empty();
     a.served_model_names.push_back(is_default ? model.filename().string() : model.string());
   }
-  if (f.api_keys.size() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--api-key: ", f.api_keys.size(),
-                     " keys given; vllm-launch checks one key (give one --api-key)"));
-  }
-  if (!f.api_keys.empty() && !f.api_keys[0].empty()) a.api_key = f.api_keys[0];
   if (!f.chat_template.empty()) a.chat_template = f.chat_template;
   return absl::OkStatus();
 }
@@ -725,6 +716,7 @@ absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& d
                         ServeArgs& a) {
   config::VllmConfig& c = a.config;
   VLLM_RETURN_IF_ERROR(ApplyModelFlags(f, default_model, a));
+  VLLM_RETURN_IF_ERROR(ApplyHttpFlags(app, f.http, a.http));
   if (app.count("--kv-events-config") > 0) {
     VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, c));
   }

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "config/vllm_config.h"
+#include "frontend/openai/http_options.h"
 #include "frontend/openai/serving_flags.h"
 #include "launcher/spec/api_server_spec.h"  // DpLoadBalancing
 
@@ -28,7 +29,8 @@ struct ServeArgs {
   config::VllmConfig config;
   std::string host = "127.0.0.1";
   int32_t port = 8000;
-  std::optional<std::string> api_key;
+  // API keys, --root-path, CORS, the access / request / stats logs (serve_args_frontend.h).
+  frontend::HttpOptions http;
   // Connections served at once; 0: frontend::DefaultMaxConnections() (from RLIMIT_NOFILE).
   int64_t max_connections = 0;
   // SIGTERM: stop accepting and let requests in flight finish for up to this many seconds,

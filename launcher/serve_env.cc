@@ -52,8 +52,8 @@ absl::Status ApplyVllmEnv(const config::VllmEnv& env, ServeArgs& args) {
   VLLM_RETURN_IF_ERROR(config::CheckVllmEnvRefusals(env));
   VLLM_RETURN_IF_ERROR(ApplyDataParallelEnv(env, args));
   // vLLM: `args.api_key or [envs.VLLM_API_KEY]`, an empty key being none.
-  if (!args.api_key.has_value() && env.api_key.has_value() && !env.api_key->empty()) {
-    args.api_key = env.api_key;
+  if (args.http.api_keys.empty() && env.api_key.has_value() && !env.api_key->empty()) {
+    args.http.api_keys = {*env.api_key};
   }
   if (env.cpu_kvcache_space_gib.has_value()) {
     // vLLM's CPU platform sets kv_cache_memory_bytes from it after the flags (it wins).

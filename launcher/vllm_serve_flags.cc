@@ -356,23 +356,12 @@ const VllmServeFlag* FindVllmServeFlag(std::string_view name) {
 std::string VllmFlagRefusalReason(const VllmServeFlag& flag) {
   // Specific reasons first (a flag's name), then a reason for its group.
   static constexpr std::pair<std::string_view, std::string_view> kByName[] = {
-      {"--root-path", "the server serves at / only (no path prefix behind a proxy)"},
-      {"--allowed-origins", "CORS headers are not sent"},
-      {"--allowed-methods", "CORS headers are not sent"},
-      {"--allowed-headers", "CORS headers are not sent"},
-      {"--allow-credentials", "CORS headers are not sent"},
       {"--ssl-keyfile", "TLS is not served: put a TLS-terminating proxy in front"},
       {"--ssl-certfile", "TLS is not served: put a TLS-terminating proxy in front"},
       {"--ssl-ca-certs", "TLS is not served: put a TLS-terminating proxy in front"},
       {"--ssl-cert-reqs", "TLS is not served: put a TLS-terminating proxy in front"},
       {"--ssl-ciphers", "TLS is not served: put a TLS-terminating proxy in front"},
       {"--enable-ssl-refresh", "TLS is not served: put a TLS-terminating proxy in front"},
-      {"--uvicorn-log-level",
-       "there is no uvicorn: the C++ HTTP server logs at VLLM_LOGGING_LEVEL"},
-      {"--disable-uvicorn-access-log", "there is no uvicorn and no per-request access log"},
-      {"--enable-log-requests", "per-request logging is not implemented"},
-      {"--max-log-len", "per-request logging is not implemented"},
-      {"--disable-log-stats", "periodic stats logging is not implemented (nothing to disable)"},
       {"--max-num-partial-prefills", "concurrent partial prefills are not implemented"},
       {"--quantization", "quantized checkpoints are not supported"},
       {"--trust-remote-code", "models with custom Python code are not run (C++ runtime)"},

@@ -31,6 +31,7 @@
 #include "boost/beast/core.hpp"
 #include "boost/beast/http.hpp"
 #include "frontend/openai/http_session.h"
+#include "frontend/openai/stats_logger.h"
 #include "spdlog/spdlog.h"
 
 namespace vllm::frontend {
@@ -43,6 +44,7 @@ using api_server_internal::ErrorJson;
 using api_server_internal::MonoNowNs;
 using api_server_internal::ServerContext;
 using api_server_internal::Session;
+using api_server_internal::StatsLogger;
 
 // How long Stop() waits for connections to take their last bytes.
 constexpr absl::Duration kStopGrace = absl::Seconds(5);
@@ -162,6 +164,11 @@ class ApiServer::Impl {
     return absl::OkStatus();
   }
 
+  // --disable-log-stats turns vLLM's periodic stats lines off.
+  void StartStatsLogger() {
+    if (ctx_->options.http.log_stats) stats_logger_ = std::make_unique<StatsLogger>(ctx_);
+  }
+
   void Drain() {
     if (ctx_->draining.exchange(true)) return;
     CloseAcceptor();
@@ -184,6 +191,7 @@ class ApiServer::Impl {
   void Stop() {
     if (stopped_) return;
     stopped_ = true;
+    stats_logger_.reset();
     ctx_->draining.store(true);
     CloseAcceptor();
     for (auto& s : LiveSessions()) s->ShutdownAsync();
@@ -221,6 +229,9 @@ class ApiServer::Impl {
   ServerContext& ctx() { return *ctx_; }
 
  private:
+  // --uvicorn-log-level: the HTTP server's warnings show at warning and below.
+  bool WarningsOn() const { return ctx_->options.http.log_level <= HttpLogLevel::kWarning; }
+
   std::vector<std::shared_ptr<Session>> LiveSessions() {
     std::vector<std::shared_ptr<Session>> live;
     absl::MutexLock lock(&ctx_->sessions_mu);
@@ -261,7 +272,7 @@ class ApiServer::Impl {
       }
       overflow = true;
     }
-    if (overflow && limit_log_.ShouldLog()) {
+    if (overflow && WarningsOn() && limit_log_.ShouldLog()) {
       spdlog::warn(
           "{} connections open (--max-connections {}), none idle: new connections answer "
           "/health and 503 until some close",
@@ -306,7 +317,7 @@ class ApiServer::Impl {
   void BackOff(const beast::error_code& ec) {
     accept_delay_ = std::clamp(accept_delay_ * 2, std::chrono::milliseconds(10),
                                std::chrono::milliseconds(1000));
-    if (resource_log_.ShouldLog()) {
+    if (WarningsOn() && resource_log_.ShouldLog()) {
       spdlog::warn(
           "accept failed ({}); retrying in {} ms. Raise the file-descriptor limit "
           "(ulimit -n) or lower --max-connections",
@@ -330,6 +341,7 @@ class ApiServer::Impl {
   std::optional<net::executor_work_guard<net::io_context::executor_type>> io_work_guard_;
   std::vector<std::thread> threads_;
   std::vector<std::thread> prep_threads_;
+  std::unique_ptr<StatsLogger> stats_logger_;
   uint16_t port_ = 0;
   bool stopped_ = false;
 };
@@ -370,6 +382,7 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Create(EngineClient* engin
   ctx->chat_parsers.defaults = &ctx->options.request_defaults;
   auto impl = std::make_unique<Impl>(std::move(ctx));
   VLLM_RETURN_IF_ERROR(impl->Listen());
+  impl->StartStatsLogger();
   return std::unique_ptr<ApiServer>(new ApiServer(std::move(impl)));
 }
 

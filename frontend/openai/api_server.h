@@ -6,8 +6,10 @@
 // needed, as vLLM guards only /v1/*), GET /v1/models, GET /health (200 / 503), GET /version,
 // GET /metrics (Prometheus text). Unknown paths 404, wrong methods 405, malformed requests 400,
 // bodies over max_body_bytes 413, headers over max_header_bytes 431, an HTTP/1.1 request without a
-// Host header 400; with an API key, /v1/* needs "Authorization: Bearer <key>" (401
-// otherwise; compared in constant time). Errors carry vLLM's JSON error body
+// Host header 400; with API keys, /v1/* needs "Authorization: Bearer <one of them>" (401
+// otherwise; compared in constant time). HttpOptions add vLLM's --root-path (paths under it
+// are routed without it), CORS (preflights answered on any path) and the access, request and
+// stats log lines (http_middleware.h, stats_logger.h). Errors carry vLLM's JSON error body
 // {"error": {"message", "type", "param", "code"}}, as a body or as an SSE event mid-stream.
 //
 // Threads: one io_context run by `num_threads` threads ("api-io-<i>"); each connection is
@@ -39,6 +41,7 @@
 #include "absl/time/time.h"
 #include "frontend/engine/engine_client.h"
 #include "frontend/engine/listen_address.h"  // ResolveListenAddress, for the launcher
+#include "frontend/openai/http_options.h"
 #include "frontend/openai/metrics.h"
 #include "frontend/openai/request_defaults.h"
 
@@ -54,8 +57,9 @@ struct ApiServerOptions {
   int32_t num_prep_threads = 2;
   // Connections served at once (see the file comment); 0 picks DefaultMaxConnections().
   int64_t max_connections = 0;
-  // When set, /v1/* requests must send "Authorization: Bearer <api_key>".
-  std::optional<std::string> api_key;
+  // API keys, --root-path, CORS, request / access / stats logging (vLLM's middleware and
+  // uvicorn settings; http_options.h).
+  HttpOptions http;
   size_t max_body_bytes = size_t{32} << 20;
   size_t max_header_bytes = size_t{64} << 10;
   // Longest wait for a whole request to arrive (idle keep-alive connections included) and

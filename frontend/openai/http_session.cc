@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace vllm::frontend::api_server_internal {
 
@@ -71,6 +72,8 @@ void Session::DoRead() {
 void Session::OnRead(beast::error_code ec, size_t) {
   if (closed_) return;
   idle_since_ns_.store(0);
+  cors_headers_.clear();
+  log_access_ = false;
   if (ec == http::error::body_limit) {
     keep_alive_ = false;
     return SendError(absl::ResourceExhaustedError(absl::StrCat(
@@ -94,6 +97,7 @@ void Session::OnRead(beast::error_code ec, size_t) {
         absl::InvalidArgumentError(absl::StrCat("Malformed HTTP request: ", ec.message())));
   }
   request_ = parser_->release();
+  log_access_ = true;
   keep_alive_ =
       request_.keep_alive() && request_.version() == 11 && !overflow_ && !ctx_->draining.load();
   Route();
@@ -150,6 +154,42 @@ void Session::OnWatch(beast::error_code ec, size_t n) {
   // Otherwise the response is complete or being written; the next read sees the close.
 }
 
+std::optional<std::string_view> Session::Header(http::field field) const {
+  auto it = request_.find(field);
+  if (it == request_.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+bool Session::AnswerCorsPreflight() {
+  const std::optional<std::string_view> origin = Header(http::field::origin);
+  const std::optional<std::string_view> method = Header(http::field::access_control_request_method);
+  if (request_.method() != http::verb::options || !origin.has_value() || !method.has_value()) {
+    return false;
+  }
+  CorsPolicy::Answer answer = ctx_->cors.Preflight(
+      *origin, *method, Header(http::field::access_control_request_headers),
+      request_.find("Access-Control-Request-Private-Network") != request_.end());
+  cors_headers_ = std::move(answer.headers);
+  SendBody(static_cast<http::status>(answer.status), "text/plain; charset=utf-8",
+           std::move(answer.body), nullptr);
+  return true;
+}
+
+void Session::LogAccess(int status) {
+  const HttpOptions& o = ctx_->options.http;
+  if (!log_access_ || !o.access_log || o.log_level > HttpLogLevel::kInfo) return;
+  log_access_ = false;  // once per request
+  beast::error_code ec;
+  const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+  const std::string client =
+      ec ? std::string("-") : absl::StrCat(peer.address().to_string(), ":", peer.port());
+  const auto method = request_.method_string();
+  const auto target = request_.target();
+  spdlog::info("{}", AccessLogLine(client, std::string_view(method.data(), method.size()),
+                                   std::string_view(target.data(), target.size()),
+                                   request_.version(), status));
+}
+
 void Session::SendError(const absl::Status& status) {
   if (absl::IsUnavailable(status) && ctx_->draining.load()) keep_alive_ = false;
   SendJson(static_cast<http::status>(HttpStatusFor(status)), DumpJson(ErrorBody(status)));
@@ -165,6 +205,8 @@ void Session::SendBody(http::status status, const char* content_type, std::strin
   res->set(http::field::server, ctx_->options.server_name);
   res->set(http::field::content_type, content_type);
   if (allow != nullptr) res->set(http::field::allow, allow);
+  for (const auto& [name, value] : cors_headers_) res->set(name, value);
+  LogAccess(static_cast<int>(status));
   res->keep_alive(keep_alive_);
   res->body() = std::move(body);
   res->prepare_payload();

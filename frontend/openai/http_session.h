@@ -34,6 +34,7 @@
 #include "frontend/openai/api_server.h"
 #include "frontend/openai/api_server_response.h"
 #include "frontend/openai/beam_search.h"
+#include "frontend/openai/http_middleware.h"
 #include "frontend/openai/metrics.h"
 #include "frontend/openai/openai_protocol.h"
 #include "nlohmann/json.hpp"
@@ -78,6 +79,7 @@ struct ServerContext {
   ServerContext(EngineClient* e, ApiServerOptions o, int64_t max_conn)
       : engine(e),
         options(std::move(o)),
+        cors(options.http),
         max_connections(max_conn),
         metrics(&registry, e->ModelName(), static_cast<int32_t>(e->Engines().size()),
                 e->Engines().empty() ? 0 : e->Engines()[0].rank, e->NumSpeculativeTokens(),
@@ -87,6 +89,7 @@ struct ServerContext {
 
   EngineClient* const engine;
   const ApiServerOptions options;
+  const CorsPolicy cors;  // from options.http
   // The server's parsers (set once by ApiServer::Create, before any request).
   std::unique_ptr<parsers::ToolParser> tool_parser;
   std::unique_ptr<parsers::ReasoningParser> reasoning_parser;
@@ -236,6 +239,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Route();
   bool Authorized() const;
+  // A request header's value, if sent.
+  std::optional<std::string_view> Header(http::field field) const;
+  // A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method), answered on any
+  // path as Starlette's CORSMiddleware; false when the request is not one.
+  bool AnswerCorsPreflight();
+  // uvicorn's access line for the response about to be sent (http_middleware.h).
+  void LogAccess(int status);
   void HandleModels();
 
   // 200 with an empty body while every engine serves (as vLLM). With data parallelism and
@@ -342,6 +352,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool close_after_write_ = false;  // evicted while its last response was being written
   bool end_of_message_queued_ = false;
   std::atomic<int64_t> idle_since_ns_{0};
+  // The CORS headers of the current request's answer (ServerContext::cors).
+  HeaderList cors_headers_;
+  // The answer being sent is to a whole request (uvicorn logs those; not a malformed one).
+  bool log_access_ = false;
   std::atomic<bool> evicting_{false};
 };
 

@@ -62,18 +62,6 @@ bool MethodAllowed(std::string_view methods, std::string_view method) {
   return false;
 }
 
-// Compares in time that depends only on `expected`'s length, not on where the strings differ.
-bool ConstantTimeEquals(std::string_view given, std::string_view expected) {
-  unsigned char diff = given.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
-    diff |= static_cast<unsigned char>(g ^ static_cast<unsigned char>(expected[i]));
-  }
-  // Keep the compiler from turning the loop into an early-exit comparison.
-  volatile unsigned char result = diff;
-  return result == 0;
-}
-
 }  // namespace
 
 OutputCallback Session::MakeCallback(PostTarget target, uint64_t serial, int32_t index) {
@@ -91,18 +79,22 @@ OutputCallback Session::MakeCallback(PostTarget target, uint64_t serial, int32_t
 
 void Session::Route() {
   std::string target(request_.target());
-  std::string path = target.substr(0, target.find('?'));
+  const std::string raw_path = target.substr(0, target.find('?'));
+  cors_headers_ = ctx_->cors.SimpleHeaders(Header(http::field::origin));
   if (request_.version() >= 11 && request_.find(http::field::host) == request_.end()) {
     // RFC 9112 section 3.2: a server MUST answer 400 to an HTTP/1.1 request without Host.
     keep_alive_ = false;
     return SendError(absl::InvalidArgumentError("An HTTP/1.1 request needs a Host header"));
   }
+  if (AnswerCorsPreflight()) return;
+  // --root-path: a path under it is routed without it (FastAPI's root_path).
+  const std::string path = RoutePath(raw_path, ctx_->options.http.root_path);
   const char* allowed = nullptr;
   for (const RouteEntry& route : kRoutes) {
     if (path == route.path && (!route.dev_only || DevMode())) allowed = route.methods;
   }
   if (allowed == nullptr) {
-    return SendError(absl::NotFoundError(absl::StrCat("Not Found: ", path)));
+    return SendError(absl::NotFoundError(absl::StrCat("Not Found: ", raw_path)));
   }
   const std::string_view method(request_.method_string().data(), request_.method_string().size());
   if (!MethodAllowed(allowed, method)) {
@@ -120,7 +112,7 @@ void Session::Route() {
   if (ctx_->draining.load() && path != "/version" && path != "/metrics") {
     return SendError(absl::UnavailableError("The server is shutting down"));
   }
-  if (path.rfind("/v1/", 0) == 0 && !Authorized()) {
+  if (NeedsApiKey(path) && !Authorized()) {
     return SendError(absl::UnauthenticatedError(
         "Invalid or missing API key: send \"Authorization: Bearer <key>\""));
   }
@@ -142,15 +134,12 @@ void Session::Route() {
   if (path == "/load") {
     return SendJson(http::status::ok, DumpJson(nlohmann::json{{"server_load", ctx_->InFlight()}}));
   }
-  return HandleDevRoute(path, target.size() > path.size() ? target.substr(path.size() + 1) : "");
+  return HandleDevRoute(path,
+                        target.size() > raw_path.size() ? target.substr(raw_path.size() + 1) : "");
 }
 
 bool Session::Authorized() const {
-  if (!ctx_->options.api_key.has_value()) return true;
-  auto it = request_.find(http::field::authorization);
-  const std::string expected = "Bearer " + *ctx_->options.api_key;
-  return it != request_.end() &&
-         ConstantTimeEquals(std::string_view(it->value().data(), it->value().size()), expected);
+  return ApiKeyAccepted(ctx_->options.http.api_keys, Header(http::field::authorization));
 }
 
 void Session::HandleModels() {
@@ -313,6 +302,7 @@ Prepared Session::Prepare(const PostTarget& target, ApiKind kind, uint64_t seria
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     std::string id = requests[i].request_id;
+    LogRequest(ctx.options.http, requests[i]);  // --enable-log-requests
     absl::Status status = ctx.engine->Generate(
         std::move(requests[i]), MakeCallback(target, serial, static_cast<int32_t>(i)));
     if (!status.ok()) {
@@ -365,11 +355,15 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
   gen.n = prepared.options.n;
   gen.max_tokens = prepared.options.params.max_tokens;
   if (gen.stream) {
+    std::string cors;
+    for (const auto& [name, value] : cors_headers_)
+      absl::StrAppend(&cors, name, ": ", value, "\r\n");
+    LogAccess(200);
     QueueBytes(
         absl::StrCat("HTTP/1.1 200 OK\r\nServer: ", ctx_->options.server_name,
                      "\r\nContent-Type: text/event-stream; "
                      "charset=utf-8\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n",
-                     keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
+                     cors, keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
     std::string start = gen.assembler->Start();
     QueueChunk(gen.anthropic != nullptr ? gen.anthropic->Convert(start) : start);
   }

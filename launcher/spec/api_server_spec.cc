@@ -16,7 +16,7 @@ using wire::FieldReader;
 using wire::Packer;
 
 constexpr std::string_view kSpecTag = "ApiServerSpec";
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr wire::UnpackLimits kSpecLimits{.max_array = kMaxServedModelNames,
                                          .max_map = 0,
                                          .max_str = kMaxChatTemplateBytes,
@@ -26,6 +26,10 @@ constexpr wire::UnpackLimits kMessageLimits{
     .max_array = 3, .max_map = 0, .max_str = kMaxSpecString, .max_bin = 0, .max_depth = 1};
 
 constexpr std::string_view kBalancing[] = {"internal", "hybrid", "external"};
+// frontend::HttpLogLevel's names (uvicorn's), in its order.
+constexpr std::string_view kLogLevels[] = {"trace",   "debug", "info",
+                                           "warning", "error", "critical"};
+constexpr uint32_t kFrontendFields = 20;
 
 absl::Status CheckLength(std::string_view field, const std::string& s, size_t max) {
   if (s.size() <= max) return absl::OkStatus();
@@ -35,7 +39,15 @@ absl::Status CheckLength(std::string_view field, const std::string& s, size_t ma
 
 absl::Status CheckFrontend(const FrontendSettings& f) {
   VLLM_RETURN_IF_ERROR(CheckLength("host", f.host, kMaxSpecString));
-  VLLM_RETURN_IF_ERROR(CheckLength("api_key", f.api_key.value_or(""), kMaxSpecString));
+  for (const auto* list : {&f.http.api_keys, &f.http.allowed_origins, &f.http.allowed_methods,
+                           &f.http.allowed_headers}) {
+    if (list->size() > kMaxServedModelNames) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ApiServerSpec.frontend: a list of more than ", kMaxServedModelNames));
+    }
+    for (const std::string& s : *list) VLLM_RETURN_IF_ERROR(CheckLength("http", s, kMaxSpecString));
+  }
+  VLLM_RETURN_IF_ERROR(CheckLength("root_path", f.http.root_path, kMaxSpecString));
   VLLM_RETURN_IF_ERROR(
       CheckLength("chat_template", f.chat_template.value_or(""), kMaxChatTemplateBytes));
   VLLM_RETURN_IF_ERROR(CheckLength("cluster_key_file", f.cluster_key_file, kMaxSpecString));
@@ -50,10 +62,10 @@ absl::Status CheckFrontend(const FrontendSettings& f) {
 }
 
 void PackFrontend(Packer& pk, const FrontendSettings& f) {
-  pk.pack_array(10);
+  pk.pack_array(kFrontendFields);
   pk.pack(f.host);
   pk.pack(f.port);
-  wire::PackOptional(pk, f.api_key);
+  pk.pack(f.http.api_keys);
   pk.pack(f.max_connections);
   wire::PackDouble(pk, f.shutdown_timeout_s);
   pk.pack(f.served_model_names);
@@ -61,6 +73,39 @@ void PackFrontend(Packer& pk, const FrontendSettings& f) {
   pk.pack(f.multi_node);
   pk.pack(std::string(kBalancing[static_cast<int>(f.dp_load_balancing)]));
   pk.pack(f.cluster_key_file);
+  const frontend::HttpOptions& h = f.http;
+  pk.pack(h.root_path);
+  pk.pack(h.allowed_origins);
+  pk.pack(h.allowed_methods);
+  pk.pack(h.allowed_headers);
+  pk.pack(h.allow_credentials);
+  pk.pack(std::string(kLogLevels[static_cast<int>(h.log_level)]));
+  pk.pack(h.access_log);
+  pk.pack(h.log_requests);
+  wire::PackOptional(pk, h.max_log_len);
+  pk.pack(h.log_stats);
+}
+
+absl::Status ReadHttp(FieldReader& r, frontend::HttpOptions* h) {
+  VLLM_RETURN_IF_ERROR(r.String("root_path", kMaxSpecString, &h->root_path));
+  VLLM_RETURN_IF_ERROR(r.StringList("allowed_origins", kMaxSpecString, &h->allowed_origins));
+  VLLM_RETURN_IF_ERROR(r.StringList("allowed_methods", kMaxSpecString, &h->allowed_methods));
+  VLLM_RETURN_IF_ERROR(r.StringList("allowed_headers", kMaxSpecString, &h->allowed_headers));
+  VLLM_RETURN_IF_ERROR(r.Bool("allow_credentials", &h->allow_credentials));
+  std::string level;
+  VLLM_RETURN_IF_ERROR(r.String("uvicorn_log_level", 16, &level));
+  bool known = false;
+  for (size_t i = 0; i < std::size(kLogLevels); ++i) {
+    if (level == kLogLevels[i]) {
+      h->log_level = static_cast<frontend::HttpLogLevel>(i);
+      known = true;
+    }
+  }
+  if (!known) return r.Error("uvicorn_log_level", "expected trace .. critical");
+  VLLM_RETURN_IF_ERROR(r.Bool("access_log", &h->access_log));
+  VLLM_RETURN_IF_ERROR(r.Bool("log_requests", &h->log_requests));
+  VLLM_RETURN_IF_ERROR(r.OptionalInt("max_log_len", &h->max_log_len));
+  return r.Bool("log_stats", &h->log_stats);
 }
 
 void PackCoordinator(Packer& pk, const DpCoordinatorAddresses& c) {
@@ -72,11 +117,12 @@ void PackCoordinator(Packer& pk, const DpCoordinatorAddresses& c) {
 }
 
 absl::Status ReadFrontend(const msgpack::object& o, FrontendSettings* f) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ApiServerSpec.frontend", 10));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r,
+                        FieldReader::Open(o, "ApiServerSpec.frontend", kFrontendFields));
   VLLM_RETURN_IF_ERROR(r.String("host", kMaxSpecString, &f->host));
   VLLM_RETURN_IF_ERROR(r.Int("port", &f->port));
   if (f->port < 0 || f->port > 65535) return r.Error("port", "expected 0 .. 65535");
-  VLLM_RETURN_IF_ERROR(r.OptionalString("api_key", kMaxSpecString, &f->api_key));
+  VLLM_RETURN_IF_ERROR(r.StringList("api_keys", kMaxSpecString, &f->http.api_keys));
   VLLM_RETURN_IF_ERROR(r.Int("max_connections", &f->max_connections));
   if (f->max_connections < 0 || f->max_connections > (int64_t{1} << 24)) {
     return r.Error("max_connections", "expected 0 .. 2^24");
@@ -99,7 +145,8 @@ absl::Status ReadFrontend(const msgpack::object& o, FrontendSettings* f) {
     }
   }
   if (!known) return r.Error("dp_load_balancing", "expected internal, hybrid or external");
-  return r.String("cluster_key_file", kMaxSpecString, &f->cluster_key_file);
+  VLLM_RETURN_IF_ERROR(r.String("cluster_key_file", kMaxSpecString, &f->cluster_key_file));
+  return ReadHttp(r, &f->http);
 }
 
 void PackServing(Packer& pk, const frontend::ServingFlags& s) {

@@ -5,10 +5,14 @@
 //   launcher → API server   ["ApiServerSpec", 1, index, count, vllm_config (bin: the
 //                            config/config_codec.h encoding), frontend, coordinator,
 //                            serving]   (first)
-//       frontend:    [host, port, api_key | nil, max_connections, shutdown_timeout_s (f64),
+//       frontend:    [host, port, [api_key...], max_connections, shutdown_timeout_s (f64),
 //                     [served_model_name...], chat_template | nil, multi_node,
 //                     dp_load_balancing ("internal" | "hybrid" | "external"),
-//                     cluster_key_file]
+//                     cluster_key_file, root_path, [allowed_origin...], [allowed_method...],
+//                     [allowed_header...], allow_credentials, uvicorn_log_level ("trace" ..
+//                     "critical"), access_log, log_requests, max_log_len | nil, log_stats]
+//                    (lists ≤ 64 entries; HttpOptions' kv_cache_device and stats interval are
+//                     not sent: the API server sets them as the launcher would)
 //       coordinator: [stats, publish, waves, report_key_hex]   (all "": none)
 //       serving:     [generation_config, override_generation_config,
 //                     chat_template_content_format, default_chat_template_kwargs,
@@ -36,6 +40,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/vllm_config.h"
+#include "frontend/openai/http_options.h"
 #include "frontend/openai/serving_flags.h"
 #include "launcher/spec/coordinator_spec.h"
 
@@ -57,8 +62,7 @@ enum class DpLoadBalancing {
 // The server's own settings (ServeArgs' fields that are not the engine's).
 struct FrontendSettings {
   std::string host = "127.0.0.1";
-  int32_t port = 8000;  // 0 .. 65535
-  std::optional<std::string> api_key;
+  int32_t port = 8000;                          // 0 .. 65535
   int64_t max_connections = 0;                  // 0 .. 2^24
   double shutdown_timeout_s = 25.0;             // 0 .. 86400
   std::vector<std::string> served_model_names;  // 1 .. kMaxServedModelNames
@@ -66,6 +70,7 @@ struct FrontendSettings {
   bool multi_node = false;
   DpLoadBalancing dp_load_balancing = DpLoadBalancing::kInternal;
   std::string cluster_key_file;
+  frontend::HttpOptions http;  // api keys, root path, CORS, logging
   bool operator==(const FrontendSettings&) const = default;
 };
 

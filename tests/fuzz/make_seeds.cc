@@ -398,7 +398,8 @@ void ApiServerSpecSeeds(const fs::path& dir) {
   s.config.parallel.data_parallel_size_local = 2;
   s.frontend.host = "::";
   s.frontend.port = 8000;
-  s.frontend.api_key = "key";
+  s.frontend.http.api_keys = {"key"};
+  s.frontend.http.allowed_origins = {"*"};
   s.frontend.max_connections = 1000;
   s.frontend.shutdown_timeout_s = 2.5;
   s.frontend.served_model_names = {"a", "b"};

@@ -42,6 +42,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ipc/curve.h"
+#include "tests/integration/serve/serve_http_flag_checks.h"
 #include "tests/integration/serve/serve_test_support.h"
 
 namespace vllm::testing {
@@ -131,7 +132,9 @@ class ServeFlagsTest : public ServeTest {
   }
 
   // Starts the server with `args`, its stderr (and its engine core's and workers') in a file.
-  void Start(const std::vector<std::string>& args) {
+  void Start(std::vector<std::string> args) {
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
+    extra_args_.clear();
     log_path_ = absl::StrCat(::testing::TempDir(), "/serve_flags_", getpid(), ".log");
     std::remove(log_path_.c_str());
     StartServer(args, {"/bin/sh", "-c", absl::StrCat("exec \"$0\" \"$@\" 2>>", log_path_)});
@@ -171,6 +174,7 @@ class ServeFlagsTest : public ServeTest {
   void CheckRequestDefaults(const std::string& gen_dir);
 
   std::string log_path_;
+  std::vector<std::string> extra_args_;  // for the next Start only
   std::set<std::string> covered_;
 };
 
@@ -389,7 +393,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
     EXPECT_TRUE(absl::StrContains(r.output, "--data-parallel-rpc-port")) << r.output;
   }
 
-  // 1. Defaults: the baseline the other runs are compared with.
+  // 1. Defaults: the baseline the other runs are compared with (stats lines every 0.5 s).
+  setenv("VLLM_LOG_STATS_INTERVAL", "0.5", 1);
   ASSERT_NO_FATAL_FAILURE(Start({}));
   std::string log = Log();
   const int64_t default_blocks = ReportedBlocks(log);
@@ -397,7 +402,9 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   const int default_prompt_tokens = PromptTokensOfChat(port_, "");
   ASSERT_GT(default_prompt_tokens, 0);
   Covered("--enable-prefix-caching", PrefixHitsOfARepeat(port_, "") > 0);
-  EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);  // the engine core; its worker in-process
+  EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);   // the engine core; its worker in-process
+  log = Log("Engine 000: Avg prompt throughput");  // and uvicorn's access lines
+  EXPECT_TRUE(HasAccessLine(log) && HasStatsLine(log)) << log;
   {
     // Far below the default limit, idle connections stay open.
     std::vector<int> idle;
@@ -414,6 +421,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   const std::string chat_template =
       "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if tools %}{{ tools | tojson }}"
       "{% endif %}";
+  setenv("VLLM_LOGGING_LEVEL", "DEBUG", 1);  // the request log's prompt line
+  extra_args_ = WithHttpFlags({}, key);
   ASSERT_NO_FATAL_FAILURE(Start({"--model",
                                  kModel,
                                  "--served-model-name",
@@ -451,8 +460,6 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                  "mp",
                                  "--host",
                                  "127.0.0.1",
-                                 "--api-key",
-                                 key,
                                  "--max-connections",
                                  "4",
                                  "--shutdown-timeout",
@@ -470,6 +477,7 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                  "--speculative-config",
                                  R"({"method": "ngram", "num_speculative_tokens": 3,
                                      "prompt_lookup_min": 1, "prompt_lookup_max": 2})"}));
+  unsetenv("VLLM_LOGGING_LEVEL");
   log = Log();
   const std::string config = ConfigLine(log);
   ASSERT_FALSE(config.empty()) << log;
@@ -500,6 +508,9 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   // The API key guards every /v1 route.
   Covered("--api-key", Request(port_, "GET", "/v1/models", "", "").status == 401 &&
                            Request(port_, "GET", "/v1/models", "", key).status == 200);
+  for (const FlagCheck& c :
+       CheckHttpFlags(port_, key, [&](const std::string& m) { return Log(m); }))
+    Covered(c.flag, c.ok, c.detail);
   const nlohmann::json models = Request(port_, "GET", "/v1/models", "", key).Json();
   ASSERT_TRUE(models.contains("data")) << models.dump();
   Covered("--served-model-name", models["data"][0].value("id", "") == "fooname", models.dump());
@@ -619,10 +630,12 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   // 3. Tensor and pipeline parallelism (2 × 2 workers: rank 2, the last stage's first, answers),
   //    a fixed block count, a fixed port, the positive spellings.
   const int port = FreePort();
-  ASSERT_NO_FATAL_FAILURE(
-      Start({kModel, "-tp", "2", "-pp", "2", "--num-gpu-blocks-override", "64",
-             "--enable-chunked-prefill", "--enable-prefix-caching", "--port", absl::StrCat(port)}));
+  ASSERT_NO_FATAL_FAILURE(Start({kModel, "-tp", "2", "-pp", "2", "--num-gpu-blocks-override", "64",
+                                 "--enable-chunked-prefill", "--enable-prefix-caching", "--port",
+                                 absl::StrCat(port), "--uvicorn-log-level", "warning"}));
+  (void)Http(port_, "GET", "/metrics");
   log = Log();
+  Covered("--uvicorn-log-level", !HasAccessLine(log), log);  // access lines are info
   InConfig("--tensor-parallel-size", ConfigLine(log), "tensor_parallel_size=2");
   InConfig("--pipeline-parallel-size", ConfigLine(log), "pipeline_parallel_size=2");
   Covered("--tensor-parallel-size", ProcessesUnder(server_->pid()) == 5u,

@@ -157,6 +157,7 @@ absl::StatusOr<HttpResponse> Exchange(int port, const std::string& request,
   r.status = head->status;
   r.content_type = head->content_type;
   r.server = head->server;
+  r.head = raw.substr(0, head->size);
   std::string body = raw.substr(head->size);
   if (head->chunked) {
     absl::StatusOr<bool> last = DecodeChunks(&body, &r.body);

@@ -29,6 +29,7 @@ struct HttpResponse {
   int status = 0;
   std::string content_type;
   std::string server;  // the Server header
+  std::string head;    // the status line and headers as received
   std::string body;    // de-chunked
   // The body as JSON, or a discarded value when it is not JSON.
   nlohmann::json Json() const;

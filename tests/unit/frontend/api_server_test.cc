@@ -350,7 +350,7 @@ class ApiServerTest : public ::testing::Test {
     ApiServerOptions options;
     options.host = "127.0.0.1";
     options.port = 0;
-    options.api_key = api_key;
+    if (api_key.has_value()) options.http.api_keys = {*api_key};
     options.max_body_bytes = 1 << 20;
     if (customize) customize(options);
     auto server = ApiServer::Create(&engine_, options);

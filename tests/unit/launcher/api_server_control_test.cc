@@ -54,7 +54,7 @@ TEST(ApiServerControlTest, TheSpecCarriesWhatServeReads) {
   EXPECT_EQ(back.config.scheduler.max_num_seqs, 9);
   EXPECT_EQ(back.host, "127.0.0.2");
   EXPECT_EQ(back.port, 4321);
-  EXPECT_EQ(back.api_key, args.api_key);
+  EXPECT_EQ(back.http, args.http);
   EXPECT_EQ(back.max_connections, 77);
   EXPECT_EQ(back.shutdown_timeout_s, 3.0);
   EXPECT_EQ(back.served_model_names, (std::vector<std::string>{"a", "b"}));

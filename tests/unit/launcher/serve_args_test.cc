@@ -35,7 +35,7 @@ TEST(ServeArgsTest, NoFlagsServeTheBundledModelLocally) {
   EXPECT_TRUE(a.config.cache.enable_prefix_caching);
   EXPECT_EQ(a.config.cache.kv_cache_memory_bytes, int64_t{4} << 30);
   EXPECT_EQ(a.served_model_names, std::vector<std::string>{"kjv-llama-tiny"});
-  EXPECT_FALSE(a.api_key.has_value());
+  EXPECT_TRUE(a.http.api_keys.empty());
 }
 
 TEST(ServeArgsTest, VllmNamesAndAliases) {
@@ -80,7 +80,7 @@ TEST(ServeArgsTest, VllmNamesAndAliases) {
   EXPECT_EQ(a.config.load.load_format, config::LoadFormat::kDummy);
   EXPECT_EQ(a.config.cache.kv_cache_memory_bytes, int64_t{512} << 20);
   EXPECT_EQ(a.config.model.seed, 7u);
-  EXPECT_EQ(a.api_key, "secret");
+  EXPECT_EQ(a.http.api_keys, std::vector<std::string>{"secret"});
   EXPECT_EQ(a.served_model_names, std::vector<std::string>{"tiny"});
   EXPECT_EQ(a.host, "0.0.0.0");
   EXPECT_EQ(a.port, 9000);

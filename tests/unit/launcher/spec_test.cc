@@ -31,7 +31,17 @@ ApiServerSpec Everything() {
   FrontendSettings& f = s.frontend;
   f.host = "::1";
   f.port = 8123;
-  f.api_key = "secret";
+  f.http.api_keys = {"secret", "other"};
+  f.http.root_path = "/api";
+  f.http.allowed_origins = {"https://a.example"};
+  f.http.allowed_methods = {"GET"};
+  f.http.allowed_headers = {"X-Custom"};
+  f.http.allow_credentials = true;
+  f.http.log_level = frontend::HttpLogLevel::kTrace;
+  f.http.access_log = false;
+  f.http.log_requests = true;
+  f.http.max_log_len = 40;
+  f.http.log_stats = false;
   f.max_connections = 4096;
   f.shutdown_timeout_s = 2.5;
   f.served_model_names = {"a", "b"};
@@ -65,7 +75,7 @@ TEST(ApiServerSpecTest, RoundTripKeepsEveryField) {
   back = DecodeApiServerSpec(*EncodeApiServerSpec(plain));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, plain);
-  EXPECT_FALSE(back->frontend.api_key.has_value());
+  EXPECT_TRUE(back->frontend.http.api_keys.empty());
 }
 
 TEST(ApiServerSpecTest, EveryTruncationIsAnErrorNotACrash) {

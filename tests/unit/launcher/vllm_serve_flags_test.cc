@@ -78,6 +78,10 @@ TEST(VllmServeFlagsTest, CompiledTableIsTheTestData) {
 const std::map<std::string, std::vector<std::string>>& Samples() {
   static const auto* samples = new std::map<std::string, std::vector<std::string>>{
       {"--dtype", {"--dtype", "float32"}},
+      {"--allowed-origins", {"--allowed-origins", R"(["*"])"}},
+      {"--allowed-methods", {"--allowed-methods", R"(["GET"])"}},
+      {"--allowed-headers", {"--allowed-headers", R"(["X-A"])"}},
+      {"--uvicorn-log-level", {"--uvicorn-log-level", "debug"}},
       {"--load-format", {"--load-format", "dummy"}},
       {"--device", {"--device", "cpu"}},
       {"--scheduling-policy", {"--scheduling-policy", "priority"}},
@@ -215,13 +219,44 @@ TEST(VllmServeFlagsTest, HumanReadableInts) {
   EXPECT_EQ(p->args->config.scheduler.max_num_batched_tokens, 4000);
 }
 
-TEST(VllmServeFlagsTest, ApiKeyTakesVllmsNargsAndRefusesSeveral) {
+TEST(VllmServeFlagsTest, ApiKeyTakesVllmsNargs) {
   auto p = Parse({"--api-key", "k1"});
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->args->api_key, "k1");
-  auto q = Parse({"--api-key", "a", "b"});
-  ASSERT_FALSE(q.ok());
-  EXPECT_THAT(q.status().message(), HasSubstr("--api-key: 2 keys"));
+  EXPECT_EQ(p->args->http.api_keys, std::vector<std::string>{"k1"});
+  auto q = Parse({"--api-key", "a", "b", "--port", "9001"});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->args->http.api_keys, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(q->args->port, 9001);
+}
+
+TEST(VllmServeFlagsTest, HttpFlagsAsVllmParsesThem) {
+  auto p = Parse({"--root-path", "/api", "--allowed-origins", R"(["https://a.example"])",
+                  "--allowed-methods", R"(["GET", "POST"])", "--allow-credentials",
+                  "--uvicorn-log-level", "warning", "--disable-uvicorn-access-log",
+                  "--enable-log-requests", "--max-log-len", "10", "--disable-log-stats"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const frontend::HttpOptions& h = p->args->http;
+  EXPECT_EQ(h.root_path, "/api");
+  EXPECT_EQ(h.allowed_origins, std::vector<std::string>{"https://a.example"});
+  EXPECT_EQ(h.allowed_methods, (std::vector<std::string>{"GET", "POST"}));
+  EXPECT_EQ(h.allowed_headers, std::vector<std::string>{"*"});
+  EXPECT_TRUE(h.allow_credentials);
+  EXPECT_EQ(h.log_level, frontend::HttpLogLevel::kWarning);
+  EXPECT_FALSE(h.access_log);
+  EXPECT_TRUE(h.log_requests);
+  EXPECT_EQ(h.max_log_len, 10);
+  EXPECT_FALSE(h.log_stats);
+  auto d = Parse({"--no-enable-log-requests", "--no-allow-credentials", "--max-log-len", "None"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->args->http.log_requests);
+  EXPECT_FALSE(d->args->http.allow_credentials);
+  EXPECT_FALSE(d->args->http.max_log_len.has_value());
+  EXPECT_TRUE(d->args->http.log_stats);
+  EXPECT_TRUE(d->args->http.allowed_origins.empty());  // vLLM: no CORS by default
+  EXPECT_THAT(Parse({"--allowed-origins", "https://a"}).status().message(),
+              HasSubstr("--allowed-origins: 'https://a' is not a JSON list"));
+  EXPECT_FALSE(Parse({"--uvicorn-log-level", "INFO"}).ok());  // vLLM's choices are lower case
+  EXPECT_THAT(Parse({"--max-log-len", "x"}).status().message(), HasSubstr("--max-log-len"));
 }
 
 TEST(VllmServeFlagsTest, RefusalsNameTheFlagAndWhy) {
@@ -229,7 +264,7 @@ TEST(VllmServeFlagsTest, RefusalsNameTheFlagAndWhy) {
       {{"--enable-lora"}, "--enable-lora: vLLM's flag is not supported by vllm-launch: LoRA"},
       {{"-q", "awq"}, "--quantization: vLLM's flag is not supported by vllm-launch: quantized"},
       {{"--limit-mm-per-prompt", "{}"}, "multimodal"},
-      {{"--root-path=/api"}, "--root-path: "},
+      {{"--ssl-ciphers=X"}, "--ssl-ciphers: "},
       {{"--ssl-keyfile", "k.pem"}, "TLS"},
       {{"--no-trust-remote-code"}, "--no-trust-remote-code: "},
       {{"-ep"}, "--enable-expert-parallel: vLLM's flag is not supported"},
