@@ -226,6 +226,9 @@ struct SchedulerConfig {
   // A prefill chunk never exceeds this many tokens (0: no limit beyond the budget).
   int32_t long_prefill_token_threshold = 0;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // Streamed responses carry at least this many tokens per chunk, the first and last chunks
+  // excepted (vLLM's --stream-interval; a request's stream_interval can only raise it).
+  int32_t stream_interval = 1;
 
   template <class Self, class V>
   static void Fields(Self& s, V& v) {
@@ -234,6 +237,7 @@ struct SchedulerConfig {
     v("enable_chunked_prefill", s.enable_chunked_prefill);
     v("long_prefill_token_threshold", s.long_prefill_token_threshold, Range(0, 1 << 24));
     v("scheduling_policy", s.policy);
+    v("stream_interval", s.stream_interval, Range(1, 1 << 20));
   }
   friend bool operator==(const SchedulerConfig&, const SchedulerConfig&) = default;
 };

@@ -244,6 +244,7 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
       args.config.tool_calling.exclude_tools_when_tool_choice_none;
   server_options.request_defaults = std::move(request_defaults);
   server_options.reasoning_parser = args.config.structured_outputs.reasoning_parser;
+  server_options.stream_interval = args.config.scheduler.stream_interval;
   if (role.count > 1) {
     server_options.reuse_port = true;
     server_options.server_name = absl::StrCat("vllm-launch api-server/", role.index);

@@ -25,8 +25,6 @@
 #include "nlohmann/json.hpp"
 
 namespace vllm::launcher {
-namespace {}  // namespace
-
 namespace {
 
 absl::StatusOr<absl::Duration> SecondsFromEnv(const char* name, double default_s) {
@@ -388,6 +386,10 @@ void AddSchedulerAndDeviceFlags(CLI::App& app, FlagValues& f, ServeArgs& a) {
       ->group("SchedulerConfig");
   AddParsedOption(app, "--scheduling-policy", c.scheduler.policy, config::ParseSchedulingPolicy,
                   "fcfs or priority.")
+      ->group("SchedulerConfig");
+  app.add_option("--stream-interval", c.scheduler.stream_interval,
+                 "Tokens per streamed chunk, the first and last excepted (default 1).")
+      ->check(CLI::Range(1, 1 << 20))
       ->group("SchedulerConfig");
   AddParsedOption(app, "--device", c.device.device, config::ParseDevice,
                   "Device: auto (cuda when a GPU is visible on the engine's node), cpu, cuda.")

@@ -362,7 +362,6 @@ std::string VllmFlagRefusalReason(const VllmServeFlag& flag) {
       {"--ssl-cert-reqs", "TLS is not served: put a TLS-terminating proxy in front"},
       {"--ssl-ciphers", "TLS is not served: put a TLS-terminating proxy in front"},
       {"--enable-ssl-refresh", "TLS is not served: put a TLS-terminating proxy in front"},
-      {"--max-num-partial-prefills", "concurrent partial prefills are not implemented"},
       {"--quantization", "quantized checkpoints are not supported"},
       {"--trust-remote-code", "models with custom Python code are not run (C++ runtime)"},
       {"--grpc", "the gRPC server is not implemented"},

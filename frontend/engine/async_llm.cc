@@ -177,15 +177,17 @@ void AsyncLLM::Abort(const std::string& request_id) {
 
 absl::Status AsyncLLM::Health() const { return client_->failure(); }
 
-absl::StatusOr<std::vector<int32_t>> AsyncLLM::TokenizeChat(const ChatTemplateInput& input) const {
+absl::StatusOr<std::string> AsyncLLM::RenderChat(const ChatTemplateInput& input) const {
   if (!chat_template_.has_value()) {
     return absl::InvalidArgumentError(
         "the model has no chat template (tokenizer_config.json chat_template); pass "
         "--chat-template or use /v1/completions");
   }
-  VLLM_ASSIGN_OR_RETURN(
-      std::string prompt,
-      RenderChatPrompt(*chat_template_, input, tokenizer_->bos_token(), tokenizer_->eos_token()));
+  return RenderChatPrompt(*chat_template_, input, tokenizer_->bos_token(), tokenizer_->eos_token());
+}
+
+absl::StatusOr<std::vector<int32_t>> AsyncLLM::TokenizeChat(const ChatTemplateInput& input) const {
+  VLLM_ASSIGN_OR_RETURN(std::string prompt, RenderChat(input));
   // As vLLM: the template writes BOS where the model wants it, so a chat is tokenized
   // without the tokenizer's special tokens unless the request asks for them.
   return tokenizer_->Encode(prompt, input.add_special_tokens);

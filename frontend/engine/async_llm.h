@@ -72,6 +72,7 @@ class AsyncLLM final : public EngineClient {
   std::string ModelName() const override { return config_.model_name; }
   int32_t MaxModelLen() const override { return config_.max_model_len; }
   absl::StatusOr<std::vector<int32_t>> TokenizeChat(const ChatTemplateInput& input) const override;
+  absl::StatusOr<std::string> RenderChat(const ChatTemplateInput& input) const override;
   absl::StatusOr<std::vector<int32_t>> Tokenize(std::string_view text,
                                                 bool add_special_tokens) const override;
   absl::StatusOr<std::string> Detokenize(std::span<const int32_t> ids) const override;

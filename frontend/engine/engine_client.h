@@ -240,6 +240,13 @@ class EngineClient {
   [[nodiscard]] virtual absl::StatusOr<std::vector<int32_t>> TokenizeChat(
       const ChatTemplateInput& input) const = 0;
 
+  // The prompt text of a chat as TokenizeChat renders it (chat's return_prompt_text).
+  [[nodiscard]] virtual absl::StatusOr<std::string> RenderChat(
+      const ChatTemplateInput& input) const {
+    (void)input;
+    return absl::UnimplementedError("this engine client cannot render chat prompts");
+  }
+
   // The token ids of `text` as a completion with a text prompt sends them
   // (`add_special_tokens`: true there). Internal only on a tokenizer failure.
   [[nodiscard]] virtual absl::StatusOr<std::vector<int32_t>> Tokenize(

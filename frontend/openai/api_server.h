@@ -90,6 +90,9 @@ struct ApiServerOptions {
   // --reasoning-parser (deepseek_r1, qwen3; "" none): chat answers split <think>...</think>
   // into reasoning.
   std::string reasoning_parser;
+  // --stream-interval: streamed chunks carry at least this many tokens (first and last
+  // excepted); a request's stream_interval may raise it.
+  int32_t stream_interval = 1;
 };
 
 // Connections answered past max_connections (one request each, /health normally).

@@ -1,5 +1,6 @@
 #include "frontend/openai/api_server_response.h"
 
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,9 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
   if (parsers.defaults != nullptr) ApplyContentFormat(*parsers.defaults, json, &input.messages);
   // The same ids POST /tokenize returns for these messages.
   VLLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, engine.TokenizeChat(input));
+  if (r.options.return_prompt_text) {
+    VLLM_ASSIGN_OR_RETURN(r.options.prompt_text, engine.RenderChat(input));
+  }
   parsed.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
   parsed.options = std::move(r.options);
   if (parsers.defaults != nullptr) {
@@ -166,6 +170,7 @@ void ResponseAssembler::ParseDelta(ChoiceState& state, const GenerateOutput& out
 void ResponseAssembler::SetOptions(const GenerationOptions& options) {
   return_token_ids_ = options.return_token_ids;
   continuous_usage_ = options.continuous_usage_stats && stream_;
+  if (kind_ == ApiKind::kChat) prompt_text_ = options.prompt_text;
   lazy_role_ = stream_ && kind_ == ApiKind::kChat && (return_token_ids_ || continuous_usage_);
   if (options.request_id.has_value()) {
     meta_.id = absl::StrCat(kind_ == ApiKind::kChat ? "chatcmpl-" : "cmpl-", *options.request_id);
@@ -186,13 +191,63 @@ std::string ResponseAssembler::Start() {
   for (const ChoiceState& state : choices_) {
     Choice role;
     role.index = state.choice.index;
-    out += SseEvent(BuildChatChunk(meta_, role, /*first=*/true));
+    nlohmann::json chunk = BuildChatChunk(meta_, role, /*first=*/true);
+    if (prompt_text_.has_value()) chunk["prompt_text"] = *prompt_text_;
+    out += SseEvent(chunk);
   }
   return out;
 }
 
+namespace {
+
+// `next` appended to `held` (deltas concatenated; the totals, finish and final fields are
+// next's; the first-delta fields stay held's when it has them).
+void MergeDelta(GenerateOutput&& next, GenerateOutput* held) {
+  held->text_delta += next.text_delta;
+  held->token_ids_delta.insert(held->token_ids_delta.end(), next.token_ids_delta.begin(),
+                               next.token_ids_delta.end());
+  held->logprobs.insert(held->logprobs.end(), std::make_move_iterator(next.logprobs.begin()),
+                        std::make_move_iterator(next.logprobs.end()));
+  if (!held->prompt_logprobs.has_value()) held->prompt_logprobs = std::move(next.prompt_logprobs);
+  if (held->prompt_token_ids.empty()) held->prompt_token_ids = std::move(next.prompt_token_ids);
+  held->finish_reason = next.finish_reason;
+  held->stop_string = std::move(next.stop_string);
+  held->stop_token_id = next.stop_token_id;
+  held->num_prompt_tokens = next.num_prompt_tokens;
+  held->num_output_tokens = next.num_output_tokens;
+  held->num_cached_tokens = next.num_cached_tokens;
+  held->engine_index = next.engine_index;
+  if (next.kv_transfer_params.has_value()) {
+    held->kv_transfer_params = std::move(next.kv_transfer_params);
+  }
+  held->last_token_ts = next.last_token_ts;
+  held->num_preemptions = next.num_preemptions;
+}
+
+}  // namespace
+
 std::string ResponseAssembler::OnOutput(int32_t index, const GenerateOutput& output) {
   VLLM_CHECK(index >= 0 && index < static_cast<int32_t>(choices_.size())) << index;
+  if (!stream_ || stream_interval_ <= 1) return Apply(index, output);
+  // vLLM's output processor: send when finished, when nothing was sent yet, or when
+  // stream_interval tokens have come since the last chunk.
+  ChoiceState& state = choices_[index];
+  if (state.held.has_value()) {
+    MergeDelta(GenerateOutput(output), &*state.held);
+  } else {
+    state.held = output;
+  }
+  if (!(output.finished() || state.sent_tokens < 0 ||
+        state.held->num_output_tokens - state.sent_tokens >= stream_interval_)) {
+    return "";
+  }
+  GenerateOutput merged = std::move(*state.held);
+  state.held.reset();
+  state.sent_tokens = merged.num_output_tokens;
+  return Apply(index, merged);
+}
+
+std::string ResponseAssembler::Apply(int32_t index, const GenerateOutput& output) {
   ChoiceState& state = choices_[index];
   VLLM_CHECK(!state.finished) << "output after the final one for choice " << index;
   state.prompt_tokens = output.num_prompt_tokens;
@@ -293,6 +348,7 @@ std::string ResponseAssembler::StreamChunk(const ChoiceState& state, const Choic
     nlohmann::json chunk = BuildChatChunk(meta_, role, /*first=*/true);
     if (return_token_ids_) chunk["prompt_token_ids"] = state.prompt_token_ids;
     if (continuous_usage_) chunk["usage"] = UsageOf(state.prompt_tokens, 0);
+    if (prompt_text_.has_value()) chunk["prompt_text"] = *prompt_text_;
     out += SseEvent(chunk);
   }
   nlohmann::json chunk = kind_ == ApiKind::kChat ? BuildChatChunk(meta_, delta, /*first=*/false)
@@ -356,6 +412,7 @@ std::string ResponseAssembler::Finish() const {
                             ? BuildChatCompletionResponse(meta_, choices, TotalUsage())
                             : BuildCompletionResponse(meta_, choices, TotalUsage());
   AddTokenIds(&body);
+  if (prompt_text_.has_value()) body["prompt_text"] = *prompt_text_;
   return DumpJson(body);
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,9 @@ class ResponseAssembler {
   // vLLM's return_token_ids (choices' token_ids, prompt_token_ids), continuous_usage_stats
   // (usage in every chunk) and request_id (the response id) of `options`. Call before Start().
   void SetOptions(const GenerationOptions& options);
+  // Streaming: a choice's deltas are held until they carry `tokens` new tokens (vLLM's
+  // stream_interval); its first and last deltas go out at once. Call before the first OnOutput.
+  void SetStreamInterval(int32_t tokens) { stream_interval_ = tokens; }
 
   // Streaming: the events that open the stream (chat: one role chunk per choice).
   std::string Start();
@@ -109,10 +113,16 @@ class ResponseAssembler {
     std::vector<int32_t> prompt_token_ids;     // return_token_ids: from the first delta
     std::vector<int32_t> token_ids;            // return_token_ids: the output so far
     bool started = false;                      // a stream: its first chunk went out
+    // A stream with SetStreamInterval: the deltas held back (merged), and the output tokens
+    // sent so far (-1: nothing sent yet).
+    std::optional<GenerateOutput> held;
+    int32_t sent_tokens = -1;
   };
   // A stream's chunk of choice `index` with what SetOptions asked for (token ids, usage).
   std::string StreamChunk(const ChoiceState& state, const Choice& delta,
                           const GenerateOutput& output, bool first_chunk) const;
+  // OnOutput without the stream interval.
+  std::string Apply(int32_t index, const GenerateOutput& output);
   // return_token_ids on a finished non-streaming body.
   void AddTokenIds(nlohmann::json* body) const;
   // A streamed chat choice's delta through its output parser.
@@ -134,7 +144,9 @@ class ResponseAssembler {
   // first delta (it carries the prompt's ids and token count).
   bool lazy_role_ = false;
   int32_t echo_logprobs_top_ = -1;  // -1: no echo logprobs
-  ChatOutputOptions chat_output_;   // the streams' parsers refer to it
+  int32_t stream_interval_ = 1;
+  std::optional<std::string> prompt_text_;  // chat's return_prompt_text
+  ChatOutputOptions chat_output_;           // the streams' parsers refer to it
   std::vector<ChoiceState> choices_;
   int32_t num_finished_ = 0;
 };

@@ -93,6 +93,12 @@ struct GenerationOptions {
   // vLLM's use_beam_search (n is the beam width) and length_penalty (beam_search.h).
   bool use_beam_search = false;
   double length_penalty = 1.0;
+  // Streaming: tokens per chunk, the first and last excepted (vLLM's stream_interval; the
+  // server's --stream-interval raises it).
+  int32_t stream_interval = 1;
+  // Chat's return_prompt_text: the response carries the rendered chat prompt (prompt_text).
+  bool return_prompt_text = false;
+  std::optional<std::string> prompt_text;
 };
 
 // One prompt of a completion request: text, or token ids when `text` is unset.

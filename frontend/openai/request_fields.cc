@@ -187,13 +187,6 @@ absl::Status RefuseUnimplemented(const Body& body, bool chat) {
   if (budget.has_value() && *budget != -1) {
     return Refuse("thinking_token_budget", "not implemented");
   }
-  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> interval, Int(body, "stream_interval"));
-  if (interval.has_value()) {
-    if (*interval < 1) {
-      return InvalidParam("stream_interval", "stream_interval must be at least 1");
-    }
-    if (*interval > 1) return Refuse("stream_interval", "every token is streamed as it comes");
-  }
   VLLM_ASSIGN_OR_RETURN(std::optional<bool> versions, Bool(body, "return_weight_versions"));
   if (versions.value_or(false)) {
     return Refuse("return_weight_versions", "weights are never updated in place here");
@@ -205,8 +198,6 @@ absl::Status RefuseUnimplemented(const Body& body, bool chat) {
                   "default (true) does");
   }
   if (!chat) return absl::OkStatus();
-  VLLM_ASSIGN_OR_RETURN(std::optional<bool> prompt_text, Bool(body, "return_prompt_text"));
-  if (prompt_text.value_or(false)) return Refuse("return_prompt_text", "not implemented");
   for (const char* field : {"media_io_kwargs", "mm_processor_kwargs"}) {
     if (set(field)) return Refuse(field, "multimodal inputs are not supported (text-only models)");
   }
@@ -287,6 +278,17 @@ absl::Status ParseVllmFields(const Body& body, bool chat, GenerationOptions* opt
   VLLM_ASSIGN_OR_RETURN(std::optional<bool> ids, Bool(body, "return_token_ids"));
   options->return_token_ids = ids.value_or(false);
   VLLM_ASSIGN_OR_RETURN(options->request_id, String(body, "request_id"));
+  if (chat) {
+    VLLM_ASSIGN_OR_RETURN(std::optional<bool> prompt_text, Bool(body, "return_prompt_text"));
+    options->return_prompt_text = prompt_text.value_or(false);
+  }
+  VLLM_ASSIGN_OR_RETURN(std::optional<int64_t> interval, Int(body, "stream_interval"));
+  if (interval.has_value()) {
+    if (*interval < 1) {
+      return InvalidParam("stream_interval", "stream_interval must be at least 1");
+    }
+    options->stream_interval = static_cast<int32_t>(std::min<int64_t>(*interval, 1 << 20));
+  }
   if (!chat) {
     VLLM_ASSIGN_OR_RETURN(std::optional<bool> special, Bool(body, "add_special_tokens"));
     options->add_special_tokens = special.value_or(true);

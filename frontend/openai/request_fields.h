@@ -21,10 +21,10 @@ namespace vllm::frontend {
 // Reads logit_bias (keys are token-id strings, values clamped to [-100, 100] as vLLM),
 // allowed_token_ids, bad_words, truncate_prompt_tokens / truncation_side, return_token_ids,
 // stream_options.continuous_usage_stats, request_id, cache_salt, add_special_tokens
-// (completions), use_beam_search and length_penalty (beam_search.h) and, for chat, echo and
-// documents; refuses (InvalidArgument naming the field) logprob_token_ids, prompt_embeds,
-// ec_transfer_params, repetition_detection, thinking_token_budget, stream_interval,
-// return_weight_versions, return_prompt_text, spaces_between_special_tokens = false and the
+// (completions), use_beam_search and length_penalty (beam_search.h), stream_interval and, for
+// chat, echo, documents and return_prompt_text; refuses (InvalidArgument naming the field)
+// logprob_token_ids, prompt_embeds, ec_transfer_params, repetition_detection,
+// thinking_token_budget, return_weight_versions, spaces_between_special_tokens = false and the
 // multimodal kwargs; checks
 // the types of the fields vLLM itself ignores on these endpoints (user, session_id,
 // watermarking without a configured watermark, vllm_xargs without an extension,

@@ -345,6 +345,8 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
   gen.assembler->SetEcho(std::move(prepared.echo_texts));
   gen.assembler->SetTokensAsTokenIds(prepared.options.return_tokens_as_token_ids);
   gen.assembler->SetOptions(prepared.options);
+  gen.assembler->SetStreamInterval(
+      std::max(prepared.options.stream_interval, ctx_->options.stream_interval));
   gen.assembler->SetChatOutput(std::move(prepared.chat_output));
   if (prepared.echo_logprobs) {
     gen.assembler->SetEchoLogprobs(prepared.options.params.logprobs.value_or(0));

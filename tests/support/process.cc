@@ -35,6 +35,9 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const std::vector<std::string>& arg
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   if (inherit_fd >= 0) posix_spawn_file_actions_adddup2(&actions, inherit_fd, 3);
+  // Nothing else of the test's crosses over: a lock or pipe the test inherited (a `flock`
+  // around the test binary) would otherwise stay held by a server that outlives it.
+  posix_spawn_file_actions_addclosefrom_np(&actions, inherit_fd >= 0 ? 4 : 3);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -452,6 +452,9 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
                                  "--gpu-memory-utilization",
                                  "0.5",
                                  "--enforce-eager",
+                                 "--stream-interval",
+                                 "2",
+                                 "--enable-sleep-mode",
                                  "--load-format",
                                  "safetensors",
                                  "--device",
@@ -487,6 +490,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   InConfig("--max-num-batched-tokens", config, "max_num_batched_tokens=300");
   InConfig("--long-prefill-token-threshold", config, "long_prefill_token_threshold=40");
   InConfig("--scheduling-policy", config, "scheduling_policy=priority");
+  InConfig("--stream-interval", config, "stream_interval=2");
+  InConfig("--enable-sleep-mode", config, "enable_sleep_mode=True");  // serve_endpoints_test
   InConfig("--no-enable-chunked-prefill", config, "enable_chunked_prefill=False");
   // CUDA-only values reach the engine (the CPU computes in float32 without graphs anyway).
   InConfig("--dtype", config, "dtype=bfloat16");

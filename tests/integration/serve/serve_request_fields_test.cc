@@ -481,10 +481,42 @@ void AddRequestRows(std::map<std::string, Row>* rows) {
       refused({{"repetition_detection", {{"max_pattern_size", 4}}}}, nullptr);
   r["thinking_token_budget"] =
       refused({{"thinking_token_budget", 10}}, {{"thinking_token_budget", -1}});
-  r["stream_interval"] = refused({{"stream_interval", 4}}, {{"stream_interval", 1}});
+  r["stream_interval"] = [](ServeRequestFieldsTest& t, bool chat) {
+    // 10 tokens 3 at a time: the first chunk at once, then 3, 3 and the last 3 (vLLM's
+    // output processor); the same tokens as without it.
+    const json extra{{"max_tokens", 10}, {"ignore_eos", true}, {"return_token_ids", true}};
+    json interval = extra;
+    interval["stream_interval"] = 3;
+    std::vector<std::vector<int32_t>> chunks[2];
+    for (int with = 0; with < 2; ++with) {
+      testing::StreamResult s = t.Stream(chat, with ? interval : extra);
+      ASSERT_TRUE(s.done) << s.error;
+      for (const json& e : s.events) {
+        if (e["choices"].empty() || !e["choices"][0]["token_ids"].is_array() ||
+            e["choices"][0]["token_ids"].empty()) {
+          continue;
+        }
+        chunks[with].push_back(e["choices"][0]["token_ids"].get<std::vector<int32_t>>());
+      }
+    }
+    EXPECT_EQ(chunks[0].size(), 10u);
+    const std::vector<size_t> want = {1, 3, 3, 3};
+    std::vector<size_t> sizes;
+    std::vector<int32_t> all[2];
+    for (int with = 0; with < 2; ++with) {
+      for (const auto& c : chunks[with]) all[with].insert(all[with].end(), c.begin(), c.end());
+    }
+    for (const auto& c : chunks[1]) sizes.push_back(c.size());
+    EXPECT_EQ(sizes, want);
+    EXPECT_EQ(all[0], all[1]);
+    t.Refused(chat, {{"stream_interval", 0}}, "stream_interval");
+  };
   r["return_weight_versions"] =
       refused({{"return_weight_versions", true}}, {{"return_weight_versions", false}});
-  r["return_prompt_text"] = refused({{"return_prompt_text", true}}, nullptr);
+  r["return_prompt_text"] = [](ServeRequestFieldsTest& t, bool chat) {
+    json r = t.Gen(chat, {{"return_prompt_text", true}});
+    EXPECT_TRUE(r["prompt_text"].is_string()) << r.dump();
+  };
   r["spaces_between_special_tokens"] = refused({{"spaces_between_special_tokens", false}},
                                                {{"spaces_between_special_tokens", true}});
   r["media_io_kwargs"] = refused({{"media_io_kwargs", {{"image", {{"x", 1}}}}}}, nullptr);

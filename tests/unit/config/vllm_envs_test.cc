@@ -75,6 +75,7 @@ TEST(VllmEnvTable, HonouredAndRefusedSets) {
       "VLLM_MAX_COMPLETION_PROMPTS",
       "VLLM_MAX_STOP_STRINGS",
       "VLLM_MQ_MAX_CHUNK_BYTES_MB",
+      "VLLM_LOG_STATS_INTERVAL",  // serve_flags_test: a stats line every 0.5 s
   };
   EXPECT_EQ(honoured, want);
   EXPECT_EQ(refused, (std::set<std::string_view>{"VLLM_LOGGING_CONFIG_PATH",
