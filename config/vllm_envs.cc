@@ -299,11 +299,11 @@ absl::StatusOr<VllmEnv> ReadVllmEnv(const EnvLookup& lookup) {
 }
 
 const VllmEnv& ProcessVllmEnv() {
-  static const VllmEnv* const env = [] {
+  static const VllmEnv* const kEnv = [] {
     absl::StatusOr<VllmEnv> read = ReadVllmEnv();
     return new VllmEnv(read.ok() ? *std::move(read) : VllmEnv{});
   }();
-  return *env;
+  return *kEnv;
 }
 
 absl::Status CheckVllmEnvRefusals(const VllmEnv& env) {

@@ -36,6 +36,12 @@ constexpr int kMasterPort = 29501;
 
 class MultinodePpTest : public MultinodeTest {
  protected:
+  void SetUp() override {
+    // The head outlives its one engine's death here (answering 503), as with vLLM's
+    // VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1; every process the test starts inherits it.
+    setenv("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "1", 1);
+    MultinodeTest::SetUp();
+  }
   // The flags every node of one engine gives, plus `extra`.
   std::vector<std::string> Engine(const std::vector<std::string>& extra, int node_rank) {
     std::vector<std::string> args = {"--nnodes",          "2",
