@@ -45,8 +45,10 @@ warm-up, so that no measured prompt is already in either server's prefix cache).
 measured run the driver reads both servers' `vllm:prefix_cache_queries_total` and
 `vllm:prefix_cache_hits_total` from GET /metrics and reports the hits (tokens found in the
 prefix cache, as a share of the prompt tokens looked up) beside the table, so a run whose
-prompts one server had cached shows up. (The BENCHMARKS table predates this; it was not redone
-with it.)
+prompts one server had cached shows up. The hits left are repeats within one run's prompts
+(ours caches 16-token blocks, vLLM-CPU 128-token ones); `--ours-arg=--no-enable-prefix-caching
+--vllm-arg=--no-enable-prefix-caching` gives the like-for-like figure (docs/BENCHMARKS.md has
+both tables).
 
 JSON-schema mode (--structured; concurrency 16 and 64 unless --concurrency): at each
 concurrency two runs per server, "plain" and "JSON", the JSON one with `--json-schema-path`
