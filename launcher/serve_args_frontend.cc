@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace vllm::launcher {
@@ -72,6 +74,34 @@ void AddHttpFlags(CLI::App& app, HttpFlagValues& v) {
          "--disable-uvicorn-access-log", [&v](int64_t n) { v.http.access_log = n <= 0; },
          "No access-log line per request.")
       ->group("Frontend");
+  app.add_option("--disable-access-log-for-endpoints", v.access_log_skip_paths,
+                 "Comma-separated paths with no access-log line (the path without its query "
+                 "string, exactly), e.g. \"/health,/metrics,/ping\".")
+      ->group("Frontend");
+  app.add_flag("--enable-request-id-headers", v.http.request_id_headers,
+               "Add an X-Request-Id header to every response: the request's own X-Request-Id, "
+               "else a fresh uuid4 hex.")
+      ->group("Frontend");
+  app.add_flag("--disable-fastapi-docs", v.http.disable_fastapi_docs,
+               "Disable the OpenAPI schema, Swagger UI and ReDoc endpoints (/openapi.json, "
+               "/docs, /redoc). This server never serves them: accepted, changes nothing.")
+      ->group("Frontend");
+  app.add_option("--h11-max-incomplete-event-size", v.http.h11_max_incomplete_event_size,
+                 "Maximum size (bytes) of a request's line and headers (h11's incomplete "
+                 "event); larger is a 400. Default: 4194304 (4 MB).")
+      ->group("Frontend");
+  app.add_option("--h11-max-header-count", v.http.h11_max_header_count,
+                 "Maximum number of headers in a request; more is a 400. Default: 256.")
+      ->group("Frontend");
+  app.add_flag("--enable-server-load-tracking", v.http.server_load_tracking,
+               "Count the generation requests in flight for GET /load (without it /load "
+               "answers 0).")
+      ->group("Frontend");
+  app.add_option("--sse-keep-alive-interval", v.http.sse_keep_alive_interval_s,
+                 "Send an SSE keep-alive comment line every this many seconds when a "
+                 "/v1/chat/completions or /v1/completions stream is idle (queued, prefill or "
+                 "between tokens). 0 (the default): never.")
+      ->group("Frontend");
   app.add_flag("--enable-log-requests", v.http.log_requests,
                "Log each request's id and sampling parameters (INFO) and its prompt (DEBUG).")
       ->group("options");
@@ -124,6 +154,20 @@ absl::Status ApplyHttpFlags(const CLI::App& app, const HttpFlagValues& v,
           absl::StrCat("--max-log-len: '", v.max_log_len.substr(0, 64), "' is not an integer"));
     }
     out.max_log_len = n;
+  }
+  if (out.sse_keep_alive_interval_s < 0) {
+    return absl::InvalidArgumentError(
+        "Error: --sse-keep-alive-interval must be a non-negative integer (0 disables keep-alive "
+        "comments).");
+  }
+  // vLLM: [p.strip() for p in value.split(",") if p.strip()].
+  out.access_log_skip_paths.clear();
+  for (absl::string_view p : absl::StrSplit(v.access_log_skip_paths, ',')) {
+    p = absl::StripAsciiWhitespace(p);
+    if (!p.empty()) out.access_log_skip_paths.emplace_back(p);
+  }
+  if (out.access_log_skip_paths.size() > 64) {  // what ApiServerSpec carries
+    return absl::InvalidArgumentError("--disable-access-log-for-endpoints: more than 64 paths");
   }
   return absl::OkStatus();
 }

@@ -5,7 +5,8 @@
 // chunked transfer), POST /tokenize, POST /detokenize (vLLM's token-id endpoints; no API key
 // needed, as vLLM guards only /v1/*), GET /v1/models, GET /health (200 / 503), GET /version,
 // GET /metrics (Prometheus text). Unknown paths 404, wrong methods 405, malformed requests 400,
-// bodies over max_body_bytes 413, headers over max_header_bytes 431, an HTTP/1.1 request without a
+// bodies over max_body_bytes 413, headers over http.h11_max_incomplete_event_size bytes or
+// http.h11_max_header_count fields 400 (uvicorn's), an HTTP/1.1 request without a
 // Host header 400; with API keys, /v1/* needs "Authorization: Bearer <one of them>" (401
 // otherwise; compared in constant time). HttpOptions add vLLM's --root-path (paths under it
 // are routed without it), CORS (preflights answered on any path) and the access, request and
@@ -61,7 +62,6 @@ struct ApiServerOptions {
   // uvicorn settings; http_options.h).
   HttpOptions http;
   size_t max_body_bytes = size_t{32} << 20;
-  size_t max_header_bytes = size_t{64} << 10;
   // Longest wait for a whole request to arrive (idle keep-alive connections included) and
   // for one write to complete; a slower client is disconnected.
   std::chrono::milliseconds io_timeout{std::chrono::seconds(60)};

@@ -45,6 +45,26 @@ struct HttpOptions {
   // The stats line's device word (vLLM: "GPU" for cuda, else the device in capitals); set by
   // the launcher from the engine's device, not a flag.
   std::string kv_cache_device = "GPU";
+  // --enable-request-id-headers: every answer carries X-Request-Id (the request's own, else a
+  // fresh uuid4 hex), as vLLM's XRequestIdMiddleware.
+  bool request_id_headers = false;
+  // --disable-fastapi-docs: vLLM then serves no /docs, /redoc, /openapi.json; this server never
+  // serves them, so the flag changes nothing here.
+  bool disable_fastapi_docs = false;
+  // --disable-access-log-for-endpoints "/health,/metrics": no access line for a request whose
+  // path (query string cut) is one of these exactly (vLLM's UvicornAccessLogFilter).
+  std::vector<std::string> access_log_skip_paths;
+  // --h11-max-incomplete-event-size (bytes; the request line and headers, h11's
+  // max_incomplete_event_size) and --h11-max-header-count; vLLM's defaults. Over either: h11's
+  // 400 "Bad Request" (uvicorn's "Invalid HTTP request received." warning).
+  int64_t h11_max_incomplete_event_size = 4194304;
+  int64_t h11_max_header_count = 256;
+  // --enable-server-load-tracking: GET /load counts the generation requests in flight; without
+  // it /load says 0, as vLLM.
+  bool server_load_tracking = false;
+  // --sse-keep-alive-interval N: ": keep-alive\n\n" on a completions or chat stream after N s
+  // without an event; 0: never.
+  int64_t sse_keep_alive_interval_s = 0;
 
   bool operator==(const HttpOptions&) const = default;
 };

@@ -2,6 +2,10 @@
 // (whole or as chunked SSE), closing. See http_session.h.
 #include "frontend/openai/http_session.h"
 
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -52,7 +56,7 @@ void Session::DoRead() {
   if (closed_) return;
   parser_.emplace();
   parser_->body_limit(ctx_->options.max_body_bytes);
-  parser_->header_limit(static_cast<uint32_t>(ctx_->options.max_header_bytes));
+  parser_->header_limit(HeaderLimit());
   // Idle since its last response went to the socket (MarkIdleAfterWrite) when it was stamped
   // then, not since this write handler ran: a later stamp would make it look newer than a
   // connection answered after it, and eviction would pass over it.
@@ -79,13 +83,7 @@ void Session::OnRead(beast::error_code ec, size_t) {
     return SendError(absl::ResourceExhaustedError(absl::StrCat(
         "Request body exceeds the limit of ", ctx_->options.max_body_bytes, " bytes")));
   }
-  if (ec == http::error::header_limit) {
-    keep_alive_ = false;
-    return SendJson(http::status::request_header_fields_too_large,
-                    ErrorJson(431, "RequestHeaderFieldsTooLarge",
-                              absl::StrCat("Request headers exceed the limit of ",
-                                           ctx_->options.max_header_bytes, " bytes")));
-  }
+  if (ec == http::error::header_limit) return SendInvalidHttpRequest();
   if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
       ec == net::error::operation_aborted || ec == net::error::eof ||
       ec == net::error::connection_reset) {
@@ -97,7 +95,15 @@ void Session::OnRead(beast::error_code ec, size_t) {
         absl::InvalidArgumentError(absl::StrCat("Malformed HTTP request: ", ec.message())));
   }
   request_ = parser_->release();
+  if (std::distance(request_.begin(), request_.end()) > ctx_->options.http.h11_max_header_count) {
+    return SendInvalidHttpRequest();  // h11's max header count (--h11-max-header-count)
+  }
   log_access_ = true;
+  request_id_.clear();
+  if (ctx_->options.http.request_id_headers) {  // vLLM's XRequestIdMiddleware
+    const auto it = request_.find("X-Request-Id");
+    request_id_ = it != request_.end() ? std::string(it->value()) : NewUuid4Hex();
+  }
   keep_alive_ =
       request_.keep_alive() && request_.version() == 11 && !overflow_ && !ctx_->draining.load();
   Route();
@@ -140,7 +146,7 @@ void Session::OnWatch(beast::error_code ec, size_t n) {
     return CloseSocket();
   }
   if (!ec) {
-    if (buffer_.size() < ctx_->options.max_header_bytes + ctx_->options.max_body_bytes) {
+    if (buffer_.size() < HeaderLimit() + ctx_->options.max_body_bytes) {
       StartWatch();
     }
     return;
@@ -185,6 +191,10 @@ void Session::LogAccess(int status) {
       ec ? std::string("-") : absl::StrCat(peer.address().to_string(), ":", peer.port());
   const auto method = request_.method_string();
   const auto target = request_.target();
+  const std::string_view path(target.data(), std::min(target.find('?'), target.size()));
+  for (const std::string& skip : o.access_log_skip_paths) {
+    if (path == skip) return;  // --disable-access-log-for-endpoints: the path exactly
+  }
   spdlog::info("{}", AccessLogLine(client, std::string_view(method.data(), method.size()),
                                    std::string_view(target.data(), target.size()),
                                    request_.version(), status));
@@ -206,6 +216,7 @@ void Session::SendBody(http::status status, const char* content_type, std::strin
   res->set(http::field::content_type, content_type);
   if (allow != nullptr) res->set(http::field::allow, allow);
   for (const auto& [name, value] : cors_headers_) res->set(name, value);
+  if (!request_id_.empty() && log_access_) res->set("X-Request-Id", request_id_);
   LogAccess(static_cast<int>(status));
   res->keep_alive(keep_alive_);
   res->body() = std::move(body);
@@ -219,9 +230,50 @@ void Session::SendBody(http::status status, const char* content_type, std::strin
   });
 }
 
+uint32_t Session::HeaderLimit() const {
+  return static_cast<uint32_t>(std::clamp<int64_t>(ctx_->options.http.h11_max_incomplete_event_size,
+                                                   1, std::numeric_limits<uint32_t>::max()));
+}
+
+void Session::SendInvalidHttpRequest() {
+  // uvicorn's answer to what h11 refuses (RemoteProtocolError): a warning, 400, close.
+  keep_alive_ = false;
+  log_access_ = false;
+  if (ctx_->options.http.log_level <= HttpLogLevel::kWarning) {
+    spdlog::warn("Invalid HTTP request received.");
+  }
+  SendBody(http::status::bad_request, "text/plain; charset=utf-8", "Invalid HTTP request received.",
+           nullptr);
+}
+
+std::string Session::NewUuid4Hex() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  uint64_t hi = rng(), lo = rng();
+  hi = (hi & ~uint64_t{0xF000}) | uint64_t{0x4000};            // version 4
+  lo = (lo & ~(uint64_t{0xC} << 60)) | (uint64_t{0x8} << 60);  // RFC 4122 variant
+  return absl::StrFormat("%016x%016x", hi, lo);
+}
+
+void Session::ArmSseKeepAlive() {
+  if (!gen_.has_value() || !gen_->keep_alive_timer) return;
+  // Capped at ~31 years so that now + interval cannot overflow the clock.
+  gen_->keep_alive_timer->expires_after(std::chrono::seconds(
+      std::min<int64_t>(ctx_->options.http.sse_keep_alive_interval_s, int64_t{1} << 30)));
+  gen_->keep_alive_timer->async_wait([weak = weak_from_this(),
+                                      serial = gen_->serial](beast::error_code ec) {
+    auto self = weak.lock();  // the timer lives in the session: no reference cycle
+    if (ec || !self || self->closed_ || !self->gen_.has_value() || self->gen_->serial != serial) {
+      return;
+    }
+    self->QueueChunk(std::string(kSseKeepAlive));  // re-arms the timer
+  });
+}
+
 void Session::QueueChunk(const std::string& data) {
   if (data.empty()) return;
   QueueBytes(absl::StrCat(absl::Hex(data.size()), "\r\n", data, "\r\n"));
+  // --sse-keep-alive-interval: the stream's idle time counts from its last bytes.
+  if (gen_.has_value() && gen_->keep_alive_timer) ArmSseKeepAlive();
 }
 
 void Session::QueueLastChunk() {

@@ -171,7 +171,13 @@ struct Generation {
   std::optional<int32_t> max_tokens;
   // use_beam_search: one search per prompt (aborted with the request).
   std::vector<std::shared_ptr<BeamSearch>> beam_searches;
+  // --sse-keep-alive-interval on a completions or chat stream: fires after that many idle
+  // seconds (re-armed by every chunk); null otherwise.
+  std::unique_ptr<net::steady_timer> keep_alive_timer;
 };
+
+// vLLM's SSE keep-alive comment (entrypoints/serve/utils/sse_keep_alive.py).
+inline constexpr std::string_view kSseKeepAlive = ": keep-alive\n\n";
 
 // What the preprocessing pool hands back to a session: the started engine requests, or why
 // none was started.
@@ -315,6 +321,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void SendJson(http::status status, std::string body, const char* allow = nullptr);
   void SendBody(http::status status, const char* content_type, std::string body, const char* allow);
 
+  // The request-line-and-headers limit (--h11-max-incomplete-event-size).
+  uint32_t HeaderLimit() const;
+  // uvicorn's 400 for a request h11 refuses (headers over the size or count limit).
+  void SendInvalidHttpRequest();
+  static std::string NewUuid4Hex();
+  // (Re)starts the stream's keep-alive timer (Generation::keep_alive_timer).
+  void ArmSseKeepAlive();
+
   void QueueChunk(const std::string& data);
   void QueueLastChunk();
 
@@ -354,6 +368,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<int64_t> idle_since_ns_{0};
   // The CORS headers of the current request's answer (ServerContext::cors).
   HeaderList cors_headers_;
+  // --enable-request-id-headers: the current answer's X-Request-Id (empty: none).
+  std::string request_id_;
   // The answer being sent is to a whole request (uvicorn logs those; not a malformed one).
   bool log_access_ = false;
   std::atomic<bool> evicting_{false};

@@ -132,7 +132,9 @@ void Session::Route() {
   }
   if (path == "/metrics") return HandleMetrics();
   if (path == "/load") {
-    return SendJson(http::status::ok, DumpJson(nlohmann::json{{"server_load", ctx_->InFlight()}}));
+    // vLLM's server_load_metrics: counted only with --enable-server-load-tracking, else 0.
+    const int64_t load = ctx_->options.http.server_load_tracking ? ctx_->InFlight() : 0;
+    return SendJson(http::status::ok, DumpJson(nlohmann::json{{"server_load", load}}));
   }
   return HandleDevRoute(path,
                         target.size() > raw_path.size() ? target.substr(raw_path.size() + 1) : "");
@@ -365,7 +367,13 @@ void Session::OnPrepared(uint64_t serial, Prepared prepared) {
         absl::StrCat("HTTP/1.1 200 OK\r\nServer: ", ctx_->options.server_name,
                      "\r\nContent-Type: text/event-stream; "
                      "charset=utf-8\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n",
-                     cors, keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
+                     cors, request_id_.empty() ? "" : "X-Request-Id: ",
+                     request_id_.empty() ? "" : request_id_ + "\r\n",
+                     keep_alive_ ? "" : "Connection: close\r\n", "\r\n"));
+    if (ctx_->options.http.sse_keep_alive_interval_s > 0 && !prepared.anthropic) {
+      gen.keep_alive_timer = std::make_unique<net::steady_timer>(stream_.get_executor());
+      ArmSseKeepAlive();
+    }
     std::string start = gen.assembler->Start();
     QueueChunk(gen.anthropic != nullptr ? gen.anthropic->Convert(start) : start);
   }

@@ -16,7 +16,7 @@ using wire::FieldReader;
 using wire::Packer;
 
 constexpr std::string_view kSpecTag = "ApiServerSpec";
-constexpr uint8_t kVersion = 2;
+constexpr uint8_t kVersion = 3;
 constexpr wire::UnpackLimits kSpecLimits{.max_array = kMaxServedModelNames,
                                          .max_map = 0,
                                          .max_str = kMaxChatTemplateBytes,
@@ -29,7 +29,7 @@ constexpr std::string_view kBalancing[] = {"internal", "hybrid", "external"};
 // frontend::HttpLogLevel's names (uvicorn's), in its order.
 constexpr std::string_view kLogLevels[] = {"trace",   "debug", "info",
                                            "warning", "error", "critical"};
-constexpr uint32_t kFrontendFields = 20;
+constexpr uint32_t kFrontendFields = 27;
 
 absl::Status CheckLength(std::string_view field, const std::string& s, size_t max) {
   if (s.size() <= max) return absl::OkStatus();
@@ -40,7 +40,7 @@ absl::Status CheckLength(std::string_view field, const std::string& s, size_t ma
 absl::Status CheckFrontend(const FrontendSettings& f) {
   VLLM_RETURN_IF_ERROR(CheckLength("host", f.host, kMaxSpecString));
   for (const auto* list : {&f.http.api_keys, &f.http.allowed_origins, &f.http.allowed_methods,
-                           &f.http.allowed_headers}) {
+                           &f.http.allowed_headers, &f.http.access_log_skip_paths}) {
     if (list->size() > kMaxServedModelNames) {
       return absl::InvalidArgumentError(
           absl::StrCat("ApiServerSpec.frontend: a list of more than ", kMaxServedModelNames));
@@ -84,6 +84,13 @@ void PackFrontend(Packer& pk, const FrontendSettings& f) {
   pk.pack(h.log_requests);
   wire::PackOptional(pk, h.max_log_len);
   pk.pack(h.log_stats);
+  pk.pack(h.request_id_headers);
+  pk.pack(h.disable_fastapi_docs);
+  pk.pack(h.access_log_skip_paths);
+  pk.pack(h.h11_max_incomplete_event_size);
+  pk.pack(h.h11_max_header_count);
+  pk.pack(h.server_load_tracking);
+  pk.pack(h.sse_keep_alive_interval_s);
 }
 
 absl::Status ReadHttp(FieldReader& r, frontend::HttpOptions* h) {
@@ -105,7 +112,19 @@ absl::Status ReadHttp(FieldReader& r, frontend::HttpOptions* h) {
   VLLM_RETURN_IF_ERROR(r.Bool("access_log", &h->access_log));
   VLLM_RETURN_IF_ERROR(r.Bool("log_requests", &h->log_requests));
   VLLM_RETURN_IF_ERROR(r.OptionalInt("max_log_len", &h->max_log_len));
-  return r.Bool("log_stats", &h->log_stats);
+  VLLM_RETURN_IF_ERROR(r.Bool("log_stats", &h->log_stats));
+  VLLM_RETURN_IF_ERROR(r.Bool("request_id_headers", &h->request_id_headers));
+  VLLM_RETURN_IF_ERROR(r.Bool("disable_fastapi_docs", &h->disable_fastapi_docs));
+  VLLM_RETURN_IF_ERROR(
+      r.StringList("access_log_skip_paths", kMaxSpecString, &h->access_log_skip_paths));
+  VLLM_RETURN_IF_ERROR(r.Int("h11_max_incomplete_event_size", &h->h11_max_incomplete_event_size));
+  VLLM_RETURN_IF_ERROR(r.Int("h11_max_header_count", &h->h11_max_header_count));
+  VLLM_RETURN_IF_ERROR(r.Bool("server_load_tracking", &h->server_load_tracking));
+  VLLM_RETURN_IF_ERROR(r.Int("sse_keep_alive_interval_s", &h->sse_keep_alive_interval_s));
+  if (h->sse_keep_alive_interval_s < 0) {
+    return r.Error("sse_keep_alive_interval_s", "expected 0 or more");
+  }
+  return absl::OkStatus();
 }
 
 void PackCoordinator(Packer& pk, const DpCoordinatorAddresses& c) {

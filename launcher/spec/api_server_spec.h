@@ -2,7 +2,7 @@
 // (`vllm-launch api-server`) say to each other over their socketpair (descriptor 3 in the API
 // server), as length-prefixed frames (launcher/spec/frames.h) of one msgpack array each:
 //
-//   launcher → API server   ["ApiServerSpec", 1, index, count, vllm_config (bin: the
+//   launcher → API server   ["ApiServerSpec", 3, index, count, vllm_config (bin: the
 //                            config/config_codec.h encoding), frontend, coordinator,
 //                            serving]   (first)
 //       frontend:    [host, port, [api_key...], max_connections, shutdown_timeout_s (f64),
@@ -10,7 +10,10 @@
 //                     dp_load_balancing ("internal" | "hybrid" | "external"),
 //                     cluster_key_file, root_path, [allowed_origin...], [allowed_method...],
 //                     [allowed_header...], allow_credentials, uvicorn_log_level ("trace" ..
-//                     "critical"), access_log, log_requests, max_log_len | nil, log_stats]
+//                     "critical"), access_log, log_requests, max_log_len | nil, log_stats,
+//                     request_id_headers, disable_fastapi_docs, [access_log_skip_path...],
+//                     h11_max_incomplete_event_size, h11_max_header_count,
+//                     server_load_tracking, sse_keep_alive_interval_s]
 //                    (lists ≤ 64 entries; HttpOptions' kv_cache_device and stats interval are
 //                     not sent: the API server sets them as the launcher would)
 //       coordinator: [stats, publish, waves, report_key_hex]   (all "": none)

@@ -24,12 +24,12 @@ namespace vllm::fuzz {
 namespace {
 
 // Runs the parser over the whole input as one read. Returns false when the request is
-// incomplete or malformed (the server answers 400, 413 or 431, or closes the connection).
+// incomplete or malformed (the server answers 400 or 413, or closes the connection).
 bool ParseRequest(const uint8_t* data, size_t size, http::request<http::string_body>* out) {
   const frontend::ApiServerOptions options;
   http::request_parser<http::string_body> parser;
   parser.body_limit(options.max_body_bytes);
-  parser.header_limit(static_cast<uint32_t>(options.max_header_bytes));
+  parser.header_limit(static_cast<uint32_t>(options.http.h11_max_incomplete_event_size));
   boost::beast::error_code ec;
   size_t used = 0;
   while (used < size && !parser.is_done()) {

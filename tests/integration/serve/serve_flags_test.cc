@@ -405,6 +405,8 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);   // the engine core; its worker in-process
   log = Log("Engine 000: Avg prompt throughput");  // and uvicorn's access lines
   EXPECT_TRUE(HasAccessLine(log) && HasStatsLine(log)) << log;
+  EXPECT_EQ(ServerLoad(port_), 0);  // no --enable-server-load-tracking: 0, as vLLM
+  EXPECT_FALSE(absl::StrContains(Request(port_, "GET", "/version", "", "").head, "X-Request-Id"));
   {
     // Far below the default limit, idle connections stay open.
     std::vector<int> idle;
@@ -769,14 +771,20 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   std::filesystem::create_directories(gen_dir);
   std::ofstream(gen_dir + "/generation_config.json")
       << R"({"temperature": 0.0, "max_new_tokens": 50})";
-  ASSERT_NO_FATAL_FAILURE(Start(
+  //     So do vLLM's HTTP server flags (serve_http_flag_checks.h; /sleep needs dev mode).
+  setenv("VLLM_SERVER_DEV_MODE", "1", 1);
+  ASSERT_NO_FATAL_FAILURE(Start(WithHttpServerFlags(
       {"--api-server-count", "2", "--generation-config", gen_dir, "--override-generation-config",
        R"({"max_new_tokens": 3})", "--chat-template",
        "{{ greeting }} {% for m in messages %}{% if m['content'] is string %}S:{{ m['content'] }}"
        "{% else %}list list list {{ m['content'][0]['text'] }}{% endif %}{% endfor %}",
        "--chat-template-content-format", "openai", "--default-chat-template-kwargs",
-       R"({"greeting": "hi"})", "--return-tokens-as-token-ids", "--enable-force-include-usage"}));
+       R"({"greeting": "hi"})", "--return-tokens-as-token-ids", "--enable-force-include-usage"})));
+  unsetenv("VLLM_SERVER_DEV_MODE");
   CheckRequestDefaults(gen_dir);
+  for (const FlagCheck& c :
+       CheckHttpServerFlags(port_, [&](const std::string& m) { return Log(m); }))
+    Covered(c.flag, c.ok, c.detail);
   std::filesystem::remove_all(gen_dir);
   {
     std::set<std::string> servers;

@@ -5,6 +5,7 @@
 #ifndef VLLM_TESTS_INTEGRATION_SERVE_SERVE_HTTP_FLAG_CHECKS_H_
 #define VLLM_TESTS_INTEGRATION_SERVE_SERVE_HTTP_FLAG_CHECKS_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,6 +31,20 @@ bool HasStatsLine(const std::string& log);
 // prompt's request-log line). `log(marker)` waits for `marker` and returns the server's log.
 std::vector<FlagCheck> CheckHttpFlags(int port, const std::string& key,
                                       const std::function<std::string(const std::string&)>& log);
+
+// `args` with vLLM's HTTP server flags: --enable-request-id-headers, --disable-fastapi-docs,
+// --disable-access-log-for-endpoints "/health, /metrics", --h11-max-incomplete-event-size
+// 16384, --h11-max-header-count 40, --enable-server-load-tracking, --sse-keep-alive-interval 1.
+std::vector<std::string> WithHttpServerFlags(std::vector<std::string> args);
+
+// The checks on a server started WithHttpServerFlags, its access log on and
+// VLLM_SERVER_DEV_MODE=1 (a stream waits on a paused engine: POST /sleep?level=0, then
+// /wake_up, so it idles for the keep-alive interval and /load sees it in flight).
+std::vector<FlagCheck> CheckHttpServerFlags(
+    int port, const std::function<std::string(const std::string&)>& log);
+
+// GET /load's server_load (-1 when the answer is not vLLM's JSON).
+int64_t ServerLoad(int port);
 
 }  // namespace vllm::testing
 

@@ -41,6 +41,13 @@ ApiServerSpec Everything() {
   f.http.access_log = false;
   f.http.log_requests = true;
   f.http.max_log_len = 40;
+  f.http.request_id_headers = true;
+  f.http.disable_fastapi_docs = true;
+  f.http.access_log_skip_paths = {"/health", "/metrics"};
+  f.http.h11_max_incomplete_event_size = 8192;
+  f.http.h11_max_header_count = 12;
+  f.http.server_load_tracking = true;
+  f.http.sse_keep_alive_interval_s = 3;
   f.http.log_stats = false;
   f.max_connections = 4096;
   f.shutdown_timeout_s = 2.5;

@@ -259,6 +259,47 @@ TEST(VllmServeFlagsTest, HttpFlagsAsVllmParsesThem) {
   EXPECT_THAT(Parse({"--max-log-len", "x"}).status().message(), HasSubstr("--max-log-len"));
 }
 
+// vLLM's Frontend flags of the HTTP server (launcher/serve_args_frontend.cc): defaults as
+// vLLM's FrontendArgs and launcher.py (h11: 4194304 bytes, 256 headers), its --no-X forms, the
+// comma-separated paths split and stripped as vLLM's server_utils, a negative interval refused
+// with vLLM's message.
+TEST(VllmServeFlagsTest, HttpServerFlagsAsVllmParsesThem) {
+  auto d = Parse({});
+  ASSERT_TRUE(d.ok()) << d.status();
+  const frontend::HttpOptions& def = d->args->http;
+  EXPECT_FALSE(def.request_id_headers);
+  EXPECT_FALSE(def.disable_fastapi_docs);
+  EXPECT_TRUE(def.access_log_skip_paths.empty());
+  EXPECT_EQ(def.h11_max_incomplete_event_size, 4194304);
+  EXPECT_EQ(def.h11_max_header_count, 256);
+  EXPECT_FALSE(def.server_load_tracking);
+  EXPECT_EQ(def.sse_keep_alive_interval_s, 0);
+  auto p = Parse({"--enable-request-id-headers", "--disable-fastapi-docs",
+                  "--disable-access-log-for-endpoints", " /health, ,/metrics ,/ping",
+                  "--h11-max-incomplete-event-size", "8192", "--h11-max-header-count", "20",
+                  "--enable-server-load-tracking", "--sse-keep-alive-interval", "15"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const frontend::HttpOptions& h = p->args->http;
+  EXPECT_TRUE(h.request_id_headers);
+  EXPECT_TRUE(h.disable_fastapi_docs);
+  EXPECT_EQ(h.access_log_skip_paths, (std::vector<std::string>{"/health", "/metrics", "/ping"}));
+  EXPECT_EQ(h.h11_max_incomplete_event_size, 8192);
+  EXPECT_EQ(h.h11_max_header_count, 20);
+  EXPECT_TRUE(h.server_load_tracking);
+  EXPECT_EQ(h.sse_keep_alive_interval_s, 15);
+  auto n = Parse({"--enable-request-id-headers", "--no-enable-request-id-headers",
+                  "--no-disable-fastapi-docs", "--no-enable-server-load-tracking"});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_FALSE(n->args->http.request_id_headers);
+  EXPECT_FALSE(n->args->http.disable_fastapi_docs);
+  EXPECT_FALSE(n->args->http.server_load_tracking);
+  EXPECT_THAT(Parse({"--sse-keep-alive-interval", "-1"}).status().message(),
+              HasSubstr("Error: --sse-keep-alive-interval must be a non-negative integer (0 "
+                        "disables keep-alive comments)."));
+  EXPECT_FALSE(Parse({"--sse-keep-alive-interval", "1.5"}).ok());  // vLLM's int
+  EXPECT_FALSE(Parse({"--h11-max-header-count", "x"}).ok());
+}
+
 TEST(VllmServeFlagsTest, RefusalsNameTheFlagAndWhy) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--enable-lora"}, "--enable-lora: vLLM's flag is not supported by vllm-launch: LoRA"},
