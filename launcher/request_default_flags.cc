@@ -52,6 +52,39 @@ void AddRequestDefaultFlags(CLI::App& app, frontend::ServingFlags& serving) {
   app.add_flag("--enable-force-include-usage", serving.enable_force_include_usage,
                "Every streamed response carries usage, in every chunk.")
       ->group("Frontend");
+  app.add_option("--response-role", serving.response_role,
+                 "The role name to return if `request.add_generation_prompt=true`. Default: "
+                 "assistant.")
+      ->group("Frontend");
+  app.add_flag("--enable-prompt-tokens-details", serving.enable_prompt_tokens_details,
+               "Usage carries prompt_tokens_details (cached_tokens: the prompt tokens found in "
+               "the prefix cache).")
+      ->group("Frontend");
+  app.add_flag("--enable-per-request-metrics", serving.enable_per_request_metrics,
+               "Include per-request timing metrics in API responses (a single-choice "
+               "response's `metrics`; a stream's on its usage chunk).")
+      ->group("Frontend");
+  app.add_flag("--enable-log-outputs", serving.enable_log_outputs,
+               "Log model outputs (generations); requires --enable-log-requests. Output text "
+               "and finish reasons at INFO, output token ids at DEBUG.")
+      ->group("Frontend");
+  app.add_flag("--enable-log-deltas", serving.enable_log_deltas,
+               "Log each streamed delta too (with --enable-log-outputs); --no-enable-log-deltas: "
+               "only the complete output. Default: on.")
+      ->group("Frontend");
+}
+
+absl::Status CheckResponseLogFlags(const frontend::ServingFlags& serving, bool log_requests,
+                                   bool log_stats) {
+  if (serving.enable_log_outputs && !log_requests) {
+    return absl::InvalidArgumentError("Error: --enable-log-outputs requires --enable-log-requests");
+  }
+  if (serving.enable_per_request_metrics && !log_stats) {
+    return absl::InvalidArgumentError(
+        "Error: --enable-per-request-metrics requires engine statistics logging; remove "
+        "--disable-log-stats to enable per-request metrics.");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace vllm::launcher

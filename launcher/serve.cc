@@ -214,6 +214,7 @@ absl::StatusOr<Frontend> StartFrontend(const ServeArgs& args, const ApiServerRol
       frontend::ResolveRequestDefaults(
           args.config.model.model, args.serving,
           chat_template.has_value() ? std::string_view(chat_template->source()) : ""));
+  request_defaults.log_max_len = args.http.max_log_len;  // the output log's cut
   Frontend f;
   VLLM_ASSIGN_OR_RETURN(f.llm, frontend::AsyncLLM::Create(std::move(client), std::move(tokenizer),
                                                           std::move(chat_template), config));

@@ -719,6 +719,7 @@ absl::Status ApplyFlags(const CLI::App& app, FlagValues& f, const std::string& d
   config::VllmConfig& c = a.config;
   VLLM_RETURN_IF_ERROR(ApplyModelFlags(f, default_model, a));
   VLLM_RETURN_IF_ERROR(ApplyHttpFlags(app, f.http, a.http));
+  VLLM_RETURN_IF_ERROR(CheckResponseLogFlags(a.serving, a.http.log_requests, a.http.log_stats));
   if (app.count("--kv-events-config") > 0) {
     VLLM_RETURN_IF_ERROR(ApplyKvEventsConfig(f.kv_events_config, c));
   }

@@ -1,5 +1,7 @@
 #include "frontend/openai/anthropic_messages.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -51,15 +53,28 @@ std::pair<json, json> StopReason(const std::string& finish_reason, const json& s
   return {"end_turn", nullptr};
 }
 
+// vLLM's _build_anthropic_usage: prompt_tokens_details' cached_tokens (with
+// --enable-prompt-tokens-details) become cache_read_input_tokens, out of input_tokens.
 json AnthropicUsage(const json& usage) {
   int64_t input = 0, output = 0;
+  std::optional<int64_t> cache_read;
   if (usage.is_object()) {
     input = usage.value("prompt_tokens", int64_t{0});
     output = usage.contains("completion_tokens") && usage["completion_tokens"].is_number()
                  ? usage["completion_tokens"].get<int64_t>()
                  : 0;
+    const auto details = usage.find("prompt_tokens_details");
+    if (details != usage.end() && details->is_object()) {
+      const auto cached = details->find("cached_tokens");
+      if (cached != details->end() && cached->is_number_integer()) {
+        cache_read = cached->get<int64_t>();
+        input -= *cache_read;
+      }
+    }
   }
-  return json{{"input_tokens", input}, {"output_tokens", output}};
+  json out{{"input_tokens", std::max<int64_t>(input, 0)}, {"output_tokens", output}};
+  if (cache_read.has_value()) out["cache_read_input_tokens"] = *cache_read;
+  return out;
 }
 
 std::string Event(const char* name, const json& data) {
@@ -178,7 +193,7 @@ std::string AnthropicStream::StopBlock() {
                json{{"type", "content_block_stop"}, {"index", block_index_++}});
 }
 
-std::string AnthropicStream::MessageDelta(int64_t input_tokens, int64_t output_tokens) {
+std::string AnthropicStream::MessageDelta(const json& usage) {
   delta_sent_ = true;
   auto [stop_reason, stop_sequence] =
       StopReason(finish_reason_.empty() ? "stop" : finish_reason_,
@@ -187,12 +202,12 @@ std::string AnthropicStream::MessageDelta(int64_t input_tokens, int64_t output_t
          Event("message_delta",
                json{{"type", "message_delta"},
                     {"delta", {{"stop_reason", stop_reason}, {"stop_sequence", stop_sequence}}},
-                    {"usage", {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}}}});
+                    {"usage", usage}});
 }
 
 std::string AnthropicStream::OnChunk(const std::string& data) {
   if (data == "[DONE]") {
-    std::string out = delta_sent_ ? "" : MessageDelta(0, 0);
+    std::string out = delta_sent_ ? "" : MessageDelta(AnthropicUsage(json()));
     return out + Event("message_stop", json{{"type", "message_stop"}});
   }
   absl::StatusOr<json> chunk = base::ParseJson(data, "chat chunk");
@@ -224,9 +239,7 @@ std::string AnthropicStream::OnChunk(const std::string& data) {
   const json& choices = chunk->value("choices", json::array());
   if (choices.empty()) {  // the usage chunk, last
     if (chunk->contains("usage") && !delta_sent_) {
-      const json usage = AnthropicUsage((*chunk)["usage"]);
-      out +=
-          MessageDelta(usage["input_tokens"].get<int64_t>(), usage["output_tokens"].get<int64_t>());
+      out += MessageDelta(AnthropicUsage((*chunk)["usage"]));
     }
     return out;
   }

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 namespace vllm::frontend {
 
@@ -42,7 +43,7 @@ class AnthropicStream {
  private:
   std::string OnChunk(const std::string& data);
   std::string StopBlock();
-  std::string MessageDelta(int64_t input_tokens, int64_t output_tokens);
+  std::string MessageDelta(const nlohmann::json& usage);  // usage: Anthropic's
 
   bool started_ = false;
   bool block_open_ = false;

@@ -69,6 +69,7 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
     if (parsers.defaults != nullptr) {
       VLLM_RETURN_IF_ERROR(
           ApplyMaxTokensDefault(*parsers.defaults, engine, parsed.prompts, &parsed.options));
+      ApplyResponseFlags(*parsers.defaults, true, "", &parsed.options);
     }
     return parsed;
   }
@@ -89,6 +90,14 @@ absl::StatusOr<ParsedGeneration> ParseGeneration(ApiKind kind, std::string_view 
     VLLM_ASSIGN_OR_RETURN(r.options.prompt_text, engine.RenderChat(input));
   }
   parsed.prompts.push_back(Prompt{std::nullopt, std::move(ids)});
+  if (parsers.defaults != nullptr) {
+    const std::string last_role = r.messages.empty() ? "" : r.messages.back().role;
+    ApplyResponseFlags(*parsers.defaults, r.add_generation_prompt, last_role, &r.options);
+    if (r.options.response_role != "assistant") {  // echo compares with the response's role
+      VLLM_ASSIGN_OR_RETURN(r.options.chat_echo, ChatEcho(json, r.messages, r.add_generation_prompt,
+                                                          parsers.defaults->response_role));
+    }
+  }
   parsed.options = std::move(r.options);
   if (parsers.defaults != nullptr) {
     VLLM_RETURN_IF_ERROR(
@@ -171,6 +180,12 @@ void ResponseAssembler::SetOptions(const GenerationOptions& options) {
   return_token_ids_ = options.return_token_ids;
   continuous_usage_ = options.continuous_usage_stats && stream_;
   if (kind_ == ApiKind::kChat) prompt_text_ = options.prompt_text;
+  if (kind_ == ApiKind::kChat) meta_.role = options.response_role;
+  prompt_tokens_details_ = options.prompt_tokens_details;
+  per_request_metrics_ = options.per_request_metrics;
+  log_outputs_ = options.log_outputs;
+  log_deltas_ = options.log_deltas;
+  log_max_len_ = options.log_max_len;
   lazy_role_ = stream_ && kind_ == ApiKind::kChat && (return_token_ids_ || continuous_usage_);
   if (options.request_id.has_value()) {
     meta_.id = absl::StrCat(kind_ == ApiKind::kChat ? "chatcmpl-" : "cmpl-", *options.request_id);
@@ -253,7 +268,13 @@ std::string ResponseAssembler::Apply(int32_t index, const GenerateOutput& output
   state.prompt_tokens = output.num_prompt_tokens;
   state.output_tokens = output.num_output_tokens;
   if (!output.prompt_token_ids.empty()) state.prompt_token_ids = output.prompt_token_ids;
-  if (return_token_ids_ && !stream_) {
+  state.cached_tokens = output.num_cached_tokens;
+  if (output.queued_ts > 0) state.queued_ts = output.queued_ts;
+  if (output.scheduled_ts > 0) state.scheduled_ts = output.scheduled_ts;
+  if (output.first_token_ts > 0) state.first_token_ts = output.first_token_ts;
+  if (output.last_token_ts > 0) state.last_token_ts = output.last_token_ts;
+  if (log_outputs_) state.log_text += output.text_delta;
+  if ((return_token_ids_ || log_outputs_) && !stream_) {
     state.token_ids.insert(state.token_ids.end(), output.token_ids_delta.begin(),
                            output.token_ids_delta.end());
   }
@@ -315,8 +336,9 @@ std::string ResponseAssembler::Apply(int32_t index, const GenerateOutput& output
   delta.stop_token_id = output.stop_token_id;
   delta.kv_transfer_params = output.kv_transfer_params;
   acc.text_offset += delta.text.size();
+  if (parsed) ParseDelta(state, output, &delta);
+  if (log_outputs_ && log_deltas_) LogDelta(delta, output);
   if (parsed) {
-    ParseDelta(state, output, &delta);
     // Text held back by the parsers (a possible tag) waits for the next step.
     if (delta.chat->empty() && logprobs_ == false && !output.finished() &&
         !output.prompt_logprobs.has_value() &&
@@ -391,20 +413,31 @@ Usage ResponseAssembler::TotalUsage() const {
     if (i % static_cast<size_t>(n_) == 0) usage.prompt_tokens += choices_[i].prompt_tokens;
     usage.completion_tokens += choices_[i].output_tokens;
   }
+  if (prompt_tokens_details_ && !choices_.empty()) {
+    // vLLM: the first output's count (a completion body: the last prompt's).
+    usage.cached_tokens = (kind_ == ApiKind::kCompletion && !stream_)
+                              ? choices_.back().cached_tokens
+                              : choices_.front().cached_tokens;
+  }
   return usage;
 }
 
 std::string ResponseAssembler::Finish() const {
   if (stream_) {
     std::string out;
+    if (log_outputs_) LogFinished();
     if (include_usage_) {
-      out += SseEvent(BuildUsageChunk(
+      nlohmann::json chunk = BuildUsageChunk(
           meta_, kind_ == ApiKind::kChat ? "chat.completion.chunk" : "text_completion",
-          TotalUsage()));
+          TotalUsage());
+      // vLLM: metrics ride on the usage chunk, for a single stream only.
+      if (per_request_metrics_ && choices_.size() == 1) chunk["metrics"] = MetricsJson(true);
+      out += SseEvent(chunk);
     }
     out += kSseDone;
     return out;
   }
+  if (log_outputs_) LogFinished();
   std::vector<Choice> choices;
   choices.reserve(choices_.size());
   for (const ChoiceState& state : choices_) choices.push_back(state.choice);
@@ -413,6 +446,7 @@ std::string ResponseAssembler::Finish() const {
                             : BuildCompletionResponse(meta_, choices, TotalUsage());
   AddTokenIds(&body);
   if (prompt_text_.has_value()) body["prompt_text"] = *prompt_text_;
+  if (per_request_metrics_ && choices_.size() == 1) body["metrics"] = MetricsJson(false);
   return DumpJson(body);
 }
 

@@ -82,7 +82,9 @@ class ResponseAssembler {
   // first OnOutput.
   void SetChatOutput(ChatOutputOptions options);
   // vLLM's return_token_ids (choices' token_ids, prompt_token_ids), continuous_usage_stats
-  // (usage in every chunk) and request_id (the response id) of `options`. Call before Start().
+  // (usage in every chunk) and request_id (the response id) of `options`, and the server's
+  // response flags it carries (response_role, prompt_tokens_details, per_request_metrics,
+  // log_outputs). Call before Start().
   void SetOptions(const GenerationOptions& options);
   // Streaming: a choice's deltas are held until they carry `tokens` new tokens (vLLM's
   // stream_interval); its first and last deltas go out at once. Call before the first OnOutput.
@@ -117,6 +119,11 @@ class ResponseAssembler {
     // sent so far (-1: nothing sent yet).
     std::optional<GenerateOutput> held;
     int32_t sent_tokens = -1;
+    // The latest delta's prefix-cache hits and engine timestamps (per-request metrics), and
+    // the raw output text (the output log).
+    int32_t cached_tokens = 0;
+    double queued_ts = 0.0, scheduled_ts = 0.0, first_token_ts = 0.0, last_token_ts = 0.0;
+    std::string log_text;
   };
   // A stream's chunk of choice `index` with what SetOptions asked for (token ids, usage).
   std::string StreamChunk(const ChoiceState& state, const Choice& delta,
@@ -129,6 +136,13 @@ class ResponseAssembler {
   void ParseDelta(ChoiceState& state, const GenerateOutput& output, Choice* delta);
 
   Usage TotalUsage() const;
+  // vLLM's PerRequestMetrics of the single choice (build_per_request_timing_metrics); a
+  // stream's leaves out the fields it cannot compute (null in a body).
+  nlohmann::json MetricsJson(bool drop_null) const;
+  // --enable-log-outputs: vLLM's RequestLogger.log_outputs lines for a stream's delta, and
+  // for the finished response.
+  void LogDelta(const Choice& delta, const GenerateOutput& output) const;
+  void LogFinished() const;
 
   const ApiKind kind_;
   ResponseMeta meta_;
@@ -145,6 +159,11 @@ class ResponseAssembler {
   bool lazy_role_ = false;
   int32_t echo_logprobs_top_ = -1;  // -1: no echo logprobs
   int32_t stream_interval_ = 1;
+  bool prompt_tokens_details_ = false;  // usage.prompt_tokens_details
+  bool per_request_metrics_ = false;    // the response's `metrics`
+  bool log_outputs_ = false;            // output log lines, deltas too with log_deltas_
+  bool log_deltas_ = true;
+  std::optional<int64_t> log_max_len_;
   std::optional<std::string> prompt_text_;  // chat's return_prompt_text
   ChatOutputOptions chat_output_;           // the streams' parsers refer to it
   std::vector<ChoiceState> choices_;

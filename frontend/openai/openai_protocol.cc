@@ -468,9 +468,13 @@ json StopReasonJson(const Choice& choice) {
 }
 
 json UsageJson(const Usage& usage) {
-  return json{{"prompt_tokens", usage.prompt_tokens},
-              {"completion_tokens", usage.completion_tokens},
-              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  json out{{"prompt_tokens", usage.prompt_tokens},
+           {"completion_tokens", usage.completion_tokens},
+           {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+  if (usage.cached_tokens.has_value()) {
+    out["prompt_tokens_details"] = json{{"cached_tokens", *usage.cached_tokens}};
+  }
+  return out;
 }
 
 json KvTransferJson(const std::optional<kv_transfer::KVTransferParams>& params) {
@@ -680,10 +684,10 @@ void AddReasoning(const ChatMessageParts& parts, json* message) {
   (*message)["reasoning_content"] = *parts.reasoning;
 }
 
-json ChatMessageJson(const Choice& c) {
-  if (!c.chat.has_value()) return json{{"role", "assistant"}, {"content", c.text}};
+json ChatMessageJson(const Choice& c, const std::string& role) {
+  if (!c.chat.has_value()) return json{{"role", role}, {"content", c.text}};
   const ChatMessageParts& parts = *c.chat;
-  json message{{"role", "assistant"},
+  json message{{"role", role},
                {"content", parts.content.has_value() ? json(*parts.content) : json()}};
   AddReasoning(parts, &message);
   if (!parts.tool_calls.empty()) {
@@ -727,7 +731,7 @@ json BuildChatCompletionResponse(const ResponseMeta& meta, const std::vector<Cho
   json list = json::array();
   for (const Choice& c : choices) {
     list.push_back(json{{"index", c.index},
-                        {"message", ChatMessageJson(c)},
+                        {"message", ChatMessageJson(c, meta.role)},
                         {"logprobs", c.logprobs.has_value() ? ChatLogprobs(*c.logprobs) : json()},
                         {"finish_reason", FinishReasonJson(c)},
                         {"stop_reason", StopReasonJson(c)}});
@@ -762,7 +766,7 @@ json BuildCompletionChunk(const ResponseMeta& meta, const Choice& c) {
 json BuildChatChunk(const ResponseMeta& meta, const Choice& c, bool first) {
   json out = Envelope(meta, "chat.completion.chunk");
   json delta = json::object();
-  if (first) delta["role"] = "assistant";
+  if (first) delta["role"] = meta.role;
   if (c.chat.has_value() && !first) {
     AddChatParts(*c.chat, &delta);
   } else if (first || !c.text.empty()) {

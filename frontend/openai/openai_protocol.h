@@ -98,6 +98,17 @@ struct GenerationOptions {
   int32_t stream_interval = 1;
   // Chat's return_prompt_text: the response carries the rendered chat prompt (prompt_text).
   bool return_prompt_text = false;
+  // The server's response flags (request_defaults.h; not request fields): a chat response's
+  // role (--response-role with add_generation_prompt, else the last message's role),
+  // usage.prompt_tokens_details (--enable-prompt-tokens-details), vLLM's per-request
+  // `metrics` (--enable-per-request-metrics), and the output log lines (--enable-log-outputs,
+  // --enable-log-deltas; cut to log_max_len code points / ids).
+  std::string response_role = "assistant";
+  bool prompt_tokens_details = false;
+  bool per_request_metrics = false;
+  bool log_outputs = false;
+  bool log_deltas = true;
+  std::optional<int64_t> log_max_len;
   std::optional<std::string> prompt_text;
 };
 
@@ -174,6 +185,8 @@ struct DetokenizeRequest {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // With --enable-prompt-tokens-details: prompt_tokens_details {"cached_tokens": N}.
+  std::optional<int64_t> cached_tokens = std::nullopt;
 };
 
 // One finished (or, for chunks, partial) choice.
@@ -206,6 +219,7 @@ struct ResponseMeta {
   std::string id;       // "cmpl-..." or "chatcmpl-..."
   int64_t created = 0;  // seconds since the epoch
   std::string model;
+  std::string role = "assistant";  // chat: the message's role (vLLM's get_chat_request_role)
 };
 
 // Non-streaming bodies ("text_completion" / "chat.completion"). Their top-level

@@ -229,6 +229,11 @@ absl::StatusOr<RequestDefaults> ResolveRequestDefaults(const std::filesystem::pa
   }
   out.return_tokens_as_token_ids = flags.return_tokens_as_token_ids;
   out.force_include_usage = flags.enable_force_include_usage;
+  out.response_role = flags.response_role;
+  out.prompt_tokens_details = flags.enable_prompt_tokens_details;
+  out.per_request_metrics = flags.enable_per_request_metrics;
+  out.log_outputs = flags.enable_log_outputs;
+  out.log_deltas = flags.enable_log_deltas;
   const std::string& format = flags.chat_template_content_format;
   if (format == "auto") {
     out.content_format = DetectContentFormat(chat_template);
@@ -337,6 +342,16 @@ absl::Status ApplyMaxTokensDefault(const RequestDefaults& defaults, const Engine
                                      *p.max_tokens, ", got ", p.min_tokens, "."));
   }
   return absl::OkStatus();
+}
+
+void ApplyResponseFlags(const RequestDefaults& defaults, bool add_generation_prompt,
+                        const std::string& last_role, GenerationOptions* options) {
+  options->response_role = add_generation_prompt ? defaults.response_role : last_role;
+  options->prompt_tokens_details = defaults.prompt_tokens_details;
+  options->per_request_metrics = defaults.per_request_metrics;
+  options->log_outputs = defaults.log_outputs;
+  options->log_deltas = defaults.log_deltas;
+  options->log_max_len = defaults.log_max_len;
 }
 
 }  // namespace vllm::frontend

@@ -50,7 +50,22 @@ struct RequestDefaults {
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool return_tokens_as_token_ids = false;
   bool force_include_usage = false;
+  // --response-role, --enable-prompt-tokens-details, --enable-per-request-metrics,
+  // --enable-log-outputs and --enable-log-deltas (the launcher adds --max-log-len):
+  // ApplyResponseFlags puts them on each request's GenerationOptions.
+  std::string response_role = "assistant";
+  bool prompt_tokens_details = false;
+  bool per_request_metrics = false;
+  bool log_outputs = false;
+  bool log_deltas = true;
+  std::optional<int64_t> log_max_len;
 };
+
+// The response flags of `defaults` on a parsed request's options; a chat request's
+// response_role is --response-role with `add_generation_prompt`, else `last_role` (vLLM's
+// get_chat_request_role).
+void ApplyResponseFlags(const RequestDefaults& defaults, bool add_generation_prompt,
+                        const std::string& last_role, GenerationOptions* options);
 
 // Reads the generation config `flags` names for the model in `model_dir` and merges the
 // override over it, as vLLM's get_diff_sampling_param; logs vLLM's warning when it changes

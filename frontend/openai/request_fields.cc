@@ -303,10 +303,12 @@ absl::Status ParseVllmFields(const Body& body, bool chat, GenerationOptions* opt
 
 absl::StatusOr<std::optional<std::string>> ChatEcho(const Body& body,
                                                     const std::vector<ChatMessage>& messages,
-                                                    bool add_generation_prompt) {
+                                                    bool add_generation_prompt,
+                                                    std::string_view response_role) {
   VLLM_ASSIGN_OR_RETURN(std::optional<bool> echo, Bool(body, "echo"));
   if (!echo.value_or(false) || messages.empty()) return std::nullopt;
-  const std::string role = add_generation_prompt ? "assistant" : messages.back().role;
+  const std::string role =
+      add_generation_prompt ? std::string(response_role) : messages.back().role;
   if (messages.back().role != role || messages.back().content.empty()) return std::nullopt;
   return messages.back().content;
 }

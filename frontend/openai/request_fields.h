@@ -39,11 +39,12 @@ namespace vllm::frontend {
                                           core::SamplingParams* params);
 
 // Chat's echo: the last message's content when "echo" is true and the last message has the
-// response's role ("assistant" with add_generation_prompt; otherwise the last message's own
-// role, so always), as vLLM prepends it to each choice's content; nullopt otherwise.
+// response's role (`response_role`, the server's --response-role, with add_generation_prompt;
+// otherwise the last message's own role, so always), as vLLM prepends it to each choice's
+// content; nullopt otherwise.
 [[nodiscard]] absl::StatusOr<std::optional<std::string>> ChatEcho(
     const nlohmann::ordered_json& body, const std::vector<ChatMessage>& messages,
-    bool add_generation_prompt);
+    bool add_generation_prompt, std::string_view response_role = "assistant");
 
 // Chat's "documents" (a list of string-to-string objects, for RAG templates) as the chat
 // template's `documents` variable: moved into body's chat_template_kwargs (overriding a key

@@ -30,6 +30,16 @@ struct ServingFlags {
   bool return_tokens_as_token_ids = false;
   // --enable-force-include-usage: every stream carries usage (and continuous usage).
   bool enable_force_include_usage = false;
+  // --response-role: a chat response's role when the request has add_generation_prompt.
+  std::string response_role = "assistant";
+  // --enable-prompt-tokens-details: usage carries prompt_tokens_details.cached_tokens.
+  bool enable_prompt_tokens_details = false;
+  // --enable-per-request-metrics: a single-stream response carries vLLM's timing `metrics`.
+  bool enable_per_request_metrics = false;
+  // --enable-log-outputs (needs --enable-log-requests): vLLM's "Generated response" lines;
+  // --enable-log-deltas (default on): a stream's deltas each get one too.
+  bool enable_log_outputs = false;
+  bool enable_log_deltas = true;
   bool operator==(const ServingFlags&) const = default;
 };
 

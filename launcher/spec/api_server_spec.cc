@@ -169,17 +169,22 @@ absl::Status ReadFrontend(const msgpack::object& o, FrontendSettings* f) {
 }
 
 void PackServing(Packer& pk, const frontend::ServingFlags& s) {
-  pk.pack_array(6);
+  pk.pack_array(11);
   pk.pack(s.generation_config);
   pk.pack(s.override_generation_config);
   pk.pack(s.chat_template_content_format);
   pk.pack(s.default_chat_template_kwargs);
   pk.pack(s.return_tokens_as_token_ids);
   pk.pack(s.enable_force_include_usage);
+  pk.pack(s.response_role);
+  pk.pack(s.enable_prompt_tokens_details);
+  pk.pack(s.enable_per_request_metrics);
+  pk.pack(s.enable_log_outputs);
+  pk.pack(s.enable_log_deltas);
 }
 
 absl::Status ReadServing(const msgpack::object& o, frontend::ServingFlags* s) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ApiServerSpec.serving", 6));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "ApiServerSpec.serving", 11));
   VLLM_RETURN_IF_ERROR(r.String("generation_config", kMaxSpecString, &s->generation_config));
   VLLM_RETURN_IF_ERROR(
       r.String("override_generation_config", kMaxSpecString, &s->override_generation_config));
@@ -192,7 +197,12 @@ absl::Status ReadServing(const msgpack::object& o, frontend::ServingFlags* s) {
   VLLM_RETURN_IF_ERROR(
       r.String("default_chat_template_kwargs", kMaxSpecString, &s->default_chat_template_kwargs));
   VLLM_RETURN_IF_ERROR(r.Bool("return_tokens_as_token_ids", &s->return_tokens_as_token_ids));
-  return r.Bool("enable_force_include_usage", &s->enable_force_include_usage);
+  VLLM_RETURN_IF_ERROR(r.Bool("enable_force_include_usage", &s->enable_force_include_usage));
+  VLLM_RETURN_IF_ERROR(r.String("response_role", kMaxSpecString, &s->response_role));
+  VLLM_RETURN_IF_ERROR(r.Bool("enable_prompt_tokens_details", &s->enable_prompt_tokens_details));
+  VLLM_RETURN_IF_ERROR(r.Bool("enable_per_request_metrics", &s->enable_per_request_metrics));
+  VLLM_RETURN_IF_ERROR(r.Bool("enable_log_outputs", &s->enable_log_outputs));
+  return r.Bool("enable_log_deltas", &s->enable_log_deltas);
 }
 
 absl::Status ReadCoordinator(const msgpack::object& o, DpCoordinatorAddresses* c) {
@@ -229,6 +239,8 @@ absl::StatusOr<std::string> EncodeApiServerSpec(const ApiServerSpec& s) {
       CheckLength("serving.generation_config", s.serving.generation_config, kMaxSpecString));
   VLLM_RETURN_IF_ERROR(CheckLength("serving.default_chat_template_kwargs",
                                    s.serving.default_chat_template_kwargs, kMaxSpecString));
+  VLLM_RETURN_IF_ERROR(
+      CheckLength("serving.response_role", s.serving.response_role, kMaxSpecString));
   const std::string config = config::EncodeVllmConfig(s.config);
   if (config.size() > config::kMaxEncodedConfigBytes) {
     return absl::InvalidArgumentError("ApiServerSpec.vllm_config: over the limit");

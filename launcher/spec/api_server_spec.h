@@ -19,7 +19,9 @@
 //       coordinator: [stats, publish, waves, report_key_hex]   (all "": none)
 //       serving:     [generation_config, override_generation_config,
 //                     chat_template_content_format, default_chat_template_kwargs,
-//                     return_tokens_as_token_ids, enable_force_include_usage]
+//                     return_tokens_as_token_ids, enable_force_include_usage,
+//                     response_role, enable_prompt_tokens_details,
+//                     enable_per_request_metrics, enable_log_outputs, enable_log_deltas]
 //                    (frontend::ServingFlags)
 //   (strings ≤ kMaxSpecString bytes; chat_template ≤ kMaxChatTemplateBytes)
 //   launcher → API server   ["engine_dead", rank, why]     a local engine core ended

@@ -172,6 +172,9 @@ class ServeFlagsTest : public ServeTest {
   // --generation-config, --override-generation-config, --chat-template-content-format on the
   // server Start gave them (below).
   void CheckRequestDefaults(const std::string& gen_dir);
+  // --response-role, --enable-prompt-tokens-details, --enable-per-request-metrics,
+  // --enable-log-outputs (with --enable-log-requests) and --enable-log-deltas on that server.
+  void CheckResponseFlags();
 
   std::string log_path_;
   std::vector<std::string> extra_args_;  // for the next Start only
@@ -309,6 +312,86 @@ void ServeFlagsTest::CheckRequestDefaults(const std::string& gen_dir) {
           sse);
 }
 
+void ServeFlagsTest::CheckResponseFlags() {
+  auto post = [&](const std::string& path, const nlohmann::json& body) {
+    return Request(port_, "POST", path, body.dump(), "");
+  };
+  auto chat = [&](const nlohmann::json& extra) {
+    nlohmann::json body = {{"messages", {{{"role", "user"}, {"content", "Choose"}}}}};
+    body.update(extra);
+    return post("/v1/chat/completions", body);
+  };
+  // The role: --response-role with add_generation_prompt (also a stream's first delta), else
+  // the last message's.
+  const nlohmann::json narrated = chat(nlohmann::json::object()).Json();
+  const nlohmann::json own = chat({{"add_generation_prompt", false}}).Json();
+  const std::string chat_sse = chat({{"stream", true}}).body;
+  auto role = [](const nlohmann::json& r) {
+    return r.contains("choices") ? r["choices"][0]["message"].value("role", "") : "";
+  };
+  Covered("--response-role",
+          role(narrated) == "narrator" && role(own) == "user" &&
+              absl::StrContains(chat_sse, R"("role":"narrator")"),
+          absl::StrCat(narrated.dump(), own.dump(), chat_sse));
+  // A long prompt: no hits the first time, a block's worth and more the second (and in a
+  // stream's usage chunk).
+  const nlohmann::json long_prompt = {{"prompt", std::vector<int>(100, 9)}, {"max_tokens", 3}};
+  auto cached = [](const nlohmann::json& usage) {
+    return usage.is_object() && usage.contains("prompt_tokens_details")
+               ? usage["prompt_tokens_details"].value("cached_tokens", -1)
+               : -1;
+  };
+  const nlohmann::json fresh = post("/v1/completions", long_prompt).Json();
+  const nlohmann::json again = post("/v1/completions", long_prompt).Json();
+  nlohmann::json streamed = long_prompt;
+  streamed["stream"] = true;
+  const std::string sse = post("/v1/completions", streamed).body;
+  Covered("--enable-prompt-tokens-details",
+          cached(fresh.value("usage", nlohmann::json())) == 0 &&
+              cached(again.value("usage", nlohmann::json())) >= 16 &&
+              cached(narrated.value("usage", nlohmann::json())) >= 0 &&
+              absl::StrContains(sse, R"("prompt_tokens_details":{"cached_tokens":)"),
+          absl::StrCat(fresh.dump(), again.dump()));
+  {
+    // Anthropic Messages: the hits are cache_read_input_tokens, out of input_tokens (vLLM's
+    // _build_anthropic_usage).
+    std::string words;
+    for (int i = 0; i < 4; ++i) words += "In the beginning God created the heaven and the earth. ";
+    const nlohmann::json msg = {{"model", again.value("model", "")},
+                                {"max_tokens", 2},
+                                {"messages", {{{"role", "user"}, {"content", words}}}}};
+    post("/v1/messages", msg);
+    const nlohmann::json usage = post("/v1/messages", msg).Json().value("usage", nlohmann::json());
+    EXPECT_TRUE(usage.is_object() && usage.value("cache_read_input_tokens", 0) >= 16 &&
+                usage.value("input_tokens", -1) >= 0)
+        << usage.dump();
+  }
+  // vLLM's PerRequestMetrics of the single choice: times in ms, throughput per second; a
+  // stream's ride on its usage chunk.
+  const nlohmann::json m = again.value("metrics", nlohmann::json());
+  auto at_least = [&](const char* field, double low) {
+    return m.is_object() && m.contains(field) && m[field].is_number() &&
+           m[field].get<double>() >= low;
+  };
+  Covered("--enable-per-request-metrics",
+          at_least("time_to_first_token_ms", 0) && at_least("queue_time_ms", 0) &&
+              at_least("generation_time_ms", 0) && at_least("tokens_per_second", 1e-9) &&
+              (at_least("mean_itl_ms", 0) || again["usage"].value("completion_tokens", 0) < 2) &&
+              m.contains("speculative_decoding") &&
+              absl::StrContains(sse, R"("metrics":{"generation_time_ms":)"),
+          again.dump());
+  // vLLM's RequestLogger lines: the whole output at INFO, and each streamed delta.
+  const std::string id = again.value("id", "?");
+  const std::string log = Log(absl::StrCat("Generated response ", id, ": output: "));
+  Covered("--enable-log-outputs",
+          absl::StrContains(log, absl::StrCat("Generated response ", id, ": output: '")) &&
+              absl::StrContains(log, "finish_reason: length") &&
+              absl::StrContains(log, " (streaming complete): output: ") &&
+              absl::StrContains(log, "finish_reason: streaming_complete"),
+          log);
+  Covered("--enable-log-deltas", absl::StrContains(log, " (streaming delta): output: '"), log);
+}
+
 TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   const std::set<std::string> help = HelpFlags();
   ASSERT_GT(help.size(), 30u) << "could not read the flags from --help";
@@ -401,6 +484,14 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   ASSERT_GT(default_blocks, 16) << log;
   const int default_prompt_tokens = PromptTokensOfChat(port_, "");
   ASSERT_GT(default_prompt_tokens, 0);
+  {
+    // Without --enable-prompt-tokens-details and --enable-per-request-metrics: neither field.
+    const nlohmann::json body = {{"prompt", "In the beginning"}, {"max_tokens", 1}};
+    const nlohmann::json r = Request(port_, "POST", "/v1/completions", body.dump(), "").Json();
+    EXPECT_TRUE(r.contains("usage") && !r["usage"].contains("prompt_tokens_details") &&
+                !r.contains("metrics"))
+        << r.dump();
+  }
   Covered("--enable-prefix-caching", PrefixHitsOfARepeat(port_, "") > 0);
   EXPECT_EQ(ProcessesUnder(server_->pid()), 1u);   // the engine core; its worker in-process
   log = Log("Engine 000: Avg prompt throughput");  // and uvicorn's access lines
@@ -767,6 +858,13 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
   //     header names the process); a --headless node runs none, so -asc is refused there.
   //     The request defaults travel in their spec: a --generation-config folder (greedy,
   //     max_new_tokens 50) under an override (max_new_tokens 3), and the "openai" content format.
+  //     And the response flags, in the spec's serving element too.
+  extra_args_ = {"--response-role",
+                 "narrator",
+                 "--enable-prompt-tokens-details",
+                 "--enable-per-request-metrics",
+                 "--enable-log-requests",
+                 "--enable-log-outputs"};
   const std::string gen_dir = absl::StrCat(::testing::TempDir(), "/serve_flags_gen_", getpid());
   std::filesystem::create_directories(gen_dir);
   std::ofstream(gen_dir + "/generation_config.json")
@@ -782,6 +880,7 @@ TEST_F(ServeFlagsTest, EveryFlagHasAnObservableEffect) {
        R"({"greeting": "hi"})", "--return-tokens-as-token-ids", "--enable-force-include-usage"})));
   unsetenv("VLLM_SERVER_DEV_MODE");
   CheckRequestDefaults(gen_dir);
+  CheckResponseFlags();
   for (const FlagCheck& c :
        CheckHttpServerFlags(port_, [&](const std::string& m) { return Log(m); }))
     Covered(c.flag, c.ok, c.detail);

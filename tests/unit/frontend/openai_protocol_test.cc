@@ -641,5 +641,27 @@ TEST(FanOutTest, SeedsAndIds) {
   EXPECT_EQ(r[2].prompt_token_ids, (std::vector<int32_t>{1, 2}));
 }
 
+// --response-role's role on the message and a stream's first delta; usage's
+// prompt_tokens_details only with a cached count (--enable-prompt-tokens-details).
+TEST(OpenAiProtocolTest, ResponseRoleAndPromptTokensDetails) {
+  ResponseMeta meta{"chatcmpl-1", 1, kModel};
+  meta.role = "narrator";
+  Choice c;
+  c.text = "Hi";
+  Usage usage{3, 1};
+  json plain = BuildChatCompletionResponse(meta, {c}, usage);
+  EXPECT_EQ(plain["choices"][0]["message"]["role"], "narrator");
+  EXPECT_FALSE(plain["usage"].contains("prompt_tokens_details"));
+  usage.cached_tokens = 2;
+  json details = BuildChatCompletionResponse(meta, {c}, usage);
+  EXPECT_EQ(details["usage"]["prompt_tokens_details"], (json{{"cached_tokens", 2}}));
+  EXPECT_EQ(details["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(BuildChatChunk(meta, Choice{}, /*first=*/true)["choices"][0]["delta"]["role"],
+            "narrator");
+  EXPECT_EQ(BuildUsageChunk(meta, "chat.completion.chunk",
+                            usage)["usage"]["prompt_tokens_details"]["cached_tokens"],
+            2);
+}
+
 }  // namespace
 }  // namespace vllm::frontend

@@ -66,6 +66,11 @@ ApiServerSpec Everything() {
   s.serving.default_chat_template_kwargs = R"({"enable_thinking": false})";
   s.serving.return_tokens_as_token_ids = true;
   s.serving.enable_force_include_usage = true;
+  s.serving.response_role = "narrator";
+  s.serving.enable_prompt_tokens_details = true;
+  s.serving.enable_per_request_metrics = true;
+  s.serving.enable_log_outputs = true;
+  s.serving.enable_log_deltas = false;
   return s;
 }
 

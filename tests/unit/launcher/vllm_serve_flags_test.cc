@@ -113,6 +113,7 @@ const std::map<std::string, std::vector<std::string>>& Samples() {
       {"--override-generation-config", {"--override-generation-config", R"({"temperature": 0.5})"}},
       {"--chat-template-content-format", {"--chat-template-content-format", "openai"}},
       {"--default-chat-template-kwargs", {"--default-chat-template-kwargs", R"({"x": 1})"}},
+      {"--enable-log-outputs", {"--enable-log-outputs", "--enable-log-requests"}},
   };
   return *samples;
 }
@@ -424,6 +425,39 @@ TEST(VllmServeFlagsTest, RequestDefaultFlags) {
   EXPECT_FALSE(n->args->serving.return_tokens_as_token_ids);
   EXPECT_THAT(Parse({"--default-chat-template-kwargs", "[1]"}).status().message(),
               HasSubstr("--default-chat-template-kwargs: not a JSON object"));
+}
+
+// --response-role, --enable-prompt-tokens-details, --enable-per-request-metrics,
+// --enable-log-outputs, --enable-log-deltas: vLLM's defaults, their --no-X forms, and vLLM's
+// checks across flags with its messages.
+TEST(VllmServeFlagsTest, ResponseFlags) {
+  auto d = Parse({});
+  ASSERT_TRUE(d.ok()) << d.status();
+  const frontend::ServingFlags& def = d->args->serving;
+  EXPECT_EQ(def.response_role, "assistant");
+  EXPECT_FALSE(def.enable_prompt_tokens_details);
+  EXPECT_FALSE(def.enable_per_request_metrics);
+  EXPECT_FALSE(def.enable_log_outputs);
+  EXPECT_TRUE(def.enable_log_deltas);
+  auto p = Parse({"--response-role", "narrator", "--enable-prompt-tokens-details",
+                  "--enable-per-request-metrics", "--enable-log-requests", "--enable-log-outputs",
+                  "--no-enable-log-deltas"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const frontend::ServingFlags& s = p->args->serving;
+  EXPECT_EQ(s.response_role, "narrator");
+  EXPECT_TRUE(s.enable_prompt_tokens_details);
+  EXPECT_TRUE(s.enable_per_request_metrics);
+  EXPECT_TRUE(s.enable_log_outputs);
+  EXPECT_FALSE(s.enable_log_deltas);
+  EXPECT_THAT(Parse({"--enable-log-outputs"}).status().message(),
+              HasSubstr("Error: --enable-log-outputs requires --enable-log-requests"));
+  EXPECT_THAT(Parse({"--enable-per-request-metrics", "--disable-log-stats"}).status().message(),
+              HasSubstr("Error: --enable-per-request-metrics requires engine statistics logging; "
+                        "remove --disable-log-stats to enable per-request metrics."));
+  auto n = Parse({"--enable-prompt-tokens-details", "--no-enable-prompt-tokens-details",
+                  "--no-enable-log-outputs", "--no-enable-per-request-metrics"});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_FALSE(n->args->serving.enable_prompt_tokens_details);
 }
 
 }  // namespace
