@@ -55,15 +55,15 @@ struct HttpOptions {
   // path (query string cut) is one of these exactly (vLLM's UvicornAccessLogFilter).
   std::vector<std::string> access_log_skip_paths;
   // --h11-max-incomplete-event-size (bytes; the request line and headers, h11's
-  // max_incomplete_event_size) and --h11-max-header-count; vLLM's defaults. Over either: h11's
-  // 400 "Bad Request" (uvicorn's "Invalid HTTP request received." warning).
+  // max_incomplete_event_size) and --h11-max-header-count; vLLM's defaults. Over either:
+  // uvicorn's 400 "Invalid HTTP request received." (and its warning), the connection closed.
   int64_t h11_max_incomplete_event_size = 4194304;
   int64_t h11_max_header_count = 256;
   // --enable-server-load-tracking: GET /load counts the generation requests in flight; without
   // it /load says 0, as vLLM.
   bool server_load_tracking = false;
   // --sse-keep-alive-interval N: ": keep-alive\n\n" on a completions or chat stream after N s
-  // without an event; 0: never.
+  // without bytes (queued, prefill, between tokens); 0: never.
   int64_t sse_keep_alive_interval_s = 0;
 
   bool operator==(const HttpOptions&) const = default;
