@@ -99,7 +99,7 @@ void PackLogprobsList(Packer& pk, const std::vector<TokenLogprobs>& list) {
 }
 
 void PackOutput(Packer& pk, const EngineCoreOutput& o) {
-  pk.pack_array(9);
+  pk.pack_array(10);
   pk.pack(o.request_id);
   wire::PackList<int32_t>(pk,
                           std::span<const int32_t>(o.new_token_ids.data(), o.new_token_ids.size()));
@@ -110,6 +110,7 @@ void PackOutput(Packer& pk, const EngineCoreOutput& o) {
   }
   wire::PackOptional(pk, o.stop_reason);
   pk.pack(o.num_cached_tokens);
+  pk.pack(o.num_cache_creation_tokens);
   PackLogprobsList(pk, o.logprobs);
   PackLogprobsList(pk, o.prompt_logprobs);
   kv_transfer::PackOptional(pk, o.kv_transfer_params);
@@ -374,7 +375,7 @@ absl::Status ReadEvents(const FieldReader& r, const msgpack::object& o,
 }
 
 absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
-  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 9));
+  VLLM_ASSIGN_OR_RETURN(FieldReader r, FieldReader::Open(o, "EngineCoreOutput", 10));
   VLLM_RETURN_IF_ERROR(r.String("request_id", kMaxIdBytes, &out->request_id));
   VLLM_RETURN_IF_ERROR(r.IntList("new_token_ids", &out->new_token_ids));
   std::optional<uint8_t> reason;
@@ -389,6 +390,10 @@ absl::Status ReadOutput(const msgpack::object& o, EngineCoreOutput* out) {
   }
   VLLM_RETURN_IF_ERROR(r.OptionalInt("stop_reason", &out->stop_reason));
   VLLM_RETURN_IF_ERROR(r.Int("num_cached_tokens", &out->num_cached_tokens));
+  VLLM_RETURN_IF_ERROR(r.Int("num_cache_creation_tokens", &out->num_cache_creation_tokens));
+  if (out->num_cache_creation_tokens < 0) {
+    return r.Error("num_cache_creation_tokens", "must be >= 0");
+  }
   VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "logprobs", r.Next(), &out->logprobs));
   VLLM_RETURN_IF_ERROR(ReadLogprobsList(r, "prompt_logprobs", r.Next(), &out->prompt_logprobs));
   VLLM_RETURN_IF_ERROR(kv_transfer::ReadOptional(r.Next(), &out->kv_transfer_params));

@@ -23,6 +23,7 @@
 //                     (equal lengths, at most kMaxLogprobs + 1 entries: ResourceExhausted)
 //   EngineCoreOutput  [request_id: str, new_token_ids: [int], finish_reason: uint?
 //                      (FinishReason), stop_reason: int?, num_cached_tokens: int,
+//                      num_cache_creation_tokens: int (>= 0),
 //                      logprobs: [TokenLogprobs], prompt_logprobs: [TokenLogprobs],
 //                      kv_transfer_params: KVTransferParams?, events: [[type: uint
 //                      (EngineCoreEventType), timestamp: float]] (at most 1024)]
@@ -96,7 +97,8 @@ namespace vllm::core {
 // ModelRunnerOutput.kv_connector_output.
 // 8: SamplingParams allowed_token_ids, bad_words_token_ids, logit_bias.
 // 9: EngineCoreOutput.events (queued / scheduled / preempted timestamps).
-inline constexpr uint32_t kWireVersion = 9;
+// 10: EngineCoreOutput.num_cache_creation_tokens.
+inline constexpr uint32_t kWireVersion = 10;
 
 enum class WireTag : uint8_t {
   kSamplingParams = 1,

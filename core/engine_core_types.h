@@ -113,6 +113,10 @@ struct EngineCoreOutput {
   std::optional<int32_t> stop_reason;
   // Prompt tokens served from the prefix cache when the request was first scheduled.
   int32_t num_cached_tokens = 0;
+  // Prompt tokens the request wrote to the prefix cache (vLLM's num_cache_creation_tokens):
+  // its prompt tokens in full cached blocks once prefilled, less num_cached_tokens; 0 before
+  // its first generated token and without prefix caching.
+  int32_t num_cache_creation_tokens = 0;
   // One entry per new token when the request asked for logprobs, else empty.
   std::vector<TokenLogprobs> logprobs;
   // Prompt logprobs (the request asked for prompt_logprobs): set on the output carrying the

@@ -88,6 +88,13 @@ class KVCacheManager {
            request.num_cached_blocks >= std::min(end, request.num_tokens()) / block_size_;
   }
 
+  // Tokens of `request` covered by its blocks registered in the prefix cache (vLLM's
+  // estimate_cached_tokens: the largest block_hash_num_tokens of its blocks); 0 without
+  // prefix caching.
+  int32_t EstimateCachedTokens(const Request& request) const {
+    return enable_caching_ ? request.num_cached_blocks * block_size_ : 0;
+  }
+
   // Registers the request's blocks that are full once it has `num_tokens` tokens computed
   // (no-op without prefix caching).
   void CacheBlocks(Request& request, int32_t num_tokens);

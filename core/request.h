@@ -85,6 +85,9 @@ struct alignas(64) Request {
   int32_t num_scheduled_spec_tokens = 0;
   // Prompt tokens found in the prefix cache when first scheduled; -1 until then.
   int32_t num_cached_tokens = -1;
+  // Prompt tokens this request wrote to the prefix cache: set once, with its first generated
+  // token (vLLM's PrefillStats.num_cache_creation_tokens); 0 until then.
+  int32_t num_cache_creation_tokens = 0;
 
   // --- Immutable after construction (hot copies of sampling_params).
   int32_t num_prompt_tokens = 0;

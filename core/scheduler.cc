@@ -61,6 +61,7 @@ EngineCoreOutput& ReuseOutputAt(std::vector<EngineCoreOutput>* outputs, size_t i
   out.finish_reason.reset();
   out.stop_reason.reset();
   out.num_cached_tokens = 0;
+  out.num_cache_creation_tokens = 0;
   if (!out.logprobs.empty()) out.logprobs.clear();
   if (!out.prompt_logprobs.empty()) out.prompt_logprobs.clear();
   out.kv_transfer_params.reset();
@@ -608,6 +609,14 @@ absl::Status Scheduler::UpdateFromOutput(const SchedulerOutput& scheduler_output
       out.new_token_ids.assign(sampled.begin(), sampled.begin() + num_appended);
     }
     out.num_cached_tokens = std::max(request.num_cached_tokens, 0);
+    if (first_output) {
+      // vLLM's PrefillStats.finalize: the prompt tokens now in cached full blocks, less the
+      // hits; computed once, then every later output repeats it.
+      request.num_cache_creation_tokens = std::max(
+          0, std::min(kv_cache_manager_.EstimateCachedTokens(request), request.num_prompt_tokens) -
+                 out.num_cached_tokens);
+    }
+    out.num_cache_creation_tokens = request.num_cache_creation_tokens;
     if (request.has_events) {
       out.events.swap(request.events);
       request.has_events = false;

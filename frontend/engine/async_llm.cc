@@ -326,6 +326,7 @@ std::optional<GenerateOutput> AsyncLLM::Process(const core::EngineCoreOutput& ou
   delta.num_prompt_tokens = state->num_prompt_tokens;
   delta.num_output_tokens = state->num_output_tokens;
   delta.num_cached_tokens = out.num_cached_tokens;
+  delta.num_cache_creation_tokens = out.num_cache_creation_tokens;
   delta.engine_index = state->engine_index;
   // Only a finishing engine output carries them (a request a stop string ended here has none,
   // as in vLLM).

@@ -140,6 +140,9 @@ struct GenerateOutput {
   int32_t num_output_tokens = 0;
   // Prompt tokens served from the prefix cache (set from the first delta on).
   int32_t num_cached_tokens = 0;
+  // Prompt tokens the request wrote to the prefix cache (vLLM's num_cache_creation_tokens;
+  // set from the first delta on).
+  int32_t num_cache_creation_tokens = 0;
   // One entry per token in token_ids_delta when the request asked for logprobs.
   std::vector<PositionLogprobs> logprobs;
   // Set on the first delta when the request asked for prompt_logprobs: one entry per prompt

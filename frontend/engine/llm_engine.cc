@@ -89,6 +89,7 @@ absl::StatusOr<std::vector<RequestOutput>> LLMEngine::Step() {
     for (core::TokenLogprobs& lp : o.logprobs) r.logprobs.push_back(std::move(lp));
     if (!o.prompt_logprobs.empty()) r.prompt_logprobs = std::move(o.prompt_logprobs);
     r.num_cached_tokens = o.num_cached_tokens;
+    r.num_cache_creation_tokens = o.num_cache_creation_tokens;
     r.finish_reason = o.finish_reason;
     r.stop_reason = o.stop_reason;
     if (o.kv_transfer_params.has_value()) r.kv_transfer_params = std::move(o.kv_transfer_params);

@@ -40,6 +40,7 @@ struct RequestOutput {
   std::optional<core::FinishReason> finish_reason;
   std::optional<int32_t> stop_reason;
   int32_t num_cached_tokens = 0;
+  int32_t num_cache_creation_tokens = 0;
   // The KV connector's kv_transfer_params from the finishing output (vLLM's
   // RequestOutput.kv_transfer_params), when it gave any.
   std::optional<kv_transfer::KVTransferParams> kv_transfer_params;

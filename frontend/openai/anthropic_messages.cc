@@ -53,11 +53,12 @@ std::pair<json, json> StopReason(const std::string& finish_reason, const json& s
   return {"end_turn", nullptr};
 }
 
-// vLLM's _build_anthropic_usage: prompt_tokens_details' cached_tokens (with
-// --enable-prompt-tokens-details) become cache_read_input_tokens, out of input_tokens.
+// vLLM's _build_anthropic_usage: prompt_tokens_details' cached_tokens and
+// created_cache_tokens (with --enable-prompt-tokens-details) become cache_read_input_tokens
+// and cache_creation_input_tokens, both out of input_tokens.
 json AnthropicUsage(const json& usage) {
   int64_t input = 0, output = 0;
-  std::optional<int64_t> cache_read;
+  std::optional<int64_t> cache_read, cache_creation;
   if (usage.is_object()) {
     input = usage.value("prompt_tokens", int64_t{0});
     output = usage.contains("completion_tokens") && usage["completion_tokens"].is_number()
@@ -70,9 +71,15 @@ json AnthropicUsage(const json& usage) {
         cache_read = cached->get<int64_t>();
         input -= *cache_read;
       }
+      const auto created = details->find("created_cache_tokens");
+      if (created != details->end() && created->is_number_integer()) {
+        cache_creation = created->get<int64_t>();
+        input -= *cache_creation;
+      }
     }
   }
   json out{{"input_tokens", std::max<int64_t>(input, 0)}, {"output_tokens", output}};
+  if (cache_creation.has_value()) out["cache_creation_input_tokens"] = *cache_creation;
   if (cache_read.has_value()) out["cache_read_input_tokens"] = *cache_read;
   return out;
 }

@@ -231,6 +231,7 @@ void MergeDelta(GenerateOutput&& next, GenerateOutput* held) {
   held->num_prompt_tokens = next.num_prompt_tokens;
   held->num_output_tokens = next.num_output_tokens;
   held->num_cached_tokens = next.num_cached_tokens;
+  held->num_cache_creation_tokens = next.num_cache_creation_tokens;
   held->engine_index = next.engine_index;
   if (next.kv_transfer_params.has_value()) {
     held->kv_transfer_params = std::move(next.kv_transfer_params);
@@ -269,6 +270,7 @@ std::string ResponseAssembler::Apply(int32_t index, const GenerateOutput& output
   state.output_tokens = output.num_output_tokens;
   if (!output.prompt_token_ids.empty()) state.prompt_token_ids = output.prompt_token_ids;
   state.cached_tokens = output.num_cached_tokens;
+  state.created_cache_tokens = output.num_cache_creation_tokens;
   if (output.queued_ts > 0) state.queued_ts = output.queued_ts;
   if (output.scheduled_ts > 0) state.scheduled_ts = output.scheduled_ts;
   if (output.first_token_ts > 0) state.first_token_ts = output.first_token_ts;
@@ -418,6 +420,9 @@ Usage ResponseAssembler::TotalUsage() const {
     usage.cached_tokens = (kind_ == ApiKind::kCompletion && !stream_)
                               ? choices_.back().cached_tokens
                               : choices_.front().cached_tokens;
+    // Only chat reports the prompt tokens written to the prefix cache (vLLM's completions
+    // leave created_cache_tokens unset).
+    if (kind_ == ApiKind::kChat) usage.created_cache_tokens = choices_.front().created_cache_tokens;
   }
   return usage;
 }

@@ -122,6 +122,7 @@ class ResponseAssembler {
     // The latest delta's prefix-cache hits and engine timestamps (per-request metrics), and
     // the raw output text (the output log).
     int32_t cached_tokens = 0;
+    int32_t created_cache_tokens = 0;
     double queued_ts = 0.0, scheduled_ts = 0.0, first_token_ts = 0.0, last_token_ts = 0.0;
     std::string log_text;
   };

@@ -473,6 +473,9 @@ json UsageJson(const Usage& usage) {
            {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
   if (usage.cached_tokens.has_value()) {
     out["prompt_tokens_details"] = json{{"cached_tokens", *usage.cached_tokens}};
+    if (usage.created_cache_tokens.has_value()) {
+      out["prompt_tokens_details"]["created_cache_tokens"] = *usage.created_cache_tokens;
+    }
   }
   return out;
 }

@@ -185,8 +185,10 @@ struct DetokenizeRequest {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
-  // With --enable-prompt-tokens-details: prompt_tokens_details {"cached_tokens": N}.
+  // With --enable-prompt-tokens-details: prompt_tokens_details {"cached_tokens": N}, and
+  // for chat "created_cache_tokens": M (prompt tokens written to the prefix cache).
   std::optional<int64_t> cached_tokens = std::nullopt;
+  std::optional<int64_t> created_cache_tokens = std::nullopt;
 };
 
 // One finished (or, for chunks, partial) choice.

@@ -32,7 +32,8 @@ struct ServingFlags {
   bool enable_force_include_usage = false;
   // --response-role: a chat response's role when the request has add_generation_prompt.
   std::string response_role = "assistant";
-  // --enable-prompt-tokens-details: usage carries prompt_tokens_details.cached_tokens.
+  // --enable-prompt-tokens-details: usage carries prompt_tokens_details.cached_tokens (and
+  // for chat created_cache_tokens).
   bool enable_prompt_tokens_details = false;
   // --enable-per-request-metrics: a single-stream response carries vLLM's timing `metrics`.
   bool enable_per_request_metrics = false;

@@ -135,6 +135,7 @@ void EngineSeeds(const fs::path& dir) {
   o.finish_reason = core::FinishReason::kStop;
   o.stop_reason = 128009;
   o.num_cached_tokens = 16;
+  o.num_cache_creation_tokens = 32;
   o.logprobs = {Logprobs(), Logprobs()};
   o.kv_transfer_params = RemotePrefill();
   outputs.outputs.push_back(o);

@@ -346,23 +346,61 @@ void ServeFlagsTest::CheckResponseFlags() {
   nlohmann::json streamed = long_prompt;
   streamed["stream"] = true;
   const std::string sse = post("/v1/completions", streamed).body;
+  // Chat also reports the prompt tokens its request wrote to the prefix cache (vLLM's
+  // created_cache_tokens from PrefillStats.finalize): a fresh prompt's full blocks (of 16; the
+  // last partial block not counted), and on a repeat what the hits left of them. Completions
+  // do not report it.
+  std::string fresh_text;
+  for (int i = 0; i < 6; ++i) fresh_text += "Fresh words for the cache, never sent before. ";
+  const nlohmann::json fresh_chat_body = {
+      {"messages", {{{"role", "user"}, {"content", fresh_text}}}}};
+  const nlohmann::json fresh_chat = chat(fresh_chat_body).Json();
+  const nlohmann::json again_chat = chat(fresh_chat_body).Json();
+  auto detail = [](const nlohmann::json& r, const char* key) -> int64_t {
+    const nlohmann::json usage = r.value("usage", nlohmann::json());
+    if (!usage.is_object() || !usage.contains("prompt_tokens_details")) return -1;
+    return usage["prompt_tokens_details"].value(key, int64_t{-1});
+  };
+  auto full_blocks = [](const nlohmann::json& r) {
+    return r.value("usage", nlohmann::json()).value("prompt_tokens", int64_t{0}) / 16 * 16;
+  };
+  const bool created_ok =
+      full_blocks(fresh_chat) >= 16 && detail(fresh_chat, "cached_tokens") == 0 &&
+      detail(fresh_chat, "created_cache_tokens") == full_blocks(fresh_chat) &&
+      detail(again_chat, "cached_tokens") >= 16 &&
+      detail(again_chat, "cached_tokens") + detail(again_chat, "created_cache_tokens") ==
+          full_blocks(again_chat) &&
+      detail(fresh, "created_cache_tokens") == -1 &&
+      absl::StrContains(chat_sse, R"("created_cache_tokens":)") &&
+      !absl::StrContains(sse, "created_cache_tokens");
   Covered("--enable-prompt-tokens-details",
           cached(fresh.value("usage", nlohmann::json())) == 0 &&
               cached(again.value("usage", nlohmann::json())) >= 16 &&
               cached(narrated.value("usage", nlohmann::json())) >= 0 &&
-              absl::StrContains(sse, R"("prompt_tokens_details":{"cached_tokens":)"),
-          absl::StrCat(fresh.dump(), again.dump()));
+              absl::StrContains(sse, R"("prompt_tokens_details":{"cached_tokens":)") && created_ok,
+          absl::StrCat(fresh.dump(), again.dump(), fresh_chat.dump(), again_chat.dump()));
   {
-    // Anthropic Messages: the hits are cache_read_input_tokens, out of input_tokens (vLLM's
-    // _build_anthropic_usage).
+    // Anthropic Messages: the hits are cache_read_input_tokens and the blocks written
+    // cache_creation_input_tokens, both out of input_tokens (vLLM's _build_anthropic_usage).
     std::string words;
     for (int i = 0; i < 4; ++i) words += "In the beginning God created the heaven and the earth. ";
     const nlohmann::json msg = {{"model", again.value("model", "")},
                                 {"max_tokens", 2},
                                 {"messages", {{{"role", "user"}, {"content", words}}}}};
-    post("/v1/messages", msg);
+    const nlohmann::json first = post("/v1/messages", msg).Json().value("usage", nlohmann::json());
     const nlohmann::json usage = post("/v1/messages", msg).Json().value("usage", nlohmann::json());
+    auto total = [](const nlohmann::json& u) {
+      return u.value("input_tokens", int64_t{0}) + u.value("cache_read_input_tokens", int64_t{0}) +
+             u.value("cache_creation_input_tokens", int64_t{0});
+    };
+    EXPECT_TRUE(first.is_object() && first.value("cache_read_input_tokens", -1) == 0 &&
+                first.value("cache_creation_input_tokens", int64_t{-1}) == total(first) / 16 * 16 &&
+                total(first) >= 16)
+        << first.dump();
     EXPECT_TRUE(usage.is_object() && usage.value("cache_read_input_tokens", 0) >= 16 &&
+                usage.value("cache_read_input_tokens", int64_t{0}) +
+                        usage.value("cache_creation_input_tokens", int64_t{-1}) ==
+                    total(usage) / 16 * 16 &&
                 usage.value("input_tokens", -1) >= 0)
         << usage.dump();
   }

@@ -69,6 +69,7 @@ EngineCoreOutputs FullOutputs() {
   a.request_id = "a";
   a.new_token_ids = {11, 12};
   a.num_cached_tokens = 32;
+  a.num_cache_creation_tokens = 48;
   a.logprobs = {TokenLogprobs{{11, 9}, {-0.5f, -1.25f}, 1}, TokenLogprobs{{12}, {-0.1f}, 1}};
   a.prompt_logprobs = {TokenLogprobs{{4, 4}, {-0.75f, -0.75f}, 1},
                        TokenLogprobs{{8, 2}, {-3.5f, -0.25f}, 7}};
@@ -195,6 +196,16 @@ TEST_F(CodecTest, EngineCoreOutputsRoundTrip) {
     ASSERT_TRUE(decoded.ok()) << decoded.status();
     EXPECT_EQ(*decoded, o);
   }
+}
+
+// num_cache_creation_tokens is a count: a negative one is refused naming the field.
+TEST_F(CodecTest, NegativeCacheCreationTokensAreRefused) {
+  EngineCoreOutputs o = FullOutputs();
+  o.outputs[0].num_cache_creation_tokens = -1;
+  auto decoded = DecodeEngineCoreOutputs(Encode(o));
+  ASSERT_TRUE(absl::IsInvalidArgument(decoded.status())) << decoded.status();
+  EXPECT_NE(decoded.status().message().find("num_cache_creation_tokens"), std::string_view::npos)
+      << decoded.status();
 }
 
 TEST_F(CodecTest, SchedulerStatsRoundTrip) {

@@ -56,6 +56,7 @@ class SchedulerTest : public ::testing::Test {
           stop_reason_[o.request_id] = o.stop_reason;
         }
         cached_[o.request_id] = o.num_cached_tokens;
+        created_[o.request_id].push_back(o.num_cache_creation_tokens);
       }
     }
   }
@@ -83,6 +84,8 @@ class SchedulerTest : public ::testing::Test {
   std::map<std::string, FinishReason> finish_;
   std::map<std::string, std::optional<int32_t>> stop_reason_;
   std::map<std::string, int32_t> cached_;
+  // Each output's num_cache_creation_tokens, in order.
+  std::map<std::string, std::vector<int32_t>> created_;
 };
 
 TEST_F(SchedulerTest, RejectsInvalidConfigAndRequests) {
@@ -235,6 +238,32 @@ TEST_F(SchedulerTest, PrefixCacheHitSkipsComputedTokens) {
   const SchedulerStats stats = scheduler_->MakeStats();
   EXPECT_EQ(stats.prefix_cache_stats.requests, 2);
   EXPECT_EQ(stats.prefix_cache_stats.hits, 20);
+}
+
+// vLLM's PrefillStats.finalize: with the first generated token, the prompt tokens in full
+// blocks now cached less the hits (the last partial block does not count); later outputs
+// repeat it. A chunked prefill counts all its chunks; without prefix caching it is 0.
+TEST_F(SchedulerTest, CacheCreationTokensAreThePromptsNewlyCachedFullBlocks) {
+  Init(Config());  // blocks of 4, a budget of 64 tokens: a 70-token prompt takes two steps
+  Add(MakeRequest("long", 70, 3));
+  RunToCompletion();
+  EXPECT_EQ(created_["long"], (std::vector<int32_t>{68, 68, 68}));  // 17 full blocks
+  EXPECT_EQ(cached_["long"], 0);
+  auto again = MakeRequest("again", 74, 2);
+  again.prompt_token_ids = testing::MakePrompt("long", 70);
+  for (int32_t t : {1, 2, 3, 4}) again.prompt_token_ids.push_back(t);
+  Add(again);
+  RunToCompletion();
+  EXPECT_EQ(cached_["again"], 68);
+  EXPECT_EQ(created_["again"], (std::vector<int32_t>{4, 4}));  // block 18 (tokens 68..71)
+
+  SchedulerSetup off = Config();
+  off.config.cache.enable_prefix_caching = false;
+  Init(off);
+  created_.clear();
+  Add(MakeRequest("long", 70, 2));
+  RunToCompletion();
+  EXPECT_EQ(created_["long"], (std::vector<int32_t>{0, 0}));
 }
 
 TEST_F(SchedulerTest, PrefixCacheRespectsCacheSalt) {

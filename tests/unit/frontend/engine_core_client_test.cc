@@ -123,7 +123,7 @@ std::string FrameWithOneBadOutput() {
   pk.pack(0);        // engine_index
   pk.pack_array(2);  // outputs
   for (const char* id : {"a", "b"}) {
-    pk.pack_array(9);
+    pk.pack_array(10);
     pk.pack(std::string(id));
     pk.pack(std::vector<int32_t>{5});
     if (std::string(id) == "b") {
@@ -132,7 +132,8 @@ std::string FrameWithOneBadOutput() {
       pk.pack_nil();
     }
     pk.pack_nil();
-    pk.pack(0);
+    pk.pack(0);        // num_cached_tokens
+    pk.pack(0);        // num_cache_creation_tokens
     pk.pack_array(0);  // logprobs
     pk.pack_array(0);  // prompt_logprobs
     pk.pack_nil();     // kv_transfer_params

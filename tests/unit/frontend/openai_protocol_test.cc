@@ -661,6 +661,13 @@ TEST(OpenAiProtocolTest, ResponseRoleAndPromptTokensDetails) {
   EXPECT_EQ(BuildUsageChunk(meta, "chat.completion.chunk",
                             usage)["usage"]["prompt_tokens_details"]["cached_tokens"],
             2);
+  // Chat's created_cache_tokens (prompt tokens written to the prefix cache) after cached_tokens.
+  usage.created_cache_tokens = 16;
+  EXPECT_EQ(BuildChatCompletionResponse(meta, {c}, usage)["usage"]["prompt_tokens_details"],
+            (json{{"cached_tokens", 2}, {"created_cache_tokens", 16}}));
+  EXPECT_EQ(BuildUsageChunk(meta, "chat.completion.chunk",
+                            usage)["usage"]["prompt_tokens_details"]["created_cache_tokens"],
+            16);
 }
 
 }  // namespace
