@@ -761,7 +761,6 @@ absl::StatusOr<ParsedServeArgs> ParseServeArgs(const std::vector<std::string>& a
   AddSchedulerAndDeviceFlags(app, f, a);
   AddFrontendFlags(app, f, a);
   AddRequestDefaultFlags(app, a.serving);
-  AddLoggingFlags(app, a.log_level);
 
   for (const std::string& arg : argv) {  // vLLM's --help=GROUP / --help=KEYWORD
     if (arg.rfind("--help=", 0) != 0) continue;

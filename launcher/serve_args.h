@@ -72,9 +72,6 @@ struct ServeArgs {
   // --api-server-count: API server processes sharing --port (SO_REUSEPORT), each with its
   // own client of every engine. Over TCP, API server i takes the handshake port -dpp + i.
   int32_t api_server_count = 1;
-  // --log-level (vLLM's LoggingConfig.log_level shortcut): applied over VLLM_LOGGING_LEVEL by
-  // ApplyVllmEnvAtStartup, which exports it so every child process starts with it.
-  std::optional<std::string> log_level;
   // The serve flags as given (the launcher starts each API server process with them).
   std::vector<std::string> argv;
 };

@@ -36,16 +36,6 @@ constexpr std::pair<std::string_view, frontend::HttpLogLevel> kLevels[] = {
 
 }  // namespace
 
-void AddLoggingFlags(CLI::App& app, std::optional<std::string>& log_level) {
-  // vLLM's LogLevel (config/logging.py): argparse choices, so the case must match.
-  app.add_option("--log-level", log_level,
-                 "vLLM's log level of every process (API server, engine cores, workers, "
-                 "coordinator): CRITICAL, ERROR, WARNING, INFO, DEBUG or NOTSET. Overrides "
-                 "VLLM_LOGGING_LEVEL (not applied with VLLM_CONFIGURE_LOGGING=0).")
-      ->check(CLI::IsMember({"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"}))
-      ->group("LoggingConfig");
-}
-
 double LogStatsIntervalSeconds() {
   const char* v = std::getenv("VLLM_LOG_STATS_INTERVAL");
   double s = 0;

@@ -9,7 +9,6 @@
 #ifndef VLLM_LAUNCHER_SERVE_ARGS_FRONTEND_H_
 #define VLLM_LAUNCHER_SERVE_ARGS_FRONTEND_H_
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,11 +32,6 @@ void AddHttpFlags(CLI::App& app, HttpFlagValues& v);
 // --sse-keep-alive-interval).
 [[nodiscard]] absl::Status ApplyHttpFlags(const CLI::App& app, const HttpFlagValues& v,
                                           frontend::HttpOptions& out);
-
-// --log-level (vLLM's shortcut for --logging-config.log_level): one of vLLM's six upper-case
-// names (CRITICAL, ERROR, WARNING, INFO, DEBUG, NOTSET), bound to `log_level` (unset when the
-// flag is not given). ApplyVllmEnvAtStartup applies it over VLLM_LOGGING_LEVEL in every process.
-void AddLoggingFlags(CLI::App& app, std::optional<std::string>& log_level);
 
 // vLLM's VLLM_LOG_STATS_INTERVAL: seconds between stats lines (a number above 0; else 10).
 double LogStatsIntervalSeconds();

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -70,15 +69,6 @@ absl::Status ApplyVllmEnv(const config::VllmEnv& env, ServeArgs& args) {
 absl::Status ApplyVllmEnvAtStartup(ServeArgs& args) {
   VLLM_ASSIGN_OR_RETURN(const config::VllmEnv env, config::ReadVllmEnv());
   VLLM_RETURN_IF_ERROR(ApplyVllmEnv(env, args));
-  if (args.log_level.has_value()) {
-    // vLLM's --log-level replaces LoggingConfig.log_level (VLLM_LOGGING_LEVEL's default), and
-    // every child process is configured with it: exported here, it is what each of ours reads
-    // at start (main.cc) — API servers, engine cores, workers, the coordinator.
-    if (setenv("VLLM_LOGGING_LEVEL", args.log_level->c_str(), 1) != 0) {
-      return absl::InternalError("--log-level: setenv(VLLM_LOGGING_LEVEL) failed");
-    }
-    ConfigureLoggingFromEnv();
-  }
   if (const std::optional<std::string> line = config::UnhonouredEnvWarning(environ)) {
     spdlog::warn("{}", *line);
   }

@@ -23,9 +23,7 @@ void ConfigureLoggingFromEnv();
 [[nodiscard]] absl::Status ApplyVllmEnv(const config::VllmEnv& env, ServeArgs& args);
 
 // Reads the process environment, applies it (above) and logs the warning line. The serve path
-// and --headless call it after parsing the flags; an error names the variable. A --log-level
-// then replaces VLLM_LOGGING_LEVEL in the environment (inherited by every child process) and
-// in this process's log, as vLLM's flag overrides the variable.
+// and --headless call it after parsing the flags; an error names the variable.
 [[nodiscard]] absl::Status ApplyVllmEnvAtStartup(ServeArgs& args);
 
 // VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS (default 5): how long an engine-core process is given to

@@ -4,11 +4,9 @@
 // a flag vLLM adds shows up here as a failing row. Also vLLM's human-readable integers.
 #include "launcher/vllm_serve_flags.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -17,8 +15,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/serve_args.h"
-#include "launcher/serve_env.h"
-#include "spdlog/spdlog.h"
 
 namespace vllm::launcher {
 namespace {
@@ -86,7 +82,6 @@ const std::map<std::string, std::vector<std::string>>& Samples() {
       {"--allowed-methods", {"--allowed-methods", R"(["GET"])"}},
       {"--allowed-headers", {"--allowed-headers", R"(["X-A"])"}},
       {"--uvicorn-log-level", {"--uvicorn-log-level", "debug"}},
-      {"--log-level", {"--log-level", "DEBUG"}},
       {"--load-format", {"--load-format", "dummy"}},
       {"--device", {"--device", "cpu"}},
       {"--scheduling-policy", {"--scheduling-policy", "priority"}},
@@ -463,33 +458,6 @@ TEST(VllmServeFlagsTest, ResponseFlags) {
                   "--no-enable-log-outputs", "--no-enable-per-request-metrics"});
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_FALSE(n->args->serving.enable_prompt_tokens_details);
-}
-
-// --log-level: vLLM's six upper-case choices (argparse's, so "debug" is refused), unset by
-// default; at start-up it replaces VLLM_LOGGING_LEVEL in the environment the child processes
-// inherit and sets this process's level, over the variable (as vLLM's create_logging_config).
-TEST(VllmServeFlagsTest, LogLevelOverridesTheEnvironment) {
-  auto d = Parse({});
-  ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_FALSE(d->args->log_level.has_value());
-  EXPECT_THAT(Parse({"--log-level", "debug"}).status().message(), HasSubstr("--log-level"));
-  EXPECT_FALSE(Parse({"--log-level", "TRACE"}).ok());
-  const spdlog::level::level_enum before = spdlog::get_level();
-  setenv("VLLM_LOGGING_LEVEL", "info", 1);
-  for (const auto& [name, level] : std::vector<std::pair<std::string, spdlog::level::level_enum>>{
-           {"ERROR", spdlog::level::err},
-           {"DEBUG", spdlog::level::debug},
-           {"WARNING", spdlog::level::warn},
-           {"NOTSET", spdlog::level::trace}}) {
-    auto p = Parse({"--log-level", name});
-    ASSERT_TRUE(p.ok()) << p.status();
-    ASSERT_EQ(p->args->log_level, name);
-    ASSERT_TRUE(ApplyVllmEnvAtStartup(*p->args).ok());
-    EXPECT_EQ(std::string(std::getenv("VLLM_LOGGING_LEVEL")), name);
-    EXPECT_EQ(spdlog::get_level(), level) << name;
-  }
-  unsetenv("VLLM_LOGGING_LEVEL");
-  spdlog::set_level(before);
 }
 
 }  // namespace
